@@ -1,0 +1,54 @@
+// kvb::chat::ChatTemplate — renders a Hugging Face `chat_template` (Jinja) byte-for-byte as
+// transformers' `apply_chat_template(..., tokenize=False)` does, using the Jinja-subset
+// interpreter in engine/chat/jinja.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvb::chat {
+
+/// One chat message. `role` is "system", "user" or "assistant".
+struct Message {
+  std::string role;
+  std::string content;
+};
+
+/// Options of one render, mirroring apply_chat_template's keyword arguments.
+struct RenderOptions {
+  bool add_generation_prompt = true;
+  /// Qwen3's `enable_thinking`; unset means "not passed" (the template's own default).
+  std::optional<bool> enable_thinking;
+  /// Extra variables passed to the template (e.g. {"date_string": "26 Jul 2024"}).
+  nlohmann::json extra = nlohmann::json::object();
+};
+
+/// A parsed chat template plus the special-token strings it may reference.
+class ChatTemplate {
+ public:
+  /// Parses `source`. `origin` names the file for error messages. Throws kvb::Error
+  /// ("<origin>:<line>: <what>") on template syntax errors.
+  ChatTemplate(std::string source, std::string origin, std::string bos_token = "",
+               std::string eos_token = "");
+  /// Reads `chat_template`, `bos_token` and `eos_token` from a tokenizer_config.json.
+  /// Throws kvb::Error naming the file and field when it has no chat_template.
+  static ChatTemplate from_tokenizer_config(const std::string& path);
+
+  /// Renders `messages`. Throws kvb::Error ("<origin>:<line>: ...") for runtime template errors,
+  /// including raise_exception(...) called by the template.
+  std::string render(const std::vector<Message>& messages, const RenderOptions& opts = {}) const;
+  /// Same, with messages given as a JSON array of {"role","content"} objects.
+  std::string render_json(const nlohmann::json& messages, const RenderOptions& opts = {}) const;
+
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_, origin_, bos_, eos_;
+  std::shared_ptr<const void> program_;  // parsed jinja program (owned by engine/chat/jinja)
+};
+
+}  // namespace kvb::chat

@@ -1,0 +1,10 @@
+#include "harness/commands.h"
+
+namespace kvb::cli {
+
+void register_all_commands(CLI::App& app) {
+  // One line per command; keep alphabetical.
+  (void)app;
+}
+
+}  // namespace kvb::cli

@@ -1,0 +1,14 @@
+// Registration of the `kvbench` sub-commands. Each command lives in harness/cmd_<name>.cpp and
+// adds itself to the CLI11 app here; main.cpp calls register_all_commands().
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kvb::cli {
+
+/// Adds every sub-command to `app`. Each command's callback may throw kvb::Error; main()
+/// turns that into "kvbench: error: ..." and the error's exit code.
+void register_all_commands(CLI::App& app);
+
+
+}  // namespace kvb::cli
