@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace kvb::tok {
 
 class TokenizerImpl;
@@ -25,6 +27,10 @@ class Tokenizer {
   /// Loads `tokenizer.json`. Throws kvb::Error naming the file and the JSON field on malformed
   /// input (bad JSON, unknown model type, merges naming unknown tokens, ...).
   static Tokenizer from_file(const std::string& tokenizer_json_path);
+  /// Builds from an in-memory tokenizer.json document (GGUF loading converts its tokenizer
+  /// metadata to this shape). `origin` names the source in errors. Throws kvb::Error.
+  static Tokenizer from_json(const nlohmann::json& tokenizer_json, const std::string& origin,
+                             const nlohmann::json& tokenizer_config = nlohmann::json::object());
   /// Loads DIR/tokenizer.json and, if present, DIR/tokenizer_config.json (for bos/eos token
   /// names). Throws kvb::Error.
   static Tokenizer from_dir(const std::string& dir);

@@ -1,0 +1,59 @@
+// kvb::ModelConfig — the architecture hyperparameters of a decoder-only transformer, read from
+// a Hugging Face config.json (model_type llama, qwen2, qwen3) or from GGUF metadata.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvb {
+
+/// RoPE frequency scaling (config.json `rope_scaling`, transformers' rope_type names).
+struct RopeScaling {
+  std::string type = "default";  ///< default | linear | llama3 | yarn
+  double factor = 1.0;
+  // llama3
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 0;
+  // yarn
+  double beta_fast = 32.0, beta_slow = 1.0;
+  double attention_factor = 0.0;  ///< 0 = derive from factor (0.1*ln(factor)+1)
+  double mscale = 0.0, mscale_all_dim = 0.0;
+  bool truncate = true;
+};
+
+/// Hyperparameters of one model. Shapes below use: H = hidden_size, Hq = num_attention_heads,
+/// Hkv = num_key_value_heads, D = head_dim, I = intermediate_size, V = vocab_size.
+struct ModelConfig {
+  std::string model_type;        ///< llama | qwen2 | qwen3
+  int64_t vocab_size = 0;        ///< V
+  int64_t hidden_size = 0;       ///< H
+  int64_t intermediate_size = 0; ///< I (SwiGLU MLP)
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;         ///< Hq
+  int64_t num_kv_heads = 0;      ///< Hkv (GQA: Hq % Hkv == 0)
+  int64_t head_dim = 0;          ///< D (config `head_dim`, else H / Hq)
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;   ///< q/k/v projections carry a bias (qwen2: always)
+  bool qk_norm = false;          ///< per-head RMSNorm on q and k before RoPE (qwen3)
+  std::vector<int32_t> eos_token_ids;  ///< from config.json and generation_config.json
+  int32_t bos_token_id = -1;
+
+  /// Parses a config.json object. `origin` names the file in errors. Throws kvb::Error naming
+  /// the field for missing/invalid values or an unknown model_type.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& origin);
+  /// Reads DIR/config.json, and DIR/generation_config.json's eos_token_id when present.
+  static ModelConfig from_dir(const std::string& dir);
+  /// Checks internal consistency (positive sizes, Hq % Hkv == 0, ...); throws kvb::Error.
+  void validate(const std::string& origin) const;
+  /// Number of parameters implied by the shapes (embeddings counted once when tied).
+  int64_t num_parameters() const;
+};
+
+}  // namespace kvb

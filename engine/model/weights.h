@@ -1,0 +1,66 @@
+// kvb::WeightStore — named weight tensors of a model, in Hugging Face (transformers) names,
+// e.g. "model.layers.0.self_attn.q_proj.weight" [out, in]. Tensors are either views into
+// memory-mapped safetensors files (F32/F16/BF16) or owned f32 buffers (GGUF, dequantised at load).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/util/io.h"
+
+namespace kvb {
+
+/// Element type of a stored tensor.
+enum class DType { F32, F16, BF16 };
+
+/// Size of one element in bytes.
+size_t dtype_size(DType t);
+/// "F32", "F16" or "BF16".
+const char* dtype_name(DType t);
+
+/// A read-only view of one named tensor. `data` stays valid while the WeightStore lives.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;  ///< row-major, outermost first (safetensors / torch order)
+  const void* data = nullptr;
+  std::string origin;          ///< file it came from (for error messages)
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+};
+
+/// All tensors of one model.
+class WeightStore {
+ public:
+  /// Maps DIR/model.safetensors, or every shard listed in DIR/model.safetensors.index.json.
+  /// Validates each header (JSON, dtypes, offsets within the file, sizes = shape × dtype).
+  /// Throws kvb::Error naming the file and the tensor/field.
+  static WeightStore from_safetensors_dir(const std::string& dir);
+  /// Maps one .safetensors file and adds its tensors. Throws kvb::Error.
+  void add_safetensors_file(const std::string& path);
+  /// Adds an owned f32 tensor (used by GGUF loading and random-weight models).
+  void add_owned(const std::string& name, std::vector<int64_t> shape, std::vector<float> data,
+                 const std::string& origin);
+
+  /// The tensor `name`, or nullptr.
+  const TensorView* find(const std::string& name) const;
+  /// The tensor `name` with exactly `shape`; throws kvb::Error("<origin>: tensor <name>: ...")
+  /// when missing or shaped differently.
+  const TensorView& require(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// Copies a tensor into f32 (converting F16/BF16).
+  static std::vector<float> to_f32(const TensorView& t);
+
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  /// Where the tensors came from (a directory or file), for error messages.
+  std::string origin;
+
+ private:
+  std::vector<std::shared_ptr<MappedFile>> files_;
+  std::vector<std::shared_ptr<std::vector<float>>> owned_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+}  // namespace kvb
