@@ -1,0 +1,39 @@
+#include "engine/policies/full.h"
+
+#include <algorithm>
+
+#include "engine/util/error.h"
+
+namespace kvb {
+
+PolicyInfo full_policy_info() {
+  PolicyInfo info;
+  info.name = "full";
+  info.description = "Full KV cache: keeps every token (reference for every other policy).";
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    if (!spec.params.empty())
+      fail("policy 'full': unknown parameter '{}' (full takes none)", spec.params.begin()->first);
+    return std::make_unique<FullPolicy>();
+  };
+  return info;
+}
+
+void EvictIndicesPolicy::on_layer_step(LayerStep& step) {
+  if (!step.prefill_last) return;
+  for (int h = 0; h < step.num_kv_heads; ++h) {
+    auto it = evict_.find({step.layer, h});
+    if (it == evict_.end()) continue;
+    const int32_t len = step.cache->length(step.seq, step.layer, h);
+    std::vector<char> drop(len, 0);
+    for (int32_t i : it->second) {
+      if (i < 0 || i >= len) fail("EvictIndicesPolicy: index {} out of range [0, {})", i, len);
+      drop[i] = 1;
+    }
+    std::vector<int32_t> keep;
+    for (int32_t i = 0; i < len; ++i)
+      if (!drop[i]) keep.push_back(i);
+    step.keep(h, std::move(keep));
+  }
+}
+
+}  // namespace kvb

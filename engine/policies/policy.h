@@ -1,0 +1,117 @@
+// kvb::Policy — the KV-cache policy interface (../shared/DESIGN.md, Engine / Policy and Budget
+// semantics). A policy decides, per (layer, kv_head) of one sequence, which cached tokens to keep.
+// The engine calls it after every forward step (a prefill chunk or a decode step) of every layer,
+// once the new tokens' K/V are in the cache and their attention has been computed; the policy
+// reads the signals it declared in PolicyNeeds and may request a keep-set per head, which the
+// engine applies with KVCache::compact. Policies never allocate KV memory themselves.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/kv/kv_cache.h"
+
+namespace kvb {
+
+/// A parsed `--policy name:key=value,...` spec plus the budget, before defaults are applied.
+struct PolicySpec {
+  std::string name;
+  std::map<std::string, std::string> params;  ///< as written by the user
+  int64_t budget = 0;  ///< tokens kept per (layer, kv_head) right after a compression; 0 = none
+
+  /// Parses "name[:k=v,k=v]". Throws kvb::Error naming the spec on bad syntax.
+  static PolicySpec parse(const std::string& text, int64_t budget = 0);
+  /// "name:k=v,..." with keys sorted (canonical form; used in content hashes).
+  std::string to_string() const;
+};
+
+/// What a policy needs the engine to compute. Anything not requested is not computed.
+struct PolicyNeeds {
+  /// Keep the last `window_queries` post-RoPE query vectors per (sequence, layer, q_head) so
+  /// LayerStep::window_attention() can be computed (SnapKV, R-KV, G-KV observation window).
+  int window_queries = 0;
+  /// LayerStep::attention_colsum: per kv_head, sum over the group's query heads and over the
+  /// step's new queries of each cached token's attention probability (H2O).
+  bool attention_colsum = false;
+  /// LayerStep::layer_input: the attention block's input (after input RMSNorm) of the new tokens,
+  /// [n_new, H] f32 (TRIM-KV retention gates).
+  bool layer_input = false;
+  /// LayerStep::keys_pre_rope: keys of the new tokens before RoPE, [n_new, Hkv, D] (WG-KV).
+  bool keys_pre_rope = false;
+  /// Per-token scalars the policy stores in the cache pages (KVCache::scalars).
+  int num_scalars = 0;
+};
+
+/// Everything a policy sees for one (sequence, layer) after one forward step.
+/// Shapes: Hq query heads, Hkv kv heads, D head_dim, group G = Hq / Hkv, L_h = cache length of
+/// kv head h (already including this step's new tokens), n_new = tokens appended this step.
+struct LayerStep {
+  KVCache* cache = nullptr;
+  SeqId seq = 0;
+  int layer = 0, num_layers = 0;
+  int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int n_new = 0;            ///< tokens appended in this step (prompt chunk length, or 1)
+  int64_t seq_len = 0;      ///< tokens processed so far in this sequence (= next position)
+  bool prefill = false;     ///< this step is (part of) the prompt
+  bool prefill_last = false;///< this step ends the prompt (SnapKV compresses here)
+  const float* layer_input = nullptr;    ///< [n_new, H] when PolicyNeeds::layer_input
+  int hidden_size = 0;
+  const float* keys_pre_rope = nullptr;  ///< [n_new, Hkv, D] when PolicyNeeds::keys_pre_rope
+  /// [Hkv] vectors of length L_h, when PolicyNeeds::attention_colsum.
+  const std::vector<std::vector<float>>* attention_colsum = nullptr;
+  /// Softmax attention of the last w (≤ PolicyNeeds::window_queries) queries of this sequence over
+  /// the cached tokens of kv head h, for each of the G query heads of the group:
+  /// returns [G, w, L_h] f32 row-major (causal: a query does not see tokens after its position,
+  /// their probability is 0). Computed on first call per head and step; w = min(window, seq_len).
+  std::function<const std::vector<float>&(int h, int* w_out)> window_attention;
+
+  /// Requests that kv head h keep exactly `keep` (strictly increasing indices < L_h).
+  void keep(int h, std::vector<int32_t> keep_set) { keeps.emplace_back(h, std::move(keep_set)); }
+  std::vector<std::pair<int, std::vector<int32_t>>> keeps;  ///< filled by the policy
+};
+
+/// Base class of every policy. One instance per (model, run); it may keep per-sequence state
+/// keyed by SeqId (release it in on_sequence_end).
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  /// Registry name ("full", "snapkv", ...).
+  virtual std::string name() const = 0;
+  /// Fully resolved parameters (every default filled in) — written into every result row.
+  virtual nlohmann::json resolved_params() const = 0;
+  /// Signals to compute for this policy (fixed for the policy's life).
+  virtual PolicyNeeds needs() const = 0;
+  /// Called after layer `step.layer` of a forward step; may call step.keep(h, ...).
+  virtual void on_layer_step(LayerStep& step) = 0;
+  /// Called when a sequence finishes (free per-sequence state).
+  virtual void on_sequence_end(SeqId seq) {}
+};
+
+/// Description of one policy parameter, for `kvbench policies`.
+struct PolicyParamInfo {
+  std::string key, default_value, help;
+};
+
+/// Registry entry: name, one-line description with source, parameters, factory.
+struct PolicyInfo {
+  std::string name;
+  std::string description;
+  std::vector<PolicyParamInfo> params;
+  /// Builds the policy from a spec; throws kvb::Error naming the parameter on unknown keys or
+  /// bad values.
+  std::function<std::unique_ptr<Policy>(const PolicySpec&)> make;
+};
+
+/// All registered policies, in a fixed order.
+const std::vector<PolicyInfo>& policy_registry();
+/// Builds a policy from its spec. Throws kvb::Error("unknown policy 'x' (known: ...)").
+std::unique_ptr<Policy> make_policy(const PolicySpec& spec);
+
+}  // namespace kvb
