@@ -1,0 +1,73 @@
+// kvb::CpuBackend — the f32 CPU forward pass over a paged, per-head KV cache.
+//
+// One forward() call runs a batch of sequences, each contributing n ≥ 1 new tokens (a prefill
+// chunk, or one decode token), through every layer: GEMMs over all batch tokens at once
+// (OpenBLAS sgemm), attention per (sequence, kv_head) over that head's own cached tokens with a
+// causal mask by absolute position (so ragged, evicted heads are exact), then the policy hook
+// for each (sequence, layer), then the MLP. OpenMP parallelises attention and elementwise work.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/kv/kv_cache.h"
+#include "engine/model/model.h"
+#include "engine/policies/policy.h"
+
+namespace kvb {
+
+/// Per-sequence state the backend keeps for policies that read the last w queries
+/// (PolicyNeeds::window_queries): a ring of post-RoPE queries per layer.
+struct QueryHistory {
+  int window = 0;                           ///< w
+  int count = 0;                            ///< queries stored per layer (≤ w), same for all layers
+  std::vector<std::vector<float>> q;        ///< [layer] ring [w, Hq, D]
+  std::vector<std::vector<int32_t>> pos;    ///< [layer] ring [w] absolute positions
+  std::vector<int> head;                    ///< [layer] next ring slot
+};
+
+/// One sequence's share of a forward step.
+struct ForwardItem {
+  SeqId seq = 0;
+  const int32_t* tokens = nullptr;  ///< [n] token ids
+  int n = 0;
+  int64_t start_pos = 0;            ///< absolute position of tokens[0]
+  bool prefill = false;             ///< tokens are prompt tokens
+  bool prefill_last = false;        ///< this chunk ends the prompt
+  bool want_logits = true;          ///< produce logits for the last token
+  QueryHistory* history = nullptr;  ///< required when the policy needs window queries
+};
+
+/// Time split of the last forward() call, in seconds.
+struct ForwardStats {
+  double total_s = 0, policy_s = 0;
+  int64_t evicted = 0;  ///< tokens evicted by policies in this call
+};
+
+/// The CPU backend. Holds reusable work buffers; not thread-safe (one forward at a time).
+class CpuBackend {
+ public:
+  CpuBackend(const Model& model, KVCache& cache);
+
+  /// Runs one step for `items`. Writes logits [k, V] f32 for the k items with want_logits, in
+  /// item order, into `logits` (resized). `policy` may be null (full cache). Throws kvb::Error
+  /// on invalid token ids or when the KV page pool is exhausted.
+  void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
+               ForwardStats* stats = nullptr);
+
+ private:
+  const Model& m_;
+  KVCache& cache_;
+  std::vector<float> x_, xn_, q_, k_, v_, kpre_, att_, tmp_, gate_, up_;
+};
+
+/// y[T, out] = x[T, in] · W[out, in]ᵀ (+ bias[out]) — row-major, f32, OpenBLAS.
+void matmul_nt(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in,
+               int64_t out);
+/// RMSNorm of each of the T rows of x[T, n] times weight[n], as transformers' LlamaRMSNorm.
+void rms_norm(const float* x, const float* weight, float* y, int64_t T, int64_t n, float eps);
+/// Applies rotate-half RoPE in place to vec[nheads, D] at `pos` (transformers' apply_rotary_pos_emb).
+void apply_rope(float* vec, int nheads, int D, int64_t pos, const float* inv_freq, float mscale);
+
+}  // namespace kvb

@@ -1,0 +1,297 @@
+#include "engine/engine.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include "engine/backend/cpu/forward.h"
+#include "engine/util/error.h"
+
+namespace kvb {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kEos: return "eos";
+    case FinishReason::kStopString: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kContext: return "context";
+  }
+  return "?";
+}
+
+size_t peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<size_t>(ru.ru_maxrss) * 1024;
+}
+
+struct Engine::Impl {
+  std::unique_ptr<CpuBackend> cpu;
+};
+
+Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::unique_ptr<Policy> policy)
+    : model_(std::move(model)), opts_(opts), policy_(std::move(policy)), impl_(new Impl) {
+  if (opts_.backend != "cpu")
+    fail("--backend {}: not available in this build (available: cpu)", opts_.backend);
+  if (opts_.prefill_chunk <= 0) fail("--prefill-chunk must be > 0, got {}", opts_.prefill_chunk);
+  if (opts_.max_batch <= 0) fail("--batch must be > 0, got {}", opts_.max_batch);
+  const ModelConfig& c = model_->config();
+  KVCacheConfig kc;
+  kc.num_layers = static_cast<int>(c.num_layers);
+  kc.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  kc.head_dim = static_cast<int>(c.head_dim);
+  kc.page_size = opts_.page_size;
+  kc.num_scalars = policy_ ? policy_->needs().num_scalars : 0;
+  kc.max_pages = opts_.max_kv_pages;
+  cache_ = std::make_unique<KVCache>(kc);
+  impl_->cpu = std::make_unique<CpuBackend>(*model_, *cache_);
+}
+
+Engine::~Engine() = default;
+
+namespace {
+using clock_t_ = std::chrono::steady_clock;
+double secs(clock_t_::time_point a, clock_t_::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Active {
+  size_t req = 0;
+  SeqId seq = 0;
+  int64_t pos = 0;           // tokens in the sequence so far
+  size_t prompt_done = 0;    // prompt tokens already prefilled
+  QueryHistory history;
+  Rng rng{0};
+  int32_t next = -1;         // sampled, not yet fed
+  clock_t_::time_point t0, t_first;
+  bool done = false;
+};
+}  // namespace
+
+std::vector<GenerationResult> Engine::generate(const std::vector<GenerationRequest>& reqs,
+                                               const tok::Tokenizer* tok, const TokenCallback& cb) {
+  std::vector<GenerationResult> out(reqs.size());
+  const int V = static_cast<int>(model_->config().vocab_size);
+  const int64_t max_ctx = model_->config().max_position_embeddings;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i].prompt.empty()) fail("generate: request {} has an empty prompt", i);
+    if (!reqs[i].stop_strings.empty() && !tok)
+      fail("generate: stop strings need a tokenizer");
+    out[i].prompt_tokens = static_cast<int64_t>(reqs[i].prompt.size());
+  }
+  std::deque<size_t> pending;
+  for (size_t i = 0; i < reqs.size(); ++i) pending.push_back(i);
+  std::vector<std::unique_ptr<Active>> active;
+  std::vector<float> logits;
+  std::vector<std::pair<float, int32_t>> scratch;
+  ForwardStats fs;
+
+  auto finish = [&](Active& a, FinishReason why) {
+    GenerationResult& r = out[a.req];
+    r.finish = why;
+    r.decode_s = a.t_first.time_since_epoch().count() ? secs(a.t_first, clock_t_::now()) : 0;
+    r.kv_bytes_final = cache_->bytes(a.seq);
+    r.kv_bytes_peak = cache_->peak_bytes(a.seq);
+    r.evictions = cache_->evictions(a.seq);
+    if (tok) {
+      r.text = tok->decode(r.tokens, /*skip_special_tokens=*/true);
+      if (why == FinishReason::kStopString) {
+        size_t cut = std::string::npos;
+        for (const auto& s : reqs[a.req].stop_strings) {
+          size_t p = r.text.find(s);
+          if (p != std::string::npos) cut = std::min(cut, p);
+        }
+        if (cut != std::string::npos) r.text.resize(cut);
+      }
+    }
+    if (policy_) policy_->on_sequence_end(a.seq);
+    cache_->remove_sequence(a.seq);
+    a.done = true;
+  };
+
+  // Accepts a sampled token for `a`; returns true when the sequence is finished.
+  auto accept = [&](Active& a, int32_t token) {
+    GenerationResult& r = out[a.req];
+    const GenerationRequest& q = reqs[a.req];
+    r.tokens.push_back(token);
+    if (cb) cb(a.req, token);
+    if (std::find(q.stop_ids.begin(), q.stop_ids.end(), token) != q.stop_ids.end()) {
+      finish(a, FinishReason::kEos);
+      return;
+    }
+    if (!q.stop_strings.empty()) {
+      // Check the tail of the decoded text (stop strings may span tokens).
+      size_t longest = 0;
+      for (const auto& s : q.stop_strings) longest = std::max(longest, s.size());
+      const size_t tail_tokens = std::min(r.tokens.size(), longest + 8);
+      std::vector<int32_t> tail(r.tokens.end() - tail_tokens, r.tokens.end());
+      const std::string text = tok->decode(tail, true);
+      for (const auto& s : q.stop_strings)
+        if (!s.empty() && text.find(s) != std::string::npos) {
+          finish(a, FinishReason::kStopString);
+          return;
+        }
+    }
+    if (static_cast<int>(r.tokens.size()) >= q.max_new_tokens) {
+      finish(a, FinishReason::kLength);
+      return;
+    }
+    if (a.pos + 1 > max_ctx) {
+      finish(a, FinishReason::kContext);
+      return;
+    }
+    a.next = token;
+  };
+
+  auto track_peak = [&](Active& a) {
+    GenerationResult& r = out[a.req];
+    r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_->token_bytes(a.seq));
+    if (on_step) on_step(*cache_, a.seq);
+  };
+
+  while (!pending.empty() || !active.empty()) {
+    // Admit new sequences and prefill them (chunked, batched across the new sequences).
+    std::vector<Active*> admitted;
+    while (!pending.empty() && static_cast<int>(active.size()) < opts_.max_batch) {
+      auto a = std::make_unique<Active>();
+      a->req = pending.front();
+      pending.pop_front();
+      a->seq = cache_->add_sequence();
+      a->rng = Rng(reqs[a->req].seed);
+      a->t0 = clock_t_::now();
+      if (static_cast<int64_t>(reqs[a->req].prompt.size()) > max_ctx)
+        fail("generate: prompt of {} tokens exceeds the model's context of {}", reqs[a->req].prompt.size(), max_ctx);
+      admitted.push_back(a.get());
+      active.push_back(std::move(a));
+    }
+    while (true) {
+      std::vector<ForwardItem> items;
+      std::vector<Active*> owners;
+      for (Active* a : admitted) {
+        const auto& p = reqs[a->req].prompt;
+        if (a->prompt_done >= p.size()) continue;
+        ForwardItem it;
+        it.seq = a->seq;
+        it.tokens = p.data() + a->prompt_done;
+        it.n = static_cast<int>(std::min<size_t>(opts_.prefill_chunk, p.size() - a->prompt_done));
+        it.start_pos = a->pos;
+        it.prefill = true;
+        it.prefill_last = a->prompt_done + it.n == p.size();
+        it.want_logits = it.prefill_last;
+        it.history = &a->history;
+        items.push_back(it);
+        owners.push_back(a);
+      }
+      if (items.empty()) break;
+      const auto t0 = clock_t_::now();
+      impl_->cpu->forward(items, policy_.get(), logits, &fs);
+      const double dt = secs(t0, clock_t_::now());
+      size_t li = 0;
+      for (size_t k = 0; k < items.size(); ++k) {
+        Active* a = owners[k];
+        a->prompt_done += items[k].n;
+        a->pos += items[k].n;
+        out[a->req].prefill_s += dt;
+        out[a->req].policy_s += fs.policy_s / items.size();
+        track_peak(*a);
+        if (items[k].want_logits) {
+          const int32_t t = sample_token(&logits[li * V], V, reqs[a->req].sampling, a->rng, scratch);
+          ++li;
+          a->t_first = clock_t_::now();
+          out[a->req].ttft_s = secs(a->t0, a->t_first);
+          accept(*a, t);
+        }
+      }
+    }
+    active.erase(std::remove_if(active.begin(), active.end(), [](const auto& a) { return a->done; }),
+                 active.end());
+    if (active.empty()) continue;
+    // One batched decode step over every active sequence.
+    std::vector<ForwardItem> items;
+    std::vector<int32_t> toks(active.size());
+    for (size_t k = 0; k < active.size(); ++k) {
+      Active& a = *active[k];
+      toks[k] = a.next;
+      ForwardItem it;
+      it.seq = a.seq;
+      it.tokens = &toks[k];
+      it.n = 1;
+      it.start_pos = a.pos;
+      it.history = &a.history;
+      items.push_back(it);
+    }
+    impl_->cpu->forward(items, policy_.get(), logits, &fs);
+    for (size_t k = 0; k < active.size(); ++k) {
+      Active& a = *active[k];
+      a.pos += 1;
+      out[a.req].policy_s += fs.policy_s / active.size();
+      track_peak(a);
+      const int32_t t = sample_token(&logits[k * V], V, reqs[a.req].sampling, a.rng, scratch);
+      accept(a, t);
+    }
+    active.erase(std::remove_if(active.begin(), active.end(), [](const auto& a) { return a->done; }),
+                 active.end());
+  }
+  return out;
+}
+
+std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced,
+                                 GenerationResult* stats) {
+  if (prompt.empty()) fail("score: empty prompt");
+  const int V = static_cast<int>(model_->config().vocab_size);
+  std::vector<float> all, logits;
+  ForwardStats fs;
+  QueryHistory hist;
+  const SeqId seq = cache_->add_sequence();
+  GenerationResult r;
+  r.prompt_tokens = static_cast<int64_t>(prompt.size());
+  int64_t pos = 0;
+  const auto t0 = clock_t_::now();
+  for (size_t done = 0; done < prompt.size();) {
+    ForwardItem it;
+    it.seq = seq;
+    it.tokens = prompt.data() + done;
+    it.n = static_cast<int>(std::min<size_t>(opts_.prefill_chunk, prompt.size() - done));
+    it.start_pos = pos;
+    it.prefill = true;
+    it.prefill_last = done + it.n == prompt.size();
+    it.want_logits = it.prefill_last;
+    it.history = &hist;
+    std::vector<ForwardItem> items{it};
+    impl_->cpu->forward(items, policy_.get(), logits, &fs);
+    r.policy_s += fs.policy_s;
+    done += it.n;
+    pos += it.n;
+    r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_->token_bytes(seq));
+    if (on_step) on_step(*cache_, seq);
+  }
+  r.prefill_s = secs(t0, clock_t_::now());
+  all.insert(all.end(), logits.begin(), logits.end());
+  const auto t1 = clock_t_::now();
+  for (int32_t t : forced) {
+    ForwardItem it;
+    it.seq = seq;
+    it.tokens = &t;
+    it.n = 1;
+    it.start_pos = pos++;
+    it.history = &hist;
+    std::vector<ForwardItem> items{it};
+    impl_->cpu->forward(items, policy_.get(), logits, &fs);
+    r.policy_s += fs.policy_s;
+    r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_->token_bytes(seq));
+    if (on_step) on_step(*cache_, seq);
+    all.insert(all.end(), logits.begin(), logits.begin() + V);
+  }
+  r.decode_s = secs(t1, clock_t_::now());
+  r.evictions = cache_->evictions(seq);
+  r.kv_bytes_peak = cache_->peak_bytes(seq);
+  r.kv_bytes_final = cache_->bytes(seq);
+  if (policy_) policy_->on_sequence_end(seq);
+  cache_->remove_sequence(seq);
+  if (stats) *stats = r;
+  return all;
+}
+
+}  // namespace kvb

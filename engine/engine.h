@@ -1,0 +1,95 @@
+// kvb::Engine — generation on top of a model, a paged KV cache, a policy and a backend:
+// continuous batching of decode steps, chunked batched prefill, sampling, stop rules and
+// per-sequence measurements (DESIGN.md, Engine / Scheduler and Measurements).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/kv/kv_cache.h"
+#include "engine/model/model.h"
+#include "engine/policies/policy.h"
+#include "engine/sampling/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace kvb {
+
+/// Engine-wide settings.
+struct EngineOptions {
+  std::string backend = "cpu";  ///< cpu (cuda: a later backend)
+  int prefill_chunk = 512;       ///< prompt tokens per sequence per forward step
+  int max_batch = 8;             ///< sequences decoded together (continuous batching)
+  int page_size = 16;            ///< KV page size in tokens
+  int64_t max_kv_pages = 0;      ///< page-pool limit (0 = unbounded)
+};
+
+/// One generation request.
+struct GenerationRequest {
+  std::vector<int32_t> prompt;        ///< token ids (BOS included if the model wants it)
+  SamplingParams sampling;
+  int max_new_tokens = 256;
+  std::vector<int32_t> stop_ids;      ///< EOS ids; generation stops after emitting one
+  std::vector<std::string> stop_strings;  ///< needs a tokenizer; text is cut before the match
+  uint64_t seed = 0;                  ///< RNG seed of this sample
+};
+
+/// Why a generation ended.
+enum class FinishReason { kEos, kStopString, kLength, kContext };
+const char* finish_reason_name(FinishReason r);
+
+/// Output and measurements of one request. Times in seconds, sizes in bytes.
+struct GenerationResult {
+  std::vector<int32_t> tokens;   ///< generated ids (an EOS that ended generation is included)
+  std::string text;              ///< decoded (special tokens skipped; cut at a stop string)
+  FinishReason finish = FinishReason::kLength;
+  int64_t prompt_tokens = 0;
+  double prefill_s = 0, decode_s = 0, ttft_s = 0;  ///< ttft: from request start to first token
+  double policy_s = 0;           ///< time in policy code (share of this sequence's steps)
+  int64_t evictions = 0;
+  size_t kv_bytes_peak = 0, kv_bytes_final = 0;   ///< pages held by this sequence (KVCache::bytes)
+  size_t kv_token_bytes_peak = 0;                  ///< K+V bytes of held tokens (no page rounding)
+};
+
+/// Called for each generated token (request index, token id), in generation order per request.
+using TokenCallback = std::function<void(size_t, int32_t)>;
+
+/// Generation engine for one model and one policy. Not thread-safe.
+class Engine {
+ public:
+  /// `policy` may be null (= full cache). Throws kvb::Error for an unknown backend.
+  Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::unique_ptr<Policy> policy);
+  ~Engine();
+
+  /// Generates for every request with continuous batching (at most max_batch at once).
+  /// `tok` is needed for stop strings and result text (may be null: text stays empty).
+  std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& reqs,
+                                         const tok::Tokenizer* tok, const TokenCallback& cb = {});
+
+  /// Teacher-forced scoring: runs `prompt` as a prefill, then feeds `forced` one token per decode
+  /// step, returning the logits [forced.size() + 1, V] predicted after the prompt and after each
+  /// forced token. The policy is active throughout (used by tests and `kvbench fidelity`).
+  std::vector<float> score(const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced,
+                           GenerationResult* stats = nullptr);
+
+  KVCache& cache() { return *cache_; }
+  const Model& model() const { return *model_; }
+  Policy* policy() { return policy_.get(); }
+  /// Called after every forward step with the cache (tests check per-head bounds here).
+  std::function<void(const KVCache&, SeqId)> on_step;
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Model> model_;
+  EngineOptions opts_;
+  std::unique_ptr<Policy> policy_;
+  std::unique_ptr<KVCache> cache_;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Peak resident set size of this process, in bytes (getrusage).
+size_t peak_rss_bytes();
+
+}  // namespace kvb

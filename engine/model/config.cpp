@@ -1,0 +1,165 @@
+#include "engine/model/config.h"
+
+#include "engine/util/error.h"
+#include "engine/util/io.h"
+
+namespace kvb {
+namespace {
+
+using json = nlohmann::json;
+
+int64_t get_int(const json& j, const char* key, const std::string& origin, bool required,
+                int64_t dflt = 0) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) fail_at(origin, key, "missing required field");
+    return dflt;
+  }
+  if (!it->is_number_integer() && !it->is_number_unsigned())
+    fail_at(origin, key, "expected an integer, got {}", it->dump());
+  return it->get<int64_t>();
+}
+
+double get_num(const json& j, const char* key, const std::string& origin, double dflt) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return dflt;
+  if (!it->is_number()) fail_at(origin, key, "expected a number, got {}", it->dump());
+  return it->get<double>();
+}
+
+bool get_bool(const json& j, const char* key, const std::string& origin, bool dflt) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return dflt;
+  if (!it->is_boolean()) fail_at(origin, key, "expected true or false, got {}", it->dump());
+  return it->get<bool>();
+}
+
+void add_ids(const json& v, std::vector<int32_t>& out, const std::string& origin, const char* key) {
+  auto push = [&](const json& x) {
+    if (!x.is_number_integer()) fail_at(origin, key, "expected integer token ids, got {}", x.dump());
+    int32_t id = x.get<int32_t>();
+    for (int32_t e : out)
+      if (e == id) return;
+    out.push_back(id);
+  };
+  if (v.is_null()) return;
+  if (v.is_array())
+    for (const auto& x : v) push(x);
+  else
+    push(v);
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
+  if (!j.is_object()) fail_at(origin, "", "expected a JSON object");
+  ModelConfig c;
+  auto mt = j.find("model_type");
+  if (mt == j.end() || !mt->is_string()) fail_at(origin, "model_type", "missing or not a string");
+  c.model_type = mt->get<std::string>();
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3")
+    fail_at(origin, "model_type", "unsupported model type '{}' (supported: llama, qwen2, qwen3)",
+            c.model_type);
+  c.vocab_size = get_int(j, "vocab_size", origin, true);
+  c.hidden_size = get_int(j, "hidden_size", origin, true);
+  c.intermediate_size = get_int(j, "intermediate_size", origin, true);
+  c.num_layers = get_int(j, "num_hidden_layers", origin, true);
+  c.num_heads = get_int(j, "num_attention_heads", origin, true);
+  c.num_kv_heads = get_int(j, "num_key_value_heads", origin, false, c.num_heads);
+  c.head_dim = get_int(j, "head_dim", origin, false, 0);
+  if (c.head_dim == 0 && c.num_heads > 0) c.head_dim = c.hidden_size / c.num_heads;
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", origin, false, 2048);
+  c.rms_norm_eps = get_num(j, "rms_norm_eps", origin, 1e-6);
+  // transformers 5 moves rope_theta into rope_parameters; accept both.
+  c.rope_theta = get_num(j, "rope_theta", origin, 10000.0);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, false);
+  c.attention_bias = get_bool(j, "attention_bias", origin, c.model_type == "qwen2");
+  if (c.model_type == "qwen2") c.attention_bias = true;
+  c.qk_norm = c.model_type == "qwen3";
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    fail_at(origin, "hidden_act", "unsupported activation {} (only silu)", j["hidden_act"].dump());
+
+  const json* rs = nullptr;
+  std::string f;
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    auto it = j.find(key);
+    if (!rs && it != j.end() && it->is_object()) {
+      rs = &*it;
+      f = key;
+    }
+  }
+  if (rs) {
+    const json& r = *rs;
+    std::string type = r.value("rope_type", r.value("type", std::string("default")));
+    if (type != "default" && type != "linear" && type != "llama3" && type != "yarn")
+      fail_at(origin, f + ".rope_type", "unsupported RoPE scaling '{}' (default, linear, llama3, yarn)", type);
+    c.rope_scaling.type = type;
+    if (r.contains("rope_theta")) c.rope_theta = get_num(r, "rope_theta", origin + ": " + f, c.rope_theta);
+    c.rope_scaling.factor = get_num(r, "factor", origin + ": " + f, 1.0);
+    c.rope_scaling.low_freq_factor = get_num(r, "low_freq_factor", origin + ": " + f, 1.0);
+    c.rope_scaling.high_freq_factor = get_num(r, "high_freq_factor", origin + ": " + f, 4.0);
+    c.rope_scaling.original_max_position_embeddings =
+        get_int(r, "original_max_position_embeddings", origin + ": " + f, false, 0);
+    c.rope_scaling.beta_fast = get_num(r, "beta_fast", origin + ": " + f, 32.0);
+    c.rope_scaling.beta_slow = get_num(r, "beta_slow", origin + ": " + f, 1.0);
+    c.rope_scaling.attention_factor = get_num(r, "attention_factor", origin + ": " + f, 0.0);
+    c.rope_scaling.mscale = get_num(r, "mscale", origin + ": " + f, 0.0);
+    c.rope_scaling.mscale_all_dim = get_num(r, "mscale_all_dim", origin + ": " + f, 0.0);
+    c.rope_scaling.truncate = get_bool(r, "truncate", origin + ": " + f, true);
+    if ((type == "llama3" || type == "yarn" || type == "linear") && c.rope_scaling.factor <= 0)
+      fail_at(origin, f + ".factor", "must be > 0");
+    if (type == "llama3" && c.rope_scaling.original_max_position_embeddings <= 0)
+      fail_at(origin, f + ".original_max_position_embeddings", "required for llama3 RoPE");
+  }
+  if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], c.eos_token_ids, origin, "eos_token_id");
+  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
+    c.bos_token_id = j["bos_token_id"].get<int32_t>();
+  c.validate(origin);
+  return c;
+}
+
+ModelConfig ModelConfig::from_dir(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  if (!file_exists(path)) fail("{}: not found (a model directory needs config.json)", path);
+  ModelConfig c = from_json(parse_json_file(path), path);
+  const std::string gen = dir + "/generation_config.json";
+  if (file_exists(gen)) {
+    json g = parse_json_file(gen);
+    if (g.contains("eos_token_id")) add_ids(g["eos_token_id"], c.eos_token_ids, gen, "eos_token_id");
+    if (c.bos_token_id < 0 && g.contains("bos_token_id") && g["bos_token_id"].is_number_integer())
+      c.bos_token_id = g["bos_token_id"].get<int32_t>();
+  }
+  return c;
+}
+
+void ModelConfig::validate(const std::string& origin) const {
+  auto pos = [&](int64_t v, const char* f) {
+    if (v <= 0) fail_at(origin, f, "must be > 0, got {}", v);
+  };
+  pos(vocab_size, "vocab_size");
+  pos(hidden_size, "hidden_size");
+  pos(intermediate_size, "intermediate_size");
+  pos(num_layers, "num_hidden_layers");
+  pos(num_heads, "num_attention_heads");
+  pos(num_kv_heads, "num_key_value_heads");
+  pos(head_dim, "head_dim");
+  if (num_heads % num_kv_heads != 0)
+    fail_at(origin, "num_key_value_heads", "{} does not divide num_attention_heads {}", num_kv_heads,
+            num_heads);
+  if (head_dim % 2 != 0) fail_at(origin, "head_dim", "must be even for RoPE, got {}", head_dim);
+  if (rms_norm_eps <= 0) fail_at(origin, "rms_norm_eps", "must be > 0");
+  if (rope_theta <= 0) fail_at(origin, "rope_theta", "must be > 0");
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t H = hidden_size, D = head_dim;
+  int64_t attn = H * num_heads * D + 2 * H * num_kv_heads * D + num_heads * D * H;
+  if (attention_bias) attn += num_heads * D + 2 * num_kv_heads * D;
+  if (qk_norm) attn += 2 * D;
+  const int64_t mlp = 3 * H * intermediate_size;
+  const int64_t per_layer = attn + mlp + 2 * H;
+  const int64_t emb = vocab_size * H * (tie_word_embeddings ? 1 : 2);
+  return emb + num_layers * per_layer + H;
+}
+
+}  // namespace kvb

@@ -1,0 +1,213 @@
+#include "engine/model/model.h"
+
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <random>
+
+#include "engine/util/error.h"
+
+namespace kvb {
+
+std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling) {
+  const int64_t D = c.head_dim;
+  std::vector<double> f(D / 2);
+  for (int64_t i = 0; i < D / 2; ++i) f[i] = 1.0 / std::pow(c.rope_theta, double(2 * i) / double(D));
+  double scale = 1.0;
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type == "linear") {
+    for (auto& x : f) x /= r.factor;
+  } else if (r.type == "llama3") {
+    // transformers _compute_llama3_parameters
+    const double old_ctx = double(r.original_max_position_embeddings);
+    const double low_wl = old_ctx / r.low_freq_factor, high_wl = old_ctx / r.high_freq_factor;
+    for (auto& x : f) {
+      const double wl = 2 * std::numbers::pi / x;
+      if (wl > low_wl) {
+        x = x / r.factor;
+      } else if (wl >= high_wl) {  // medium band: smooth interpolation
+        const double smooth = (old_ctx / wl - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+        x = (1 - smooth) * x / r.factor + smooth * x;
+      }
+    }
+  } else if (r.type == "yarn") {
+    // transformers _compute_yarn_parameters
+    const double base = c.rope_theta, factor = r.factor;
+    const double orig = r.original_max_position_embeddings > 0 ? double(r.original_max_position_embeddings)
+                                                                : double(c.max_position_embeddings);
+    auto get_mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
+    if (r.attention_factor > 0) scale = r.attention_factor;
+    else if (r.mscale > 0 && r.mscale_all_dim > 0)
+      scale = get_mscale(factor, r.mscale) / get_mscale(factor, r.mscale_all_dim);
+    else scale = get_mscale(factor, 1.0);
+    auto corr_dim = [&](double nrot) {
+      return (double(D) * std::log(orig / (nrot * 2 * std::numbers::pi))) / (2 * std::log(base));
+    };
+    double low = corr_dim(r.beta_fast), high = corr_dim(r.beta_slow);
+    if (r.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, double(D - 1));
+    if (low == high) high += 0.001;
+    for (int64_t i = 0; i < D / 2; ++i) {
+      const double pos_freq = std::pow(base, double(2 * i) / double(D));
+      const double extrap = 1.0 / pos_freq, interp = 1.0 / (factor * pos_freq);
+      double ramp = (double(i) - low) / (high - low);
+      ramp = std::clamp(ramp, 0.0, 1.0);
+      const double extrap_factor = 1 - ramp;
+      f[i] = interp * (1 - extrap_factor) + extrap * extrap_factor;
+    }
+  }
+  if (attention_scaling) *attention_scaling = static_cast<float>(scale);
+  std::vector<float> out(f.size());
+  for (size_t i = 0; i < f.size(); ++i) out[i] = static_cast<float>(f[i]);
+  return out;
+}
+
+const float* Model::f32(const std::string& name, const std::vector<int64_t>& shape, bool optional) {
+  if (optional && !weights_.find(name)) return nullptr;
+  const TensorView& t = weights_.require(name, shape);
+  weight_bytes_ += t.numel() * sizeof(float);
+  if (t.dtype == DType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0)
+    return static_cast<const float*>(t.data);
+  converted_.push_back(std::make_unique<std::vector<float>>(WeightStore::to_f32(t)));
+  return converted_.back()->data();
+}
+
+void Model::bind(const std::string& origin) {
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads,
+                I = c.intermediate_size, V = c.vocab_size;
+  embed_ = f32("model.embed_tokens.weight", {V, H});
+  norm_ = f32("model.norm.weight", {H});
+  if (c.tie_word_embeddings) {
+    lm_head_ = embed_;
+  } else {
+    lm_head_ = f32("lm_head.weight", {V, H});
+  }
+  layers_.resize(c.num_layers);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights& w = layers_[l];
+    w.attn_norm = f32(p + "input_layernorm.weight", {H});
+    w.wq = f32(p + "self_attn.q_proj.weight", {Hq * D, H});
+    w.wk = f32(p + "self_attn.k_proj.weight", {Hkv * D, H});
+    w.wv = f32(p + "self_attn.v_proj.weight", {Hkv * D, H});
+    w.wo = f32(p + "self_attn.o_proj.weight", {H, Hq * D});
+    if (c.attention_bias) {
+      w.bq = f32(p + "self_attn.q_proj.bias", {Hq * D});
+      w.bk = f32(p + "self_attn.k_proj.bias", {Hkv * D});
+      w.bv = f32(p + "self_attn.v_proj.bias", {Hkv * D});
+    }
+    if (c.qk_norm) {
+      w.q_norm = f32(p + "self_attn.q_norm.weight", {D});
+      w.k_norm = f32(p + "self_attn.k_norm.weight", {D});
+    }
+    w.mlp_norm = f32(p + "post_attention_layernorm.weight", {H});
+    w.w_gate = f32(p + "mlp.gate_proj.weight", {I, H});
+    w.w_up = f32(p + "mlp.up_proj.weight", {I, H});
+    w.w_down = f32(p + "mlp.down_proj.weight", {H, I});
+  }
+  inv_freq_ = rope_inv_freq(c, &rope_mscale_);
+  (void)origin;
+}
+
+std::shared_ptr<Model> Model::from_weights(ModelConfig cfg, WeightStore weights, std::string id) {
+  auto m = std::shared_ptr<Model>(new Model());
+  m->cfg_ = std::move(cfg);
+  m->weights_ = std::move(weights);
+  m->id_ = std::move(id);
+  m->bind(m->weights_.origin);
+  return m;
+}
+
+std::shared_ptr<Model> Model::load_dir(const std::string& dir) {
+  ModelConfig cfg = ModelConfig::from_dir(dir);
+  WeightStore ws = WeightStore::from_safetensors_dir(dir);
+  return from_weights(std::move(cfg), std::move(ws), dir);
+}
+
+std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
+  c.validate("random model");
+  WeightStore ws;
+  ws.origin = "random weights";
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  auto rnd = [&](const std::string& name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<float> v(n);
+    for (auto& x : v) x = nd(rng);
+    ws.add_owned(name, std::move(shape), std::move(v), "random");
+  };
+  auto ones = [&](const std::string& name, int64_t n) {
+    ws.add_owned(name, {n}, std::vector<float>(n, 1.0f), "random");
+  };
+  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads,
+                I = c.intermediate_size, V = c.vocab_size;
+  rnd("model.embed_tokens.weight", {V, H});
+  ones("model.norm.weight", H);
+  if (!c.tie_word_embeddings) rnd("lm_head.weight", {V, H});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    ones(p + "input_layernorm.weight", H);
+    ones(p + "post_attention_layernorm.weight", H);
+    rnd(p + "self_attn.q_proj.weight", {Hq * D, H});
+    rnd(p + "self_attn.k_proj.weight", {Hkv * D, H});
+    rnd(p + "self_attn.v_proj.weight", {Hkv * D, H});
+    rnd(p + "self_attn.o_proj.weight", {H, Hq * D});
+    if (c.attention_bias) {
+      rnd(p + "self_attn.q_proj.bias", {Hq * D});
+      rnd(p + "self_attn.k_proj.bias", {Hkv * D});
+      rnd(p + "self_attn.v_proj.bias", {Hkv * D});
+    }
+    if (c.qk_norm) {
+      ones(p + "self_attn.q_norm.weight", D);
+      ones(p + "self_attn.k_norm.weight", D);
+    }
+    rnd(p + "mlp.gate_proj.weight", {I, H});
+    rnd(p + "mlp.up_proj.weight", {I, H});
+    rnd(p + "mlp.down_proj.weight", {H, I});
+  }
+  return from_weights(c, std::move(ws), "random");
+}
+
+ModelConfig model_shape(const std::string& name) {
+  ModelConfig c;
+  auto set = [&](const char* type, int64_t V, int64_t H, int64_t I, int64_t L, int64_t Hq, int64_t Hkv,
+                 int64_t D, double theta, bool tied) {
+    c.model_type = type;
+    c.vocab_size = V;
+    c.hidden_size = H;
+    c.intermediate_size = I;
+    c.num_layers = L;
+    c.num_heads = Hq;
+    c.num_kv_heads = Hkv;
+    c.head_dim = D;
+    c.rope_theta = theta;
+    c.tie_word_embeddings = tied;
+    c.max_position_embeddings = 131072;
+    c.rms_norm_eps = 1e-6;
+    c.qk_norm = std::string(type) == "qwen3";
+    c.attention_bias = std::string(type) == "qwen2";
+  };
+  if (name == "stories260k") set("llama", 512, 64, 172, 5, 8, 4, 8, 10000, true);
+  else if (name == "smollm2-135m") set("llama", 49152, 576, 1536, 30, 9, 3, 64, 100000, true);
+  else if (name == "qwen3-0.6b") set("qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 1000000, true);
+  else if (name == "qwen3-4b") set("qwen3", 151936, 2560, 9728, 36, 32, 8, 128, 1000000, true);
+  else if (name == "qwen3-8b") set("qwen3", 151936, 4096, 12288, 36, 32, 8, 128, 1000000, false);
+  else if (name == "llama-3.1-8b") {
+    set("llama", 128256, 4096, 14336, 32, 32, 8, 128, 500000, false);
+    c.rope_scaling.type = "llama3";
+    c.rope_scaling.factor = 8;
+    c.rope_scaling.original_max_position_embeddings = 8192;
+  } else {
+    fail("unknown --model-shape '{}' (known: stories260k, smollm2-135m, qwen3-0.6b, qwen3-4b, "
+         "qwen3-8b, llama-3.1-8b)", name);
+  }
+  return c;
+}
+
+}  // namespace kvb

@@ -1,0 +1,199 @@
+#include "engine/model/weights.h"
+
+#include <cstring>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/util/error.h"
+
+namespace kvb {
+
+size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+  }
+  return "?";
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float bf16_to_float(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace
+
+std::vector<float> WeightStore::to_f32(const TensorView& t) {
+  const int64_t n = t.numel();
+  std::vector<float> out(static_cast<size_t>(n));
+  if (t.dtype == DType::F32) {
+    std::memcpy(out.data(), t.data, n * sizeof(float));
+  } else {
+    const uint8_t* p = static_cast<const uint8_t*>(t.data);
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t v;
+      std::memcpy(&v, p + 2 * i, 2);  // safetensors data need not be 2-byte aligned
+      out[i] = t.dtype == DType::F16 ? half_to_float(v) : bf16_to_float(v);
+    }
+  }
+  return out;
+}
+
+void WeightStore::add_safetensors_file(const std::string& path) {
+  auto file = std::make_shared<MappedFile>(path);
+  const size_t size = file->size();
+  if (size < 8) fail_at(path, "header", "file is {} bytes; too short for a safetensors header", size);
+  uint64_t hlen;
+  std::memcpy(&hlen, file->data(), 8);
+  if (hlen > size - 8)
+    fail_at(path, "header", "header length {} runs past the end of the file ({} bytes)", hlen, size);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(file->data() + 8, file->data() + 8 + hlen);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail_at(path, "header", "invalid JSON: {}", e.what());
+  }
+  if (!header.is_object()) fail_at(path, "header", "expected a JSON object");
+  const uint8_t* base = file->data() + 8 + hlen;
+  const uint64_t data_size = size - 8 - hlen;
+  for (auto& [name, info] : header.items()) {
+    if (name == "__metadata__") continue;
+    const std::string field = "tensor '" + name + "'";
+    if (!info.is_object()) fail_at(path, field, "expected an object");
+    if (!info.contains("dtype") || !info["dtype"].is_string()) fail_at(path, field + ".dtype", "missing");
+    std::string dt = info["dtype"];
+    TensorView t;
+    t.name = name;
+    t.origin = path;
+    if (dt == "F32") t.dtype = DType::F32;
+    else if (dt == "F16") t.dtype = DType::F16;
+    else if (dt == "BF16") t.dtype = DType::BF16;
+    else fail_at(path, field + ".dtype", "unsupported dtype '{}' (F32, F16, BF16)", dt);
+    if (!info.contains("shape") || !info["shape"].is_array()) fail_at(path, field + ".shape", "missing");
+    for (const auto& d : info["shape"]) {
+      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
+        fail_at(path, field + ".shape", "dimensions must be non-negative integers, got {}", d.dump());
+      int64_t v = d.get<int64_t>();
+      if (v > (int64_t{1} << 40)) fail_at(path, field + ".shape", "dimension {} is absurd", v);
+      t.shape.push_back(v);
+    }
+    const auto& off = info.value("data_offsets", nlohmann::json());
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      fail_at(path, field + ".data_offsets", "expected [begin, end]");
+    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    if (b > e || e > data_size)
+      fail_at(path, field + ".data_offsets", "[{}, {}] lies outside the data section ({} bytes)", b, e,
+              data_size);
+    if (static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype) != e - b)
+      fail_at(path, field, "shape {} × {} needs {} bytes but data_offsets span {}",
+              info["shape"].dump(), dt, t.numel() * dtype_size(t.dtype), e - b);
+    t.data = base + b;
+    if (tensors_.count(name)) fail_at(path, field, "tensor defined twice (also in {})", tensors_[name].origin);
+    tensors_[name] = std::move(t);
+  }
+  files_.push_back(std::move(file));
+}
+
+WeightStore WeightStore::from_safetensors_dir(const std::string& dir) {
+  WeightStore ws;
+  ws.origin = dir;
+  const std::string index = dir + "/model.safetensors.index.json";
+  if (file_exists(index)) {
+    auto j = parse_json_file(index);
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
+      fail_at(index, "weight_map", "missing or not an object");
+    std::set<std::string> shards;
+    for (auto& [name, shard] : j["weight_map"].items()) {
+      if (!shard.is_string()) fail_at(index, "weight_map." + name, "expected a file name");
+      std::string s = shard.get<std::string>();
+      if (s.find('/') != std::string::npos || s.find("..") != std::string::npos)
+        fail_at(index, "weight_map." + name, "shard name '{}' must be a plain file name", s);
+      shards.insert(s);
+    }
+    for (const auto& s : shards) ws.add_safetensors_file(dir + "/" + s);
+    for (auto& [name, shard] : j["weight_map"].items())
+      if (!ws.find(name)) fail_at(index, "weight_map." + name, "tensor not found in {}", shard.get<std::string>());
+  } else if (file_exists(dir + "/model.safetensors")) {
+    ws.add_safetensors_file(dir + "/model.safetensors");
+  } else {
+    fail("{}: no model.safetensors or model.safetensors.index.json", dir);
+  }
+  return ws;
+}
+
+void WeightStore::add_owned(const std::string& name, std::vector<int64_t> shape, std::vector<float> data,
+                            const std::string& origin) {
+  auto buf = std::make_shared<std::vector<float>>(std::move(data));
+  TensorView t;
+  t.name = name;
+  t.dtype = DType::F32;
+  t.shape = std::move(shape);
+  t.origin = origin;
+  if (static_cast<size_t>(t.numel()) != buf->size())
+    fail_at(origin, "tensor '" + name + "'", "shape has {} elements but {} values were given", t.numel(),
+            buf->size());
+  t.data = buf->data();
+  owned_.push_back(std::move(buf));
+  tensors_[name] = std::move(t);
+}
+
+const TensorView* WeightStore::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+const TensorView& WeightStore::require(const std::string& name, const std::vector<int64_t>& shape) const {
+  const TensorView* t = find(name);
+  if (!t) fail_at(origin, "tensor '" + name + "'", "missing from the weights");
+  if (t->shape != shape) {
+    auto str = [](const std::vector<int64_t>& s) {
+      std::string o = "[";
+      for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+      return o + "]";
+    };
+    fail_at(t->origin, "tensor '" + name + "'", "shape {} but the config implies {}", str(t->shape), str(shape));
+  }
+  return *t;
+}
+
+}  // namespace kvb
