@@ -4,7 +4,8 @@ namespace kvb::cli {
 
 void register_all_commands(CLI::App& app) {
   // One line per command; keep alphabetical.
-  (void)app;
+  register_bench(app);
+  register_generate(app);
 }
 
 }  // namespace kvb::cli

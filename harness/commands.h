@@ -10,5 +10,8 @@ namespace kvb::cli {
 /// turns that into "kvbench: error: ..." and the error's exit code.
 void register_all_commands(CLI::App& app);
 
+void register_bench(CLI::App& app);
+void register_generate(CLI::App& app);
+
 
 }  // namespace kvb::cli

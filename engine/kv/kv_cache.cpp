@@ -121,7 +121,7 @@ float* KVCache::value(SeqId seq, int layer, int h, int32_t i) {
   const Head& hd = head(seq, layer, h);
   return page_base(hd.pages[i / cfg_.page_size]) + off_v_ + (i % cfg_.page_size) * cfg_.head_dim;
 }
-int32_t* KVCache::position(SeqId seq, int layer, int h, int32_t i) {
+int32_t* KVCache::position_ptr(SeqId seq, int layer, int h, int32_t i) {
   const Head& hd = head(seq, layer, h);
   return reinterpret_cast<int32_t*>(page_base(hd.pages[i / cfg_.page_size]) + off_pos_) +
          (i % cfg_.page_size);
@@ -138,7 +138,7 @@ const float* KVCache::value(SeqId seq, int layer, int h, int32_t i) const {
   return const_cast<KVCache*>(this)->value(seq, layer, h, i);
 }
 int32_t KVCache::position(SeqId seq, int layer, int h, int32_t i) const {
-  return *const_cast<KVCache*>(this)->position(seq, layer, h, i);
+  return *const_cast<KVCache*>(this)->position_ptr(seq, layer, h, i);
 }
 
 const std::vector<int32_t>& KVCache::pages(SeqId seq, int layer, int h) const {

@@ -68,7 +68,7 @@ class KVCache {
   /// `i` must be < length(). Rows of consecutive tokens are contiguous within a page only.
   float* key(SeqId seq, int layer, int head, int32_t i);
   float* value(SeqId seq, int layer, int head, int32_t i);
-  int32_t* position(SeqId seq, int layer, int head, int32_t i);
+  int32_t* position_ptr(SeqId seq, int layer, int head, int32_t i);
   float* scalars(SeqId seq, int layer, int head, int32_t i);
   const float* key(SeqId seq, int layer, int head, int32_t i) const;
   const float* value(SeqId seq, int layer, int head, int32_t i) const;

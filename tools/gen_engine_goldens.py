@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Generate the tiny random-weight models and the engine goldens used by tests/engine.
+
+Run from the repository root (needs network access to PyPI once):
+    python3 -m venv .venv-goldens && .venv-goldens/bin/pip install torch transformers safetensors numpy
+    .venv-goldens/bin/python tools/gen_engine_goldens.py
+
+Writes tests/fixtures/models/<name>/{config.json, generation_config.json, model.safetensors}
+and tests/fixtures/models/<name>/goldens.json holding, computed by transformers (f32, eager):
+  - "prompts": fixed token-id prompts; "last_logits": last-position logits of each prompt;
+  - "greedy": 64 greedy tokens after each prompt (model.generate, do_sample=False);
+  - "ragged": a prompt, per-(layer, kv_head) token indices evicted after the prompt, 6
+    teacher-forced tokens and the logits after each of them, from an independent torch forward
+    (validated against transformers to 1e-5 first) that masks exactly those tokens out of the
+    attention of later queries of that kv head's query group.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import transformers
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+OUT = os.path.join(ROOT, "tests", "fixtures", "models")
+torch.set_grad_enabled(False)
+
+COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+              rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, attn_implementation="eager")
+
+MODELS = {
+    # Llama with llama3 RoPE scaling, untied embeddings, head_dim override (16 ≠ 64/4).
+    "tiny-llama3": (LlamaConfig, LlamaForCausalLM, dict(
+        head_dim=24, tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+                             high_freq_factor=4.0, original_max_position_embeddings=32))),
+    # Qwen2 with q/k/v bias, tied embeddings, linear RoPE scaling.
+    "tiny-qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(
+        tie_word_embeddings=True, rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=2.0))),
+    # Qwen3 with q/k RMSNorm, untied, head_dim override, yarn RoPE scaling.
+    "tiny-qwen3": (Qwen3Config, Qwen3ForCausalLM, dict(
+        head_dim=32, tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="yarn", rope_theta=1000000.0, factor=4.0,
+                             original_max_position_embeddings=64))),
+    # Qwen3 tied, default RoPE.
+    "tiny-qwen3-tied": (Qwen3Config, Qwen3ForCausalLM, dict(
+        head_dim=16, tie_word_embeddings=True, rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
+}
+
+PROMPTS = [
+    [1, 17, 42, 99, 5, 250, 3],
+    [1] + [int(x) for x in np.random.RandomState(1).randint(3, 256, size=22)],
+    [1] + [int(x) for x in np.random.RandomState(2).randint(3, 256, size=49)],
+]
+
+
+def randomize(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
+        elif name.endswith("bias"):
+            p.copy_(0.1 * torch.randn(p.shape, generator=g))
+        else:
+            p.copy_(0.08 * torch.randn(p.shape, generator=g))
+
+
+def rms(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def reference_forward(model, ids, evict=None, n_prompt=None):
+    """Independent f32 forward of a Llama/Qwen2/Qwen3 model over `ids` [T].
+
+    evict[(layer, kv_head)] = token indices (< n_prompt) that queries at positions >= n_prompt
+    of that kv head's query group must not attend to. Returns logits [T, V].
+    """
+    cfg = model.config
+    m = model.model
+    T = len(ids)
+    H, Hq, Hkv = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
+    D = getattr(cfg, "head_dim", None) or H // Hq
+    G = Hq // Hkv
+    x = m.embed_tokens.weight[torch.tensor(ids)]
+    pos = torch.arange(T)
+    cos, sin = m.rotary_emb(x[None], pos[None])  # [1, T, D]
+    cos, sin = cos[0], sin[0]
+
+    def rope(v):  # v [heads, T, D]
+        half = D // 2
+        rot = torch.cat([-v[..., half:], v[..., :half]], dim=-1)
+        return v * cos + rot * sin
+
+    for li, layer in enumerate(m.layers):
+        a = layer.self_attn
+        h = rms(x, layer.input_layernorm.weight, cfg.rms_norm_eps)
+        q = a.q_proj(h).view(T, Hq, D).transpose(0, 1)
+        k = a.k_proj(h).view(T, Hkv, D).transpose(0, 1)
+        v = a.v_proj(h).view(T, Hkv, D).transpose(0, 1)
+        if hasattr(a, "q_norm"):
+            q = rms(q, a.q_norm.weight, cfg.rms_norm_eps)
+            k = rms(k, a.k_norm.weight, cfg.rms_norm_eps)
+        q, k = rope(q), rope(k)
+        out = torch.zeros(Hq, T, D)
+        for hq in range(Hq):
+            hk = hq // G
+            s = (q[hq] @ k[hk].T) / (D ** 0.5)
+            mask = torch.ones(T, T, dtype=torch.bool).tril()
+            if evict and (li, hk) in evict:
+                for j in evict[(li, hk)]:
+                    mask[n_prompt:, j] = False
+            s = s.masked_fill(~mask, float("-inf"))
+            out[hq] = torch.softmax(s, dim=-1) @ v[hk]
+        x = x + a.o_proj(out.transpose(0, 1).reshape(T, Hq * D))
+        h = rms(x, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
+        x = x + layer.mlp.down_proj(torch.nn.functional.silu(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
+    x = rms(x, m.norm.weight, cfg.rms_norm_eps)
+    return model.lm_head(x)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for i, (name, (Cfg, Model, extra)) in enumerate(MODELS.items()):
+        cfg = Cfg(**COMMON, **extra)
+        cfg.torch_dtype = "float32"
+        torch.manual_seed(0)
+        model = Model(cfg).eval().float()
+        randomize(model, 1000 + i)
+        d = os.path.join(OUT, name)
+        model.save_pretrained(d, safe_serialization=True)
+        model = Model.from_pretrained(d, attn_implementation="eager").eval().float()
+        gold = {"transformers": transformers.__version__, "torch": torch.__version__,
+                "prompts": PROMPTS, "last_logits": [], "greedy": []}
+        for p in PROMPTS:
+            ids = torch.tensor([p])
+            logits = model(ids).logits[0]
+            ref = reference_forward(model, p)
+            err = (ref - logits).abs().max().item() / logits.abs().max().item()
+            assert err < 1e-5, f"{name}: reference forward differs from transformers by {err}"
+            gold["last_logits"].append([float(v) for v in logits[-1]])
+            out = model.generate(ids, max_new_tokens=64, do_sample=False, eos_token_id=None,
+                                 pad_token_id=0, attention_mask=torch.ones_like(ids))
+            gold["greedy"].append([int(t) for t in out[0, len(p):]])
+        # Ragged heads: evict different tokens per (layer, kv_head) after a 20-token prompt.
+        rs = np.random.RandomState(7 + i)
+        prompt = [1] + [int(x) for x in rs.randint(3, 256, size=19)]
+        forced = [int(x) for x in rs.randint(3, 256, size=6)]
+        evict = {}
+        for li in range(cfg.num_hidden_layers):
+            for hk in range(cfg.num_key_value_heads):
+                n = int(rs.randint(2, 9))
+                evict[(li, hk)] = sorted(int(j) for j in rs.choice(np.arange(1, 20), size=n, replace=False))
+        logits = reference_forward(model, prompt + forced, evict, len(prompt))
+        gold["ragged"] = {
+            "prompt": prompt, "forced": forced,
+            "evict": [{"layer": l, "kv_head": h, "indices": v} for (l, h), v in evict.items()],
+            # logits after the prompt, then after each forced token: [len(forced) + 1, V]
+            "logits": [[float(v) for v in logits[len(prompt) - 1 + j]] for j in range(len(forced) + 1)],
+        }
+        with open(os.path.join(d, "goldens.json"), "w") as f:
+            json.dump(gold, f)
+        print(name, "ok", sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d)), "bytes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
