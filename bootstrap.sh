@@ -8,7 +8,8 @@ cd "$(dirname "$0")"
 
 PKGS=(build-essential cmake ninja-build pkg-config git
       libopenblas-dev nlohmann-json3-dev libcli11-dev libfmt-dev libre2-dev
-      libgtest-dev libgmock-dev)
+      libgtest-dev libgmock-dev
+      libginac-dev libcpp-httplib-dev)
 
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"

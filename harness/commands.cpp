@@ -5,6 +5,7 @@ namespace kvb::cli {
 void register_all_commands(CLI::App& app) {
   // One line per command; keep alphabetical.
   register_bench(app);
+  register_check_answer(app);
   register_generate(app);
 }
 

@@ -11,6 +11,7 @@ namespace kvb::cli {
 void register_all_commands(CLI::App& app);
 
 void register_bench(CLI::App& app);
+void register_check_answer(CLI::App& app);
 void register_generate(CLI::App& app);
 
 
