@@ -49,12 +49,18 @@ class Tokenizer {
   std::string id_to_piece(int32_t id) const;
   /// The id of a vocabulary or added-token string, or std::nullopt.
   std::optional<int32_t> piece_to_id(std::string_view piece) const;
-  /// Number of ids (model vocabulary plus added tokens): max id + 1.
+  /// Number of ids (model vocabulary plus added tokens): max id + 1. Added-token ids follow
+  /// HF's AddedVocabulary rules (a token already in the model vocabulary takes that id).
   size_t vocab_size() const;
   /// True for added tokens marked `special` in tokenizer.json.
   bool is_special(int32_t id) const;
-  /// BOS / EOS ids from tokenizer_config.json (or the post-processor), if known.
+  /// BOS id: the first id the post-processor prepends (what encode(text, true) starts with),
+  /// else tokenizer_config.json's `bos_token` looked up with piece_to_id; nullopt if neither.
+  /// (These differ only for odd files: stories260K's template prepends id 1 while its
+  /// `bos_token` "<s>" is the added token 512, as in HF; the model's BOS is 1.)
   std::optional<int32_t> bos_id() const;
+  /// EOS id: tokenizer_config.json's `eos_token` looked up with piece_to_id (as transformers'
+  /// eos_token_id), nullopt when absent. Generation should prefer generation_config.json.
   std::optional<int32_t> eos_id() const;
 
  private:
