@@ -1,0 +1,59 @@
+// LongBench v1 metrics and LongBench-v2 choice extraction against goldens from the reference
+// implementations (tools/gen_longbench_grader_goldens.py: LongBench metrics.py re-typed from the
+// reference note, calling the PyPI `rouge` and `fuzzywuzzy` packages LongBench uses).
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "graders/grade.h"
+#include "graders/longbench.h"
+
+namespace kvb::graders {
+namespace {
+
+TEST(LongBenchGoldens, EveryMetricMatchesTheReference) {
+  std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/fixtures/graders/longbench_goldens.jsonl");
+  ASSERT_TRUE(in);
+  std::map<std::string, int> count;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    std::string m = j["metric"], p = j["pred"], g = j["gold"];
+    double want = j["score"], got = -1;
+    if (m == "qa_f1") got = qa_f1(p, g);
+    else if (m == "rouge") got = rouge_l(p, g);
+    else if (m == "classification") got = classification_score(p, g, j["all_classes"].get<std::vector<std::string>>());
+    else if (m == "retrieval") got = retrieval_score(p, g);
+    else if (m == "count") got = count_score(p, g);
+    else if (m == "code_sim") got = code_sim_score(p, g);
+    else if (m == "choice_v2") {
+      auto c = extract_choice_v2(p);
+      EXPECT_EQ(c ? std::string(1, *c) : "", j["extracted"].get<std::string>()) << p;
+      got = (c && std::string(1, *c) == g) ? 1.0 : 0.0;
+    }
+    EXPECT_NEAR(got, want, 1e-9) << m << " pred=[" << p << "] gold=[" << g << "]";
+    ++count[m];
+  }
+  for (const char* m : {"qa_f1", "rouge", "classification", "retrieval", "count", "code_sim", "choice_v2"})
+    EXPECT_GE(count[m], 20) << m;
+}
+
+TEST(LongBench, RegistryTakesMaxOverReferencesAndFirstLine) {
+  Grade g = grade("longbench.qa_f1", "Paris\nsecond line", {"London", "Paris"}, {{"first_line", true}});
+  EXPECT_DOUBLE_EQ(g.score, 1.0);
+  EXPECT_EQ(g.extracted, "Paris");
+  EXPECT_THROW(grade("longbench.classification", "x", {"y"}), std::exception);  // needs all_classes
+  EXPECT_DOUBLE_EQ(grade("longbench_v2.choice", "The correct answer is (B)", {"B"}).score, 1.0);
+}
+
+TEST(LongBench, ChineseCharF1) {
+  EXPECT_DOUBLE_EQ(qa_f1_chars("北京。", "北京"), 1.0);
+  EXPECT_NEAR(qa_f1_chars("北京市", "北京"), 0.8, 1e-12);
+}
+
+}  // namespace
+}  // namespace kvb::graders
