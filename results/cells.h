@@ -1,0 +1,65 @@
+// Per-cell metrics computed in C++ from v_samples rows (the same definitions as the SQL views
+// v_cells / v_pass_at_k / v_maj_at_k, plus the paired bootstrap against the full-cache cell,
+// which SQL cannot do). A cell is (run, model, task, policy spec, budget).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "results/stats.h"
+#include "results/store.h"
+
+namespace kvb::results {
+
+/// Identity of a cell. Ordered by run, model, task, policy label, budget.
+struct CellKey {
+  int64_t run_id = 0;
+  std::string model_id, task, policy_label;
+  int64_t budget = 0;
+  auto operator<=>(const CellKey&) const = default;
+};
+
+/// Metrics of one cell. Accuracy metrics count graded samples only.
+struct Cell {
+  CellKey key;
+  std::string policy;          ///< policy name (label without params)
+  int n_samples = 0;           ///< stored generations
+  int n_graded = 0;            ///< generations with a score
+  int n_ungraded = 0;          ///< graded as "cannot score" (left out of accuracy)
+  int n_examples = 0;          ///< examples with at least one graded sample
+  std::optional<MeanCI> pass1; ///< mean of per-example mean scores, 95% Student-t CI
+  std::map<int, double> pass_at_k;  ///< k = 1, 2, 4, ... <= max samples (examples with n >= k)
+  std::map<int, double> maj_at_k;   ///< same k grid
+  double decode_tok_s = 0, prefill_tok_s = 0, ttft_s_mean = 0;
+  double kv_bytes_peak_mean = 0, kv_bytes_final_mean = 0;
+  int64_t kv_bytes_peak_max = 0, device_peak_bytes = 0;
+  double evictions_mean = 0, evicted_frac = 0, truncated_frac = 0;
+  bool is_reference = false;        ///< this is the full-cache cell of its (run, model, task)
+  /// Paired-bootstrap 95% CI of (this cell - reference cell) in score units, over examples,
+  /// using samples paired by (example id, sample index); nullopt without a reference or pairs.
+  std::optional<MeanCI> delta_vs_reference;
+  int paired_examples = 0;
+};
+
+/// Options for compute_cells.
+struct CellOptions {
+  std::string reference_policy = "full";  ///< policy name of the reference (full cache) cells
+  int resamples = kBootstrapResamples;
+  uint64_t seed = kBootstrapSeed;
+};
+
+/// Per-example paired differences between two sets of samples: samples are matched by
+/// `pair_key` (e.g. item key, or example id + sample index); for each example with at least one
+/// matched, graded-in-both pair, the mean of (a.score - b.score) over its pairs. Returns the
+/// per-example differences (ordered by example id) and, via `n_pairs`, the number of pairs.
+std::vector<double> paired_example_diffs(const std::vector<const SampleRow*>& a,
+                                         const std::vector<const SampleRow*>& b,
+                                         bool match_by_item_key, int* n_pairs = nullptr);
+
+/// Groups `rows` into cells and computes every metric (see Cell). Deterministic.
+std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOptions& opt = {});
+
+}  // namespace kvb::results

@@ -1,0 +1,59 @@
+// `kvbench compare`: a paired test per cell between a baseline and a candidate run on the work
+// items both runs generated (same model revision, policy spec, budget, sampling, prompt, sample
+// index and seed).
+//
+// Test: per example, d = mean over its shared samples of (candidate score - baseline score).
+// The regression test is the exact two-sided sign test on the examples with d != 0 (with one
+// binary sample per example this is the exact McNemar test); a cell regresses when the mean
+// difference is negative, p < alpha, and the drop is at least min_drop percentage points. A
+// seeded paired bootstrap 95% CI of the mean difference (over examples) is shown for size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "results/cells.h"
+#include "results/store.h"
+
+namespace kvb::results {
+
+/// Options of compare_runs.
+struct CompareOptions {
+  double alpha = 0.05;       ///< significance level of the two-sided sign test
+  double min_drop = 0.0;     ///< minimum drop in percentage points (score x 100) to flag
+  int resamples = kBootstrapResamples;
+  uint64_t seed = kBootstrapSeed;
+};
+
+/// One compared cell (run ids left out of the key: model, task, policy label, budget).
+struct CompareRow {
+  std::string model_id, task, policy_label;
+  int64_t budget = 0;
+  int shared_samples = 0;      ///< work items graded in both runs
+  int examples = 0;            ///< examples with at least one shared sample
+  double baseline = 0;         ///< mean score over the shared samples' examples (baseline)
+  double candidate = 0;        ///< same for the candidate
+  MeanCI delta;                ///< candidate - baseline, paired bootstrap CI (score units)
+  int worse = 0, better = 0;   ///< examples with d < 0 / d > 0
+  double p_value = 1;          ///< exact sign test
+  bool regression = false;
+};
+
+/// Result of compare_runs.
+struct CompareResult {
+  std::vector<CompareRow> rows;
+  int baseline_only_cells = 0;   ///< cells of the baseline with no shared item in the candidate
+  int candidate_only_cells = 0;
+  bool any_regression = false;
+};
+
+/// Compares runs `baseline` and `candidate` of `store`, cell by cell. Throws kvb::Error when the
+/// runs share no graded work item.
+CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate,
+                           const CompareOptions& opt = {});
+
+/// A fixed-width text table of the result (one line per cell, then a summary line).
+std::string format_compare_table(const CompareResult& r, const CompareOptions& opt);
+
+}  // namespace kvb::results

@@ -1,0 +1,688 @@
+#include "results/store.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <unordered_set>
+
+#include "engine/util/error.h"
+#include "results/schema.h"
+#include "results/sha256.h"
+#include "results/stats.h"
+
+namespace kvb::results {
+
+namespace {
+
+std::string now_iso() {
+  auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+// A prepared statement bound to a Store's error reporting.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const std::string& sql, const std::function<void(int, const std::string&)>& err)
+      : db_(db), err_(err) {
+    int rc = sqlite3_prepare_v2(db, sql.c_str(), -1, &st_, nullptr);
+    if (rc != SQLITE_OK) err_(rc, "preparing SQL");
+  }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Stmt& bind(int i, const std::string& s) {
+    ok(sqlite3_bind_text(st_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT));
+    return *this;
+  }
+  Stmt& bind(int i, const char* s) { return bind(i, std::string(s)); }
+  Stmt& bind(int i, int64_t v) {
+    ok(sqlite3_bind_int64(st_, i, v));
+    return *this;
+  }
+  Stmt& bind(int i, int v) { return bind(i, static_cast<int64_t>(v)); }
+  Stmt& bind(int i, uint64_t v) { return bind(i, static_cast<int64_t>(v)); }
+  Stmt& bind(int i, double v) {
+    ok(sqlite3_bind_double(st_, i, v));
+    return *this;
+  }
+  Stmt& bind(int i, const std::optional<double>& v) {
+    if (v) return bind(i, *v);
+    ok(sqlite3_bind_null(st_, i));
+    return *this;
+  }
+  Stmt& bind(int i, const std::optional<std::string>& v) {
+    if (v) return bind(i, *v);
+    ok(sqlite3_bind_null(st_, i));
+    return *this;
+  }
+  Stmt& bind(int i, bool v) { return bind(i, static_cast<int64_t>(v ? 1 : 0)); }
+  /// Steps once; true when a row is available.
+  bool step() {
+    int rc = sqlite3_step(st_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    err_(rc, "executing SQL");
+    return false;
+  }
+  void run() {
+    while (step()) {
+    }
+    reset();
+  }
+  void reset() {
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+  }
+  bool is_null(int c) { return sqlite3_column_type(st_, c) == SQLITE_NULL; }
+  std::string text(int c) {
+    const unsigned char* p = sqlite3_column_text(st_, c);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(st_, c)) : "";
+  }
+  int64_t i64(int c) { return sqlite3_column_int64(st_, c); }
+  double dbl(int c) { return sqlite3_column_double(st_, c); }
+  std::optional<double> opt_dbl(int c) {
+    if (is_null(c)) return std::nullopt;
+    return dbl(c);
+  }
+  int columns() { return sqlite3_column_count(st_); }
+
+ private:
+  void ok(int rc) {
+    if (rc != SQLITE_OK) err_(rc, "binding SQL parameter");
+  }
+  sqlite3* db_;
+  sqlite3_stmt* st_ = nullptr;
+  std::function<void(int, const std::string&)> err_;
+};
+
+}  // namespace
+
+std::string default_run_key(const RunInfo& info) {
+  nlohmann::json j{{"version", info.kvbench_version},
+                   {"git_sha", info.git_sha},
+                   {"backend", info.backend},
+                   {"config", info.config},
+                   {"name", info.name}};
+  return sha256_hex(j.dump());
+}
+
+void Store::raise(int rc, const std::string& what) {
+  int primary = rc & 0xff;
+  std::string detail = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  switch (primary) {
+    case SQLITE_FULL:
+      throw Error(path_ + ": disk full (or database size limit reached) while " + what +
+                      "; free some space and rerun — stored batches are kept (" + detail + ")",
+                  ErrorKind::kRuntime);
+    case SQLITE_READONLY:
+      throw Error(path_ + ": database is read-only while " + what +
+                      "; check the permissions of the file and its directory (SQLite writes "
+                      "-wal/-shm files next to it) (" + detail + ")",
+                  ErrorKind::kRuntime);
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+      throw Error(path_ + ": not a SQLite database or the file is corrupt (" + detail +
+                      "); move it aside and rerun, or restore it from a copy",
+                  ErrorKind::kInput);
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      throw Error(path_ + ": database is locked by another process (waited 30 s) while " + what +
+                      " (" + detail + ")",
+                  ErrorKind::kRuntime);
+    case SQLITE_CANTOPEN:
+      throw Error(path_ + ": cannot open the database (does the directory exist and is it "
+                          "writable?) (" + detail + ")",
+                  ErrorKind::kRuntime);
+    case SQLITE_IOERR:
+      throw Error(path_ + ": I/O error while " + what + " (" + detail + ")", ErrorKind::kRuntime);
+    default:
+      throw Error(path_ + ": SQLite error while " + what + ": " + detail + " (code " +
+                      std::to_string(rc) + ")",
+                  ErrorKind::kRuntime);
+  }
+}
+
+void Store::check(int rc, const std::string& what) {
+  if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW) raise(rc, what);
+}
+
+void Store::exec(const std::string& sql) {
+  char* msg = nullptr;
+  int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &msg);
+  if (msg) sqlite3_free(msg);
+  check(rc, "executing SQL");
+}
+
+namespace {
+// RAII transaction: BEGIN IMMEDIATE ... COMMIT, rolled back on exception.
+class Txn {
+ public:
+  explicit Txn(Store& s) : s_(s) { s_.exec("BEGIN IMMEDIATE"); }
+  void commit() {
+    s_.exec("COMMIT");
+    done_ = true;
+  }
+  ~Txn() {
+    if (!done_) sqlite3_exec(s_.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+
+ private:
+  Store& s_;
+  bool done_ = false;
+};
+}  // namespace
+
+Store::Store(const std::string& path, Mode mode) : path_(path), mode_(mode) {
+  int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY
+                                      : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  flags |= SQLITE_OPEN_NOMUTEX;
+  if (mode == Mode::kReadOnly && access(path.c_str(), F_OK) != 0)
+    throw Error(path + ": no such results database", ErrorKind::kInput);
+  int rc = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    sqlite3_close(db_);
+    db_ = nullptr;
+    raise(rc, "opening: " + msg);
+  }
+  sqlite3_extended_result_codes(db_, 1);
+  sqlite3_busy_timeout(db_, 30000);
+  // Reading the header validates the file (SQLITE_NOTADB for garbage).
+  int app_id = 0, version = 0;
+  {
+    Stmt a(db_, "PRAGMA application_id", [this](int rc, const std::string& w) { raise(rc, w); });
+    if (a.step()) app_id = static_cast<int>(a.i64(0));
+  }
+  version = schema_version();
+  int64_t ntables = 0;
+  {
+    Stmt t(db_, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'",
+           [this](int rc, const std::string& w) { raise(rc, w); });
+    if (t.step()) ntables = t.i64(0);
+  }
+  if (app_id != kApplicationId && (app_id != 0 || version != 0 || ntables != 0))
+    throw Error(path_ + ": is a SQLite database but not a kvbench results database "
+                        "(application_id " + std::to_string(app_id) + ")",
+                ErrorKind::kInput);
+  if (version > kSchemaVersion)
+    throw Error(path_ + ": written by a newer kvbench (schema version " + std::to_string(version) +
+                    " > " + std::to_string(kSchemaVersion) + "); upgrade kvbench",
+                ErrorKind::kInput);
+  exec("PRAGMA foreign_keys = ON");
+  if (mode == Mode::kReadOnly) {
+    if (version != kSchemaVersion)
+      throw Error(path_ + ": schema version " + std::to_string(version) + ", this kvbench reads " +
+                      std::to_string(kSchemaVersion) + "; open it once read-write to migrate it",
+                  ErrorKind::kInput);
+    return;
+  }
+  exec("PRAGMA journal_mode = WAL");
+  exec("PRAGMA synchronous = NORMAL");
+  migrate();
+}
+
+Store::~Store() {
+  if (db_) sqlite3_close_v2(db_);
+}
+
+Store::Store(Store&& o) noexcept
+    : after_row_hook_for_testing(std::move(o.after_row_hook_for_testing)),
+      path_(std::move(o.path_)), mode_(o.mode_), db_(o.db_), part_id_(o.part_id_) {
+  o.db_ = nullptr;
+}
+
+Store& Store::operator=(Store&& o) noexcept {
+  if (this != &o) {
+    if (db_) sqlite3_close_v2(db_);
+    path_ = std::move(o.path_);
+    mode_ = o.mode_;
+    db_ = o.db_;
+    part_id_ = o.part_id_;
+    after_row_hook_for_testing = std::move(o.after_row_hook_for_testing);
+    o.db_ = nullptr;
+  }
+  return *this;
+}
+
+int Store::schema_version() {
+  Stmt v(db_, "PRAGMA user_version", [this](int rc, const std::string& w) { raise(rc, w); });
+  return v.step() ? static_cast<int>(v.i64(0)) : 0;
+}
+
+void Store::migrate() {
+  const auto& m = migrations();
+  for (;;) {
+    Txn txn(*this);
+    int v = schema_version();  // re-read inside the write lock: another process may have migrated
+    if (v >= static_cast<int>(m.size())) break;  // Txn rolls back (nothing written)
+    exec(m[v]);
+    if (v == 0) {
+      exec("PRAGMA application_id = " + std::to_string(kApplicationId));
+      Stmt ins(db_, "INSERT INTO t975 (df, t) VALUES (?, ?)",
+               [this](int rc, const std::string& w) { raise(rc, w); });
+      for (int df = 1; df <= 1000; ++df) {
+        ins.bind(1, df).bind(2, student_t_quantile(0.975, df));
+        ins.run();
+      }
+    }
+    exec("PRAGMA user_version = " + std::to_string(v + 1));
+    txn.commit();
+  }
+  Txn txn(*this);
+  exec(views_sql());
+  txn.commit();
+}
+
+#define KVB_ERR [this](int rc, const std::string& w) { raise(rc, w); }
+
+int64_t Store::begin_run(const RunInfo& info, Shard shard) {
+  if (info.run_key.empty()) fail("{}: begin_run: empty run_key", path_);
+  Txn txn(*this);
+  int64_t run_id = 0;
+  {
+    Stmt q(db_, "SELECT run_id FROM runs WHERE run_key = ?", KVB_ERR);
+    q.bind(1, info.run_key);
+    if (q.step()) run_id = q.i64(0);
+  }
+  std::string now = now_iso();
+  if (!run_id) {
+    Stmt ins(db_,
+             "INSERT INTO runs (run_key, name, kvbench_version, git_sha, host, backend, device, "
+             "config_json, started_at) VALUES (?,?,?,?,?,?,?,?,?)",
+             KVB_ERR);
+    ins.bind(1, info.run_key).bind(2, info.name).bind(3, info.kvbench_version)
+        .bind(4, info.git_sha).bind(5, info.host.empty() ? hostname() : info.host)
+        .bind(6, info.backend).bind(7, info.device).bind(8, info.config.dump()).bind(9, now);
+    ins.run();
+    run_id = sqlite3_last_insert_rowid(db_);
+  } else {
+    exec("UPDATE runs SET finished_at = NULL WHERE run_id = " + std::to_string(run_id));
+  }
+  {
+    Stmt m(db_,
+           "INSERT OR IGNORE INTO run_models (run_id, model_id, revision, weights_sha256) "
+           "VALUES (?,?,?,?)",
+           KVB_ERR);
+    for (const auto& rm : info.models) {
+      m.bind(1, run_id).bind(2, rm.model_id).bind(3, rm.revision).bind(4, rm.weights_sha256);
+      m.run();
+    }
+    Stmt d(db_,
+           "INSERT OR IGNORE INTO run_datasets (run_id, task, source, sha256) VALUES (?,?,?,?)",
+           KVB_ERR);
+    for (const auto& ds : info.datasets) {
+      d.bind(1, run_id).bind(2, ds.task).bind(3, ds.source).bind(4, ds.sha256);
+      d.run();
+    }
+    Stmt p(db_,
+           "INSERT INTO run_parts (run_id, shard_index, shard_count, host, pid, started_at, "
+           "part_uid) VALUES (?,?,?,?,?,?,?)",
+           KVB_ERR);
+    p.bind(1, run_id).bind(2, shard.index).bind(3, shard.count)
+        .bind(4, info.host.empty() ? hostname() : info.host)
+        .bind(5, static_cast<int64_t>(getpid())).bind(6, now)
+        .bind(7, sha256_hex(fmt::format(
+                     "{}\x1f{}\x1f{}\x1f{}", info.run_key, hostname(), getpid(),
+                     std::chrono::steady_clock::now().time_since_epoch().count())));
+    p.run();
+    part_id_ = sqlite3_last_insert_rowid(db_);
+  }
+  txn.commit();
+  return run_id;
+}
+
+void Store::end_run(int64_t run_id) {
+  Txn txn(*this);
+  std::string now = now_iso();
+  if (part_id_) {
+    Stmt p(db_, "UPDATE run_parts SET finished_at = ? WHERE part_id = ?", KVB_ERR);
+    p.bind(1, now).bind(2, part_id_);
+    p.run();
+  }
+  // The run is finished when, for its shard count, every shard index has a finished part.
+  Stmt r(db_,
+         "UPDATE runs SET finished_at = ? WHERE run_id = ? AND EXISTS ("
+         " SELECT 1 FROM run_parts p WHERE p.run_id = runs.run_id AND p.finished_at IS NOT NULL"
+         " GROUP BY p.shard_count HAVING COUNT(DISTINCT p.shard_index) = p.shard_count)",
+         KVB_ERR);
+  r.bind(1, now).bind(2, run_id);
+  r.run();
+  txn.commit();
+}
+
+void Store::add_work_items(const std::vector<WorkItem>& items) {
+  Txn txn(*this);
+  Stmt ins(db_,
+           "INSERT OR IGNORE INTO work_items (item_key, model_id, model_revision, policy, "
+           "policy_params_json, policy_label, budget, task, example_id, prompt_sha256, "
+           "sample_index, seed, sampling_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+           KVB_ERR);
+  for (const auto& it : items) {
+    if (it.key.empty()) fail("{}: work item without key (task {}, example {})", path_, it.task, it.example_id);
+    ins.bind(1, it.key).bind(2, it.model_id).bind(3, it.model_revision).bind(4, it.policy)
+        .bind(5, it.policy_params.dump()).bind(6, it.policy_label).bind(7, it.budget)
+        .bind(8, it.task).bind(9, it.example_id).bind(10, it.prompt_sha256)
+        .bind(11, it.sample_index).bind(12, it.seed).bind(13, it.sampling.dump());
+    ins.run();
+  }
+  txn.commit();
+}
+
+std::vector<WorkItem> Store::pending(int64_t run_id, const std::vector<WorkItem>& items) {
+  std::unordered_set<std::string> done;
+  Stmt q(db_, "SELECT item_key FROM generations WHERE run_id = ?", KVB_ERR);
+  q.bind(1, run_id);
+  while (q.step()) done.insert(q.text(0));
+  std::vector<WorkItem> out;
+  for (const auto& it : items)
+    if (!done.count(it.key)) out.push_back(it);
+  return out;
+}
+
+static void insert_grades(sqlite3* db, int64_t run_id, const std::vector<GradeRecord>& grades,
+                          const std::function<void(int, const std::string&)>& err,
+                          const std::string& path) {
+  Stmt g(db,
+         "INSERT OR REPLACE INTO grades (run_id, item_key, score, extracted, pred_norm, gold_norm, "
+         "reason, grader, ungraded, judge_key, graded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+         err);
+  std::string now = now_iso();
+  for (const auto& gr : grades) {
+    if (gr.score && !(*gr.score >= 0 && *gr.score <= 1))
+      fail("{}: grade for item {}: score {} outside [0, 1]", path, gr.item_key, *gr.score);
+    if (!gr.score && !gr.ungraded)
+      fail("{}: grade for item {}: no score but not marked ungraded", path, gr.item_key);
+    g.bind(1, run_id).bind(2, gr.item_key).bind(3, gr.score).bind(4, gr.extracted)
+        .bind(5, gr.pred_norm).bind(6, gr.gold_norm).bind(7, gr.reason).bind(8, gr.grader)
+        .bind(9, gr.ungraded).bind(10, gr.judge_key).bind(11, now);
+    g.run();
+  }
+}
+
+void Store::write_batch(int64_t run_id, const std::vector<GenerationRecord>& gens,
+                        const std::vector<GradeRecord>& grades) {
+  Txn txn(*this);
+  Stmt ins(db_,
+           "INSERT OR REPLACE INTO generations (run_id, item_key, text, prompt_tokens, "
+           "generated_tokens, finish_reason, prefill_s, decode_s, ttft_s, evictions, "
+           "kv_bytes_peak, kv_bytes_final, device_peak_bytes, extra_json, created_at) "
+           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+           KVB_ERR);
+  std::string now = now_iso();
+  for (size_t i = 0; i < gens.size(); ++i) {
+    const auto& g = gens[i];
+    ins.bind(1, run_id).bind(2, g.item_key).bind(3, g.text).bind(4, g.prompt_tokens)
+        .bind(5, g.generated_tokens).bind(6, g.finish_reason).bind(7, g.prefill_s)
+        .bind(8, g.decode_s).bind(9, g.ttft_s).bind(10, g.evictions).bind(11, g.kv_bytes_peak)
+        .bind(12, g.kv_bytes_final).bind(13, g.device_peak_bytes).bind(14, g.extra.dump())
+        .bind(15, now);
+    ins.run();
+    if (after_row_hook_for_testing) after_row_hook_for_testing(i);
+  }
+  insert_grades(db_, run_id, grades, KVB_ERR, path_);
+  txn.commit();
+}
+
+void Store::write_grades(int64_t run_id, const std::vector<GradeRecord>& grades) {
+  Txn txn(*this);
+  insert_grades(db_, run_id, grades, KVB_ERR, path_);
+  txn.commit();
+}
+
+std::vector<ToGrade> Store::to_grade(std::optional<int64_t> run_id, bool regrade) {
+  std::string sql =
+      "SELECT g.run_id, g.text, w.item_key, w.model_id, w.model_revision, w.policy, "
+      "w.policy_params_json, w.policy_label, w.budget, w.task, w.example_id, w.prompt_sha256, "
+      "w.sample_index, w.seed, w.sampling_json FROM generations g JOIN work_items w "
+      "ON w.item_key = g.item_key WHERE (?1 IS NULL OR g.run_id = ?1)";
+  if (!regrade)
+    sql += " AND NOT EXISTS (SELECT 1 FROM grades r WHERE r.run_id = g.run_id AND "
+           "r.item_key = g.item_key)";
+  sql += " ORDER BY g.run_id, w.model_id, w.task, w.example_id, w.policy_label, w.budget, "
+         "w.sample_index";
+  Stmt q(db_, sql, KVB_ERR);
+  if (run_id) q.bind(1, *run_id);
+  std::vector<ToGrade> out;
+  while (q.step()) {
+    ToGrade t;
+    t.run_id = q.i64(0);
+    t.text = q.text(1);
+    WorkItem& w = t.item;
+    w.key = q.text(2);
+    w.model_id = q.text(3);
+    w.model_revision = q.text(4);
+    w.policy = q.text(5);
+    w.policy_params = nlohmann::json::parse(q.text(6));
+    w.policy_label = q.text(7);
+    w.budget = q.i64(8);
+    w.task = q.text(9);
+    w.example_id = q.text(10);
+    w.prompt_sha256 = q.text(11);
+    w.sample_index = static_cast<int>(q.i64(12));
+    w.seed = static_cast<uint64_t>(q.i64(13));
+    w.sampling = nlohmann::json::parse(q.text(14));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::optional<JudgeEntry> Store::judge_get(const std::string& key) {
+  Stmt q(db_,
+         "SELECT judge_model, request, response, score FROM judge_cache WHERE judge_key = ?",
+         KVB_ERR);
+  q.bind(1, key);
+  if (!q.step()) return std::nullopt;
+  JudgeEntry e;
+  e.judge_key = key;
+  e.judge_model = q.text(0);
+  e.request = q.text(1);
+  e.response = q.text(2);
+  e.score = q.opt_dbl(3);
+  return e;
+}
+
+void Store::judge_put(const JudgeEntry& e) {
+  Stmt q(db_,
+         "INSERT OR REPLACE INTO judge_cache (judge_key, judge_model, request, response, score, "
+         "created_at) VALUES (?,?,?,?,?,?)",
+         KVB_ERR);
+  q.bind(1, e.judge_key).bind(2, e.judge_model).bind(3, e.request).bind(4, e.response)
+      .bind(5, e.score).bind(6, now_iso());
+  q.run();
+}
+
+std::vector<RunRow> Store::runs() {
+  Stmt q(db_,
+         "SELECT run_id, run_key, name, kvbench_version, git_sha, host, backend, device, "
+         "config_json, started_at, COALESCE(finished_at, '') FROM runs ORDER BY run_id",
+         KVB_ERR);
+  std::vector<RunRow> out;
+  while (q.step()) {
+    RunRow r;
+    r.run_id = q.i64(0);
+    r.run_key = q.text(1);
+    r.name = q.text(2);
+    r.kvbench_version = q.text(3);
+    r.git_sha = q.text(4);
+    r.host = q.text(5);
+    r.backend = q.text(6);
+    r.device = q.text(7);
+    r.config_json = q.text(8);
+    r.started_at = q.text(9);
+    r.finished_at = q.text(10);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+int64_t Store::resolve_run(const std::string& ref) {
+  auto all = runs();
+  auto known = [&] {
+    std::string s;
+    for (const auto& r : all)
+      s += fmt::format("\n  {}  {}  {}  {}", r.run_id, r.name.empty() ? "-" : r.name,
+                       r.run_key.substr(0, 12), r.started_at);
+    return s.empty() ? std::string(" (none)") : s;
+  };
+  if (all.empty()) throw Error(path_ + ": no runs stored", ErrorKind::kInput);
+  if (ref == "latest") return all.back().run_id;
+  if (ref == "previous") {
+    if (all.size() < 2) throw Error(path_ + ": run 'previous': only one run stored", ErrorKind::kInput);
+    return all[all.size() - 2].run_id;
+  }
+  if (!ref.empty() && ref.find_first_not_of("0123456789") == std::string::npos) {
+    int64_t id = std::stoll(ref);
+    for (const auto& r : all)
+      if (r.run_id == id) return id;
+  }
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (!ref.empty() && it->name == ref) return it->run_id;
+  if (ref.size() >= 8)
+    for (auto it = all.rbegin(); it != all.rend(); ++it)
+      if (it->run_key.rfind(ref, 0) == 0) return it->run_id;
+  throw Error(path_ + ": no run '" + ref + "' (give a run id, a name, a run key prefix, 'latest' "
+                      "or 'previous'); runs:" + known(),
+              ErrorKind::kInput);
+}
+
+std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
+  std::string sql =
+      "SELECT run_id, item_key, model_id, task, policy, policy_label, example_id, budget, "
+      "sample_index, prompt_tokens, generated_tokens, finish_reason, prefill_s, decode_s, "
+      "ttft_s, evictions, kv_bytes_peak, kv_bytes_final, device_peak_bytes, score, "
+      "COALESCE(pred_norm, '') FROM v_samples";
+  if (!run_ids.empty()) {
+    sql += " WHERE run_id IN (";
+    for (size_t i = 0; i < run_ids.size(); ++i) sql += (i ? "," : "") + std::to_string(run_ids[i]);
+    sql += ")";
+  }
+  sql += " ORDER BY run_id, model_id, task, policy_label, budget, example_id, sample_index";
+  Stmt q(db_, sql, KVB_ERR);
+  std::vector<SampleRow> out;
+  while (q.step()) {
+    SampleRow s;
+    s.run_id = q.i64(0);
+    s.item_key = q.text(1);
+    s.model_id = q.text(2);
+    s.task = q.text(3);
+    s.policy = q.text(4);
+    s.policy_label = q.text(5);
+    s.example_id = q.text(6);
+    s.budget = q.i64(7);
+    s.sample_index = static_cast<int>(q.i64(8));
+    s.prompt_tokens = q.i64(9);
+    s.generated_tokens = q.i64(10);
+    s.finish_reason = q.text(11);
+    s.prefill_s = q.dbl(12);
+    s.decode_s = q.dbl(13);
+    s.ttft_s = q.dbl(14);
+    s.evictions = q.i64(15);
+    s.kv_bytes_peak = q.i64(16);
+    s.kv_bytes_final = q.i64(17);
+    s.device_peak_bytes = q.i64(18);
+    s.score = q.opt_dbl(19);
+    s.pred_norm = q.text(20);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> Store::query(const std::string& sql) {
+  Stmt q(db_, sql, KVB_ERR);
+  std::vector<std::vector<std::string>> out;
+  while (q.step()) {
+    std::vector<std::string> row;
+    for (int c = 0; c < q.columns(); ++c) row.push_back(q.is_null(c) ? "NULL" : q.text(c));
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+void Store::set_max_page_count_for_testing(int64_t pages) {
+  exec("PRAGMA max_page_count = " + std::to_string(pages));
+}
+
+void Store::merge(const std::string& out, const std::vector<std::string>& inputs) {
+  if (inputs.empty()) fail("merge: no input databases given");
+  Store dst(out);
+  for (const auto& in : inputs) {
+    {
+      // Validate the input: a kvbench store at the current schema version.
+      Store src(in, Mode::kReadOnly);
+    }
+    std::string alias = "src";
+    {
+      Stmt a(dst.db_, "ATTACH DATABASE ? AS src",
+             [&](int rc, const std::string& w) {
+               dst.raise(rc, "attaching " + in);
+             });
+      a.bind(1, in);
+      a.run();
+    }
+    try {
+      Txn txn(dst);
+      // Map runs by run_key (insert missing ones).
+      dst.exec(
+          "INSERT OR IGNORE INTO main.runs (run_key, name, kvbench_version, git_sha, host, backend, "
+          "device, config_json, started_at, finished_at) SELECT run_key, name, kvbench_version, "
+          "git_sha, host, backend, device, config_json, started_at, finished_at FROM src.runs "
+          "ORDER BY run_id");
+      dst.exec("DROP TABLE IF EXISTS temp.run_map");
+      dst.exec(
+          "CREATE TEMP TABLE run_map AS SELECT s.run_id AS src_id, d.run_id AS dst_id "
+          "FROM src.runs s JOIN main.runs d ON d.run_key = s.run_key");
+      dst.exec(
+          "INSERT OR IGNORE INTO main.run_models SELECT m.dst_id, r.model_id, r.revision, "
+          "r.weights_sha256 FROM src.run_models r JOIN temp.run_map m ON m.src_id = r.run_id");
+      dst.exec(
+          "INSERT OR IGNORE INTO main.run_datasets SELECT m.dst_id, r.task, r.source, r.sha256 "
+          "FROM src.run_datasets r JOIN temp.run_map m ON m.src_id = r.run_id");
+      dst.exec(
+          "INSERT OR IGNORE INTO main.run_parts (part_uid, run_id, shard_index, shard_count, host, "
+          "pid, started_at, finished_at) SELECT p.part_uid, m.dst_id, p.shard_index, p.shard_count, "
+          "p.host, p.pid, p.started_at, p.finished_at FROM src.run_parts p JOIN temp.run_map m "
+          "ON m.src_id = p.run_id ORDER BY p.part_id");
+      dst.exec("INSERT OR IGNORE INTO main.work_items SELECT * FROM src.work_items");
+      dst.exec(
+          "INSERT OR IGNORE INTO main.generations SELECT m.dst_id, g.item_key, g.text, "
+          "g.prompt_tokens, g.generated_tokens, g.finish_reason, g.prefill_s, g.decode_s, "
+          "g.ttft_s, g.evictions, g.kv_bytes_peak, g.kv_bytes_final, g.device_peak_bytes, "
+          "g.extra_json, g.created_at FROM src.generations g JOIN temp.run_map m "
+          "ON m.src_id = g.run_id");
+      dst.exec(
+          "INSERT OR IGNORE INTO main.grades SELECT m.dst_id, g.item_key, g.score, g.extracted, "
+          "g.pred_norm, g.gold_norm, g.reason, g.grader, g.ungraded, g.judge_key, g.graded_at "
+          "FROM src.grades g JOIN temp.run_map m ON m.src_id = g.run_id");
+      dst.exec("INSERT OR IGNORE INTO main.judge_cache SELECT * FROM src.judge_cache");
+      // A merged run is finished when every shard of it has finished.
+      dst.exec(
+          "UPDATE main.runs SET finished_at = (SELECT MAX(p.finished_at) FROM main.run_parts p "
+          "WHERE p.run_id = runs.run_id) WHERE run_id IN (SELECT dst_id FROM temp.run_map) AND "
+          "EXISTS (SELECT 1 FROM main.run_parts p WHERE p.run_id = runs.run_id AND "
+          "p.finished_at IS NOT NULL GROUP BY p.shard_count "
+          "HAVING COUNT(DISTINCT p.shard_index) = p.shard_count)");
+      dst.exec("DROP TABLE temp.run_map");
+      txn.commit();
+    } catch (const Error& e) {
+      sqlite3_exec(dst.db_, "DETACH DATABASE src", nullptr, nullptr, nullptr);
+      throw Error(std::string("merging ") + in + " into " + out + ": " + e.what(), e.kind());
+    }
+    dst.exec("DETACH DATABASE src");
+  }
+}
+
+}  // namespace kvb::results

@@ -1,0 +1,223 @@
+// The kvbench results store: one SQLite file holding runs (provenance), work items,
+// generations, grades and a judge cache, plus SQL views for per-cell metrics.
+//
+// Durability: WAL journal, synchronous=NORMAL, foreign keys on, 30 s busy timeout. Every batch is
+// one transaction, so a process killed at any point (SIGKILL, power cut aside) leaves only whole
+// batches behind; a rerun skips work items whose generation is stored (Store::pending).
+// Schema changes are migrations keyed by PRAGMA user_version (see kSchemaVersion and
+// results/README.md for the tables and views).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "results/grid.h"
+
+struct sqlite3;
+
+namespace kvb::results {
+
+/// A model used by a run, with the sha256 of its weights file(s) (provenance).
+struct RunModel {
+  std::string model_id;
+  std::string revision;
+  std::string weights_sha256;
+};
+
+/// A dataset a run read, per task: where it came from and its sha256.
+struct RunDataset {
+  std::string task;
+  std::string source;
+  std::string sha256;
+};
+
+/// What `kvbench run` records about itself. `run_key` identifies the run across reruns and
+/// shards (see default_run_key); `config` is the full resolved configuration.
+struct RunInfo {
+  std::string run_key;
+  std::string name;             ///< user label (--run-name), may be empty
+  std::string kvbench_version;
+  std::string git_sha;
+  std::string host;
+  std::string backend;          ///< "cpu" | "cuda"
+  std::string device;           ///< e.g. "NVIDIA H100 80GB HBM3" or the CPU model
+  nlohmann::json config = nlohmann::json::object();
+  std::vector<RunModel> models;
+  std::vector<RunDataset> datasets;
+};
+
+/// The run key `kvbench run` uses unless told otherwise: SHA-256 of the compact JSON
+/// {"version","git_sha","backend","config","name"}. Host, device and shard are left out so
+/// shards on different machines share one run; the git sha is in, so a rebuilt kvbench starts
+/// a new run instead of mixing outputs of two code versions.
+std::string default_run_key(const RunInfo& info);
+
+/// A row of the runs table.
+struct RunRow {
+  int64_t run_id = 0;
+  std::string run_key, name, kvbench_version, git_sha, host, backend, device, config_json;
+  std::string started_at, finished_at;  ///< ISO-8601 UTC; finished_at empty while running
+};
+
+/// One generation as the engine reports it. Seconds are wall-clock; bytes are bytes.
+struct GenerationRecord {
+  std::string item_key;
+  std::string text;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  std::string finish_reason;      ///< "stop" | "length" | "error: ..."
+  double prefill_s = 0;
+  double decode_s = 0;
+  double ttft_s = 0;              ///< time to first token
+  int64_t evictions = 0;          ///< eviction/compaction events for this sequence
+  int64_t kv_bytes_peak = 0;      ///< peak KV-cache bytes held by this sequence
+  int64_t kv_bytes_final = 0;     ///< KV-cache bytes at the end
+  int64_t device_peak_bytes = 0;  ///< peak device memory during the batch (0 if unknown)
+  nlohmann::json extra = nlohmann::json::object();  ///< anything else (free-form)
+};
+
+/// One grade. `score` in [0, 1]; missing when `ungraded` (grader could not score it, e.g. a
+/// judge failure), and ungraded samples are left out of the accuracy metrics.
+struct GradeRecord {
+  std::string item_key;
+  std::optional<double> score;
+  std::string extracted;     ///< the answer the grader pulled out of the text
+  std::string pred_norm;     ///< normalised prediction (maj@k votes on this)
+  std::string gold_norm;     ///< normalised reference
+  std::string reason;        ///< short human-readable explanation
+  std::string grader;        ///< grader name and version, e.g. "math-verify/1"
+  bool ungraded = false;
+  std::optional<std::string> judge_key;  ///< judge_cache key when an LLM judge was used
+};
+
+/// A stored generation that needs (re)grading, with the work item it belongs to.
+struct ToGrade {
+  int64_t run_id = 0;
+  WorkItem item;
+  std::string text;
+};
+
+/// A cached LLM-judge verdict, keyed by a content hash of (judge model, request).
+struct JudgeEntry {
+  std::string judge_key;
+  std::string judge_model;
+  std::string request;
+  std::string response;
+  std::optional<double> score;
+};
+
+/// One row of the v_samples view: a generation with its work item and grade.
+struct SampleRow {
+  int64_t run_id = 0;
+  std::string item_key, model_id, task, policy, policy_label, example_id;
+  int64_t budget = 0;
+  int sample_index = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  std::string finish_reason;
+  double prefill_s = 0, decode_s = 0, ttft_s = 0;
+  int64_t evictions = 0, kv_bytes_peak = 0, kv_bytes_final = 0, device_peak_bytes = 0;
+  std::optional<double> score;  ///< nullopt when not graded or ungraded
+  std::string pred_norm;
+};
+
+/// An open results database. Move-only; not thread-safe (one Store per thread).
+/// Every failure throws kvb::Error naming the file; SQLite's full-disk, read-only, locked and
+/// corrupt/not-a-database conditions get messages that say so and what to do.
+class Store {
+ public:
+  /// The schema version this build writes (PRAGMA user_version).
+  static constexpr int kSchemaVersion = 1;
+  /// PRAGMA application_id marking kvbench databases ("kvb0").
+  static constexpr int kApplicationId = 0x6b766230;
+
+  enum class Mode { kReadWrite, kReadOnly };
+
+  /// Opens (kReadWrite: creating it when missing) and migrates `path` to kSchemaVersion.
+  /// kReadOnly opens an existing file without migrating it and fails if its version differs.
+  explicit Store(const std::string& path, Mode mode = Mode::kReadWrite);
+  ~Store();
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& path() const { return path_; }
+  /// The file's schema version (user_version).
+  int schema_version();
+
+  /// Finds the run with info.run_key (creating it when absent; provenance of the first writer
+  /// is kept) and records this process as a part (shard, host, start time). Returns run_id.
+  int64_t begin_run(const RunInfo& info, Shard shard = {});
+  /// Marks this process's part (and, when every shard of the run has a finished part, the run)
+  /// finished.
+  void end_run(int64_t run_id);
+
+  /// Inserts work items (ignoring keys already present) in one transaction.
+  void add_work_items(const std::vector<WorkItem>& items);
+  /// The items (in input order) with no stored generation in run `run_id` — what a rerun must
+  /// still generate.
+  std::vector<WorkItem> pending(int64_t run_id, const std::vector<WorkItem>& items);
+  /// Writes a batch of generations and (optionally) their grades in ONE transaction: either
+  /// all rows are stored or none. The work items must have been added. Throws on any error
+  /// (the transaction is rolled back).
+  void write_batch(int64_t run_id, const std::vector<GenerationRecord>& gens,
+                   const std::vector<GradeRecord>& grades = {});
+
+  /// Generations to grade: with `regrade` all of them, otherwise those without a grade row.
+  /// `run_id` restricts to one run.
+  std::vector<ToGrade> to_grade(std::optional<int64_t> run_id, bool regrade);
+  /// Inserts or replaces grades of run `run_id` in one transaction.
+  void write_grades(int64_t run_id, const std::vector<GradeRecord>& grades);
+
+  /// Judge cache lookup / insert-or-replace.
+  std::optional<JudgeEntry> judge_get(const std::string& judge_key);
+  void judge_put(const JudgeEntry& e);
+
+  /// All runs, oldest first.
+  std::vector<RunRow> runs();
+  /// Resolves a run reference: a numeric run id, "latest", "previous" (second newest), or a
+  /// run name (newest run with that name), or a run_key prefix of >= 8 hex digits.
+  /// Throws kvb::Error listing the known runs when nothing matches.
+  int64_t resolve_run(const std::string& ref);
+
+  /// Rows of v_samples for the given runs (all runs when empty), ordered by run, model, task,
+  /// policy label, budget, example id, sample index.
+  std::vector<SampleRow> samples(const std::vector<int64_t>& run_ids = {});
+
+  /// Runs arbitrary SQL (no results). For tools and tests.
+  void exec(const std::string& sql);
+  /// Runs a query and returns every cell as text (NULL -> "NULL"). For tools and tests.
+  std::vector<std::vector<std::string>> query(const std::string& sql);
+
+  /// Merges the stores `inputs` into `out` (created when missing): runs are matched by run_key,
+  /// work items by key, generations and grades by (run, item) — the first copy wins, so merging
+  /// the shards of one run gives the same rows as one unsharded run. Each input is merged in
+  /// one transaction. Throws kvb::Error naming the input on a schema mismatch or a bad file.
+  static void merge(const std::string& out, const std::vector<std::string>& inputs);
+
+  /// Test hooks: cap the file size in pages (to provoke SQLITE_FULL), and a callback run after
+  /// each generation row is written inside write_batch (to kill a writer mid-batch).
+  void set_max_page_count_for_testing(int64_t pages);
+  std::function<void(size_t row)> after_row_hook_for_testing;
+
+  /// The raw handle (for the views' tests). Owned by the Store.
+  sqlite3* handle() { return db_; }
+
+ private:
+  void migrate();
+  [[noreturn]] void raise(int rc, const std::string& what);
+  void check(int rc, const std::string& what);
+
+  std::string path_;
+  Mode mode_ = Mode::kReadWrite;
+  sqlite3* db_ = nullptr;
+  int64_t part_id_ = 0;
+};
+
+}  // namespace kvb::results
