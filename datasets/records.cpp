@@ -1,0 +1,310 @@
+#include "datasets/records.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <regex>
+
+#include <yaml-cpp/yaml.h>
+
+#include "engine/util/error.h"
+
+namespace kvb::datasets {
+
+using nlohmann::json;
+
+OnBad parse_on_bad(const std::string& s) {
+  if (s == "fail") return OnBad::kFail;
+  if (s == "skip") return OnBad::kSkip;
+  fail("--on-bad-example: expected 'skip' or 'fail', got '{}'", s);
+}
+
+void BadRecords::report(std::string msg) {
+  if (mode == OnBad::kFail) throw Error(std::move(msg));
+  skipped.push_back(std::move(msg));
+}
+
+std::string RecordPos::where() const {
+  if (line > 0) return fmt::format("{}: line {}", file, line);
+  return fmt::format("{}: element {}", file, index);
+}
+
+namespace {
+
+// Runs fn on one record, routing a kvb::Error it throws to `bad`. Returns true on success.
+template <typename Json, typename Fn>
+bool deliver(const Fn& fn, Json&& rec, const RecordPos& pos, BadRecords& bad) {
+  try {
+    fn(std::move(rec), pos);
+    return true;
+  } catch (const Error& e) {
+    std::string what = e.what();
+    // Callers usually already prefix their messages with pos.where(); avoid doubling it.
+    if (what.rfind(pos.file, 0) == 0) {
+      bad.report(what);
+    } else {
+      bad.report(pos.where() + ": " + what);
+    }
+    return false;
+  } catch (const json::exception& e) {
+    bad.report(pos.where() + ": " + e.what());
+    return false;
+  }
+}
+
+// 1-based line number of byte offset `byte` in `path` (counts '\n' before it).
+size_t line_of_byte(const std::string& path, size_t byte) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return 0;
+  size_t line = 1, pos = 0;
+  char buf[1 << 16];
+  while (pos < byte) {
+    size_t want = std::min(sizeof(buf), byte - pos);
+    size_t n = std::fread(buf, 1, want, f);
+    if (n == 0) break;
+    for (size_t i = 0; i < n; ++i) line += (buf[i] == '\n');
+    pos += n;
+  }
+  std::fclose(f);
+  return line;
+}
+
+// SAX handler that builds one DOM per element of the top-level array and hands it on.
+template <typename json, typename Fn>
+class ArrayElementSax : public nlohmann::json_sax<json> {
+ public:
+  using typename nlohmann::json_sax<json>::number_integer_t;
+  using typename nlohmann::json_sax<json>::number_unsigned_t;
+  using typename nlohmann::json_sax<json>::number_float_t;
+  using typename nlohmann::json_sax<json>::string_t;
+  using typename nlohmann::json_sax<json>::binary_t;
+  ArrayElementSax(const std::string& path, const Fn& fn, BadRecords& bad)
+      : path_(path), fn_(fn), bad_(bad) {}
+
+  size_t delivered() const { return delivered_; }
+  bool top_is_array() const { return top_is_array_; }
+
+  bool null() override { return scalar(json(nullptr)); }
+  bool boolean(bool v) override { return scalar(json(v)); }
+  bool number_integer(number_integer_t v) override { return scalar(json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return scalar(json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return scalar(json(v)); }
+  bool string(string_t& v) override { return scalar(json(std::move(v))); }
+  bool binary(binary_t& v) override { return scalar(json::binary(std::move(v))); }
+
+  bool start_object(std::size_t) override { return open(json::object()); }
+  bool start_array(std::size_t) override {
+    if (depth_ == 0) {
+      top_is_array_ = true;
+      ++depth_;
+      return true;
+    }
+    return open(json::array());
+  }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool end_array() override {
+    if (depth_ == 1) {
+      --depth_;
+      return true;
+    }
+    return close();
+  }
+  bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& ex) override {
+    fail("{}: line {}, byte {}: invalid JSON: {}", path_, line_of_byte(path_, pos ? pos - 1 : 0), pos,
+         ex.what());
+  }
+
+ private:
+  // Inserts `v` into the value under construction; returns a pointer to the stored value.
+  json* insert(json&& v) {
+    if (stack_.empty()) {
+      current_ = std::move(v);
+      return &current_;
+    }
+    json& parent = *stack_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& slot = parent[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool scalar(json&& v) {
+    if (depth_ == 0) fail("{}: expected a JSON array at the top level", path_);
+    insert(std::move(v));
+    if (stack_.empty()) emit();
+    return true;
+  }
+  bool open(json&& v) {
+    if (depth_ == 0) fail("{}: expected a JSON array at the top level", path_);
+    stack_.push_back(insert(std::move(v)));
+    ++depth_;
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    --depth_;
+    if (stack_.empty()) emit();
+    return true;
+  }
+  void emit() {
+    RecordPos pos{path_, index_++, 0};
+    if (deliver(fn_, std::move(current_), pos, bad_)) ++delivered_;
+    current_ = json();
+  }
+
+  const std::string& path_;
+  const Fn& fn_;
+  BadRecords& bad_;
+  std::vector<json*> stack_;
+  json current_;
+  std::string key_;
+  size_t depth_ = 0;
+  size_t index_ = 0;
+  size_t delivered_ = 0;
+  bool top_is_array_ = false;
+};
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+}  // namespace
+
+namespace {
+
+template <typename json, typename Fn>
+size_t read_jsonl_t(const std::string& path, const Fn& fn, BadRecords& bad) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
+  std::string line;
+  size_t lineno = 0, index = 0, ok = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (lineno == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    RecordPos pos{path, index++, lineno};
+    json rec;
+    try {
+      rec = json::parse(line);
+    } catch (const typename json::parse_error& e) {
+      bad.report(fmt::format("{}: invalid JSON at column {}: {}", pos.where(), e.byte, e.what()));
+      continue;
+    }
+    if (deliver(fn, std::move(rec), pos, bad)) ++ok;
+  }
+  if (in.bad()) throw Error(fmt::format("{}: read error", path), ErrorKind::kRuntime);
+  return ok;
+}
+
+template <typename json, typename Fn>
+size_t stream_json_array_t(const std::string& path, const Fn& fn, BadRecords& bad) {
+  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
+  if (!f) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
+  std::setvbuf(f.get(), nullptr, _IOFBF, 1 << 20);
+  ArrayElementSax<json, Fn> sax(path, fn, bad);
+  json::sax_parse(f.get(), &sax, nlohmann::detail::input_format_t::json, /*strict=*/true);
+  if (!sax.top_is_array()) fail("{}: expected a JSON array at the top level", path);
+  return sax.delivered();
+}
+
+template <typename json, typename Fn>
+size_t read_records_t(const std::string& path, const Fn& fn, BadRecords& bad) {
+  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
+  if (!f) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
+  int c;
+  int skipped_bom = 0;
+  while ((c = std::fgetc(f.get())) != EOF) {
+    if (skipped_bom < 3 && (c == 0xEF || c == 0xBB || c == 0xBF)) {
+      ++skipped_bom;
+      continue;
+    }
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+  }
+  f.reset();
+  if (c == '[') return stream_json_array_t<json>(path, fn, bad);
+  return read_jsonl_t<json>(path, fn, bad);
+}
+
+}  // namespace
+
+size_t read_jsonl(const std::string& path, const RecordFn& fn, BadRecords& bad) {
+  return read_jsonl_t<json>(path, fn, bad);
+}
+size_t stream_json_array(const std::string& path, const RecordFn& fn, BadRecords& bad) {
+  return stream_json_array_t<json>(path, fn, bad);
+}
+size_t read_records(const std::string& path, const RecordFn& fn, BadRecords& bad) {
+  return read_records_t<json>(path, fn, bad);
+}
+size_t read_records_ordered(const std::string& path, const OrderedRecordFn& fn, BadRecords& bad) {
+  return read_records_t<nlohmann::ordered_json>(path, fn, bad);
+}
+
+namespace {
+
+json yaml_to_json(const YAML::Node& n, const std::string& name) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return nullptr;
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (const auto& x : n) a.push_back(yaml_to_json(x, name));
+      return a;
+    }
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second, name);
+      return o;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& s = n.Scalar();
+      if (n.Tag() != "?") return s;  // quoted or block scalar: always a string ("!" tag)
+      static const std::regex kInt(R"([-+]?[0-9]+)");
+      static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+      if (s == "true" || s == "True" || s == "TRUE") return true;
+      if (s == "false" || s == "False" || s == "FALSE") return false;
+      if (s == "null" || s == "Null" || s == "NULL" || s == "~") return nullptr;
+      if (std::regex_match(s, kInt)) {
+        try {
+          return std::stoll(s);
+        } catch (...) {
+          return s;
+        }
+      }
+      if (std::regex_match(s, kFloat)) return std::stod(s);
+      return s;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+json parse_yaml(const std::string& text, const std::string& name) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    fail("{}: line {}: invalid YAML: {}", name, e.mark.line + 1, e.msg);
+  }
+  return yaml_to_json(root, name);
+}
+
+json load_yaml_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_yaml(text, path);
+}
+
+}  // namespace kvb::datasets

@@ -1,0 +1,64 @@
+// The registry of every benchmark file kvbench reads: where it comes from (HF repo or GitHub
+// commit), its path there, format, size and sha256 where known, and the path it has in a local
+// mirror (--data-dir, laid out like ../shared/datasets). Sources:
+// ../shared/reference/datasets-graders.md §0–§11 (V = verified there, else noted).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kvb::datasets {
+
+class HubClient;
+
+/// One file of one benchmark.
+struct SourceFile {
+  std::string key;        ///< path relative to a data mirror, e.g. "gsm8k/test.jsonl"
+  std::string benchmark;  ///< "gsm8k", "math500", "aime24", "aime25", "longproc", ...
+  std::string host;       ///< "hf-dataset", "hf-model", "github", or "derived" (made by a tool)
+  std::string repo;       ///< HF repo id or GitHub owner/name
+  std::string revision;   ///< branch or commit (GitHub: always a commit)
+  std::string path;       ///< path inside the repo
+  std::string format;     ///< "jsonl", "json", "yaml", "zip"
+  std::string sha256;     ///< lower-case hex, "" when unknown
+  uint64_t size = 0;      ///< bytes, 0 when unknown
+  std::string note;       ///< provenance / caveats
+};
+
+/// Every registered file, in benchmark order.
+const std::vector<SourceFile>& sources();
+
+/// The entry with this key, or nullptr.
+const SourceFile* find_source(const std::string& key);
+
+/// Download URL: GitHub → https://raw.githubusercontent.com/{repo}/{revision}/{path};
+/// HF → {endpoint}/datasets/{repo}/resolve/{revision}/{path} (models: no "datasets/").
+/// Throws kvb::Error for "derived" files (they have no URL).
+std::string source_url(const SourceFile& f, const std::string& hf_endpoint);
+
+/// Finds benchmark files: first in each data directory (mirror layout: <dir>/<key>), then,
+/// for HF-hosted files, through the hub client (its cache, or a download unless offline).
+class DataLocator {
+ public:
+  /// `data_dirs`: mirrors searched in order; `hub`: optional (nullptr = local mirrors only).
+  explicit DataLocator(std::vector<std::string> data_dirs, HubClient* hub = nullptr);
+
+  /// Local path of `key`. Keys not in the registry (e.g. fixture files) are looked up in the
+  /// data directories only. Throws kvb::Error naming the key, the directories searched and
+  /// how to get the file (`kvbench datasets fetch ...`) when it is not available.
+  std::string locate(const std::string& key) const;
+
+  /// The mirror directories searched.
+  const std::vector<std::string>& data_dirs() const { return dirs_; }
+
+ private:
+  std::vector<std::string> dirs_;
+  HubClient* hub_;
+};
+
+/// The default data directories: $KVB_DATA_DIR (colon-separated) if set, else none.
+std::vector<std::string> default_data_dirs();
+
+}  // namespace kvb::datasets

@@ -1,0 +1,50 @@
+// Internal: the factory of each benchmark family (tasks/<benchmark>.cpp) and helpers they share.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tasks/task.h"
+
+namespace kvb::tasks {
+
+TaskFactory math_factory();         // tasks/math.cpp: aime24, aime25, gsm8k, math500
+TaskFactory longproc_factory();     // tasks/longproc.cpp
+TaskFactory longmemeval_factory();  // tasks/longmemeval.cpp
+TaskFactory scbench_factory();      // tasks/scbench.cpp
+TaskFactory longbench_factory();    // tasks/longbench.cpp
+TaskFactory longbench_v2_factory(); // tasks/longbench_v2.cpp
+
+/// Base for the tasks: holds TaskInfo and the options, and validates option names.
+class BasicTask : public Task {
+ public:
+  BasicTask(TaskInfo info, TaskOptions opts);
+  const TaskInfo& info() const override { return info_; }
+
+ protected:
+  /// Option value or `def` when absent.
+  std::string opt(const std::string& key, const std::string& def = "") const;
+  /// Integer option (kvb::Error naming the task and option when not an integer ≥ 0).
+  long long opt_int(const std::string& key, long long def) const;
+  /// The generic "max_new_tokens" override, or `def`.
+  int max_new_tokens_or(int def) const { return static_cast<int>(opt_int("max_new_tokens", def)); }
+
+  TaskInfo info_;
+  TaskOptions opts_;
+};
+
+/// Shared record helpers: field access with errors naming file, line/element and field.
+const nlohmann::json& field(const nlohmann::json& rec, const char* name, const datasets::RecordPos& pos);
+std::string str_field(const nlohmann::json& rec, const char* name, const datasets::RecordPos& pos);
+/// A string field, or the decimal text of an integer field.
+std::string str_or_int_field(const nlohmann::json& rec, const char* name,
+                             const datasets::RecordPos& pos);
+
+/// Reads records of a file through ctx (bad-record policy and limit) and calls `make` on each;
+/// `make` returns false to skip a record silently. Stops at ctx.limit examples or when the
+/// sink returns false. Returns the number of examples emitted.
+size_t emit_records(const TaskContext& ctx, const std::string& path,
+                    const std::function<bool(nlohmann::json&&, const datasets::RecordPos&, Example&)>& make,
+                    const ExampleSink& sink);
+
+}  // namespace kvb::tasks

@@ -1,0 +1,180 @@
+#include "tasks/text_format.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "engine/util/error.h"
+
+namespace kvb::tasks {
+
+std::string py_format(const std::string& tmpl, const std::map<std::string, std::string>& fields,
+                      const std::string& where) {
+  std::string out;
+  out.reserve(tmpl.size());
+  for (size_t i = 0; i < tmpl.size(); ++i) {
+    char c = tmpl[i];
+    if (c == '{') {
+      if (i + 1 < tmpl.size() && tmpl[i + 1] == '{') {
+        out += '{';
+        ++i;
+        continue;
+      }
+      size_t end = tmpl.find('}', i + 1);
+      if (end == std::string::npos) fail("{}: single '{{' in format string at byte {}", where, i);
+      std::string name = tmpl.substr(i + 1, end - i - 1);
+      if (name.empty() || name.find_first_of("!:.[{") != std::string::npos)
+        fail("{}: unsupported replacement field '{{{}}}' at byte {}", where, name, i);
+      auto it = fields.find(name);
+      if (it == fields.end()) fail("{}: no value for field '{{{}}}'", where, name);
+      out += it->second;
+      i = end;
+    } else if (c == '}') {
+      if (i + 1 < tmpl.size() && tmpl[i + 1] == '}') {
+        out += '}';
+        ++i;
+        continue;
+      }
+      fail("{}: single '}}' in format string at byte {}", where, i);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  if (from.empty()) return s;
+  std::string out;
+  size_t pos = 0;
+  while (true) {
+    size_t hit = s.find(from, pos);
+    if (hit == std::string::npos) break;
+    out.append(s, pos, hit - pos);
+    out += to;
+    pos = hit + from.size();
+  }
+  out.append(s, pos, std::string::npos);
+  return out;
+}
+
+std::string py_strip(const std::string& s) {
+  const char* ws = " \t\n\r\v\f";
+  size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(ws);
+  return s.substr(b, e - b + 1);
+}
+
+std::string py_int_list(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(v[i]);
+  }
+  return out + "]";
+}
+
+std::string py_fixed1(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.1f", x);
+  return buf;
+}
+
+namespace {
+
+// Decodes one UTF-8 code point at s[i]; advances i. Invalid bytes decode as U+FFFD.
+uint32_t next_cp(const std::string& s, size_t& i) {
+  auto b = static_cast<unsigned char>(s[i]);
+  int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) {
+    ++i;
+    return 0xFFFD;
+  }
+  uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
+  for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  i += n;
+  return cp;
+}
+
+void dump_string(const std::string& s, std::string& out) {
+  out += '"';
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = next_cp(s, i);
+    switch (cp) {
+      case '"': out += "\\\""; continue;
+      case '\\': out += "\\\\"; continue;
+      case '\n': out += "\\n"; continue;
+      case '\r': out += "\\r"; continue;
+      case '\t': out += "\\t"; continue;
+      case '\b': out += "\\b"; continue;
+      case '\f': out += "\\f"; continue;
+      default: break;
+    }
+    char buf[16];
+    if (cp < 0x20 || (cp >= 0x7F && cp < 0x10000)) {
+      std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
+      out += buf;
+    } else if (cp >= 0x10000) {
+      uint32_t v = cp - 0x10000;
+      std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+      out += buf;
+    } else {
+      out += static_cast<char>(cp);
+    }
+  }
+  out += '"';
+}
+
+void dump(const nlohmann::ordered_json& v, std::string& out) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::null: out += "null"; break;
+    case nlohmann::json::value_t::boolean: out += v.get<bool>() ? "true" : "false"; break;
+    case nlohmann::json::value_t::number_integer: out += std::to_string(v.get<int64_t>()); break;
+    case nlohmann::json::value_t::number_unsigned: out += std::to_string(v.get<uint64_t>()); break;
+    case nlohmann::json::value_t::number_float: {
+      double d = v.get<double>();
+      if (std::isnan(d)) { out += "NaN"; break; }
+      if (std::isinf(d)) { out += d > 0 ? "Infinity" : "-Infinity"; break; }
+      std::string s = v.dump();  // shortest round-trip repr, like Python's float repr
+      if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+      out += s;
+      break;
+    }
+    case nlohmann::json::value_t::string: dump_string(v.get_ref<const std::string&>(), out); break;
+    case nlohmann::json::value_t::array: {
+      out += '[';
+      bool first = true;
+      for (const auto& x : v) {
+        if (!first) out += ", ";
+        first = false;
+        dump(x, out);
+      }
+      out += ']';
+      break;
+    }
+    case nlohmann::json::value_t::object: {
+      out += '{';
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!first) out += ", ";
+        first = false;
+        dump_string(it.key(), out);
+        out += ": ";
+        dump(it.value(), out);
+      }
+      out += '}';
+      break;
+    }
+    default: fail("py_json_dumps: unsupported JSON value type");
+  }
+}
+
+}  // namespace
+
+std::string py_json_dumps(const nlohmann::ordered_json& v) {
+  std::string out;
+  dump(v, out);
+  return out;
+}
+
+}  // namespace kvb::tasks
