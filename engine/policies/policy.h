@@ -71,11 +71,21 @@ struct LayerStep {
   /// returns [G, w, L_h] f32 row-major (causal: a query does not see tokens after its position,
   /// their probability is 0). Computed on first call per head and step; w = min(window, seq_len).
   std::function<const std::vector<float>&(int h, int* w_out)> window_attention;
+  /// The post-RoPE query vectors of the last w (≤ PolicyNeeds::window_queries) tokens of this
+  /// sequence, all query heads: returns a pointer to [Hq, w, D] f32 row-major, oldest query first;
+  /// query r has absolute position seq_len − w + r. w = min(window, seq_len). Set whenever
+  /// PolicyNeeds::window_queries > 0. Policies that need pre-softmax logits (R-KV's GQA max over
+  /// logits, SnapKV as in the R-KV repo) compute them from these with scoring::window_logits.
+  std::function<const float*(int* w_out)> window_queries;
+  /// Softmax scale the model uses for q·k (0 = 1/sqrt(head_dim)).
+  float attn_scale = 0.0f;
 
   /// Requests that kv head h keep exactly `keep` (strictly increasing indices < L_h).
   void keep(int h, std::vector<int32_t> keep_set) { keeps.emplace_back(h, std::move(keep_set)); }
   std::vector<std::pair<int, std::vector<int32_t>>> keeps;  ///< filled by the policy
 };
+
+struct StepEnd;
 
 /// Base class of every policy. One instance per (model, run); it may keep per-sequence state
 /// keyed by SeqId (release it in on_sequence_end).
@@ -90,8 +100,33 @@ class Policy {
   virtual PolicyNeeds needs() const = 0;
   /// Called after layer `step.layer` of a forward step; may call step.keep(h, ...).
   virtual void on_layer_step(LayerStep& step) = 0;
+  /// Called once after the LAST layer of every forward step, after the keep-sets requested in
+  /// on_layer_step have been applied; may request keep-sets for any (layer, kv_head) (global
+  /// budgets across heads and layers: TRIM-KV's DynamicBudget variant, WG-KV's global-cache
+  /// SnapKV eviction). The engine applies StepEnd::keeps with KVCache::compact.
+  virtual void on_step_end(StepEnd& step) {}
   /// Called when a sequence finishes (free per-sequence state).
   virtual void on_sequence_end(SeqId seq) {}
+};
+
+/// What a policy sees after the last layer of one forward step (Policy::on_step_end).
+struct StepEnd {
+  KVCache* cache = nullptr;
+  SeqId seq = 0;
+  int num_layers = 0, num_kv_heads = 0;
+  int n_new = 0;            ///< tokens appended in this step
+  int64_t seq_len = 0;      ///< tokens processed so far in this sequence (= next position)
+  bool prefill = false;     ///< this step is (part of) the prompt
+  bool prefill_last = false;///< this step ends the prompt
+  /// Requests that head (layer, h) keep exactly `keep_set` (strictly increasing indices).
+  void keep(int layer, int h, std::vector<int32_t> keep_set) {
+    keeps.push_back({layer, h, std::move(keep_set)});
+  }
+  struct Keep {
+    int layer, head;
+    std::vector<int32_t> indices;
+  };
+  std::vector<Keep> keeps;  ///< filled by the policy
 };
 
 /// Description of one policy parameter, for `kvbench policies`.

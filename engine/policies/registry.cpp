@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "engine/policies/full.h"
+#include "engine/policies/policies.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 
@@ -48,6 +49,15 @@ const std::vector<PolicyInfo>& policy_registry() {
   static const std::vector<PolicyInfo> reg = [] {
     std::vector<PolicyInfo> r;
     r.push_back(full_policy_info());
+    r.push_back(streamingllm_policy_info());
+    r.push_back(h2o_policy_info());
+    r.push_back(snapkv_policy_info());
+    r.push_back(pyramidkv_policy_info());
+    r.push_back(rkv_policy_info());
+    r.push_back(keydiff_policy_info());
+    r.push_back(gkv_policy_info());
+    r.push_back(trimkv_policy_info());
+    r.push_back(random_policy_info());
     return r;
   }();
   return reg;

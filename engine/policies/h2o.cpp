@@ -1,0 +1,63 @@
+// `h2o`: Heavy-Hitter Oracle — accumulated attention + a recent window.
+// Source: Zhang et al., "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large
+// Language Models" (arXiv 2306.14048, §3.3 / Alg. 1: a token's score is the attention it has
+// received, summed over every query since it entered the cache; keep the heavy hitters plus the
+// most recent tokens, the budget split equally between the two); seed-trimkv-and-baselines.md
+// §5.3 (the R-KV-repo H2O used by TRIM-KV is non-standard and partly broken, "treat the exact
+// rule as unknown… a faithful decode-time H2O would be cumulative attention plus a recent
+// window"); seed-foresightkv.md §5.2 ("H2O (cumulative attention; recent L protected)").
+// Choices: the score is stored per token in the cache (scalar 0) and accumulates, at every
+// forward step, LayerStep::attention_colsum (sum over the GQA group's query heads and the step's
+// queries of the token's attention probability), prefill included — the original cumulative
+// H2O. window = -1 (default) protects the newest budget/2 tokens (the paper's 50/50 split);
+// buffer 128 puts it on the seeds' decode schedule, buffer=1 is the paper's per-step eviction.
+#include "engine/policies/params.h"
+#include "engine/policies/policies.h"
+#include "engine/policies/scheduled.h"
+#include "engine/util/error.h"
+
+namespace kvb {
+namespace {
+
+std::vector<PolicyParamInfo> params() { return schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0); }
+
+class H2OPolicy : public ScheduledPolicy {
+ public:
+  explicit H2OPolicy(PolicyParams p) : ScheduledPolicy("h2o", std::move(p)) {}
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.attention_colsum = true;
+    n.num_scalars = 1;
+    return n;
+  }
+
+ protected:
+  void observe(LayerStep& step) override {
+    if (!step.attention_colsum) fail("policy 'h2o': LayerStep::attention_colsum is not set");
+    for (int h = 0; h < step.num_kv_heads; ++h) {
+      const auto& col = (*step.attention_colsum)[h];
+      const int32_t L = step.cache->length(step.seq, step.layer, h);
+      if (static_cast<int32_t>(col.size()) != L)
+        fail("policy 'h2o': attention_colsum of head {} has {} entries, cache holds {}", h, col.size(), L);
+      for (int32_t i = 0; i < L; ++i) step.cache->scalars(step.seq, step.layer, h, i)[0] += col[i];
+    }
+  }
+  void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
+    for (int32_t i = 0; i < L; ++i) scores[i] = step.cache->scalars(step.seq, step.layer, h, i)[0];
+  }
+};
+
+}  // namespace
+
+PolicyInfo h2o_policy_info() {
+  PolicyInfo info;
+  info.name = "h2o";
+  info.description = "Accumulated attention (heavy hitters) + recent window (H2O §3.3)";
+  info.params = params();
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<H2OPolicy>(PolicyParams(spec, params()));
+  };
+  return info;
+}
+
+}  // namespace kvb

@@ -1,0 +1,86 @@
+#include "engine/policies/params.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+#include "engine/util/error.h"
+
+namespace kvb {
+
+PolicyParams::PolicyParams(const PolicySpec& spec, const std::vector<PolicyParamInfo>& declared)
+    : name_(spec.name), budget_(spec.budget), declared_(declared), user_(spec.params) {
+  if (spec.budget < 0) fail("policy '{}': budget must be >= 0, got {}", name_, spec.budget);
+  for (const auto& [k, v] : user_) {
+    bool found = std::any_of(declared_.begin(), declared_.end(),
+                             [&](const PolicyParamInfo& p) { return p.key == k; });
+    if (!found) {
+      std::string known;
+      for (const auto& p : declared_) known += (known.empty() ? "" : ", ") + p.key;
+      fail("policy '{}': unknown parameter '{}' (known: {})", name_, k,
+           known.empty() ? "none" : known);
+    }
+  }
+  resolved_["budget"] = budget_;
+}
+
+void PolicyParams::fail_param(const std::string& key, const std::string& msg) const {
+  fail("policy '{}': parameter '{}': {}", name_, key, msg);
+}
+
+std::string PolicyParams::raw(const std::string& key) const {
+  auto it = user_.find(key);
+  if (it != user_.end()) return it->second;
+  for (const auto& p : declared_)
+    if (p.key == key) return p.default_value;
+  fail_param(key, "not declared by the policy");
+}
+
+int64_t PolicyParams::get_int(const std::string& key) {
+  std::string s = raw(key);
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno != 0) fail_param(key, "expected an integer, got '" + s + "'");
+  resolved_[key] = static_cast<int64_t>(v);
+  return v;
+}
+
+double PolicyParams::get_double(const std::string& key) {
+  std::string s = raw(key);
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || errno != 0) fail_param(key, "expected a number, got '" + s + "'");
+  resolved_[key] = v;
+  return v;
+}
+
+bool PolicyParams::get_bool(const std::string& key) {
+  std::string s = raw(key);
+  bool v;
+  if (s == "true" || s == "1" || s == "yes" || s == "on") v = true;
+  else if (s == "false" || s == "0" || s == "no" || s == "off") v = false;
+  else fail_param(key, "expected true/false, got '" + s + "'");
+  resolved_[key] = v;
+  return v;
+}
+
+std::string PolicyParams::get_string(const std::string& key) {
+  std::string s = raw(key);
+  resolved_[key] = s;
+  return s;
+}
+
+std::string PolicyParams::get_choice(const std::string& key, const std::vector<std::string>& choices) {
+  std::string s = raw(key);
+  if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
+    std::string list;
+    for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+    fail_param(key, "expected one of " + list + ", got '" + s + "'");
+  }
+  resolved_[key] = s;
+  return s;
+}
+
+}  // namespace kvb

@@ -1,0 +1,52 @@
+// kvb::PolicyParams — typed access to a policy's `key=value` parameters with the defaults declared
+// in its registry entry (PolicyInfo::params), so that the defaults `kvbench policies` prints and
+// the defaults a policy uses are the same strings. Every resolved value is recorded for
+// Policy::resolved_params() (written into every result row).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/policies/policy.h"
+
+namespace kvb {
+
+/// Parameters of one policy instance: the user's spec merged over the declared defaults.
+class PolicyParams {
+ public:
+  /// Validates that every key in `spec.params` is declared in `declared`; throws kvb::Error
+  /// "policy '<name>': unknown parameter '<k>' (known: a, b, c)" otherwise.
+  PolicyParams(const PolicySpec& spec, const std::vector<PolicyParamInfo>& declared);
+
+  /// The value of `key` (user's or default) parsed as the given type. Throws kvb::Error
+  /// "policy '<name>': parameter '<key>': expected <type>, got '<text>'" on bad values, and on
+  /// keys that are not declared (a programming error, reported the same way).
+  int64_t get_int(const std::string& key);
+  double get_double(const std::string& key);
+  bool get_bool(const std::string& key);  ///< true/false/1/0/yes/no/on/off
+  std::string get_string(const std::string& key);
+  /// get_string restricted to `choices`; throws naming the key and the allowed values.
+  std::string get_choice(const std::string& key, const std::vector<std::string>& choices);
+
+  /// Throws kvb::Error "policy '<name>': parameter '<key>': <msg>".
+  [[noreturn]] void fail_param(const std::string& key, const std::string& msg) const;
+
+  /// Every parameter read so far with its resolved typed value, plus "budget".
+  const nlohmann::json& resolved() const { return resolved_; }
+  /// The budget from the spec (tokens per (layer, kv_head); 0 = none).
+  int64_t budget() const { return budget_; }
+  const std::string& policy_name() const { return name_; }
+
+ private:
+  std::string raw(const std::string& key) const;
+  std::string name_;
+  int64_t budget_ = 0;
+  std::vector<PolicyParamInfo> declared_;
+  std::map<std::string, std::string> user_;
+  nlohmann::json resolved_ = nlohmann::json::object();
+};
+
+}  // namespace kvb

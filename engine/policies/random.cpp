@@ -1,0 +1,56 @@
+// `random`: keeps a uniformly random subset (a floor for every other policy).
+// Source: kvpress RandomPress (scores = uniform random numbers, keep the top n_kept); DESIGN.md
+// lists `random (seeded)`. Choices: the score of a token is a SplitMix64 hash of (seed, layer,
+// kv_head, token position, tokens seen) mapped to [0, 1), so the same seed gives the same
+// keep-sets in every run and on every backend (kvpress draws from torch's generator, so its
+// keep-sets cannot be reproduced bit for bit). Schedule defaults as the decode-time baselines
+// (buffer 128, no window, no sinks).
+#include "engine/policies/params.h"
+#include "engine/policies/policies.h"
+#include "engine/policies/scheduled.h"
+#include "engine/policies/scoring.h"
+
+namespace kvb {
+namespace {
+
+class RandomPolicy : public ScheduledPolicy {
+ public:
+  explicit RandomPolicy(PolicyParams p) : ScheduledPolicy("random", std::move(p)) {
+    seed_ = static_cast<uint64_t>(params_.get_int("seed"));
+  }
+  PolicyNeeds needs() const override { return {}; }
+
+ protected:
+  void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
+    for (int32_t i = 0; i < L; ++i) {
+      const int32_t pos = step.cache->position(step.seq, step.layer, h, i);
+      scores[i] = static_cast<float>(scoring::hash_uniform(
+          {seed_, static_cast<uint64_t>(step.layer), static_cast<uint64_t>(h),
+           static_cast<uint64_t>(pos), static_cast<uint64_t>(step.seq_len)}));
+    }
+  }
+
+ private:
+  uint64_t seed_ = 0;
+};
+
+std::vector<PolicyParamInfo> params() {
+  auto p = schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0);
+  p.push_back({"seed", "0", "random seed (same seed => same keep-sets)"});
+  return p;
+}
+
+}  // namespace
+
+PolicyInfo random_policy_info() {
+  PolicyInfo info;
+  info.name = "random";
+  info.description = "Uniformly random keep-set, seeded (kvpress RandomPress; lower bound)";
+  info.params = params();
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<RandomPolicy>(PolicyParams(spec, params()));
+  };
+  return info;
+}
+
+}  // namespace kvb

@@ -1,0 +1,83 @@
+// `rkv`: R-KV — importance minus redundancy, decode-time.
+// Sources: Cai et al., "R-KV: Redundancy-aware KV Cache Compression for Reasoning Models" (arXiv
+// 2505.24133, §3); seed-trimkv-and-baselines.md §3.1 (the code's exact scoring) and §3.2 (the
+// schedule), §5.1 (TRIM-KV's configuration). Per (layer, kv_head):
+//   importance I: logits of the last w = 8 queries, max over the GQA group (pre-softmax), softmax
+//     over the N − w older keys, mean over the w queries, max-pool kernel 7 (stride 1, pad 3);
+//   redundancy R: key cosine matrix, diagonal zeroed; per row i the most recent k with cos > 0.5
+//     is zeroed (R-KV's "last" retention); when no k qualifies R-KV zeroes column 0 of the row
+//     (reproduced); column mean over the N rows, softmax over all N tokens, sliced to the older N − w;
+//   score = λ·I − (1 − λ)·R with λ = 0.1; keep the top B − w older tokens + the w newest.
+// Choices: λ = 0.1 (paper table, README, RKV-later, TRIM-KV's harness; 0.07 is the class default
+// in RKV-0613, settable with lambda=0.07). Schedule: compress a head once it holds B + buffer
+// tokens (buffer 128) and at the end of a prompt longer than B — RKV-later's "resident length ≥
+// B + buffer" formalisation of the 128-step trigger (§3.2); the RKV-0613 trigger aligned to
+// absolute length multiples of 128 is not modelled. Keys' norm eps 1e-8 (R-KV's torch version).
+#include <algorithm>
+
+#include "engine/policies/params.h"
+#include "engine/policies/policies.h"
+#include "engine/policies/scheduled.h"
+#include "engine/policies/scoring.h"
+
+namespace kvb {
+namespace {
+
+std::vector<PolicyParamInfo> params() {
+  auto p = schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0);
+  for (auto& e : p)
+    if (e.key == "window") e.help = "observation window w: queries scored and newest tokens always kept";
+  p.push_back({"lambda", "0.1", "mix: lambda * importance - (1 - lambda) * redundancy"});
+  p.push_back({"kernel", "7", "max-pool kernel of the importance (1 = none)"});
+  p.push_back({"threshold", "0.5", "cosine above which the most recent similar key is not penalised"});
+  return p;
+}
+
+class RKVPolicy : public ScheduledPolicy {
+ public:
+  explicit RKVPolicy(PolicyParams p) : ScheduledPolicy("rkv", std::move(p)) {
+    lambda_ = params_.get_double("lambda");
+    kernel_ = static_cast<int>(params_.get_int("kernel"));
+    threshold_ = static_cast<float>(params_.get_double("threshold"));
+    if (lambda_ < 0 || lambda_ > 1) params_.fail_param("lambda", "must be in [0, 1]");
+    if (kernel_ < 1) params_.fail_param("kernel", "must be >= 1");
+    if (window_ < 1) params_.fail_param("window", "must be >= 1");
+  }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.window_queries = window_;
+    return n;
+  }
+
+ protected:
+  void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
+    int w = 0;
+    std::vector<float> imp = scoring::window_importance(step, h, scoring::Gqa::kMaxLogits, &w);
+    imp = scoring::pool1d(imp, kernel_, scoring::Pool::kMax);
+    std::vector<float> red =
+        scoring::key_redundancy_mean(*step.cache, step.seq, step.layer, h, threshold_, /*zero_first=*/true);
+    scoring::softmax_inplace(red);
+    for (size_t i = 0; i < imp.size(); ++i)
+      scores[i] = static_cast<float>(lambda_ * imp[i] - (1.0 - lambda_) * red[i]);
+  }
+
+ private:
+  double lambda_ = 0.1;
+  int kernel_ = 7;
+  float threshold_ = 0.5f;
+};
+
+}  // namespace
+
+PolicyInfo rkv_policy_info() {
+  PolicyInfo info;
+  info.name = "rkv";
+  info.description = "R-KV: lambda*importance - (1-lambda)*key redundancy, decode-time (Cai et al. 2025 §3)";
+  info.params = params();
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<RKVPolicy>(PolicyParams(spec, params()));
+  };
+  return info;
+}
+
+}  // namespace kvb

@@ -1,0 +1,87 @@
+#include "engine/policies/scheduled.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/policies/scoring.h"
+#include "engine/util/error.h"
+
+namespace kvb {
+
+std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int64_t sinks,
+                                             bool decode, bool global_kind) {
+  return {
+      {"budget_kind", "tokens",
+       global_kind ? "tokens: budget = tokens per (layer, kv_head); ratio: floor(ratio x tokens seen); "
+                     "global: budget x layers x kv_heads tokens shared by all heads and layers"
+                   : "tokens: budget = tokens per (layer, kv_head); ratio: floor(ratio x tokens seen)"},
+      {"ratio", "0.5", "kept fraction of the context when budget_kind=ratio"},
+      {"buffer", std::to_string(buffer),
+       "tokens that may accumulate before the next compression (peak = budget + buffer); 1 = every step"},
+      {"window", std::to_string(window),
+       window < 0 ? "most recent tokens always kept (-1: half of the budget)" : "most recent tokens always kept"},
+      {"sinks", std::to_string(sinks), "first tokens always kept"},
+      {"decode", decode ? "true" : "false",
+       "compress during decoding every `buffer` tokens (false: only once at the end of the prompt)"},
+  };
+}
+
+ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_kind)
+    : name_(std::move(name)), params_(std::move(p)) {
+  budget_ = params_.budget();
+  const std::string kind = global_kind
+                               ? params_.get_choice("budget_kind", {"tokens", "ratio", "global"})
+                               : params_.get_choice("budget_kind", {"tokens", "ratio"});
+  ratio_kind_ = kind == "ratio";
+  global_kind_ = kind == "global";
+  ratio_ = params_.get_double("ratio");
+  buffer_ = params_.get_int("buffer");
+  const int64_t window = params_.get_int("window");
+  const int64_t sinks = params_.get_int("sinks");
+  decode_ = params_.get_bool("decode");
+  if (ratio_ <= 0 || ratio_ > 1) params_.fail_param("ratio", "must be in (0, 1]");
+  if (buffer_ < 1) params_.fail_param("buffer", "must be >= 1 (1 = compress on every step)");
+  if (window < -1 || window > (1 << 30)) params_.fail_param("window", "must be >= 0 (or -1: half the budget)");
+  if (sinks < 0 || sinks > (1 << 30)) params_.fail_param("sinks", "must be >= 0");
+  window_ = static_cast<int32_t>(window);
+  sinks_ = static_cast<int32_t>(sinks);
+  if (!ratio_kind_ && budget_ > 0 && budget_ <= sinks + std::max<int64_t>(window, 0))
+    fail("policy '{}': budget {} must exceed sinks + window = {}", name_, budget_, sinks + window);
+}
+
+int64_t ScheduledPolicy::budget_now(const LayerStep& step) const {
+  if (!ratio_kind_) return budget_;
+  const int64_t b = static_cast<int64_t>(std::floor(ratio_ * static_cast<double>(step.seq_len)));
+  return std::max<int64_t>(b, sinks_ + std::max(window_, 0) + 1);
+}
+
+bool ScheduledPolicy::due(const LayerStep& step, int32_t L, int64_t B) const {
+  if (B <= 0 || L <= B) return false;
+  if (step.prefill_last) return true;
+  if (!decode_) return false;
+  return L >= B + buffer_;
+}
+
+void ScheduledPolicy::on_layer_step(LayerStep& step) {
+  observe(step);
+  if (global_kind_) return;
+  const int64_t B0 = budget_now(step);
+  if (B0 <= 0) return;
+  const int64_t B = layer_budget(step, B0, step.cache->length(step.seq, step.layer, 0));
+  std::vector<float> scores;
+  for (int h = 0; h < step.num_kv_heads; ++h) {
+    const int32_t L = step.cache->length(step.seq, step.layer, h);
+    if (!due(step, L, B)) continue;
+    scores.assign(L, 0.f);
+    score(step, h, L, scores);
+    std::vector<int32_t> keep = select(scores, L, B);
+    kept(step, h, keep, scores);
+    step.keep(h, std::move(keep));
+  }
+}
+
+std::vector<int32_t> ScheduledPolicy::select(const std::vector<float>& scores, int32_t L, int64_t B) {
+  return scoring::select_keep(scores, L, B, sinks_, window_for(B));
+}
+
+}  // namespace kvb

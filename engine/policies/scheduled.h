@@ -1,0 +1,81 @@
+// kvb::ScheduledPolicy — the shared "score + protect + top-k on a schedule" skeleton of the
+// eviction policies (DESIGN.md, Engine / Policy and Budget semantics):
+//   budget B  = tokens kept per (layer, kv_head) right after a compression;
+//   buffer    = tokens that may accumulate before the next compression: a head is compressed
+//               after a step in which its length reached B + buffer, so between compressions it
+//               holds B … B + buffer − 1 tokens after each step and peaks at B + buffer inside
+//               the step's attention (TRIM-KV TrimKVCache.compress; the "resident length ≥ B +
+//               buffer" rule R-KV formalises, seed-trimkv-and-baselines.md §2.3, §3.2);
+//               buffer = 1 evicts on every step once past B (TRIM-KV Algorithm 1);
+//   window    = most recent tokens always kept; sinks = first tokens always kept.
+// At the end of the prompt (LayerStep::prefill_last) a head longer than B is compressed to B
+// (SnapKV-style prefill compression, which R-KV, G-KV and TRIM-KV all perform when the prompt
+// exceeds the budget). `decode=false` restricts compression to that one prefill point.
+// Budget kinds: `budget_kind=tokens` (default; B = the spec's budget; 0 = never compress) and
+// `budget_kind=ratio` (B = floor(ratio · tokens seen so far), at least sinks + window + 1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/policies/params.h"
+#include "engine/policies/policy.h"
+
+namespace kvb {
+
+/// Parameter entries shared by the scheduled policies, with per-policy defaults.
+/// Keys: budget_kind, ratio, buffer, window, sinks, decode.
+/// `window` < 0 means "half of the budget" (H2O's equal heavy/recent split). `global_kind`
+/// adds budget_kind=global (a budget of budget × layers × kv_heads tokens shared across all
+/// heads and layers, for policies that define one; they implement it in on_step_end).
+std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int64_t sinks,
+                                             bool decode = true, bool global_kind = false);
+
+/// Base class: subclasses provide score(); the base decides when to compress and which tokens are
+/// protected, and requests the keep-sets.
+class ScheduledPolicy : public Policy {
+ public:
+  /// Reads the schedule_params() keys from `p` and validates them (buffer ≥ 1, window ≥ 0,
+  /// sinks ≥ 0, 0 < ratio ≤ 1, and for token budgets B > sinks + window unless B = 0); throws
+  /// kvb::Error naming the parameter. Subclasses read their own keys from params_ afterwards.
+  ScheduledPolicy(std::string name, PolicyParams p, bool global_kind = false);
+
+  std::string name() const override { return name_; }
+  nlohmann::json resolved_params() const override { return params_.resolved(); }
+  void on_layer_step(LayerStep& step) override;
+
+ protected:
+  /// Scores of the L tokens of head h (higher = keep). Entries of protected tokens are ignored.
+  virtual void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) = 0;
+  /// Called for every layer step before the compression decision (accumulate statistics of the
+  /// new tokens: H2O attention sums, TRIM-KV retention gates, ...).
+  virtual void observe(LayerStep& step) {}
+  /// Called after the keep-set of head h was requested (store per-token state of the survivors).
+  virtual void kept(LayerStep& step, int h, const std::vector<int32_t>& keep,
+                    const std::vector<float>& scores) {}
+  /// The keep-set of a head due for compression (default: sinks + window + top-(B − protected)
+  /// of `scores`, scoring::select_keep).
+  virtual std::vector<int32_t> select(const std::vector<float>& scores, int32_t L, int64_t B);
+  /// Budget of this layer given the policy budget B (PyramidKV overrides).
+  /// `L` is the current length of the layer's heads (head 0).
+  virtual int64_t layer_budget(const LayerStep& step, int64_t B, int32_t L) const { return B; }
+  /// The protected recent window for budget B (window < 0: B / 2).
+  int32_t window_for(int64_t B) const { return window_ < 0 ? static_cast<int32_t>(B / 2) : window_; }
+  /// The budget B in force at this step (tokens or ratio kind), 0 = none.
+  int64_t budget_now(const LayerStep& step) const;
+  /// True when head of length L must be compressed to B at this step.
+  bool due(const LayerStep& step, int32_t L, int64_t B) const;
+
+  std::string name_;
+  PolicyParams params_;
+  int64_t budget_ = 0;
+  bool ratio_kind_ = false;
+  bool global_kind_ = false;  ///< budget_kind=global: on_layer_step only observes
+  double ratio_ = 1.0;
+  int64_t buffer_ = 1;
+  int32_t window_ = 0, sinks_ = 0;
+  bool decode_ = true;
+};
+
+}  // namespace kvb

@@ -1,0 +1,56 @@
+// `streamingllm`: attention sinks + the most recent tokens.
+// Source: Xiao et al., "Efficient Streaming Language Models with Attention Sinks" (arXiv
+// 2309.17453, §3.2: keep 4 initial "sink" tokens plus a rolling window of recent tokens);
+// seed-trimkv-and-baselines.md §5.4 (R-KV's version used as the TRIM-KV baseline: first_tokens =
+// 4 sinks + the most recent B − 4, applied on the 128-token schedule); kvpress StreamingLLMPress
+// (n_sink = 4; keeps the first n_sink and the last n_kept − n_sink tokens).
+// Choices: after a compression a head holds `sinks` first tokens + the last (budget − sinks);
+// buffer defaults to 128 (the seeds' decode schedule, §5.4); buffer=1 is the original paper's
+// per-step rolling window. Positions are not re-indexed (keys stay rotated at their original
+// positions, as in R-KV and kvpress; the paper's in-cache re-positioning is not modelled).
+#include "engine/policies/params.h"
+#include "engine/policies/policies.h"
+#include "engine/policies/scheduled.h"
+
+namespace kvb {
+namespace {
+
+class StreamingLLMPolicy : public ScheduledPolicy {
+ public:
+  explicit StreamingLLMPolicy(PolicyParams p) : ScheduledPolicy("streamingllm", std::move(p)) {}
+  PolicyNeeds needs() const override { return {}; }
+
+ protected:
+  void score(LayerStep&, int, int32_t, std::vector<float>&) override {}
+  std::vector<int32_t> select(const std::vector<float>&, int32_t L, int64_t B) override {
+    std::vector<int32_t> keep;
+    const int32_t s = std::min<int32_t>(sinks_, L);
+    for (int32_t i = 0; i < s; ++i) keep.push_back(i);
+    const int64_t recent = std::max<int64_t>(B - s, 0);
+    for (int64_t i = std::max<int64_t>(L - recent, s); i < L; ++i) keep.push_back(static_cast<int32_t>(i));
+    return keep;
+  }
+};
+
+std::vector<PolicyParamInfo> params() {
+  auto p = schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4);
+  for (auto& e : p)
+    if (e.key == "window") e.help = "unused: the recent part is budget - sinks";
+  return p;
+}
+
+}  // namespace
+
+PolicyInfo streamingllm_policy_info() {
+  PolicyInfo info;
+  info.name = "streamingllm";
+  info.description =
+      "Attention sinks + most recent tokens (Xiao et al. 2023 §3.2; R-KV/TRIM-KV baseline schedule)";
+  info.params = params();
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<StreamingLLMPolicy>(PolicyParams(spec, params()));
+  };
+  return info;
+}
+
+}  // namespace kvb

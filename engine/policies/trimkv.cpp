@@ -1,0 +1,213 @@
+// `trimkv`: TRIM-KV — learned retention gates, score (t − i)·log β, top-M per (layer, kv_head).
+// Sources: Bui et al., "Cache What Lasts: Token Retention for Memory-Bounded KV Cache in LLMs"
+// (arXiv 2512.03324, §3 Eq. 2–3 and Algorithm 1); seed-trimkv-and-baselines.md §2.1 (gate),
+// §2.3 (TrimKVCache: inference eviction), §2.4 (released weights), §6 (recommended defaults).
+//   gate (one per layer, on the attention block's input x = the residual stream after the input
+//   RMSNorm, [H]): log β = logsigmoid(W2 · φ(W1·x + b1) + b), W1 [I, H], b1 [I], W2 [Hkv, I] (no
+//   bias), b [Hkv]; φ = SiLU (the base model's hidden_act); I = 512 in the released gates;
+//   score of cached token j of head η after N tokens were seen: (N + 1 − p_j) · log β_j (fp32;
+//   T-HEAD TrimKVCache.compress uses seen_tokens + 1 − position);
+//   a layer is compressed when its length reaches M + buffer, to exactly M = budget per head
+//   (top-M, kept in temporal order); no sinks, no forced window.
+// Choices: buffer 128 (the released config and the R-KV-comparable schedule, §6 item 2);
+// buffer=1 is the paper's Algorithm 1. A prompt longer than M is compressed at its end (T-HEAD
+// compresses after the prefill forward only once it reaches M + buffer; prefill_last here follows
+// the shared schedule, which differs only for prompts of M+1 … M+buffer−1 tokens).
+// budget_kind=global is the DynamicBudgetTrimKVCache "global" strategy: when the tokens of all
+// heads and layers reach layers·Hkv·(M + buffer), keep the global top layers·Hkv·M (ragged heads).
+// Weights: `gates=FILE.safetensors` made by tools/convert_trimkv_gates.py from the released
+// ngocbh/TrimKV-*/trimkv_weights.pth, tensor names model.layers.{l}.self_attn.retention_gate.
+// {linear1.weight [I, H], linear1.bias [I], linear2.weight [Hkv, I], bias [Hkv]}. Without weights
+// the policy refuses to run; `random_gates=SEED` generates RANDOM gates of the right shapes
+// (W ~ N(0, 0.02²), b1 = 0, b = gate_bias) for tests only — they are not TRIM-KV.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+
+#include "engine/policies/gate_weights.h"
+#include "engine/policies/params.h"
+#include "engine/policies/policies.h"
+#include "engine/policies/scheduled.h"
+#include "engine/policies/scoring.h"
+#include "engine/util/error.h"
+
+namespace kvb {
+namespace {
+
+std::vector<PolicyParamInfo> params() {
+  auto p = schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/true, /*global_kind=*/true);
+  p.push_back({"gates", "",
+               "retention-gate weights (.safetensors from tools/convert_trimkv_gates.py); required unless random_gates"});
+  p.push_back({"random_gates", "-1", "seed of RANDOM test gates (not TRIM-KV; -1 = off)"});
+  p.push_back({"gate_hidden", "512", "hidden width I of random gates"});
+  p.push_back({"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"});
+  return p;
+}
+
+float silu(float v) { return v / (1.0f + std::exp(-v)); }
+float log_sigmoid(float v) { return v >= 0 ? -std::log1p(std::exp(-v)) : v - std::log1p(std::exp(v)); }
+
+std::string layer_prefix(int l) { return "model.layers." + std::to_string(l) + ".self_attn.retention_gate."; }
+
+class TrimKVPolicy : public ScheduledPolicy {
+ public:
+  explicit TrimKVPolicy(PolicyParams p) : ScheduledPolicy("trimkv", std::move(p), /*global_kind=*/true) {
+    gates_path_ = params_.get_string("gates");
+    random_seed_ = params_.get_int("random_gates");
+    hidden_ = params_.get_int("gate_hidden");
+    bias_ = static_cast<float>(params_.get_double("gate_bias"));
+    if (gates_path_.empty() && random_seed_ < 0)
+      fail("policy 'trimkv': no retention-gate weights for this model: pass gates=FILE.safetensors "
+           "(convert ngocbh/TrimKV-<model>/trimkv_weights.pth with tools/convert_trimkv_gates.py), "
+           "or random_gates=SEED for RANDOM test gates");
+    if (!gates_path_.empty()) {
+      if (!std::filesystem::exists(gates_path_))
+        fail("policy 'trimkv': gate weights file '{}' not found (convert ngocbh/TrimKV-<model>/"
+             "trimkv_weights.pth with tools/convert_trimkv_gates.py)", gates_path_);
+      weights_ = GateWeights::load(gates_path_, "trimkv");
+    }
+    if (hidden_ < 1) params_.fail_param("gate_hidden", "must be >= 1");
+  }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.layer_input = true;
+    n.num_scalars = 1;
+    return n;
+  }
+
+  void on_step_end(StepEnd& s) override {
+    if (!global_kind_ || budget_ <= 0) return;
+    int64_t total = 0;
+    for (int l = 0; l < s.num_layers; ++l)
+      for (int h = 0; h < s.num_kv_heads; ++h) total += s.cache->length(s.seq, l, h);
+    const int64_t heads = static_cast<int64_t>(s.num_layers) * s.num_kv_heads;
+    const int64_t keep_total = heads * budget_;
+    const bool go = total > keep_total && (s.prefill_last || (decode_ && total >= heads * (budget_ + buffer_)));
+    if (!go) return;
+    std::vector<float> all;
+    all.reserve(total);
+    for (int l = 0; l < s.num_layers; ++l)
+      for (int h = 0; h < s.num_kv_heads; ++h) {
+        const int32_t L = s.cache->length(s.seq, l, h);
+        for (int32_t i = 0; i < L; ++i)
+          all.push_back(retention_score(*s.cache, s.seq, l, h, i, s.seq_len));
+      }
+    std::vector<int32_t> top = scoring::top_k_indices(all, keep_total);  // flat indices, sorted
+    size_t t = 0;
+    int64_t base = 0;
+    for (int l = 0; l < s.num_layers; ++l)
+      for (int h = 0; h < s.num_kv_heads; ++h) {
+        const int32_t L = s.cache->length(s.seq, l, h);
+        std::vector<int32_t> keep;
+        while (t < top.size() && top[t] < base + L) keep.push_back(static_cast<int32_t>(top[t++] - base));
+        if (static_cast<int32_t>(keep.size()) != L) s.keep(l, h, std::move(keep));
+        base += L;
+      }
+  }
+
+ protected:
+  static float retention_score(const KVCache& c, SeqId seq, int l, int h, int32_t i, int64_t seen) {
+    const float log_beta = const_cast<KVCache&>(c).scalars(seq, l, h, i)[0];
+    return static_cast<float>(seen + 1 - c.position(seq, l, h, i)) * log_beta;
+  }
+
+  void observe(LayerStep& step) override {
+    if (!step.layer_input) fail("policy 'trimkv': LayerStep::layer_input is not set");
+    const Gate& g = gate(step);
+    const int H = step.hidden_size, Hk = step.num_kv_heads, I = g.I;
+    std::vector<float> hid(I), out(Hk);
+    for (int t = 0; t < step.n_new; ++t) {
+      const float* x = step.layer_input + static_cast<size_t>(t) * H;
+      for (int r = 0; r < I; ++r) {
+        const float* w = &g.w1[static_cast<size_t>(r) * H];
+        float acc = g.b1[r];
+        for (int c = 0; c < H; ++c) acc += w[c] * x[c];
+        hid[r] = silu(acc);
+      }
+      for (int h = 0; h < Hk; ++h) {
+        const float* w = &g.w2[static_cast<size_t>(h) * I];
+        float acc = g.b[h];
+        for (int r = 0; r < I; ++r) acc += w[r] * hid[r];
+        const int32_t L = step.cache->length(step.seq, step.layer, h);
+        const int32_t idx = L - step.n_new + t;
+        if (idx >= 0) step.cache->scalars(step.seq, step.layer, h, idx)[0] = log_sigmoid(acc);
+      }
+    }
+  }
+
+  void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
+    for (int32_t i = 0; i < L; ++i) scores[i] = retention_score(*step.cache, step.seq, step.layer, h, i, step.seq_len);
+  }
+
+ private:
+  struct Gate {
+    int I = 0;
+    std::vector<float> w1, b1, w2, b;
+  };
+
+  const Gate& gate(const LayerStep& step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gates_.empty()) {
+      if (!weights_.find(layer_prefix(0) + "linear1.weight") && random_seed_ >= 0) make_random(step);
+      gates_.resize(step.num_layers);
+      for (int l = 0; l < step.num_layers; ++l) {
+        const std::string p = layer_prefix(l);
+        const GateTensor* w1t = weights_.find(p + "linear1.weight");
+        if (!w1t) fail_at(weights_.path, "tensor " + p + "linear1.weight",
+                          "missing (the gates do not cover layer {} of this {}-layer model)", l, step.num_layers);
+        if (w1t->shape.size() != 2) fail_at(weights_.path, "tensor " + p + "linear1.weight", "expected 2 dimensions");
+        const int64_t I = w1t->shape[0];
+        Gate& g = gates_[l];
+        g.I = static_cast<int>(I);
+        g.w1 = weights_.require(p + "linear1.weight", {I, step.hidden_size}).data;
+        g.b1 = weights_.require(p + "linear1.bias", {I}).data;
+        g.w2 = weights_.require(p + "linear2.weight", {step.num_kv_heads, I}).data;
+        g.b = weights_.require(p + "bias", {step.num_kv_heads}).data;
+      }
+    }
+    return gates_.at(step.layer);
+  }
+
+  void make_random(const LayerStep& step) {
+    weights_.path = "random_gates=" + std::to_string(random_seed_);
+    uint64_t ctr = 0;
+    auto normal = [&](float stdv) {
+      const double u1 = std::max(scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++}), 1e-300);
+      const double u2 = scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++});
+      return static_cast<float>(stdv * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    };
+    for (int l = 0; l < step.num_layers; ++l) {
+      const std::string p = layer_prefix(l);
+      std::vector<float> w1(static_cast<size_t>(hidden_) * step.hidden_size), w2(static_cast<size_t>(step.num_kv_heads) * hidden_);
+      for (auto& v : w1) v = normal(0.02f);
+      for (auto& v : w2) v = normal(0.02f);
+      weights_.add(p + "linear1.weight", {hidden_, step.hidden_size}, std::move(w1));
+      weights_.add(p + "linear1.bias", {hidden_}, std::vector<float>(hidden_, 0.f));
+      weights_.add(p + "linear2.weight", {step.num_kv_heads, hidden_}, std::move(w2));
+      weights_.add(p + "bias", {step.num_kv_heads}, std::vector<float>(step.num_kv_heads, bias_));
+    }
+  }
+
+  std::string gates_path_;
+  int64_t random_seed_ = -1, hidden_ = 512;
+  float bias_ = 8.0f;
+  GateWeights weights_;
+  std::vector<Gate> gates_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+PolicyInfo trimkv_policy_info() {
+  PolicyInfo info;
+  info.name = "trimkv";
+  info.description = "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)";
+  info.params = params();
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<TrimKVPolicy>(PolicyParams(spec, params()));
+  };
+  return info;
+}
+
+}  // namespace kvb
