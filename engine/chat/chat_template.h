@@ -41,10 +41,18 @@ class ChatTemplate {
   /// Renders `messages`. Throws kvb::Error ("<origin>:<line>: ...") for runtime template errors,
   /// including raise_exception(...) called by the template.
   std::string render(const std::vector<Message>& messages, const RenderOptions& opts = {}) const;
-  /// Same, with messages given as a JSON array of {"role","content"} objects.
+  /// Same, with messages given as a JSON array of message objects ({"role","content"} plus any
+  /// fields the template reads, e.g. "reasoning_content"). nlohmann::json sorts object keys, so
+  /// templates that iterate or tojson a message see sorted keys; use render_ordered to keep order.
   std::string render_json(const nlohmann::json& messages, const RenderOptions& opts = {}) const;
+  /// Same, keeping each message's key order (as Python dicts do).
+  std::string render_ordered(const nlohmann::ordered_json& messages, const RenderOptions& opts = {}) const;
 
   const std::string& source() const { return source_; }
+  /// The name used in error messages (the file path + ": chat_template" when loaded from a config).
+  const std::string& origin() const { return origin_; }
+  const std::string& bos_token() const { return bos_; }
+  const std::string& eos_token() const { return eos_; }
 
  private:
   std::string source_, origin_, bos_, eos_;
