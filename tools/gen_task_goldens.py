@@ -19,6 +19,7 @@ of build_countdown_demonstration and checked against the traces stored in the da
 import argparse
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -222,11 +223,220 @@ def main():
     print("countdown trace matches the stored traces of %d items" % n, file=sys.stderr)
     with open(os.path.join(GOLD, "offline_first_prompts.json"), "w") as f:
         json.dump(offline_goldens(args.shared), f, indent=1, ensure_ascii=False)
-    fixture_goldens = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen_fixture_goldens_impl.py")
-    if os.path.exists(fixture_goldens):
-        sys.path.insert(0, os.path.dirname(fixture_goldens))
-        import gen_fixture_goldens_impl  # noqa: E402
-        gen_fixture_goldens_impl.main(FIX, GOLD)
+    write_fixtures(args.shared)
+    with open(os.path.join(GOLD, "fixture_prompts.json"), "w") as f:
+        json.dump(fixture_goldens(), f, indent=1, ensure_ascii=False)
+
+
+# ---- fixtures for benchmarks without an offline copy ------------------------------------------
+# Small records written from the documented schemas (datasets-graders.md §6-§10), laid out like a
+# data mirror under tests/fixtures/datasets/. They include non-ASCII text, braces and "$...$"
+# markers so the builders' escaping is exercised.
+
+SC_FIRST = {
+    "kv": "Extract the value corresponding to the specified key in the JSON object below.\n\n{context}\n\n{input}",
+    "prefix_suffix": "{context}\n\n{input}", "vt": "{context}\n\n{input}",
+    "choice_eng": "Read the book and answer the question.\n\n{context}\n\nQuestion: {question}\nA. {OPTION_A}\nB. {OPTION_B}\nC. {OPTION_C}\nD. {OPTION_D}\n\nThe the correct answer is",
+    "qa_eng": "Read the book and answer the question. Be very concise in your answer.\n\n{context}\n\nQuestion: {question}\nAnswer:",
+    "qa_chn": "阅读以下书籍然后回答问题。\n\n{context}\n\n问题：{question}\n答案：",
+    "mf": "{prefix}\n\n{context}\n\n{input}",
+    "repoqa": "Based on the function description and code context, please retrieve and repeat the exact described function from the code context in a code block wrapped by ```:\n\n{context}\n\n{input}",
+    "summary": "{context}\n\n{input}", "many_shot": "{context}\n\n{input}",
+    "summary_with_needles": "{context}\n\n{input}", "repoqa_and_kv": "{context}\n\n{input}",
+}
+SC_FOLLOW = {k: "{input}" for k in SC_FIRST}
+SC_FOLLOW.update({
+    "choice_eng": "Question: {question}\nA. {OPTION_A}\nB. {OPTION_B}\nC. {OPTION_C}\nD. {OPTION_D}\n\nThe the correct answer is",
+    "qa_eng": "Question: {question}\nAnswer:", "qa_chn": "问题：{question}\n答案：", "mf": "{prefix}\n\n{input}"})
+
+LME_COT = ("I will give you several history chats between you and a user. Please answer the question based on the relevant "
+           "chat history. Answer the question step by step: first extract all the relevant information, and then reason over "
+           "the information to get the answer.\n\n\nHistory Chats:\n\n{history}\n\nCurrent Date: {question_date}\nQuestion: "
+           "{question}\nAnswer (step by step):")
+LME_DIRECT = ("I will give you several history chats between you and a user. Please answer the question based on the relevant "
+              "chat history.\n\n\nHistory Chats:\n\n{history}\n\nCurrent Date: {question_date}\nQuestion: {question}\nAnswer:")
+
+
+def _w(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _jsonl(rows):
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def write_fixtures(shared):
+    # LongBench v1 (record fields: input, context, answers, length, dataset, language, all_classes, _id)
+    lb = {
+        "hotpotqa": [{"input": "Which city hosts {the} café?", "context": "Passage 1:\nThe café is in Zürich.\n\nPassage 2:\nBraces {x} stay.",
+                      "answers": ["Zürich"], "length": 12, "dataset": "hotpotqa", "language": "en", "all_classes": None, "_id": "hp0"},
+                     {"input": "Second?", "context": "ctx", "answers": ["a", "b"], "length": 5000, "dataset": "hotpotqa",
+                      "language": "en", "all_classes": None, "_id": "hp1"}],
+        "trec": [{"input": "What is a tsunami?", "context": "Question: Who wrote Hamlet?\nType: Individual\n",
+                  "answers": ["Definition of something"], "length": 20, "dataset": "trec", "language": "en",
+                  "all_classes": ["Individual", "Definition of something"], "_id": "tr0"}],
+        "lcc": [{"input": "", "context": "def f(x):\n    return {x}\n", "answers": ["print(f(1))"], "length": 9,
+                 "dataset": "lcc", "language": "en", "all_classes": None, "_id": "lc0"}],
+        "repobench-p": [{"input": "import os\n", "context": "# file a.py\n", "answers": ["os.getcwd()"], "length": 9,
+                         "dataset": "repobench-p", "language": "en", "all_classes": None, "_id": "rb0"}],
+        "multifieldqa_zh": [{"input": "谁写的？", "context": "《红楼梦》由曹雪芹所写。", "answers": ["曹雪芹"], "length": 13,
+                             "dataset": "multifieldqa_zh", "language": "zh", "all_classes": None, "_id": "mz0"}],
+        "samsum": [{"input": "Dialogue: A: hi\nSummary: ", "context": "Dialogue: B: yo\nSummary: B greets.\n", "answers": ["A says hi."],
+                    "length": 10, "dataset": "samsum", "language": "en", "all_classes": None, "_id": "ss0"}],
+        "hotpotqa_e": [{"input": "E question?", "context": "E context", "answers": ["e"], "length": 9000, "dataset": "hotpotqa",
+                        "language": "en", "all_classes": None, "_id": "he0"}],
+    }
+    for name, rows in lb.items():
+        _w(os.path.join(FIX, "longbench/data/%s.jsonl" % name), _jsonl(rows))
+    # LongBench v2 (one JSON array)
+    v2 = [{"_id": "66f36490821e116aacb2cc22", "domain": "Single-Document QA", "sub_domain": "Financial", "difficulty": "easy",
+           "length": "short", "question": "  Which $Q$ value is right? ", "choice_A": " 1 ", "choice_B": "2", "choice_C": "3 {x}",
+           "choice_D": "4", "answer": "B", "context": "\n The document… with ünïcode and $C_A$ text.\n"},
+          {"_id": "v2b", "domain": "Code Repository Understanding", "sub_domain": "Code", "difficulty": "hard", "length": "long",
+           "question": "q2", "choice_A": "a", "choice_B": "b", "choice_C": "c", "choice_D": "d", "answer": "D", "context": "c2"}]
+    _w(os.path.join(FIX, "longbench_v2/data.json"), json.dumps(v2, ensure_ascii=False, indent=1))
+    # SCBench (id, context, multi_turns [{input, answer, ...}])
+    sc = {
+        "kv": {"id": 0, "context": "{\"k1\": \"v1\", \"k2\": \"v2\"}", "multi_turns": [
+            {"input": "Key: \"k1\"\nThe value associated with the specified key is: ", "answer": "v1"},
+            {"input": "Key: \"k2\"\nThe value associated with the specified key is: ", "answer": "v2"}]},
+        "prefix_suffix": {"id": 1, "context": "abc-123\nabd-456", "multi_turns": [{"input": "Find abc", "answer": "abc-123"}]},
+        "vt": {"id": 2, "context": "VAR A = 1\nVAR B = A", "multi_turns": [
+            {"input": "Find all variables equal to 1.", "answer": ["A", "B"]}, {"input": "Again?", "answer": ["B"]}]},
+        "choice_eng": {"id": 3, "context": "A book about {cats}.", "multi_turns": [
+            {"input": "Who?", "answer": "Tom", "options": ["Ann", "Tom", "Bo", "Li"]},
+            {"input": "Where?", "answer": "Home", "options": ["Home", "Away", "Sea", "Sky"]}]},
+        "qa_eng": {"id": 4, "context": "Story.", "multi_turns": [{"input": "Q1?", "answer": ["A1"]}, {"input": "Q2?", "answer": ["A2", "a2"]}]},
+        "qa_chn": {"id": 5, "context": "故事。", "multi_turns": [{"input": "问题一？", "answer": "答案一"}, {"input": "问题二？", "answer": "答案二"}]},
+        "mf": {"id": 6, "context": [3, 1, 4, 1, 5], "multi_turns": [
+            {"input": "What is the largest number in the list? The largest number of the list is", "answer": 5},
+            {"input": "The smallest number of the list is", "answer": 1}]},
+        "repoqa": {"id": 7, "context": "def foo():\n    return 1\n", "lang": "python", "repo": "x/y", "multi_turns": [
+            {"input": "Function description: returns one.", "answer": "def foo():\n    return 1", "name": "foo"}]},
+        "summary": {"id": 8, "context": "Long text.", "multi_turns": [{"input": "Summarize.", "answer": "Short."},
+                                                                      {"input": "Shorter.", "answer": "S."}]},
+        "many_shot": {"id": 9, "task": "banking77", "context": "Examples...", "multi_turns": [{"input": "label?", "answer": "card"}]},
+        "summary_with_needles": {"id": 10, "context": "Text with passkey 12345.", "multi_turns": [
+            {"input": "Summarize.", "answer": "Sum.", "task": "scbench_summary"},
+            {"input": "What is the passkey?", "answer": "12345", "task": "scbench_passkey"}]},
+        "repoqa_and_kv": {"id": 11, "context": "code + {\"k\": \"v\"}", "lang": "python", "repo": "a/b", "multi_turns": [
+            {"input": "Find function bar.", "answer": "def bar(): pass", "task": "scbench_repoqa", "name": "bar"},
+            {"input": "Key: \"k\"", "answer": "v", "task": "scbench_kv"}]},
+    }
+    for name, row in sc.items():
+        _w(os.path.join(FIX, "scbench/scbench_%s.jsonl" % name), _jsonl([row]))
+    # LongMemEval (one JSON array; sessions out of date order; has_answer flags; non-ASCII)
+    def q(qid, qtype):
+        return {"question_id": qid, "question_type": qtype, "question": "Where did I go in {May}?",
+                "answer": "Café Zürich", "question_date": "2023/05/30 (Tue) 23:40",
+                "haystack_session_ids": ["s2", "s1"], "haystack_dates": ["2023/05/20 (Sat) 10:00", "2023/05/01 (Mon) 09:00"],
+                "haystack_sessions": [
+                    [{"role": "user", "content": "I went to Café Zürich 😀 \"quoted\"\n", "has_answer": True},
+                     {"role": "assistant", "content": " Nice! \\ {braces}"}],
+                    [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi\tthere"}]],
+                "answer_session_ids": ["s2"]}
+    lme = [q("q1", "single-session-user"), q("q2_abs", "temporal-reasoning")]
+    for f in ("longmemeval_s_cleaned.json", "longmemeval_m_cleaned.json", "longmemeval_oracle.json"):
+        _w(os.path.join(FIX, "longmemeval", f), json.dumps(lme, ensure_ascii=False))
+    # LongProc: the four files missing from the GitHub snapshot, in the GitHub schema (path, ToM)
+    # and as HF rows (travel planning); prompts.yaml copied from the offline mirror.
+    for task in ("path_traversal", "tom_tracking"):
+        src = os.path.join(shared, "datasets/longproc", task, "prompts.yaml")
+        _w(os.path.join(FIX, "longproc", task, "prompts.yaml"), open(src, encoding="utf-8").read())
+    pt = [{"problem_description": "x", "context_repr": [], "question_repr": ["Lille", "Bromsgrove"],
+           "answer_repr": [], "context_nl": "Lille is a city. You can travel from Lille to Bromsgrove by bus.",
+           "question_nl": "Please give a route from Lille to Bromsgrove.", "answer_nl": "From Lille, take a bus to Bromsgrove."}]
+    for ln in ("2k", "8k"):
+        _w(os.path.join(FIX, "longproc/path_traversal/path_traversal_%s.json" % ln), json.dumps(pt))
+    tom = [{"story_components": "Agents: [A].", "story": "Step 0: A is in the den.", "question": "Where is A?",
+            "solution": "- Step 0: {A location: den}", "answer": ["den"]}]
+    _w(os.path.join(FIX, "longproc/tom_tracking/tom_tracking_8k.json"), json.dumps(tom))
+    for ln in ("2k", "8k"):
+        rows = [{"id": "travel_planning_%s_%d" % (ln, i), "input_prompt": "TASK:\nPlan trip %d {rendered}" % i,
+                 "reference_output": "<Plan>p%d</Plan>" % i,
+                 "metadata": json.dumps({"ground_truth_cities": "A**B", "ground_truth_durations": "2**3"})} for i in range(2)]
+        _w(os.path.join(FIX, "longproc/hf/travel_planning_%s.jsonl" % ln), _jsonl(rows))
+    _w(os.path.join(FIX, "longproc/hf/tom_tracking_8k.jsonl"), _jsonl([
+        {"id": "tom_tracking_8k_0", "input_prompt": "rendered ToM prompt", "reference_output": "- Step 0: x",
+         "metadata": "{\"answer\": [\"den\"]}"}]))
+
+
+def fixture_goldens():
+    g = {}
+    # LongBench v1: prompt = dataset2prompt[task].format(**obj)
+    d2p = json.load(open(os.path.join(ROOT, "tasks/assets/longbench_dataset2prompt.json"), encoding="utf-8"))
+    for name, fname in (("hotpotqa", "hotpotqa"), ("trec", "trec"), ("lcc", "lcc"), ("repobench-p", "repobench-p"),
+                        ("multifieldqa_zh", "multifieldqa_zh"), ("samsum", "samsum"), ("hotpotqa:e=1", "hotpotqa_e")):
+        rows = [json.loads(l) for l in open(os.path.join(FIX, "longbench/data/%s.jsonl" % fname), encoding="utf-8")]
+        tmpl = d2p[name.split(":")[0]]
+        r = rows[0]
+        p = tmpl.format(**r)
+        head = tmpl[:tmpl.index("{context}")].format()
+        g["longbench_" + name] = {"count": len(rows), "prompt": p, "references": r["answers"],
+                                  "context_bytes": len((head + r["context"]).encode("utf-8"))}
+    # LongBench v2: sequential str.replace of stripped values (pred.py)
+    v2 = json.load(open(os.path.join(FIX, "longbench_v2/data.json"), encoding="utf-8"))
+    for opt, fn in (("", "longbench_v2_0shot.txt"), (":cot=1", "longbench_v2_0shot_cot.txt")):
+        t = open(os.path.join(ROOT, "tasks/assets", fn), encoding="utf-8").read()
+        r = v2[0]
+
+        def fill(t):
+            return (t.replace("$DOC$", r["context"].strip()).replace("$Q$", r["question"].strip())
+                    .replace("$C_A$", r["choice_A"].strip()).replace("$C_B$", r["choice_B"].strip())
+                    .replace("$C_C$", r["choice_C"].strip()).replace("$C_D$", r["choice_D"].strip()))
+        e = {"count": len(v2), "prompt": fill(t), "references": [r["answer"]]}
+        if opt:
+            e["step2"] = fill(open(os.path.join(ROOT, "tasks/assets/longbench_v2_0shot_cot_ans.txt"), encoding="utf-8").read())
+        g["longbench_v2" + opt] = e
+    # SCBench: chat-template multi-turn mode with golden history
+    for name in SC_FIRST:
+        eg = json.loads(open(os.path.join(FIX, "scbench/scbench_%s.jsonl" % name), encoding="utf-8").readline())
+        turns = eg["multi_turns"]
+        ctx = eg["context"] if "context" in eg else eg["input"]
+
+        def fields(t, i):
+            f = {"input": t["input"], "question": t["input"]}
+            if "options" in t:
+                f.update(OPTION_A=t["options"][0], OPTION_B=t["options"][1], OPTION_C=t["options"][2], OPTION_D=t["options"][3])
+            return f
+        prefixes = []
+        if name == "mf":
+            for t in turns:
+                target = re.findall(r"The .+ is", t["input"])[0].lower()[:-3]
+                prefixes.append("What is %s?" % target)
+        f0 = fields(turns[0], 0)
+        if name == "mf":
+            f0["prefix"] = prefixes[0]
+        first = SC_FIRST[name].format(context=ctx, **f0)
+        follow = []
+        for i in range(1, len(turns)):
+            fi = fields(turns[i], i)
+            if name == "mf":
+                fi["prefix"] = prefixes[-1]  # the reference's leaked loop variable
+            follow.append(SC_FOLLOW[name].format(**fi))
+        head = SC_FIRST[name][:SC_FIRST[name].index("{context}")].format(**({"prefix": prefixes[0]} if name == "mf" else {}))
+        g["scbench_" + name] = {"count": 1, "prompt": first, "followups": follow,
+                                "gold_history": [str(t["answer"]) for t in turns[:-1]],
+                                "context_bytes": len((head + str(ctx)).encode("utf-8"))}
+    # LongMemEval: run_generation.py full-history-session, json format
+    lme = json.load(open(os.path.join(FIX, "longmemeval/longmemeval_s_cleaned.json"), encoding="utf-8"))
+    for opt, tmpl, fmt in (("", LME_COT, "json"), (":cot=0", LME_DIRECT, "json"), (":format=nl", LME_COT, "nl")):
+        r = lme[0]
+        sess = sorted(zip(r["haystack_dates"], r["haystack_sessions"]), key=lambda x: x[0])
+        hist = ""
+        for i, (date, s) in enumerate(sess):
+            s = [{k: v for k, v in t.items() if k != "has_answer"} for t in s]
+            if fmt == "json":
+                body = "\n" + json.dumps(s)
+            else:
+                body = "".join("\n\n%s: %s" % (t["role"], t["content"].strip()) for t in s)
+            hist += "\n### Session {}:\nSession Date: {}\nSession Content:\n{}\n".format(i + 1, date, body)
+        p = tmpl.format(history=hist, question_date=r["question_date"], question=r["question"])
+        g["longmemeval_s" + opt] = {"count": len(lme), "prompt": p, "references": [r["answer"]],
+                                    "context_bytes": len((tmpl[:tmpl.index("{history}")] + hist).encode("utf-8"))}
+    return g
 
 
 if __name__ == "__main__":

@@ -1,0 +1,115 @@
+#include "tasks/suite.h"
+
+#include <algorithm>
+
+#include "datasets/records.h"
+#include "engine/util/error.h"
+#include "engine/util/io.h"
+#include "tasks/embedded_files.h"
+#include "tasks/task.h"
+
+namespace kvb::tasks {
+
+namespace {
+
+const embedded::File* find_embedded(const std::string& name) {
+  for (const auto* f = embedded::files; f->name; ++f)
+    if (name == f->name) return f;
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_suites() {
+  std::vector<std::string> out;
+  for (const auto* f = embedded::files; f->name; ++f) {
+    std::string n = f->name;
+    if (n.rfind("suites/", 0) == 0 && n.size() > 12) out.push_back(n.substr(7, n.size() - 12));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string builtin_suite_text(const std::string& name) {
+  const auto* f = find_embedded("suites/" + name + ".yaml");
+  if (!f) {
+    std::string names;
+    for (const auto& n : builtin_suites()) names += (names.empty() ? "" : ", ") + n;
+    fail("unknown suite '{}' (built-in: {}; or give a YAML file path)", name, names);
+  }
+  return std::string(f->data, f->size);
+}
+
+std::string embedded_asset(const std::string& name) {
+  const auto* f = find_embedded("assets/" + name);
+  if (!f) fail("embedded asset '{}' is missing from this build", name);
+  return std::string(f->data, f->size);
+}
+
+Suite parse_suite(const std::string& text, const std::string& origin) {
+  nlohmann::json y = datasets::parse_yaml(text, origin);
+  if (!y.is_object()) fail("{}: a suite is a YAML mapping with a 'tasks' list", origin);
+  Suite s;
+  s.origin = origin;
+  s.name = y.value("name", std::string());
+  s.description = y.value("description", std::string());
+  nlohmann::json base = y.value("sampling", nlohmann::json::object());
+  if (!base.is_object()) fail("{}: sampling: expected a mapping", origin);
+  if (y.contains("budgets")) {
+    if (!y["budgets"].is_array()) fail("{}: budgets: expected a list of integers", origin);
+    for (const auto& b : y["budgets"]) {
+      if (!b.is_number_integer() || b.get<long long>() <= 0) fail("{}: budgets: expected positive integers", origin);
+      s.budgets.push_back(b.get<long long>());
+    }
+  }
+  if (!y.contains("tasks") || !y["tasks"].is_array() || y["tasks"].empty())
+    fail("{}: tasks: expected a non-empty list", origin);
+  for (size_t i = 0; i < y["tasks"].size(); ++i) {
+    const auto& t = y["tasks"][i];
+    std::string where = fmt::format("{}: tasks[{}]", origin, i);
+    SuiteTask st;
+    if (t.is_string()) {
+      st.spec = t.get<std::string>();
+    } else if (t.is_object() && t.contains("task") && t["task"].is_string()) {
+      st.spec = t["task"].get<std::string>();
+      for (const auto& [k, v] : t.items()) {
+        if (k == "task") continue;
+        if (k == "samples") {
+          if (!v.is_number_integer() || v.get<long long>() < 1) fail("{}: samples: expected an integer ≥ 1", where);
+          st.samples = v.get<int>();
+        } else if (k == "limit") {
+          if (!v.is_number_integer() || v.get<long long>() < 0) fail("{}: limit: expected an integer ≥ 0", where);
+          st.limit = v.get<size_t>();
+        } else if (k == "max_new_tokens") {
+          if (!v.is_number_integer() || v.get<long long>() < 1) fail("{}: max_new_tokens: expected an integer ≥ 1", where);
+          st.max_new_tokens = v.get<int>();
+        } else if (k == "sampling") {
+          if (!v.is_object()) fail("{}: sampling: expected a mapping", where);
+        } else {
+          fail("{}: unknown key '{}' (task, samples, limit, max_new_tokens, sampling)", where, k);
+        }
+      }
+    } else {
+      fail("{}: expected a task name or a mapping with 'task'", where);
+    }
+    st.sampling = base;
+    if (t.is_object() && t.contains("sampling")) st.sampling.update(t["sampling"]);
+    try {
+      make_task(st.spec);
+    } catch (const Error& e) {
+      fail("{}: {}", where, e.what());
+    }
+    s.tasks.push_back(std::move(st));
+  }
+  return s;
+}
+
+Suite load_suite(const std::string& name_or_path) {
+  const std::string& n = name_or_path;
+  bool is_path = n.find('/') != std::string::npos || (n.size() > 5 && n.substr(n.size() - 5) == ".yaml") ||
+                 (n.size() > 4 && n.substr(n.size() - 4) == ".yml");
+  if (is_path) return parse_suite(read_file(n), n);
+  return parse_suite(builtin_suite_text(n), "builtin:" + n);
+}
+
+}  // namespace kvb::tasks
