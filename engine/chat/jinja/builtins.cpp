@@ -330,17 +330,19 @@ bool starts_or_ends(Interp& in, const std::string& s, const Value& pat, bool sta
 Value make_method(const std::string& name, std::function<Value(Interp&, Args&)> f) { return Value::callable(name, std::move(f)); }
 
 Value str_method(const Value& obj, const std::string& name) {
-  const std::string s = obj.str_ref();
+  const Value sv = obj;  // shares the text
   if (name == "startswith" || name == "endswith") {
     bool start = name == "startswith";
-    return make_method(name, [s, start](Interp& in, Args& a) {
+    return make_method(name, [sv, start](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
       if (a.pos.empty()) in.fail(std::string(start ? "startswith" : "endswith") + "() takes at least 1 argument (0 given)");
       return Value::boolean(starts_or_ends(in, s, a.pos[0], start));
     });
   }
   if (name == "split" || name == "rsplit") {
     bool right = name == "rsplit";
-    return make_method(name, [s, right](Interp& in, Args& a) {
+    return make_method(name, [sv, right](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
       const Value* sep = arg(a, 0, "sep");
       if (sep && !sep->is_none()) {
         need_str(in, *sep, "sep");
@@ -352,14 +354,16 @@ Value str_method(const Value& obj, const std::string& name) {
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     bool l = name != "rstrip", r = name != "lstrip";
-    return make_method(name, [s, l, r](Interp& in, Args& a) {
+    return make_method(name, [sv, l, r](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
       const Value* chars = arg(a, 0, "chars");
       if (chars && !chars->is_none()) need_str(in, *chars, "strip arg");
       return Value::string(py_strip(s, chars, l, r));
     });
   }
   if (name == "replace") {
-    return make_method(name, [s](Interp& in, Args& a) {
+    return make_method(name, [sv](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
       const Value* o = arg(a, 0, "old");
       const Value* n = arg(a, 1, "new");
       if (!o || !n) in.fail("replace() takes at least 2 arguments");
@@ -369,14 +373,19 @@ Value str_method(const Value& obj, const std::string& name) {
       return Value::string(std::move(r));
     });
   }
-  if (name == "upper") return make_method(name, [s](Interp&, Args&) { return Value::string(py_upper(s)); });
-  if (name == "lower") return make_method(name, [s](Interp&, Args&) { return Value::string(py_lower(s)); });
-  if (name == "title") return make_method(name, [s](Interp&, Args&) { return Value::string(py_title(s)); });
-  if (name == "capitalize") return make_method(name, [s](Interp&, Args&) { return Value::string(py_capitalize(s)); });
+  if (name == "upper") return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref(); return Value::string(py_upper(s)); });
+  if (name == "lower") return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref(); return Value::string(py_lower(s)); });
+  if (name == "title") return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref(); return Value::string(py_title(s)); });
+  if (name == "capitalize") return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref(); return Value::string(py_capitalize(s)); });
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
     bool right = name[0] == 'r';
     bool raise = name.find("index") != std::string::npos;
-    return make_method(name, [s, right, raise](Interp& in, Args& a) {
+    return make_method(name, [sv, right, raise](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
       if (a.pos.empty()) in.fail("find() takes at least 1 argument");
       const std::string& sub = need_str(in, a.pos[0], "find arg");
       size_t p = right ? s.rfind(sub) : s.find(sub);
@@ -388,7 +397,8 @@ Value str_method(const Value& obj, const std::string& name) {
     });
   }
   if (name == "count") {
-    return make_method(name, [s](Interp& in, Args& a) {
+    return make_method(name, [sv](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
       if (a.pos.empty()) in.fail("count() takes at least 1 argument");
       const std::string& sub = need_str(in, a.pos[0], "count arg");
       if (sub.empty()) return Value::integer(static_cast<int64_t>(utf8_length(s)) + 1);
@@ -397,9 +407,11 @@ Value str_method(const Value& obj, const std::string& name) {
       return Value::integer(n);
     });
   }
-  if (name == "format") return make_method(name, [s](Interp& in, Args& a) { return Value::string(py_str_format(in, s, a)); });
+  if (name == "format") return make_method(name, [sv](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref(); return Value::string(py_str_format(in, s, a)); });
   if (name == "join") {
-    return make_method(name, [s](Interp& in, Args& a) {
+    return make_method(name, [sv](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
       if (a.pos.empty()) in.fail("join() takes exactly one argument");
       std::string out;
       bool first = true;
@@ -415,7 +427,8 @@ Value str_method(const Value& obj, const std::string& name) {
   }
   if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" ||
       name == "isupper") {
-    return make_method(name, [s, name](Interp&, Args&) {
+    return make_method(name, [sv, name](Interp&, Args&) {
+      const std::string& s = sv.str_ref();
       auto cps = utf8_decode(s);
       if (cps.empty()) return Value::boolean(false);
       if (name == "islower" || name == "isupper") {
@@ -441,9 +454,11 @@ Value str_method(const Value& obj, const std::string& name) {
       return Value::boolean(true);
     });
   }
-  if (name == "splitlines") return make_method(name, [s](Interp&, Args&) { return str_list(py_splitlines(s)); });
+  if (name == "splitlines") return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref(); return str_list(py_splitlines(s)); });
   if (name == "zfill") {
-    return make_method(name, [s](Interp& in, Args& a) {
+    return make_method(name, [sv](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
       if (a.pos.empty()) in.fail("zfill() takes exactly one argument");
       int64_t w = need_int(in, a.pos[0], "width");
       int64_t n = static_cast<int64_t>(utf8_length(s));
@@ -455,7 +470,8 @@ Value str_method(const Value& obj, const std::string& name) {
   }
   if (name == "partition" || name == "rpartition") {
     bool right = name == "rpartition";
-    return make_method(name, [s, right](Interp& in, Args& a) {
+    return make_method(name, [sv, right](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
       if (a.pos.empty()) in.fail("partition() takes exactly one argument");
       const std::string& sep = need_str(in, a.pos[0], "sep");
       if (sep.empty()) in.fail("empty separator");

@@ -36,7 +36,7 @@ void Dict::set(const std::string& key, Value v) {
 
 Value Value::undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  if (!hint.empty()) v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 Value Value::none() {
@@ -65,7 +65,7 @@ Value Value::number(double d) {
 Value Value::string(std::string s) {
   Value v;
   v.kind_ = Kind::String;
-  v.s_ = std::move(s);
+  v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 Value Value::list(std::vector<Value> items, bool tuple) {
@@ -128,9 +128,14 @@ Value Value::ns(Dict d) {
 Value Value::callable(std::string name, NativeFn fn) {
   Value v;
   v.kind_ = Kind::Callable;
-  v.s_ = std::move(name);
+  v.s_ = std::make_shared<const std::string>(std::move(name));
   v.fn_ = std::make_shared<NativeFn>(std::move(fn));
   return v;
+}
+
+const std::string& Value::empty_string() {
+  static const std::string e;
+  return e;
 }
 
 double Value::as_double() const {
@@ -149,7 +154,7 @@ bool Value::truthy() const {
     case Kind::Bool: return b_;
     case Kind::Int: return i_ != 0;
     case Kind::Float: return d_ != 0.0;
-    case Kind::String: return !s_.empty();
+    case Kind::String: return !str_ref().empty();
     case Kind::List: return !list_->empty();
     case Kind::Dict: return !dict_->items.empty();
     case Kind::Namespace:
@@ -272,7 +277,7 @@ std::string py_str_repr(std::string_view s) {
 std::string Value::to_str() const {
   switch (kind_) {
     case Kind::Undefined: return "";
-    case Kind::String: return s_;
+    case Kind::String: return str_ref();
     case Kind::None: return "None";
     case Kind::Bool: return b_ ? "True" : "False";
     case Kind::Int: return std::to_string(i_);
@@ -293,7 +298,7 @@ std::string Value::to_str() const {
 
 std::string Value::repr() const {
   switch (kind_) {
-    case Kind::String: return py_str_repr(s_);
+    case Kind::String: return py_str_repr(str_ref());
     case Kind::List: {
       std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
@@ -314,7 +319,7 @@ std::string Value::repr() const {
       }
       return out + "}";
     }
-    case Kind::Callable: return "<function " + s_ + ">";
+    case Kind::Callable: return "<function " + str_ref() + ">";
     case Kind::Undefined: return "Undefined";
     default: return to_str();
   }

@@ -43,7 +43,7 @@ struct Dict {
   void set(const std::string& key, Value v);
 };
 
-/// The dynamic value. Cheap to copy for containers (shared), strings are copied.
+/// The dynamic value. Cheap to copy: strings and containers are shared (strings are immutable).
 class Value {
  public:
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Namespace, Callable };
@@ -82,11 +82,11 @@ class Value {
   int64_t as_int() const { return kind_ == Kind::Bool ? (b_ ? 1 : 0) : i_; }
   /// Numeric value as double (int, bool or float).
   double as_double() const;
-  const std::string& str_ref() const { return s_; }
+  const std::string& str_ref() const { return s_ ? *s_ : empty_string(); }
   const std::vector<Value>& list_ref() const { return *list_; }
   const Dict& dict_ref() const { return *dict_; }
   Dict& dict_mut() const { return *dict_; }
-  const std::string& callable_name() const { return s_; }
+  const std::string& callable_name() const { return str_ref(); }
   const NativeFn& fn() const { return *fn_; }
   /// Nesting depth: 0 for scalars, 1 + deepest element for containers (an upper bound for
   /// dicts/namespaces, which are mutable). Used to refuse runaway nesting.
@@ -94,7 +94,7 @@ class Value {
   /// True when `target`'s storage is reachable from this value (cycle check before storing).
   bool reaches(const Dict* target) const;
   /// For Undefined: the name or description used in "... is undefined" errors.
-  const std::string& undefined_hint() const { return s_; }
+  const std::string& undefined_hint() const { return str_ref(); }
 
   /// Python truthiness (Undefined is falsy).
   bool truthy() const;
@@ -116,7 +116,8 @@ class Value {
   uint32_t depth_ = 0;
   int64_t i_ = 0;
   double d_ = 0;
-  std::string s_;
+  static const std::string& empty_string();
+  std::shared_ptr<const std::string> s_;  // shared: copying a Value never copies text
   std::shared_ptr<std::vector<Value>> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<NativeFn> fn_;
