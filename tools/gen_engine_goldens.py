@@ -9,6 +9,9 @@ Writes tests/fixtures/models/<name>/{config.json, generation_config.json, model.
 and tests/fixtures/models/<name>/goldens.json holding, computed by transformers (f32, eager):
   - "prompts": fixed token-id prompts; "last_logits": last-position logits of each prompt;
   - "greedy": 64 greedy tokens after each prompt (model.generate, do_sample=False);
+  - "last_logits_bf16w": last-position logits with every weight matrix rounded to bf16 (norms,
+    biases and compute in f32),
+    the reference for weights held as bf16 in memory;
   - "ragged": a prompt, per-(layer, kv_head) token indices evicted after the prompt, 6
     teacher-forced tokens and the logits after each of them, from an independent torch forward
     (validated against transformers to 1e-5 first) that masks exactly those tokens out of the
@@ -145,6 +148,11 @@ def main():
             out = model.generate(ids, max_new_tokens=64, do_sample=False, eos_token_id=None,
                                  pad_token_id=0, attention_mask=torch.ones_like(ids))
             gold["greedy"].append([int(t) for t in out[0, len(p):]])
+        bf = Model.from_pretrained(d, attn_implementation="eager").eval().float()
+        for _, w in bf.named_parameters():
+            if w.dim() == 2:  # matrices (and embeddings) held as bf16; norms/biases stay f32
+                w.copy_(w.to(torch.bfloat16).float())
+        gold["last_logits_bf16w"] = [[float(v) for v in bf(torch.tensor([p])).logits[0, -1]] for p in PROMPTS]
         # Ragged heads: evict different tokens per (layer, kv_head) after a 20-token prompt.
         rs = np.random.RandomState(7 + i)
         prompt = [1] + [int(x) for x in rs.randint(3, 256, size=19)]

@@ -76,26 +76,56 @@ const float* Model::f32(const std::string& name, const std::vector<int64_t>& sha
   return converted_.back()->data();
 }
 
+Mat Model::mat(const std::string& name, const std::vector<int64_t>& shape) {
+  Mat m;
+  if (fmt_ == WeightFormat::kF32) {
+    m.f32 = f32(name, shape);
+    return m;
+  }
+  const TensorView& t = weights_.require(name, shape);
+  weight_bytes_ += t.numel() * sizeof(uint16_t);
+  if (t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0) {
+    m.bf16 = static_cast<const uint16_t*>(t.data);
+    return m;
+  }
+  std::vector<float> f = WeightStore::to_f32(t);
+  auto out = std::make_unique<std::vector<uint16_t>>(f.size());
+  for (size_t i = 0; i < f.size(); ++i) (*out)[i] = f32_to_bf16_bits(f[i]);
+  m.bf16 = out->data();
+  converted16_.push_back(std::move(out));
+  return m;
+}
+
+void Model::embed_row(int32_t token, float* out) const {
+  const int64_t H = cfg_.hidden_size;
+  if (embed_.f32) {
+    std::memcpy(out, embed_.f32 + static_cast<int64_t>(token) * H, H * sizeof(float));
+  } else {
+    const uint16_t* r = embed_.bf16 + static_cast<int64_t>(token) * H;
+    for (int64_t i = 0; i < H; ++i) out[i] = bf16_bits_to_f32(r[i]);
+  }
+}
+
 void Model::bind(const std::string& origin) {
   const ModelConfig& c = cfg_;
   const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads,
                 I = c.intermediate_size, V = c.vocab_size;
-  embed_ = f32("model.embed_tokens.weight", {V, H});
+  embed_ = mat("model.embed_tokens.weight", {V, H});
   norm_ = f32("model.norm.weight", {H});
   if (c.tie_word_embeddings) {
     lm_head_ = embed_;
   } else {
-    lm_head_ = f32("lm_head.weight", {V, H});
+    lm_head_ = mat("lm_head.weight", {V, H});
   }
   layers_.resize(c.num_layers);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights& w = layers_[l];
     w.attn_norm = f32(p + "input_layernorm.weight", {H});
-    w.wq = f32(p + "self_attn.q_proj.weight", {Hq * D, H});
-    w.wk = f32(p + "self_attn.k_proj.weight", {Hkv * D, H});
-    w.wv = f32(p + "self_attn.v_proj.weight", {Hkv * D, H});
-    w.wo = f32(p + "self_attn.o_proj.weight", {H, Hq * D});
+    w.wq = mat(p + "self_attn.q_proj.weight", {Hq * D, H});
+    w.wk = mat(p + "self_attn.k_proj.weight", {Hkv * D, H});
+    w.wv = mat(p + "self_attn.v_proj.weight", {Hkv * D, H});
+    w.wo = mat(p + "self_attn.o_proj.weight", {H, Hq * D});
     if (c.attention_bias) {
       w.bq = f32(p + "self_attn.q_proj.bias", {Hq * D});
       w.bk = f32(p + "self_attn.k_proj.bias", {Hkv * D});
@@ -106,16 +136,18 @@ void Model::bind(const std::string& origin) {
       w.k_norm = f32(p + "self_attn.k_norm.weight", {D});
     }
     w.mlp_norm = f32(p + "post_attention_layernorm.weight", {H});
-    w.w_gate = f32(p + "mlp.gate_proj.weight", {I, H});
-    w.w_up = f32(p + "mlp.up_proj.weight", {I, H});
-    w.w_down = f32(p + "mlp.down_proj.weight", {H, I});
+    w.w_gate = mat(p + "mlp.gate_proj.weight", {I, H});
+    w.w_up = mat(p + "mlp.up_proj.weight", {I, H});
+    w.w_down = mat(p + "mlp.down_proj.weight", {H, I});
   }
   inv_freq_ = rope_inv_freq(c, &rope_mscale_);
   (void)origin;
 }
 
-std::shared_ptr<Model> Model::from_weights(ModelConfig cfg, WeightStore weights, std::string id) {
+std::shared_ptr<Model> Model::from_weights(ModelConfig cfg, WeightStore weights, std::string id,
+                                           WeightFormat fmt) {
   auto m = std::shared_ptr<Model>(new Model());
+  m->fmt_ = fmt;
   m->cfg_ = std::move(cfg);
   m->weights_ = std::move(weights);
   m->id_ = std::move(id);
@@ -123,13 +155,13 @@ std::shared_ptr<Model> Model::from_weights(ModelConfig cfg, WeightStore weights,
   return m;
 }
 
-std::shared_ptr<Model> Model::load_dir(const std::string& dir) {
+std::shared_ptr<Model> Model::load_dir(const std::string& dir, WeightFormat fmt) {
   ModelConfig cfg = ModelConfig::from_dir(dir);
   WeightStore ws = WeightStore::from_safetensors_dir(dir);
-  return from_weights(std::move(cfg), std::move(ws), dir);
+  return from_weights(std::move(cfg), std::move(ws), dir, fmt);
 }
 
-std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
+std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, WeightFormat fmt) {
   c.validate("random model");
   WeightStore ws;
   ws.origin = "random weights";
@@ -171,7 +203,7 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed) {
     rnd(p + "mlp.up_proj.weight", {I, H});
     rnd(p + "mlp.down_proj.weight", {H, I});
   }
-  return from_weights(c, std::move(ws), "random");
+  return from_weights(c, std::move(ws), "random", fmt);
 }
 
 ModelConfig model_shape(const std::string& name) {

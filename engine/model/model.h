@@ -20,22 +20,33 @@
 
 namespace kvb {
 
-/// Pointers to one layer's weights (f32, row-major [out, in] as in torch Linear).
+/// How weight matrices are held in memory: f32, or bf16 (half the memory; the CPU backend
+/// converts on the fly and still accumulates in f32).
+enum class WeightFormat { kF32, kBF16 };
+
+/// A row-major weight matrix [rows, cols] held as f32 or as bf16 (exactly one is non-null).
+struct Mat {
+  const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;
+  explicit operator bool() const { return f32 || bf16; }
+};
+
+/// Pointers to one layer's weights (row-major [out, in] as in torch Linear; vectors are f32).
 struct LayerWeights {
   const float* attn_norm = nullptr;  ///< [H]
-  const float* wq = nullptr;         ///< [Hq·D, H]
-  const float* wk = nullptr;         ///< [Hkv·D, H]
-  const float* wv = nullptr;         ///< [Hkv·D, H]
-  const float* wo = nullptr;         ///< [H, Hq·D]
+  Mat wq;                            ///< [Hq·D, H]
+  Mat wk;                            ///< [Hkv·D, H]
+  Mat wv;                            ///< [Hkv·D, H]
+  Mat wo;                            ///< [H, Hq·D]
   const float* bq = nullptr;         ///< [Hq·D] or null
   const float* bk = nullptr;         ///< [Hkv·D] or null
   const float* bv = nullptr;         ///< [Hkv·D] or null
   const float* q_norm = nullptr;     ///< [D] (qwen3) or null
   const float* k_norm = nullptr;     ///< [D] (qwen3) or null
   const float* mlp_norm = nullptr;   ///< [H]
-  const float* w_gate = nullptr;     ///< [I, H]
-  const float* w_up = nullptr;       ///< [I, H]
-  const float* w_down = nullptr;     ///< [H, I]
+  Mat w_gate;                        ///< [I, H]
+  Mat w_up;                          ///< [I, H]
+  Mat w_down;                        ///< [H, I]
 };
 
 /// A loaded model. Immutable after load; safe to share between threads.
@@ -44,22 +55,27 @@ class Model {
   /// Loads DIR/config.json (+ generation_config.json) and the safetensors weights. Every tensor
   /// the config implies must be present with the implied shape. Throws kvb::Error naming the
   /// file and the field or tensor.
-  static std::shared_ptr<Model> load_dir(const std::string& dir);
+  static std::shared_ptr<Model> load_dir(const std::string& dir, WeightFormat fmt = WeightFormat::kF32);
   /// Builds a model from a config and a weight store (safetensors or GGUF-dequantised).
-  static std::shared_ptr<Model> from_weights(ModelConfig cfg, WeightStore weights, std::string id);
+  static std::shared_ptr<Model> from_weights(ModelConfig cfg, WeightStore weights, std::string id,
+                                             WeightFormat fmt = WeightFormat::kF32);
   /// A model with the given shape and random weights (N(0, 0.02), norms 1), for benchmarks.
-  static std::shared_ptr<Model> random(const ModelConfig& cfg, uint64_t seed);
+  static std::shared_ptr<Model> random(const ModelConfig& cfg, uint64_t seed,
+                                       WeightFormat fmt = WeightFormat::kF32);
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
-  const float* embed() const { return embed_; }        ///< [V, H]
+  /// Copies the embedding row of `token` into out[H] (f32).
+  void embed_row(int32_t token, float* out) const;
+  const Mat& embed() const { return embed_; }          ///< [V, H]
   const float* final_norm() const { return norm_; }    ///< [H]
-  const float* lm_head() const { return lm_head_; }    ///< [V, H]
+  const Mat& lm_head() const { return lm_head_; }      ///< [V, H]
+  WeightFormat weight_format() const { return fmt_; }
   /// RoPE inverse frequencies after scaling, [D/2], and the attention scaling factor
   /// (yarn's mscale; 1 otherwise) applied to cos/sin.
   const std::vector<float>& inv_freq() const { return inv_freq_; }
   float rope_attention_scaling() const { return rope_mscale_; }
-  /// Bytes of weights held in memory (f32).
+  /// Bytes of weight matrices and vectors as held in memory (f32 or bf16).
   size_t weight_bytes() const { return weight_bytes_; }
   /// Where the model came from (directory, file or "random:<shape>").
   const std::string& id() const { return id_; }
@@ -67,14 +83,16 @@ class Model {
  private:
   void bind(const std::string& origin);
   const float* f32(const std::string& name, const std::vector<int64_t>& shape, bool optional = false);
+  Mat mat(const std::string& name, const std::vector<int64_t>& shape);
 
   ModelConfig cfg_;
   WeightStore weights_;
   std::vector<std::unique_ptr<std::vector<float>>> converted_;
   std::vector<LayerWeights> layers_;
-  const float* embed_ = nullptr;
+  std::vector<std::unique_ptr<std::vector<uint16_t>>> converted16_;
+  Mat embed_, lm_head_;
   const float* norm_ = nullptr;
-  const float* lm_head_ = nullptr;
+  WeightFormat fmt_ = WeightFormat::kF32;
   std::vector<float> inv_freq_;
   float rope_mscale_ = 1.0f;
   size_t weight_bytes_ = 0;

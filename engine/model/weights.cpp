@@ -54,13 +54,6 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
-float bf16_to_float(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 }  // namespace
 
 std::vector<float> WeightStore::to_f32(const TensorView& t) {
@@ -73,7 +66,7 @@ std::vector<float> WeightStore::to_f32(const TensorView& t) {
     for (int64_t i = 0; i < n; ++i) {
       uint16_t v;
       std::memcpy(&v, p + 2 * i, 2);  // safetensors data need not be 2-byte aligned
-      out[i] = t.dtype == DType::F16 ? half_to_float(v) : bf16_to_float(v);
+      out[i] = t.dtype == DType::F16 ? half_to_float(v) : bf16_bits_to_f32(v);
     }
   }
   return out;

@@ -21,6 +21,22 @@ size_t dtype_size(DType t);
 /// "F32", "F16" or "BF16".
 const char* dtype_name(DType t);
 
+/// bf16 bits -> f32 (exact).
+inline float bf16_bits_to_f32(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+/// f32 -> bf16 bits, round to nearest even (as torch's .to(torch.bfloat16)); NaN stays NaN.
+inline uint16_t f32_to_bf16_bits(float f) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
 /// A read-only view of one named tensor. `data` stays valid while the WeightStore lives.
 struct TensorView {
   std::string name;

@@ -133,3 +133,24 @@ TEST(Stories260K, RaggedFullCacheDecodeLengths) {
 
 }  // namespace
 }  // namespace kvb
+
+namespace kvb {
+namespace {
+
+TEST(Bf16Weights, LogitsMatchTransformersWithBf16RoundedWeights) {
+  for (const char* name : {"tiny-llama3", "tiny-qwen3"}) {
+    const std::string dir = test::fixture(std::string("models/") + name);
+    auto model = Model::load_dir(dir, WeightFormat::kBF16);
+    EXPECT_EQ(model->weight_format(), WeightFormat::kBF16);
+    auto gold = parse_json_file(dir + "/goldens.json");
+    Engine e(model, {}, nullptr);
+    for (size_t p = 0; p < gold["prompts"].size(); ++p) {
+      auto logits = e.score(gold["prompts"][p].get<std::vector<int32_t>>(), {});
+      auto ref = gold["last_logits_bf16w"][p].get<std::vector<float>>();
+      EXPECT_LE(rel_err(logits.data(), ref), 1e-4) << name << " prompt " << p;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvb

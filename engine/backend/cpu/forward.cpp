@@ -14,6 +14,10 @@
 
 namespace kvb {
 
+// Loops with less work than this (multiply-adds) run on one thread: waking an OpenMP team costs
+// more than it saves, and spinning teams hurt badly on a loaded machine.
+constexpr int64_t kParallelWork = 1 << 16;
+
 void matmul_nt(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in,
                int64_t out) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(out),
@@ -25,6 +29,40 @@ void matmul_nt(const float* x, const float* w, const float* bias, float* y, int6
       for (int64_t j = 0; j < out; ++j) r[j] += bias[j];
     }
   }
+}
+
+void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in,
+               int64_t out) {
+  if (w.f32) return matmul_nt(x, w.f32, bias, y, T, in, out);
+  if (T <= 4) {
+#pragma omp parallel for schedule(static) if (out * in * T > kParallelWork)
+    for (int64_t j = 0; j < out; ++j) {
+      const uint16_t* r = w.bf16 + j * in;
+      for (int64_t t = 0; t < T; ++t) {
+        const float* xt = x + t * in;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < in; ++i) s += xt[i] * bf16_bits_to_f32(r[i]);
+        y[t * out + j] = s + (bias ? bias[j] : 0.0f);
+      }
+    }
+    return;
+  }
+  constexpr int64_t kBlock = 256;
+  thread_local std::vector<float> buf;
+  buf.resize(static_cast<size_t>(kBlock) * in);
+  float* bp = buf.data();  // thread_local: other OpenMP threads must use this thread's buffer
+  for (int64_t j0 = 0; j0 < out; j0 += kBlock) {
+    const int64_t nb = std::min(kBlock, out - j0);
+#pragma omp parallel for schedule(static) if (nb * in > kParallelWork)
+    for (int64_t k = 0; k < nb * in; ++k) bp[k] = bf16_bits_to_f32(w.bf16[j0 * in + k]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(nb),
+                static_cast<int>(in), 1.0f, x, static_cast<int>(in), bp, static_cast<int>(in), 0.0f,
+                y + j0, static_cast<int>(out));
+  }
+  if (bias)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < out; ++j) y[t * out + j] += bias[j];
 }
 
 void rms_norm(const float* x, const float* weight, float* y, int64_t T, int64_t n, float eps) {
@@ -157,7 +195,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     for (int i = 0; i < items[b].n; ++i) {
       const int32_t tok = items[b].tokens[i];
       if (tok < 0 || tok >= V) fail("forward: token id {} out of range [0, {})", tok, V);
-      std::memcpy(&x_[(row0[b] + i) * H], m_.embed() + static_cast<int64_t>(tok) * H, H * sizeof(float));
+      m_.embed_row(tok, &x_[(row0[b] + i) * H]);
     }
   }
 
@@ -169,7 +207,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     matmul_nt(xn_.data(), w.wk, w.bk, k_.data(), T, H, static_cast<int64_t>(Hkv) * D);
     matmul_nt(xn_.data(), w.wv, w.bv, v_.data(), T, H, static_cast<int64_t>(Hkv) * D);
     // q/k norm (qwen3), then RoPE; per token.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * (Hq + Hkv) * D > kParallelWork)
     for (int64_t t = 0; t < T; ++t) {
       size_t b = std::upper_bound(row0.begin(), row0.end(), t) - row0.begin() - 1;
       const int64_t pos = items[b].start_pos + (t - row0[b]);
@@ -222,7 +260,10 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
         for (int h = 0; h < Hkv; ++h) colsum[b * Hkv + h].assign(cache_.length(items[b].seq, l, h), 0.0f);
     }
     const int64_t tasks = static_cast<int64_t>(items.size()) * Hkv;
-#pragma omp parallel
+    int64_t attn_work = 0;
+    for (size_t b = 0; b < items.size(); ++b)
+      attn_work += static_cast<int64_t>(items[b].n) * cache_.max_length(items[b].seq, l) * Hq * D;
+#pragma omp parallel if (attn_work > kParallelWork)
     {
       std::vector<float> scores;
 #pragma omp for schedule(dynamic)
@@ -315,7 +356,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     rms_norm(x_.data(), w.mlp_norm, xn_.data(), T, H, eps);
     matmul_nt(xn_.data(), w.w_gate, nullptr, gate_.data(), T, H, I);
     matmul_nt(xn_.data(), w.w_up, nullptr, up_.data(), T, H, I);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * I > kParallelWork)
     for (int64_t i = 0; i < T * I; ++i) {
       const float g = gate_[i];
       gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
