@@ -6,7 +6,10 @@ void register_all_commands(CLI::App& app) {
   // One line per command; keep alphabetical.
   register_bench(app);
   register_check_answer(app);
+  register_compare(app);
   register_generate(app);
+  register_merge(app);
+  register_report(app);
 }
 
 }  // namespace kvb::cli

@@ -1,0 +1,37 @@
+// `kvbench compare --db FILE --baseline RUN --candidate RUN [--alpha A] [--min-drop POINTS]`:
+// a paired test per cell on the work items both runs share (results/compare.h). Prints a table;
+// exits 1 when any cell regresses significantly, 0 otherwise (2 on bad input).
+#include <fmt/format.h>
+
+#include "harness/commands.h"
+#include "results/compare.h"
+
+namespace kvb::cli {
+
+void register_compare(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "compare", "Paired per-cell test of a candidate run against a baseline run; exit 1 on a significant regression");
+  struct Opts {
+    std::string db, baseline, candidate;
+    double alpha = 0.05, min_drop = 0.0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--db", o->db, "results database holding both runs")->required();
+  cmd->add_option("--baseline", o->baseline, "baseline run (id, name, run-key prefix, 'latest', 'previous')")->required();
+  cmd->add_option("--candidate", o->candidate, "candidate run")->required();
+  cmd->add_option("--alpha", o->alpha, "significance level of the exact sign test")->capture_default_str();
+  cmd->add_option("--min-drop", o->min_drop, "only flag drops of at least this many percentage points")->capture_default_str();
+  cmd->callback([o] {
+    results::Store store(o->db, results::Store::Mode::kReadOnly);
+    int64_t b = store.resolve_run(o->baseline), c = store.resolve_run(o->candidate);
+    results::CompareOptions opt;
+    opt.alpha = o->alpha;
+    opt.min_drop = o->min_drop;
+    auto res = results::compare_runs(store, b, c, opt);
+    fmt::print("baseline run {} vs candidate run {} ({})\n{}", b, c, o->db, results::format_compare_table(res, opt));
+    std::fflush(stdout);
+    if (res.any_regression) throw CLI::RuntimeError(1);
+  });
+}
+
+}  // namespace kvb::cli

@@ -1,0 +1,504 @@
+#include "results/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "engine/util/error.h"
+
+namespace kvb::results {
+
+namespace {
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+std::string md_esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '|') o += "\\|";
+    else o += c;
+  }
+  return o;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", b) : fmt::format("{:.3g} {}", b, units[u]);
+}
+
+std::string pct(double v) { return fmt::format("{:.1f}", 100 * v); }
+
+std::string budget_str(int64_t b) { return b == kNoBudget ? "full" : std::to_string(b); }
+
+const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                          "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
+
+struct Pt {
+  double x, y, lo, hi;
+  std::string tip;
+  bool pareto = false;
+};
+
+struct Series {
+  std::string name, color;
+  std::vector<Pt> pts;
+  bool reference = false;  // drawn as a square marker
+};
+
+struct Chart {
+  std::string title, xlabel;
+  bool log_x = false;
+  bool bytes_x = false;
+  std::vector<Series> series;
+  // Full cache reference line (y with CI band); NaN when absent.
+  double ref_y = NAN, ref_lo = NAN, ref_hi = NAN;
+};
+
+std::vector<double> nice_ticks(double lo, double hi, int target) {
+  if (hi <= lo) hi = lo + 1;
+  double span = hi - lo, raw = span / target;
+  double mag = std::pow(10, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (m * mag >= raw) {
+      step = m * mag;
+      break;
+    }
+  std::vector<double> t;
+  for (double v = std::ceil(lo / step) * step; v <= hi + 1e-9 * span; v += step) t.push_back(v);
+  return t;
+}
+
+std::string fmt_tick(double v, bool bytes) {
+  if (bytes) return human_bytes(v);
+  if (std::fabs(v) >= 1e4) return fmt::format("{:.3g}", v);
+  return fmt::format("{:g}", v);
+}
+
+std::string render_svg(const Chart& c) {
+  const double W = 460, H = 320, L = 56, R = 14, T = 30, B = 46;
+  double xmin = INFINITY, xmax = -INFINITY, ymax = 0.05;
+  for (const auto& s : c.series)
+    for (const auto& p : s.pts) {
+      xmin = std::min(xmin, p.x);
+      xmax = std::max(xmax, p.x);
+      ymax = std::max(ymax, std::isnan(p.hi) ? p.y : p.hi);
+    }
+  if (!std::isnan(c.ref_hi)) ymax = std::max(ymax, c.ref_hi);
+  ymax = std::min(1.0, ymax * 1.08);
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
+      "font-family=\"sans-serif\" font-size=\"11\">\n<text x=\"{2}\" y=\"16\" font-size=\"13\" "
+      "font-weight=\"bold\">{3}</text>\n",
+      W, H, L, esc(c.title));
+  if (!std::isfinite(xmin)) {
+    svg += fmt::format("<text x=\"{}\" y=\"{}\">no data</text></svg>\n", W / 2 - 20, H / 2);
+    return svg;
+  }
+  bool logx = c.log_x && xmin > 0 && xmax / xmin > 4;
+  auto tx = [&](double v) { return logx ? std::log2(v) : v; };
+  double a = tx(xmin), b = tx(xmax);
+  if (b - a < 1e-12) {
+    double pad = logx ? 1 : std::max(1e-9, std::fabs(a) * 0.1 + 1e-9);
+    a -= pad;
+    b += pad;
+  } else {
+    double pad = (b - a) * 0.06;
+    a -= pad;
+    b += pad;
+    if (!logx && a < 0 && xmin >= 0) a = 0;
+  }
+  auto X = [&](double v) { return L + (tx(v) - a) / (b - a) * (W - L - R); };
+  auto Y = [&](double v) { return T + (1 - v / ymax) * (H - T - B); };
+  // Axes and grid.
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>\n",
+                     L, T, W - L - R, H - T - B);
+  for (double yt : nice_ticks(0, ymax, 5)) {
+    svg += fmt::format("<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#eee\"/>"
+                       "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+                       L, W - R, Y(yt), L - 4, Y(yt) + 4, fmt::format("{:g}", 100 * yt));
+  }
+  std::vector<double> xt;
+  if (logx) {
+    for (double e = std::ceil(a); e <= b; e += std::max(1.0, std::ceil((b - a) / 6)))
+      xt.push_back(std::pow(2, e));
+  } else {
+    xt = nice_ticks(a, b, 5);
+  }
+  for (double v : xt) {
+    double px = X(v);
+    if (px < L - 0.5 || px > W - R + 0.5) continue;
+    svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#eee\"/>"
+                       "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+                       px, T, H - B, H - B + 14, esc(fmt_tick(v, c.bytes_x)));
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}{}</text>\n", (L + W - R) / 2,
+                     H - 8, esc(c.xlabel), logx ? " (log scale)" : "");
+  svg += fmt::format("<text transform=\"translate(14,{}) rotate(-90)\" text-anchor=\"middle\">"
+                     "pass@1 (%)</text>\n", (T + H - B) / 2);
+  // Full-cache reference.
+  if (!std::isnan(c.ref_y)) {
+    if (!std::isnan(c.ref_lo))
+      svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{}\" height=\"{:.1f}\" fill=\"#000\" "
+                         "fill-opacity=\"0.06\"/>\n",
+                         L, Y(std::min(ymax, c.ref_hi)), W - L - R,
+                         std::max(0.0, Y(std::max(0.0, c.ref_lo)) - Y(std::min(ymax, c.ref_hi))));
+    svg += fmt::format("<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\" "
+                       "stroke-dasharray=\"6 4\"><title>full cache: {3}%</title></line>"
+                       "<text x=\"{1}\" y=\"{4:.1f}\" text-anchor=\"end\" fill=\"#444\">full cache</text>\n",
+                       L, W - R - 2, Y(c.ref_y), pct(c.ref_y), Y(c.ref_y) - 4);
+  }
+  // Pareto frontier over all points of the chart.
+  std::vector<std::pair<double, double>> fpts;
+  for (const auto& s : c.series)
+    for (const auto& p : s.pts)
+      if (p.pareto) fpts.push_back({p.x, p.y});
+  std::sort(fpts.begin(), fpts.end());
+  if (fpts.size() > 1) {
+    std::string d;
+    for (const auto& [x, y] : fpts) d += fmt::format("{}{:.1f},{:.1f}", d.empty() ? "M" : " L", X(x), Y(y));
+    svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#555\" stroke-width=\"1\" "
+                       "stroke-dasharray=\"2 3\"><title>Pareto frontier</title></path>\n", d);
+  }
+  // Series.
+  for (const auto& s : c.series) {
+    auto pts = s.pts;
+    std::sort(pts.begin(), pts.end(), [](const Pt& p, const Pt& q) { return p.x < q.x; });
+    if (pts.size() > 1) {
+      std::string d;
+      for (const auto& p : pts) d += fmt::format("{}{:.1f},{:.1f}", d.empty() ? "M" : " L", X(p.x), Y(p.y));
+      svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"/>\n", d, s.color);
+    }
+    for (const auto& p : pts) {
+      if (!std::isnan(p.lo))
+        svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" "
+                           "stroke=\"{3}\" stroke-opacity=\"0.6\"/>\n",
+                           X(p.x), Y(std::max(0.0, p.lo)), Y(std::min(1.0, p.hi)), s.color);
+      if (p.pareto)
+        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"7\" fill=\"none\" stroke=\"#000\" "
+                           "stroke-width=\"1.5\"/>\n", X(p.x), Y(p.y));
+      if (s.reference)
+        svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"8\" height=\"8\" fill=\"{}\">"
+                           "<title>{}</title></rect>\n", X(p.x) - 4, Y(p.y) - 4, s.color, esc(p.tip));
+      else
+        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}</title>"
+                           "</circle>\n", X(p.x), Y(p.y), s.color, esc(p.tip));
+    }
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw Error(path + ": cannot open for writing", ErrorKind::kRuntime);
+  f << text;
+  f.flush();
+  if (!f) throw Error(path + ": write failed (disk full?)", ErrorKind::kRuntime);
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"') o += '"';
+    o += c;
+  }
+  return o + "\"";
+}
+
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : ""; }
+
+}  // namespace
+
+std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& pts,
+                                 bool x_lower_better) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < pts.size(); ++i) {
+    bool dominated = false;
+    for (size_t j = 0; j < pts.size() && !dominated; ++j) {
+      if (i == j) continue;
+      double xi = x_lower_better ? -pts[i].first : pts[i].first;
+      double xj = x_lower_better ? -pts[j].first : pts[j].first;
+      bool ge = xj >= xi && pts[j].second >= pts[i].second;
+      bool gt = xj > xi || pts[j].second > pts[i].second;
+      dominated = ge && gt;
+    }
+    if (!dominated) out.push_back(i);
+  }
+  std::sort(out.begin(), out.end(), [&](size_t p, size_t q) { return pts[p] < pts[q]; });
+  return out;
+}
+
+std::string cells_csv(const std::vector<Cell>& cells) {
+  std::string o =
+      "run_id,model,task,policy,policy_label,budget,n_samples,n_graded,n_ungraded,n_examples,"
+      "pass1,pass1_lo,pass1_hi,delta_vs_full,delta_lo,delta_hi,paired_examples,pass_at_k_max_k,"
+      "pass_at_k,maj_at_k,decode_tok_s,prefill_tok_s,ttft_s_mean,kv_bytes_peak_mean,"
+      "kv_bytes_peak_max,kv_bytes_final_mean,device_peak_bytes,evictions_mean,evicted_frac,"
+      "truncated_frac,is_reference\n";
+  for (const auto& c : cells) {
+    int kmax = c.pass_at_k.empty() ? 0 : c.pass_at_k.rbegin()->first;
+    o += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        c.key.run_id, csv_field(c.key.model_id), csv_field(c.key.task), csv_field(c.policy),
+        csv_field(c.key.policy_label), c.key.budget, c.n_samples, c.n_graded, c.n_ungraded,
+        c.n_examples, c.pass1 ? num(c.pass1->mean) : "", c.pass1 ? num(c.pass1->lo) : "",
+        c.pass1 ? num(c.pass1->hi) : "",
+        c.delta_vs_reference ? num(c.delta_vs_reference->mean) : "",
+        c.delta_vs_reference ? num(c.delta_vs_reference->lo) : "",
+        c.delta_vs_reference ? num(c.delta_vs_reference->hi) : "", c.paired_examples, kmax,
+        kmax ? num(c.pass_at_k.at(kmax)) : "", kmax ? num(c.maj_at_k.at(kmax)) : "",
+        num(c.decode_tok_s), num(c.prefill_tok_s), num(c.ttft_s_mean), num(c.kv_bytes_peak_mean),
+        c.kv_bytes_peak_max, num(c.kv_bytes_final_mean), c.device_peak_bytes,
+        num(c.evictions_mean), num(c.evicted_frac), num(c.truncated_frac), c.is_reference ? 1 : 0);
+  }
+  return o;
+}
+
+ReportFiles write_report(Store& store, const ReportOptions& opt) {
+  if (opt.out_dir.empty()) fail("report: --out DIR is required");
+  std::error_code ec;
+  std::filesystem::create_directories(opt.out_dir, ec);
+  if (ec) throw Error(opt.out_dir + ": cannot create directory: " + ec.message(), ErrorKind::kRuntime);
+  auto rows = store.samples(opt.run_ids);
+  if (rows.empty()) fail("{}: no generations stored for the selected runs", store.path());
+  auto cells = compute_cells(rows, opt.cells);
+  auto all_runs = store.runs();
+  std::set<int64_t> used_runs;
+  for (const auto& c : cells) used_runs.insert(c.key.run_id);
+  bool multi_run = used_runs.size() > 1;
+  std::map<int64_t, std::string> run_name;
+  for (const auto& r : all_runs) run_name[r.run_id] = r.name.empty() ? "run " + std::to_string(r.run_id) : r.name;
+
+  // Group cells by (model, task).
+  std::map<std::pair<std::string, std::string>, std::vector<const Cell*>> groups;
+  for (const auto& c : cells) groups[{c.key.model_id, c.key.task}].push_back(&c);
+
+  std::string html = fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{0}</title>\n"
+      "<style>body{{font-family:sans-serif;margin:24px;color:#222}}table{{border-collapse:collapse;"
+      "font-size:12px;margin:8px 0 20px}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}"
+      "td.l,th.l{{text-align:left}}.charts{{display:flex;flex-wrap:wrap;gap:12px}}.legend span{{"
+      "margin-right:14px}}.sw{{display:inline-block;width:12px;height:12px;margin-right:4px;"
+      "vertical-align:middle}}.neg{{color:#b00}}.pos{{color:#070}}code{{font-size:11px}}</style>"
+      "</head><body>\n<h1>{0}</h1>\n",
+      esc(opt.title));
+  std::string md = "# " + opt.title + "\n\n";
+
+  // Provenance.
+  html += "<h2>Runs</h2>\n<table><tr><th>id</th><th class=l>name</th><th class=l>kvbench</th>"
+          "<th class=l>git</th><th class=l>host</th><th class=l>backend / device</th>"
+          "<th class=l>started</th><th class=l>finished</th><th class=l>models (revision, weights sha256)</th>"
+          "<th class=l>datasets (sha256)</th></tr>\n";
+  md += "## Runs\n\n| id | name | kvbench | git | host | backend / device | started | finished |\n"
+        "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : all_runs) {
+    if (!used_runs.count(r.run_id)) continue;
+    std::string models, datasets;
+    for (const auto& m : store.query(fmt::format(
+             "SELECT model_id, revision, weights_sha256 FROM run_models WHERE run_id={} ORDER BY 1", r.run_id)))
+      models += esc(m[0]) + " (" + esc(m[1]) + ", <code>" + esc(m[2].substr(0, 12)) + "</code>)<br>";
+    for (const auto& d : store.query(fmt::format(
+             "SELECT task, sha256 FROM run_datasets WHERE run_id={} ORDER BY 1", r.run_id)))
+      datasets += esc(d[0]) + " <code>" + esc(d[1].substr(0, 12)) + "</code><br>";
+    html += fmt::format("<tr><td>{}</td><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td>"
+                        "<td class=l>{}</td><td class=l>{} / {}</td><td class=l>{}</td>"
+                        "<td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>\n",
+                        r.run_id, esc(r.name), esc(r.kvbench_version), esc(r.git_sha), esc(r.host),
+                        esc(r.backend), esc(r.device), esc(r.started_at),
+                        r.finished_at.empty() ? "(unfinished)" : esc(r.finished_at), models, datasets);
+    md += fmt::format("| {} | {} | {} | {} | {} | {} / {} | {} | {} |\n", r.run_id, md_esc(r.name),
+                      md_esc(r.kvbench_version), md_esc(r.git_sha), md_esc(r.host), md_esc(r.backend),
+                      md_esc(r.device), r.started_at, r.finished_at.empty() ? "(unfinished)" : r.finished_at);
+  }
+  html += "</table>\n";
+  md += "\n";
+
+  for (const auto& [gk, gcells] : groups) {
+    const auto& [model, task] = gk;
+    // Series per (policy label [, run]).
+    std::map<std::string, std::vector<const Cell*>> by_series;
+    std::vector<std::string> order;
+    for (const auto* c : gcells) {
+      std::string name = c->key.policy_label + (multi_run ? " [" + run_name[c->key.run_id] + "]" : "");
+      if (!by_series.count(name)) order.push_back(name);
+      by_series[name].push_back(c);
+    }
+    std::map<std::string, std::string> color;
+    for (size_t i = 0; i < order.size(); ++i) color[order[i]] = kPalette[i % 10];
+
+    const Cell* ref = nullptr;
+    for (const auto* c : gcells)
+      if (c->is_reference && !ref) ref = c;
+
+    // Pareto flags per chart, over cells with accuracy.
+    std::vector<const Cell*> acc_cells;
+    for (const auto* c : gcells)
+      if (c->pass1) acc_cells.push_back(c);
+    auto front = [&](auto xfn, bool lower, bool skip_unbudgeted) {
+      std::vector<std::pair<double, double>> pts;
+      std::vector<const Cell*> idx;
+      for (const auto* c : acc_cells) {
+        if (skip_unbudgeted && c->key.budget == kNoBudget) continue;
+        pts.push_back({xfn(c), c->pass1->mean});
+        idx.push_back(c);
+      }
+      std::set<const Cell*> on;
+      for (size_t i : pareto_front(pts, lower)) on.insert(idx[i]);
+      return on;
+    };
+    auto f_budget = front([](const Cell* c) { return double(c->key.budget); }, true, true);
+    auto f_bytes = front([](const Cell* c) { return c->kv_bytes_peak_mean; }, true, false);
+    auto f_speed = front([](const Cell* c) { return c->decode_tok_s; }, false, false);
+
+    auto tip = [&](const Cell* c) {
+      std::string t = fmt::format("{} budget {}: pass@1 {}%", c->key.policy_label, budget_str(c->key.budget),
+                                  c->pass1 ? pct(c->pass1->mean) : "n/a");
+      if (c->pass1) t += fmt::format(" [{}, {}]", pct(c->pass1->lo), pct(c->pass1->hi));
+      if (c->delta_vs_reference)
+        t += fmt::format("; vs full {:+.1f} [{:+.1f}, {:+.1f}] pts", 100 * c->delta_vs_reference->mean,
+                         100 * c->delta_vs_reference->lo, 100 * c->delta_vs_reference->hi);
+      t += fmt::format("; KV peak {}; {:.1f} tok/s; n={}", human_bytes(c->kv_bytes_peak_mean),
+                       c->decode_tok_s, c->n_samples);
+      return t;
+    };
+    auto chart = [&](const std::string& title, const std::string& xlabel, bool logx, bool bytes,
+                     auto xfn, const std::set<const Cell*>& front_set, bool budget_chart) {
+      Chart ch;
+      ch.title = title;
+      ch.xlabel = xlabel;
+      ch.log_x = logx;
+      ch.bytes_x = bytes;
+      if (ref && ref->pass1) {
+        ch.ref_y = ref->pass1->mean;
+        if (ref->pass1->n > 1) {
+          ch.ref_lo = ref->pass1->lo;
+          ch.ref_hi = ref->pass1->hi;
+        }
+      }
+      for (const auto& name : order) {
+        Series s;
+        s.name = name;
+        s.color = color[name];
+        for (const auto* c : by_series[name]) {
+          if (!c->pass1) continue;
+          if (budget_chart && c->key.budget == kNoBudget) continue;  // the reference line
+          s.reference = c->key.budget == kNoBudget;
+          Pt p{xfn(c), c->pass1->mean, c->pass1->n > 1 ? c->pass1->lo : NAN,
+               c->pass1->n > 1 ? c->pass1->hi : NAN, tip(c), front_set.count(c) > 0};
+          s.pts.push_back(p);
+        }
+        if (!s.pts.empty()) ch.series.push_back(std::move(s));
+      }
+      return render_svg(ch);
+    };
+
+    html += fmt::format("<h2>{} &mdash; {}</h2>\n<div class=legend>", esc(model), esc(task));
+    for (const auto& name : order)
+      html += fmt::format("<span><i class=sw style=\"background:{}\"></i>{}</span>", color[name], esc(name));
+    html += "<span>&#9711; Pareto frontier</span><span>- - full cache (band: 95% CI)</span></div>\n"
+            "<div class=charts>\n";
+    html += chart("pass@1 vs budget", "budget (tokens kept)", true, false,
+                  [](const Cell* c) { return double(c->key.budget); }, f_budget, true);
+    html += chart("pass@1 vs realised KV bytes", "KV-cache bytes per sequence (mean peak)", true, true,
+                  [](const Cell* c) { return c->kv_bytes_peak_mean; }, f_bytes, false);
+    html += chart("pass@1 vs decode speed", "decode tokens/s per sequence", false, false,
+                  [](const Cell* c) { return c->decode_tok_s; }, f_speed, false);
+    html += "</div>\n";
+
+    // Table.
+    html += "<table><tr><th class=l>policy</th><th>budget</th><th>n</th><th>pass@1 %</th>"
+            "<th>95% CI</th><th>&Delta; vs full (pts)</th><th>paired 95% CI</th><th>pass@k %</th>"
+            "<th>maj@k %</th><th>tok/s</th><th>KV peak</th><th>KV final</th><th>evicted %</th>"
+            "<th>truncated %</th><th>Pareto</th></tr>\n";
+    md += fmt::format("## {} — {}\n\n| policy | budget | n | pass@1 % | 95% CI | Δ vs full (pts) | paired 95% CI "
+                      "| pass@k % | maj@k % | tok/s | KV peak | Pareto |\n"
+                      "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|\n",
+                      md_esc(model), md_esc(task));
+    for (const auto& name : order) {
+      auto cs = by_series[name];
+      std::sort(cs.begin(), cs.end(), [](auto* a, auto* b) { return a->key.budget < b->key.budget; });
+      for (const auto* c : cs) {
+        std::string ci = c->pass1 && c->pass1->n > 1 ? fmt::format("[{}, {}]", pct(c->pass1->lo), pct(c->pass1->hi)) : "";
+        std::string d, dci, dcls;
+        if (c->delta_vs_reference) {
+          d = fmt::format("{:+.1f}", 100 * c->delta_vs_reference->mean);
+          dci = fmt::format("[{:+.1f}, {:+.1f}]", 100 * c->delta_vs_reference->lo, 100 * c->delta_vs_reference->hi);
+          dcls = c->delta_vs_reference->hi < 0 ? "neg" : c->delta_vs_reference->lo > 0 ? "pos" : "";
+        } else if (c->is_reference) {
+          d = "ref";
+        }
+        std::string pk, mk;
+        if (!c->pass_at_k.empty()) {
+          auto [k, v] = *c->pass_at_k.rbegin();
+          pk = fmt::format("{} (k={})", pct(v), k);
+          mk = fmt::format("{} (k={})", pct(c->maj_at_k.at(k)), k);
+        }
+        std::string pf;
+        if (f_budget.count(c)) pf += "budget ";
+        if (f_bytes.count(c)) pf += "bytes ";
+        if (f_speed.count(c)) pf += "speed";
+        html += fmt::format(
+            "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td>"
+            "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{}</td>"
+            "<td>{:.0f}</td><td>{:.0f}</td><td class=l>{}</td></tr>\n",
+            esc(name), budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci,
+            dcls, d, dcls, dci, pk, mk, c->decode_tok_s, human_bytes(c->kv_bytes_peak_mean),
+            human_bytes(c->kv_bytes_final_mean), 100 * c->evicted_frac, 100 * c->truncated_frac, pf);
+        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {} |\n", md_esc(name),
+                          budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a",
+                          ci, d, dci, pk, mk, c->decode_tok_s, human_bytes(c->kv_bytes_peak_mean), pf);
+      }
+    }
+    html += "</table>\n";
+    md += "\n";
+  }
+  std::string methods = fmt::format(
+      "pass@1 is the mean over examples of each example's mean score over its samples; its 95% CI is "
+      "the Student-t interval over the per-example means. &Delta; vs full is the mean over examples of "
+      "(cell score &minus; full-cache score) on samples paired by example and sample index (same prompt "
+      "and seed); its 95% CI is a percentile paired bootstrap over examples with {} resamples "
+      "(splitmix64, seed {:#x}). pass@k is the unbiased estimator of Chen et al. 2021 for the largest "
+      "k = 2^j &le; samples; maj@k votes on normalised answers. A cell is on a Pareto frontier when no "
+      "other cell of the same model and task has at least its accuracy with at most its budget "
+      "(resp. KV bytes, or at least its tok/s) and is strictly better in one. KV bytes are per-sequence "
+      "peaks; tok/s is generated tokens over decode seconds per sequence.",
+      opt.cells.resamples, opt.cells.seed);
+  html += "<h2>Methods</h2><p style=\"max-width:900px\">" + methods + "</p>\n</body></html>\n";
+  std::string md_methods = methods;
+  for (auto [from, to] : {std::pair<std::string, std::string>{"&Delta;", "Δ"}, {"&minus;", "−"}, {"&le;", "≤"}}) {
+    for (size_t pos; (pos = md_methods.find(from)) != std::string::npos;) md_methods.replace(pos, from.size(), to);
+  }
+  md += "## Methods\n\n" + md_methods + "\n";
+
+  ReportFiles files{opt.out_dir + "/index.html", opt.out_dir + "/report.md", opt.out_dir + "/cells.csv"};
+  write_text(files.html, html);
+  write_text(files.markdown, md);
+  write_text(files.csv, cells_csv(cells));
+  return files;
+}
+
+}  // namespace kvb::results

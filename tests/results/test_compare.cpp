@@ -1,0 +1,130 @@
+// compare_runs and `kvbench compare` exit codes on synthetic stores with known differences.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <functional>
+
+#include "engine/util/error.h"
+#include "results/compare.h"
+#include "synth.h"
+
+using namespace kvb::results;
+using namespace kvb::results::testing;
+
+// One run over `items` where item i (in grid order) gets score(i).
+static int64_t scored_run(Store& s, const std::vector<WorkItem>& items, const std::string& name,
+                          const std::function<double(const WorkItem&)>& score) {
+  auto info = run_info(name);
+  int64_t run = s.begin_run(info);
+  s.add_work_items(items);
+  std::vector<GenerationRecord> gens;
+  std::vector<GradeRecord> grades;
+  for (const auto& it : items) {
+    gens.push_back(fake_generation(it));
+    GradeRecord g = fake_grade(it);
+    g.score = score(it);
+    grades.push_back(g);
+  }
+  s.write_batch(run, gens, grades);
+  s.end_run(run);
+  return run;
+}
+
+static int example_no(const WorkItem& it) { return std::stoi(it.example_id.substr(2)); }
+
+struct CompareFixture : ::testing::Test {
+  std::string path = temp_db("compare");
+  std::vector<WorkItem> items = expand_grid(small_grid(12, 1));  // 5 cells x 12 examples
+  Store store{path};
+  int64_t base = scored_run(store, items, "base", [](const WorkItem&) { return 1.0; });
+};
+
+TEST_F(CompareFixture, IdenticalRunsDoNotRegress) {
+  int64_t cand = scored_run(store, items, "same", [](const WorkItem&) { return 1.0; });
+  auto r = compare_runs(store, base, cand);
+  EXPECT_FALSE(r.any_regression);
+  ASSERT_EQ(r.rows.size(), 5u);
+  for (const auto& row : r.rows) {
+    EXPECT_EQ(row.shared_samples, 12);
+    EXPECT_EQ(row.p_value, 1.0);
+    EXPECT_EQ(row.delta.mean, 0.0);
+  }
+}
+
+TEST_F(CompareFixture, LargeDropInOneCellRegresses) {
+  // snapkv@64 loses 8 of 12 examples: sign test p = 2 * 0.5^8 = 0.0078 < 0.05.
+  int64_t cand = scored_run(store, items, "drop", [](const WorkItem& it) {
+    return it.policy == "snapkv" && it.budget == 64 && example_no(it) < 8 ? 0.0 : 1.0;
+  });
+  auto r = compare_runs(store, base, cand);
+  EXPECT_TRUE(r.any_regression);
+  int flagged = 0;
+  for (const auto& row : r.rows) {
+    if (row.regression) {
+      ++flagged;
+      EXPECT_EQ(row.policy_label, "snapkv{\"window\":8}");
+      EXPECT_EQ(row.budget, 64);
+      EXPECT_EQ(row.worse, 8);
+      EXPECT_NEAR(row.p_value, 2.0 / 256, 1e-12);
+      EXPECT_NEAR(row.delta.mean, -8.0 / 12, 1e-12);
+      EXPECT_LT(row.delta.hi, 0);
+    }
+  }
+  EXPECT_EQ(flagged, 1);
+  // --min-drop above the drop (66.7 points) silences it.
+  CompareOptions o;
+  o.min_drop = 70;
+  EXPECT_FALSE(compare_runs(store, base, cand, o).any_regression);
+  // A stricter alpha than the p-value silences it.
+  o = {};
+  o.alpha = 0.005;
+  EXPECT_FALSE(compare_runs(store, base, cand, o).any_regression);
+}
+
+TEST_F(CompareFixture, SmallDropIsNotSignificantAndGainsNeverFail) {
+  int64_t small = scored_run(store, items, "small", [](const WorkItem& it) {
+    return example_no(it) < 2 ? 0.0 : 1.0;  // 2 of 12 worse everywhere: p = 0.5
+  });
+  EXPECT_FALSE(compare_runs(store, base, small).any_regression);
+  // Reverse direction: a big improvement is not a regression.
+  int64_t worse_base = scored_run(store, items, "zero", [](const WorkItem&) { return 0.0; });
+  EXPECT_FALSE(compare_runs(store, worse_base, base).any_regression);
+  EXPECT_TRUE(compare_runs(store, base, worse_base).any_regression);
+}
+
+TEST_F(CompareFixture, NoSharedItemsIsAnError) {
+  auto other = expand_grid(small_grid(3, 1));
+  for (auto& it : other) {
+    it.model_revision = "other-rev";
+    it.key = work_item_key(it);
+  }
+  int64_t cand = scored_run(store, other, "other", [](const WorkItem&) { return 1.0; });
+  EXPECT_THROW(compare_runs(store, base, cand), kvb::Error);
+}
+
+static int run_cli(const std::string& args, std::string* out = nullptr) {
+  std::string cmd = std::string(KVB_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string text;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) text.append(buf, n);
+  int st = pclose(p);
+  if (out) *out = text;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST_F(CompareFixture, CliExitCodes) {
+  if (access(KVB_BINARY, X_OK) != 0) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
+  scored_run(store, items, "same", [](const WorkItem&) { return 1.0; });
+  scored_run(store, items, "drop", [](const WorkItem& it) {
+    return it.policy == "rkv" && example_no(it) < 9 ? 0.0 : 1.0;
+  });
+  std::string out;
+  EXPECT_EQ(run_cli("compare --db " + path + " --baseline base --candidate same", &out), 0) << out;
+  EXPECT_NE(out.find("0 regression(s)"), std::string::npos) << out;
+  EXPECT_EQ(run_cli("compare --db " + path + " --baseline base --candidate drop", &out), 1) << out;
+  EXPECT_NE(out.find("REGRESSION"), std::string::npos) << out;
+  EXPECT_EQ(run_cli("compare --db " + path + " --baseline base --candidate drop --min-drop 80", &out), 0) << out;
+  EXPECT_EQ(run_cli("compare --db " + path + " --baseline base --candidate nosuchrun", &out), 2) << out;
+  EXPECT_NE(out.find("nosuchrun"), std::string::npos) << out;
+}

@@ -1,0 +1,130 @@
+// Reports: Pareto frontier, CSV, HTML/Markdown content, the `kvbench report`/`merge` CLI and
+// the headless-Chromium PNG script.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/util/error.h"
+#include "results/report.h"
+#include "synth.h"
+
+using namespace kvb::results;
+using namespace kvb::results::testing;
+
+static std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(Pareto, HandCases) {
+  // (budget, accuracy): lower budget and higher accuracy are better.
+  std::vector<std::pair<double, double>> pts = {{64, 0.2}, {128, 0.5}, {256, 0.45}, {512, 0.7}, {128, 0.3}};
+  auto f = pareto_front(pts, true);
+  EXPECT_EQ(f, (std::vector<size_t>{0, 1, 3}));
+  // Higher x better (tok/s): (10,0.9) (20,0.8) (15,0.7) (20,0.8 duplicate) -> 0, 1 and 3.
+  std::vector<std::pair<double, double>> s = {{10, 0.9}, {20, 0.8}, {15, 0.7}, {20, 0.8}};
+  auto g = pareto_front(s, false);
+  EXPECT_EQ(g.size(), 3u);
+  EXPECT_TRUE(pareto_front({}, true).empty());
+}
+
+static std::string out_dir(const std::string& name) {
+  auto d = ::testing::TempDir() + "kvb_report_" + name + "_" + std::to_string(getpid());
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+TEST(Report, WritesSelfContainedHtmlMarkdownAndCsv) {
+  auto p = temp_db("report");
+  Store s(p);
+  auto items = expand_grid(small_grid(6, 2));
+  fill(s, items, run_info());
+  ReportOptions opt;
+  opt.out_dir = out_dir("basic");
+  opt.cells.resamples = 500;
+  auto files = write_report(s, opt);
+  std::string html = slurp(files.html), md = slurp(files.markdown), csv = slurp(files.csv);
+  // Self-contained: inline SVG, no scripts, no external references.
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_EQ(html.find("href="), std::string::npos);
+  EXPECT_EQ(html.find("http://", html.find("<svg") + 50) == std::string::npos ||
+                html.find("http://www.w3.org/2000/svg") != std::string::npos,
+            true);
+  EXPECT_NE(html.find("pass@1 vs budget"), std::string::npos);
+  EXPECT_NE(html.find("pass@1 vs realised KV bytes"), std::string::npos);
+  EXPECT_NE(html.find("pass@1 vs decode speed"), std::string::npos);
+  EXPECT_NE(html.find("Pareto frontier"), std::string::npos);
+  EXPECT_NE(html.find("full cache"), std::string::npos);
+  EXPECT_NE(html.find("500 resamples"), std::string::npos);
+  EXPECT_NE(md.find("| snapkv{\"window\":8} | 64 |"), std::string::npos) << md;
+  // CSV: header + 5 cells, the CSV quoting of the JSON label.
+  int lines = 0;
+  for (char c : csv) lines += c == '\n';
+  EXPECT_EQ(lines, 6);
+  EXPECT_NE(csv.find("\"snapkv{\"\"window\"\":8}\""), std::string::npos) << csv;
+  // Empty selection is a clear error.
+  opt.run_ids = {999};
+  EXPECT_THROW(write_report(s, opt), kvb::Error);
+}
+
+static int run_cmd(const std::string& cmd, std::string* out = nullptr) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string text;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) text.append(buf, n);
+  int st = pclose(p);
+  if (out) *out = text;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(ReportCli, ReportMergeAndErrors) {
+  if (access(KVB_BINARY, X_OK) != 0) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
+  auto items = expand_grid(small_grid(4, 2));
+  auto a = temp_db("cli_a"), b = temp_db("cli_b"), m = temp_db("cli_m");
+  {
+    Store sa(a), sb(b);
+    fill(sa, select_shard(items, {0, 2}), run_info(), {0, 2});
+    fill(sb, select_shard(items, {1, 2}), run_info(), {1, 2});
+  }
+  std::string out;
+  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " merge " + m + " " + a + " " + b, &out), 0) << out;
+  EXPECT_NE(out.find(std::to_string(items.size()) + " generations"), std::string::npos) << out;
+  auto dir = out_dir("cli");
+  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " report --db " + m + " --out " + dir, &out), 0) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/index.html"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/cells.csv"));
+  // A corrupt database is named in the error, exit code 2.
+  auto bad = temp_db("cli_bad");
+  {
+    std::ofstream f(bad);
+    for (int i = 0; i < 2000; ++i) f << "garbage!";
+  }
+  EXPECT_EQ(run_cmd(std::string(KVB_BINARY) + " report --db " + bad + " --out " + dir, &out), 2) << out;
+  EXPECT_NE(out.find(bad), std::string::npos) << out;
+}
+
+TEST(ReportPng, HeadlessChromiumRendersIndexHtml) {
+  if (std::system("command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "chromium is not installed (Debian package `chromium`); skipping the PNG render";
+  auto p = temp_db("png");
+  Store s(p);
+  fill(s, expand_grid(small_grid(4, 2)), run_info());
+  ReportOptions opt;
+  opt.out_dir = out_dir("png");
+  opt.cells.resamples = 200;
+  auto files = write_report(s, opt);
+  std::string png = opt.out_dir + "/report.png";
+  std::string out;
+  int rc = run_cmd(std::string(KVB_SOURCE_DIR) + "/tools/render_report_png.sh " + files.html + " " + png, &out);
+  ASSERT_EQ(rc, 0) << out;
+  std::string data = slurp(png);
+  ASSERT_GT(data.size(), 1000u) << out;
+  EXPECT_EQ(data.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
