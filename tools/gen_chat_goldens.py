@@ -158,6 +158,8 @@ case("str_think_split", "{% set c = m.split('</think>')[-1].lstrip('\\n') %}{% s
 case("list_methods", "{{ [1,2,2].count(2) }}{{ ['a','b'].index('b') }}{{ d.keys()|list }}{{ d.values()|list }}", d={"x": 1, "y": 2})
 # globals
 case("globals_range_dict", "{{ range(3)|list }}{{ range(1, 10, 3)|list }}{{ range(5, 0, -2)|list }}{{ dict(a=1, b='x') }}{{ dict(a=1)['a'] }}")
+case("strftime_now_is_string", "{{ strftime_now('%d %b %Y') is string }}{{ strftime_now('%Y')|length }}")
+case("slice_big_step", "{{ [1,2,3][::9223372036854775807] }}{{ 'abc'[2::9223372036854775807] }}{{ range(9223372036854775806, 9223372036854775807, 5)|list }}")
 case("unicode_text", "{{ 'naïve café — 日本語 🎉'|upper }}|{{ 'ÉCOLE'|lower }}|{{ '日本語'[::-1] }}|{{ '🎉ab'|length }}")
 case("chat_like_fuzz_base",
      "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n' }}{%- endif %}"

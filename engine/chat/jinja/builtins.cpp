@@ -1199,10 +1199,10 @@ Value g_range(Interp& in, Args& a) {
   if (cnt > in.limits().max_range)
     in.fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (" + std::to_string(in.limits().max_range) + ").");
   std::vector<Value> out;
-  if (step > 0)
-    for (int64_t i = start; i < stop; i += step) out.push_back(Value::integer(i));
-  else
-    for (int64_t i = start; i > stop; i += step) out.push_back(Value::integer(i));
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    out.push_back(Value::integer(i));
+    if (__builtin_add_overflow(i, step, &i)) break;
+  }
   return Value::list(std::move(out));
 }
 

@@ -461,10 +461,10 @@ Value Interp::slice(const Value& obj, const Node& sl) {
   start = adjust(start, hs, true);
   stop = adjust(stop, he, false);
   std::vector<int64_t> idx;
-  if (step > 0)
-    for (int64_t i = start; i < stop; i += step) idx.push_back(i);
-  else
-    for (int64_t i = start; i > stop; i += step) idx.push_back(i);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    idx.push_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;
+  }
   if (obj.is_string()) {
     std::string s;
     for (int64_t i : idx) utf8_append(s, cps[static_cast<size_t>(i)]);
@@ -530,6 +530,7 @@ Value py_percent_format(Interp& in, const std::string& fmt, const Value& arg) {
     else if (c == 'r') out += v.repr();
     else if (c == 'd' || c == 'i') {
       if (!v.is_number()) in.fail("%d format: a real number is required, not " + v.type_name());
+      if (v.is_float() && !(std::fabs(v.as_double()) < 9.2e18)) in.fail("%d format: number out of range");
       out += std::to_string(v.is_float() ? static_cast<int64_t>(v.as_double()) : v.as_int());
     } else if (c == 'f') {
       if (!v.is_number()) in.fail("must be real number, not " + v.type_name());
