@@ -9,7 +9,8 @@ cd "$(dirname "$0")"
 PKGS=(build-essential cmake ninja-build pkg-config git
       libopenblas-dev nlohmann-json3-dev libcli11-dev libfmt-dev libre2-dev
       libgtest-dev libgmock-dev
-      libginac-dev libcpp-httplib-dev)
+      libginac-dev libcpp-httplib-dev
+      libyaml-cpp-dev libcurl4-openssl-dev libssl-dev)
 
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -548,6 +548,23 @@ std::string HubClient::download(const HubFile& f) {
   return snap.string();
 }
 
+void HubClient::download_url(const std::string& url, const std::string& dest, const std::string& sha256,
+                             uint64_t size) {
+  if (cfg_.offline) fail("{}: cannot download {}: HF_HUB_OFFLINE is set", dest, url);
+  fs::path d(dest);
+  if (d.has_parent_path()) fs::create_directories(d.parent_path());
+  std::string part = dest + ".incomplete";
+  get_to_file(url, part, size, false);
+  if (!sha256.empty()) {
+    std::string got = sha256_file(part);
+    if (got != sha256) {
+      fs::remove(part);
+      throw Error(fmt::format("{}: sha256 {} does not match the expected {}", url, got, sha256), ErrorKind::kRuntime);
+    }
+  }
+  fs::rename(part, d);
+}
+
 std::string HubClient::api_get(const std::string& url) {
   for (int attempt = 0;; ++attempt) {
     Response r;

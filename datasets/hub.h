@@ -71,6 +71,11 @@ class HubClient {
   /// from the cached snapshot.
   std::string resolve_model(const std::string& spec);
 
+  /// Downloads a plain URL (e.g. a raw.githubusercontent.com file) to `dest` through
+  /// `dest.incomplete` with Range resume and retries; checks `size` (0 = unknown) and `sha256`
+  /// ("" = unknown) before renaming. No Authorization header is sent. Throws kvb::Error.
+  void download_url(const std::string& url, const std::string& dest, const std::string& sha256, uint64_t size);
+
   /// Cache folder of a repo: {cache}/{type}s--{org}--{name}.
   std::string repo_folder(RepoType type, const std::string& repo_id) const;
 

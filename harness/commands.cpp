@@ -7,9 +7,11 @@ void register_all_commands(CLI::App& app) {
   register_bench(app);
   register_check_answer(app);
   register_compare(app);
+  register_datasets(app);
   register_generate(app);
   register_merge(app);
   register_report(app);
+  register_tasks(app);
 }
 
 }  // namespace kvb::cli

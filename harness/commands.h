@@ -13,9 +13,11 @@ void register_all_commands(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_check_answer(CLI::App& app);
 void register_compare(CLI::App& app);
+void register_datasets(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_merge(CLI::App& app);
 void register_report(CLI::App& app);
+void register_tasks(CLI::App& app);
 
 
 }  // namespace kvb::cli

@@ -12,6 +12,20 @@ std::string Example::raw_prompt() const {
   return out;
 }
 
+nlohmann::json to_json(const Example& e) {
+  nlohmann::json msgs = nlohmann::json::array();
+  for (const auto& m : e.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+  nlohmann::json fu = nlohmann::json::array();
+  for (const auto& t : e.followups)
+    fu.push_back({{"user", t.user}, {"references", t.references}, {"meta", t.meta}, {"max_new_tokens", t.max_new_tokens},
+                  {"stop", t.stop}, {"grader", t.grader}, {"gold_history", t.gold_history}});
+  return {{"id", e.id},         {"task", e.task},           {"messages", msgs},
+          {"use_chat_template", e.use_chat_template},       {"context_chars", e.context_chars},
+          {"references", e.references}, {"meta", e.meta}, {"max_new_tokens", e.max_new_tokens},
+          {"stop", e.stop},     {"grader", e.grader},       {"followups", fu},
+          {"gold_history", e.gold_history}, {"golden_history", e.golden_history}};
+}
+
 std::vector<Example> Task::load_all(const TaskContext& ctx) const {
   std::vector<Example> out;
   load(ctx, [&](Example&& e) {

@@ -120,6 +120,11 @@ class Task {
 /// Options given in a task spec, "name:key=value,key=value".
 using TaskOptions = std::map<std::string, std::string>;
 
+/// The example as JSON (id, task, messages, use_chat_template, context_chars, references, meta,
+/// max_new_tokens, stop, grader, followups, gold_history, golden_history): what
+/// `kvbench tasks --show` prints and what a harness may store.
+nlohmann::json to_json(const Example& e);
+
 /// Splits "name:k=v,k2=v2" into name and options. Throws kvb::Error on a malformed spec.
 std::pair<std::string, TaskOptions> parse_task_spec(const std::string& spec);
 

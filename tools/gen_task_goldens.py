@@ -439,5 +439,94 @@ def fixture_goldens():
     return g
 
 
+# ---- huggingface_hub cache layout (what the C++ hub client must reproduce) ---------------------
+def hub_layout_golden():
+    """Runs huggingface_hub.hf_hub_download against a local server that answers like the Hub
+    (same files, commits and ETags as tests/datasets/test_hub.cpp) and lists the cache it wrote:
+    every path with its kind (dir/file/symlink) and symlink target."""
+    import hashlib
+    import subprocess
+    import tempfile
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    small = b"hello, kvbench\n"
+    big = bytes(ord("a") + (i * 7) % 26 for i in range(300000))
+    c1, c2 = "1" * 40, "2" * 40
+    small_etag = hashlib.sha1(b"blob %d\0" % len(small) + small).hexdigest()
+    big_sha = hashlib.sha256(big).hexdigest()
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, head):
+            port = self.server.server_address[1]
+            if self.path == "/datasets/org/small/resolve/main/data/file.txt":
+                self.send_response(200)
+                self.send_header("X-Repo-Commit", c1)
+                self.send_header("ETag", '"%s"' % small_etag)
+                self.send_header("Content-Length", str(len(small)))
+                self.end_headers()
+                if not head:
+                    self.wfile.write(small)
+            elif self.path == "/datasets/org/big/resolve/main/blob.bin":
+                self.send_response(302)
+                self.send_header("X-Repo-Commit", c2)
+                self.send_header("X-Linked-Etag", '"%s"' % big_sha)
+                self.send_header("X-Linked-Size", str(len(big)))
+                self.send_header("Location", "http://localhost:%d/cdn/blob.bin?X-Amz-Signature=abc" % port)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif self.path.startswith("/cdn/blob.bin"):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(big)))
+                self.end_headers()
+                if not head:
+                    self.wfile.write(big)
+            else:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        def do_HEAD(self):
+            self._send(True)
+
+        def do_GET(self):
+            self._send(False)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    cache = tempfile.mkdtemp()
+    code = ("from huggingface_hub import hf_hub_download as d\n"
+            "d('org/small', 'data/file.txt', repo_type='dataset')\n"
+            "d('org/big', 'blob.bin', repo_type='dataset')\n")
+    env = dict(os.environ, HF_ENDPOINT="http://127.0.0.1:%d" % srv.server_address[1], HF_HUB_CACHE=cache,
+               HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    env.pop("HF_TOKEN", None)
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+    srv.shutdown()
+    entries = []
+    for root, dirs, files in os.walk(cache):
+        for n in sorted(dirs + files):
+            p = os.path.join(root, n)
+            rel = os.path.relpath(p, cache)
+            if os.path.islink(p):
+                entries.append({"path": rel, "kind": "symlink", "target": os.readlink(p)})
+            elif os.path.isdir(p):
+                entries.append({"path": rel, "kind": "dir"})
+            else:
+                e = {"path": rel, "kind": "file"}
+                if "/refs/" in "/" + rel or rel == "CACHEDIR.TAG":
+                    e["content"] = open(p).read()
+                entries.append(e)
+    import huggingface_hub
+    return {"huggingface_hub": huggingface_hub.__version__, "entries": sorted(entries, key=lambda e: e["path"])}
+
+
 if __name__ == "__main__":
+    if "--hub-layout" in sys.argv:
+        with open(os.path.join(FIX, "hub_cache_layout.json"), "w") as f:
+            json.dump(hub_layout_golden(), f, indent=1)
+        sys.exit(0)
     main()

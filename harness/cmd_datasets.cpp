@@ -1,0 +1,159 @@
+// `kvbench datasets list|fetch|verify`: the benchmark file registry (datasets/registry.h).
+//   list    every registered file with its source, size, sha256 and whether a data dir has it
+//   fetch   BENCH|KEY...: GitHub-hosted files are downloaded into --data-dir (sha256 checked);
+//           Hub-hosted files go into the Hugging Face cache (huggingface_hub layout) and are
+//           linked into --data-dir when one is given
+//   verify  sha256 of every registered file found in the data dirs; exit code 1 on a mismatch
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "datasets/hash.h"
+#include "datasets/hub.h"
+#include "datasets/registry.h"
+#include "engine/util/error.h"
+#include "harness/commands.h"
+
+namespace kvb::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct DatasetsArgs {
+  std::vector<std::string> data_dirs;
+  std::vector<std::string> what;
+};
+
+std::vector<std::string> all_dirs(const DatasetsArgs& a) {
+  std::vector<std::string> d = a.data_dirs;
+  for (const auto& x : datasets::default_data_dirs()) d.push_back(x);
+  return d;
+}
+
+std::string find_local(const std::vector<std::string>& dirs, const std::string& key) {
+  for (const auto& d : dirs)
+    if (fs::exists(fs::path(d) / key)) return (fs::path(d) / key).string();
+  return "";
+}
+
+void run_list(const DatasetsArgs& a) {
+  auto dirs = all_dirs(a);
+  std::printf("%-52s %-12s %-11s %12s  %-16s %s\n", "key", "benchmark", "host", "bytes", "sha256", "local");
+  for (const auto& s : datasets::sources()) {
+    std::string local = find_local(dirs, s.key);
+    std::printf("%-52s %-12s %-11s %12s  %-16s %s\n", s.key.c_str(), s.benchmark.c_str(), s.host.c_str(),
+                s.size ? std::to_string(s.size).c_str() : "?", s.sha256.empty() ? "?" : s.sha256.substr(0, 16).c_str(),
+                local.empty() ? "-" : local.c_str());
+  }
+}
+
+std::vector<const datasets::SourceFile*> select(const std::vector<std::string>& what) {
+  std::vector<const datasets::SourceFile*> out;
+  for (const auto& w : what) {
+    size_t before = out.size();
+    for (const auto& s : datasets::sources())
+      if (s.key == w || s.benchmark == w) out.push_back(&s);
+    if (out.size() == before) fail("datasets: '{}' is neither a benchmark nor a registered key (`kvbench datasets list`)", w);
+  }
+  return out;
+}
+
+void run_fetch(const DatasetsArgs& a) {
+  if (a.what.empty()) fail("datasets fetch: name benchmarks or keys (e.g. gsm8k math500 longproc)");
+  std::string dir = a.data_dirs.empty() ? "" : a.data_dirs[0];
+  datasets::HubClient hub(datasets::HubConfig::from_env());
+  for (const auto* s : select(a.what)) {
+    if (s->host == "derived") {
+      std::printf("skip  %s: %s\n", s->key.c_str(), s->note.c_str());
+      continue;
+    }
+    if (s->host == "github" && s->size == 0) {
+      std::printf("skip  %s: %s\n", s->key.c_str(), s->note.c_str());
+      continue;
+    }
+    if (s->host == "github") {
+      if (dir.empty()) fail("datasets fetch: {} is hosted on GitHub; give --data-dir DIR to store it", s->key);
+      fs::path dest = fs::path(dir) / s->key;
+      if (fs::exists(dest) && (s->sha256.empty() || datasets::sha256_file(dest.string()) == s->sha256)) {
+        std::printf("ok    %s (already present)\n", dest.c_str());
+        continue;
+      }
+      hub.download_url(datasets::source_url(*s, hub.config().endpoint), dest.string(), s->sha256, s->size);
+      std::printf("got   %s\n", dest.c_str());
+      continue;
+    }
+    datasets::HubFile f{s->host == "hf-model" ? datasets::RepoType::kModel : datasets::RepoType::kDataset, s->repo,
+                        s->revision, s->path};
+    std::string cached = hub.download(f);
+    if (!s->sha256.empty() && datasets::sha256_file(cached) != s->sha256)
+      throw Error(fmt::format("{}: sha256 differs from the registry's {} (the Hub file changed?)", cached, s->sha256),
+                  ErrorKind::kRuntime);
+    if (!dir.empty()) {
+      fs::path dest = fs::path(dir) / s->key;
+      fs::create_directories(dest.parent_path());
+      if (!fs::exists(dest)) fs::create_symlink(fs::canonical(cached), dest);
+      std::printf("got   %s -> %s\n", dest.c_str(), cached.c_str());
+    } else {
+      std::printf("got   %s\n", cached.c_str());
+    }
+  }
+}
+
+int run_verify(const DatasetsArgs& a) {
+  auto dirs = all_dirs(a);
+  if (dirs.empty()) fail("datasets verify: give --data-dir DIR (or set KVB_DATA_DIR)");
+  int bad = 0, ok = 0, unknown = 0;
+  for (const auto* s : a.what.empty() ? std::vector<const datasets::SourceFile*>{} : select(a.what)) (void)s;
+  for (const auto& s : datasets::sources()) {
+    if (!a.what.empty()) {
+      bool wanted = false;
+      for (const auto& w : a.what) wanted |= (w == s.key || w == s.benchmark);
+      if (!wanted) continue;
+    }
+    std::string p = find_local(dirs, s.key);
+    if (p.empty()) continue;
+    std::string got = datasets::sha256_file(p);
+    if (s.sha256.empty()) {
+      std::printf("?     %s sha256 %s (no registered hash)\n", p.c_str(), got.c_str());
+      ++unknown;
+    } else if (got == s.sha256 && (s.size == 0 || fs::file_size(p) == s.size)) {
+      std::printf("ok    %s\n", p.c_str());
+      ++ok;
+    } else {
+      std::printf("BAD   %s sha256 %s, expected %s\n", p.c_str(), got.c_str(), s.sha256.c_str());
+      ++bad;
+    }
+  }
+  std::printf("%d ok, %d mismatched, %d without a registered hash\n", ok, bad, unknown);
+  return bad ? 1 : 0;
+}
+
+}  // namespace
+
+void register_datasets(CLI::App& app) {
+  auto a = std::make_shared<DatasetsArgs>();
+  auto* c = app.add_subcommand("datasets", "Benchmark data: list the registry, fetch files, verify hashes");
+  c->require_subcommand(1);
+  auto add_dirs = [a](CLI::App* s) {
+    s->add_option("--data-dir", a->data_dirs, "local data mirror laid out like ../shared/datasets (also $KVB_DATA_DIR)");
+  };
+  auto* l = c->add_subcommand("list", "every registered file: source, size, sha256, local copy");
+  add_dirs(l);
+  l->callback([a] { run_list(*a); });
+  auto* f = c->add_subcommand("fetch", "download benchmarks or files (GitHub → --data-dir; Hub → HF cache)");
+  add_dirs(f);
+  f->add_option("what", a->what, "benchmark names or registry keys")->required();
+  f->callback([a] { run_fetch(*a); });
+  auto* v = c->add_subcommand("verify", "check the sha256 of the files found in the data dirs");
+  add_dirs(v);
+  v->add_option("what", a->what, "benchmark names or registry keys (default: all)");
+  v->callback([a] {
+    if (run_verify(*a) != 0) throw Error("datasets verify: hash mismatch", ErrorKind::kRuntime);
+  });
+}
+
+}  // namespace kvb::cli

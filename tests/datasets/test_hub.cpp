@@ -1,0 +1,388 @@
+// The Hugging Face hub client against a local HTTP server (cpp-httplib on 127.0.0.1) that
+// answers like the Hub (datasets-graders.md §11.3): X-Repo-Commit, ETag / X-Linked-Etag,
+// relative 307 for renamed repos, absolute 302 to a CDN on another host name, 401, 404 with
+// X-Error-Code, 500. Checks the huggingface_hub cache layout, ETag reuse, Range resume after a
+// truncated body, retries, the cache fallback, offline mode and that HF_TOKEN never leaks.
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/hash.h"
+#include "datasets/hub.h"
+#include "engine/util/error.h"
+
+namespace fs = std::filesystem;
+using namespace kvb;
+using namespace kvb::datasets;
+
+namespace {
+
+const std::string kToken = "hf_SECRET_token_do_not_log_123";
+const std::string kCommit1 = "1111111111111111111111111111111111111111";
+const std::string kCommit2 = "2222222222222222222222222222222222222222";
+const std::string kModelCommit = "3333333333333333333333333333333333333333";
+
+std::string git_blob_sha1(const std::string& bytes) {
+  fs::path p = fs::temp_directory_path() / ("kvb_blob_" + std::to_string(::getpid()));
+  std::ofstream(p, std::ios::binary) << bytes;
+  std::string h = git_blob_sha1_file(p.string());
+  fs::remove(p);
+  return h;
+}
+
+// A fake Hub. Every request is counted and its Authorization header remembered.
+class FakeHub {
+ public:
+  FakeHub() {
+    small_ = "hello, kvbench\n";
+    big_.resize(300000);
+    for (size_t i = 0; i < big_.size(); ++i) big_[i] = static_cast<char>('a' + (i * 7) % 26);
+    small_etag_ = git_blob_sha1(small_);
+    big_sha_ = sha256_hex(big_);
+
+    auto note = [this](const httplib::Request& req) {
+      std::lock_guard<std::mutex> g(mu_);
+      log_.push_back(req.method + " " + req.path + (req.has_header("Range") ? " range=" + req.get_header_value("Range") : "") +
+                     (req.has_header("Authorization") ? " auth=" + req.get_header_value("Authorization") : ""));
+    };
+    auto serve_small = [this](httplib::Response& res) {
+      res.set_header("X-Repo-Commit", kCommit1);
+      res.set_header("ETag", "\"" + small_etag_ + "\"");
+      res.set_content(small_, "text/plain");
+    };
+    srv_.Get("/datasets/org/small/resolve/main/data/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      if (fail500_) {
+        res.status = 500;
+        return;
+      }
+      serve_small(res);
+    });
+    srv_.Get("/datasets/oldorg/small/resolve/main/data/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      res.status = 307;
+      res.set_header("Location", "/datasets/org/small/resolve/main/data/file.txt");
+    });
+    srv_.Get("/datasets/org/small/resolve/main/missing.txt", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      res.status = 404;
+      res.set_header("X-Repo-Commit", kCommit1);
+      res.set_header("X-Error-Code", "EntryNotFound");
+    });
+    srv_.Get("/datasets/org/private/resolve/main/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      if (req.get_header_value("Authorization") != "Bearer " + kToken) {
+        res.status = 401;
+        res.set_header("X-Error-Code", "GatedRepo");
+        return;
+      }
+      serve_small(res);
+    });
+    srv_.Get("/datasets/org/down/resolve/main/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      res.status = 500;
+    });
+    // LFS file: the resolve URL redirects (absolute) to a CDN on another host name.
+    srv_.Get("/datasets/org/big/resolve/main/blob.bin", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      res.status = 302;
+      res.set_header("X-Repo-Commit", kCommit2);
+      res.set_header("X-Linked-Etag", "\"" + big_sha_ + "\"");
+      res.set_header("X-Linked-Size", std::to_string(big_.size()));
+      res.set_header("Location", "http://localhost:" + std::to_string(port_) + "/cdn/blob.bin?X-Amz-Signature=abc");
+    });
+    srv_.Get("/cdn/blob.bin", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      if (truncate_next_ && !req.has_header("Range")) {
+        truncate_next_ = false;
+        // Promise the whole body, send 40% of it, then drop the connection.
+        res.set_content_provider(big_.size(), "application/octet-stream",
+                                 [this](size_t offset, size_t, httplib::DataSink& sink) {
+                                   size_t cut = big_.size() * 2 / 5;
+                                   if (offset < cut) sink.write(big_.data() + offset, cut - offset);
+                                   return false;
+                                 });
+        return;
+      }
+      res.set_content(big_, "application/octet-stream");  // httplib answers Range with 206
+    });
+    srv_.Get("/api/models/org/model/revision/main", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      res.set_content("{\"sha\": \"" + kModelCommit + "\", \"siblings\": [{\"rfilename\": \"config.json\"}, "
+                      "{\"rfilename\": \"README.md\"}, {\"rfilename\": \"model.safetensors\"}]}", "application/json");
+    });
+    srv_.Get(R"(/org/model/resolve/main/(config\.json|model\.safetensors|README\.md))",
+             [=](const httplib::Request& req, httplib::Response& res) {
+               note(req);
+               std::string body = "{\"file\": \"" + req.matches[1].str() + "\"}";
+               res.set_header("X-Repo-Commit", kModelCommit);
+               res.set_header("ETag", "\"" + git_blob_sha1(body) + "\"");
+               res.set_content(body, "application/json");
+             });
+    port_ = srv_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { srv_.listen_after_bind(); });
+    while (!srv_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeHub() {
+    srv_.stop();
+    thread_.join();
+  }
+
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::vector<std::string> log() {
+    std::lock_guard<std::mutex> g(mu_);
+    return log_;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> g(mu_);
+    log_.clear();
+  }
+  size_t count(const std::string& prefix) {
+    size_t n = 0;
+    for (const auto& l : log())
+      if (l.rfind(prefix, 0) == 0) ++n;
+    return n;
+  }
+
+  std::string small_, big_, small_etag_, big_sha_;
+  std::atomic<bool> truncate_next_{false};
+  std::atomic<bool> fail500_{false};
+
+ private:
+  httplib::Server srv_;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::string> log_;
+};
+
+class HubTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cache_ = fs::temp_directory_path() / ("kvb_hub_" + std::to_string(::getpid()) + "_" +
+                                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(cache_);
+    cfg_.endpoint = hub_.endpoint();
+    cfg_.cache_dir = cache_.string();
+    cfg_.token = kToken;
+    cfg_.retry_base_ms = 1;
+    cfg_.max_retries = 2;
+    cfg_.progress = false;
+  }
+  void TearDown() override {
+    // The token must never reach a log line or a file in the cache.
+    for (const auto& l : logs_) EXPECT_EQ(l.find(kToken), std::string::npos) << l;
+    if (fs::exists(cache_)) {
+      for (const auto& e : fs::recursive_directory_iterator(cache_)) {
+        if (!e.is_regular_file() || e.is_symlink()) continue;
+        std::ifstream in(e.path(), std::ios::binary);
+        std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        EXPECT_EQ(s.find(kToken), std::string::npos) << e.path();
+      }
+    }
+    fs::remove_all(cache_);
+  }
+  std::unique_ptr<HubClient> client() {
+    auto c = std::make_unique<HubClient>(cfg_);
+    c->set_log([this](const std::string& s) { logs_.push_back(s); });
+    return c;
+  }
+  std::string error_of(const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      logs_.push_back(e.what());
+      return e.what();
+    }
+    return "";
+  }
+
+  static FakeHub hub_;
+  fs::path cache_;
+  HubConfig cfg_;
+  std::vector<std::string> logs_;
+};
+
+FakeHub HubTest::hub_;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_F(HubTest, PlainFileCacheLayoutLikeHuggingfaceHub) {
+  auto c = client();
+  std::string p = c->download({RepoType::kDataset, "org/small", "main", "data/file.txt"});
+  fs::path repo = cache_ / "datasets--org--small";
+  EXPECT_EQ(fs::path(p), repo / "snapshots" / kCommit1 / "data" / "file.txt");
+  ASSERT_TRUE(fs::is_symlink(p));
+  EXPECT_EQ(fs::read_symlink(p), fs::path("../../../blobs/" + hub_.small_etag_));  // one ../ per level
+  EXPECT_EQ(slurp(p), hub_.small_);
+  EXPECT_EQ(slurp(repo / "refs" / "main"), kCommit1);  // no newline
+  EXPECT_TRUE(fs::is_regular_file(repo / "blobs" / hub_.small_etag_));
+  EXPECT_TRUE(fs::exists(cache_ / "CACHEDIR.TAG"));
+  EXPECT_TRUE(fs::exists(cache_ / ".locks" / "datasets--org--small" / (hub_.small_etag_ + ".lock")));
+  for (const auto& e : fs::recursive_directory_iterator(cache_))
+    EXPECT_EQ(e.path().string().find(".incomplete"), std::string::npos) << e.path();
+  // The HEAD carried the token (same host); Accept-Encoding identity is implied by curl.
+  auto log = hub_.log();
+  bool head_with_auth = false;
+  for (const auto& l : log)
+    if (l.find("/datasets/org/small/") != std::string::npos && l.find("auth=Bearer " + kToken) != std::string::npos)
+      head_with_auth = true;
+  EXPECT_TRUE(head_with_auth);
+}
+
+TEST_F(HubTest, SameEtagReusesTheBlobAndCommitRevisionNeedsNoNetwork) {
+  auto c = client();
+  std::string p1 = c->download({RepoType::kDataset, "org/small", "main", "data/file.txt"});
+  hub_.clear();
+  std::string p2 = c->download({RepoType::kDataset, "org/small", "main", "data/file.txt"});
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(hub_.count("HEAD /datasets/org/small"), 1u);  // the metadata request only
+  EXPECT_EQ(hub_.count("GET /datasets/org/small"), 0u);
+  hub_.clear();
+  std::string p3 = c->download({RepoType::kDataset, "org/small", kCommit1, "data/file.txt"});
+  EXPECT_EQ(p3, p1);
+  EXPECT_TRUE(hub_.log().empty());
+}
+
+TEST_F(HubTest, RelativeRedirectOfARenamedRepoIsFollowed) {
+  auto c = client();
+  std::string p = c->download({RepoType::kDataset, "oldorg/small", "main", "data/file.txt"});
+  EXPECT_EQ(slurp(p), hub_.small_);
+  EXPECT_EQ(fs::path(p), cache_ / "datasets--oldorg--small" / "snapshots" / kCommit1 / "data" / "file.txt");
+}
+
+TEST_F(HubTest, TruncatedBodyIsResumedWithRangeAndTheCdnGetsNoToken) {
+  hub_.truncate_next_ = true;
+  hub_.clear();
+  auto c = client();
+  std::string p = c->download({RepoType::kDataset, "org/big", "main", "blob.bin"});
+  EXPECT_EQ(slurp(p), hub_.big_);
+  EXPECT_EQ(fs::path(p).filename(), "blob.bin");
+  EXPECT_EQ(fs::read_symlink(p), fs::path("../../blobs/" + hub_.big_sha_));
+  std::vector<std::string> cdn;
+  for (const auto& l : hub_.log())
+    if (l.find("/cdn/") != std::string::npos) cdn.push_back(l);
+  ASSERT_EQ(cdn.size(), 2u);
+  EXPECT_EQ(cdn[0], "GET /cdn/blob.bin");
+  EXPECT_EQ(cdn[1], "GET /cdn/blob.bin range=bytes=" + std::to_string(hub_.big_.size() * 2 / 5) + "-");
+  bool logged_resume = false;
+  for (const auto& l : logs_) logged_resume |= l.find("resuming") != std::string::npos;
+  EXPECT_TRUE(logged_resume);
+}
+
+TEST_F(HubTest, UnauthorizedWithoutTokenWorksWithIt) {
+  cfg_.token.clear();
+  std::string e = error_of([&] { client()->download({RepoType::kDataset, "org/private", "main", "file.txt"}); });
+  EXPECT_NE(e.find("401"), std::string::npos) << e;
+  EXPECT_NE(e.find("HF_TOKEN"), std::string::npos) << e;
+  cfg_.token = kToken;
+  std::string p = client()->download({RepoType::kDataset, "org/private", "main", "file.txt"});
+  EXPECT_EQ(slurp(p), hub_.small_);
+}
+
+TEST_F(HubTest, NotFoundIsRecordedAsNoExist) {
+  std::string e = error_of([&] { client()->download({RepoType::kDataset, "org/small", "main", "missing.txt"}); });
+  EXPECT_NE(e.find("404"), std::string::npos) << e;
+  EXPECT_NE(e.find("EntryNotFound"), std::string::npos) << e;
+  EXPECT_TRUE(fs::exists(cache_ / "datasets--org--small" / ".no_exist" / kCommit1 / "missing.txt"));
+}
+
+TEST_F(HubTest, ServerErrorRetriesThenFailsOrFallsBackToTheCache) {
+  hub_.clear();
+  std::string e = error_of([&] { client()->download({RepoType::kDataset, "org/down", "main", "file.txt"}); });
+  EXPECT_NE(e.find("500"), std::string::npos) << e;
+  EXPECT_EQ(hub_.count("HEAD /datasets/org/down"), 3u);  // 1 + max_retries
+  // Cached earlier, then the Hub goes down: the cached snapshot is used (huggingface_hub does so).
+  std::string p = client()->download({RepoType::kDataset, "org/small", "main", "data/file.txt"});
+  hub_.fail500_ = true;
+  std::string q = client()->download({RepoType::kDataset, "org/small", "main", "data/file.txt"});
+  hub_.fail500_ = false;
+  EXPECT_EQ(p, q);
+}
+
+TEST_F(HubTest, OfflineModeUsesOnlyTheCache) {
+  std::string p = client()->download({RepoType::kDataset, "org/small", "main", "data/file.txt"});
+  cfg_.offline = true;
+  hub_.clear();
+  EXPECT_EQ(client()->download({RepoType::kDataset, "org/small", "main", "data/file.txt"}), p);
+  std::string e = error_of([&] { client()->download({RepoType::kDataset, "org/big", "main", "blob.bin"}); });
+  EXPECT_NE(e.find("HF_HUB_OFFLINE"), std::string::npos) << e;
+  EXPECT_TRUE(hub_.log().empty());
+}
+
+TEST_F(HubTest, ResolveModelDownloadsEngineFilesIntoOneSnapshot) {
+  auto c = client();
+  std::string dir = c->resolve_model("org/model");
+  EXPECT_EQ(fs::path(dir), cache_ / "models--org--model" / "snapshots" / kModelCommit);
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "config.json"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "README.md"));
+  cfg_.offline = true;
+  EXPECT_EQ(client()->resolve_model("org/model@main"), dir);
+  EXPECT_EQ(client()->resolve_model(dir), dir);  // a local directory is returned as is
+}
+
+TEST(HubConfig, EnvironmentVariables) {
+  ::setenv("HF_HOME", "/tmp/kvb-hf-home", 1);
+  ::unsetenv("HF_HUB_CACHE");
+  ::unsetenv("HUGGINGFACE_HUB_CACHE");
+  ::setenv("HF_ENDPOINT", "https://mirror.example/", 1);
+  ::setenv("HF_HUB_OFFLINE", "1", 1);
+  ::setenv("HF_TOKEN", "tok", 1);
+  auto c = HubConfig::from_env();
+  EXPECT_EQ(c.cache_dir, "/tmp/kvb-hf-home/hub");
+  EXPECT_EQ(c.endpoint, "https://mirror.example");
+  EXPECT_TRUE(c.offline);
+  EXPECT_EQ(c.token, "tok");
+  for (const char* v : {"HF_HOME", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_TOKEN"}) ::unsetenv(v);
+  EXPECT_EQ(hub_file_url("https://h", {RepoType::kDataset, "a/b", "refs/convert/parquet", "x y/z.json"}),
+            "https://h/datasets/a/b/resolve/refs%2Fconvert%2Fparquet/x%20y/z.json");
+  EXPECT_EQ(hub_file_url("https://h", {RepoType::kModel, "a/b", "main", "c.json"}), "https://h/a/b/resolve/main/c.json");
+}
+
+// The cache huggingface_hub 2.x writes for the same two downloads (tools/gen_task_goldens.py
+// --hub-layout ran hf_hub_download against a Python server answering like FakeHub).
+TEST_F(HubTest, CacheLayoutEqualsHuggingfaceHubs) {
+  std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/fixtures/datasets/hub_cache_layout.json");
+  auto golden = nlohmann::json::parse(in)["entries"];
+  cfg_.token.clear();
+  auto c = client();
+  c->download({RepoType::kDataset, "org/small", "main", "data/file.txt"});
+  c->download({RepoType::kDataset, "org/big", "main", "blob.bin"});
+  nlohmann::json got = nlohmann::json::array();
+  std::vector<fs::path> paths;
+  for (const auto& e : fs::recursive_directory_iterator(cache_)) paths.push_back(e.path());
+  std::sort(paths.begin(), paths.end(), [&](const fs::path& a, const fs::path& b) {
+    return a.lexically_relative(cache_).string() < b.lexically_relative(cache_).string();
+  });
+  for (const auto& p : paths) {
+    std::string rel = p.lexically_relative(cache_).string();  // (fs::relative would follow symlinks)
+    nlohmann::json e = {{"path", rel}};
+    if (fs::is_symlink(p)) {
+      e["kind"] = "symlink";
+      e["target"] = fs::read_symlink(p).string();
+    } else if (fs::is_directory(p)) {
+      e["kind"] = "dir";
+    } else {
+      e["kind"] = "file";
+      if (("/" + rel).find("/refs/") != std::string::npos || rel == "CACHEDIR.TAG") e["content"] = slurp(p);
+    }
+    got.push_back(e);
+  }
+  EXPECT_EQ(got, golden) << got.dump(1);
+}
