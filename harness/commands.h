@@ -16,6 +16,7 @@ void register_compare(CLI::App& app);
 void register_datasets(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_merge(CLI::App& app);
+void register_policies(CLI::App& app);
 void register_report(CLI::App& app);
 void register_tasks(CLI::App& app);
 

@@ -1,0 +1,268 @@
+// `wgkv`: WG-KV — learned write (admission) gate + a local ring of recent tokens.
+// Sources: "KV Admission: Learning What to Write" (arXiv 2512.17452): §3.2 (gate), §3.3/§4.2
+// (admission g > τ, τ = 0.1), §4.1–§4.3 (dual cache: 256-token local window + per-head global
+// cache, lazy promotion), App. K.1 (optional SnapKV eviction of the global cache);
+// seed-wgkv.md §1.2–§1.9, §6 (checkpoint tensors), §7.2 (ambiguities).
+//   gate per (layer, kv_head), on the token's own keys:
+//     x = [RMSNorm_pre(k before RoPE) ; RMSNorm_post(k after RoPE)] (eps 1e-6, per-layer weights
+//     [D] shared by the heads), g = σ(W2_h · GELU_erf(W1_h · x + b1_h) + b2_h),
+//     W1 [Hkv·I, 2D] (rows h·I … (h+1)·I − 1 are head h), b1 [Hkv·I], W2 [Hkv, I], b2 [Hkv];
+//   a token is always visible while it is among the `window` = 256 newest; when it leaves the
+//   window it stays (is "promoted" to the global cache) iff g > τ (the code's strict >), else it
+//   is dropped for good. No sinks (the gate must learn to admit BOS).
+// In kvbench's ragged cache the local ring and the global list of a head are one token list;
+// "promotion" is simply not evicting, so the attention visibility {t−W+1..t} ∪ {j ≤ t−W : g_j > τ}
+// is exactly the reference's at every decode step.
+// Deviation (needs engine support): during a prefill chunk the engine attends densely; the
+// reference's vertical-slash prefill hides non-admitted tokens older than the band from prompt
+// queries. Eviction after the chunk makes the cache identical from the next step on.
+// Optional App. K.1 eviction: with a budget B > 0 the global tokens of all heads and layers are
+// capped at layers·Hkv·(B − window) (B = average tokens per head including the local window, as
+// the README's 4096 → 36·8·3840); when exceeded, every head evicts int(evict_ratio · its global
+// length) global tokens with the lowest SnapKV score (last obs_window queries, softmax over global
+// keys only, max over the group, mean over queries, max-pool kernel 5). The trigger is evaluated
+// at layer 0 of a step over the cache as the previous step left it (the reference checks after
+// the last layer of the step before: same decision one step later).
+// Weights: `gates=FILE.safetensors` from tools/convert_wgkv_gates.py (WG-KV/checkpoints
+// {model}-{λ}.pt), names model.layers.{l}.self_attn.g_predictors.{pre_key_norm.weight,
+// post_key_norm.weight, conv1.weight, conv1.bias, conv2.weight, conv2.bias}; `random_gates=SEED`
+// makes RANDOM gates of the right shapes (norms 1, W ~ U(±1/sqrt(fan_in)), biases 0) for tests only.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "engine/policies/gate_weights.h"
+#include "engine/policies/params.h"
+#include "engine/policies/policies.h"
+#include "engine/policies/scoring.h"
+#include "engine/util/error.h"
+
+namespace kvb {
+namespace {
+
+std::vector<PolicyParamInfo> params() {
+  return {
+      {"gates", "", "write-gate weights (.safetensors from tools/convert_wgkv_gates.py); required unless random_gates"},
+      {"random_gates", "-1", "seed of RANDOM test gates (not WG-KV; -1 = off)"},
+      {"gate_expand", "1.5", "hidden width I = gate_expand x head_dim of random gates (Qwen3 1.5, Llama 4.0)"},
+      {"window", "256", "local window W: newest tokens always kept"},
+      {"tau", "0.1", "admission threshold: a token leaving the window stays iff g > tau"},
+      {"evict_ratio", "0.1", "App. K.1: share of each head's global tokens evicted when over budget (budget > 0)"},
+      {"obs_window", "256", "App. K.1: queries scoring the global cache"},
+      {"kernel", "5", "App. K.1: max-pool kernel of the eviction score"},
+  };
+}
+
+float gelu(float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); }
+
+class WGKVPolicy : public Policy {
+ public:
+  explicit WGKVPolicy(PolicyParams p) : params_(std::move(p)) {
+    gates_path_ = params_.get_string("gates");
+    random_seed_ = params_.get_int("random_gates");
+    expand_ = params_.get_double("gate_expand");
+    window_ = params_.get_int("window");
+    tau_ = static_cast<float>(params_.get_double("tau"));
+    evict_ratio_ = params_.get_double("evict_ratio");
+    obs_window_ = static_cast<int>(params_.get_int("obs_window"));
+    kernel_ = static_cast<int>(params_.get_int("kernel"));
+    budget_ = params_.budget();
+    if (window_ < 1) params_.fail_param("window", "must be >= 1");
+    if (evict_ratio_ <= 0 || evict_ratio_ > 1) params_.fail_param("evict_ratio", "must be in (0, 1]");
+    if (obs_window_ < 1) params_.fail_param("obs_window", "must be >= 1");
+    if (budget_ > 0 && budget_ <= window_)
+      fail("policy 'wgkv': budget {} must exceed window = {} (it counts the local window)", budget_, window_);
+    if (gates_path_.empty() && random_seed_ < 0)
+      fail("policy 'wgkv': no write-gate weights for this model: pass gates=FILE.safetensors (convert "
+           "WG-KV/checkpoints/<model>-<lambda>.pt with tools/convert_wgkv_gates.py), or random_gates=SEED for "
+           "RANDOM test gates");
+    if (!gates_path_.empty()) {
+      if (!std::filesystem::exists(gates_path_))
+        fail("policy 'wgkv': gate weights file '{}' not found (convert WG-KV/checkpoints/<model>-<lambda>.pt "
+             "with tools/convert_wgkv_gates.py)", gates_path_);
+      weights_ = GateWeights::load(gates_path_, "wgkv");
+    }
+  }
+  std::string name() const override { return "wgkv"; }
+  nlohmann::json resolved_params() const override { return params_.resolved(); }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.keys_pre_rope = true;
+    n.num_scalars = 1;
+    n.window_queries = budget_ > 0 ? obs_window_ : 0;
+    return n;
+  }
+  void on_sequence_end(SeqId seq) override { evicting_.erase(seq); }
+
+  void on_layer_step(LayerStep& step) override {
+    if (!step.keys_pre_rope) fail("policy 'wgkv': LayerStep::keys_pre_rope is not set");
+    const Gate& g = gate(step);
+    const int D = step.head_dim, I = g.I;
+    std::vector<float> x(2 * D), hid(I);
+    for (int h = 0; h < step.num_kv_heads; ++h) {
+      const int32_t L = step.cache->length(step.seq, step.layer, h);
+      for (int t = 0; t < step.n_new; ++t) {
+        const int32_t idx = L - step.n_new + t;
+        if (idx < 0) continue;
+        rms(step.keys_pre_rope + (static_cast<size_t>(t) * step.num_kv_heads + h) * D, g.pre.data(), D, x.data());
+        rms(step.cache->key(step.seq, step.layer, h, idx), g.post.data(), D, x.data() + D);
+        float out = g.b2[h];
+        for (int r = 0; r < I; ++r) {
+          const float* w = &g.w1[(static_cast<size_t>(h) * I + r) * 2 * D];
+          float acc = g.b1[static_cast<size_t>(h) * I + r];
+          for (int c = 0; c < 2 * D; ++c) acc += w[c] * x[c];
+          out += g.w2[static_cast<size_t>(h) * I + r] * gelu(acc);
+        }
+        step.cache->scalars(step.seq, step.layer, h, idx)[0] = 1.0f / (1.0f + std::exp(-out));
+      }
+    }
+    // Over-budget check (App. K.1) at the first layer, over the cache as the last step left it.
+    if (budget_ > 0 && step.layer == 0) {
+      int64_t global = 0;
+      for (int l = 0; l < step.num_layers; ++l)
+        for (int h = 0; h < step.num_kv_heads; ++h) global += global_count(step, l, h);
+      evicting_[step.seq] = global > static_cast<int64_t>(step.num_layers) * step.num_kv_heads * (budget_ - window_);
+    }
+    const bool evict = budget_ > 0 && evicting_[step.seq];
+    for (int h = 0; h < step.num_kv_heads; ++h) {
+      const int32_t L = step.cache->length(step.seq, step.layer, h);
+      std::vector<int32_t> keep;
+      keep.reserve(L);
+      for (int32_t i = 0; i < L; ++i)
+        if (in_window(step, step.cache->position(step.seq, step.layer, h, i)) ||
+            step.cache->scalars(step.seq, step.layer, h, i)[0] > tau_)
+          keep.push_back(i);
+      if (evict) keep = evict_global(step, h, keep);
+      if (static_cast<int32_t>(keep.size()) != L) step.keep(h, std::move(keep));
+    }
+  }
+
+ private:
+  struct Gate {
+    int I = 0;
+    std::vector<float> pre, post, w1, b1, w2, b2;
+  };
+
+  bool in_window(const LayerStep& step, int64_t pos) const { return pos >= step.seq_len - window_; }
+
+  int64_t global_count(const LayerStep& step, int l, int h) const {
+    int64_t n = 0;
+    const int32_t L = step.cache->length(step.seq, l, h);
+    for (int32_t i = 0; i < L; ++i)
+      if (!in_window(step, step.cache->position(step.seq, l, h, i))) ++n;
+    return n;
+  }
+
+  /// App. K.1: drop int(ratio · n_global) of the kept global tokens with the lowest score.
+  std::vector<int32_t> evict_global(LayerStep& step, int h, const std::vector<int32_t>& keep) {
+    std::vector<int32_t> glob;
+    for (int32_t i : keep)
+      if (!in_window(step, step.cache->position(step.seq, step.layer, h, i))) glob.push_back(i);
+    const int64_t n_evict = static_cast<int64_t>(evict_ratio_ * static_cast<double>(glob.size()));
+    if (n_evict <= 0) return keep;
+    int w = 0;
+    std::vector<float> lg = scoring::window_logits(step, h, &w);
+    const int G = step.num_q_heads / step.num_kv_heads;
+    const int32_t L = step.cache->length(step.seq, step.layer, h);
+    std::vector<float> s(glob.size(), 0.f), row(glob.size()), best(glob.size());
+    for (int r = 0; r < w; ++r) {
+      std::fill(best.begin(), best.end(), 0.f);
+      for (int g = 0; g < G; ++g) {
+        for (size_t j = 0; j < glob.size(); ++j) row[j] = lg[(static_cast<size_t>(g) * w + r) * L + glob[j]];
+        scoring::softmax_inplace(row);
+        for (size_t j = 0; j < glob.size(); ++j) best[j] = std::max(best[j], row[j]);
+      }
+      for (size_t j = 0; j < glob.size(); ++j) s[j] += best[j] / static_cast<float>(w);
+    }
+    s = scoring::pool1d(s, kernel_, scoring::Pool::kMax);
+    std::vector<int32_t> survive = scoring::top_k_indices(s, static_cast<int64_t>(glob.size()) - n_evict);
+    std::vector<char> drop(L, 0);
+    for (int32_t g : glob) drop[g] = 1;
+    for (int32_t j : survive) drop[glob[j]] = 0;
+    std::vector<int32_t> out;
+    for (int32_t i : keep)
+      if (!drop[i]) out.push_back(i);
+    return out;
+  }
+
+  static void rms(const float* v, const float* w, int D, float* out) {
+    double ss = 0;
+    for (int d = 0; d < D; ++d) ss += static_cast<double>(v[d]) * v[d];
+    const float inv = 1.0f / std::sqrt(static_cast<float>(ss / D) + 1e-6f);
+    for (int d = 0; d < D; ++d) out[d] = v[d] * inv * w[d];
+  }
+
+  const Gate& gate(const LayerStep& step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gates_.empty()) {
+      const int D = step.head_dim, Hk = step.num_kv_heads;
+      auto pfx = [](int l) { return "model.layers." + std::to_string(l) + ".self_attn.g_predictors."; };
+      if (random_seed_ >= 0 && !weights_.find(pfx(0) + "conv1.weight")) {
+        weights_.path = "random_gates=" + std::to_string(random_seed_);
+        const int64_t I = std::max<int64_t>(1, static_cast<int64_t>(expand_ * D));
+        uint64_t ctr = 0;
+        auto uni = [&](double bound) {
+          return static_cast<float>(bound * (2 * scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++}) - 1));
+        };
+        for (int l = 0; l < step.num_layers; ++l) {
+          std::vector<float> w1(Hk * I * 2 * D), w2(Hk * I);
+          for (auto& v : w1) v = uni(1.0 / std::sqrt(2.0 * D));
+          for (auto& v : w2) v = uni(1.0 / std::sqrt(static_cast<double>(I)));
+          weights_.add(pfx(l) + "pre_key_norm.weight", {D}, std::vector<float>(D, 1.f));
+          weights_.add(pfx(l) + "post_key_norm.weight", {D}, std::vector<float>(D, 1.f));
+          weights_.add(pfx(l) + "conv1.weight", {Hk * I, 2 * D, 1}, std::move(w1));
+          weights_.add(pfx(l) + "conv1.bias", {Hk * I}, std::vector<float>(Hk * I, 0.f));
+          weights_.add(pfx(l) + "conv2.weight", {Hk, I, 1}, std::move(w2));
+          weights_.add(pfx(l) + "conv2.bias", {Hk}, std::vector<float>(Hk, 0.f));
+        }
+      }
+      gates_.resize(step.num_layers);
+      for (int l = 0; l < step.num_layers; ++l) {
+        const std::string p = pfx(l);
+        const GateTensor* c1 = weights_.find(p + "conv1.weight");
+        if (!c1) fail_at(weights_.path, "tensor " + p + "conv1.weight",
+                         "missing (the gates do not cover layer {} of this {}-layer model)", l, step.num_layers);
+        if (c1->shape.empty() || c1->shape[0] % Hk != 0)
+          fail_at(weights_.path, "tensor " + p + "conv1.weight", "first dimension is not a multiple of {} kv heads", Hk);
+        const int64_t I = c1->shape[0] / Hk;
+        Gate& g = gates_[l];
+        g.I = static_cast<int>(I);
+        g.pre = weights_.require(p + "pre_key_norm.weight", {D}).data;
+        g.post = weights_.require(p + "post_key_norm.weight", {D}).data;
+        g.w1 = weights_.require(p + "conv1.weight", {Hk * I, 2 * D}).data;
+        g.b1 = weights_.require(p + "conv1.bias", {Hk * I}).data;
+        g.w2 = weights_.require(p + "conv2.weight", {Hk, I}).data;
+        g.b2 = weights_.require(p + "conv2.bias", {Hk}).data;
+      }
+    }
+    return gates_.at(step.layer);
+  }
+
+  PolicyParams params_;
+  std::string gates_path_;
+  int64_t random_seed_ = -1, window_ = 256, budget_ = 0;
+  double expand_ = 1.5, evict_ratio_ = 0.1;
+  float tau_ = 0.1f;
+  int obs_window_ = 256, kernel_ = 5;
+  GateWeights weights_;
+  std::vector<Gate> gates_;
+  std::map<SeqId, bool> evicting_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+PolicyInfo wgkv_policy_info() {
+  PolicyInfo info;
+  info.name = "wgkv";
+  info.description = "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0";
+  info.params = params();
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<WGKVPolicy>(PolicyParams(spec, params()));
+  };
+  return info;
+}
+
+}  // namespace kvb
