@@ -253,14 +253,22 @@ void Interp::exec_for(const Node& n, std::string& out) {
 
 Value Interp::make_macro(const Node& n, const Node* caller_body) {
   // For call blocks, `n` is the CallBlock node: its names/kids are the caller's signature.
-  std::vector<FrameP> captured = frames_;
+  // Captured weakly: the macro Value lives in one of these frames, so strong captures would form
+  // a reference cycle (leak). The frames outlive every legitimate call during the render.
+  std::vector<std::weak_ptr<Frame>> captured(frames_.begin(), frames_.end());
   const Node* node = &n;
   std::string name = caller_body ? std::string("caller") : n.name;
   return Value::callable(name, [node, captured, name](Interp& in, Args& args) -> Value {
     if (in.call_depth_ + 1 > in.limits_.max_call_depth)
       in.fail("maximum macro call depth exceeded (" + std::to_string(in.limits_.max_call_depth) + ")");
+    std::vector<FrameP> scope;
+    for (const auto& w : captured) {
+      FrameP f = w.lock();
+      if (!f) in.fail("macro '" + name + "' called after the scope that defined it ended");
+      scope.push_back(std::move(f));
+    }
     std::vector<FrameP> saved = std::move(in.frames_);
-    in.frames_ = captured;
+    in.frames_ = std::move(scope);
     in.frames_.push_back(std::make_shared<Frame>());
     ++in.call_depth_;
     struct Restore {
