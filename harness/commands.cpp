@@ -13,6 +13,7 @@ void register_all_commands(CLI::App& app) {
   register_policies(app);
   register_report(app);
   register_tasks(app);
+  register_tokenize(app);
 }
 
 }  // namespace kvb::cli

@@ -19,6 +19,7 @@ void register_merge(CLI::App& app);
 void register_policies(CLI::App& app);
 void register_report(CLI::App& app);
 void register_tasks(CLI::App& app);
+void register_tokenize(CLI::App& app);
 
 
 }  // namespace kvb::cli

@@ -139,7 +139,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
     const int32_t idx = static_cast<int32_t>(syms.size());
     syms.push_back({id, idx - 1, idx + 1, true});
   };
-  std::optional<int32_t> pending_unk;  // unk id awaiting emission (fused runs)
+  int32_t pending_unk = -1;  // unk id awaiting emission (fused runs); -1 = none
   for (size_t i = 0; i < word.size();) {
     size_t len;
     uni::decode_utf8(word, i, &len);
@@ -155,9 +155,9 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
     }
     i += len;
     if (auto it = vocab_.find(key); it != vocab_.end()) {
-      if (pending_unk) {
-        add(*pending_unk);
-        pending_unk.reset();
+      if (pending_unk >= 0) {
+        add(pending_unk);
+        pending_unk = -1;
       }
       add(it->second);
       continue;
@@ -171,11 +171,11 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
       }
     }
     if (unk_id_) {
-      if (pending_unk && !fuse_unk_) add(*pending_unk);
+      if (pending_unk >= 0 && !fuse_unk_) add(pending_unk);
       pending_unk = *unk_id_;
     }
   }
-  if (pending_unk) add(*pending_unk);
+  if (pending_unk >= 0) add(pending_unk);
   if (syms.empty()) return;
   syms.back().next = -1;
 

@@ -1,0 +1,106 @@
+// `kvbench tokenize` end to end (runs KVB_BINARY): the ids of a plain text equal the PyPI
+// `tokenizers` goldens, and with --messages the rendered prompt between the delimiters and its
+// ids equal transformers' apply_chat_template (tools/gen_tokenizer_goldens.py, meta.json "chat").
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/util/io.h"
+
+namespace {
+
+using nlohmann::json;
+const std::string kShared = KVB_SHARED_DIR;
+const std::string kFix = std::string(KVB_SOURCE_DIR) + "/tests/fixtures/tokenizer/";
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+// Runs the command; returns stdout and stores the exit status.
+std::string run(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+std::vector<int32_t> ids_line(const std::string& out) {
+  const size_t pos = out.rfind("\nids: ");
+  if (pos == std::string::npos) return {};
+  const size_t end = out.find('\n', pos + 1);
+  return json::parse(out.substr(pos + 6, end - pos - 6)).get<std::vector<int32_t>>();
+}
+
+class TokenizeCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!kvb::file_exists(KVB_BINARY)) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
+    if (!kvb::file_exists(kShared + "/tokenizers/qwen3/tokenizer.json")) GTEST_SKIP() << "needs ../shared";
+  }
+};
+
+TEST_F(TokenizeCli, TextIdsMatchGoldens) {
+  std::ifstream texts(kFix + "texts.jsonl"), rows(kFix + "llama3_1.jsonl");
+  std::string t, r;
+  std::getline(texts, t);
+  std::getline(rows, r);
+  const std::string text = json::parse(t)["t"];
+  std::vector<int32_t> want = {128000};  // meta.json prefix of llama3_1 (BOS)
+  const json row = json::parse(r);
+  for (int32_t id : row["ids"].get<std::vector<int32_t>>()) want.push_back(id);
+  int st = -1;
+  const std::string out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared +
+                                  "/tokenizers/llama3_1 --text " + shell_quote(text), &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_EQ(ids_line(out), want) << out;
+  EXPECT_EQ(out.find("BEGIN PROMPT"), std::string::npos);
+  EXPECT_NE(out.find("0\t128000\t\"<|begin_of_text|>\"\t\"<|begin_of_text|>\"\tspecial\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("===== TOKENS ({}) =====", want.size())), std::string::npos);
+}
+
+TEST_F(TokenizeCli, ChatPromptAndIdsMatchTransformers) {
+  const json meta = kvb::parse_json_file(kFix + "meta.json");
+  for (const auto& [key, flag] : {std::pair<std::string, std::string>{"qwen3", ""}, {"qwen3_no_thinking", " --no-thinking"}}) {
+    const json& want = meta["chat"][key];
+    int st = -1;
+    const std::string out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared +
+                                    "/tokenizers/qwen3 --chat --messages " + kFix + "messages.json" + flag, &st);
+    ASSERT_EQ(st, 0) << out;
+    const std::string begin = fmt::format("===== BEGIN PROMPT ({} bytes) =====\n", want["prompt"].get<std::string>().size());
+    const size_t a = out.find(begin);
+    const size_t b = out.find("\n===== END PROMPT =====\n");
+    ASSERT_NE(a, std::string::npos) << key << "\n" << out;
+    ASSERT_NE(b, std::string::npos) << key << "\n" << out;
+    EXPECT_EQ(out.substr(a + begin.size(), b - a - begin.size()), want["prompt"].get<std::string>()) << key;
+    EXPECT_EQ(ids_line(out), want["ids"].get<std::vector<int32_t>>()) << key;
+  }
+}
+
+TEST_F(TokenizeCli, ErrorsAreReported) {
+  int st = -1;
+  std::string out = run(std::string(KVB_BINARY) + " tokenize --model /nonexistent-kvb --text hi", &st);
+  EXPECT_EQ(st, 2) << out;
+  EXPECT_NE(out.find("tokenizer.json"), std::string::npos) << out;
+  out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/qwen3", &st);
+  EXPECT_NE(st, 0) << out;
+}
+
+}  // namespace
