@@ -199,6 +199,16 @@ Store::Store(const std::string& path, Mode mode) : path_(path), mode_(mode) {
     db_ = nullptr;
     raise(rc, "opening: " + msg);
   }
+  try {
+    init(mode);
+  } catch (...) {
+    sqlite3_close_v2(db_);  // the destructor does not run when the constructor throws
+    db_ = nullptr;
+    throw;
+  }
+}
+
+void Store::init(Mode mode) {
   sqlite3_extended_result_codes(db_, 1);
   sqlite3_busy_timeout(db_, 30000);
   // Reading the header validates the file (SQLITE_NOTADB for garbage).

@@ -210,6 +210,7 @@ class Store {
   sqlite3* handle() { return db_; }
 
  private:
+  void init(Mode mode);
   void migrate();
   [[noreturn]] void raise(int rc, const std::string& what);
   void check(int rc, const std::string& what);

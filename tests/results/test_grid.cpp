@@ -62,7 +62,9 @@ TEST(Grid, ExpansionCounts) {
                                 [](const WorkItem& w) { return w.policy == "full"; });
     EXPECT_EQ(full, static_cast<size_t>(m * e * s));
     for (const auto& it : items)
-      if (it.policy == "full") EXPECT_EQ(it.budget, kNoBudget);
+      if (it.policy == "full") {
+        EXPECT_EQ(it.budget, kNoBudget);
+      }
   }
 }
 
