@@ -17,5 +17,6 @@ PolicyInfo keydiff_policy_info();       ///< keydiff.cpp
 PolicyInfo gkv_policy_info();           ///< gkv.cpp
 PolicyInfo trimkv_policy_info();        ///< trimkv.cpp
 PolicyInfo wgkv_policy_info();          ///< wgkv.cpp
+PolicyInfo foresightkv_policy_info();    ///< foresightkv.cpp
 
 }  // namespace kvb

@@ -28,8 +28,9 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(PolicyParams, EveryPolicyBuildsWithDefaultsAndReportsThem) {
   for (const auto& info : policy_registry()) {
-    PolicySpec s = PolicySpec::parse(info.name, info.name == "wgkv" ? 0 : 64);
+    PolicySpec s = PolicySpec::parse(info.name, info.name == "wgkv" ? 0 : info.name == "foresightkv" ? 256 : 64);
     if (info.name == "trimkv" || info.name == "wgkv") s.params["random_gates"] = "1";
+    if (info.name == "foresightkv") s.params["random_scorer"] = "1";
     auto p = make_policy(s);
     ASSERT_TRUE(p) << info.name;
     EXPECT_EQ(p->name(), info.name);
@@ -54,6 +55,10 @@ TEST(PolicyParams, UnknownAndBadValuesNameTheParameter) {
 
 TEST(PolicyParams, LearnedPolicyWithoutWeightsNamesTheMissingFile) {
   std::string e = error_of([] { make_policy(PolicySpec::parse("trimkv", 64)); });
+  EXPECT_NE(e.find("gates="), std::string::npos) << e;
+  e = error_of([] { make_policy(PolicySpec::parse("foresightkv", 256)); });
+  EXPECT_NE(e.find("scorer="), std::string::npos) << e;
+  e = error_of([] { make_policy(PolicySpec::parse("wgkv", 0)); });
   EXPECT_NE(e.find("gates="), std::string::npos) << e;
   e = error_of([] { make_policy(PolicySpec::parse("trimkv:gates=/nonexistent/g.safetensors", 64)); });
   EXPECT_NE(e.find("/nonexistent/g.safetensors"), std::string::npos) << e;

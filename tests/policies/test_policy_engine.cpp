@@ -45,6 +45,8 @@ std::vector<Case> cases() {
       {"random:buffer=16,seed=9", 32, 48},
       {"streamingllm:budget_kind=ratio,ratio=0.25,buffer=8", 0, 220 / 4 + 8},
       {"wgkv:random_gates=2,window=16", 0, 221},
+      {"foresightkv:random_scorer=1,window=16,buffer=16", 32, 48},
+      {"foresightkv:random_scorer=1,window=16,buffer=16,sample=false", 32, 48},
   };
 }
 
