@@ -83,7 +83,7 @@ void run_bench(const BenchArgs& a) {
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand("bench", "Measure prefill/decode throughput, KV bytes and memory");
-  c->add_option("--model", a->model, "Model directory");
+  c->add_option("--model", a->model, "Model: a directory, a .gguf file, or smollm2-135m-instruct");
   c->add_option("--model-shape", a->shape,
                 "Random-weight architecture: stories260k, smollm2-135m, qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.1-8b");
   c->add_option("--backend", a->backend, "cpu");

@@ -2,17 +2,72 @@
 
 #include <algorithm>
 
+#include <cstdlib>
+#include <filesystem>
+
+#include "engine/model/gguf.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 
 namespace kvb::cli {
 
-LoadedModel load_model(const std::string& spec) {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+LoadedModel load_gguf_model(const std::string& path, const std::string& id, WeightFormat fmt) {
+  LoadedModel m;
+  m.id = id;
+  GgufModel g = load_gguf(path);
+  m.tokenizer = std::make_shared<tok::Tokenizer>(tok::Tokenizer::from_json(g.tokenizer_json, path, g.tokenizer_config));
+  if (!g.chat_template.empty()) {
+    auto str = [&](const char* k) {
+      auto it = g.tokenizer_config.find(k);
+      return it != g.tokenizer_config.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    m.chat = std::make_shared<chat::ChatTemplate>(g.chat_template, path + ": tokenizer.chat_template",
+                                                  str("bos_token"), str("eos_token"));
+  }
+  m.model = Model::from_weights(std::move(g.config), std::move(g.weights), path, fmt);
+  return m;
+}
+
+}  // namespace
+
+std::string default_model_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::string cache = xdg && *xdg ? xdg : std::string(home ? home : ".") + "/.cache";
+  return cache + "/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+LoadedModel load_model(const std::string& spec, WeightFormat fmt) {
+  if (spec == kDefaultModelName) {
+    const std::string path = default_model_path();
+    if (!file_exists(path))
+      fail("--model {}: {} not found; fetch it with tools/fetch_default_model.sh (bootstrap.sh does)", spec, path);
+    LoadedModel m = load_gguf_model(path, spec, fmt);
+    m.eos_ids = m.model->config().eos_token_ids;
+    if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
+      m.eos_ids.push_back(*e);
+    return m;
+  }
+  if (ends_with(spec, ".gguf")) {
+    if (!file_exists(spec)) fail("--model {}: file not found", spec);
+    LoadedModel m = load_gguf_model(spec, spec, fmt);
+    m.eos_ids = m.model->config().eos_token_ids;
+    if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
+      m.eos_ids.push_back(*e);
+    return m;
+  }
   LoadedModel m;
   m.id = spec;
   if (!file_exists(spec + "/config.json"))
-    fail("--model {}: not a model directory (no config.json)", spec);
-  m.model = Model::load_dir(spec);
+    fail("--model {}: not a model directory (no config.json), not a .gguf file, and not '{}'", spec,
+         kDefaultModelName);
+  m.model = Model::load_dir(spec, fmt);
   if (file_exists(spec + "/tokenizer.json"))
     m.tokenizer = std::make_shared<tok::Tokenizer>(tok::Tokenizer::from_dir(spec));
   const std::string tc = spec + "/tokenizer_config.json";
