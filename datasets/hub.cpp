@@ -475,6 +475,14 @@ std::string HubClient::cached_path(const HubFile& f, const std::string& folder, 
 }
 
 std::string HubClient::download(const HubFile& f) {
+  try {
+    return download_impl(f);
+  } catch (const fs::filesystem_error& e) {
+    throw Error(fmt::format("{}: cache {}: {}", f.repo_id, cfg_.cache_dir, e.what()), ErrorKind::kRuntime);
+  }
+}
+
+std::string HubClient::download_impl(const HubFile& f) {
   if (f.repo_id.find('/') == std::string::npos && f.type != RepoType::kModel)
     fail("{}: expected a repository id of the form org/name", f.repo_id);
   std::string folder = repo_folder(f.type, f.repo_id);
@@ -537,6 +545,7 @@ std::string HubClient::download(const HubFile& f) {
     }
   }
   fs::create_directories(snap.parent_path());
+  if (fs::is_symlink(snap)) fs::remove(snap);  // a dangling link left by an interrupted run
   if (cfg_.symlinks) {
     fs::path rel = fs::relative(blob, snap.parent_path());
     std::error_code ec;

@@ -89,6 +89,7 @@ class HubClient {
 
  private:
   struct Meta;
+  std::string download_impl(const HubFile& f);
   Meta head(const std::string& url);
   void get_to_file(const std::string& url, const std::string& part_path, uint64_t expected_size,
                    bool send_auth);
