@@ -12,6 +12,7 @@ void register_all_commands(CLI::App& app) {
   register_merge(app);
   register_policies(app);
   register_report(app);
+  register_run(app);
   register_tasks(app);
   register_tokenize(app);
 }

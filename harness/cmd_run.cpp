@@ -1,0 +1,526 @@
+// `kvbench run` (the main job) and `kvbench grade`.
+//
+// run: suite → tasks → examples; × models × policy specs × budgets × samples → work items keyed
+// by content hash (results/grid.h); skip items already stored (resume); generate the rest with
+// the engine — one model loaded at a time, one (policy, budget) per engine, continuous batching
+// inside — grade each output, and store generations and grades batch by batch in SQLite (one
+// transaction per batch, so Ctrl-C or a kill loses at most the batch in flight). Finally print
+// the per-cell table.
+// grade: re-scores stored generations without generating (examples are re-loaded from the
+// run's recorded task specs and data directories).
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "datasets/registry.h"
+#include "engine/engine.h"
+#include "engine/util/error.h"
+#include "engine/util/io.h"
+#include "graders/grade.h"
+#include "harness/commands.h"
+#include "harness/model_source.h"
+#include "results/cells.h"
+#include "results/grid.h"
+#include "results/sha256.h"
+#include "results/store.h"
+#include "tasks/suite.h"
+#include "tasks/task.h"
+
+namespace kvb::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) { g_interrupted = true; }
+
+struct RunArgs {
+  std::string suite = "smoke";
+  std::vector<std::string> tasks, models, data_dirs;
+  std::string policies = "full,streamingllm,snapkv";
+  std::string budgets;  // empty: the suite's, else 64,128
+  int samples = 0;      // 0: the suite's
+  std::optional<double> temperature, top_p;
+  std::optional<int> top_k, max_new_tokens;
+  double min_p = 0.0;
+  uint64_t seed = 0;
+  std::string backend = "cpu", db = "kvbench.db", run_name, on_bad = "fail";
+  size_t limit = 0;
+  std::optional<std::string> shard;
+  int batch = 8, prefill_chunk = 512, write_every = 8;
+  bool bf16 = false, quiet = false;
+};
+
+std::vector<std::string> split_csv(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t c = s.find(',', start);
+    std::string part = s.substr(start, c == std::string::npos ? std::string::npos : c - start);
+    if (!part.empty()) out.push_back(part);
+    if (c == std::string::npos) break;
+    start = c + 1;
+  }
+  return out;
+}
+
+/// Splits a policy list on commas that start a new policy (a comma followed by "name:" or a
+/// bare name), keeping "rkv:window=8,buffer=128" together: a part containing '=' belongs to
+/// the previous policy.
+std::vector<std::string> split_policies(const std::string& s) {
+  std::vector<std::string> out;
+  for (const auto& part : split_csv(s)) {
+    if (part.find('=') != std::string::npos && part.find(':') == std::string::npos && !out.empty())
+      out.back() += "," + part;
+    else
+      out.push_back(part);
+  }
+  return out;
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string cpu_model() {
+  try {
+    std::string info = read_file("/proc/cpuinfo");
+    auto p = info.find("model name");
+    if (p != std::string::npos) {
+      auto c = info.find(':', p), e = info.find('\n', p);
+      return info.substr(c + 2, e - c - 2);
+    }
+  } catch (const Error&) {
+  }
+  return "cpu";
+}
+
+/// sha256 over the weight files of a model (revision for local models).
+std::string weights_sha256(const std::string& spec) {
+  std::vector<std::string> files;
+  if (spec == kDefaultModelName) files.push_back(default_model_path());
+  else if (spec.size() > 5 && spec.substr(spec.size() - 5) == ".gguf") files.push_back(spec);
+  else if (file_exists(spec + "/model.safetensors")) files.push_back(spec + "/model.safetensors");
+  else if (file_exists(spec + "/model.safetensors.index.json")) {
+    auto idx = parse_json_file(spec + "/model.safetensors.index.json");
+    std::set<std::string> shards;
+    for (auto& [k, v] : idx["weight_map"].items()) shards.insert(v.get<std::string>());
+    for (const auto& s : shards) files.push_back(spec + "/" + s);
+  }
+  std::string cat;
+  for (const auto& f : files) {
+    MappedFile m(f);
+    cat += results::sha256_hex(std::string_view(reinterpret_cast<const char*>(m.data()), m.size()));
+  }
+  return files.size() == 1 ? cat : results::sha256_hex(cat);
+}
+
+struct ExampleRef {
+  const tasks::Example* ex = nullptr;
+  int max_new_tokens = 0;
+};
+
+SamplingParams engine_sampling(const nlohmann::json& s, double min_p) {
+  SamplingParams p;
+  p.temperature = static_cast<float>(s.value("temperature", 0.0));
+  p.top_p = static_cast<float>(s.value("top_p", 1.0));
+  p.top_k = s.value("top_k", 0);
+  p.min_p = static_cast<float>(min_p);
+  return p;
+}
+
+/// Loads every example of a suite's tasks (with limits) into `store`; returns per-task specs.
+struct LoadedTasks {
+  std::vector<tasks::SuiteTask> suite_tasks;
+  std::map<std::string, std::vector<tasks::Example>> examples;  // by suite task spec
+  std::vector<std::string> skipped;
+};
+
+LoadedTasks load_tasks(const std::vector<tasks::SuiteTask>& suite_tasks, const std::vector<std::string>& data_dirs,
+                       size_t cli_limit, const std::string& on_bad) {
+  LoadedTasks lt;
+  lt.suite_tasks = suite_tasks;
+  datasets::DataLocator loc(data_dirs);
+  for (const auto& st : suite_tasks) {
+    auto task = tasks::make_task(st.spec);
+    datasets::BadRecords bad;
+    bad.mode = datasets::parse_on_bad(on_bad);
+    tasks::TaskContext ctx;
+    ctx.locate = [&](const std::string& key) { return loc.locate(key); };
+    ctx.bad = &bad;
+    ctx.limit = cli_limit ? cli_limit : st.limit;
+    lt.examples[st.spec] = task->load_all(ctx);
+    for (auto& s : bad.skipped) lt.skipped.push_back(s);
+  }
+  return lt;
+}
+
+void print_cells(results::Store& store, int64_t run_id) {
+  auto rows = store.samples({run_id});
+  auto cells = results::compute_cells(rows);
+  std::printf("\n%-24s %-30s %-28s %7s %4s %18s %10s %14s %10s\n", "model", "task", "policy", "budget", "n",
+              "pass@1 [95% CI]", "tok/s", "KV peak (B)", "Δ vs full");
+  for (const auto& c : cells) {
+    std::string model = c.key.model_id.size() > 24 ? "…" + c.key.model_id.substr(c.key.model_id.size() - 23) : c.key.model_id;
+    std::string acc = c.pass1 ? fmt::format("{:.3f} [{:.2f},{:.2f}]", c.pass1->mean, c.pass1->lo, c.pass1->hi) : "-";
+    std::string delta = c.delta_vs_reference ? fmt::format("{:+.3f}", c.delta_vs_reference->mean) : "";
+    std::printf("%-24s %-30s %-28s %7s %4d %18s %10.1f %14.0f %10s\n", model.c_str(), c.key.task.c_str(),
+                c.key.policy_label.c_str(), c.key.budget ? std::to_string(c.key.budget).c_str() : "-", c.n_samples,
+                acc.c_str(), c.decode_tok_s, c.kv_bytes_peak_mean, delta.c_str());
+  }
+}
+
+void run_main(const RunArgs& a) {
+  // --- Suite and tasks.
+  tasks::Suite suite;
+  if (!a.tasks.empty()) {
+    suite.name = "tasks";
+    suite.origin = "--task";
+    for (const auto& t : a.tasks) {
+      tasks::SuiteTask st;
+      st.spec = t;
+      tasks::make_task(t);  // validates
+      suite.tasks.push_back(st);
+    }
+  } else {
+    suite = tasks::load_suite(a.suite);
+  }
+  std::vector<std::string> data_dirs = a.data_dirs;
+  if (data_dirs.empty()) data_dirs = datasets::default_data_dirs();
+  LoadedTasks lt = load_tasks(suite.tasks, data_dirs, a.limit, a.on_bad);
+  for (const auto& s : lt.skipped) std::fprintf(stderr, "kvbench: skipped bad example: %s\n", s.c_str());
+
+  // --- Policies and budgets.
+  std::vector<std::string> policy_texts = split_policies(a.policies);
+  if (policy_texts.empty()) fail("--policies: empty list");
+  std::vector<int64_t> budgets;
+  if (!a.budgets.empty()) {
+    for (const auto& b : split_csv(a.budgets)) {
+      try {
+        size_t pos = 0;
+        long long v = std::stoll(b, &pos);
+        if (pos != b.size() || v <= 0) throw std::invalid_argument(b);
+        budgets.push_back(v);
+      } catch (const std::exception&) {
+        fail("--budgets: '{}' is not a positive integer", b);
+      }
+    }
+  } else if (!suite.budgets.empty()) {
+    for (auto b : suite.budgets) budgets.push_back(b);
+  } else {
+    budgets = {64, 128};
+  }
+  std::vector<results::PolicySpec> grid_policies;
+  std::map<std::string, std::string> label_to_spec;
+  for (const auto& pt : policy_texts) {
+    PolicySpec ps = PolicySpec::parse(pt, budgets.front());
+    auto pol = make_policy(ps);  // validates the parameters
+    results::PolicySpec g;
+    g.name = ps.name;
+    g.params = pol->resolved_params();
+    g.uses_budget = ps.name != "full";
+    label_to_spec[g.label()] = pt;
+    grid_policies.push_back(g);
+  }
+
+  // --- Models (revision = sha256 of the weights).
+  std::vector<std::string> model_specs = a.models.empty() ? std::vector<std::string>{kDefaultModelName} : a.models;
+  std::vector<results::ModelRef> model_refs;
+  std::vector<results::RunModel> run_models;
+  for (const auto& m : model_specs) {
+    std::string sha = weights_sha256(m);
+    model_refs.push_back({m, sha});
+    run_models.push_back({m, sha, sha});
+  }
+
+  // --- Grid: one expansion per suite task (samples, caps and sampling differ per task).
+  std::vector<results::WorkItem> items;
+  std::map<std::string, ExampleRef> by_example;  // task + "\n" + example id
+  std::map<std::string, nlohmann::json> task_sampling;
+  for (const auto& st : lt.suite_tasks) {
+    const auto& exs = lt.examples[st.spec];
+    if (exs.empty()) continue;
+    results::GridSpec g;
+    g.models = model_refs;
+    g.policies = grid_policies;
+    g.budgets = budgets;
+    g.samples = a.samples > 0 ? a.samples : st.samples;
+    g.seed = a.seed;
+    nlohmann::json s = st.sampling.is_object() ? st.sampling : nlohmann::json::object();
+    if (a.temperature) s["temperature"] = *a.temperature;
+    if (a.top_p) s["top_p"] = *a.top_p;
+    if (a.top_k) s["top_k"] = *a.top_k;
+    g.sampling.temperature = s.value("temperature", 0.0);
+    g.sampling.top_p = s.value("top_p", 1.0);
+    g.sampling.top_k = s.value("top_k", 0);
+    int cap = a.max_new_tokens ? *a.max_new_tokens : (st.max_new_tokens ? *st.max_new_tokens : 0);
+    g.sampling.max_new_tokens = cap ? cap : exs.front().max_new_tokens;
+    for (const auto& e : exs) {
+      nlohmann::json msgs = nlohmann::json::array();
+      for (const auto& m : e.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+      g.examples.push_back({e.task, e.id, msgs.dump()});
+      int mnt = cap ? cap : e.max_new_tokens;
+      by_example[e.task + "\n" + e.id] = {&e, mnt > 0 ? mnt : 256};
+      task_sampling[e.task] = s;
+    }
+    auto part = results::expand_grid(g);
+    items.insert(items.end(), part.begin(), part.end());
+  }
+  if (items.empty()) fail("run: the suite produced no examples (check --data-dir and --limit)");
+
+  // --- Store, run row, shard, resume.
+  results::Store store(a.db);
+  results::RunInfo info;
+  info.name = a.run_name;
+  info.kvbench_version = KVB_VERSION;
+  info.git_sha = KVB_GIT_SHA;
+  info.host = hostname();
+  info.backend = a.backend;
+  info.device = a.backend == "cpu" ? cpu_model() : a.backend;
+  nlohmann::json tasks_json = nlohmann::json::array();
+  for (const auto& st : lt.suite_tasks)
+    tasks_json.push_back({{"spec", st.spec}, {"limit", a.limit ? a.limit : st.limit}});
+  info.config = {{"suite", suite.origin},  {"tasks", tasks_json},       {"models", model_specs},
+                 {"policies", policy_texts}, {"budgets", budgets},        {"samples", a.samples},
+                 {"seed", a.seed},           {"data_dirs", data_dirs},    {"min_p", a.min_p},
+                 {"weights", a.bf16 ? "bf16" : "f32"}, {"batch", a.batch}, {"prefill_chunk", a.prefill_chunk},
+                 {"max_new_tokens", a.max_new_tokens ? *a.max_new_tokens : 0}};
+  info.models = run_models;
+  for (const auto& st : lt.suite_tasks) info.datasets.push_back({st.spec, "", ""});
+  info.run_key = results::default_run_key(info);
+  const results::Shard shard = results::resolve_shard(a.shard, [](const char* k) { return std::getenv(k); });
+  const int64_t run_id = store.begin_run(info, shard);
+  auto mine = results::select_shard(items, shard);
+  store.add_work_items(mine);
+  auto todo = store.pending(run_id, mine);
+  std::fprintf(stderr, "kvbench: run %lld in %s: %zu work items (shard %d/%d: %zu), %zu already stored, %zu to generate\n",
+               static_cast<long long>(run_id), a.db.c_str(), items.size(), shard.index, shard.count, mine.size(),
+               mine.size() - todo.size(), todo.size());
+
+  // --- Generate, grade, store: one model at a time, one (policy, budget) engine at a time.
+  std::signal(SIGINT, on_sigint);
+  const bool tty = isatty(fileno(stderr));
+  const auto t_start = std::chrono::steady_clock::now();
+  size_t done = 0;
+  int64_t gen_tokens = 0;
+  auto progress = [&](bool final_line) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    const double eta = done ? el / done * (todo.size() - done) : 0;
+    std::string line = fmt::format("[{}/{}] {:.1f} tok/s, elapsed {:.0f} s, ETA {:.0f} s", done, todo.size(),
+                                   el > 0 ? gen_tokens / el : 0.0, el, eta);
+    if (a.quiet) return;
+    if (tty) std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), final_line ? "\n" : "");
+    else std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  for (const auto& mref : model_refs) {
+    std::vector<const results::WorkItem*> model_items;
+    for (const auto& it : todo)
+      if (it.model_id == mref.id) model_items.push_back(&it);
+    if (model_items.empty()) continue;
+    LoadedModel lm = load_model(mref.id, a.bf16 ? WeightFormat::kBF16 : WeightFormat::kF32);
+    std::map<std::pair<std::string, int64_t>, std::vector<const results::WorkItem*>> groups;
+    for (const auto* it : model_items) groups[{it->policy_label, it->budget}].push_back(it);
+    for (const auto& [key, group] : groups) {
+      const std::string& spec_text = label_to_spec.at(key.first);
+      EngineOptions eo;
+      eo.backend = a.backend;
+      eo.max_batch = a.batch;
+      eo.prefill_chunk = a.prefill_chunk;
+      Engine engine(lm.model, eo, make_policy(PolicySpec::parse(spec_text, key.second)));
+      for (size_t start = 0; start < group.size(); start += a.write_every) {
+        if (g_interrupted) break;
+        const size_t end = std::min(group.size(), start + a.write_every);
+        std::vector<GenerationRequest> reqs;
+        std::vector<const ExampleRef*> refs;
+        for (size_t i = start; i < end; ++i) {
+          const auto* it = group[i];
+          const ExampleRef& er = by_example.at(it->task + "\n" + it->example_id);
+          GenerationRequest r;
+          const tasks::Example& ex = *er.ex;
+          if (lm.chat && ex.use_chat_template) {
+            std::vector<chat::Message> msgs;
+            for (const auto& m : ex.messages) msgs.push_back({m.role, m.content});
+            chat::RenderOptions ro;
+            r.prompt = lm.tokenizer->encode(lm.chat->render(msgs, ro), false);
+          } else {
+            r.prompt = lm.tokenizer->encode(ex.raw_prompt(), true);
+          }
+          r.sampling = engine_sampling(it->sampling, a.min_p);
+          r.max_new_tokens = it->sampling.value("max_new_tokens", er.max_new_tokens);
+          r.stop_ids = lm.eos_ids;
+          r.stop_strings = ex.stop;
+          r.seed = it->seed;
+          reqs.push_back(std::move(r));
+          refs.push_back(&er);
+        }
+        auto results_ = engine.generate(reqs, lm.tokenizer.get());
+        std::vector<results::GenerationRecord> gens;
+        std::vector<results::GradeRecord> grades;
+        for (size_t k = 0; k < results_.size(); ++k) {
+          const auto& res = results_[k];
+          const auto* it = group[start + k];
+          const tasks::Example& ex = *refs[k]->ex;
+          results::GenerationRecord g;
+          g.item_key = it->key;
+          g.text = res.text;
+          g.prompt_tokens = res.prompt_tokens;
+          g.generated_tokens = static_cast<int64_t>(res.tokens.size());
+          g.finish_reason = finish_reason_name(res.finish);
+          g.prefill_s = res.prefill_s;
+          g.decode_s = res.decode_s;
+          g.ttft_s = res.ttft_s;
+          g.evictions = res.evictions;
+          g.kv_bytes_peak = static_cast<int64_t>(res.kv_bytes_peak);
+          g.kv_bytes_final = static_cast<int64_t>(res.kv_bytes_final);
+          g.device_peak_bytes = static_cast<int64_t>(peak_rss_bytes());
+          g.extra = {{"policy_s", res.policy_s}, {"kv_token_bytes_peak", res.kv_token_bytes_peak},
+                     {"policy_spec", spec_text}};
+          gens.push_back(g);
+          gen_tokens += g.generated_tokens;
+          results::GradeRecord gr;
+          gr.item_key = it->key;
+          gr.grader = ex.grader;
+          try {
+            auto gd = graders::grade(ex.grader, res.text, ex.references, ex.meta);
+            gr.score = gd.score;
+            gr.extracted = gd.extracted;
+            gr.pred_norm = gd.pred_norm;
+            gr.gold_norm = gd.gold_norm;
+            gr.reason = gd.reason;
+            gr.ungraded = gd.ungraded;
+            if (gd.ungraded) gr.score.reset();
+          } catch (const Error& e) {
+            gr.ungraded = true;
+            gr.reason = std::string("grader error: ") + e.what();
+          }
+          grades.push_back(gr);
+        }
+        store.write_batch(run_id, gens, grades);
+        done += gens.size();
+        progress(false);
+      }
+      if (g_interrupted) break;
+    }
+    if (g_interrupted) break;
+  }
+  progress(true);
+  if (g_interrupted) {
+    std::fprintf(stderr, "kvbench: interrupted; %zu generations stored in %s; rerun the same command to resume\n",
+                 done, a.db.c_str());
+    std::exit(130);
+  }
+  store.end_run(run_id);
+  print_cells(store, run_id);
+}
+
+struct GradeArgs {
+  std::string db = "kvbench.db", run;
+  bool regrade = false;
+};
+
+void grade_main(const GradeArgs& a) {
+  results::Store store(a.db);
+  std::optional<int64_t> run_id;
+  if (!a.run.empty()) run_id = store.resolve_run(a.run);
+  auto todo = store.to_grade(run_id, a.regrade);
+  // Re-load the examples of each run from its recorded task specs and data directories.
+  std::map<int64_t, LoadedTasks> loaded;
+  std::map<int64_t, std::vector<results::GradeRecord>> out;
+  for (const auto& r : store.runs()) {
+    if (run_id && r.run_id != *run_id) continue;
+    auto cfg = nlohmann::json::parse(r.config_json, nullptr, false);
+    if (cfg.is_discarded() || !cfg.contains("tasks")) continue;
+    std::vector<tasks::SuiteTask> sts;
+    for (const auto& t : cfg["tasks"]) {
+      tasks::SuiteTask st;
+      st.spec = t.value("spec", "");
+      st.limit = t.value("limit", 0);
+      sts.push_back(st);
+    }
+    loaded[r.run_id] = load_tasks(sts, cfg.value("data_dirs", std::vector<std::string>{}), 0, "skip");
+  }
+  size_t n = 0;
+  for (const auto& tg : todo) {
+    auto lit = loaded.find(tg.run_id);
+    if (lit == loaded.end()) continue;
+    const tasks::Example* ex = nullptr;
+    for (auto& [spec, exs] : lit->second.examples)
+      for (const auto& e : exs)
+        if (e.task == tg.item.task && e.id == tg.item.example_id) ex = &e;
+    if (!ex) {
+      std::fprintf(stderr, "kvbench: grade: example %s of task %s not found; left ungraded\n",
+                   tg.item.example_id.c_str(), tg.item.task.c_str());
+      continue;
+    }
+    results::GradeRecord gr;
+    gr.item_key = tg.item.key;
+    gr.grader = ex->grader;
+    try {
+      auto gd = graders::grade(ex->grader, tg.text, ex->references, ex->meta);
+      gr.score = gd.score;
+      gr.extracted = gd.extracted;
+      gr.pred_norm = gd.pred_norm;
+      gr.gold_norm = gd.gold_norm;
+      gr.reason = gd.reason;
+      gr.ungraded = gd.ungraded;
+      if (gd.ungraded) gr.score.reset();
+    } catch (const Error& e) {
+      gr.ungraded = true;
+      gr.reason = std::string("grader error: ") + e.what();
+    }
+    out[tg.run_id].push_back(gr);
+    ++n;
+  }
+  for (auto& [rid, grades] : out) store.write_grades(rid, grades);
+  std::printf("graded %zu generations in %s\n", n, a.db.c_str());
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* c = app.add_subcommand(
+      "run", "Run a benchmark grid (suite × models × policies × budgets × samples) into a SQLite DB; resumable");
+  c->add_option("--suite", a->suite, "Built-in suite (smoke, math, longproc, longctx) or a suite YAML file");
+  c->add_option("--task", a->tasks, "Task spec instead of a suite (repeatable), e.g. gsm8k:template=rkv");
+  c->add_option("--model", a->models, "Model (repeatable): directory, .gguf file or smollm2-135m-instruct");
+  c->add_option("--policies", a->policies, "Comma-separated policy specs, e.g. full,snapkv,rkv:window=8");
+  c->add_option("--budgets", a->budgets, "Comma-separated KV budgets (tokens per layer and kv head)");
+  c->add_option("--samples", a->samples, "Samples per example (overrides the suite)")->check(CLI::PositiveNumber);
+  c->add_option("--temperature", a->temperature, "Sampling temperature (overrides the suite)");
+  c->add_option("--top-p", a->top_p, "Nucleus threshold (overrides the suite)");
+  c->add_option("--top-k", a->top_k, "Top-k (overrides the suite)");
+  c->add_option("--min-p", a->min_p, "Min-p");
+  c->add_option("--max-new-tokens", a->max_new_tokens, "Generation cap (overrides suite and task)");
+  c->add_option("--seed", a->seed, "Base seed; each sample's seed derives from (seed, task, example, sample)");
+  c->add_option("--backend", a->backend, "cpu");
+  c->add_option("--db", a->db, "Results database (SQLite)");
+  c->add_option("--run-name", a->run_name, "A label for this run (for compare/report)");
+  c->add_option("--limit", a->limit, "First K examples of each task");
+  c->add_option("--shard", a->shard, "This process's slice i/n of the grid (default: Slurm/Open MPI rank or 0/1)");
+  c->add_option("--data-dir", a->data_dirs, "Local dataset mirror laid out like ../shared/datasets (repeatable)");
+  c->add_option("--on-bad-example", a->on_bad, "skip or fail on a malformed dataset record");
+  c->add_option("--batch", a->batch, "Sequences decoded together")->check(CLI::PositiveNumber);
+  c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(CLI::PositiveNumber);
+  c->add_option("--write-every", a->write_every, "Generations per stored batch (transaction)")->check(CLI::PositiveNumber);
+  c->add_flag("--bf16-weights", a->bf16, "Hold weight matrices as bf16 in memory (CPU computes in f32)");
+  c->add_flag("--quiet", a->quiet, "No progress line");
+  c->callback([a] { run_main(*a); });
+
+  auto g = std::make_shared<GradeArgs>();
+  CLI::App* gc = app.add_subcommand("grade", "Re-score stored generations without generating");
+  gc->add_option("--db", g->db, "Results database");
+  gc->add_option("--run", g->run, "Only this run (id, name, latest, ...)");
+  gc->add_flag("--regrade", g->regrade, "Re-grade every generation, not only ungraded ones");
+  gc->callback([g] { grade_main(*g); });
+}
+
+}  // namespace kvb::cli
