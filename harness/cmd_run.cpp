@@ -340,6 +340,10 @@ void run_main(const RunArgs& a) {
         const size_t end = std::min(group.size(), start + a.write_every);
         std::vector<GenerationRequest> reqs;
         std::vector<const ExampleRef*> refs;
+        std::vector<const results::WorkItem*> req_items;
+        std::vector<results::GenerationRecord> gens;
+        std::vector<results::GradeRecord> grades;
+        const int64_t max_ctx = lm.model->config().max_position_embeddings;
         for (size_t i = start; i < end; ++i) {
           const auto* it = group[i];
           const ExampleRef& er = by_example.at(it->task + "\n" + it->example_id);
@@ -358,15 +362,30 @@ void run_main(const RunArgs& a) {
           r.stop_ids = lm.eos_ids;
           r.stop_strings = ex.stop;
           r.seed = it->seed;
+          if (static_cast<int64_t>(r.prompt.size()) >= max_ctx) {
+            // Too long for the model: stored as an error (ungraded), the run goes on.
+            results::GenerationRecord g;
+            g.item_key = it->key;
+            g.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+            g.finish_reason = fmt::format("error: prompt of {} tokens exceeds the model's context of {}",
+                                          r.prompt.size(), max_ctx);
+            gens.push_back(g);
+            results::GradeRecord gr;
+            gr.item_key = it->key;
+            gr.grader = ex.grader;
+            gr.ungraded = true;
+            gr.reason = "not generated: prompt exceeds the model's context";
+            grades.push_back(gr);
+            continue;
+          }
           reqs.push_back(std::move(r));
           refs.push_back(&er);
+          req_items.push_back(it);
         }
-        auto results_ = engine.generate(reqs, lm.tokenizer.get());
-        std::vector<results::GenerationRecord> gens;
-        std::vector<results::GradeRecord> grades;
+        auto results_ = reqs.empty() ? std::vector<GenerationResult>{} : engine.generate(reqs, lm.tokenizer.get());
         for (size_t k = 0; k < results_.size(); ++k) {
           const auto& res = results_[k];
-          const auto* it = group[start + k];
+          const auto* it = req_items[k];
           const tasks::Example& ex = *refs[k]->ex;
           results::GenerationRecord g;
           g.item_key = it->key;

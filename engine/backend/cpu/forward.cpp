@@ -239,7 +239,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
           qh->q.assign(c.num_layers, std::vector<float>(static_cast<size_t>(qh->window) * Hq * D));
           qh->pos.assign(c.num_layers, std::vector<int32_t>(qh->window));
           qh->head.assign(c.num_layers, 0);
-          qh->count = 0;
+          qh->count.assign(c.num_layers, 0);
         }
         const int first = std::max(0, items[b].n - qh->window);
         for (int i = first; i < items[b].n; ++i) {
@@ -249,8 +249,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
           qh->pos[l][slot] = static_cast<int32_t>(items[b].start_pos + i);
           slot = (slot + 1) % qh->window;
         }
-        if (l == static_cast<int>(c.num_layers) - 1)
-          qh->count = std::min(qh->window, qh->count + (items[b].n - first));
+        qh->count[l] = std::min(qh->window, qh->count[l] + (items[b].n - first));
       }
     }
     // Attention: one task per (item, kv head); G query heads × n queries each.
@@ -313,7 +312,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
         st.window_attention = [&, qh, l](int h, int* w_out) -> const std::vector<float>& {
           if (!qh || qh->q.empty()) fail("policy asked for window attention it did not declare");
           if (wa_w[h] < 0) {
-            const int w = qh->count;
+            const int w = qh->count[l];
             const int32_t L = cache_.length(st.seq, l, h);
             std::vector<float>& out = wa_cache[h];
             out.assign(static_cast<size_t>(G) * w * L, 0.0f);
@@ -341,6 +340,23 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
           if (w_out) *w_out = wa_w[h];
           return wa_cache[h];
         };
+        std::vector<float> wq_buf;
+        st.attn_scale = scale;
+        st.window_queries = [&, qh, l](int* w_out) -> const float* {
+          if (!qh || qh->q.empty()) fail("policy asked for window queries it did not declare");
+          const int w = qh->count[l];
+          if (wq_buf.empty() && w > 0) {
+            wq_buf.resize(static_cast<size_t>(Hq) * w * D);
+            for (int j = 0; j < w; ++j) {
+              const int slot = (qh->head[l] - w + j + qh->window) % qh->window;
+              for (int hq = 0; hq < Hq; ++hq)
+                std::memcpy(&wq_buf[(static_cast<size_t>(hq) * w + j) * D],
+                            &qh->q[l][(static_cast<size_t>(slot) * Hq + hq) * D], sizeof(float) * D);
+            }
+          }
+          if (w_out) *w_out = w;
+          return wq_buf.data();
+        };
         policy->on_layer_step(st);
         for (auto& [h, keep] : st.keeps) {
           if (h < 0 || h >= Hkv) fail("policy '{}' returned a keep-set for kv head {} of {}", policy->name(), h, Hkv);
@@ -363,6 +379,29 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     }
     matmul_nt(gate_.data(), w.w_down, nullptr, xn_.data(), T, I, H);
     for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
+  }
+
+  // Step-end hook (policies with budgets across layers, e.g. TRIM-KV's global budget).
+  if (policy) {
+    const auto tp = clock::now();
+    for (const ForwardItem& it : items) {
+      StepEnd se;
+      se.cache = &cache_;
+      se.seq = it.seq;
+      se.num_layers = static_cast<int>(c.num_layers);
+      se.num_kv_heads = Hkv;
+      se.n_new = it.n;
+      se.seq_len = it.start_pos + it.n;
+      se.prefill = it.prefill;
+      se.prefill_last = it.prefill_last;
+      policy->on_step_end(se);
+      for (auto& k : se.keeps) {
+        if (k.layer < 0 || k.layer >= se.num_layers || k.head < 0 || k.head >= Hkv)
+          fail("policy '{}' returned a keep-set for layer {} head {}", policy->name(), k.layer, k.head);
+        evicted += cache_.compact(it.seq, k.layer, k.head, k.indices);
+      }
+    }
+    policy_s += std::chrono::duration<double>(clock::now() - tp).count();
   }
 
   // Final norm + LM head for the last token of each item that wants logits.

@@ -21,7 +21,7 @@ namespace kvb {
 /// (PolicyNeeds::window_queries): a ring of post-RoPE queries per layer.
 struct QueryHistory {
   int window = 0;                           ///< w
-  int count = 0;                            ///< queries stored per layer (≤ w), same for all layers
+  std::vector<int> count;                   ///< [layer] queries stored (≤ w)
   std::vector<std::vector<float>> q;        ///< [layer] ring [w, Hq, D]
   std::vector<std::vector<int32_t>> pos;    ///< [layer] ring [w] absolute positions
   std::vector<int> head;                    ///< [layer] next ring slot
