@@ -14,6 +14,7 @@ TaskFactory longmemeval_factory();  // tasks/longmemeval.cpp
 TaskFactory scbench_factory();      // tasks/scbench.cpp
 TaskFactory longbench_factory();    // tasks/longbench.cpp
 TaskFactory longbench_v2_factory(); // tasks/longbench_v2.cpp
+TaskFactory smoke_factory();        // tasks/smoke.cpp (built-in problems)
 
 /// Base for the tasks: holds TaskInfo and the options, and validates option names.
 class BasicTask : public Task {

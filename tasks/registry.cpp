@@ -134,7 +134,8 @@ namespace {
 const std::vector<TaskFactory>& factories() {
   static const std::vector<TaskFactory> f = {math_factory(),        longproc_factory(),
                                              longmemeval_factory(), scbench_factory(),
-                                             longbench_factory(),   longbench_v2_factory()};
+                                             longbench_factory(),   longbench_v2_factory(),
+                                             smoke_factory()};
   return f;
 }
 

@@ -199,8 +199,9 @@ TEST(Suites, BuiltinSuitesParseAndNameRealTasks) {
   EXPECT_EQ(load_suite("longproc").tasks.size(), 16u);
   EXPECT_EQ(load_suite("longctx").tasks.size(), 1u + 12u + 21u + 1u);
   auto smoke = load_suite("smoke");
-  EXPECT_EQ(smoke.tasks[0].limit, 2u);
-  EXPECT_EQ(*smoke.tasks[0].max_new_tokens, 256);
+  EXPECT_EQ(smoke.tasks[0].spec, "smoke");
+  EXPECT_EQ(smoke.tasks[0].limit, 8u);
+  EXPECT_EQ(*smoke.tasks[0].max_new_tokens, 128);
   EXPECT_THROW(load_suite("nope"), Error);
 }
 
@@ -224,14 +225,25 @@ TEST(Suites, UserSuiteFileAndErrors) {
   EXPECT_THROW(make_task("gsm8k:color=red"), Error);
 }
 
+TEST(TaskRegistry, SmokeTaskIsBuiltInAndGradedByMath) {
+  auto t = make_task("smoke");
+  TaskContext ctx;
+  ctx.locate = [](const std::string& k) -> std::string { throw Error("smoke must not read files: " + k); };
+  auto ex = t->load_all(ctx);
+  ASSERT_EQ(ex.size(), 8u);
+  EXPECT_EQ(ex[0].grader, "math");
+  EXPECT_EQ(ex[0].references, std::vector<std::string>{"56"});
+  EXPECT_NE(ex[5].messages[0].content.find("Passage:"), std::string::npos);
+}
+
 TEST(TaskRegistry, NamesCoverAllBenchmarks) {
   auto n = task_names();
-  EXPECT_EQ(n.size(), 4u + 16u + 3u + 12u + 21u + 1u);
+  EXPECT_EQ(n.size(), 4u + 16u + 3u + 12u + 21u + 1u + 1u);  // + the built-in smoke task
   for (const auto& name : n) {
     auto t = make_task(name);
     EXPECT_EQ(t->info().name, name);
     EXPECT_FALSE(t->info().grader.empty()) << name;
-    EXPECT_FALSE(t->info().data_files.empty()) << name;
+    if (name != "smoke") EXPECT_FALSE(t->info().data_files.empty()) << name;
   }
   auto [name, opts] = parse_task_spec("gsm8k:template=rkv,max_new_tokens=5");
   EXPECT_EQ(name, "gsm8k");
