@@ -163,6 +163,27 @@ LoadedTasks load_tasks(const std::vector<tasks::SuiteTask>& suite_tasks, const s
   return lt;
 }
 
+/// Grades `text` against the example with its grader; a grader error becomes an ungraded row.
+results::GradeRecord grade_example(const std::string& item_key, const tasks::Example& ex, const std::string& text) {
+  results::GradeRecord gr;
+  gr.item_key = item_key;
+  gr.grader = ex.grader;
+  try {
+    auto gd = graders::grade(ex.grader, text, ex.references, ex.meta);
+    gr.score = gd.score;
+    gr.extracted = gd.extracted;
+    gr.pred_norm = gd.pred_norm;
+    gr.gold_norm = gd.gold_norm;
+    gr.reason = gd.reason;
+    gr.ungraded = gd.ungraded;
+    if (gd.ungraded) gr.score.reset();
+  } catch (const Error& e) {
+    gr.ungraded = true;
+    gr.reason = std::string("grader error: ") + e.what();
+  }
+  return gr;
+}
+
 void print_cells(results::Store& store, int64_t run_id) {
   auto rows = store.samples({run_id});
   auto cells = results::compute_cells(rows);
@@ -404,23 +425,7 @@ void run_main(const RunArgs& a) {
                      {"policy_spec", spec_text}};
           gens.push_back(g);
           gen_tokens += g.generated_tokens;
-          results::GradeRecord gr;
-          gr.item_key = it->key;
-          gr.grader = ex.grader;
-          try {
-            auto gd = graders::grade(ex.grader, res.text, ex.references, ex.meta);
-            gr.score = gd.score;
-            gr.extracted = gd.extracted;
-            gr.pred_norm = gd.pred_norm;
-            gr.gold_norm = gd.gold_norm;
-            gr.reason = gd.reason;
-            gr.ungraded = gd.ungraded;
-            if (gd.ungraded) gr.score.reset();
-          } catch (const Error& e) {
-            gr.ungraded = true;
-            gr.reason = std::string("grader error: ") + e.what();
-          }
-          grades.push_back(gr);
+          grades.push_back(grade_example(it->key, ex, res.text));
         }
         store.write_batch(run_id, gens, grades);
         done += gens.size();
@@ -479,23 +484,7 @@ void grade_main(const GradeArgs& a) {
                    tg.item.example_id.c_str(), tg.item.task.c_str());
       continue;
     }
-    results::GradeRecord gr;
-    gr.item_key = tg.item.key;
-    gr.grader = ex->grader;
-    try {
-      auto gd = graders::grade(ex->grader, tg.text, ex->references, ex->meta);
-      gr.score = gd.score;
-      gr.extracted = gd.extracted;
-      gr.pred_norm = gd.pred_norm;
-      gr.gold_norm = gd.gold_norm;
-      gr.reason = gd.reason;
-      gr.ungraded = gd.ungraded;
-      if (gd.ungraded) gr.score.reset();
-    } catch (const Error& e) {
-      gr.ungraded = true;
-      gr.reason = std::string("grader error: ") + e.what();
-    }
-    out[tg.run_id].push_back(gr);
+    out[tg.run_id].push_back(grade_example(tg.item.key, *ex, tg.text));
     ++n;
   }
   for (auto& [rid, grades] : out) store.write_grades(rid, grades);
