@@ -87,41 +87,6 @@ namespace {
 
 inline uint16_t rd16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
-/// IEEE half -> float, exact (as numpy's float16 -> float32 cast).
-inline float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400u) == 0);
-      mant &= 0x3ffu;
-      bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | (mant << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-inline float bf16_to_float(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 /// Q4_K / Q5_K 6-bit scales and mins of the 8 sub-blocks (gguf-py Q4_K.get_scale_min).
 inline void k_scale_min(const uint8_t* s, uint8_t sc[8], uint8_t mn[8]) {
   for (int j = 0; j < 4; ++j) {
@@ -150,20 +115,20 @@ void dequantize(GgmlType type, const void* data, int64_t n, float* out) {
       std::memcpy(out, p, static_cast<size_t>(n) * 4);
       return;
     case GgmlType::F16:
-      for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(rd16(p + 2 * i));
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_bits_to_f32(rd16(p + 2 * i));
       return;
     case GgmlType::BF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(rd16(p + 2 * i));
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(rd16(p + 2 * i));
       return;
     case GgmlType::Q8_0:
       for (int64_t b = 0; b < nb; ++b, p += 34, out += 32) {
-        const float d = half_to_float(rd16(p));
+        const float d = f16_bits_to_f32(rd16(p));
         for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(static_cast<int8_t>(p[2 + j])) * d;
       }
       return;
     case GgmlType::Q4_0:
       for (int64_t b = 0; b < nb; ++b, p += 18, out += 32) {
-        const float d = half_to_float(rd16(p));
+        const float d = f16_bits_to_f32(rd16(p));
         const uint8_t* qs = p + 2;
         for (int j = 0; j < 16; ++j) {
           out[j] = d * static_cast<float>(static_cast<int>(qs[j] & 0x0f) - 8);
@@ -173,8 +138,8 @@ void dequantize(GgmlType type, const void* data, int64_t n, float* out) {
       return;
     case GgmlType::Q4_1:
       for (int64_t b = 0; b < nb; ++b, p += 20, out += 32) {
-        const float d = half_to_float(rd16(p));
-        const float m = half_to_float(rd16(p + 2));
+        const float d = f16_bits_to_f32(rd16(p));
+        const float m = f16_bits_to_f32(rd16(p + 2));
         const uint8_t* qs = p + 4;
         for (int j = 0; j < 16; ++j) {
           const float lo = d * static_cast<float>(qs[j] & 0x0f);
@@ -186,8 +151,8 @@ void dequantize(GgmlType type, const void* data, int64_t n, float* out) {
       return;
     case GgmlType::Q4_K:
       for (int64_t b = 0; b < nb; ++b, p += 144, out += 256) {
-        const float d = half_to_float(rd16(p));
-        const float dmin = half_to_float(rd16(p + 2));
+        const float d = f16_bits_to_f32(rd16(p));
+        const float dmin = f16_bits_to_f32(rd16(p + 2));
         uint8_t sc[8], mn[8];
         k_scale_min(p + 4, sc, mn);
         const uint8_t* qs = p + 16;
@@ -207,8 +172,8 @@ void dequantize(GgmlType type, const void* data, int64_t n, float* out) {
       return;
     case GgmlType::Q5_K:
       for (int64_t b = 0; b < nb; ++b, p += 176, out += 256) {
-        const float d = half_to_float(rd16(p));
-        const float dmin = half_to_float(rd16(p + 2));
+        const float d = f16_bits_to_f32(rd16(p));
+        const float dmin = f16_bits_to_f32(rd16(p + 2));
         uint8_t sc[8], mn[8];
         k_scale_min(p + 4, sc, mn);
         const uint8_t* qh = p + 16;
@@ -234,7 +199,7 @@ void dequantize(GgmlType type, const void* data, int64_t n, float* out) {
         const uint8_t* ql = p;
         const uint8_t* qh = p + 128;
         const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
-        const float d = half_to_float(rd16(p + 208));
+        const float d = f16_bits_to_f32(rd16(p + 208));
         for (int i = 0; i < 256; ++i) {
           const int h = i / 128, r = i % 128;
           const int lo = (ql[64 * h + (r % 64)] >> (4 * (r / 64))) & 0x0f;

@@ -25,37 +25,6 @@ int64_t TensorView::numel() const {
   return n;
 }
 
-namespace {
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ff;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-}  // namespace
-
 std::vector<float> WeightStore::to_f32(const TensorView& t) {
   const int64_t n = t.numel();
   std::vector<float> out(static_cast<size_t>(n));
@@ -66,7 +35,7 @@ std::vector<float> WeightStore::to_f32(const TensorView& t) {
     for (int64_t i = 0; i < n; ++i) {
       uint16_t v;
       std::memcpy(&v, p + 2 * i, 2);  // safetensors data need not be 2-byte aligned
-      out[i] = t.dtype == DType::F16 ? half_to_float(v) : bf16_bits_to_f32(v);
+      out[i] = t.dtype == DType::F16 ? f16_bits_to_f32(v) : bf16_bits_to_f32(v);
     }
   }
   return out;

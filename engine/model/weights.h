@@ -28,6 +28,36 @@ inline float bf16_bits_to_f32(uint16_t b) {
   __builtin_memcpy(&f, &bits, 4);
   return f;
 }
+/// IEEE 754 binary16 (half) bits -> f32, exact for every input (as numpy's float16 -> float32
+/// cast): zeros keep their sign, subnormals are normalised, inf/NaN keep sign and payload.
+/// The one half -> float conversion of the project (safetensors F16 tensors and GGUF F16 data
+/// and block scales both use it).
+inline float f16_bits_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: shift the mantissa up to the implicit bit, lowering the exponent
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400u)) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ffu;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
 /// f32 -> bf16 bits, round to nearest even (as torch's .to(torch.bfloat16)); NaN stays NaN.
 inline uint16_t f32_to_bf16_bits(float f) {
   uint32_t bits;
