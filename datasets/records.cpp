@@ -180,29 +180,41 @@ struct FileCloser {
 
 namespace {
 
+// One JSON Lines record per call to line(): the rules shared by files and streamed members
+// (BOM on line 1 ignored, trailing '\r' dropped, blank lines skipped, bad JSON reported).
+template <typename json, typename Fn>
+struct JsonlLines {
+  const std::string& name;
+  const Fn& fn;
+  BadRecords& bad;
+  size_t lineno = 0, index = 0, ok = 0;
+
+  void line(std::string& text) {
+    ++lineno;
+    if (lineno == 1 && text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (text.find_first_not_of(" \t") == std::string::npos) return;
+    RecordPos pos{name, index++, lineno};
+    json rec;
+    try {
+      rec = json::parse(text);
+    } catch (const typename json::parse_error& e) {
+      bad.report(fmt::format("{}: invalid JSON at column {}: {}", pos.where(), e.byte, e.what()));
+      return;
+    }
+    if (deliver(fn, std::move(rec), pos, bad)) ++ok;
+  }
+};
+
 template <typename json, typename Fn>
 size_t read_jsonl_t(const std::string& path, const Fn& fn, BadRecords& bad) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
+  JsonlLines<json, Fn> lines{path, fn, bad};
   std::string line;
-  size_t lineno = 0, index = 0, ok = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (lineno == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    RecordPos pos{path, index++, lineno};
-    json rec;
-    try {
-      rec = json::parse(line);
-    } catch (const typename json::parse_error& e) {
-      bad.report(fmt::format("{}: invalid JSON at column {}: {}", pos.where(), e.byte, e.what()));
-      continue;
-    }
-    if (deliver(fn, std::move(rec), pos, bad)) ++ok;
-  }
+  while (std::getline(in, line)) lines.line(line);
   if (in.bad()) throw Error(fmt::format("{}: read error", path), ErrorKind::kRuntime);
-  return ok;
+  return lines.ok;
 }
 
 template <typename json, typename Fn>
@@ -239,6 +251,40 @@ size_t read_records_t(const std::string& path, const Fn& fn, BadRecords& bad) {
 size_t read_jsonl(const std::string& path, const RecordFn& fn, BadRecords& bad) {
   return read_jsonl_t<json>(path, fn, bad);
 }
+struct JsonlStream::Impl {
+  std::string name;
+  RecordFn fn;
+  BadRecords* bad;
+  JsonlLines<json, RecordFn> lines;
+  std::string partial;
+  Impl(std::string n, RecordFn f, BadRecords& b) : name(std::move(n)), fn(std::move(f)), bad(&b), lines{name, fn, *bad} {}
+};
+
+JsonlStream::JsonlStream(std::string name, RecordFn fn, BadRecords& bad)
+    : impl_(std::make_unique<Impl>(std::move(name), std::move(fn), bad)) {}
+JsonlStream::~JsonlStream() = default;
+
+void JsonlStream::feed(const char* data, size_t n) {
+  std::string& part = impl_->partial;
+  size_t start = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (data[i] != '\n') continue;
+    part.append(data + start, i - start);
+    impl_->lines.line(part);
+    part.clear();
+    start = i + 1;
+  }
+  part.append(data + start, n - start);
+}
+
+size_t JsonlStream::finish() {
+  if (!impl_->partial.empty()) {
+    impl_->lines.line(impl_->partial);
+    impl_->partial.clear();
+  }
+  return impl_->lines.ok;
+}
+
 size_t stream_json_array(const std::string& path, const RecordFn& fn, BadRecords& bad) {
   return stream_json_array_t<json>(path, fn, bad);
 }

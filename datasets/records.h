@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,27 @@ using RecordFn = std::function<void(nlohmann::json&& record, const RecordPos& po
 /// JSON: ...". Returns the number of records passed to `fn` without error.
 /// Throws kvb::Error if the file cannot be opened.
 size_t read_jsonl(const std::string& path, const RecordFn& fn, BadRecords& bad);
+
+/// Incremental JSON Lines reader for data that arrives in chunks (a ZIP member, a pipe): bytes
+/// are fed in any chunking, each complete line is handled exactly as read_jsonl handles a line
+/// of a file (same BOM, blank-line and error rules; positions name `name` and the 1-based line).
+/// Memory: one line at a time. Not copyable; `bad` must outlive the stream.
+class JsonlStream {
+ public:
+  JsonlStream(std::string name, RecordFn fn, BadRecords& bad);
+  ~JsonlStream();
+  JsonlStream(const JsonlStream&) = delete;
+  JsonlStream& operator=(const JsonlStream&) = delete;
+  /// Consumes `n` bytes; calls the record function for every line completed by them.
+  void feed(const char* data, size_t n);
+  /// Handles a last line without a final newline; returns the number of records passed to the
+  /// record function without error (same count read_jsonl returns).
+  size_t finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// Streams the elements of a file whose top-level value is a JSON array, calling `fn` with
 /// each element as soon as it is complete (memory: one element at a time). A syntax error

@@ -61,7 +61,9 @@ std::vector<SourceFile> build() {
     v.push_back({std::string("longproc/") + f.file, "longproc", "github", "princeton-pli/LongProc", kLongProcCommit,
                  std::string("data/") + f.file, std::string(f.file).find(".yaml") != std::string::npos ? "yaml" : "json",
                  f.sha, f.size,
-                 missing ? "absent from the GitHub snapshot (LFS/large); use HF rows under longproc/hf/" : "V"});
+                 missing ? "not in the verified snapshot (no sha256 known): fetched unpinned from the same commit; "
+                           "or use HF rows under longproc/hf/"
+                         : "V"});
   }
   for (const char* c : {"path_traversal_2k", "path_traversal_8k", "tom_tracking_8k", "travel_planning_2k",
                         "travel_planning_8k"})
@@ -77,9 +79,10 @@ std::vector<SourceFile> build() {
                         "repoqa_and_kv", "summary", "summary_with_needles", "vt"})
     v.push_back({std::string("scbench/scbench_") + t + ".jsonl", "scbench", "hf-dataset", "microsoft/SCBench", "main",
                  std::string("data/scbench_") + t + ".jsonl", "jsonl", "", 0, "P"});
-  // LongBench v1: data.zip holds data/<task>.jsonl and data/<task>_e.jsonl (extract into the mirror).
+  // LongBench v1: data.zip holds data/<task>.jsonl and data/<task>_e.jsonl; the tasks read the
+  // members in place (datasets/zip_archive.h) unless an extracted longbench/data/ exists.
   v.push_back({"longbench/data.zip", "longbench", "hf-dataset", "THUDM/LongBench", "main", "data.zip", "zip", "", 0,
-               "114 MB (P); unzip into <data-dir>/longbench/ so that longbench/data/<task>.jsonl exists"});
+               "114 MB (P); members data/<task>.jsonl are read from the zip in place (no unzip needed)"});
   v.push_back({"longbench_v2/data.json", "longbench_v2", "hf-dataset", "THUDM/LongBench-v2", "main", "data.json",
                "json", "", 0, "465 MB (P), one JSON array of 503 objects"});
   return v;
