@@ -18,5 +18,6 @@ PolicyInfo gkv_policy_info();           ///< gkv.cpp
 PolicyInfo trimkv_policy_info();        ///< trimkv.cpp
 PolicyInfo wgkv_policy_info();          ///< wgkv.cpp
 PolicyInfo foresightkv_policy_info();    ///< foresightkv.cpp
+PolicyInfo oracle_policy_info();         ///< oracle.cpp (two-pass; see oracle.h)
 
 }  // namespace kvb

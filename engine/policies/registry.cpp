@@ -59,6 +59,7 @@ const std::vector<PolicyInfo>& policy_registry() {
     r.push_back(trimkv_policy_info());
     r.push_back(wgkv_policy_info());
     r.push_back(foresightkv_policy_info());
+    r.push_back(oracle_policy_info());
     r.push_back(random_policy_info());
     return r;
   }();
