@@ -1,6 +1,7 @@
 // `kvbench datasets list|fetch|verify`: the benchmark file registry (datasets/registry.h).
 //   list    every registered file with its source, size, sha256 and whether a data dir has it
-//   fetch   BENCH|KEY...: GitHub-hosted files are downloaded into --data-dir (sha256 checked);
+//   fetch   BENCH|KEY...: GitHub-hosted files are downloaded into --data-dir (sha256 checked where
+//           the registry has one; the others are fetched from the pinned commit and reported);
 //           Hub-hosted files go into the Hugging Face cache (huggingface_hub layout) and are
 //           linked into --data-dir when one is given
 //   verify  sha256 of every registered file found in the data dirs; exit code 1 on a mismatch
@@ -71,10 +72,6 @@ void run_fetch(const DatasetsArgs& a) {
       std::printf("skip  %s: %s\n", s->key.c_str(), s->note.c_str());
       continue;
     }
-    if (s->host == "github" && s->size == 0) {
-      std::printf("skip  %s: %s\n", s->key.c_str(), s->note.c_str());
-      continue;
-    }
     if (s->host == "github") {
       if (dir.empty()) fail("datasets fetch: {} is hosted on GitHub; give --data-dir DIR to store it", s->key);
       fs::path dest = fs::path(dir) / s->key;
@@ -83,7 +80,12 @@ void run_fetch(const DatasetsArgs& a) {
         continue;
       }
       hub.download_url(datasets::source_url(*s, hub.config().endpoint), dest.string(), s->sha256, s->size);
-      std::printf("got   %s\n", dest.c_str());
+      if (s->sha256.empty()) {
+        std::printf("got   %s (unverified: %s; sha256 %s)\n", dest.c_str(), s->note.c_str(),
+                    datasets::sha256_file(dest.string()).c_str());
+      } else {
+        std::printf("got   %s\n", dest.c_str());
+      }
       continue;
     }
     datasets::HubFile f{s->host == "hf-model" ? datasets::RepoType::kModel : datasets::RepoType::kDataset, s->repo,

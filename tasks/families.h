@@ -48,4 +48,14 @@ size_t emit_records(const TaskContext& ctx, const std::string& path,
                     const std::function<bool(nlohmann::json&&, const datasets::RecordPos&, Example&)>& make,
                     const ExampleSink& sink);
 
+/// Reads the records of some source: calls the record function once per record and reports
+/// bad records through the BadRecords; returns the number delivered (e.g. read_records on a
+/// path, or read_jsonl_zip on a ZIP member).
+using RecordReader = std::function<size_t(const datasets::RecordFn&, datasets::BadRecords&)>;
+
+/// emit_records over any record source (a ZIP member, ...); same semantics as the path form.
+size_t emit_records(const TaskContext& ctx, const RecordReader& read,
+                    const std::function<bool(nlohmann::json&&, const datasets::RecordPos&, Example&)>& make,
+                    const ExampleSink& sink);
+
 }  // namespace kvb::tasks

@@ -1,9 +1,12 @@
 // LongBench v1 (THUDM/LongBench; ACL 2024): 21 tasks, per-task prompt (config/dataset2prompt.json,
 // embedded as tasks/assets/longbench_dataset2prompt.json), max_new_tokens and metric; option e=1
 // reads LongBench-E (<task>_e.jsonl, 13 tasks). ../shared/reference/datasets-graders.md §9.
-// Data: <data-dir>/longbench/data/<task>.jsonl (unzipped from the HF data.zip).
+// Data: <data-dir>/longbench/data/<task>.jsonl when the HF data.zip was unzipped into the mirror,
+// else member data/<task>.jsonl read in place (streamed, libzip) from longbench/data.zip — found
+// in a data dir or, with a hub client, downloaded into the Hugging Face cache.
 #include <set>
 
+#include "datasets/zip_archive.h"
 #include "engine/util/error.h"
 #include "tasks/families.h"
 #include "tasks/suite.h"
@@ -33,6 +36,8 @@ const LbSpec kLb[] = {
     {"passage_retrieval_zh", 32, "longbench.retrieval_zh"}, {"lcc", 64, "longbench.code_sim"},
     {"repobench-p", 64, "longbench.code_sim"},
 };
+// Registry key of the Hub archive holding every task file (datasets/registry.cpp).
+const char* const kZipKey = "longbench/data.zip";
 const std::set<std::string> kNoChat = {"trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p"};
 const std::set<std::string> kFirstLine = {"trec", "triviaqa", "samsum", "lsht"};
 const std::set<std::string> kE = {"qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news", "trec",
@@ -48,7 +53,7 @@ class LongBenchTask : public BasicTask {
   LongBenchTask(const LbSpec& s, TaskOptions opts)
       : BasicTask(TaskInfo{std::string("longbench_") + s.name, "longbench", s.grader,
                            "THUDM/LongBench data.zip: data/" + std::string(s.name) + ".jsonl", std::nullopt,
-                           {"longbench/data/" + std::string(s.name) + ".jsonl"},
+                           {"longbench/data/" + std::string(s.name) + ".jsonl", kZipKey},
                            {{"e", "1: LongBench-E (data/<task>_e.jsonl, length-balanced; 13 tasks)"}}},
                   std::move(opts)),
         s_(s) {
@@ -57,7 +62,8 @@ class LongBenchTask : public BasicTask {
     e_ = opt("e", "0") == "1";
     if (e_ && !kE.count(n)) fail("task {}: LongBench-E has no {} (option e=1)", info_.name, n);
     if (e_) {
-      info_.data_files = {"longbench/data/" + n + "_e.jsonl"};
+      info_.data_files = {"longbench/data/" + n + "_e.jsonl", kZipKey};
+      info_.source = "THUDM/LongBench data.zip: data/" + n + "_e.jsonl";
       info_.expected_count.reset();
     }
   }
@@ -65,11 +71,11 @@ class LongBenchTask : public BasicTask {
   size_t load(const TaskContext& ctx, const ExampleSink& sink) const override {
     const std::string name = s_.name;
     std::string tmpl = prompts().at(name).get<std::string>();
-    std::string path = ctx.locate(info_.data_files[0]);
+    RecordReader read = reader(ctx);
     size_t ctx_pos = tmpl.find("{context}");
     std::string head = ctx_pos == std::string::npos ? "" : py_format(tmpl.substr(0, ctx_pos), {}, "dataset2prompt/" + name);
     int max_new = max_new_tokens_or(s_.max_new);
-    return emit_records(ctx, path, [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
+    return emit_records(ctx, read, [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
       std::string context = str_field(r, "context", pos);
       std::string input = str_field(r, "input", pos);
       const auto& answers = field(r, "answers", pos);
@@ -104,6 +110,28 @@ class LongBenchTask : public BasicTask {
   }
 
  private:
+  /// The extracted file longbench/data/<file> when a data dir has it, else member data/<file>
+  /// of longbench/data.zip. Throws kvb::Error naming both keys when neither is available.
+  RecordReader reader(const TaskContext& ctx) const {
+    const std::string& key = info_.data_files[0];
+    std::string path;
+    try {
+      path = ctx.locate(key);
+    } catch (const Error& extracted_missing) {
+      std::string zip;
+      try {
+        zip = ctx.locate(kZipKey);
+      } catch (const Error& zip_missing) {
+        fail("task {}: no data: {}; {}", info_.name, extracted_missing.what(), zip_missing.what());
+      }
+      std::string member = key.substr(std::string("longbench/").size());  // "data/<task>.jsonl"
+      return [zip, member](const datasets::RecordFn& fn, datasets::BadRecords& bad) {
+        return datasets::read_jsonl_zip(zip, member, fn, bad);
+      };
+    }
+    return [path](const datasets::RecordFn& fn, datasets::BadRecords& bad) { return datasets::read_records(path, fn, bad); };
+  }
+
   const LbSpec& s_;
   bool e_ = false;
 };

@@ -5,6 +5,10 @@
 //  * GitHub layout (the reference loader's input): longproc/<task>/<task>_<len>.json plus
 //    longproc/<task>/prompts.yaml (key USER_PROMPT, a Python str.format template) and, for
 //    html_to_tsv, the webpage/*.html files. Prompts are rendered as longproc_data.py does.
+//    travel_planning differs: one file longproc/travel_planning/travel_planning_all.json holds
+//    both configs, split by estimated_output_tokens (2k = [0, 2048), 8k = [4096, 8192), §6a),
+//    and the prompt's {demonstration} is built from travel_planning_icl_examples.json by the
+//    DFS trace of tasks/travel_trace.h, which also gives each example's reference output.
 //  * HF rows (PrincetonPLI/LongProc): longproc/hf/<task>_<len>.jsonl (or .json), objects
 //    {id, input_prompt, reference_output, metadata (JSON string)}, already rendered. Used for
 //    files absent from the GitHub snapshot (path_traversal 2k/8k, tom_tracking 8k, travel).
@@ -21,6 +25,7 @@
 #include "tasks/families.h"
 #include "tasks/longproc.h"
 #include "tasks/text_format.h"
+#include "tasks/travel_trace.h"
 
 namespace kvb::tasks {
 
@@ -47,10 +52,20 @@ const std::vector<Config>& configs() {
       {"path_traversal", "0.5k", 200}, {"path_traversal", "2k", 200}, {"path_traversal", "8k", 200},
       {"tom_tracking", "0.5k", 200},  {"tom_tracking", "2k", 200},   {"tom_tracking", "8k", 200},
       {"countdown", "0.5k", 200},     {"countdown", "2k", 200},      {"countdown", "8k", 200},
-      {"travel_planning", "2k", 0},   {"travel_planning", "8k", 0},
+      // travel_planning: rows of travel_planning_all.json in the config's estimated_output_tokens
+      // range; the counts are the HF configs' row counts (datasets-graders.md §6a, U there).
+      {"travel_planning", "2k", 769}, {"travel_planning", "8k", 239},
   };
   return c;
 }
+
+// travel_planning_all.json rows of a config: lo <= estimated_output_tokens < hi (longproc_data.py).
+std::pair<double, double> travel_range(const std::string& len) {
+  if (len == "2k") return {0, 2048};
+  return {4096, 8192};
+}
+
+const char* const kTravelIclKey = "longproc/travel_planning/travel_planning_icl_examples.json";
 
 // HELMET longproc add-on generation_max_length per output length.
 int default_max_new(const Config& c) {
@@ -96,6 +111,14 @@ class LongProcTask : public BasicTask {
                   std::move(opts)),
         cfg_(c) {
     if (c.github_count) info_.expected_count = c.github_count;
+    if (c.task == "travel_planning") {
+      info_.data_files.push_back(kTravelIclKey);
+      auto [lo, hi] = travel_range(c.len);
+      info_.source = fmt::format(
+          "princeton-pli/LongProc data/travel_planning/travel_planning_all.json (GitHub; estimated_output_tokens in "
+          "[{}, {})) or PrincetonPLI/LongProc (HF rows)",
+          lo, hi);
+    }
     std::string s = opt("sample", "helmet");
     if (s != "helmet" && s != "all") fail("task {}: option sample: expected helmet or all, got '{}'", info_.name, s);
     std::string src = opt("source", "auto");
@@ -209,11 +232,23 @@ class LongProcTask : public BasicTask {
       }
       tmpl = py_format(tmpl, {{"demonstration", demo}, {"nums", "{nums}"}, {"target", "{target}"}}, yaml_path);
     }
+    // travel_planning: demonstrations from the ICL examples, then {problem} per row (two
+    // str.format passes, as the reference).
+    size_t travel_kept = 0;
+    if (t == "travel_planning") {
+      std::string icl_path = ctx.locate(kTravelIclKey);
+      nlohmann::json icl = nlohmann::json::array();
+      datasets::BadRecords strict;  // a broken demonstration breaks every prompt: always fail
+      datasets::read_records(icl_path, [&](nlohmann::json&& r, const datasets::RecordPos&) { icl.push_back(std::move(r)); },
+                             strict);
+      tmpl = py_format(tmpl, {{"demonstration", travel_demonstration(icl, icl_path)}, {"problem", "{problem}"}}, yaml_path);
+    }
 
     emit_records(ctx, path, [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
       std::map<std::string, std::string> f;
       std::string ref;
-      const std::string id = std::to_string(pos.index);
+      std::string id = std::to_string(pos.index);
+      size_t index = pos.index;
       if (t == "html_to_tsv") {
         for (const char* k : {"task_topic", "task_description", "filtering_instruction", "tsv_header"})
           f[k] = str_field(r, k, pos);
@@ -248,11 +283,26 @@ class LongProcTask : public BasicTask {
         ref = countdown_trace(nums, target).demonstration;
         ex.meta["nums"] = nums;
         ex.meta["target"] = target;
+      } else if (t == "travel_planning") {
+        const auto& eot = fld(r, "estimated_output_tokens", pos);
+        if (!eot.is_number()) fail("{}: field 'estimated_output_tokens': expected a number", pos.where());
+        auto [lo, hi] = travel_range(cfg_.len);
+        double n = eot.get<double>();
+        if (!(lo <= n && n < hi)) return false;  // the other config's row
+        index = travel_kept++;
+        id = std::to_string(index);
+        f["problem"] = str_field(r, "disambig_question_text", pos);
+        ref = travel_trace(r, pos.where()).procedure;
+        nlohmann::json item;
+        for (const char* k : {"id", "ground_truth_plan", "ground_truth_cities", "ground_truth_durations"})
+          item[k] = fld(r, k, pos);
+        ex.meta["item"] = std::move(item);
+        ex.meta["file_index"] = pos.index;
       } else {
         fail("{}: task {} has no GitHub-layout prompt builder; provide HF rows at {}", path, info_.name,
              longproc_hf_key(cfg_.task, cfg_.len));
       }
-      ex.meta["index"] = pos.index;
+      ex.meta["index"] = index;
       finish(ex, id, py_format(tmpl, f, yaml_path), std::move(ref));
       return true;
     }, sink);
@@ -264,6 +314,7 @@ class LongProcTask : public BasicTask {
 }  // namespace
 
 std::string longproc_github_key(const std::string& task, const std::string& len) {
+  if (task == "travel_planning") return "longproc/travel_planning/travel_planning_all.json";
   return "longproc/" + task + "/" + task + "_" + len + ".json";
 }
 std::string longproc_hf_key(const std::string& task, const std::string& len) {

@@ -86,13 +86,21 @@ std::string str_or_int_field(const nlohmann::json& rec, const char* name, const 
 size_t emit_records(const TaskContext& ctx, const std::string& path,
                     const std::function<bool(nlohmann::json&&, const datasets::RecordPos&, Example&)>& make,
                     const ExampleSink& sink) {
+  return emit_records(
+      ctx, [&path](const datasets::RecordFn& fn, datasets::BadRecords& bad) { return datasets::read_records(path, fn, bad); },
+      make, sink);
+}
+
+size_t emit_records(const TaskContext& ctx, const RecordReader& read,
+                    const std::function<bool(nlohmann::json&&, const datasets::RecordPos&, Example&)>& make,
+                    const ExampleSink& sink) {
   datasets::BadRecords local;
   datasets::BadRecords& bad = ctx.bad ? *ctx.bad : local;
   size_t emitted = 0;
   bool stop = false;
   struct Stop {};
   try {
-    datasets::read_records(path, [&](nlohmann::json&& rec, const datasets::RecordPos& pos) {
+    read([&](nlohmann::json&& rec, const datasets::RecordPos& pos) {
       if (stop) return;
       Example ex;
       if (!make(std::move(rec), pos, ex)) return;

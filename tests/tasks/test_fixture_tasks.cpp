@@ -147,8 +147,9 @@ TEST(FixtureTasks, LongProcMissingFilesFromFixtures) {
   EXPECT_EQ(load("longproc_path_traversal_2k:sample=all")[0].max_new_tokens, 3072);
   auto tom = load("longproc_tom_tracking_8k:sample=all");
   EXPECT_NE(tom[0].messages[0].content.find("[STORY]\nStep 0: A is in the den.\n\n[QUESTION]\nWhere is A?"), std::string::npos);
-  // HF rows (travel planning; tom_tracking 8k with source=hf).
-  auto tp = load("longproc_travel_planning_2k:sample=all");
+  // HF rows (travel planning, whose GitHub layout is tested in test_travel_zip_tasks.cpp;
+  // tom_tracking 8k with source=hf).
+  auto tp = load("longproc_travel_planning_2k:sample=all,source=hf");
   ASSERT_EQ(tp.size(), 2u);
   EXPECT_EQ(tp[0].messages[0].content, "TASK:\nPlan trip 0 {rendered}");
   EXPECT_EQ(tp[1].references[0], "<Plan>p1</Plan>");
