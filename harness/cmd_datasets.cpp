@@ -1,10 +1,12 @@
 // `kvbench datasets list|fetch|verify`: the benchmark file registry (datasets/registry.h).
-//   list    every registered file with its source, size, sha256 and whether a data dir has it
+//   list    every registered file with its source, size, sha256 and where it is: a data dir, or
+//           the Hugging Face cache (looked up offline)
 //   fetch   BENCH|KEY...: GitHub-hosted files are downloaded into --data-dir (sha256 checked where
 //           the registry has one; the others are fetched from the pinned commit and reported);
 //           Hub-hosted files go into the Hugging Face cache (huggingface_hub layout) and are
 //           linked into --data-dir when one is given
 //   verify  sha256 of every registered file found in the data dirs; exit code 1 on a mismatch
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -41,12 +43,33 @@ std::string find_local(const std::vector<std::string>& dirs, const std::string& 
   return "";
 }
 
+// Hub-hosted files already in the Hugging Face cache (offline lookup: no request is sent).
+std::string find_cached(datasets::HubClient& hub, const datasets::SourceFile& s) {
+  if (s.host != "hf-dataset" && s.host != "hf-model") return "";
+  try {
+    return hub.download({s.host == "hf-model" ? datasets::RepoType::kModel : datasets::RepoType::kDataset, s.repo,
+                         s.revision, s.path});
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 void run_list(const DatasetsArgs& a) {
   auto dirs = all_dirs(a);
-  std::printf("%-52s %-12s %-11s %12s  %-16s %s\n", "key", "benchmark", "host", "bytes", "sha256", "local");
+  datasets::HubConfig cfg = datasets::HubConfig::from_env();
+  cfg.offline = true;
+  datasets::HubClient hub(cfg);
+  size_t w = 3;
+  for (const auto& s : datasets::sources()) w = std::max(w, s.key.size());
+  const int kw = static_cast<int>(w);
+  std::printf("%-*s %-12s %-11s %12s  %-16s %s\n", kw, "key", "benchmark", "host", "bytes", "sha256", "local");
   for (const auto& s : datasets::sources()) {
     std::string local = find_local(dirs, s.key);
-    std::printf("%-52s %-12s %-11s %12s  %-16s %s\n", s.key.c_str(), s.benchmark.c_str(), s.host.c_str(),
+    if (local.empty()) {
+      std::string cached = find_cached(hub, s);
+      if (!cached.empty()) local = cached + " (HF cache)";
+    }
+    std::printf("%-*s %-12s %-11s %12s  %-16s %s\n", kw, s.key.c_str(), s.benchmark.c_str(), s.host.c_str(),
                 s.size ? std::to_string(s.size).c_str() : "?", s.sha256.empty() ? "?" : s.sha256.substr(0, 16).c_str(),
                 local.empty() ? "-" : local.c_str());
   }

@@ -115,8 +115,8 @@ class LongProcTask : public BasicTask {
       info_.data_files.push_back(kTravelIclKey);
       auto [lo, hi] = travel_range(c.len);
       info_.source = fmt::format(
-          "princeton-pli/LongProc data/travel_planning/travel_planning_all.json (GitHub; estimated_output_tokens in "
-          "[{}, {})) or PrincetonPLI/LongProc (HF rows)",
+          "princeton-pli/LongProc data/travel_planning (GitHub; {} <= estimated_output_tokens < {}) or "
+          "PrincetonPLI/LongProc (HF rows)",
           lo, hi);
     }
     std::string s = opt("sample", "helmet");
