@@ -5,6 +5,8 @@
 #include "engine/util/error.h"
 #include "graders/grade.h"
 #include "graders/longbench.h"
+#include "graders/longproc.h"
+#include "graders/scbench.h"
 
 namespace kvb::graders::detail {
 namespace {
@@ -50,6 +52,8 @@ std::vector<std::string> classes_of(const nlohmann::json& meta) {
 }  // namespace
 
 void register_extra_graders(std::vector<GraderInfo>& v) {
+  register_longproc_graders(v);  // graders/longproc_registry.cpp
+  register_scbench_graders(v);   // graders/scbench.cpp
   v.push_back(scored("longbench.qa_f1", "LongBench qa_f1_score: bag-of-words F1 after normalize_answer",
                      [](const std::string& p, const std::string& r, const nlohmann::json&) {
                        return qa_f1(p, r);
