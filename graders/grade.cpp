@@ -37,6 +37,7 @@ std::vector<GraderInfo> make_registry() {
                  return best_of(refs, [&](const std::string& r) { return grade_gsm8k(p, r); });
                }});
   detail::register_extra_graders(v);
+  detail::register_judge_graders(v);
   std::sort(v.begin(), v.end(), [](const GraderInfo& a, const GraderInfo& b) { return a.name < b.name; });
   return v;
 }

@@ -63,6 +63,9 @@ namespace detail {
 /// Adds the non-math graders (LongBench, LongBench-v2, SCBench, LongProc) to `v`; defined in
 /// graders/registry_extra.cpp. Internal to the registry.
 void register_extra_graders(std::vector<GraderInfo>& v);
+/// Adds the LLM-judge graders (judge_longmemeval; without a judge they grade as ungraded) to
+/// `v`; defined in graders/judge_longmemeval.cpp. Internal to the registry.
+void register_judge_graders(std::vector<GraderInfo>& v);
 }  // namespace detail
 
 }  // namespace kvb::graders

@@ -25,6 +25,7 @@
 #include "engine/util/io.h"
 #include "graders/grade.h"
 #include "harness/commands.h"
+#include "harness/judge_grading.h"
 #include "harness/model_source.h"
 #include "results/cells.h"
 #include "results/grid.h"
@@ -55,6 +56,7 @@ struct RunArgs {
   std::optional<std::string> shard;
   int batch = 8, prefill_chunk = 512, write_every = 8;
   bool bf16 = false, quiet = false;
+  JudgeArgs judge;
 };
 
 std::vector<std::string> split_csv(const std::string& s) {
@@ -161,27 +163,6 @@ LoadedTasks load_tasks(const std::vector<tasks::SuiteTask>& suite_tasks, const s
     for (auto& s : bad.skipped) lt.skipped.push_back(s);
   }
   return lt;
-}
-
-/// Grades `text` against the example with its grader; a grader error becomes an ungraded row.
-results::GradeRecord grade_example(const std::string& item_key, const tasks::Example& ex, const std::string& text) {
-  results::GradeRecord gr;
-  gr.item_key = item_key;
-  gr.grader = ex.grader;
-  try {
-    auto gd = graders::grade(ex.grader, text, ex.references, ex.meta);
-    gr.score = gd.score;
-    gr.extracted = gd.extracted;
-    gr.pred_norm = gd.pred_norm;
-    gr.gold_norm = gd.gold_norm;
-    gr.reason = gd.reason;
-    gr.ungraded = gd.ungraded;
-    if (gd.ungraded) gr.score.reset();
-  } catch (const Error& e) {
-    gr.ungraded = true;
-    gr.reason = std::string("grader error: ") + e.what();
-  }
-  return gr;
 }
 
 void print_cells(results::Store& store, int64_t run_id) {
@@ -299,6 +280,7 @@ void run_main(const RunArgs& a) {
 
   // --- Store, run row, shard, resume.
   results::Store store(a.db);
+  std::unique_ptr<graders::Judge> judge = make_judge(a.judge);  // null without --judge
   results::RunInfo info;
   info.name = a.run_name;
   info.kvbench_version = KVB_VERSION;
@@ -364,6 +346,7 @@ void run_main(const RunArgs& a) {
         std::vector<const results::WorkItem*> req_items;
         std::vector<results::GenerationRecord> gens;
         std::vector<results::GradeRecord> grades;
+        std::vector<GradeJob> grade_todo;
         const int64_t max_ctx = lm.model->config().max_position_embeddings;
         for (size_t i = start; i < end; ++i) {
           const auto* it = group[i];
@@ -425,8 +408,9 @@ void run_main(const RunArgs& a) {
                      {"policy_spec", spec_text}};
           gens.push_back(g);
           gen_tokens += g.generated_tokens;
-          grades.push_back(grade_example(it->key, ex, res.text));
+          grade_todo.push_back({it->key, &ex, res.text});
         }
+        for (auto& gr : grade_jobs(grade_todo, judge.get(), store)) grades.push_back(std::move(gr));
         store.write_batch(run_id, gens, grades);
         done += gens.size();
         progress(false);
@@ -447,17 +431,19 @@ void run_main(const RunArgs& a) {
 
 struct GradeArgs {
   std::string db = "kvbench.db", run;
-  bool regrade = false;
+  bool regrade = false, retry_failed = false;
+  JudgeArgs judge;
 };
 
 void grade_main(const GradeArgs& a) {
   results::Store store(a.db);
   std::optional<int64_t> run_id;
   if (!a.run.empty()) run_id = store.resolve_run(a.run);
-  auto todo = store.to_grade(run_id, a.regrade);
+  if (a.regrade && a.retry_failed) fail("grade: --regrade and --retry-failed exclude each other");
+  std::unique_ptr<graders::Judge> judge = make_judge(a.judge);  // null without --judge
+  auto todo = a.retry_failed ? store.to_grade_failed(run_id) : store.to_grade(run_id, a.regrade);
   // Re-load the examples of each run from its recorded task specs and data directories.
   std::map<int64_t, LoadedTasks> loaded;
-  std::map<int64_t, std::vector<results::GradeRecord>> out;
   for (const auto& r : store.runs()) {
     if (run_id && r.run_id != *run_id) continue;
     auto cfg = nlohmann::json::parse(r.config_json, nullptr, false);
@@ -471,7 +457,8 @@ void grade_main(const GradeArgs& a) {
     }
     loaded[r.run_id] = load_tasks(sts, cfg.value("data_dirs", std::vector<std::string>{}), 0, "skip");
   }
-  size_t n = 0;
+  size_t n = 0, n_ungraded = 0;
+  std::map<int64_t, std::vector<GradeJob>> jobs;
   for (const auto& tg : todo) {
     auto lit = loaded.find(tg.run_id);
     if (lit == loaded.end()) continue;
@@ -484,11 +471,20 @@ void grade_main(const GradeArgs& a) {
                    tg.item.example_id.c_str(), tg.item.task.c_str());
       continue;
     }
-    out[tg.run_id].push_back(grade_example(tg.item.key, *ex, tg.text));
-    ++n;
+    jobs[tg.run_id].push_back({tg.item.key, ex, tg.text});
   }
-  for (auto& [rid, grades] : out) store.write_grades(rid, grades);
-  std::printf("graded %zu generations in %s\n", n, a.db.c_str());
+  // Chunks of 64: each chunk's judge requests run concurrently and its grades are committed
+  // before the next, so an interrupted re-grade keeps what it finished.
+  for (auto& [rid, js] : jobs) {
+    for (size_t s = 0; s < js.size(); s += 64) {
+      std::vector<GradeJob> chunk(js.begin() + s, js.begin() + std::min(js.size(), s + 64));
+      auto grades = grade_jobs(chunk, judge.get(), store);
+      for (const auto& g : grades) n_ungraded += g.ungraded;
+      n += grades.size();
+      store.write_grades(rid, grades);
+    }
+  }
+  std::printf("graded %zu generations in %s (%zu ungraded)\n", n, a.db.c_str(), n_ungraded);
 }
 
 }  // namespace
@@ -521,6 +517,7 @@ void register_run(CLI::App& app) {
   c->add_option("--write-every", a->write_every, "Generations per stored batch (transaction)")->check(CLI::PositiveNumber);
   c->add_flag("--bf16-weights", a->bf16, "Hold weight matrices as bf16 in memory (CPU computes in f32)");
   c->add_flag("--quiet", a->quiet, "No progress line");
+  add_judge_options(c, a->judge);
   c->callback([a] { run_main(*a); });
 
   auto g = std::make_shared<GradeArgs>();
@@ -528,6 +525,9 @@ void register_run(CLI::App& app) {
   gc->add_option("--db", g->db, "Results database");
   gc->add_option("--run", g->run, "Only this run (id, name, latest, ...)");
   gc->add_flag("--regrade", g->regrade, "Re-grade every generation, not only ungraded ones");
+  gc->add_flag("--retry-failed", g->retry_failed,
+               "Re-grade only generations whose grade is ungraded (failed judge requests, grader errors)");
+  add_judge_options(gc, g->judge);
   gc->callback([g] { grade_main(*g); });
 }
 

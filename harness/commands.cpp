@@ -8,6 +8,7 @@ void register_all_commands(CLI::App& app) {
   register_check_answer(app);
   register_compare(app);
   register_datasets(app);
+  register_fidelity(app);
   register_generate(app);
   register_merge(app);
   register_policies(app);

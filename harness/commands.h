@@ -14,6 +14,7 @@ void register_bench(CLI::App& app);
 void register_check_answer(CLI::App& app);
 void register_compare(CLI::App& app);
 void register_datasets(CLI::App& app);
+void register_fidelity(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_merge(CLI::App& app);
 void register_policies(CLI::App& app);

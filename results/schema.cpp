@@ -105,6 +105,13 @@ CREATE TABLE judge_cache (
 -- its own t quantile function); views fall back to the normal 1.959964 beyond df 1000.
 CREATE TABLE t975 (df INTEGER PRIMARY KEY, t REAL NOT NULL);
 )SQL",
+      // v1 -> v2: the LLM-judge cache records which judge template a verdict used (judge_key
+      // already hashes judge model + template + question + answer + prediction), and a partial
+      // index finds the ungraded grades `kvbench grade --retry-failed` re-judges.
+      R"SQL(
+ALTER TABLE judge_cache ADD COLUMN template TEXT NOT NULL DEFAULT '';
+CREATE INDEX grades_ungraded ON grades (run_id, item_key) WHERE ungraded = 1;
+)SQL",
   };
   return m;
 }

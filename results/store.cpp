@@ -454,14 +454,24 @@ void Store::write_grades(int64_t run_id, const std::vector<GradeRecord>& grades)
 }
 
 std::vector<ToGrade> Store::to_grade(std::optional<int64_t> run_id, bool regrade) {
+  return select_to_grade(run_id, regrade ? "" :
+      " AND NOT EXISTS (SELECT 1 FROM grades r WHERE r.run_id = g.run_id AND "
+      "r.item_key = g.item_key)");
+}
+
+std::vector<ToGrade> Store::to_grade_failed(std::optional<int64_t> run_id) {
+  return select_to_grade(run_id,
+      " AND EXISTS (SELECT 1 FROM grades r WHERE r.run_id = g.run_id AND r.item_key = g.item_key "
+      "AND r.ungraded = 1) AND g.finish_reason NOT LIKE 'error:%'");
+}
+
+std::vector<ToGrade> Store::select_to_grade(std::optional<int64_t> run_id, const std::string& where) {
   std::string sql =
       "SELECT g.run_id, g.text, w.item_key, w.model_id, w.model_revision, w.policy, "
       "w.policy_params_json, w.policy_label, w.budget, w.task, w.example_id, w.prompt_sha256, "
       "w.sample_index, w.seed, w.sampling_json FROM generations g JOIN work_items w "
       "ON w.item_key = g.item_key WHERE (?1 IS NULL OR g.run_id = ?1)";
-  if (!regrade)
-    sql += " AND NOT EXISTS (SELECT 1 FROM grades r WHERE r.run_id = g.run_id AND "
-           "r.item_key = g.item_key)";
+  sql += where;
   sql += " ORDER BY g.run_id, w.model_id, w.task, w.example_id, w.policy_label, w.budget, "
          "w.sample_index";
   Stmt q(db_, sql, KVB_ERR);
@@ -492,7 +502,7 @@ std::vector<ToGrade> Store::to_grade(std::optional<int64_t> run_id, bool regrade
 
 std::optional<JudgeEntry> Store::judge_get(const std::string& key) {
   Stmt q(db_,
-         "SELECT judge_model, request, response, score FROM judge_cache WHERE judge_key = ?",
+         "SELECT judge_model, request, response, score, template FROM judge_cache WHERE judge_key = ?",
          KVB_ERR);
   q.bind(1, key);
   if (!q.step()) return std::nullopt;
@@ -502,16 +512,17 @@ std::optional<JudgeEntry> Store::judge_get(const std::string& key) {
   e.request = q.text(1);
   e.response = q.text(2);
   e.score = q.opt_dbl(3);
+  e.template_name = q.text(4);
   return e;
 }
 
 void Store::judge_put(const JudgeEntry& e) {
   Stmt q(db_,
          "INSERT OR REPLACE INTO judge_cache (judge_key, judge_model, request, response, score, "
-         "created_at) VALUES (?,?,?,?,?,?)",
+         "created_at, template) VALUES (?,?,?,?,?,?,?)",
          KVB_ERR);
   q.bind(1, e.judge_key).bind(2, e.judge_model).bind(3, e.request).bind(4, e.response)
-      .bind(5, e.score).bind(6, now_iso());
+      .bind(5, e.score).bind(6, now_iso()).bind(7, e.template_name);
   q.run();
 }
 

@@ -103,13 +103,15 @@ struct ToGrade {
   std::string text;
 };
 
-/// A cached LLM-judge verdict, keyed by a content hash of (judge model, request).
+/// A cached LLM-judge verdict, keyed by a content hash of (judge model, template, question,
+/// answer, prediction). Only verdicts are cached (score set); failed judgments never are.
 struct JudgeEntry {
   std::string judge_key;
   std::string judge_model;
   std::string request;
   std::string response;
   std::optional<double> score;
+  std::string template_name;  ///< the judge template used (e.g. LongMemEval's "temporal-reasoning")
 };
 
 /// One row of the v_samples view: a generation with its work item and grade.
@@ -132,7 +134,7 @@ struct SampleRow {
 class Store {
  public:
   /// The schema version this build writes (PRAGMA user_version).
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
   /// PRAGMA application_id marking kvbench databases ("kvb0").
   static constexpr int kApplicationId = 0x6b766230;
 
@@ -172,6 +174,10 @@ class Store {
   /// Generations to grade: with `regrade` all of them, otherwise those without a grade row.
   /// `run_id` restricts to one run.
   std::vector<ToGrade> to_grade(std::optional<int64_t> run_id, bool regrade);
+  /// Generations whose stored grade is ungraded (a failed judgment, a grader error, no judge
+  /// given) — what `kvbench grade --retry-failed` re-grades. Generations that failed
+  /// themselves (finish_reason "error: ...") are left out: there is nothing to grade.
+  std::vector<ToGrade> to_grade_failed(std::optional<int64_t> run_id);
   /// Inserts or replaces grades of run `run_id` in one transaction.
   void write_grades(int64_t run_id, const std::vector<GradeRecord>& grades);
 
@@ -212,6 +218,7 @@ class Store {
  private:
   void init(Mode mode);
   void migrate();
+  std::vector<ToGrade> select_to_grade(std::optional<int64_t> run_id, const std::string& where);
   [[noreturn]] void raise(int rc, const std::string& what);
   void check(int rc, const std::string& what);
 

@@ -29,6 +29,7 @@ std::vector<PolicyParamInfo> oracle_params() {
                "and future attention is pooled over blocks of L queries";
     if (e.key == "window") e.help = "most recent tokens always kept (-1: L = buffer, the golden's protected R_t)";
     if (e.key == "sinks") e.help = "first tokens always kept (golden: none)";
+    if (e.key == "ratio") e.help = "unused (the oracle supports budget_kind=tokens only)";
   }
   p.push_back({"future", "max",
                "reduction of the future blocks' scores: max (Eq. 5), sum or mean (the Golden-sum variant, "

@@ -1,0 +1,167 @@
+// `kvbench fidelity`: per policy and budget, teacher-forced and free-running agreement with the
+// full-cache greedy continuation (KL, ΔNLL, top-1, greedy prefix/overall agreement, KV bytes).
+// Protocol and metric definitions: harness/fidelity.h. Prompts come from --prompts FILE (one per
+// line; `.jsonl`: a "prompt" or "text" field per line), --text FILE (the whole file is one
+// prompt) or --task T --limit K (the task's prompts, chat-rendered as `kvbench run` does).
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "datasets/registry.h"
+#include "engine/policies/policy.h"
+#include "engine/util/error.h"
+#include "engine/util/io.h"
+#include "harness/commands.h"
+#include "harness/fidelity.h"
+#include "harness/model_source.h"
+#include "tasks/task.h"
+
+namespace kvb::cli {
+
+namespace {
+struct FidelityArgs {
+  std::string model, policies = "full", budgets = "32,64", prompts_file, text_file, task, json_out;
+  size_t limit = 4;
+  int max_new_tokens = 128;
+  bool chat = false;
+  std::vector<std::string> data_dirs;
+};
+
+std::vector<int64_t> parse_budgets(const std::string& s) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = s.find(',', start);
+    const std::string piece = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!piece.empty()) {
+      size_t used = 0;
+      int64_t v = 0;
+      try {
+        v = std::stoll(piece, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != piece.size() || v < 1) fail("--budgets '{}': '{}' is not a positive integer", s, piece);
+      out.push_back(v);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (out.empty()) fail("--budgets: no budget given");
+  return out;
+}
+
+std::vector<std::vector<int32_t>> load_prompts(const FidelityArgs& a, const LoadedModel& m) {
+  const int sources = !a.prompts_file.empty() + !a.text_file.empty() + !a.task.empty();
+  if (sources != 1) fail("fidelity: give exactly one of --prompts FILE, --text FILE or --task T");
+  if (!m.tokenizer) fail("fidelity: model '{}' has no tokenizer (tokenizer.json)", a.model);
+  std::vector<std::vector<int32_t>> out;
+  auto add_text = [&](const std::string& text) { out.push_back(build_prompt(m, text, a.chat && m.chat, "", std::nullopt)); };
+  if (!a.text_file.empty()) {
+    add_text(read_file(a.text_file));
+  } else if (!a.prompts_file.empty()) {
+    const std::string body = read_file(a.prompts_file);
+    const bool jsonl = a.prompts_file.size() > 6 && a.prompts_file.substr(a.prompts_file.size() - 6) == ".jsonl";
+    size_t start = 0, line_no = 0;
+    while (start < body.size()) {
+      size_t nl = body.find('\n', start);
+      if (nl == std::string::npos) nl = body.size();
+      std::string line = body.substr(start, nl - start);
+      start = nl + 1;
+      ++line_no;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (line.find_first_not_of(" \t") == std::string::npos) continue;
+      if (jsonl) {
+        nlohmann::json j;
+        try {
+          j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception& e) {
+          fail("{}:{}: not a JSON object: {}", a.prompts_file, line_no, e.what());
+        }
+        const char* key = j.is_object() && j.contains("prompt") ? "prompt" : "text";
+        if (!j.is_object() || !j.contains(key) || !j[key].is_string())
+          fail("{}:{}: expected an object with a string field \"prompt\" or \"text\"", a.prompts_file, line_no);
+        add_text(j[key].get<std::string>());
+      } else {
+        add_text(line);
+      }
+      if (a.limit && out.size() >= a.limit) break;
+    }
+  } else {
+    auto task = tasks::make_task(a.task);
+    datasets::DataLocator loc(a.data_dirs.empty() ? datasets::default_data_dirs() : a.data_dirs);
+    tasks::TaskContext ctx;
+    ctx.locate = [&](const std::string& key) { return loc.locate(key); };
+    ctx.limit = a.limit;
+    for (const auto& ex : task->load_all(ctx)) {
+      if (m.chat && ex.use_chat_template) {
+        std::vector<chat::Message> msgs;
+        for (const auto& msg : ex.messages) msgs.push_back({msg.role, msg.content});
+        out.push_back(m.tokenizer->encode(m.chat->render(msgs, chat::RenderOptions{}), false));
+      } else {
+        out.push_back(m.tokenizer->encode(ex.raw_prompt(), true));
+      }
+    }
+  }
+  if (out.empty()) fail("fidelity: no prompts found");
+  return out;
+}
+
+void run_fidelity(const FidelityArgs& a) {
+  const std::vector<std::string> specs = fidelity::split_policy_list(a.policies);
+  const std::vector<int64_t> budgets = parse_budgets(a.budgets);
+  for (const auto& s : specs) PolicySpec::parse(s);  // syntax errors before loading anything
+  LoadedModel m = load_model(a.model);
+  const auto prompts = load_prompts(a, m);
+  std::fprintf(stderr, "[kvbench] fidelity: %zu prompts, full-cache greedy references of up to %d tokens\n",
+               prompts.size(), a.max_new_tokens);
+  const auto refs = fidelity::make_references(m.model, prompts, a.max_new_tokens, m.eos_ids);
+  std::vector<fidelity::Row> rows;
+  for (const auto& spec : specs) {
+    const bool budgetless = PolicySpec::parse(spec).name == "full";
+    for (int64_t b : budgetless ? std::vector<int64_t>{0} : budgets) {
+      std::fprintf(stderr, "[kvbench] fidelity: %s budget %lld\n", spec.c_str(), static_cast<long long>(b));
+      rows.push_back(fidelity::evaluate(m.model, refs, spec, b, m.eos_ids));
+    }
+  }
+  int64_t positions = 0;
+  for (const auto& r : refs) positions += static_cast<int64_t>(r.continuation.size());
+  std::printf("Model %s; %zu prompts, %lld reference tokens (full-cache greedy).\n\n%s", a.model.c_str(), refs.size(),
+              static_cast<long long>(positions), fidelity::markdown_table(rows).c_str());
+  if (!a.json_out.empty()) {
+    nlohmann::json j = {{"model", a.model},
+                        {"prompts", refs.size()},
+                        {"reference_tokens", positions},
+                        {"max_new_tokens", a.max_new_tokens},
+                        {"rows", fidelity::to_json(rows)}};
+    std::ofstream f(a.json_out, std::ios::binary);
+    f << j.dump(2) << "\n";
+    f.close();
+    if (!f) fail("--json {}: cannot write the file", a.json_out);
+  }
+}
+}  // namespace
+
+void register_fidelity(CLI::App& app) {
+  auto a = std::make_shared<FidelityArgs>();
+  CLI::App* c = app.add_subcommand(
+      "fidelity", "Per policy and budget: agreement with the full-cache greedy continuation (KL, ΔNLL, top-1, KV bytes)");
+  c->add_option("--model", a->model, "Model: a directory, a .gguf file, or smollm2-135m-instruct")->required();
+  c->add_option("--policies", a->policies, "Comma-separated policy specs, e.g. full,snapkv:window=8,kernel=5,oracle");
+  c->add_option("--budgets", a->budgets, "Comma-separated budgets (tokens per layer and kv head)");
+  c->add_option("--prompts", a->prompts_file, "Prompts file: one prompt per line (.jsonl: \"prompt\"/\"text\" field)");
+  c->add_option("--text", a->text_file, "A text file used whole as one prompt");
+  c->add_option("--task", a->task, "Take prompts from a task (see `kvbench tasks`)");
+  c->add_option("--limit", a->limit, "At most this many prompts (0 = all; default 4)");
+  c->add_option("--data-dir", a->data_dirs, "Dataset directory for --task (repeatable)");
+  c->add_option("--max-new-tokens", a->max_new_tokens, "Length of the full-cache greedy reference")->check(CLI::PositiveNumber);
+  c->add_flag("--chat", a->chat, "Render --prompts/--text lines with the model's chat template");
+  c->add_option("--json", a->json_out, "Also write the rows as JSON to this file");
+  c->callback([a] { run_fidelity(*a); });
+}
+
+}  // namespace kvb::cli

@@ -1,0 +1,97 @@
+// The shared grading step of `kvbench run` / `kvbench grade` and `--judge` construction.
+// See harness/judge_grading.h.
+#include "harness/judge_grading.h"
+
+#include "engine/util/error.h"
+#include "graders/grade.h"
+#include "graders/judge_longmemeval.h"
+
+namespace kvb::cli {
+
+void add_judge_options(CLI::App* c, JudgeArgs& a) {
+  c->add_option("--judge", a.spec,
+                "LLM judge for judge-graded tasks (LongMemEval): openai:MODEL (OPENAI_BASE_URL, OPENAI_API_KEY "
+                "from the environment) or local:MODEL (a model kvbench loads)");
+  c->add_option("--judge-concurrency", a.opts.concurrency, "Judge requests in flight at once")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--judge-timeout", a.opts.timeout_s, "Seconds one judge request may take")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--judge-retries", a.opts.max_retries, "Retries of a judge request on 429/5xx/timeouts")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--judge-backoff", a.opts.backoff_base_s,
+                "Base delay (s) of the exponential backoff between judge retries (doubles each retry, jittered)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+std::unique_ptr<graders::Judge> make_judge(const JudgeArgs& a) {
+  if (a.spec.empty()) return nullptr;
+  auto s = graders::JudgeSpec::parse(a.spec);
+  if (s.kind == "openai") return std::make_unique<graders::OpenAIJudge>(s.model, graders::OpenAIEndpoint::from_env(), a.opts);
+  return make_local_judge(s.model, a.opts);
+}
+
+namespace {
+
+results::GradeRecord rule_grade(const GradeJob& j) {
+  results::GradeRecord gr;
+  gr.item_key = j.item_key;
+  gr.grader = j.ex->grader;
+  try {
+    auto gd = graders::grade(j.ex->grader, j.text, j.ex->references, j.ex->meta);
+    gr.score = gd.score;
+    gr.extracted = gd.extracted;
+    gr.pred_norm = gd.pred_norm;
+    gr.gold_norm = gd.gold_norm;
+    gr.reason = gd.reason;
+    gr.ungraded = gd.ungraded;
+    if (gd.ungraded) gr.score.reset();
+  } catch (const Error& e) {
+    gr.ungraded = true;
+    gr.reason = std::string("grader error: ") + e.what();
+  }
+  return gr;
+}
+
+}  // namespace
+
+std::vector<results::GradeRecord> grade_jobs(const std::vector<GradeJob>& jobs, graders::Judge* judge,
+                                             results::Store& store) {
+  std::vector<results::GradeRecord> out(jobs.size());
+  std::vector<size_t> judged;
+  std::vector<graders::LmeJob> lme;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const GradeJob& j = jobs[i];
+    if (!judge || !graders::is_judge_grader(j.ex->grader)) {
+      out[i] = rule_grade(j);
+      continue;
+    }
+    try {
+      lme.push_back(graders::lme_job(j.text, j.ex->references, j.ex->meta));
+      judged.push_back(i);
+    } catch (const Error& e) {
+      out[i].item_key = j.item_key;
+      out[i].grader = j.ex->grader;
+      out[i].ungraded = true;
+      out[i].reason = std::string("grader error: ") + e.what();
+    }
+  }
+  if (judged.empty()) return out;
+  auto res = graders::judge_longmemeval(*judge, &store, lme);
+  for (size_t k = 0; k < judged.size(); ++k) {
+    const GradeJob& j = jobs[judged[k]];
+    const graders::Grade& g = res[k].grade;
+    results::GradeRecord& gr = out[judged[k]];
+    gr.item_key = j.item_key;
+    gr.grader = j.ex->grader + ":" + judge->id();
+    gr.extracted = g.extracted;
+    gr.pred_norm = g.pred_norm;
+    gr.gold_norm = g.gold_norm;
+    gr.reason = g.reason;
+    gr.ungraded = g.ungraded;
+    if (!g.ungraded) gr.score = g.score;
+    gr.judge_key = res[k].judge_key;
+  }
+  return out;
+}
+
+}  // namespace kvb::cli
