@@ -44,7 +44,7 @@ extern "C" void on_sigint(int) { g_interrupted = true; }
 struct RunArgs {
   std::string suite = "smoke";
   std::vector<std::string> tasks, models, data_dirs;
-  std::string policies = "full,streamingllm,snapkv";
+  std::string policies = "full,snapkv";  // the default run: full cache + one compressing policy
   std::string budgets;  // empty: the suite's, else 64,128
   int samples = 0;      // 0: the suite's
   std::optional<double> temperature, top_p;

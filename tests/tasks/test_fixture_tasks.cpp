@@ -202,7 +202,7 @@ TEST(Suites, BuiltinSuitesParseAndNameRealTasks) {
   auto smoke = load_suite("smoke");
   EXPECT_EQ(smoke.tasks[0].spec, "smoke");
   EXPECT_EQ(smoke.tasks[0].limit, 8u);
-  EXPECT_EQ(*smoke.tasks[0].max_new_tokens, 128);
+  EXPECT_EQ(*smoke.tasks[0].max_new_tokens, 48);
   EXPECT_THROW(load_suite("nope"), Error);
 }
 
