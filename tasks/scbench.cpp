@@ -12,6 +12,7 @@
 //
 // Quirk kept from the reference: for scbench_mf in chat-template mode, every follow-up's
 // "What is {target}?" prefix is the one computed for the LAST turn (a leaked loop variable).
+#include <map>
 #include <regex>
 
 #include "engine/util/error.h"
@@ -123,6 +124,11 @@ class ScBenchTask : public BasicTask {
   size_t load(const TaskContext& ctx, const ExampleSink& sink) const override {
     std::string path = ctx.locate(info_.data_files[0]);
     const std::string name = s_.name;
+    // RepoQA compares an output with every needle function of its repository across the whole
+    // file (compute_scores.py needle_by_repo): collect them first, give each repoqa turn its
+    // repository's list as meta["needles"] = [{name, needle}].
+    std::map<std::string, nlohmann::json> needles_by_repo;
+    if (name == "repoqa" || name == "repoqa_and_kv") needles_by_repo = collect_needles(path);
     size_t max_turns = static_cast<size_t>(opt_int("max_turns", 0));
     std::string tmpl = s_.first;
     size_t cpos = tmpl.find("{context}");
@@ -176,6 +182,8 @@ class ScBenchTask : public BasicTask {
             if (t.contains(k)) turn.meta[k] = t[k];
             else if (r.contains(k)) turn.meta[k] = r[k];
           }
+          auto it = turn.meta.contains("repo") ? needles_by_repo.find(py_str(turn.meta["repo"])) : needles_by_repo.end();
+          if (turn.grader == "scbench_repoqa" && it != needles_by_repo.end()) turn.meta["needles"] = it->second;
         }
         if (opts_.count("max_new_tokens")) turn.max_new_tokens = max_new_tokens_or(turn.max_new_tokens);
         all.push_back(std::move(turn));
@@ -202,6 +210,27 @@ class ScBenchTask : public BasicTask {
   }
 
  private:
+  // repo → [{name, needle}] over every repoqa turn of the file (bad records are left to the
+  // main pass, which reports them).
+  std::map<std::string, nlohmann::json> collect_needles(const std::string& path) const {
+    std::map<std::string, nlohmann::json> out;
+    datasets::BadRecords quiet;
+    quiet.mode = datasets::OnBad::kSkip;
+    datasets::read_records(path, [&](nlohmann::json&& r, const datasets::RecordPos&) {
+      if (!r.is_object() || !r.contains("multi_turns") || !r["multi_turns"].is_array()) return;
+      for (const auto& t : r["multi_turns"]) {
+        if (!t.is_object() || !t.contains("answer") || !t.contains("name")) continue;
+        if (t.contains("task") && t["task"] != "scbench_repoqa") continue;
+        const nlohmann::json* repo = t.contains("repo") ? &t["repo"] : r.contains("repo") ? &r["repo"] : nullptr;
+        if (!repo) continue;
+        auto& list = out[py_str(*repo)];
+        if (!list.is_array()) list = nlohmann::json::array();
+        list.push_back({{"name", py_str(t["name"])}, {"needle", py_str(t["answer"])}});
+      }
+    }, quiet);
+    return out;
+  }
+
   const ScSpec& s_;
 };
 
