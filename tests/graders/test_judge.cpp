@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -529,10 +530,11 @@ struct CliResult {
   std::string out;
 };
 
-// Runs the kvbench binary with OPENAI_BASE_URL / OPENAI_API_KEY set; stdout+stderr captured.
-CliResult run_kvbench(const std::string& args, const std::string& base_url) {
+// Runs the kvbench binary with OPENAI_BASE_URL / OPENAI_API_KEY set; stdout (and stderr unless
+// `stdout_only`) captured.
+CliResult run_kvbench(const std::string& args, const std::string& base_url, bool stdout_only = false) {
   std::string cmd = "OPENAI_BASE_URL='" + base_url + "' OPENAI_API_KEY='" + kKey + "' " + KVB_BINARY + " " + args +
-                    " 2>&1";
+                    (stdout_only ? " 2>/dev/null" : " 2>&1");
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -671,5 +673,72 @@ TEST(JudgeCli, GradeJudgesStoresFailuresUngradedAndRetryFailedRegrades) {
   r = run_kvbench("grade --db " + db + " --judge gpt4", srv.base_url());
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("--judge: 'gpt4'"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(JudgeCli, RunJudgesWithOpenAIAndLocalJudges) {
+  if (!fs::exists(KVB_BINARY)) GTEST_SKIP() << "build the kvbench target first (" << KVB_BINARY << ")";
+  const std::string model = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
+  if (!fs::exists(model + "/model.safetensors")) GTEST_SKIP() << "needs " << model;
+  FakeOpenAI srv;
+  auto dir = temp_path("run");
+  fs::create_directories(dir);
+  // The direct, plain-text reading prompt keeps the fixture under stories260K's 512 positions.
+  const std::string run = "run --task 'longmemeval_oracle:cot=0,format=nl' --data-dir " + std::string(KVB_SOURCE_DIR) +
+                          "/tests/fixtures/datasets --model " + model +
+                          " --policies full --max-new-tokens 8 --quiet --db ";
+  auto rows = [](const std::string& db) {
+    results::Store s(db);
+    return s.query("SELECT g.text, gr.score, gr.ungraded, gr.extracted, gr.reason, gr.grader, w.example_id "
+                   "FROM generations g JOIN grades gr USING (run_id, item_key) JOIN work_items w USING (item_key) "
+                   "ORDER BY w.example_id");
+  };
+
+  // 1. `run --judge openai:...`: every generation judged by the (fake) API while the run goes on.
+  const std::string db1 = (dir / "openai.db").string();
+  auto r = run_kvbench(run + db1 + " --judge openai:judge-model --judge-timeout 2 --judge-backoff 0.001", srv.base_url());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto g = rows(db1);
+  ASSERT_EQ(g.size(), 2u);
+  for (const auto& row : g) {
+    EXPECT_EQ(row[1], "1.0") << row[4];  // the fake judge says "Yes." to anything without a marker
+    EXPECT_EQ(row[2], "0");
+    EXPECT_EQ(row[5], "judge_longmemeval:openai:judge-model");
+  }
+  EXPECT_NE(g[0][4].find("(default)"), std::string::npos) << g[0][4];      // q1: single-session-user
+  EXPECT_NE(g[1][4].find("(abstention)"), std::string::npos) << g[1][4];  // q2_abs
+  EXPECT_EQ(srv.requests(), 2);
+  // The judge was asked LongMemEval's template filled with the fixture's question and answer.
+  const std::string q = "Where did I go in {May}?", a = "Café Zürich";
+  std::set<std::string> asked;
+  for (const auto& b : srv.bodies()) asked.insert(b["messages"][0]["content"].get<std::string>());
+  EXPECT_TRUE(asked.count(lme_judge_prompt(LmeTemplate::kDefault, q, a, g[0][0])));
+  EXPECT_TRUE(asked.count(lme_judge_prompt(LmeTemplate::kAbstention, q, a, g[1][0])));
+
+  // 2. `run --judge local:MODEL`: the same prompt through kvbench's engine; its reply equals what
+  // `kvbench generate` (greedy, 10 new tokens) prints for that prompt, and the verdict is 'yes' in it.
+  const std::string db2 = (dir / "local.db").string();
+  r = run_kvbench(run + db2 + " --judge local:" + model, srv.base_url());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  g = rows(db2);
+  ASSERT_EQ(g.size(), 2u);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const auto& row = g[i];
+    EXPECT_EQ(row[2], "0") << row[4];
+    EXPECT_EQ(row[5], "judge_longmemeval:local:" + model);
+    const std::string prompt = lme_judge_prompt(i == 0 ? LmeTemplate::kDefault : LmeTemplate::kAbstention, q, a, row[0]);
+    const std::string pf = (dir / ("prompt" + std::to_string(i) + ".txt")).string();
+    std::ofstream(pf) << prompt;
+    auto gen = run_kvbench("generate --model " + model + " --max-new-tokens 10 --prompt \"$(cat " + pf + ")\"", srv.base_url(),
+                           /*stdout_only=*/true);
+    ASSERT_EQ(gen.rc, 0) << gen.out;
+    std::string expect = gen.out;
+    while (!expect.empty() && (expect.back() == '\n' || expect.back() == ' ')) expect.pop_back();
+    while (!expect.empty() && expect.front() == ' ') expect.erase(expect.begin());
+    EXPECT_EQ(row[3], expect);
+    EXPECT_FALSE(row[3].empty());
+    EXPECT_EQ(row[1], lme_verdict(row[3]) ? "1.0" : "0.0");
+  }
+  EXPECT_EQ(srv.requests(), 2);  // the local judge made no HTTP request
   fs::remove_all(dir);
 }
