@@ -6,7 +6,7 @@
 #include <chrono>
 #include <deque>
 
-#include "engine/backend/cpu/forward.h"
+#include "engine/backend/backend.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -28,13 +28,11 @@ size_t peak_rss_bytes() {
 }
 
 struct Engine::Impl {
-  std::unique_ptr<CpuBackend> cpu;
+  std::unique_ptr<Backend> backend;
 };
 
 Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::unique_ptr<Policy> policy)
     : model_(std::move(model)), opts_(opts), policy_(std::move(policy)), impl_(new Impl) {
-  if (opts_.backend != "cpu")
-    fail("--backend {}: not available in this build (available: cpu)", opts_.backend);
   if (opts_.prefill_chunk <= 0) fail("--prefill-chunk must be > 0, got {}", opts_.prefill_chunk);
   if (opts_.max_batch <= 0) fail("--batch must be > 0, got {}", opts_.max_batch);
   const ModelConfig& c = model_->config();
@@ -46,10 +44,12 @@ Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::uniq
   kc.num_scalars = policy_ ? policy_->needs().num_scalars : 0;
   kc.max_pages = opts_.max_kv_pages;
   cache_ = std::make_unique<KVCache>(kc);
-  impl_->cpu = std::make_unique<CpuBackend>(*model_, *cache_);
+  impl_->backend = make_backend(opts_.backend, *model_, *cache_);
 }
 
 Engine::~Engine() = default;
+
+std::string Engine::backend_report() const { return impl_->backend->report(); }
 
 namespace {
 using clock_t_ = std::chrono::steady_clock;
@@ -186,7 +186,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       }
       if (items.empty()) break;
       const auto t0 = clock_t_::now();
-      impl_->cpu->forward(items, policy_.get(), logits, &fs);
+      impl_->backend->forward(items, policy_.get(), logits, &fs);
       const double dt = secs(t0, clock_t_::now());
       size_t li = 0;
       for (size_t k = 0; k < items.size(); ++k) {
@@ -222,7 +222,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       it.history = &a.history;
       items.push_back(it);
     }
-    impl_->cpu->forward(items, policy_.get(), logits, &fs);
+    impl_->backend->forward(items, policy_.get(), logits, &fs);
     for (size_t k = 0; k < active.size(); ++k) {
       Active& a = *active[k];
       a.pos += 1;
@@ -260,7 +260,7 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
     it.want_logits = it.prefill_last;
     it.history = &hist;
     std::vector<ForwardItem> items{it};
-    impl_->cpu->forward(items, policy_.get(), logits, &fs);
+    impl_->backend->forward(items, policy_.get(), logits, &fs);
     r.policy_s += fs.policy_s;
     done += it.n;
     pos += it.n;
@@ -278,7 +278,7 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
     it.start_pos = pos++;
     it.history = &hist;
     std::vector<ForwardItem> items{it};
-    impl_->cpu->forward(items, policy_.get(), logits, &fs);
+    impl_->backend->forward(items, policy_.get(), logits, &fs);
     r.policy_s += fs.policy_s;
     r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_->token_bytes(seq));
     if (on_step) on_step(*cache_, seq);

@@ -19,7 +19,7 @@ namespace kvb {
 
 /// Engine-wide settings.
 struct EngineOptions {
-  std::string backend = "cpu";  ///< cpu (cuda: a later backend)
+  std::string backend = "cpu";  ///< cpu | cuda (engine/backend/backend.h; cuda needs a KVB_CUDA build)
   int prefill_chunk = 512;       ///< prompt tokens per sequence per forward step
   int max_batch = 8;             ///< sequences decoded together (continuous batching)
   int page_size = 16;            ///< KV page size in tokens
@@ -77,6 +77,9 @@ class Engine {
   KVCache& cache() { return *cache_; }
   const Model& model() const { return *model_; }
   Policy* policy() { return policy_.get(); }
+  /// The backend's device report (Backend::report(): device, memory, decode bandwidth); empty
+  /// for the CPU backend.
+  std::string backend_report() const;
   /// Called after every forward step with the cache (tests check per-head bounds here).
   std::function<void(const KVCache&, SeqId)> on_step;
 

@@ -28,7 +28,9 @@ void run_bench(const BenchArgs& a) {
   std::shared_ptr<Model> model;
   std::string id;
   if (!a.shape.empty()) {
-    model = Model::random(model_shape(a.shape), a.seed + 1);
+    // The CUDA backend holds bf16 weights: generate them as bf16 (half the host memory).
+    model = Model::random(model_shape(a.shape), a.seed + 1,
+                          a.backend == "cuda" ? WeightFormat::kBF16 : WeightFormat::kF32);
     id = "random:" + a.shape;
   } else {
     model = load_model(a.model).model;
@@ -76,6 +78,8 @@ void run_bench(const BenchArgs& a) {
                 prefill > 0 ? double(a.context) * a.batch / prefill : 0.0, decode_tps, 1000.0 * decode / steps,
                 kv_peak, peak_rss_bytes() / 1048576.0,
                 (prefill + decode) > 0 ? 100.0 * policy / a.batch / (prefill + decode) : 0.0);
+    const std::string dev = engine.backend_report();  // device backends: memory, bandwidth vs roofline
+    if (!dev.empty()) std::printf("%s", dev.c_str());
   }
 }
 }  // namespace
@@ -86,7 +90,7 @@ void register_bench(CLI::App& app) {
   c->add_option("--model", a->model, "Model: a directory, a .gguf file, or smollm2-135m-instruct");
   c->add_option("--model-shape", a->shape,
                 "Random-weight architecture: stories260k, smollm2-135m, qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.1-8b");
-  c->add_option("--backend", a->backend, "cpu");
+  c->add_option("--backend", a->backend, "cpu or cuda (builds with KVB_CUDA)");
   c->add_option("--context", a->context, "Prompt tokens per sequence")->check(CLI::PositiveNumber);
   c->add_option("--gen", a->gen, "Generated tokens per sequence")->check(CLI::PositiveNumber);
   c->add_option("--batch", a->batch, "Sequences decoded together")->check(CLI::PositiveNumber);

@@ -1,0 +1,45 @@
+#include "engine/backend/backend.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/util/error.h"
+#ifdef KVB_HAVE_CUDA
+#include "engine/backend/cuda/cuda_backend.h"
+#endif
+
+namespace kvb {
+
+namespace {
+/// The CPU forward pass (CpuBackend) behind the Backend interface, behaviour unchanged.
+class CpuAdapter final : public Backend {
+ public:
+  CpuAdapter(const Model& m, KVCache& c) : cpu_(m, c) {}
+  std::string name() const override { return "cpu"; }
+  void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
+               ForwardStats* stats) override {
+    cpu_.forward(items, policy, logits, stats);
+  }
+
+ private:
+  CpuBackend cpu_;
+};
+}  // namespace
+
+std::vector<std::string> compiled_backends() {
+#ifdef KVB_HAVE_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, KVCache& cache) {
+  if (name == "cpu") return std::make_unique<CpuAdapter>(model, cache);
+#ifdef KVB_HAVE_CUDA
+  if (name == "cuda") return make_cuda_backend(model, cache);
+#endif
+  fail("--backend {}: not available in this build (available: {})", name, fmt::join(compiled_backends(), ", "));
+}
+
+}  // namespace kvb

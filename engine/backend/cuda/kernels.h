@@ -1,0 +1,123 @@
+// kvb::cuda kernels — host-callable launchers of every CUDA kernel of the backend. This header
+// needs only <cuda_runtime_api.h> types (cudaStream_t); bf16 buffers are passed as uint16_t bits
+// (the same bits as kvb::f32_to_bf16_bits) so that host C++ code need not include cuda_bf16.h.
+//
+// Conventions: activations f32 row-major [T, ...] where T = tokens of the step; weights bf16
+// row-major [out, in]; the KV pool holds slots (slot = page · P + i % P) of K and V rows [D] bf16
+// and positions i32. Every launcher enqueues on `stream` and checks the launch (kvb::Error with
+// the kernel name and CUDA's message); none synchronises.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "engine/backend/cuda/plan_types.h"
+
+namespace kvb::cuda {
+
+/// Throws kvb::Error("CUDA <what>: <cudaGetErrorString>") when `e` is not cudaSuccess.
+void check(cudaError_t e, const char* what);
+/// check(cudaGetLastError(), what) — call right after a launch.
+void check_launch(const char* what);
+/// Throws kvb::Error(msg) (lets .cu files raise without including fmt).
+[[noreturn]] void raise_error(const char* msg);
+
+/// x[t, :] = f32(table[tok[t], :]). tok [T] i32, table [V, H] bf16, x [T, H] f32.
+void embed(const int32_t* tok, const uint16_t* table, float* x, int T, int H, cudaStream_t s);
+
+/// y[t, :] = bf16(w ⊙ x[t, :] / sqrt(mean(x[t, :]²) + eps)) (transformers' LlamaRMSNorm, f32
+/// math). x [T, n] f32 with row stride ldx, w [n] f32, y [T, n] bf16 (stride n).
+void rmsnorm_bf16(const float* x, int64_t ldx, const float* w, uint16_t* y, int T, int n, float eps,
+                  cudaStream_t s);
+
+/// y[t, j] += b[j] for y [T, n] f32.
+void add_bias(float* y, const float* b, int T, int n, cudaStream_t s);
+
+/// In-place on the fused projection qkv [T, (Hq + 2·Hkv)·D] f32 (q | k | v per row): optional
+/// per-head RMSNorm of q and k (qn, kn [D], Qwen3; null = none), then rotate-half RoPE of q and k at
+/// pos[t] with cos/sin(pos·inv_freq[i]) · mscale (angles as f32 products, cos/sin in double, as the
+/// CPU backend). k_pre (nullable) [T, Hkv, D] f32 receives k after the norm, before RoPE.
+void qk_norm_rope(float* qkv, int T, int Hq, int Hkv, int D, const int32_t* pos, const float* qn,
+                  const float* kn, float eps, const float* inv_freq, float mscale, float* k_pre,
+                  cudaStream_t s);
+
+/// Appends the step's keys/values to the pool: for t < T, h < Hkv the K and V rows of token t,
+/// head h (from qkv) go to slot dst[t·Hkv + h] as bf16, and pos_pool[slot] = pos[t]. D % 8 == 0.
+void kv_append(const float* qkv, int T, int Hq, int Hkv, int D, const int64_t* dst, const int32_t* pos,
+               uint16_t* k_pool, uint16_t* v_pool, int32_t* pos_pool, cudaStream_t s);
+
+/// out[t, j] = bf16(silu(gu[t, j]) · gu[t, I + j]) for gu [T, 2I] f32 (gate | up), out [T, I].
+void silu_mul(const float* gu, uint16_t* out, int T, int I, cudaStream_t s);
+
+/// Per-item data of an attention launch (device copy of a host array).
+struct AttnItem {
+  int32_t tok0;       ///< row of the item's first token in the step's [T, ...] activations
+  int32_t n;          ///< new tokens
+  int32_t start_pos;  ///< absolute position of the first new token
+  int32_t pad;
+};
+
+/// Arguments of the attention kernels (all pointers device memory).
+struct AttnArgs {
+  const float* qkv = nullptr;  ///< [T, (Hq + 2Hkv)·D]; q of token t, head hq at t·stride + hq·D
+  int64_t q_stride = 0;
+  int Hq = 0, Hkv = 0, D = 0, G = 0, P = 0;  ///< P: page size
+  float scale = 0;
+  const AttnItem* items = nullptr;
+  const AttnUnit* units = nullptr;
+  int num_units = 0;
+  const AttnGroup* groups = nullptr;
+  int num_groups = 0;
+  const int32_t* pt_off = nullptr;   ///< [items · Hkv] offsets into pages
+  const int32_t* pages = nullptr;    ///< flattened page lists
+  const uint16_t* k_pool = nullptr;  ///< [slots, D] bf16
+  const uint16_t* v_pool = nullptr;
+  const int32_t* pos_pool = nullptr; ///< [slots]
+  uint16_t* out = nullptr;           ///< [T, Hq·D] bf16 attention output (input of Wo)
+  float* lse = nullptr;              ///< [T, Hq] log-sum-exp of each row's scores (nullable)
+  float* part_o = nullptr;           ///< [num_parts, kAttnRows, D] unnormalised partial outputs
+  float* part_ml = nullptr;          ///< [num_parts, kAttnRows, 2] running max and sum
+};
+
+/// Paged ragged causal attention of every unit (decode n = 1 and chunked prefill alike): each
+/// block holds ≤ 16 query rows of one (item, kv head) and streams the head's keys in tiles of 64
+/// through shared memory with an online softmax (flash attention); split units write partials,
+/// merged by a second kernel. Requires D % 8 == 0 and D ≤ 256 (else kvb::Error).
+void attention(const AttnArgs& a, cudaStream_t s);
+
+/// Window attention for policies: probs[r, t] = softmax_t(q[r]·K[t]·scale) over the L keys of
+/// one head (pages), with keys whose position > qpos[r] masked to probability 0. q [R, D] f32,
+/// qpos [R], probs [R, L] f32.
+void window_attention(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P,
+                      int D, float scale, const uint16_t* k_pool, const int32_t* pos_pool, float* probs,
+                      cudaStream_t s);
+
+/// H2O column sums: colsum[off[b·Hkv+h] + t] = Σ over the item's rows (token i, group g) with
+/// pos[t] ≤ qpos_i of exp(q·k_t·scale − lse_row). Uses a.qkv, a.lse, page tables and pools of `a`;
+/// len[b·Hkv + h] the head lengths (device), off the output offsets (device), max_len the largest.
+void attention_colsum(const AttnArgs& a, int num_items, const int32_t* len, const int64_t* off,
+                      int max_len, float* colsum, cudaStream_t s);
+
+/// Device compaction: for i < n, copies K, V (rows of D bf16) and position of slot src[i] to slot
+/// dst[i], through scratch buffers (gather all, then scatter all: overlapping pairs are safe).
+/// scratch_kv [2·n·D] bf16, scratch_pos [n].
+void compact_pairs(const int64_t* src, const int64_t* dst, int n, int D, uint16_t* k_pool,
+                   uint16_t* v_pool, int32_t* pos_pool, uint16_t* scratch_kv, int32_t* scratch_pos,
+                   cudaStream_t s);
+
+/// Device sampling of rows of logits [R, V] f32. temperature[r] ≤ 0: argmax (lowest id on ties);
+/// otherwise softmax(logits / temperature) restricted to the smallest top-p nucleus (threshold
+/// found by bisection on the probability value), then a draw with the uniform u[r] ∈ [0, 1) over
+/// the kept tokens in id order. out [R] i32.
+void sample(const float* logits, int R, int V, const float* temperature, const float* top_p,
+            const float* u, int32_t* out, cudaStream_t s);
+
+/// Device-to-device copy of `bytes` (multiple of 16) with 16-byte loads/stores; used to measure
+/// the HBM bandwidth roofline.
+void copy16(const void* src, void* dst, size_t bytes, cudaStream_t s);
+
+/// f32 → bf16 conversion of n values (x [n] f32 → y [n] bf16 bits).
+void to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
+
+}  // namespace kvb::cuda

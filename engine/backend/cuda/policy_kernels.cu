@@ -1,0 +1,171 @@
+// Kernels that serve the host-side policies: window attention (SnapKV / R-KV / G-KV observation
+// window), H2O attention column sums, and the device half of keep-set compaction.
+//
+// window_attention_k: one block (256 threads) per query row r of [R = G·w rows]; the query is
+//   staged in shared memory, each thread scores keys t ≡ tid (mod 256) of the head (page list),
+//   masking keys after the row's position, then block max / sum reductions and normalisation.
+//   Output [R, L] f32 is written completely (masked keys get 0). D ≤ 1024.
+// colsum_k: one thread per cached key t of one (item, kv head) (grid.y); loops over the item's
+//   n·G query rows with the rows' log-sum-exp from the attention kernel: Σ exp(q·k·scale − lse).
+//   O(n·G·D) per key — fine for decode (n = 1) and prefill chunks; only H2O asks for it.
+// gather_k / scatter_k: 16-byte copies of K/V rows (D % 8 == 0) between pool slots and a scratch
+//   buffer; scatter runs after gather completes (stream order) so overlapping pairs are safe.
+#include <cuda_bf16.h>
+
+#include <cfloat>
+
+#include "engine/backend/cuda/kernels.h"
+
+namespace kvb::cuda {
+
+namespace {
+
+__device__ __forceinline__ float bf(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+__device__ float block_reduce(float v, float* red, bool is_max) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = is_max ? fmaxf(v, w) : v + w;
+  }
+  const int wi = threadIdx.x / 32, l = threadIdx.x % 32;
+  __syncthreads();
+  if (l == 0) red[wi] = v;
+  __syncthreads();
+  const int nw = (blockDim.x + 31) / 32;
+  if (wi == 0) {
+    v = l < nw ? red[l] : (is_max ? -INFINITY : 0.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+      const float w = __shfl_xor_sync(0xffffffffu, v, o);
+      v = is_max ? fmaxf(v, w) : v + w;
+    }
+    if (l == 0) red[0] = v;
+  }
+  __syncthreads();
+  return red[0];
+}
+
+__global__ void window_attention_k(const float* q, const int32_t* qpos, const int32_t* pages, int L, int P,
+                                   int D, float scale, const uint16_t* k_pool, const int32_t* pos_pool,
+                                   float* probs) {
+  extern __shared__ float qs[];
+  __shared__ float red[32];
+  const int r = blockIdx.x;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = q[static_cast<int64_t>(r) * D + d];
+  __syncthreads();
+  const int32_t qp = qpos[r];
+  float* out = probs + static_cast<int64_t>(r) * L;
+  float mx = -INFINITY;
+  for (int t = threadIdx.x; t < L; t += blockDim.x) {
+    const int64_t slot = static_cast<int64_t>(pages[t / P]) * P + t % P;
+    float s = -INFINITY;
+    if (pos_pool[slot] <= qp) {
+      const uint16_t* k = k_pool + slot * D;
+      float acc = 0.0f;
+      for (int d = 0; d < D; ++d) acc += qs[d] * bf(k[d]);
+      s = acc * scale;
+    }
+    out[t] = s;
+    mx = fmaxf(mx, s);
+  }
+  mx = block_reduce(mx, red, true);
+  float sum = 0.0f;
+  for (int t = threadIdx.x; t < L; t += blockDim.x) {
+    const float e = (out[t] == -INFINITY || mx == -INFINITY) ? 0.0f : expf(out[t] - mx);
+    out[t] = e;
+    sum += e;
+  }
+  sum = block_reduce(sum, red, false);
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (int t = threadIdx.x; t < L; t += blockDim.x) out[t] *= inv;
+}
+
+__global__ void colsum_k(AttnArgs a, const int32_t* len, const int64_t* off, float* colsum) {
+  const int bh = blockIdx.y;
+  const int b = bh / a.Hkv, h = bh % a.Hkv;
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= len[bh]) return;
+  const AttnItem it = a.items[b];
+  const int32_t* pt = a.pages + a.pt_off[bh];
+  const int64_t slot = static_cast<int64_t>(pt[t / a.P]) * a.P + t % a.P;
+  const int32_t kpos = a.pos_pool[slot];
+  const uint16_t* k = a.k_pool + slot * a.D;
+  float sum = 0.0f;
+  for (int i = 0; i < it.n; ++i) {
+    if (kpos > it.start_pos + i) continue;
+    const int64_t tok = it.tok0 + i;
+    for (int g = 0; g < a.G; ++g) {
+      const int hq = h * a.G + g;
+      const float* q = a.qkv + tok * a.q_stride + static_cast<int64_t>(hq) * a.D;
+      float acc = 0.0f;
+      for (int d = 0; d < a.D; ++d) acc += q[d] * bf(k[d]);
+      sum += expf(acc * a.scale - a.lse[tok * a.Hq + hq]);
+    }
+  }
+  colsum[off[bh] + t] = sum;
+}
+
+__global__ void gather_k(const int64_t* src, int n, int D, const uint16_t* k_pool, const uint16_t* v_pool,
+                         const int32_t* pos_pool, uint16_t* skv, int32_t* spos) {
+  const int chunks = D / 8;
+  const int64_t total = static_cast<int64_t>(n) * chunks;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t p = i / chunks;
+    const int c = static_cast<int>(i % chunks);
+    const int64_t sl = src[p];
+    reinterpret_cast<uint4*>(skv)[p * chunks + c] = reinterpret_cast<const uint4*>(k_pool + sl * D)[c];
+    reinterpret_cast<uint4*>(skv)[(n + p) * chunks + c] = reinterpret_cast<const uint4*>(v_pool + sl * D)[c];
+    if (c == 0) spos[p] = pos_pool[sl];
+  }
+}
+
+__global__ void scatter_k(const int64_t* dst, int n, int D, uint16_t* k_pool, uint16_t* v_pool, int32_t* pos_pool,
+                          const uint16_t* skv, const int32_t* spos) {
+  const int chunks = D / 8;
+  const int64_t total = static_cast<int64_t>(n) * chunks;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t p = i / chunks;
+    const int c = static_cast<int>(i % chunks);
+    const int64_t dl = dst[p];
+    reinterpret_cast<uint4*>(k_pool + dl * D)[c] = reinterpret_cast<const uint4*>(skv)[p * chunks + c];
+    reinterpret_cast<uint4*>(v_pool + dl * D)[c] = reinterpret_cast<const uint4*>(skv)[(n + p) * chunks + c];
+    if (c == 0) pos_pool[dl] = spos[p];
+  }
+}
+
+int grid_for(int64_t total, int threads) {
+  const int64_t g = (total + threads - 1) / threads;
+  return static_cast<int>(g < 1 ? 1 : (g > 65535 * 8 ? 65535 * 8 : g));
+}
+
+}  // namespace
+
+void window_attention(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D,
+                      float scale, const uint16_t* k_pool, const int32_t* pos_pool, float* probs,
+                      cudaStream_t s) {
+  if (R == 0 || L == 0) return;
+  if (D > 1024) raise_error("CUDA window attention: head_dim above 1024");
+  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, k_pool, pos_pool, probs);
+  check_launch("window_attention");
+}
+
+void attention_colsum(const AttnArgs& a, int num_items, const int32_t* len, const int64_t* off, int max_len,
+                      float* colsum, cudaStream_t s) {
+  if (num_items == 0 || max_len == 0) return;
+  const dim3 grid((max_len + 127) / 128, num_items * a.Hkv);
+  colsum_k<<<grid, 128, 0, s>>>(a, len, off, colsum);
+  check_launch("attention_colsum");
+}
+
+void compact_pairs(const int64_t* src, const int64_t* dst, int n, int D, uint16_t* k_pool, uint16_t* v_pool,
+                   int32_t* pos_pool, uint16_t* scratch_kv, int32_t* scratch_pos, cudaStream_t s) {
+  if (n == 0) return;
+  const int64_t total = static_cast<int64_t>(n) * (D / 8);
+  gather_k<<<grid_for(total, 256), 256, 0, s>>>(src, n, D, k_pool, v_pool, pos_pool, scratch_kv, scratch_pos);
+  check_launch("compact gather");
+  scatter_k<<<grid_for(total, 256), 256, 0, s>>>(dst, n, D, k_pool, v_pool, pos_pool, scratch_kv, scratch_pos);
+  check_launch("compact scatter");
+}
+
+}  // namespace kvb::cuda
