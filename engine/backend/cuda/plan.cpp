@@ -6,6 +6,10 @@
 
 namespace kvb::cuda {
 
+namespace {
+constexpr int64_t kNoSplit = int64_t(1) << 30;  // a multiple of kAttnTile longer than any head
+}  // namespace
+
 AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int G,
                         int64_t target_units, int32_t min_split) {
   if (Hkv < 1 || G < 1) fail("plan_attention: Hkv={} G={} must be ≥ 1", Hkv, G);
@@ -33,10 +37,10 @@ AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len
     const int64_t want = (total_keys + target_units - 1) / target_units;
     split = std::max(split, want);
   } else {
-    split = std::max<int64_t>(split, INT32_MAX / 2);  // enough blocks already: no splitting
+    split = std::max<int64_t>(split, kNoSplit);  // enough blocks already: no splitting
   }
   split = (split + kAttnTile - 1) / kAttnTile * kAttnTile;
-  p.split_len = static_cast<int32_t>(std::min<int64_t>(split, INT32_MAX / 2));
+  p.split_len = static_cast<int32_t>(std::min<int64_t>(split, kNoSplit));
   for (size_t b = 0; b < n.size(); ++b) {
     const int32_t rows = n[b] * G;
     for (int h = 0; h < Hkv; ++h) {

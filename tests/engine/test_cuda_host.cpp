@@ -1,0 +1,238 @@
+// Host-side logic of the CUDA backend (no GPU needed): the attention work plan (row chunks,
+// causal key prefixes, split-KV ranges), the device compaction pairs against KVCache::compact
+// itself, and backend selection errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/plan.h"
+#include "engine/model/model.h"
+#include "engine/util/error.h"
+
+namespace kvb {
+namespace {
+
+using cuda::AttnPlan;
+using cuda::AttnUnit;
+
+// Independent reference for a chunk's visible keys: simulate the head's key positions (older keys
+// at increasing positions below start_pos with random gaps — evictions — then the n new tokens at
+// start_pos..start_pos+n−1) and count keys with position ≤ the chunk's last query position.
+int32_t visible_keys(int32_t L, int32_t n, int32_t last_token, std::mt19937& rng) {
+  const int32_t old = L - n;
+  std::vector<int32_t> pos;
+  int32_t p = 0;
+  for (int32_t i = 0; i < old; ++i) {
+    p += 1 + static_cast<int32_t>(rng() % 3);
+    pos.push_back(p);
+  }
+  const int32_t start = p + 1 + static_cast<int32_t>(rng() % 5);
+  for (int32_t i = 0; i < n; ++i) pos.push_back(start + i);
+  const int32_t qpos = start + last_token;
+  return static_cast<int32_t>(std::count_if(pos.begin(), pos.end(), [&](int32_t x) { return x <= qpos; }));
+}
+
+TEST(CudaPlan, CoversEveryRowOnceAndSplitsPartitionTheCausalPrefix) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int Hkv = 1 + static_cast<int>(rng() % 4), G = 1 + static_cast<int>(rng() % 7);
+    const int B = 1 + static_cast<int>(rng() % 5);
+    std::vector<int32_t> n(B), len(static_cast<size_t>(B) * Hkv);
+    for (int b = 0; b < B; ++b) {
+      n[b] = trial % 3 == 0 ? 1 + static_cast<int32_t>(rng() % 40) : 1;
+      for (int h = 0; h < Hkv; ++h) len[b * Hkv + h] = n[b] + static_cast<int32_t>(rng() % 3000);
+    }
+    const int64_t target = 1 + static_cast<int64_t>(rng() % 600);
+    const AttnPlan p = cuda::plan_attention(n, len, Hkv, G, target, 128);
+    ASSERT_EQ(p.split_len % cuda::kAttnTile, 0);
+    ASSERT_GE(p.split_len, 128);
+    // row coverage and key ranges per (item, head, row0)
+    std::map<std::tuple<int, int, int>, std::vector<const AttnUnit*>> chunks;
+    std::vector<int> row_hits;
+    for (const auto& u : p.units) chunks[{u.item, u.head, u.row0}].push_back(&u);
+    std::vector<int32_t> parts;
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < Hkv; ++h) {
+        std::vector<int> hits(static_cast<size_t>(n[b]) * G, 0);
+        for (auto& [key, us] : chunks) {
+          if (std::get<0>(key) != b || std::get<1>(key) != h) continue;
+          const AttnUnit& u0 = *us.front();
+          ASSERT_LE(u0.nrows, cuda::kAttnRows);
+          for (int r = 0; r < u0.nrows; ++r) ++hits[u0.row0 + r];
+          // splits: contiguous, disjoint, covering [0, kend)
+          std::mt19937 prng(static_cast<uint32_t>(trial * 131 + b * 17 + h));
+          const int32_t last_token = (u0.row0 + u0.nrows - 1) / G;
+          const int32_t kend = visible_keys(len[b * Hkv + h], n[b], last_token, prng);
+          int32_t expect = 0;
+          for (const AttnUnit* u : us) {
+            EXPECT_EQ(u->nrows, u0.nrows);
+            EXPECT_EQ(u->kbeg, expect);
+            EXPECT_GT(u->kend, u->kbeg);
+            EXPECT_LE(u->kend - u->kbeg, p.split_len);
+            expect = u->kend;
+            if (us.size() > 1) parts.push_back(u->part);
+            else EXPECT_EQ(u->part, -1);
+          }
+          EXPECT_EQ(expect, kend) << "item " << b << " head " << h << " row0 " << u0.row0;
+        }
+        for (size_t r = 0; r < hits.size(); ++r) ASSERT_EQ(hits[r], 1) << "row " << r;
+      }
+    // partial slots are 0..num_parts−1, each used once; groups list exactly the split chunks
+    std::sort(parts.begin(), parts.end());
+    ASSERT_EQ(static_cast<int32_t>(parts.size()), p.num_parts);
+    for (size_t i = 0; i < parts.size(); ++i) EXPECT_EQ(parts[i], static_cast<int32_t>(i));
+    int32_t grouped = 0;
+    for (const auto& g : p.groups) {
+      ASSERT_GT(g.count, 1);
+      for (int s = 0; s < g.count; ++s) EXPECT_GE(p.units[g.first + s].part, 0);
+      grouped += g.count;
+    }
+    EXPECT_EQ(grouped, p.num_parts);
+  }
+}
+
+TEST(CudaPlan, SplitsLongDecodeHeadsToFillTheDeviceButNotLargePrefills) {
+  // One sequence decoding at 32K context, 8 kv heads, G = 4: 8 chunks only, so the planner splits.
+  std::vector<int32_t> n{1}, len(8, 32768);
+  const AttnPlan d = cuda::plan_attention(n, len, 8, 4, 528);
+  EXPECT_EQ(d.split_len, 512);  // ⌈8·32768 / 528⌉ = 497 → next multiple of 64
+  EXPECT_EQ(d.units.size(), 8u * 64);
+  EXPECT_EQ(d.groups.size(), 8u);
+  // A 512-token prefill chunk: 128 row chunks per head already fill the device.
+  std::vector<int32_t> n2{512}, len2(8, 4096);
+  const AttnPlan pf = cuda::plan_attention(n2, len2, 8, 4, 528);
+  EXPECT_EQ(pf.units.size(), 8u * 128);
+  EXPECT_TRUE(pf.groups.empty());
+}
+
+// Reference combine of split partials in double, as the combine kernel does it, against one
+// softmax over the whole range: the split plan must not change the attention output.
+TEST(CudaPlan, SplitPartialsCombineToTheUnsplitSoftmax) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> nd(0.0, 3.0);
+  std::vector<double> s(3000), v(3000);
+  for (auto& x : s) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  std::vector<int32_t> n{1}, len{3000};
+  const AttnPlan p = cuda::plan_attention(n, len, 1, 1, 64, 64);
+  ASSERT_GT(p.units.size(), 1u);
+  double M = -INFINITY, Lsum = 0, O = 0;
+  std::vector<std::tuple<double, double, double>> parts;
+  for (const auto& u : p.units) {
+    double m = -INFINITY, l = 0, o = 0;
+    for (int t = u.kbeg; t < u.kend; ++t) m = std::max(m, s[t]);
+    for (int t = u.kbeg; t < u.kend; ++t) {
+      l += std::exp(s[t] - m);
+      o += std::exp(s[t] - m) * v[t];
+    }
+    parts.emplace_back(m, l, o);
+    M = std::max(M, m);
+  }
+  for (auto& [m, l, o] : parts) {
+    Lsum += l * std::exp(m - M);
+    O += o * std::exp(m - M);
+  }
+  double mx = -INFINITY, z = 0, ref = 0;
+  for (double x : s) mx = std::max(mx, x);
+  for (size_t t = 0; t < s.size(); ++t) {
+    z += std::exp(s[t] - mx);
+    ref += std::exp(s[t] - mx) * v[t];
+  }
+  EXPECT_NEAR(O / Lsum, ref / z, 1e-12 * std::max(1.0, std::fabs(ref / z)));
+}
+
+TEST(CudaPlan, RejectsInconsistentInput) {
+  std::vector<int32_t> n{4}, len{3};
+  EXPECT_THROW(cuda::plan_attention(n, len, 1, 1, 10), Error);
+  std::vector<int32_t> len2{3, 4};
+  EXPECT_THROW(cuda::plan_attention(n, len2, 1, 1, 10), Error);
+  std::vector<int32_t> n0{0}, len0{5};
+  EXPECT_THROW(cuda::plan_attention(n0, len0, 1, 1, 10), Error);
+}
+
+// The device compaction pairs, applied to a slot-indexed pool as gather-then-scatter, must leave
+// the pool holding exactly what KVCache::compact leaves in the host cache.
+TEST(CudaCompaction, PairsReproduceKVCacheCompact) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 50; ++trial) {
+    KVCacheConfig kc;
+    kc.num_layers = 1;
+    kc.num_kv_heads = 2;
+    kc.head_dim = 2;
+    kc.page_size = 1 + static_cast<int>(rng() % 8);
+    KVCache cache(kc);
+    const SeqId a = cache.add_sequence(), b = cache.add_sequence();
+    const int32_t L = 1 + static_cast<int32_t>(rng() % 100);
+    // interleave two sequences so page ids are not contiguous
+    std::map<int64_t, float> pool;  // slot -> key[0]
+    for (int32_t i = 0; i < L; ++i)
+      for (SeqId s : {a, b}) {
+        const float k[2] = {static_cast<float>(s * 1000 + i), 0.0f};
+        const int32_t idx = cache.append(s, 0, 1, k, k, i);
+        pool[cuda::key_slot(cache.pages(s, 0, 1), idx, kc.page_size)] = k[0];
+      }
+    std::vector<int32_t> keep;
+    for (int32_t i = 0; i < L; ++i)
+      if (rng() % 3 != 0) keep.push_back(i);
+    std::vector<int64_t> src, dst;
+    const std::vector<int32_t> before = cache.pages(a, 0, 1);
+    cuda::compaction_pairs(before, L, kc.page_size, keep, src, dst);
+    cache.compact(a, 0, 1, keep);
+    std::vector<float> gathered;
+    for (int64_t sl : src) gathered.push_back(pool.at(sl));
+    for (size_t i = 0; i < dst.size(); ++i) pool[dst[i]] = gathered[i];
+    ASSERT_EQ(cache.length(a, 0, 1), static_cast<int32_t>(keep.size()));
+    for (int32_t j = 0; j < cache.length(a, 0, 1); ++j) {
+      EXPECT_EQ(pool.at(cuda::key_slot(cache.pages(a, 0, 1), j, kc.page_size)), cache.key(a, 0, 1, j)[0]);
+      EXPECT_EQ(cache.key(a, 0, 1, j)[0], static_cast<float>(keep[j]));
+    }
+    // the other sequence's slots are untouched
+    for (int32_t j = 0; j < L; ++j)
+      EXPECT_EQ(pool.at(cuda::key_slot(cache.pages(b, 0, 1), j, kc.page_size)), 1000.0f + j);
+  }
+}
+
+TEST(CudaCompaction, RejectsBadKeepSets) {
+  std::vector<int32_t> pages{0, 1};
+  std::vector<int64_t> src, dst;
+  std::vector<int32_t> unsorted{2, 1}, out_of_range{0, 9}, negative{-1};
+  EXPECT_THROW(cuda::compaction_pairs(pages, 8, 4, unsorted, src, dst), Error);
+  EXPECT_THROW(cuda::compaction_pairs(pages, 8, 4, out_of_range, src, dst), Error);
+  EXPECT_THROW(cuda::compaction_pairs(pages, 8, 4, negative, src, dst), Error);
+  EXPECT_THROW(cuda::compaction_pairs(pages, 9, 4, std::vector<int32_t>{0}, src, dst), Error);  // 2 pages < 9 tokens
+}
+
+TEST(BackendSelection, UnknownOrMissingBackendsAreClearErrors) {
+  const ModelConfig cfg = model_shape("stories260k");
+  auto m = Model::random(cfg, 1);
+  KVCacheConfig kc;
+  kc.num_layers = static_cast<int>(cfg.num_layers);
+  kc.num_kv_heads = static_cast<int>(cfg.num_kv_heads);
+  kc.head_dim = static_cast<int>(cfg.head_dim);
+  KVCache cache(kc);
+  EXPECT_EQ(make_backend("cpu", *m, cache)->name(), "cpu");
+  try {
+    make_backend("metal", *m, cache);
+    FAIL() << "expected kvb::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--backend metal"), std::string::npos) << e.what();
+  }
+  const auto names = compiled_backends();
+  if (std::find(names.begin(), names.end(), "cuda") == names.end()) {
+    try {
+      make_backend("cuda", *m, cache);
+      FAIL() << "expected kvb::Error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("available: cpu"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvb
