@@ -203,6 +203,7 @@ LongProcResult longproc_html_to_tsv(std::string_view prediction, std::string_vie
   std::string why;
   auto gt = tsv_frame(gold_tsv, why);
   if (!gt) fail("longproc_html_to_tsv: the gold TSV does not parse: {}", why);
+  if (gt->empty()) fail("longproc_html_to_tsv: the gold TSV has no complete data row");
   auto pr = tsv_frame(pred, why);
   if (!pr) {
     r.reason = "prediction TSV unusable: " + why + " (all metrics 0)";

@@ -87,7 +87,8 @@ struct CodeSandboxLimits {
 /// the first `max_cases` test cases (`testcases` = [[input_lines], [output_lines]] pairs) in a
 /// sandboxed child: own temp dir, rlimits (CPU, address space, file size, processes), no
 /// inherited fds, own process group killed at the wall-clock limit; stdin = inputs joined by
-/// '\n' plus '\n'; stdout must equal the outputs joined the same way, byte for byte. Accuracy 1
+/// '\n' plus '\n'; stdout must equal the outputs joined the same way, byte for byte (the exit
+/// status is ignored; a wall-clock timeout fails). Accuracy 1
 /// iff all pass (LongProc stops at the first failure; the reason names it). Throws kvb::Error
 /// for malformed `testcases` or when the sandbox itself cannot be set up (no temp dir, no fork).
 LongProcResult longproc_pseudo_to_code(std::string_view prediction, const nlohmann::json& testcases,

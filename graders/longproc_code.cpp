@@ -30,6 +30,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <utf8proc.h>
 
 #include "engine/util/error.h"
 #include "graders/longproc.h"
@@ -247,17 +248,28 @@ std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n')).substr(0, 200);
 }
 
-bool valid_utf8(const std::string& s) {
-  for (char32_t c : py::decode(s))
-    if (c == 0xFFFD) return s.find("\xEF\xBF\xBD") != std::string::npos;  // a literal U+FFFD is fine
+bool valid_utf8(const std::string& s) {  // Python's bytes.decode("utf-8") succeeds
+  size_t i = 0;
+  while (i < s.size()) {
+    utf8proc_int32_t cp = 0;
+    utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                                          static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+    if (n <= 0) return false;
+    i += static_cast<size_t>(n);
+  }
   return true;
 }
 
 struct TempDir {
   std::string path;
   TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/kvb-p2c-XXXXXX";
+    // $TMPDIR when set, unless we run as root and it is not searchable by others (the program
+    // runs as 'nobody' and must reach its directory): then /tmp.
+    const char* env = std::getenv("TMPDIR");
+    std::string base = env && *env ? env : "/tmp";
+    struct stat st;
+    if (geteuid() == 0 && (stat(base.c_str(), &st) != 0 || !(st.st_mode & S_IXOTH))) base = "/tmp";
+    std::string tmpl = base + "/kvb-p2c-XXXXXX";
     std::vector<char> b(tmpl.begin(), tmpl.end());
     b.push_back('\0');
     if (!mkdtemp(b.data()))
@@ -345,24 +357,30 @@ LongProcResult longproc_pseudo_to_code(std::string_view prediction, const nlohma
     rs.drop_root = true;
     rs.max_stdout = limits.output_bytes;
     RunResult rr = run_sandboxed(rs);
+    // As LongProc: a timeout fails; otherwise only stdout matters (the exit status does not).
     std::string what;
     if (rr.timed_out) {
       what = fmt::format("time limit: killed after {:.1f} s wall clock", limits.run_seconds);
     } else if (rr.output_overflow) {
       what = fmt::format("output exceeds {} bytes", limits.output_bytes);
-    } else if (rr.signal) {
-      bool oom = rr.err.find("bad_alloc") != std::string::npos;
-      what = oom ? fmt::format("memory limit: out of memory under the {} MiB address-space limit (signal {})",
-                               limits.memory_bytes >> 20, strsignal(rr.signal))
-             : rr.signal == SIGXCPU ? "time limit: CPU time limit exceeded (SIGXCPU)"
-             : rr.signal == SIGXFSZ ? "file size limit exceeded (SIGXFSZ)"
-                                    : fmt::format("killed by signal {} ({})", rr.signal, strsignal(rr.signal));
     } else if (!valid_utf8(rr.out)) {
       what = "output is not valid UTF-8";
     } else if (rr.out != cases[i].second) {
-      what = fmt::format("wrong output: got '{}', expected '{}'{}", py::strip(rr.out).substr(0, 60),
-                         py::strip(cases[i].second).substr(0, 60),
-                         rr.exit_code ? fmt::format(" (exit code {})", rr.exit_code) : "");
+      bool oom = rr.err.find("bad_alloc") != std::string::npos;
+      if (rr.signal && oom) {
+        what = fmt::format("memory limit: out of memory under the {} MiB address-space limit ({})",
+                           limits.memory_bytes >> 20, strsignal(rr.signal));
+      } else if (rr.signal == SIGXCPU) {
+        what = "time limit: CPU time limit exceeded (SIGXCPU)";
+      } else if (rr.signal == SIGXFSZ) {
+        what = "file size limit exceeded (SIGXFSZ)";
+      } else if (rr.signal) {
+        what = fmt::format("killed by signal {} ({})", rr.signal, strsignal(rr.signal));
+      } else {
+        what = fmt::format("wrong output: got '{}', expected '{}'{}", py::strip(rr.out).substr(0, 60),
+                           py::strip(cases[i].second).substr(0, 60),
+                           rr.exit_code ? fmt::format(" (exit code {})", rr.exit_code) : "");
+      }
     }
     if (!what.empty()) {
       r.partial = 0.0;

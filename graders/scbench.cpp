@@ -311,7 +311,7 @@ void register_scbench_graders(std::vector<GraderInfo>& v) {
   v.push_back({"scbench_choice_eng", "SCBench choice_eng: InfiniteBench longbook_choice_eng ([option text, letter])",
                [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
                  Grade g = simple(scbench_choice_eng(p, refs), p, refs, "longbook_choice_eng");
-                 g.extracted = py::strip(p).substr(0, 1);
+                 g.extracted = py::strip(p);
                  return g;
                }});
   v.push_back({"scbench_qa_chn", "SCBench qa_chn: character-level F1 (normalize_zh_answer), max over labels",

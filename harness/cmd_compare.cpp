@@ -1,9 +1,10 @@
-// `kvbench compare --db FILE --baseline RUN --candidate RUN [--alpha A] [--min-drop POINTS]`:
+// `kvbench compare --db FILE --baseline RUN --candidate RUN [--alpha A] [--min-drop POINTS] [--config FILE]`:
 // a paired test per cell on the work items both runs share (results/compare.h). Prints a table;
 // exits 1 when any cell regresses significantly, 0 otherwise (2 on bad input).
 #include <fmt/format.h>
 
 #include "harness/commands.h"
+#include "harness/run_support.h"
 #include "results/compare.h"
 
 namespace kvb::cli {
@@ -12,7 +13,7 @@ void register_compare(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "compare", "Paired per-cell test of a candidate run against a baseline run; exit 1 on a significant regression");
   struct Opts {
-    std::string db, baseline, candidate;
+    std::string db, baseline, candidate, config;
     double alpha = 0.05, min_drop = 0.0;
   };
   auto o = std::make_shared<Opts>();
@@ -21,7 +22,15 @@ void register_compare(CLI::App& app) {
   cmd->add_option("--candidate", o->candidate, "candidate run")->required();
   cmd->add_option("--alpha", o->alpha, "significance level of the exact sign test")->capture_default_str();
   cmd->add_option("--min-drop", o->min_drop, "only flag drops of at least this many percentage points")->capture_default_str();
-  cmd->callback([o] {
+  cmd->add_option("--config", o->config,
+                  "A YAML file such as ci/nightly.yaml: its thresholds (alpha, min_drop_points) fill the options "
+                  "not given on the command line");
+  cmd->callback([o, cmd] {
+    if (!o->config.empty()) {
+      const RunConfigFile f = load_run_config(o->config);
+      if (f.alpha && cmd->get_option("--alpha")->count() == 0) o->alpha = *f.alpha;
+      if (f.min_drop_points && cmd->get_option("--min-drop")->count() == 0) o->min_drop = *f.min_drop_points;
+    }
     results::Store store(o->db, results::Store::Mode::kReadOnly);
     int64_t b = store.resolve_run(o->baseline), c = store.resolve_run(o->candidate);
     results::CompareOptions opt;

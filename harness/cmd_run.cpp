@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -27,6 +28,7 @@
 #include "harness/commands.h"
 #include "harness/judge_grading.h"
 #include "harness/model_source.h"
+#include "harness/run_support.h"
 #include "results/cells.h"
 #include "results/grid.h"
 #include "results/sha256.h"
@@ -53,6 +55,8 @@ struct RunArgs {
   uint64_t seed = 0;
   std::string backend = "cpu", db = "kvbench.db", run_name, on_bad = "fail";
   size_t limit = 0;
+  std::string truncate = "middle";  // over-long prompts: middle (LongBench/HELMET) or none (stored as errors)
+  std::string config, config_profile;
   std::optional<std::string> shard;
   int batch = 8, prefill_chunk = 512, write_every = 8;
   bool bf16 = false, quiet = false;
@@ -180,7 +184,40 @@ void print_cells(results::Store& store, int64_t run_id) {
   }
 }
 
+/// Fills the options not given on the command line from `--config FILE` (ci/nightly.yaml's
+/// format, harness/run_support.h); options on the command line win.
+void apply_config(RunArgs& a, CLI::App* c) {
+  if (a.config.empty()) {
+    if (!a.config_profile.empty()) fail("--config-profile needs --config");
+    return;
+  }
+  const RunConfigFile f = load_run_config(a.config, a.config_profile);
+  auto unset = [&](const char* opt) { return c->get_option(opt)->count() == 0; };
+  auto join = [](const auto& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + fmt::format("{}", x);
+    return s;
+  };
+  if (f.suite && unset("--suite")) a.suite = *f.suite;
+  if (f.db && unset("--db")) a.db = *f.db;
+  if (f.backend && unset("--backend")) a.backend = *f.backend;
+  if (!f.data_dirs.empty() && unset("--data-dir")) a.data_dirs = f.data_dirs;
+  if (!f.models.empty() && unset("--model")) a.models = f.models;
+  if (!f.policies.empty() && unset("--policies")) a.policies = join(f.policies);
+  if (!f.budgets.empty() && unset("--budgets")) a.budgets = join(f.budgets);
+  if (f.samples && unset("--samples")) a.samples = *f.samples;
+  if (f.limit && unset("--limit")) a.limit = *f.limit;
+  if (f.temperature && unset("--temperature")) a.temperature = f.temperature;
+  if (f.top_p && unset("--top-p")) a.top_p = f.top_p;
+  if (f.top_k && unset("--top-k")) a.top_k = f.top_k;
+  if (f.min_p && unset("--min-p")) a.min_p = *f.min_p;
+  if (f.max_new_tokens && unset("--max-new-tokens")) a.max_new_tokens = f.max_new_tokens;
+  if (f.seed && unset("--seed")) a.seed = *f.seed;
+}
+
 void run_main(const RunArgs& a) {
+  if (a.truncate != "middle" && a.truncate != "none")
+    fail("--truncate: expected middle or none, got '{}'", a.truncate);
   // --- Suite and tasks.
   tasks::Suite suite;
   if (!a.tasks.empty()) {
@@ -219,6 +256,17 @@ void run_main(const RunArgs& a) {
     for (auto b : suite.budgets) budgets.push_back(b);
   } else {
     budgets = {64, 128};
+  }
+  // Learned-gate policies without a checkpoint run with RANDOM gates, said loudly and recorded
+  // in the run config (policy_notes) and, through the resolved parameters, in every item's label.
+  nlohmann::json policy_notes = nlohmann::json::array();
+  for (auto& pt : policy_texts) {
+    std::string note;
+    pt = default_gates(pt, &note);
+    if (!note.empty()) {
+      std::fprintf(stderr, "kvbench: warning: %s\n", note.c_str());
+      policy_notes.push_back(note);
+    }
   }
   std::vector<results::PolicySpec> grid_policies;
   std::map<std::string, std::string> label_to_spec;
@@ -295,7 +343,9 @@ void run_main(const RunArgs& a) {
                  {"policies", policy_texts}, {"budgets", budgets},        {"samples", a.samples},
                  {"seed", a.seed},           {"data_dirs", data_dirs},    {"min_p", a.min_p},
                  {"weights", a.bf16 ? "bf16" : "f32"}, {"batch", a.batch}, {"prefill_chunk", a.prefill_chunk},
-                 {"max_new_tokens", a.max_new_tokens ? *a.max_new_tokens : 0}};
+                 {"max_new_tokens", a.max_new_tokens ? *a.max_new_tokens : 0},
+                 {"truncate", a.truncate}, {"policy_notes", policy_notes}};
+  if (!a.config.empty()) info.config["config_file"] = {{"path", a.config}, {"profile", a.config_profile}};
   info.models = run_models;
   for (const auto& st : lt.suite_tasks) info.datasets.push_back({st.spec, "", ""});
   info.run_key = results::default_run_key(info);
@@ -312,7 +362,7 @@ void run_main(const RunArgs& a) {
   std::signal(SIGINT, on_sigint);
   const bool tty = isatty(fileno(stderr));
   const auto t_start = std::chrono::steady_clock::now();
-  size_t done = 0;
+  size_t done = 0, n_truncated = 0;
   int64_t gen_tokens = 0;
   auto progress = [&](bool final_line) {
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -347,6 +397,7 @@ void run_main(const RunArgs& a) {
         std::vector<results::GenerationRecord> gens;
         std::vector<results::GradeRecord> grades;
         std::vector<GradeJob> grade_todo;
+        std::vector<int64_t> truncated_from_of;  // per request: prompt tokens before truncation (0: none)
         const int64_t max_ctx = lm.model->config().max_position_embeddings;
         for (size_t i = start; i < end; ++i) {
           const auto* it = group[i];
@@ -366,6 +417,15 @@ void run_main(const RunArgs& a) {
           r.stop_ids = lm.eos_ids;
           r.stop_strings = ex.stop;
           r.seed = it->seed;
+          // Over-long prompts: middle truncation to the context minus the generation cap (never
+          // below half the context), as LongBench (pred.py) and HELMET do; --truncate none
+          // stores prompts that do not fit the context as errors instead.
+          const int64_t prompt_limit = std::max<int64_t>(max_ctx - r.max_new_tokens, max_ctx / 2);
+          int64_t truncated_from = 0;
+          if (static_cast<int64_t>(r.prompt.size()) > prompt_limit && a.truncate == "middle" && prompt_limit >= 2) {
+            truncated_from = static_cast<int64_t>(r.prompt.size());
+            r.prompt = truncate_middle(r.prompt, static_cast<size_t>(prompt_limit));
+          }
           if (static_cast<int64_t>(r.prompt.size()) >= max_ctx) {
             // Too long for the model: stored as an error (ungraded), the run goes on.
             results::GenerationRecord g;
@@ -382,6 +442,7 @@ void run_main(const RunArgs& a) {
             grades.push_back(gr);
             continue;
           }
+          truncated_from_of.push_back(truncated_from);
           reqs.push_back(std::move(r));
           refs.push_back(&er);
           req_items.push_back(it);
@@ -406,6 +467,10 @@ void run_main(const RunArgs& a) {
           g.device_peak_bytes = static_cast<int64_t>(peak_rss_bytes());
           g.extra = {{"policy_s", res.policy_s}, {"kv_token_bytes_peak", res.kv_token_bytes_peak},
                      {"policy_spec", spec_text}};
+          if (truncated_from_of[k]) {
+            g.extra["prompt_truncated_from"] = truncated_from_of[k];
+            ++n_truncated;
+          }
           gens.push_back(g);
           gen_tokens += g.generated_tokens;
           grade_todo.push_back({it->key, &ex, res.text});
@@ -420,6 +485,9 @@ void run_main(const RunArgs& a) {
     if (g_interrupted) break;
   }
   progress(true);
+  if (n_truncated)
+    std::fprintf(stderr, "kvbench: %zu prompts were longer than the context minus max_new_tokens and were middle-truncated "
+                 "(generations.extra.prompt_truncated_from)\n", n_truncated);
   if (g_interrupted) {
     std::fprintf(stderr, "kvbench: interrupted; %zu generations stored in %s; rerun the same command to resume\n",
                  done, a.db.c_str());
@@ -517,8 +585,20 @@ void register_run(CLI::App& app) {
   c->add_option("--write-every", a->write_every, "Generations per stored batch (transaction)")->check(CLI::PositiveNumber);
   c->add_flag("--bf16-weights", a->bf16, "Hold weight matrices as bf16 in memory (CPU computes in f32)");
   c->add_flag("--quiet", a->quiet, "No progress line");
+  c->add_option("--truncate", a->truncate,
+                 "Prompts longer than the context minus max_new_tokens: middle (keep the first and last halves of "
+                 "the tokens, as LongBench/HELMET) or none (store as errors)")
+      ->capture_default_str();
+  c->add_option("--config", a->config,
+                "A YAML file such as ci/nightly.yaml (suite, data_dir, db, run: models, policies, budgets, ...); "
+                "options on the command line win");
+  c->add_option("--config-profile", a->config_profile,
+                "A top-level section of --config whose keys override its run section (e.g. gpu_run)");
   add_judge_options(c, a->judge);
-  c->callback([a] { run_main(*a); });
+  c->callback([a, c] {
+    apply_config(*a, c);
+    run_main(*a);
+  });
 
   auto g = std::make_shared<GradeArgs>();
   CLI::App* gc = app.add_subcommand("grade", "Re-score stored generations without generating");

@@ -31,8 +31,8 @@ void add_judge_options(CLI::App* c, JudgeArgs& a);
 std::unique_ptr<graders::Judge> make_judge(const JudgeArgs& a);
 
 /// A local judge on kvbench's own engine: `model` as harness/model_source accepts it. Each
-/// prompt is one user message through the model's chat template (raw text with BOS when it has
-/// none), decoded greedily for at most opts.max_tokens tokens, opts.concurrency sequences at
+/// prompt is one user message through the model's chat template with enable_thinking=false (raw
+/// text with BOS when it has none), decoded greedily with the full KV cache for at most opts.max_tokens tokens, opts.concurrency sequences at
 /// once. A prompt longer than the model's context fails that request (reported, not thrown).
 std::unique_ptr<graders::Judge> make_local_judge(const std::string& model, const graders::JudgeOptions& opts);
 

@@ -29,6 +29,7 @@ class LocalJudge : public graders::Judge {
     nlohmann::json j = {{"model", spec_},
                         {"messages", nlohmann::json::array({{{"role", "user"}, {"content", prompt}}})},
                         {"chat_template", lm_.chat != nullptr},
+                        {"enable_thinking", false},
                         {"temperature", 0},
                         {"max_tokens", opts_.max_tokens}};
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -43,7 +44,8 @@ class LocalJudge : public graders::Judge {
       out[i].attempts = 1;
       try {
         GenerationRequest r;
-        r.prompt = build_prompt(lm_, prompts[i], lm_.chat != nullptr, "", std::nullopt);
+        // Thinking off: a reasoning model must answer within max_tokens, as an API judge does.
+        r.prompt = build_prompt(lm_, prompts[i], lm_.chat != nullptr, "", /*enable_thinking=*/false);
         if (static_cast<int64_t>(r.prompt.size()) + opts_.max_tokens > max_ctx) {
           out[i].error = fmt::format("judge {}: prompt of {} tokens + {} new exceeds the model's context of {}", id(),
                                      r.prompt.size(), opts_.max_tokens, max_ctx);

@@ -117,12 +117,12 @@ class LongBenchTask : public BasicTask {
     std::string path;
     try {
       path = ctx.locate(key);
-    } catch (const Error& extracted_missing) {
+    } catch (const Error&) {
       std::string zip;
       try {
         zip = ctx.locate(kZipKey);
       } catch (const Error& zip_missing) {
-        fail("task {}: no data: {}; {}", info_.name, extracted_missing.what(), zip_missing.what());
+        fail("task {}: no data: {} (an extracted {} is read too)", info_.name, zip_missing.what(), key);
       }
       std::string member = key.substr(std::string("longbench/").size());  // "data/<task>.jsonl"
       return [zip, member](const datasets::RecordFn& fn, datasets::BadRecords& bad) {

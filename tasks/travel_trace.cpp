@@ -125,7 +125,13 @@ class Search {
   }
 
  private:
-  void say(size_t level, const std::string& msg) { log_.push_back(indent(level) + msg); }
+  void say(size_t level, const std::string& msg) {
+    // The real problems log a few hundred lines; a crafted one could make the search factorial.
+    if (log_.size() >= kMaxLogLines)
+      fail("{}: the search log exceeds {} lines; the problem is too large for a demonstration", where_, kMaxLogLines);
+    log_.push_back(indent(level) + msg);
+  }
+  static constexpr size_t kMaxLogLines = 1000000;
 
   size_t n_;
   std::vector<Fixed> fixed_;

@@ -33,7 +33,8 @@ struct TravelTrace {
 /// asserts, the found plan must equal the second "\n\n"-separated paragraph of
 /// ground_truth_plan (stripped) and a "duration" constraint of a fixed city must be followed by
 /// that city's "fixed" constraint. Throws kvb::Error "<where>: field '<f>': ..." for missing or
-/// mistyped fields, an unsolvable problem or a plan that differs from ground_truth_plan.
+/// mistyped fields, an unsolvable problem, a search longer than 1,000,000 log lines (a crafted
+/// problem; the real ones log a few hundred) or a plan that differs from ground_truth_plan.
 TravelTrace travel_trace(const nlohmann::json& record, const std::string& where);
 
 /// The demonstration block of the prompt: for each ICL example "# Example\n" +

@@ -65,6 +65,12 @@ TEST(PseudoToCodeSandbox, WrongOutputFails) {
   EXPECT_NE(r.reason.find("test case 2/3 failed (1 passed before it)"), std::string::npos) << r.reason;
 }
 
+TEST(PseudoToCodeSandbox, OnlyStdoutCountsNotTheExitStatus) {
+  // LongProc compares stdout only: a program that prints the right answer and then aborts passes.
+  LongProcResult r = run("int main() { long long a, b; cin >> a >> b; cout << a + b << endl; cout.flush(); abort(); }");
+  EXPECT_EQ(r.accuracy, 1.0) << r.reason;
+}
+
 TEST(PseudoToCodeSandbox, CompileErrorFails) {
   LongProcResult r = run("int main() { int a = ; }");
   EXPECT_EQ(r.accuracy, 0.0);

@@ -1,0 +1,56 @@
+// Pieces of `kvbench run` that are testable without the CLI: the nightly/config file reader,
+// LongBench/HELMET-style middle truncation of over-long prompts, the default-gates rule for
+// learned-gate policies, and the rendering of multi-turn (SCBench) follow-up turns.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvb::cli {
+
+/// The `run` settings of a config file such as ci/nightly.yaml. Every field is optional; a
+/// field that is set fills the corresponding `kvbench run` option unless that option was given
+/// on the command line. Paths (data_dir, db, models) are used as written, i.e. relative to the
+/// working directory of `kvbench run` (ci/README.md runs from the repository root).
+struct RunConfigFile {
+  std::string path;                       ///< the file read (for messages)
+  std::optional<std::string> suite, db, backend;
+  std::vector<std::string> data_dirs;     ///< `data_dir` (string) or `data_dirs` (list)
+  std::vector<std::string> models;
+  std::vector<std::string> policies;      ///< one policy spec per entry
+  std::vector<int64_t> budgets;
+  std::optional<int> samples, max_new_tokens, top_k;
+  std::optional<size_t> limit;
+  std::optional<double> temperature, top_p, min_p;
+  std::optional<uint64_t> seed;
+  std::optional<double> alpha, min_drop_points;  ///< `thresholds` (for `kvbench compare`)
+};
+
+/// Reads `path` (YAML): top-level `suite`, `data_dir`/`data_dirs`, `db`, a `run` mapping (models,
+/// policies, budgets, samples, limit, temperature, top_p, top_k, min_p, max_new_tokens, seed,
+/// backend) and `thresholds` (alpha, min_drop_points). With `profile` (e.g. "gpu_run") the keys
+/// of that top-level mapping override those of `run` (as ci/nightly.yaml's gpu_run does). Other
+/// top-level mappings (report, gpu_run, ...) are allowed and ignored. Throws kvb::Error naming
+/// the file and the key for a missing file, an unknown top-level scalar key, an unknown key
+/// inside run/thresholds, a wrong type, a non-positive budget/sample count, or an unknown profile.
+RunConfigFile load_run_config(const std::string& path, const std::string& profile = "");
+
+/// Middle truncation of a prompt that is too long, at the token level as LongBench
+/// (pred.py: `half = int(max_length/2); tokens[:half] + tokens[-half:]`) and HELMET do: when
+/// `ids.size() > limit`, keeps the first floor(limit/2) and the last floor(limit/2) ids (so the
+/// chat template's leading and trailing special tokens and the question at the end survive);
+/// otherwise returns `ids` unchanged. `limit` must be >= 2 (kvb::Error otherwise).
+std::vector<int32_t> truncate_middle(const std::vector<int32_t>& ids, size_t limit);
+
+/// For policies with learned gates (trimkv, wgkv): when the spec names neither `gates=FILE` nor
+/// `random_gates=SEED`, returns the spec with `random_gates=0` added and sets `*note` to a line
+/// saying the gates are random (`kvbench run` prints it and records it in the run's config as
+/// policy_notes; every work item's policy_label and policy_params_json carry random_gates=0);
+/// other specs come back unchanged with `*note` cleared. Throws kvb::Error for a malformed spec.
+std::string default_gates(const std::string& policy_text, std::string* note);
+
+}  // namespace kvb::cli
