@@ -3,6 +3,7 @@
 // forks repeatedly and one that probes for inherited file descriptors. Time limit 1 s.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,15 +27,35 @@ CodeSandboxLimits fast() {
   return l;
 }
 
+// This test process's own $TMPDIR (world-searchable, as the sandbox needs when run as root), so
+// that leftover_processes() sees only this process's sandboxes: ctest -j runs the other
+// sandbox tests at the same time, each in its own process.
+const std::string& own_tmpdir() {
+  static const std::string dir = [] {
+    std::string d = "/tmp/kvb-sbxtest-" + std::to_string(getpid());
+    mkdir(d.c_str(), 0755);
+    chmod(d.c_str(), 0755);
+    setenv("TMPDIR", d.c_str(), 1);
+    return d;
+  }();
+  static const struct RemoveAtExit {
+    ~RemoveAtExit() { rmdir(dir.c_str()); }  // empty once every sandbox has cleaned up
+  } remove_at_exit;
+  return dir;
+}
+
 LongProcResult run(const std::string& body, double* seconds = nullptr) {
+  own_tmpdir();
   auto t0 = std::chrono::steady_clock::now();
   LongProcResult r = longproc_pseudo_to_code("Sure:\n```cpp\n" + body + "\n```\n", kCases, fast());
   if (seconds) *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
 
-// Processes whose command line mentions a pseudo_to_code temp dir (none may survive a run).
+// Processes whose command line mentions one of this process's pseudo_to_code temp dirs (none
+// may survive a run).
 int leftover_processes() {
+  const std::string mine = own_tmpdir() + "/kvb-p2c-";
   int n = 0;
   DIR* d = opendir("/proc");
   if (!d) return 0;
@@ -42,7 +63,7 @@ int leftover_processes() {
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
     std::string s((std::istreambuf_iterator<char>(f)), {});
-    if (s.find("kvb-p2c-") != std::string::npos) ++n;
+    if (s.find(mine) != std::string::npos) ++n;
   }
   closedir(d);
   return n;
