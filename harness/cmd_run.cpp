@@ -184,6 +184,34 @@ void print_cells(results::Store& store, int64_t run_id) {
   }
 }
 
+/// The cell label of a policy: its name, then the resolved parameters that differ from the
+/// registry's defaults as sorted key=value pairs, e.g. "snapkv", "trimkv:random_gates=0",
+/// "rkv:lambda=0.2,window=16". Unique per distinct resolved parameters within one kvbench build
+/// (the defaults are fixed); the full parameters stay in work_items.policy_params_json.
+std::string policy_cell_label(const std::string& name, const nlohmann::json& params) {
+  std::map<std::string, std::string> defaults;
+  for (const auto& info : policy_registry())
+    if (info.name == name)
+      for (const auto& p : info.params) defaults[p.key] = p.default_value;
+  auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  auto same = [](const std::string& a, const std::string& b) {
+    if (a == b) return true;
+    char* ea = nullptr;
+    char* eb = nullptr;
+    const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
+    return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && x == y;  // "8" == "8.0"
+  };
+  std::string out = name;
+  bool first = true;
+  for (const auto& [k, v] : params.items()) {  // nlohmann::json objects iterate in sorted key order
+    auto d = defaults.find(k);
+    if (d != defaults.end() && same(text(v), d->second)) continue;
+    out += (first ? ":" : ",") + k + "=" + text(v);
+    first = false;
+  }
+  return out;
+}
+
 /// Fills the options not given on the command line from `--config FILE` (ci/nightly.yaml's
 /// format, harness/run_support.h); options on the command line win.
 void apply_config(RunArgs& a, CLI::App* c) {
@@ -276,7 +304,9 @@ void run_main(const RunArgs& a) {
     results::PolicySpec g;
     g.name = ps.name;
     g.params = pol->resolved_params();
+    g.params.erase("budget");  // the grid's budget column carries it (it was budgets.front() here)
     g.uses_budget = ps.name != "full";
+    g.display = policy_cell_label(ps.name, g.params);
     label_to_spec[g.label()] = pt;
     grid_policies.push_back(g);
   }

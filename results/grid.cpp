@@ -11,6 +11,7 @@
 namespace kvb::results {
 
 std::string PolicySpec::label() const {
+  if (!display.empty()) return display;
   if (params.is_null() || (params.is_object() && params.empty())) return name;
   return name + params.dump();  // nlohmann::json objects iterate in sorted key order
 }

@@ -37,9 +37,13 @@ struct PolicySpec {
   std::string name;
   nlohmann::json params = nlohmann::json::object();
   bool uses_budget = true;
+  /// The label to show and to group cells by, when the caller has a better one than the
+  /// default (kvbench run: the name plus the parameters that differ from the policy's
+  /// defaults, e.g. `trimkv:random_gates=0`). It must be unique per distinct `params`.
+  std::string display;
 
-  /// Display label and cell identity: `name` when params are empty, else `name` + params as
-  /// compact JSON with sorted keys, e.g. `snapkv{"window":32}`.
+  /// Display label and cell identity: `display` when set; else `name` when params are empty,
+  /// else `name` + params as compact JSON with sorted keys, e.g. `snapkv{"window":32}`.
   std::string label() const;
 };
 

@@ -147,6 +147,11 @@ TEST(RunCli, MainJobOnRealDataFromAConfigFileThenReport) {
                       "json_extract(policy_params_json, '$.random_gates') IN (0, '0')"),
             4 * 2 * 2);
   EXPECT_NE(out.find("trimkv: no gate checkpoint given"), std::string::npos) << out;
+  // Cell labels: the name plus the parameters that differ from the defaults; the budget is its
+  // own column (not in the parameters).
+  Rows labels = query(db, "SELECT DISTINCT policy_label FROM work_items ORDER BY policy_label");
+  EXPECT_EQ(labels, (Rows{{"full"}, {"rkv"}, {"snapkv"}, {"trimkv:random_gates=0"}}));
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM work_items WHERE json_extract(policy_params_json, '$.budget') IS NOT NULL"), 0);
   Rows runs = query(db, "SELECT config_json FROM runs");
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_NE(runs[0][0].find("RANDOM gates"), std::string::npos) << runs[0][0];
