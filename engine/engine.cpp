@@ -57,11 +57,29 @@ double secs(clock_t_::time_point a, clock_t_::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// Forgets the recorded queries of positions >= pos: the newest entries of each layer's ring
+// (used when a turn's generated tokens are dropped).
+void forget_queries_from(QueryHistory& h, int64_t pos) {
+  const int w = h.window;
+  if (w <= 0) return;
+  for (size_t l = 0; l < h.count.size() && l < h.head.size() && l < h.pos.size(); ++l) {
+    if (h.pos[l].size() < static_cast<size_t>(w)) continue;
+    while (h.count[l] > 0) {
+      const int last = (h.head[l] - 1 + w) % w;
+      if (h.pos[l][last] < pos) break;
+      h.head[l] = last;
+      --h.count[l];
+    }
+  }
+}
+
 struct Active {
   size_t req = 0;
   SeqId seq = 0;
   int64_t pos = 0;           // tokens in the sequence so far
-  size_t prompt_done = 0;    // prompt tokens already prefilled
+  size_t prompt_done = 0;    // tokens of the current turn's input already prefilled
+  size_t turn = 0;           // 0: the request's prompt; k: followups[k - 1]
+  int64_t gen_start = 0;     // position of the current turn's first generated token
   QueryHistory history;
   Rng rng{0};
   int32_t next = -1;         // sampled, not yet fed
@@ -77,10 +95,29 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   const int64_t max_ctx = model_->config().max_position_embeddings;
   for (size_t i = 0; i < reqs.size(); ++i) {
     if (reqs[i].prompt.empty()) fail("generate: request {} has an empty prompt", i);
-    if (!reqs[i].stop_strings.empty() && !tok)
-      fail("generate: stop strings need a tokenizer");
+    bool stops = !reqs[i].stop_strings.empty();
     out[i].prompt_tokens = static_cast<int64_t>(reqs[i].prompt.size());
+    out[i].followups.resize(reqs[i].followups.size());
+    for (size_t t = 0; t < reqs[i].followups.size(); ++t) {
+      if (reqs[i].followups[t].append.empty()) fail("generate: request {} turn {} has no tokens", i, t + 1);
+      stops |= !reqs[i].followups[t].stop_strings.empty();
+      out[i].followups[t].prompt_tokens = static_cast<int64_t>(reqs[i].followups[t].append.size());
+    }
+    if (stops && !tok) fail("generate: stop strings need a tokenizer");
   }
+  // The current turn's input, result, cap and stop strings of a sequence.
+  auto input_of = [&](const Active& a) -> const std::vector<int32_t>& {
+    return a.turn == 0 ? reqs[a.req].prompt : reqs[a.req].followups[a.turn - 1].append;
+  };
+  auto result_of = [&](const Active& a) -> GenerationResult& {
+    return a.turn == 0 ? out[a.req] : out[a.req].followups[a.turn - 1];
+  };
+  auto cap_of = [&](const Active& a) {
+    return a.turn == 0 ? reqs[a.req].max_new_tokens : reqs[a.req].followups[a.turn - 1].max_new_tokens;
+  };
+  auto stops_of = [&](const Active& a) -> const std::vector<std::string>& {
+    return a.turn == 0 ? reqs[a.req].stop_strings : reqs[a.req].followups[a.turn - 1].stop_strings;
+  };
   std::deque<size_t> pending;
   for (size_t i = 0; i < reqs.size(); ++i) pending.push_back(i);
   std::vector<std::unique_ptr<Active>> active;
@@ -89,7 +126,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   ForwardStats fs;
 
   auto finish = [&](Active& a, FinishReason why) {
-    GenerationResult& r = out[a.req];
+    GenerationResult& r = result_of(a);
     r.finish = why;
     r.decode_s = a.t_first.time_since_epoch().count() ? secs(a.t_first, clock_t_::now()) : 0;
     r.kv_bytes_final = cache_->bytes(a.seq);
@@ -99,21 +136,39 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       r.text = tok->decode(r.tokens, /*skip_special_tokens=*/true);
       if (why == FinishReason::kStopString) {
         size_t cut = std::string::npos;
-        for (const auto& s : reqs[a.req].stop_strings) {
+        for (const auto& s : stops_of(a)) {
           size_t p = r.text.find(s);
           if (p != std::string::npos) cut = std::min(cut, p);
         }
         if (cut != std::string::npos) r.text.resize(cut);
       }
     }
+    const auto& followups = reqs[a.req].followups;
+    if (a.turn < followups.size()) {
+      const auto& next = followups[a.turn];
+      if (why != FinishReason::kContext && a.gen_start + static_cast<int64_t>(next.append.size()) < max_ctx) {
+        // Next turn: drop the generated tokens' KV, then prefill the appended input after the
+        // previous turn's input (see FollowupTurn).
+        cache_->truncate_from(a.seq, static_cast<int32_t>(a.gen_start));
+        forget_queries_from(a.history, a.gen_start);
+        a.pos = a.gen_start;
+        ++a.turn;
+        a.prompt_done = 0;
+        a.next = -1;
+        a.t0 = clock_t_::now();
+        a.t_first = {};
+        return;
+      }
+      for (size_t t = a.turn; t < followups.size(); ++t) out[a.req].followups[t].finish = FinishReason::kContext;
+    }
     if (policy_) policy_->on_sequence_end(a.seq);
     cache_->remove_sequence(a.seq);
     a.done = true;
   };
 
-  // Accepts a sampled token for `a`; returns true when the sequence is finished.
+  // Accepts a sampled token for `a`: finishes the turn (and maybe the sequence) or queues it.
   auto accept = [&](Active& a, int32_t token) {
-    GenerationResult& r = out[a.req];
+    GenerationResult& r = result_of(a);
     const GenerationRequest& q = reqs[a.req];
     r.tokens.push_back(token);
     if (cb) cb(a.req, token);
@@ -121,20 +176,21 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       finish(a, FinishReason::kEos);
       return;
     }
-    if (!q.stop_strings.empty()) {
+    const auto& stop_strings = stops_of(a);
+    if (!stop_strings.empty()) {
       // Check the tail of the decoded text (stop strings may span tokens).
       size_t longest = 0;
-      for (const auto& s : q.stop_strings) longest = std::max(longest, s.size());
+      for (const auto& s : stop_strings) longest = std::max(longest, s.size());
       const size_t tail_tokens = std::min(r.tokens.size(), longest + 8);
       std::vector<int32_t> tail(r.tokens.end() - tail_tokens, r.tokens.end());
       const std::string text = tok->decode(tail, true);
-      for (const auto& s : q.stop_strings)
+      for (const auto& s : stop_strings)
         if (!s.empty() && text.find(s) != std::string::npos) {
           finish(a, FinishReason::kStopString);
           return;
         }
     }
-    if (static_cast<int>(r.tokens.size()) >= q.max_new_tokens) {
+    if (static_cast<int>(r.tokens.size()) >= cap_of(a)) {
       finish(a, FinishReason::kLength);
       return;
     }
@@ -146,14 +202,13 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   };
 
   auto track_peak = [&](Active& a) {
-    GenerationResult& r = out[a.req];
+    GenerationResult& r = result_of(a);
     r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_->token_bytes(a.seq));
     if (on_step) on_step(*cache_, a.seq);
   };
 
   while (!pending.empty() || !active.empty()) {
-    // Admit new sequences and prefill them (chunked, batched across the new sequences).
-    std::vector<Active*> admitted;
+    // Admit new sequences.
     while (!pending.empty() && static_cast<int>(active.size()) < opts_.max_batch) {
       auto a = std::make_unique<Active>();
       a->req = pending.front();
@@ -163,14 +218,17 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       a->t0 = clock_t_::now();
       if (static_cast<int64_t>(reqs[a->req].prompt.size()) > max_ctx)
         fail("generate: prompt of {} tokens exceeds the model's context of {}", reqs[a->req].prompt.size(), max_ctx);
-      admitted.push_back(a.get());
       active.push_back(std::move(a));
     }
+    // Prefill every sequence with input left (new sequences, and sequences entering their next
+    // turn), chunked and batched across those sequences.
     while (true) {
       std::vector<ForwardItem> items;
       std::vector<Active*> owners;
-      for (Active* a : admitted) {
-        const auto& p = reqs[a->req].prompt;
+      for (auto& up : active) {
+        Active* a = up.get();
+        if (a->done) continue;
+        const auto& p = input_of(*a);
         if (a->prompt_done >= p.size()) continue;
         ForwardItem it;
         it.seq = a->seq;
@@ -193,14 +251,15 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
         Active* a = owners[k];
         a->prompt_done += items[k].n;
         a->pos += items[k].n;
-        out[a->req].prefill_s += dt;
-        out[a->req].policy_s += fs.policy_s / items.size();
+        result_of(*a).prefill_s += dt;
+        result_of(*a).policy_s += fs.policy_s / items.size();
         track_peak(*a);
         if (items[k].want_logits) {
           const int32_t t = sample_token(&logits[li * V], V, reqs[a->req].sampling, a->rng, scratch);
           ++li;
+          a->gen_start = a->pos;
           a->t_first = clock_t_::now();
-          out[a->req].ttft_s = secs(a->t0, a->t_first);
+          result_of(*a).ttft_s = secs(a->t0, a->t_first);
           accept(*a, t);
         }
       }
@@ -226,7 +285,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
     for (size_t k = 0; k < active.size(); ++k) {
       Active& a = *active[k];
       a.pos += 1;
-      out[a.req].policy_s += fs.policy_s / active.size();
+      result_of(a).policy_s += fs.policy_s / active.size();
       track_peak(a);
       const int32_t t = sample_token(&logits[k * V], V, reqs[a.req].sampling, a.rng, scratch);
       accept(a, t);

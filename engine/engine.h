@@ -26,6 +26,18 @@ struct EngineOptions {
   int64_t max_kv_pages = 0;      ///< page-pool limit (0 = unbounded)
 };
 
+/// A follow-up turn of a multi-turn request (SCBench's shared-context protocol,
+/// datasets-graders.md §SCBench (b)): once the previous turn has finished, the KV of the tokens
+/// generated in it is dropped (KVCache::truncate_from; the model's own output is not part of
+/// the history), `append` is prefilled at the positions that follow the previous turn's input,
+/// and generation resumes. Whatever the policy evicted so far stays evicted: the compressed
+/// cache is what the next turn reuses.
+struct FollowupTurn {
+  std::vector<int32_t> append;            ///< token ids: previous gold answer + next user message (+ assistant header)
+  int max_new_tokens = 256;
+  std::vector<std::string> stop_strings;  ///< this turn's stop strings (the request's stop_ids apply too)
+};
+
 /// One generation request.
 struct GenerationRequest {
   std::vector<int32_t> prompt;        ///< token ids (BOS included if the model wants it)
@@ -33,7 +45,8 @@ struct GenerationRequest {
   int max_new_tokens = 256;
   std::vector<int32_t> stop_ids;      ///< EOS ids; generation stops after emitting one
   std::vector<std::string> stop_strings;  ///< needs a tokenizer; text is cut before the match
-  uint64_t seed = 0;                  ///< RNG seed of this sample
+  uint64_t seed = 0;                  ///< RNG seed of this sample (one RNG across all turns)
+  std::vector<FollowupTurn> followups;  ///< further turns on the same sequence (empty: single turn)
 };
 
 /// Why a generation ended.
@@ -51,6 +64,11 @@ struct GenerationResult {
   int64_t evictions = 0;
   size_t kv_bytes_peak = 0, kv_bytes_final = 0;   ///< pages held by this sequence (KVCache::bytes)
   size_t kv_token_bytes_peak = 0;                  ///< K+V bytes of held tokens (no page rounding)
+  /// Results of GenerationRequest::followups, in order (each with its own tokens, text, finish,
+  /// prompt_tokens = its appended tokens, times, and the KV bytes at its end; kv_bytes_peak is
+  /// the sequence's peak so far). A turn the context could not hold finishes kContext, and the
+  /// turns after it are returned empty with finish kContext. Empty for single-turn requests.
+  std::vector<GenerationResult> followups;
 };
 
 /// Called for each generated token (request index, token id), in generation order per request.

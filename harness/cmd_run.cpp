@@ -184,6 +184,68 @@ void print_cells(results::Store& store, int64_t run_id) {
   }
 }
 
+/// Whether the follow-ups of `ex` start from a fresh prompt built from the previous output
+/// (LongBench-v2's CoT step 2: meta "fresh_context") rather than continuing the sequence.
+bool fresh_context_followups(const tasks::Example& ex) {
+  return !ex.followups.empty() && ex.followups.front().meta.value("fresh_context", false);
+}
+
+/// The generation cap of a follow-up turn: --max-new-tokens, else the turn's own, else `first`.
+int turn_cap(const tasks::Turn& t, std::optional<int> cli_cap, int first) {
+  return cli_cap ? *cli_cap : (t.max_new_tokens > 0 ? t.max_new_tokens : first);
+}
+
+/// The follow-up turns of a shared-context multi-turn example (SCBench protocol,
+/// datasets-graders.md §SCBench (b)) as the tokens each turn appends to the sequence: the
+/// previous turn's gold answer as the assistant reply, then the next user message. With a chat
+/// template, turn k appends render(messages up to user k) minus render(messages up to user
+/// k−1), both with the generation prompt, so the cached tokens are exactly the conversation's
+/// (where a template re-renders earlier text differently, the common prefix is kept and `*note`
+/// says so). Without one, it appends gold + "\n\n" + user. Throws kvb::Error when the example
+/// wants the model's own outputs as history (not supported: the engine drops generated KV).
+std::vector<FollowupTurn> build_followups(const LoadedModel& lm, const tasks::Example& ex, int first_cap,
+                                          std::optional<int> cli_cap, std::string* note) {
+  std::vector<FollowupTurn> out;
+  if (ex.followups.empty() || fresh_context_followups(ex)) return out;
+  if (!ex.golden_history)
+    fail("task {}: example {}: multi-turn with the model's own outputs as history is not supported "
+         "(the SCBench default is the gold answers)", ex.task, ex.id);
+  std::string gold = ex.gold_history;
+  if (lm.chat && ex.use_chat_template) {
+    std::vector<chat::Message> msgs;
+    for (const auto& m : ex.messages) msgs.push_back({m.role, m.content});
+    chat::RenderOptions ro;
+    std::string prev = lm.chat->render(msgs, ro);
+    for (const auto& t : ex.followups) {
+      msgs.push_back({"assistant", gold});
+      msgs.push_back({"user", t.user});
+      std::string cur = lm.chat->render(msgs, ro);
+      size_t common = 0;
+      while (common < prev.size() && common < cur.size() && prev[common] == cur[common]) ++common;
+      if (common < prev.size() && note->empty())
+        *note = fmt::format("the chat template re-renders the history of turn {} from character {} on; the cache "
+                            "keeps the earlier rendering", out.size() + 1, common);
+      FollowupTurn f;
+      f.append = lm.tokenizer->encode(cur.substr(common), false);
+      f.max_new_tokens = turn_cap(t, cli_cap, first_cap);
+      f.stop_strings = t.stop;
+      out.push_back(std::move(f));
+      prev = std::move(cur);
+      gold = t.gold_history;
+    }
+  } else {
+    for (const auto& t : ex.followups) {
+      FollowupTurn f;
+      f.append = lm.tokenizer->encode(gold + "\n\n" + t.user, false);
+      f.max_new_tokens = turn_cap(t, cli_cap, first_cap);
+      f.stop_strings = t.stop;
+      out.push_back(std::move(f));
+      gold = t.gold_history;
+    }
+  }
+  return out;
+}
+
 /// The cell label of a policy: its name, then the resolved parameters that differ from the
 /// registry's defaults as sorted key=value pairs, e.g. "snapkv", "trimkv:random_gates=0",
 /// "rkv:lambda=0.2,window=16". Unique per distinct resolved parameters within one kvbench build
@@ -428,6 +490,8 @@ void run_main(const RunArgs& a) {
         std::vector<results::GradeRecord> grades;
         std::vector<GradeJob> grade_todo;
         std::vector<int64_t> truncated_from_of;  // per request: prompt tokens before truncation (0: none)
+        std::vector<std::string> turn_notes;       // per request considered: multi-turn rendering note
+        std::vector<std::string> req_turn_notes;   // the same, per request sent to the engine
         const int64_t max_ctx = lm.model->config().max_position_embeddings;
         for (size_t i = start; i < end; ++i) {
           const auto* it = group[i];
@@ -447,10 +511,15 @@ void run_main(const RunArgs& a) {
           r.stop_ids = lm.eos_ids;
           r.stop_strings = ex.stop;
           r.seed = it->seed;
+          std::string turn_note;
+          r.followups = build_followups(lm, ex, r.max_new_tokens, a.max_new_tokens, &turn_note);
+          int64_t reserve = r.max_new_tokens;  // room for every turn's appended tokens and cap
+          for (const auto& f : r.followups) reserve += static_cast<int64_t>(f.append.size()) + f.max_new_tokens;
+          turn_notes.push_back(turn_note);
           // Over-long prompts: middle truncation to the context minus the generation cap (never
           // below half the context), as LongBench (pred.py) and HELMET do; --truncate none
           // stores prompts that do not fit the context as errors instead.
-          const int64_t prompt_limit = std::max<int64_t>(max_ctx - r.max_new_tokens, max_ctx / 2);
+          const int64_t prompt_limit = std::max<int64_t>(max_ctx - reserve, max_ctx / 2);
           int64_t truncated_from = 0;
           if (static_cast<int64_t>(r.prompt.size()) > prompt_limit && a.truncate == "middle" && prompt_limit >= 2) {
             truncated_from = static_cast<int64_t>(r.prompt.size());
@@ -473,11 +542,54 @@ void run_main(const RunArgs& a) {
             continue;
           }
           truncated_from_of.push_back(truncated_from);
+          req_turn_notes.push_back(turn_notes.back());
           reqs.push_back(std::move(r));
           refs.push_back(&er);
           req_items.push_back(it);
         }
         auto results_ = reqs.empty() ? std::vector<GenerationResult>{} : engine.generate(reqs, lm.tokenizer.get());
+        // Fresh-context follow-ups (LongBench-v2 CoT step 2): a new prompt per step, built from
+        // the turn's user message with the previous output substituted, generated as a batch.
+        for (size_t step = 0;; ++step) {
+          std::vector<GenerationRequest> next;
+          std::vector<size_t> owner;
+          for (size_t k = 0; k < results_.size(); ++k) {
+            const tasks::Example& ex = *refs[k]->ex;
+            if (!fresh_context_followups(ex) || step >= ex.followups.size()) continue;
+            const GenerationResult& prev = step == 0 ? results_[k] : results_[k].followups[step - 1];
+            const tasks::Turn& t = ex.followups[step];
+            std::string user = t.user;
+            const std::string ph = t.meta.value("substitute_previous_output", std::string());
+            if (!ph.empty())
+              for (size_t p = user.find(ph); p != std::string::npos; p = user.find(ph, p + prev.text.size()))
+                user.replace(p, ph.size(), prev.text);
+            GenerationRequest q;
+            if (lm.chat && ex.use_chat_template) {
+              chat::RenderOptions ro;
+              std::vector<chat::Message> one;
+              one.push_back({"user", user});
+              q.prompt = lm.tokenizer->encode(lm.chat->render(one, ro), false);
+            } else {
+              q.prompt = lm.tokenizer->encode(user, true);
+            }
+            q.sampling = reqs[k].sampling;
+            q.max_new_tokens = turn_cap(t, a.max_new_tokens, reqs[k].max_new_tokens);
+            q.stop_ids = lm.eos_ids;
+            q.stop_strings = t.stop;
+            q.seed = reqs[k].seed + step + 1;
+            if (static_cast<int64_t>(q.prompt.size()) >= max_ctx)
+              q.prompt = truncate_middle(q.prompt, static_cast<size_t>(std::max<int64_t>(max_ctx - q.max_new_tokens, max_ctx / 2)));
+            results_[k].followups.resize(ex.followups.size());
+            next.push_back(std::move(q));
+            owner.push_back(k);
+          }
+          if (next.empty()) break;
+          auto got = engine.generate(next, lm.tokenizer.get());
+          for (size_t j = 0; j < got.size(); ++j) {
+            got[j].followups.clear();
+            results_[owner[j]].followups[step] = std::move(got[j]);
+          }
+        }
         for (size_t k = 0; k < results_.size(); ++k) {
           const auto& res = results_[k];
           const auto* it = req_items[k];
@@ -494,6 +606,28 @@ void run_main(const RunArgs& a) {
           g.evictions = res.evictions;
           g.kv_bytes_peak = static_cast<int64_t>(res.kv_bytes_peak);
           g.kv_bytes_final = static_cast<int64_t>(res.kv_bytes_final);
+          // Multi-turn: the row's counts and times cover every turn (tok/s stays honest); its
+          // text is the first turn's; each turn's own numbers go to extra_json "turns".
+          nlohmann::json turns = nlohmann::json::array();
+          std::vector<std::string> turn_texts;
+          for (const auto& t : res.followups) {
+            turns.push_back({{"text", t.text},
+                             {"finish_reason", finish_reason_name(t.finish)},
+                             {"prompt_tokens", t.prompt_tokens},
+                             {"generated_tokens", t.tokens.size()},
+                             {"prefill_s", t.prefill_s},
+                             {"decode_s", t.decode_s},
+                             {"kv_bytes_final", t.kv_bytes_final}});
+            turn_texts.push_back(t.text);
+            g.generated_tokens += static_cast<int64_t>(t.tokens.size());
+            g.prefill_s += t.prefill_s;
+            g.decode_s += t.decode_s;
+            g.kv_bytes_peak = std::max<int64_t>(g.kv_bytes_peak, static_cast<int64_t>(t.kv_bytes_peak));
+            if (!fresh_context_followups(ex)) {
+              g.evictions = t.evictions;
+              g.kv_bytes_final = static_cast<int64_t>(t.kv_bytes_final);
+            }
+          }
           g.device_peak_bytes = static_cast<int64_t>(peak_rss_bytes());
           g.extra = {{"policy_s", res.policy_s}, {"kv_token_bytes_peak", res.kv_token_bytes_peak},
                      {"policy_spec", spec_text}};
@@ -501,9 +635,11 @@ void run_main(const RunArgs& a) {
             g.extra["prompt_truncated_from"] = truncated_from_of[k];
             ++n_truncated;
           }
+          if (!turns.empty()) g.extra["turns"] = turns;
+          if (!req_turn_notes[k].empty()) g.extra["turns_note"] = req_turn_notes[k];
           gens.push_back(g);
           gen_tokens += g.generated_tokens;
-          grade_todo.push_back({it->key, &ex, res.text});
+          grade_todo.push_back({it->key, &ex, res.text, turn_texts});
         }
         for (auto& gr : grade_jobs(grade_todo, judge.get(), store)) grades.push_back(std::move(gr));
         store.write_batch(run_id, gens, grades);
@@ -569,7 +705,7 @@ void grade_main(const GradeArgs& a) {
                    tg.item.example_id.c_str(), tg.item.task.c_str());
       continue;
     }
-    jobs[tg.run_id].push_back({tg.item.key, ex, tg.text});
+    jobs[tg.run_id].push_back({tg.item.key, ex, tg.text, tg.turn_texts});
   }
   // Chunks of 64: each chunk's judge requests run concurrently and its grades are committed
   // before the next, so an interrupted re-grade keeps what it finished.

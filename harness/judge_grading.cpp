@@ -2,6 +2,10 @@
 // See harness/judge_grading.h.
 #include "harness/judge_grading.h"
 
+#include <deque>
+
+#include <fmt/format.h>
+
 #include "engine/util/error.h"
 #include "graders/grade.h"
 #include "graders/judge_longmemeval.h"
@@ -54,7 +58,82 @@ results::GradeRecord rule_grade(const GradeJob& j) {
 
 }  // namespace
 
+namespace {
+
+std::vector<results::GradeRecord> grade_flat(const std::vector<GradeJob>& jobs, graders::Judge* judge,
+                                             results::Store& store);
+
+}  // namespace
+
 std::vector<results::GradeRecord> grade_jobs(const std::vector<GradeJob>& jobs, graders::Judge* judge,
+                                             results::Store& store) {
+  // Multi-turn examples: one grade per turn with that turn's grader, references and metadata,
+  // then one row per work item. Turns with no grader (an intermediate step such as
+  // LongBench-v2's CoT reasoning) are not scored; the score is the mean over the scored turns
+  // (SCBench reports per-turn scores averaged over sessions); any ungraded turn makes the row
+  // ungraded. A turn that was not generated (the context ran out) is graded on empty text.
+  std::deque<tasks::Example> turn_examples;  // stable addresses for the flat jobs
+  std::vector<GradeJob> flat;
+  std::vector<std::vector<size_t>> parts(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const GradeJob& j = jobs[i];
+    if (!j.ex->grader.empty() || j.ex->followups.empty()) {
+      parts[i].push_back(flat.size());
+      flat.push_back({j.item_key, j.ex, j.text, {}});
+    }
+    for (size_t t = 0; t < j.ex->followups.size(); ++t) {
+      const tasks::Turn& turn = j.ex->followups[t];
+      if (turn.grader.empty()) continue;
+      tasks::Example e;
+      e.id = j.ex->id;
+      e.task = j.ex->task;
+      e.references = turn.references;
+      e.meta = turn.meta;
+      e.grader = turn.grader;
+      turn_examples.push_back(std::move(e));
+      parts[i].push_back(flat.size());
+      flat.push_back({j.item_key, &turn_examples.back(), t < j.turn_texts.size() ? j.turn_texts[t] : "", {}});
+    }
+  }
+  std::vector<results::GradeRecord> graded = grade_flat(flat, judge, store);
+  std::vector<results::GradeRecord> out(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (parts[i].size() == 1 && jobs[i].ex->followups.empty()) {
+      out[i] = std::move(graded[parts[i][0]]);
+      continue;
+    }
+    results::GradeRecord& g = out[i];
+    g.item_key = jobs[i].item_key;
+    if (parts[i].empty()) {
+      g.ungraded = true;
+      g.reason = "no turn of this example has a grader";
+      continue;
+    }
+    const results::GradeRecord& last = graded[parts[i].back()];
+    g.grader = last.grader;
+    g.extracted = last.extracted;
+    g.pred_norm = last.pred_norm;
+    g.gold_norm = last.gold_norm;
+    std::string per_turn;
+    double sum = 0;
+    bool ungraded = false;
+    for (size_t k : parts[i]) {
+      const auto& t = graded[k];
+      ungraded |= t.ungraded || !t.score;
+      per_turn += (per_turn.empty() ? "" : ",") + (t.score ? fmt::format("{:g}", *t.score) : std::string("-"));
+      if (t.score) sum += *t.score;
+    }
+    g.ungraded = ungraded;
+    if (!ungraded) g.score = sum / static_cast<double>(parts[i].size());
+    g.reason = fmt::format("{} scored turns [{}]{}; last turn: {}", parts[i].size(), per_turn,
+                           ungraded ? " (a turn is ungraded)" : fmt::format(", mean {:.4g}", *g.score), last.reason);
+  }
+  return out;
+}
+
+namespace {
+
+std::vector<results::GradeRecord> grade_flat(const std::vector<GradeJob>& jobs, graders::Judge* judge,
                                              results::Store& store) {
   std::vector<results::GradeRecord> out(jobs.size());
   std::vector<size_t> judged;
@@ -93,5 +172,7 @@ std::vector<results::GradeRecord> grade_jobs(const std::vector<GradeJob>& jobs, 
   }
   return out;
 }
+
+}  // namespace
 
 }  // namespace kvb::cli

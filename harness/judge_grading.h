@@ -40,7 +40,8 @@ std::unique_ptr<graders::Judge> make_local_judge(const std::string& model, const
 struct GradeJob {
   std::string item_key;
   const tasks::Example* ex = nullptr;
-  std::string text;
+  std::string text;                     ///< the (first) turn's output
+  std::vector<std::string> turn_texts;  ///< outputs of ex->followups, in order (multi-turn only)
 };
 
 /// Grades every job: rule-based graders through graders::grade (a grader error becomes an

@@ -469,7 +469,7 @@ std::vector<ToGrade> Store::select_to_grade(std::optional<int64_t> run_id, const
   std::string sql =
       "SELECT g.run_id, g.text, w.item_key, w.model_id, w.model_revision, w.policy, "
       "w.policy_params_json, w.policy_label, w.budget, w.task, w.example_id, w.prompt_sha256, "
-      "w.sample_index, w.seed, w.sampling_json FROM generations g JOIN work_items w "
+      "w.sample_index, w.seed, w.sampling_json, g.extra_json FROM generations g JOIN work_items w "
       "ON w.item_key = g.item_key WHERE (?1 IS NULL OR g.run_id = ?1)";
   sql += where;
   sql += " ORDER BY g.run_id, w.model_id, w.task, w.example_id, w.policy_label, w.budget, "
@@ -495,6 +495,10 @@ std::vector<ToGrade> Store::select_to_grade(std::optional<int64_t> run_id, const
     w.sample_index = static_cast<int>(q.i64(12));
     w.seed = static_cast<uint64_t>(q.i64(13));
     w.sampling = nlohmann::json::parse(q.text(14));
+    const auto extra = nlohmann::json::parse(q.text(15), nullptr, false);
+    if (extra.is_object() && extra.contains("turns") && extra["turns"].is_array())
+      for (const auto& turn : extra["turns"])
+        t.turn_texts.push_back(turn.is_object() ? turn.value("text", std::string()) : std::string());
     out.push_back(std::move(t));
   }
   return out;

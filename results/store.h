@@ -101,6 +101,9 @@ struct ToGrade {
   int64_t run_id = 0;
   WorkItem item;
   std::string text;
+  /// The follow-up turns' texts of a multi-turn generation (generations.extra_json "turns"[].text),
+  /// in order; empty for single-turn generations.
+  std::vector<std::string> turn_texts;
 };
 
 /// A cached LLM-judge verdict, keyed by a content hash of (judge model, template, question,

@@ -187,6 +187,33 @@ int32_t KVCache::compact(SeqId seq, int layer, int h, std::span<const int32_t> k
   return evicted;
 }
 
+int64_t KVCache::truncate_from(SeqId seq, int32_t pos) {
+  Sequence& s = seqs_[seq];
+  const int32_t P = cfg_.page_size;
+  int64_t dropped = 0;
+  for (int layer = 0; layer < cfg_.num_layers; ++layer) {
+    for (int h = 0; h < cfg_.num_kv_heads; ++h) {
+      Head& hd = head(seq, layer, h);
+      int32_t lo = 0, hi = hd.len;  // first index with position >= pos (positions increase)
+      while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (position(seq, layer, h, mid) < pos) lo = mid + 1;
+        else hi = mid;
+      }
+      const int32_t n = lo;
+      const size_t need_pages = (static_cast<size_t>(n) + P - 1) / P;
+      while (hd.pages.size() > need_pages) {
+        free_page(s, hd.pages.back());
+        hd.pages.pop_back();
+      }
+      dropped += hd.len - n;
+      s.tokens -= hd.len - n;
+      hd.len = n;
+    }
+  }
+  return dropped;
+}
+
 size_t KVCache::bytes(SeqId seq) const { return seqs_[seq].pages * page_bytes_; }
 size_t KVCache::peak_bytes(SeqId seq) const { return seqs_[seq].peak_pages * page_bytes_; }
 size_t KVCache::token_bytes(SeqId seq) const { return seqs_[seq].tokens * kv_bytes_per_token(); }

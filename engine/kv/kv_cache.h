@@ -86,6 +86,14 @@ class KVCache {
   /// Returns the number of tokens evicted. Throws kvb::Error on unsorted/out-of-range indices.
   int32_t compact(SeqId seq, int layer, int head, std::span<const int32_t> keep);
 
+  /// Drops every token of `seq` whose position is >= `pos`, in every (layer, head), returning
+  /// freed pages to the pool: a rollback, not an eviction (evictions() is unchanged). Tokens of a
+  /// head are in increasing position order (appends are; compact() keeps order), so this keeps a
+  /// prefix of each head and moves no data. Used between the turns of a multi-turn request to
+  /// drop the KV of generated tokens that the next turn's history replaces (SCBench golden
+  /// context). Returns the number of (head, token) entries dropped.
+  int64_t truncate_from(SeqId seq, int32_t pos);
+
   /// Bytes of one page (K + V + positions + scalars).
   size_t page_bytes() const { return page_bytes_; }
   /// Bytes of K and V only, per token: 2 · D · sizeof(float).

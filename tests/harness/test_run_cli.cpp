@@ -261,3 +261,71 @@ TEST(RunCli, BadConfigAndTruncateOptionsAreOneClearError) {
   EXPECT_FALSE(fs::exists(d / "x.db"));
   fs::remove_all(d);
 }
+
+TEST(RunCli, DefaultRunOnTheDefaultModelThenReport) {
+  // `kvbench run` with no model, suite or policy arguments: the built-in smoke task on the
+  // default model (SmolLM2-135M-Instruct, fetched by bootstrap.sh) into ./kvbench.db.
+  if (access(KVB_BINARY, X_OK) != 0) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string cache = xdg && *xdg ? xdg : std::string(home ? home : ".") + "/.cache";
+  const std::string gguf = cache + "/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(gguf)) GTEST_SKIP() << "default model not fetched (tools/fetch_default_model.sh): " << gguf;
+  fs::path d = tmp_dir("default");
+  std::string out;
+  // --limit 1 keeps it short (one smoke problem; full and snapkv at the smoke budget of 32).
+  ASSERT_EQ(run_cmd("cd " + d.string() + " && " + KVB_BINARY + " run --limit 1 --quiet", &out), 0) << out;
+  const std::string db = (d / "kvbench.db").string();
+  ASSERT_TRUE(fs::exists(db)) << out;
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations WHERE finish_reason NOT LIKE 'error%' AND generated_tokens > 0"), 2);
+  EXPECT_EQ(query(db, "SELECT DISTINCT task FROM work_items"), (Rows{{"smoke"}}));
+  EXPECT_EQ(query(db, "SELECT DISTINCT policy_label || '@' || budget FROM work_items ORDER BY 1"),
+            (Rows{{"full@0"}, {"snapkv@32"}}));
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM grades WHERE score IS NOT NULL"), 2);
+  EXPECT_NE(out.find("smoke"), std::string::npos) << out;  // the per-cell table
+  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " report --db " + db + " --out " + (d / "rep").string(), &out), 0) << out;
+  EXPECT_NE(slurp(d / "rep" / "index.html").find("<svg"), std::string::npos);
+  fs::remove_all(d);
+}
+
+TEST(RunCli, ScBenchMultiTurnSharesTheCompressedContextAndGradesEveryTurn) {
+  // SCBench fixtures (2 turns per session): the follow-up turn runs on the same sequence (the
+  // compressed cache of turn 1 plus the gold answer and the next question), is stored in
+  // generations.extra_json "turns", graded with its own grader, and `grade --regrade` reads the
+  // stored turns back to the same grades.
+  std::string why;
+  if (!have_inputs(&why)) GTEST_SKIP() << why;
+  fs::path d = tmp_dir("scbench");
+  const std::string db = (d / "mt.db").string();
+  const std::string fixtures = std::string(KVB_SOURCE_DIR) + "/tests/fixtures/datasets";
+  std::string out;
+  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " run --task scbench_kv --task scbench_summary_with_needles --data-dir " +
+                        fixtures + " --model " + kModel +
+                        " --policies full,snapkv --budgets 32 --limit 1 --max-new-tokens 8 --quiet --db " + db,
+                    &out),
+            0)
+      << out;
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations"), 4);
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations WHERE json_array_length(extra_json, '$.turns') = 1 AND "
+                      "json_extract(extra_json, '$.turns[0].prompt_tokens') > 0 AND "
+                      "json_extract(extra_json, '$.turns[0].generated_tokens') BETWEEN 1 AND 8"),
+            4);
+  // Row counts cover both turns.
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations WHERE generated_tokens = 8 + "
+                      "json_extract(extra_json, '$.turns[0].generated_tokens') OR finish_reason <> 'length'"),
+            4);
+  // The follow-up of summary_with_needles is graded by the passkey scorer, its first turn by ROUGE.
+  Rows reasons = query(db, "SELECT w.task, r.reason FROM grades r JOIN work_items w USING (item_key) ORDER BY w.task");
+  ASSERT_EQ(reasons.size(), 4u);
+  for (const auto& r : reasons) EXPECT_EQ(r[1].rfind("2 scored turns [", 0), 0u) << r[0] << ": " << r[1];
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM grades WHERE score IS NULL"), 0);
+  // SnapKV held fewer bytes than the full cache over the session.
+  EXPECT_LT(count(db, "SELECT MAX(g.kv_bytes_peak) FROM generations g JOIN work_items w USING (item_key) "
+                      "WHERE w.policy = 'snapkv' AND w.task = 'scbench_kv'"),
+            count(db, "SELECT MAX(g.kv_bytes_peak) FROM generations g JOIN work_items w USING (item_key) "
+                      "WHERE w.policy = 'full' AND w.task = 'scbench_kv'"));
+  const Rows before = query(db, "SELECT item_key, score, reason FROM grades ORDER BY item_key");
+  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " grade --regrade --db " + db, &out), 0) << out;
+  EXPECT_EQ(query(db, "SELECT item_key, score, reason FROM grades ORDER BY item_key"), before);
+  fs::remove_all(d);
+}

@@ -16,8 +16,8 @@ namespace kvb::results::testing {
 inline GridSpec small_grid(int examples = 4, int samples = 2) {
   GridSpec g;
   g.models = {{"stories260K", "rev-abc"}};
-  PolicySpec full{"full", nlohmann::json::object(), false};
-  g.policies = {full, {"snapkv", {{"window", 8}}, true}, {"rkv", nlohmann::json::object(), true}};
+  PolicySpec full{"full", nlohmann::json::object(), false, ""};
+  g.policies = {full, {"snapkv", {{"window", 8}}, true, ""}, {"rkv", nlohmann::json::object(), true, ""}};
   g.budgets = {64, 128};
   for (int e = 0; e < examples; ++e)
     g.examples.push_back({"math", "ex" + std::to_string(e), "What is " + std::to_string(e) + "+1?"});
