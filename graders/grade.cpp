@@ -68,9 +68,3 @@ Grade grade(std::string_view name, std::string_view prediction, const std::vecto
 }
 
 }  // namespace kvb::graders
-
-#if defined(__SANITIZE_ADDRESS__)
-// LeakSanitizer: CLN (GiNaC's number library, libcln.so) allocates a few bytes once at load time
-// and never frees them; that is not a kvbench leak. The sanitizer runtime calls this hook.
-extern "C" const char* __lsan_default_suppressions() { return "leak:libcln.so\n"; }
-#endif
