@@ -230,14 +230,17 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
         if (a->done) continue;
         const auto& p = input_of(*a);
         if (a->prompt_done >= p.size()) continue;
+        // The context of a query-agnostic request ends a prefill of its own (policy compresses).
+        const size_t split = reqs[a->req].context_tokens;
+        const size_t end = a->turn == 0 && split > 0 && split < p.size() && a->prompt_done < split ? split : p.size();
         ForwardItem it;
         it.seq = a->seq;
         it.tokens = p.data() + a->prompt_done;
-        it.n = static_cast<int>(std::min<size_t>(opts_.prefill_chunk, p.size() - a->prompt_done));
+        it.n = static_cast<int>(std::min<size_t>(opts_.prefill_chunk, end - a->prompt_done));
         it.start_pos = a->pos;
         it.prefill = true;
-        it.prefill_last = a->prompt_done + it.n == p.size();
-        it.want_logits = it.prefill_last;
+        it.prefill_last = a->prompt_done + it.n == end;
+        it.want_logits = a->prompt_done + it.n == p.size();
         it.history = &a->history;
         items.push_back(it);
         owners.push_back(a);

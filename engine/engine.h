@@ -47,6 +47,12 @@ struct GenerationRequest {
   std::vector<std::string> stop_strings;  ///< needs a tokenizer; text is cut before the match
   uint64_t seed = 0;                  ///< RNG seed of this sample (one RNG across all turns)
   std::vector<FollowupTurn> followups;  ///< further turns on the same sequence (empty: single turn)
+  /// Query-agnostic compression: when 0 < context_tokens < prompt.size(), the first
+  /// context_tokens prompt tokens (the shared context: document, chat history) are prefilled as
+  /// a prompt of their own — the policy sees the end of a prompt there and compresses — before
+  /// the rest (the query) is prefilled on the compressed cache (SCBench's / TRIM-KV's LongMemEval
+  /// protocol: the context is compressed before the query arrives). 0: one prompt.
+  size_t context_tokens = 0;
 };
 
 /// Why a generation ended.

@@ -10,6 +10,7 @@
 #include <re2/re2.h>
 
 #include "engine/util/error.h"
+#include "graders/pytext.h"
 
 namespace kvb::graders {
 namespace {
@@ -63,7 +64,7 @@ std::vector<char32_t> code_points(std::string_view s) {
 }
 
 std::vector<std::string> all_ints(std::string_view s) {
-  static const RE2 num("(\\d+)");
+  static const RE2 num("(\\p{Nd}+)");  // Python re's \d on str: any Unicode decimal digit
   std::vector<std::string> out;
   re2::StringPiece in(s.data(), s.size());
   std::string m;
@@ -92,13 +93,12 @@ double qa_f1(std::string_view prediction, std::string_view ground_truth) {
 double qa_f1_chars(std::string_view prediction, std::string_view ground_truth) {
   static const std::u32string cjk_punct =
       U"！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～｟｠｢｣､、〃》「」『』【】〔〕〖〗〘〙〚〛〜〝〞〟〰〾〿–—‘’‛“”„‟…‧﹏.";
-  auto norm = [&](std::string_view s) {
+  auto norm = [&](std::string_view s) {  // str.lower(), then punctuation, then str.split() whitespace
     std::vector<char32_t> out;
-    for (char32_t c : code_points(s)) {
-      if (c < 0x80 && (std::ispunct(static_cast<int>(c)) || std::isspace(static_cast<int>(c)))) continue;
+    for (char32_t c : py::decode(py::lower(s))) {
+      if (c < 0x80 && std::ispunct(static_cast<int>(c))) continue;
       if (cjk_punct.find(c) != std::u32string::npos) continue;
-      if (c == 0x3000 || c == 0xA0) continue;
-      if (c < 0x80) c = static_cast<char32_t>(std::tolower(static_cast<int>(c)));
+      if (py::is_space(c)) continue;
       out.push_back(c);
     }
     return out;
@@ -115,7 +115,7 @@ std::vector<std::string> rouge_sentences(std::string_view text) {
   for (size_t i = 0; i <= text.size(); ++i) {
     if (i == text.size() || text[i] == '.') {
       std::string piece(text.substr(start, i - start));
-      if (!piece.empty()) out.push_back(join(split_ws(piece), " "));
+      if (!piece.empty()) out.push_back(py::collapse_ws(piece));  // " ".join(piece.split()), Unicode
       start = i + 1;
     }
   }
@@ -184,6 +184,18 @@ double rouge_l(std::string_view prediction, std::string_view ground_truth) {
   return 2.0 * ((p * rr) / (p + rr + 1e-8));
 }
 
+double rouge_l_chars(std::string_view prediction, std::string_view ground_truth) {
+  auto spaced = [](std::string_view t) {  // Python " ".join(list(t))
+    std::string out;
+    for (char32_t c : py::decode(t)) {
+      if (!out.empty()) out += ' ';
+      out += py::encode(std::u32string_view(&c, 1));
+    }
+    return out;
+  };
+  return rouge_l(spaced(prediction), spaced(ground_truth));
+}
+
 double classification_score(std::string_view prediction, std::string_view ground_truth,
                             const std::vector<std::string>& all_classes) {
   std::vector<std::string> em;
@@ -200,8 +212,8 @@ double classification_score(std::string_view prediction, std::string_view ground
 }
 
 double retrieval_score(std::string_view prediction, std::string_view ground_truth, bool chinese) {
-  static const RE2 en("Paragraph (\\d+)");
-  static const RE2 zh("段落(\\d+)");
+  static const RE2 en("Paragraph (\\p{Nd}+)");
+  static const RE2 zh("段落(\\p{Nd}+)");
   std::string id;
   re2::StringPiece g(ground_truth.data(), ground_truth.size());
   if (!RE2::PartialMatch(g, chinese ? zh : en, &id))

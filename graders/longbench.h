@@ -33,6 +33,12 @@ double qa_f1_chars(std::string_view prediction, std::string_view ground_truth);
 /// catches). Not replicated: Python's recursion limit on >~1000-word period-free sentences.
 double rouge_l(std::string_view prediction, std::string_view ground_truth);
 
+/// LongBench rouge_zh_score on characters: rouge_l of the code points of each side joined by
+/// spaces (LongBench joins jieba words; like qa_f1_zh, kvbench segments Chinese by characters,
+/// so scores differ from published jieba-based numbers — tools/gen_longbench_grader_goldens.py
+/// stores both). Invalid UTF-8 decodes to U+FFFD.
+double rouge_l_chars(std::string_view prediction, std::string_view ground_truth);
+
 /// LongBench classification_score (trec, lsht): classes of `all_classes` found as substrings of
 /// the prediction, minus those that are proper substrings of the gold (with the reference's
 /// skip-after-remove iteration); 1/len(matches) if the gold is among them, else 0.

@@ -62,6 +62,8 @@ void register_extra_graders(std::vector<GraderInfo>& v) {
                      [](const std::string& p, const std::string& r, const nlohmann::json&) { return qa_f1_chars(p, r); }));
   v.push_back(scored("longbench.rouge", "LongBench rouge_score: ROUGE-L F of the pltrdy rouge package",
                      [](const std::string& p, const std::string& r, const nlohmann::json&) { return rouge_l(p, r); }));
+  v.push_back(scored("longbench.rouge_zh", "ROUGE-L on characters for Chinese (LongBench uses jieba words)",
+                     [](const std::string& p, const std::string& r, const nlohmann::json&) { return rouge_l_chars(p, r); }));
   v.push_back(scored("longbench.classification", "LongBench classification_score (meta.all_classes)",
                      [](const std::string& p, const std::string& r, const nlohmann::json& m) {
                        return classification_score(p, r, classes_of(m));

@@ -55,6 +55,7 @@ struct RunArgs {
   uint64_t seed = 0;
   std::string backend = "cpu", db = "kvbench.db", run_name, on_bad = "fail";
   size_t limit = 0;
+  bool query_agnostic = false;  // prefill and compress a task's shared context before its query
   std::string truncate = "middle";  // over-long prompts: middle (LongBench/HELMET) or none (stored as errors)
   std::string config, config_profile;
   std::optional<std::string> shard;
@@ -408,7 +409,11 @@ void run_main(const RunArgs& a) {
     for (const auto& e : exs) {
       nlohmann::json msgs = nlohmann::json::array();
       for (const auto& m : e.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
-      g.examples.push_back({e.task, e.id, msgs.dump()});
+      // The protocol is part of what a generation depends on: a query-agnostic prompt hashes
+      // differently (the work item key covers it, so resume never mixes the two).
+      std::string prompt_key = msgs.dump();
+      if (a.query_agnostic && e.context_chars > 0) prompt_key += "\n[query-agnostic context_chars=" + std::to_string(e.context_chars) + "]";
+      g.examples.push_back({e.task, e.id, prompt_key});
       int mnt = cap ? cap : e.max_new_tokens;
       by_example[e.task + "\n" + e.id] = {&e, mnt > 0 ? mnt : 256};
       task_sampling[e.task] = s;
@@ -436,7 +441,7 @@ void run_main(const RunArgs& a) {
                  {"seed", a.seed},           {"data_dirs", data_dirs},    {"min_p", a.min_p},
                  {"weights", a.bf16 ? "bf16" : "f32"}, {"batch", a.batch}, {"prefill_chunk", a.prefill_chunk},
                  {"max_new_tokens", a.max_new_tokens ? *a.max_new_tokens : 0},
-                 {"truncate", a.truncate}, {"policy_notes", policy_notes}};
+                 {"truncate", a.truncate}, {"policy_notes", policy_notes}, {"query_agnostic", a.query_agnostic}};
   if (!a.config.empty()) info.config["config_file"] = {{"path", a.config}, {"profile", a.config_profile}};
   info.models = run_models;
   for (const auto& st : lt.suite_tasks) info.datasets.push_back({st.spec, "", ""});
@@ -498,11 +503,13 @@ void run_main(const RunArgs& a) {
           const ExampleRef& er = by_example.at(it->task + "\n" + it->example_id);
           GenerationRequest r;
           const tasks::Example& ex = *er.ex;
+          std::string rendered_chat;
           if (lm.chat && ex.use_chat_template) {
             std::vector<chat::Message> msgs;
             for (const auto& m : ex.messages) msgs.push_back({m.role, m.content});
             chat::RenderOptions ro;
-            r.prompt = lm.tokenizer->encode(lm.chat->render(msgs, ro), false);
+            rendered_chat = lm.chat->render(msgs, ro);
+            r.prompt = lm.tokenizer->encode(rendered_chat, false);
           } else {
             r.prompt = lm.tokenizer->encode(ex.raw_prompt(), true);
           }
@@ -511,6 +518,17 @@ void run_main(const RunArgs& a) {
           r.stop_ids = lm.eos_ids;
           r.stop_strings = ex.stop;
           r.seed = it->seed;
+          if (a.query_agnostic && ex.context_chars > 0 && !ex.messages.empty()) {
+            // Tokens up to the end of the shared context in the rendered prompt.
+            const std::string rendered = lm.chat && ex.use_chat_template ? rendered_chat : ex.raw_prompt();
+            const std::string& last = ex.messages.back().content;
+            const size_t at = rendered.rfind(last);
+            if (at != std::string::npos && ex.context_chars <= last.size()) {
+              const size_t n = lm.tokenizer->encode(rendered.substr(0, at + ex.context_chars),
+                                                    !(lm.chat && ex.use_chat_template)).size();
+              r.context_tokens = std::min(n, r.prompt.size() - 1);
+            }
+          }
           std::string turn_note;
           r.followups = build_followups(lm, ex, r.max_new_tokens, a.max_new_tokens, &turn_note);
           int64_t reserve = r.max_new_tokens;  // room for every turn's appended tokens and cap
@@ -524,6 +542,11 @@ void run_main(const RunArgs& a) {
           if (static_cast<int64_t>(r.prompt.size()) > prompt_limit && a.truncate == "middle" && prompt_limit >= 2) {
             truncated_from = static_cast<int64_t>(r.prompt.size());
             r.prompt = truncate_middle(r.prompt, static_cast<size_t>(prompt_limit));
+            // The context split follows the cut: kept head, removed middle, kept tail.
+            const size_t half = static_cast<size_t>(prompt_limit) / 2;
+            const size_t removed = static_cast<size_t>(truncated_from) - 2 * half;
+            if (r.context_tokens > half)
+              r.context_tokens = r.context_tokens >= half + removed ? r.context_tokens - removed : half;
           }
           if (static_cast<int64_t>(r.prompt.size()) >= max_ctx) {
             // Too long for the model: stored as an error (ungraded), the run goes on.
@@ -755,6 +778,10 @@ void register_run(CLI::App& app) {
                  "Prompts longer than the context minus max_new_tokens: middle (keep the first and last halves of "
                  "the tokens, as LongBench/HELMET) or none (store as errors)")
       ->capture_default_str();
+  c->add_flag("--query-agnostic", a->query_agnostic,
+              "For tasks whose prompt holds a shared context (LongMemEval history, LongBench/SCBench documents): "
+              "prefill and compress the context before the query arrives (TRIM-KV's LongMemEval protocol); "
+              "default: the whole prompt at once (query-aware)");
   c->add_option("--config", a->config,
                 "A YAML file such as ci/nightly.yaml (suite, data_dir, db, run: models, policies, budgets, ...); "
                 "options on the command line win");

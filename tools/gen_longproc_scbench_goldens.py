@@ -737,14 +737,47 @@ def longproc_cases(shared):
             cases.append({"metric": "pseudo_to_code_extract", "pred": v, "gold": "", "meta": {},
                           "expect": {"extracted": p2c_extract(v)}})
     with tempfile.TemporaryDirectory() as wd:
-        for i, r in enumerate(p2c[:4]):
+        def p2c_case(v, code, tcs):
+            e = ref_pseudo_to_code(v, tcs, wd)
+            cases.append({"metric": "pseudo_to_code", "pred": v, "gold": code, "meta": {"testcases": tcs[:10]},
+                          "expect": {"accuracy": e["accuracy"], "extraction_rate": e["extraction_rate"]}})
+
+        # Per real problem: the gold program (passes), a wrong output, a compile error.
+        for i, r in enumerate(p2c[:6]):
             code = "\n".join(r["code_lines"])
             tcs = r["testcases"]
             wrong = code.replace("cout <<", "cout << 1 + ", 1) if "cout <<" in code else code + "\nint broken(;"
             for v in ["```cpp\n%s\n```" % code, "```cpp\n%s\n```" % wrong, "```cpp\n%s\n```" % code.replace(";", "", 1)]:
-                e = ref_pseudo_to_code(v, tcs, wd)
-                cases.append({"metric": "pseudo_to_code", "pred": v, "gold": code, "meta": {"testcases": tcs[:10]},
-                              "expect": {"accuracy": e["accuracy"], "extraction_rate": e["extraction_rate"]}})
+                p2c_case(v, code, tcs)
+        # Edge cases on problem 723A (max - min of three numbers; prints with endl, returns 0).
+        r = p2c[0]
+        code, tcs = "\n".join(r["code_lines"]), r["testcases"]
+        first_out = "\\n".join(tcs[0][1])
+        assert "return 0;" in code and "<< endl;" in code
+        edges = [
+            # Exit status is ignored: only stdout is compared.
+            "```cpp\n%s\n```" % code.replace("return 0;", "return 3;"),
+            # Correct output flushed by endl, then abort(): still passes (stdout only).
+            "```cpp\n%s\n```" % code.replace("return 0;", "abort();"),
+            # Debug output on stderr does not matter.
+            "```cpp\n%s\n```" % code.replace("return 0;", "cerr << \"debug: \" << k << endl;\n    return 0;"),
+            # Missing final newline / an extra trailing space: stdout differs.
+            "```cpp\n%s\n```" % code.replace("<< endl;", ";"),
+            "```cpp\n%s\n```" % code.replace("<< endl;", "<< \" \" << endl;"),
+            # Hard-coded answer of the first test case: passes it, fails the next one.
+            "```cpp\nint main() {\n    cout << \"%s\" << endl;\n    return 0;\n}\n```" % first_out,
+            # Endless loop: killed at the 3 s limit.
+            "```cpp\n%s\n```" % code.replace("int main() {", "int main() {\n    for (volatile int spin = 0;; spin = spin + 1) {}", 1),
+            # "```c++" fence with prose around it (normalised to ```cpp).
+            "Here is the translation:\n\n```c++\n%s\n```\n\nIt sorts the three numbers." % code,
+            # A second fenced block after the code: the greedy block swallows it -> compile error.
+            "```cpp\n%s\n```\nExample input:\n```\n%s\n```" % (code, "\n".join(tcs[0][0])),
+            # No ```cpp block at all: nothing extracted.
+            code,
+            "```\n%s\n```" % code,
+        ]
+        for v in edges:
+            p2c_case(v, code, tcs)
     return cases
 
 
@@ -859,6 +892,46 @@ def scbench_cases():
         e = sc_repoqa(out, target, needles)
         add("repoqa", out, funcs[target], {"score": e["pass"], "best": e["best"], "similarity": e["sim"],
                                           "sanitized": e["sanitized"]}, {"name": target, "needles": needles})
+    # A second, multi-language "repository" (SCBench repoqa covers python, cpp, java, typescript,
+    # rust, go). Every fenced block below is exactly one function (where tree-sitter's extraction
+    # and the first-block rule agree); the edge cases: several blocks (the first one counts), a
+    # "```c++" fence (not a fence for the reference regex: the whole output is compared), CRLF,
+    # near-threshold edits, identical needles under two names (the first strict maximum wins),
+    # a target that is not among the needles, prose with no fence at all.
+    funcs2 = {
+        "Buffer::append": "void Buffer::append(const char* p, size_t n) {\n  if (n == 0) return;\n  data_.insert(data_.end(), p, p + n);\n  size_ += n;\n}",
+        "Store.Get": "func (s *Store) Get(key string) (string, bool) {\n\ts.mu.RLock()\n\tdefer s.mu.RUnlock()\n\tv, ok := s.data[key]\n\treturn v, ok\n}",
+        "Store.Set": "func (s *Store) Set(key, value string) {\n\ts.mu.Lock()\n\tdefer s.mu.Unlock()\n\ts.data[key] = value\n}",
+        "MathUtil.clamp": "public static int clamp(int value, int lo, int hi) {\n    if (value < lo) {\n        return lo;\n    }\n    if (value > hi) {\n        return hi;\n    }\n    return value;\n}",
+        "debounce": "export function debounce(fn: () => void, ms: number): () => void {\n  let timer: ReturnType<typeof setTimeout> | undefined;\n  return () => {\n    if (timer) clearTimeout(timer);\n    timer = setTimeout(fn, ms);\n  };\n}",
+        "parse_header": "def parse_header(line):\n    name, _, value = line.partition(':')\n    name = name.strip().lower()\n    value = value.strip()\n    if not name:\n        raise ValueError('empty header name')\n    return name, value",
+        "vendor.Store.Set": None,  # a vendored copy of Store.Set, identical text
+    }
+    funcs2["vendor.Store.Set"] = funcs2["Store.Set"]
+    needles2 = [{"name": k, "needle": v} for k, v in funcs2.items()]
+    clamp_renamed = funcs2["MathUtil.clamp"].replace("value", "v")
+    header_edit = funcs2["parse_header"].replace("raise ValueError('empty header name')", "return None")
+    outs2 = [
+        ("Buffer::append", "```cpp\n%s\n```" % funcs2["Buffer::append"]),
+        ("Store.Get", "The function is:\n\n```go\n%s\n```\n\nIt reads under a read lock." % funcs2["Store.Get"]),
+        ("Store.Set", "```go\n%s\n```\n\n```go\n%s\n```" % (funcs2["Store.Set"], funcs2["Store.Get"])),
+        ("Store.Get", "```go\n%s\n```\n\n```go\n%s\n```" % (funcs2["Store.Set"], funcs2["Store.Get"])),
+        ("vendor.Store.Set", "```go\n%s\n```" % funcs2["vendor.Store.Set"]),
+        ("MathUtil.clamp", "```java\n%s\n```" % funcs2["MathUtil.clamp"]),
+        ("MathUtil.clamp", "```java\n%s\n```" % clamp_renamed),
+        ("debounce", "```typescript\n%s\n```" % funcs2["debounce"]),
+        ("debounce", "```ts\r\n%s\r\n```" % funcs2["debounce"].replace("\n", "\r\n")),
+        ("parse_header", "```python\n%s\n```" % header_edit),
+        ("parse_header", "```python\n%s\n```" % funcs2["parse_header"].replace("'empty header name'", "'no name'")),
+        ("parse_header", "```python\n%s\n```" % "\n".join(funcs2["parse_header"].split("\n")[:-2])),
+        ("Buffer::append", "```c++\n%s\n```" % funcs2["Buffer::append"]),
+        ("Buffer::flush", "```cpp\n%s\n```" % funcs2["Buffer::append"]),
+        ("Store.Set", "I could not find the described function in the repository."),
+    ]
+    for target, out in outs2:
+        e = sc_repoqa(out, target, needles2)
+        add("repoqa", out, funcs2.get(target) or "", {"score": e["pass"], "best": e["best"], "similarity": e["sim"],
+                                                       "sanitized": e["sanitized"]}, {"name": target, "needles": needles2})
     for i in range(22):
         a, b = rnd.sample(list(funcs.values()), 2)
         toks = a.split()

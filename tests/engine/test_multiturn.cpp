@@ -194,5 +194,33 @@ TEST_F(MultiTurn, ATurnTheContextCannotHoldEndsWithContext) {
   EXPECT_EQ(e.cache().pages_in_use(), 0);
 }
 
+TEST_F(MultiTurn, QueryAgnosticContextIsCompressedBeforeTheQuery) {
+  GenerationRequest r;
+  r.prompt = tokens(120, 11);
+  r.max_new_tokens = 10;
+  // Full cache: prefilling the context as its own prompt changes nothing.
+  GenerationRequest split = r;
+  split.context_tokens = 90;
+  Engine e(model_, {}, nullptr);
+  auto whole = e.generate({r}, nullptr);
+  auto parts = e.generate({split}, nullptr);
+  EXPECT_EQ(parts[0].tokens, whole[0].tokens);
+  EXPECT_EQ(parts[0].prompt_tokens, 120);
+
+  // SnapKV at budget 32: the context is cut to the budget before any query token is prefilled.
+  Engine s(model_, {}, make_policy(PolicySpec::parse("snapkv:buffer=8,window=4", 32)));
+  std::vector<int32_t> first_step;
+  s.on_step = [&](const KVCache& c, SeqId q) {
+    if (!first_step.empty()) return;
+    for (int l = 0; l < c.config().num_layers; ++l)
+      for (int h = 0; h < c.config().num_kv_heads; ++h) first_step.push_back(c.length(q, l, h));
+  };
+  auto got = s.generate({split}, nullptr);
+  ASSERT_FALSE(first_step.empty());
+  for (int32_t len : first_step) EXPECT_EQ(len, 32);  // 90 context tokens compressed to 32
+  EXPECT_EQ(got[0].tokens.size(), 10u);
+  EXPECT_GE(got[0].evictions, (90 - 32) * static_cast<int64_t>(first_step.size()));
+}
+
 }  // namespace
 }  // namespace kvb

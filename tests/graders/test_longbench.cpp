@@ -1,6 +1,9 @@
 // LongBench v1 metrics and LongBench-v2 choice extraction against goldens from the reference
 // implementations (tools/gen_longbench_grader_goldens.py: LongBench metrics.py re-typed from the
 // reference note, calling the PyPI `rouge` and `fuzzywuzzy` packages LongBench uses).
+// Chinese variants: retrieval_zh is the reference as is; qa_f1_zh and rouge_zh goldens are the
+// reference formulas on CHARACTER tokens (kvbench is character-level by design; LongBench uses
+// jieba words — each row's "score_jieba" records the jieba value, which is not compared).
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -14,6 +17,19 @@
 
 namespace kvb::graders {
 namespace {
+
+// Python " ".join(list(s)): the code points of s separated by spaces (rouge_zh on characters).
+std::string spaced_chars(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+    if (i) out += ' ';
+    out += s.substr(i, n);
+    i += n;
+  }
+  return out;
+}
 
 TEST(LongBenchGoldens, EveryMetricMatchesTheReference) {
   std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/fixtures/graders/longbench_goldens.jsonl");
@@ -30,7 +46,19 @@ TEST(LongBenchGoldens, EveryMetricMatchesTheReference) {
     else if (m == "retrieval") got = retrieval_score(p, g);
     else if (m == "count") got = count_score(p, g);
     else if (m == "code_sim") got = code_sim_score(p, g);
-    else if (m == "choice_v2") {
+    else if (m == "qa_f1_zh") {
+      ASSERT_EQ(j["tokens"], "chars");
+      got = qa_f1_chars(p, g);
+      EXPECT_NEAR(grade("longbench.qa_f1_zh", p, {g}).score, want, 1e-9) << p;  // the registry's binding
+    } else if (m == "rouge_zh") {
+      ASSERT_EQ(j["tokens"], "chars");
+      got = rouge_l_chars(p, g);
+      EXPECT_NEAR(rouge_l(spaced_chars(p), spaced_chars(g)), want, 1e-9) << p;  // the same, spelled out here
+      EXPECT_NEAR(grade("longbench.rouge_zh", p, {g}).score, want, 1e-9) << p;  // the registry's binding
+    } else if (m == "retrieval_zh") {
+      got = retrieval_score(p, g, true);
+      EXPECT_NEAR(grade("longbench.retrieval_zh", p, {g}).score, want, 1e-9) << p;
+    } else if (m == "choice_v2") {
       auto c = extract_choice_v2(p);
       EXPECT_EQ(c ? std::string(1, *c) : "", j["extracted"].get<std::string>()) << p;
       got = (c && std::string(1, *c) == g) ? 1.0 : 0.0;
@@ -38,7 +66,8 @@ TEST(LongBenchGoldens, EveryMetricMatchesTheReference) {
     EXPECT_NEAR(got, want, 1e-9) << m << " pred=[" << p << "] gold=[" << g << "]";
     ++count[m];
   }
-  for (const char* m : {"qa_f1", "rouge", "classification", "retrieval", "count", "code_sim", "choice_v2"})
+  for (const char* m : {"qa_f1", "rouge", "classification", "retrieval", "count", "code_sim", "choice_v2", "qa_f1_zh",
+                        "rouge_zh", "retrieval_zh"})
     EXPECT_GE(count[m], 20) << m;
 }
 

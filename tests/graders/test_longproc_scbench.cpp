@@ -74,9 +74,8 @@ TEST(LongProcGoldens, EveryEvaluatorMatchesTheReference) {
     ++count[m];
   }
   for (const char* m : {"html_to_tsv", "path_traversal", "tom_tracking", "countdown", "travel_planning",
-                        "pseudo_to_code_extract"})
+                        "pseudo_to_code_extract", "pseudo_to_code"})
     EXPECT_GE(count[m], 20) << m;
-  EXPECT_GE(count["pseudo_to_code"], 8);
 }
 
 TEST(ScBenchGoldens, EveryScorerMatchesTheReference) {
@@ -115,9 +114,8 @@ TEST(ScBenchGoldens, EveryScorerMatchesTheReference) {
     ++count[m];
   }
   for (const char* m : {"kv_retrieval", "string_match_all", "qa_eng", "choice_eng", "qa_chn", "math_find", "passkey",
-                        "rouge_lsum", "bleu"})
+                        "rouge_lsum", "bleu", "repoqa"})
     EXPECT_GE(count[m], 20) << m;
-  EXPECT_GE(count["repoqa"], 10);
 }
 
 // Every grader name the tasks bind exists and runs through grade() (check-answer's path).

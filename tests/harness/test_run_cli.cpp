@@ -329,3 +329,25 @@ TEST(RunCli, ScBenchMultiTurnSharesTheCompressedContextAndGradesEveryTurn) {
   EXPECT_EQ(query(db, "SELECT item_key, score, reason FROM grades ORDER BY item_key"), before);
   fs::remove_all(d);
 }
+
+TEST(RunCli, QueryAgnosticIsItsOwnWorkItem) {
+  // --query-agnostic prefills and compresses a task's shared context before its query: a
+  // different generation, so a different work item (resume never mixes the two protocols), and
+  // the run records the protocol.
+  std::string why;
+  if (!have_inputs(&why)) GTEST_SKIP() << why;
+  fs::path d = tmp_dir("qa");
+  const std::string db = (d / "qa.db").string();
+  const std::string base = std::string(KVB_BINARY) + " run --task longbench_hotpotqa --data-dir " + KVB_SOURCE_DIR +
+                           "/tests/fixtures/datasets --model " + kModel +
+                           " --policies snapkv --budgets 32 --limit 1 --max-new-tokens 4 --quiet --db " + db;
+  std::string out;
+  ASSERT_EQ(run_cmd(base, &out), 0) << out;
+  ASSERT_EQ(run_cmd(base + " --query-agnostic", &out), 0) << out;
+  EXPECT_NE(out.find("0 already stored, 1 to generate"), std::string::npos) << out;
+  EXPECT_EQ(count(db, "SELECT COUNT(DISTINCT item_key) FROM generations"), 2);
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM runs WHERE json_extract(config_json, '$.query_agnostic') = 1"), 1);
+  // Both prompts are far over the budget: snapkv evicted in both.
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations WHERE evictions > 0"), 2);
+  fs::remove_all(d);
+}
