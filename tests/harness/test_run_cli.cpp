@@ -351,3 +351,23 @@ TEST(RunCli, QueryAgnosticIsItsOwnWorkItem) {
   EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations WHERE evictions > 0"), 2);
   fs::remove_all(d);
 }
+
+TEST(CheckAnswerCli, VerdictOnTheLastLineWithTheFormsAndReason) {
+  if (access(KVB_BINARY, X_OK) != 0) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
+  auto last_line = [](std::string s) {
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s.substr(s.rfind('\n') == std::string::npos ? 0 : s.rfind('\n') + 1);
+  };
+  std::string out;
+  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " check-answer --grader math --gold '\\frac{1}{2}' --pred 'so \\boxed{0.5}'", &out),
+            0)
+      << out;
+  EXPECT_EQ(last_line(out), "1") << out;
+  EXPECT_NE(out.find("0.5"), std::string::npos) << out;  // the extracted answer is shown
+  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " check-answer --grader math --gold '\\frac{1}{2}' --pred '\\boxed{0.6}'", &out),
+            0)
+      << out;
+  EXPECT_EQ(last_line(out), "0") << out;
+  EXPECT_EQ(run_cmd(std::string(KVB_BINARY) + " check-answer --grader no_such_grader --gold 1 --pred 1", &out), 2) << out;
+  EXPECT_NE(out.find("unknown grader 'no_such_grader'"), std::string::npos) << out;
+}
