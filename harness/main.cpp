@@ -22,8 +22,12 @@ namespace {
 /// unless the user set OMP_WAIT_POLICY (then theirs stands). If the exec fails, it runs on.
 void prefer_passive_openmp_wait(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY")) return;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);  // the binary's own path
+  if (n <= 0) return;
+  self[n] = '\0';
   if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
-  execv("/proc/self/exe", argv);
+  execv(self, argv);
 }
 
 }  // namespace
