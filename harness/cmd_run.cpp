@@ -495,8 +495,7 @@ void run_main(const RunArgs& a) {
         std::vector<results::GradeRecord> grades;
         std::vector<GradeJob> grade_todo;
         std::vector<int64_t> truncated_from_of;  // per request: prompt tokens before truncation (0: none)
-        std::vector<std::string> turn_notes;       // per request considered: multi-turn rendering note
-        std::vector<std::string> req_turn_notes;   // the same, per request sent to the engine
+        std::vector<std::string> req_turn_notes;   // per request sent to the engine: multi-turn rendering note
         const int64_t max_ctx = lm.model->config().max_position_embeddings;
         for (size_t i = start; i < end; ++i) {
           const auto* it = group[i];
@@ -533,7 +532,6 @@ void run_main(const RunArgs& a) {
           r.followups = build_followups(lm, ex, r.max_new_tokens, a.max_new_tokens, &turn_note);
           int64_t reserve = r.max_new_tokens;  // room for every turn's appended tokens and cap
           for (const auto& f : r.followups) reserve += static_cast<int64_t>(f.append.size()) + f.max_new_tokens;
-          turn_notes.push_back(turn_note);
           // Over-long prompts: middle truncation to the context minus the generation cap (never
           // below half the context), as LongBench (pred.py) and HELMET do; --truncate none
           // stores prompts that do not fit the context as errors instead.
@@ -565,7 +563,7 @@ void run_main(const RunArgs& a) {
             continue;
           }
           truncated_from_of.push_back(truncated_from);
-          req_turn_notes.push_back(turn_notes.back());
+          req_turn_notes.push_back(std::move(turn_note));
           reqs.push_back(std::move(r));
           refs.push_back(&er);
           req_items.push_back(it);
