@@ -284,13 +284,30 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       it.history = &a.history;
       items.push_back(it);
     }
-    impl_->backend->forward(items, policy_.get(), logits, &fs);
+    // Device sampling when the backend supports every row's parameters (CUDA: no [B, V] logits
+    // copy); one uniform draw per non-greedy row from the sequence's own RNG.
+    bool on_device = true;
+    for (const auto& up : active) on_device = on_device && impl_->backend->device_sampling(reqs[up->req].sampling);
+    std::vector<int32_t> sampled;
+    if (on_device) {
+      impl_->backend->defer_logits();
+      impl_->backend->forward(items, policy_.get(), logits, &fs);
+      std::vector<SamplingParams> sp(active.size());
+      std::vector<float> u(active.size(), 0.0f);
+      for (size_t k = 0; k < active.size(); ++k) {
+        sp[k] = reqs[active[k]->req].sampling;
+        if (!sp[k].greedy()) u[k] = std::min(static_cast<float>(active[k]->rng.uniform()), 0.99999994f);
+      }
+      sampled = impl_->backend->sample_rows(sp, u);
+    } else {
+      impl_->backend->forward(items, policy_.get(), logits, &fs);
+    }
     for (size_t k = 0; k < active.size(); ++k) {
       Active& a = *active[k];
       a.pos += 1;
       result_of(a).policy_s += fs.policy_s / active.size();
       track_peak(a);
-      const int32_t t = sample_token(&logits[k * V], V, reqs[a.req].sampling, a.rng, scratch);
+      const int32_t t = on_device ? sampled[k] : sample_token(&logits[k * V], V, reqs[a.req].sampling, a.rng, scratch);
       accept(a, t);
     }
     active.erase(std::remove_if(active.begin(), active.end(), [](const auto& a) { return a->done; }),

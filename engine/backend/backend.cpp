@@ -10,6 +10,10 @@
 
 namespace kvb {
 
+std::vector<int32_t> Backend::sample_rows(const std::vector<SamplingParams>&, const std::vector<float>&) {
+  fail("--backend {}: no device sampling", name());
+}
+
 namespace {
 /// The CPU forward pass (CpuBackend) behind the Backend interface, behaviour unchanged.
 class CpuAdapter final : public Backend {

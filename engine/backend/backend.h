@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/forward.h"
+#include "engine/sampling/sampler.h"
 
 namespace kvb {
 
@@ -29,6 +30,18 @@ class Backend {
   /// Human-readable device measurements since construction (device name, memory peak, achieved
   /// decode bandwidth, ...), one "key: value" per line; empty for the CPU backend.
   virtual std::string report() const { return {}; }
+
+  // Device sampling (the CUDA backend): the engine's decode step asks device_sampling() for every
+  // row; when all are supported it calls defer_logits(), forward() then leaves `logits` empty
+  // (no [k, V] device→host copy) and sample_rows() draws the tokens where the logits are.
+  /// True when sample_rows() can sample with `p` (CUDA: temperature and top-p; not top-k, min-p).
+  virtual bool device_sampling(const SamplingParams& p) const { return false; }
+  /// The next forward() keeps its logits on the device and writes none to the host (one-shot).
+  virtual void defer_logits() {}
+  /// One token per logit row of the last forward(), in its row order: greedy (lowest id on ties)
+  /// when params[r].temperature ≤ 0, else temperature + top-p with the uniform draw u[r] ∈ [0, 1).
+  /// Throws kvb::Error when unsupported or when the counts do not match the rows.
+  virtual std::vector<int32_t> sample_rows(const std::vector<SamplingParams>& params, const std::vector<float>& u);
 };
 
 /// Builds the backend named `name` ("cpu", or "cuda" in builds with KVB_CUDA). Throws kvb::Error

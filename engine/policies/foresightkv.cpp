@@ -53,7 +53,6 @@ std::vector<PolicyParamInfo> params() {
   return p;
 }
 
-float gelu(float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); }
 
 class ForesightKVPolicy : public ScheduledPolicy {
  public:
@@ -75,6 +74,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
   }
   PolicyNeeds needs() const override {
     PolicyNeeds n;
+    n.host_kv = true;
     n.window_queries = window_;
     return n;
   }
@@ -139,22 +139,25 @@ class ForesightKVPolicy : public ScheduledPolicy {
     a.decayed = std::move(dec);
     // Scorer: eviction priority; the keep score is its negation (+ Gumbel noise when sampling).
     const Scorer& sc = scorer(step, in);
-    const int H = sc.H;
-    std::vector<float> x(in), hid(H);
-    prio_.assign(L, 0.f);
+    std::vector<float> x(static_cast<size_t>(L) * in);
     for (int32_t i = 0; i < L; ++i) {
-      std::copy_n(step.cache->key(step.seq, step.layer, h, i), D, x.begin());
-      std::copy_n(step.cache->value(step.seq, step.layer, h, i), D, x.begin() + D);
-      std::copy_n(&feat[static_cast<size_t>(i) * nf], nf, x.begin() + 2 * D);
-      float out = sc.b2[h];
-      for (int k = 0; k < H; ++k) {
-        float acc = sc.b1[static_cast<size_t>(h) * H + k];
-        for (int c = 0; c < in; ++c) acc += x[c] * sc.w1[(static_cast<size_t>(h) * in + c) * H + k];
-        out += gelu(acc) * sc.w2[static_cast<size_t>(h) * H + k];
-      }
-      prio_[i] = out;
-      scores[i] = -out;
+      float* xr = &x[static_cast<size_t>(i) * in];
+      std::copy_n(step.cache->key(step.seq, step.layer, h, i), D, xr);
+      std::copy_n(step.cache->value(step.seq, step.layer, h, i), D, xr + D);
+      std::copy_n(&feat[static_cast<size_t>(i) * nf], nf, xr + 2 * D);
     }
+    HeadMlp mlp;
+    mlp.heads = step.num_kv_heads;
+    mlp.in = in;
+    mlp.hidden = sc.H;
+    mlp.act = HeadMlp::Act::kGeluErf;
+    mlp.w1 = sc.w1t.data();
+    mlp.b1 = sc.b1.data();
+    mlp.w2 = sc.w2.data();
+    mlp.b2 = sc.b2.data();
+    prio_.assign(L, 0.f);
+    if (L > 0) scoring::head_mlp(step, mlp, x.data(), L, h, prio_.data());
+    for (int32_t i = 0; i < L; ++i) scores[i] = -prio_[i];
     cur_h_ = h;
     cur_layer_ = step.layer;
     cur_seen_ = step.seq_len;
@@ -188,7 +191,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
  private:
   struct Scorer {
     int H = 0;
-    std::vector<float> w1, b1, w2, b2;
+    std::vector<float> w1t, b1, w2, b2;  // w1t: fc1.weight [Hkv, in, H] transposed to [Hkv, H, in] (HeadMlp)
   };
   const Scorer& scorer(const LayerStep& step, int in) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -221,7 +224,11 @@ class ForesightKVPolicy : public ScheduledPolicy {
         const int64_t H = f1->shape[2];
         Scorer& s = scorers_[l];
         s.H = static_cast<int>(H);
-        s.w1 = weights_.require(pfx(l) + "fc1.weight", {Hk, in, H}).data;
+        const std::vector<float>& w1 = weights_.require(pfx(l) + "fc1.weight", {Hk, in, H}).data;
+        s.w1t.resize(w1.size());
+        for (int64_t h = 0; h < Hk; ++h)
+          for (int64_t c = 0; c < in; ++c)
+            for (int64_t k = 0; k < H; ++k) s.w1t[(h * H + k) * in + c] = w1[(h * in + c) * H + k];
         s.b1 = weights_.require(pfx(l) + "fc1.bias", {Hk, H}).data;
         s.w2 = weights_.require(pfx(l) + "fc2.weight", {Hk, H}).data;
         s.b2 = weights_.require(pfx(l) + "fc2.bias", {Hk}).data;

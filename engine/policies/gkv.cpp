@@ -59,6 +59,7 @@ class GKVPolicy : public ScheduledPolicy {
   }
   PolicyNeeds needs() const override {
     PolicyNeeds n;
+    n.host_kv = true;
     n.window_queries = window_;
     n.num_scalars = 2;
     return n;
@@ -68,7 +69,7 @@ class GKVPolicy : public ScheduledPolicy {
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
     older_ = 0;
     int w = 0;
-    std::vector<float> s = scoring::window_importance(step, h, scoring::Gqa::kMax, &w);
+    std::vector<float> s = scoring::window_scores(step, h, {scoring::Gqa::kMax, scoring::Pool::kNone, 1}, &w);
     const int32_t n = static_cast<int32_t>(s.size());
     if (n == 0) return;
     if (normalize_) {

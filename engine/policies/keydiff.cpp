@@ -18,7 +18,11 @@ namespace {
 class KeyDiffPolicy : public ScheduledPolicy {
  public:
   explicit KeyDiffPolicy(PolicyParams p) : ScheduledPolicy("keydiff", std::move(p)) {}
-  PolicyNeeds needs() const override { return {}; }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.host_kv = true;  // key diversity is computed from the cached keys
+    return n;
+  }
 
  protected:
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {

@@ -47,6 +47,62 @@ struct PolicyNeeds {
   bool keys_pre_rope = false;
   /// Per-token scalars the policy stores in the cache pages (KVCache::scalars).
   int num_scalars = 0;
+  /// The policy reads layer_input only through scoring::head_mlp with x = nullptr: a backend that
+  /// provides LayerStep::head_mlp may then leave LayerStep::layer_input null (no device→host copy).
+  bool layer_input_via_mlp = false;
+  /// The policy reads cached keys/values through KVCache::key/value (KeyDiff, R-KV and G-KV
+  /// redundancy, WG-KV's post-RoPE key, ForesightKV's [k; v] features). A backend that keeps K/V
+  /// on a device mirrors each step's new rows into the host pages only when this is set.
+  bool host_kv = false;
+};
+
+namespace scoring {
+/// How the G query heads of a GQA group are reduced into one score per kv head.
+enum class Gqa {
+  kMaxLogits,  ///< max over the group of the scaled logits, BEFORE the softmax; the softmax then
+               ///< runs over the older (non-window) keys only (R-KV repo: rkv/utils.py; seed note
+               ///< seed-trimkv-and-baselines.md §3.1 step 1, §5.2)
+  kMax,        ///< softmax per query head over all cached keys (causal), then max over the group
+               ///< (G-KV: seed-gkv.md §1.1 "Order of operations")
+  kMean,       ///< softmax per query head over all cached keys (causal), then mean over the group
+               ///< (kvpress SnapKVPress: peers-harnesses.md §1)
+};
+
+/// 1-D pooling along the token axis, stride 1, "same" length (padding kernel/2).
+enum class Pool {
+  kNone,
+  kMax,  ///< torch max_pool1d: padding never wins (acts as −inf)
+  kAvg,  ///< torch avg_pool1d with count_include_pad=True: zero padding, divide by kernel
+};
+}  // namespace scoring
+
+/// A head-wise two-layer MLP of a learned policy (TRIM-KV retention gate, WG-KV write gate,
+/// ForesightKV scorer), f32 row-major, weights owned by the policy and unchanged for its life:
+///   z[r, h] = b2[h] + Σ_k W2[h, k] · act(b1[h', k] + Σ_c W1[h', k, c] · x[r, h', c]),
+/// h' = 0 when `shared_hidden` (one hidden layer for all heads, TRIM-KV: W1 [1, hidden, in],
+/// b1 [1, hidden], x [r, 1, in]) else h' = h (W1 [heads, hidden, in], b1 [heads, hidden],
+/// x [r, heads, in]); W2 [heads, hidden], b2 [heads]. The output activation (log σ, σ) is the
+/// policy's. Evaluate with scoring::head_mlp, which uses LayerStep::head_mlp when the backend
+/// provides it (CUDA: cuBLAS SGEMM + a reduction kernel) and the host loop otherwise.
+struct HeadMlp {
+  enum class Act { kSilu, kGeluErf };
+  int heads = 0;   ///< output heads (kv heads)
+  int in = 0;      ///< input width per head
+  int hidden = 0;  ///< hidden width
+  bool shared_hidden = false;
+  Act act = Act::kSilu;
+  const float* w1 = nullptr;
+  const float* b1 = nullptr;
+  const float* w2 = nullptr;
+  const float* b2 = nullptr;
+};
+
+/// What scoring::window_scores computes for one kv head: the SnapKV-family importance of the
+/// older tokens (scoring::window_importance with `gqa`), then scoring::pool1d(kernel, pool).
+struct WindowScoreSpec {
+  scoring::Gqa gqa = scoring::Gqa::kMaxLogits;
+  scoring::Pool pool = scoring::Pool::kNone;
+  int kernel = 1;
 };
 
 /// Everything a policy sees for one (sequence, layer) after one forward step.
@@ -79,6 +135,18 @@ struct LayerStep {
   std::function<const float*(int* w_out)> window_queries;
   /// Softmax scale the model uses for q·k (0 = 1/sqrt(head_dim)).
   float attn_scale = 0.0f;
+
+  // Optional backend primitives (null = the policy's host code computes the same thing). They
+  // let one policy implementation drive both backends while the heavy math runs where the
+  // activations live (DESIGN.md: "no policy logic in kernels beyond scoring and selection").
+  /// Evaluates `mlp` (see HeadMlp) into out. head < 0: every head, out [rows, heads]; x is
+  /// [rows, shared ? 1 : heads, in], or null for the step's layer inputs (shared_hidden, in ==
+  /// hidden_size, rows == n_new). head ≥ 0: only that head (not shared), x [rows, in], out [rows].
+  /// Throws kvb::Error on inconsistent shapes or a device failure.
+  std::function<void(const HeadMlp& mlp, const float* x, int rows, int head, float* out)> head_mlp;
+  /// scoring::window_scores of kv head h computed by the backend: L_h − w values (empty when
+  /// L_h ≤ w); w_out receives w. Needs PolicyNeeds::window_queries.
+  std::function<std::vector<float>(int h, const WindowScoreSpec& spec, int* w_out)> window_scores;
 
   /// Requests that kv head h keep exactly `keep` (strictly increasing indices < L_h).
   void keep(int h, std::vector<int32_t> keep_set) { keeps.emplace_back(h, std::move(keep_set)); }

@@ -45,6 +45,7 @@ class RKVPolicy : public ScheduledPolicy {
   }
   PolicyNeeds needs() const override {
     PolicyNeeds n;
+    n.host_kv = true;
     n.window_queries = window_;
     return n;
   }
@@ -52,8 +53,8 @@ class RKVPolicy : public ScheduledPolicy {
  protected:
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
     int w = 0;
-    std::vector<float> imp = scoring::window_importance(step, h, scoring::Gqa::kMaxLogits, &w);
-    imp = scoring::pool1d(imp, kernel_, scoring::Pool::kMax);
+    std::vector<float> imp =
+        scoring::window_scores(step, h, {scoring::Gqa::kMaxLogits, scoring::Pool::kMax, kernel_}, &w);
     std::vector<float> red =
         scoring::key_redundancy_mean(*step.cache, step.seq, step.layer, h, threshold_, /*zero_first=*/true);
     scoring::softmax_inplace(red);

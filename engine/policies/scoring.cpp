@@ -131,6 +131,69 @@ std::vector<float> window_importance(LayerStep& step, int h, Gqa gqa, int* w_out
   return out;
 }
 
+std::vector<float> window_scores(LayerStep& step, int h, const WindowScoreSpec& spec, int* w_out) {
+  if (step.window_scores) return step.window_scores(h, spec, w_out);
+  std::vector<float> imp = window_importance(step, h, spec.gqa, w_out);
+  return pool1d(imp, spec.kernel, spec.pool);
+}
+
+namespace {
+float mlp_act(HeadMlp::Act a, float v) {
+  if (a == HeadMlp::Act::kSilu) return v / (1.0f + std::exp(-v));
+  return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
+}
+}  // namespace
+
+void head_mlp(LayerStep& step, const HeadMlp& m, const float* x, int rows, int head, float* out) {
+  if (m.heads < 1 || m.in < 1 || m.hidden < 1 || !m.w1 || !m.b1 || !m.w2 || !m.b2)
+    fail("head_mlp: incomplete MLP (heads {}, in {}, hidden {})", m.heads, m.in, m.hidden);
+  if (head >= m.heads) fail("head_mlp: head {} of {}", head, m.heads);
+  if (head >= 0 && m.shared_hidden) fail("head_mlp: a single head of a shared-hidden MLP is not supported");
+  if (!x) {
+    if (!m.shared_hidden || head >= 0) fail("head_mlp: x = null (layer inputs) needs a shared-hidden MLP over all heads");
+    if (m.in != step.hidden_size) fail("head_mlp: MLP input width {} != hidden size {}", m.in, step.hidden_size);
+    if (rows != step.n_new) fail("head_mlp: {} rows for {} new tokens", rows, step.n_new);
+  }
+  if (step.head_mlp) {
+    step.head_mlp(m, x, rows, head, out);
+    return;
+  }
+  if (!x) {
+    if (!step.layer_input) fail("head_mlp: LayerStep::layer_input is not set");
+    x = step.layer_input;
+  }
+  const int I = m.hidden, C = m.in;
+  std::vector<float> hid(I);
+  auto hidden_of = [&](const float* xr, int h1) {
+    for (int k = 0; k < I; ++k) {
+      const float* w = m.w1 + (static_cast<size_t>(h1) * I + k) * C;
+      float acc = m.b1[static_cast<size_t>(h1) * I + k];
+      for (int c = 0; c < C; ++c) acc += w[c] * xr[c];
+      hid[k] = mlp_act(m.act, acc);
+    }
+  };
+  auto out_of = [&](int h) {
+    const float* w = m.w2 + static_cast<size_t>(h) * I;
+    float acc = m.b2[h];
+    for (int k = 0; k < I; ++k) acc += w[k] * hid[k];
+    return acc;
+  };
+  for (int r = 0; r < rows; ++r) {
+    if (head >= 0) {
+      hidden_of(x + static_cast<size_t>(r) * C, head);
+      out[r] = out_of(head);
+    } else if (m.shared_hidden) {
+      hidden_of(x + static_cast<size_t>(r) * C, 0);
+      for (int h = 0; h < m.heads; ++h) out[static_cast<size_t>(r) * m.heads + h] = out_of(h);
+    } else {
+      for (int h = 0; h < m.heads; ++h) {
+        hidden_of(x + (static_cast<size_t>(r) * m.heads + h) * C, h);
+        out[static_cast<size_t>(r) * m.heads + h] = out_of(h);
+      }
+    }
+  }
+}
+
 std::vector<float> pool1d(std::span<const float> x, int kernel, Pool type) {
   std::vector<float> out(x.begin(), x.end());
   if (type == Pool::kNone || kernel <= 1) return out;

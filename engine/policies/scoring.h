@@ -13,25 +13,9 @@
 
 namespace kvb::scoring {
 
-/// How the G query heads of a GQA group are reduced into one score per kv head.
-enum class Gqa {
-  kMaxLogits,  ///< max over the group of the scaled logits, BEFORE the softmax; the softmax then
-               ///< runs over the older (non-window) keys only (R-KV repo: rkv/utils.py; seed note
-               ///< seed-trimkv-and-baselines.md §3.1 step 1, §5.2)
-  kMax,        ///< softmax per query head over all cached keys (causal), then max over the group
-               ///< (G-KV: seed-gkv.md §1.1 "Order of operations")
-  kMean,       ///< softmax per query head over all cached keys (causal), then mean over the group
-               ///< (kvpress SnapKVPress: peers-harnesses.md §1)
-};
-/// Parses "max_logits" / "max" / "mean"; throws kvb::Error naming `what` otherwise.
+// Gqa and Pool are declared in policy.h (the backend primitive LayerStep::window_scores uses them).
 Gqa parse_gqa(const std::string& s, const std::string& what);
 
-/// 1-D pooling along the token axis, stride 1, "same" length (padding kernel/2).
-enum class Pool {
-  kNone,
-  kMax,  ///< torch max_pool1d: padding never wins (acts as −inf)
-  kAvg,  ///< torch avg_pool1d with count_include_pad=True: zero padding, divide by kernel
-};
 Pool parse_pool(const std::string& s, const std::string& what);
 
 /// Scaled logits of the window queries of `step` against the cached keys of kv head `h`:
@@ -51,6 +35,18 @@ std::vector<float> window_probs(LayerStep& step, int h, int* w_out);
 /// Sources: SnapKV (arXiv 2404.14469 §4.2), R-KV (seed-trimkv-and-baselines.md §3.1 step 1),
 /// G-KV Eq. 1–2 (seed-gkv.md §1.1), kvpress SnapKVPress.score.
 std::vector<float> window_importance(LayerStep& step, int h, Gqa gqa, int* w_out);
+
+/// window_importance(step, h, spec.gqa) pooled with pool1d(spec.kernel, spec.pool): the score of
+/// the L − w older tokens of head h in SnapKV, PyramidKV and R-KV. Uses LayerStep::window_scores
+/// when the backend provides it (the CUDA backend reduces and pools on the device and copies only
+/// L − w floats), else the host path. `w_out` receives w.
+std::vector<float> window_scores(LayerStep& step, int h, const WindowScoreSpec& spec, int* w_out);
+
+/// Evaluates a policy's head-wise MLP (policy.h HeadMlp; argument contract of LayerStep::head_mlp):
+/// through LayerStep::head_mlp when set, else on the host in f32 (x = null reads
+/// step.layer_input). Throws kvb::Error when x is null and step.layer_input is unset, or on
+/// inconsistent shapes.
+void head_mlp(LayerStep& step, const HeadMlp& mlp, const float* x, int rows, int head, float* out);
 
 /// Pools `x` along its only axis with `kernel` (odd or even; padding kernel/2, output cropped to
 /// x.size() as torch does for odd kernels). kernel ≤ 1 or Pool::kNone returns x unchanged.

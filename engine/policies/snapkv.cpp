@@ -50,8 +50,7 @@ PolicyNeeds SnapKVPolicy::needs() const {
 
 void SnapKVPolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) {
   int w = 0;
-  std::vector<float> imp = scoring::window_importance(step, h, gqa_, &w);
-  imp = scoring::pool1d(imp, kernel_, pool_);
+  std::vector<float> imp = scoring::window_scores(step, h, {gqa_, pool_, kernel_}, &w);
   for (size_t i = 0; i < imp.size(); ++i) scores[i] = imp[i];
 }
 

@@ -45,7 +45,6 @@ std::vector<PolicyParamInfo> params() {
   return p;
 }
 
-float silu(float v) { return v / (1.0f + std::exp(-v)); }
 float log_sigmoid(float v) { return v >= 0 ? -std::log1p(std::exp(-v)) : v - std::log1p(std::exp(v)); }
 
 std::string layer_prefix(int l) { return "model.layers." + std::to_string(l) + ".self_attn.retention_gate."; }
@@ -72,6 +71,7 @@ class TrimKVPolicy : public ScheduledPolicy {
   PolicyNeeds needs() const override {
     PolicyNeeds n;
     n.layer_input = true;
+    n.layer_input_via_mlp = true;
     n.num_scalars = 1;
     return n;
   }
@@ -113,25 +113,26 @@ class TrimKVPolicy : public ScheduledPolicy {
   }
 
   void observe(LayerStep& step) override {
-    if (!step.layer_input) fail("policy 'trimkv': LayerStep::layer_input is not set");
+    if (!step.layer_input && !step.head_mlp) fail("policy 'trimkv': LayerStep::layer_input is not set");
     const Gate& g = gate(step);
-    const int H = step.hidden_size, Hk = step.num_kv_heads, I = g.I;
-    std::vector<float> hid(I), out(Hk);
+    const int Hk = step.num_kv_heads;
+    HeadMlp mlp;
+    mlp.heads = Hk;
+    mlp.in = step.hidden_size;
+    mlp.hidden = g.I;
+    mlp.shared_hidden = true;
+    mlp.act = HeadMlp::Act::kSilu;  // φ = the base model's hidden_act
+    mlp.w1 = g.w1.data();
+    mlp.b1 = g.b1.data();
+    mlp.w2 = g.w2.data();
+    mlp.b2 = g.b.data();
+    std::vector<float> z(static_cast<size_t>(step.n_new) * Hk);
+    scoring::head_mlp(step, mlp, nullptr, step.n_new, -1, z.data());
     for (int t = 0; t < step.n_new; ++t) {
-      const float* x = step.layer_input + static_cast<size_t>(t) * H;
-      for (int r = 0; r < I; ++r) {
-        const float* w = &g.w1[static_cast<size_t>(r) * H];
-        float acc = g.b1[r];
-        for (int c = 0; c < H; ++c) acc += w[c] * x[c];
-        hid[r] = silu(acc);
-      }
       for (int h = 0; h < Hk; ++h) {
-        const float* w = &g.w2[static_cast<size_t>(h) * I];
-        float acc = g.b[h];
-        for (int r = 0; r < I; ++r) acc += w[r] * hid[r];
         const int32_t L = step.cache->length(step.seq, step.layer, h);
         const int32_t idx = L - step.n_new + t;
-        if (idx >= 0) step.cache->scalars(step.seq, step.layer, h, idx)[0] = log_sigmoid(acc);
+        if (idx >= 0) step.cache->scalars(step.seq, step.layer, h, idx)[0] = log_sigmoid(z[static_cast<size_t>(t) * Hk + h]);
       }
     }
   }

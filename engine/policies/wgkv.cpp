@@ -55,7 +55,6 @@ std::vector<PolicyParamInfo> params() {
   };
 }
 
-float gelu(float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); }
 
 class WGKVPolicy : public Policy {
  public:
@@ -89,6 +88,7 @@ class WGKVPolicy : public Policy {
   nlohmann::json resolved_params() const override { return params_.resolved(); }
   PolicyNeeds needs() const override {
     PolicyNeeds n;
+    n.host_kv = true;
     n.keys_pre_rope = true;
     n.num_scalars = 1;
     n.window_queries = budget_ > 0 ? obs_window_ : 0;
@@ -99,22 +99,37 @@ class WGKVPolicy : public Policy {
   void on_layer_step(LayerStep& step) override {
     if (!step.keys_pre_rope) fail("policy 'wgkv': LayerStep::keys_pre_rope is not set");
     const Gate& g = gate(step);
-    const int D = step.head_dim, I = g.I;
-    std::vector<float> x(2 * D), hid(I);
-    for (int h = 0; h < step.num_kv_heads; ++h) {
+    const int D = step.head_dim, Hk = step.num_kv_heads, n = step.n_new;
+    // x[t, h] = [RMSNorm_pre(k before RoPE) ; RMSNorm_post(k after RoPE)], rows of tokens that
+    // are still cached (a prefill chunk longer than the cache never happens: idx ≥ 0 always
+    // holds right after the append, but stay safe).
+    std::vector<float> x(static_cast<size_t>(n) * Hk * 2 * D, 0.f), z(static_cast<size_t>(n) * Hk);
+    for (int h = 0; h < Hk; ++h) {
       const int32_t L = step.cache->length(step.seq, step.layer, h);
-      for (int t = 0; t < step.n_new; ++t) {
-        const int32_t idx = L - step.n_new + t;
+      for (int t = 0; t < n; ++t) {
+        const int32_t idx = L - n + t;
         if (idx < 0) continue;
-        rms(step.keys_pre_rope + (static_cast<size_t>(t) * step.num_kv_heads + h) * D, g.pre.data(), D, x.data());
-        rms(step.cache->key(step.seq, step.layer, h, idx), g.post.data(), D, x.data() + D);
-        float out = g.b2[h];
-        for (int r = 0; r < I; ++r) {
-          const float* w = &g.w1[(static_cast<size_t>(h) * I + r) * 2 * D];
-          float acc = g.b1[static_cast<size_t>(h) * I + r];
-          for (int c = 0; c < 2 * D; ++c) acc += w[c] * x[c];
-          out += g.w2[static_cast<size_t>(h) * I + r] * gelu(acc);
-        }
+        float* xr = &x[(static_cast<size_t>(t) * Hk + h) * 2 * D];
+        rms(step.keys_pre_rope + (static_cast<size_t>(t) * Hk + h) * D, g.pre.data(), D, xr);
+        rms(step.cache->key(step.seq, step.layer, h, idx), g.post.data(), D, xr + D);
+      }
+    }
+    HeadMlp mlp;
+    mlp.heads = Hk;
+    mlp.in = 2 * D;
+    mlp.hidden = g.I;
+    mlp.act = HeadMlp::Act::kGeluErf;
+    mlp.w1 = g.w1.data();
+    mlp.b1 = g.b1.data();
+    mlp.w2 = g.w2.data();
+    mlp.b2 = g.b2.data();
+    scoring::head_mlp(step, mlp, x.data(), n, -1, z.data());
+    for (int h = 0; h < Hk; ++h) {
+      const int32_t L = step.cache->length(step.seq, step.layer, h);
+      for (int t = 0; t < n; ++t) {
+        const int32_t idx = L - n + t;
+        if (idx < 0) continue;
+        const float out = z[static_cast<size_t>(t) * Hk + h];
         step.cache->scalars(step.seq, step.layer, h, idx)[0] = 1.0f / (1.0f + std::exp(-out));
       }
     }

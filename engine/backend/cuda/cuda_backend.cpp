@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -86,6 +87,15 @@ struct DevLayer {
   bool has_bias = false, has_qk_norm = false;
 };
 
+/// A policy MLP (policy.h HeadMlp) uploaded once, keyed by its host W1 pointer; `probe` holds the
+/// first values of W1, b1, W2 and b2 so that a different MLP reusing a freed address re-uploads.
+struct DevMlp {
+  DevBuf<float> w1, b1, w2, b2;
+  int heads = 0, in = 0, hidden = 0;
+  bool shared = false;
+  float probe[4] = {0, 0, 0, 0};
+};
+
 inline float bf16_round(float x) { return bf16_bits_to_f32(f32_to_bf16_bits(x)); }
 
 }  // namespace
@@ -122,12 +132,16 @@ struct CudaBackend::Impl {
   DevBuf<cuda::AttnUnit> units_d;
   DevBuf<cuda::AttnGroup> groups_d;
   DevBuf<float> samp_f;
+  // Policy primitives (LayerStep::head_mlp / window_scores).
+  std::map<const float*, DevMlp> mlps;
+  DevBuf<float> mlp_x, mlp_hid, mlp_o, win_r, win_s, win_s2;
   // KV pool (slots = pages · P).
   uint16_t* k_pool = nullptr;
   uint16_t* v_pool = nullptr;
   int32_t* pos_pool = nullptr;
   int64_t pool_pages = 0;
   int rows_last = 0;  // logit rows of the last forward
+  bool defer = false;  // the next forward keeps its logits on the device (Backend::defer_logits)
   // Measurements.
   double decode_s = 0, decode_bytes = 0, prefill_s = 0;
   int64_t decode_steps = 0, prefill_tokens = 0, peak_pool_pages = 0;
@@ -296,6 +310,125 @@ struct CudaBackend::Impl {
   }
 
   void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& out_logits, ForwardStats* stats);
+
+  /// The device copy of `m` (uploaded on first use; see DevMlp).
+  const DevMlp& device_mlp(const HeadMlp& m) {
+    const int h1 = m.shared_hidden ? 1 : m.heads;
+    const float probe[4] = {m.w1[0], m.b1[0], m.w2[0], m.b2[0]};
+    auto it = mlps.find(m.w1);
+    if (it != mlps.end()) {
+      const DevMlp& d = it->second;
+      if (d.heads == m.heads && d.in == m.in && d.hidden == m.hidden && d.shared == m.shared_hidden &&
+          std::memcmp(d.probe, probe, sizeof probe) == 0)
+        return d;
+      mlps.erase(it);
+    }
+    DevMlp& d = mlps[m.w1];
+    d.heads = m.heads;
+    d.in = m.in;
+    d.hidden = m.hidden;
+    d.shared = m.shared_hidden;
+    std::memcpy(d.probe, probe, sizeof probe);
+    d.w1.upload(m.w1, static_cast<size_t>(h1) * m.hidden * m.in, stream, "policy MLP W1");
+    d.b1.upload(m.b1, static_cast<size_t>(h1) * m.hidden, stream, "policy MLP b1");
+    d.w2.upload(m.w2, static_cast<size_t>(m.heads) * m.hidden, stream, "policy MLP W2");
+    d.b2.upload(m.b2, static_cast<size_t>(m.heads), stream, "policy MLP b2");
+    check(cudaStreamSynchronize(stream), "policy MLP upload");  // the host arrays may change after
+    return d;
+  }
+
+  /// LayerStep::head_mlp on the device (contract in policy.h). x == null reads rows [xrow0,
+  /// xrow0 + rows) of the step's normed layer inputs (xn, bf16). First layer: one SGEMM (shared
+  /// hidden or a single head) or a strided-batched SGEMM over heads, f32 in and out (cuBLAS
+  /// default math: no TF32); second layer, bias and activation: kernels.h mlp_out.
+  void head_mlp(const HeadMlp& m, const float* x, int rows, int head, float* out, int64_t xrow0) {
+    if (rows <= 0) return;
+    const DevMlp& d = device_mlp(m);
+    const int xh = (head >= 0 || m.shared_hidden) ? 1 : m.heads;
+    const size_t xn_count = static_cast<size_t>(rows) * xh * m.in;
+    mlp_x.grow(xn_count, "policy MLP input");
+    if (x) {
+      check(cudaMemcpyAsync(mlp_x.p, x, xn_count * 4, cudaMemcpyHostToDevice, stream), "policy MLP input");
+    } else {
+      if (m.in != H) fail("head_mlp: input width {} != hidden size {}", m.in, H);
+      cuda::bf16_to_f32(xn.p + xrow0 * H, mlp_x.p, xn_count, stream);
+    }
+    const int hid_heads = (head >= 0 || m.shared_hidden) ? 1 : m.heads;
+    mlp_hid.grow(static_cast<size_t>(rows) * hid_heads * m.hidden, "policy MLP hidden");
+    const float one = 1.0f, zero = 0.0f;
+    if (hid_heads == 1) {
+      const float* w1 = d.w1.p + (head >= 0 ? static_cast<size_t>(head) * m.hidden * m.in : 0);
+      check_blas(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, m.hidden, rows, m.in, &one, w1, m.in, mlp_x.p, m.in,
+                             &zero, mlp_hid.p, m.hidden),
+                 "policy MLP sgemm");
+    } else {
+      check_blas(cublasSgemmStridedBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, m.hidden, rows, m.in, &one, d.w1.p, m.in,
+                                           static_cast<long long>(m.hidden) * m.in, mlp_x.p, m.heads * m.in, m.in,
+                                           &zero, mlp_hid.p, m.heads * m.hidden, m.hidden, m.heads),
+                 "policy MLP sgemm (batched over heads)");
+    }
+    const int out_heads = head >= 0 ? 1 : m.heads;
+    mlp_o.grow(static_cast<size_t>(rows) * out_heads, "policy MLP output");
+    cuda::mlp_out(mlp_hid.p, rows, hid_heads, m.heads, m.hidden, d.b1.p, d.w2.p, d.b2.p, m.shared_hidden, head,
+                  m.act == HeadMlp::Act::kSilu ? 0 : 1, mlp_o.p, stream);
+    check(cudaMemcpyAsync(out, mlp_o.p, static_cast<size_t>(rows) * out_heads * 4, cudaMemcpyDeviceToHost, stream),
+          "policy MLP output");
+    check(cudaStreamSynchronize(stream), "policy MLP");
+  }
+
+  /// Uploads the G·w window queries of kv head h of (seq, layer l) from the host query ring,
+  /// row r = g·w + j (oldest query first), and the head's page list; returns w.
+  int stage_window(const QueryHistory& qh, SeqId seq, int l, int h) {
+    const int wq = qh.count[l];
+    std::vector<float> qs(static_cast<size_t>(G) * wq * D);
+    std::vector<int32_t> qp(static_cast<size_t>(G) * wq);
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < wq; ++j) {
+        const int slot = (qh.head[l] - wq + j + qh.window) % qh.window;
+        std::memcpy(&qs[(static_cast<size_t>(g) * wq + j) * D], &qh.q[l][(static_cast<size_t>(slot) * Hq + h * G + g) * D],
+                    sizeof(float) * D);
+        qp[static_cast<size_t>(g) * wq + j] = qh.pos[l][slot];
+      }
+    win_q.upload(qs, stream, "window queries");
+    win_qpos.upload(qp, stream, "window queries");
+    win_pages.upload(cache.pages(seq, l, h), stream, "window pages");
+    check(cudaStreamSynchronize(stream), "window queries");  // qs/qp are freed on return
+    return wq;
+  }
+
+  /// LayerStep::window_scores on the device: scoring::window_importance (GQA reduction as
+  /// spec.gqa, mean over the w window queries) and scoring::pool1d, copying only the L − w scores.
+  std::vector<float> window_scores(const QueryHistory& qh, SeqId seq, int l, int h, const WindowScoreSpec& sp,
+                                   int* w_out) {
+    const int wq = stage_window(qh, seq, l, h);
+    const int32_t Lh = cache.length(seq, l, h);
+    *w_out = wq;
+    const int32_t n = Lh - wq;
+    if (n <= 0 || wq <= 0) return {};
+    const int R = G * wq;
+    win_p.grow(static_cast<size_t>(R) * Lh, "window attention");
+    win_s.grow(n, "window scores");
+    if (sp.gqa == scoring::Gqa::kMaxLogits) {
+      cuda::window_logits(win_q.p, win_qpos.p, R, win_pages.p, Lh, P, D, scale, k_pool, pos_pool, win_p.p, stream);
+      win_r.grow(static_cast<size_t>(wq) * n, "window scores");
+      cuda::gqa_max_rows(win_p.p, G, wq, Lh, n, win_r.p, stream);
+      cuda::softmax_rows(win_r.p, wq, n, stream);
+      cuda::window_col_reduce(win_r.p, n, 1, wq, n, 0, win_s.p, stream);
+    } else {
+      cuda::window_attention(win_q.p, win_qpos.p, R, win_pages.p, Lh, P, D, scale, k_pool, pos_pool, win_p.p, stream);
+      cuda::window_col_reduce(win_p.p, Lh, G, wq, n, sp.gqa == scoring::Gqa::kMax ? 0 : 1, win_s.p, stream);
+    }
+    const float* res = win_s.p;
+    if (sp.pool != scoring::Pool::kNone && sp.kernel > 1) {
+      win_s2.grow(n, "window scores");
+      cuda::pool1d(win_s.p, n, sp.kernel, sp.pool == scoring::Pool::kMax ? 1 : 2, win_s2.p, stream);
+      res = win_s2.p;
+    }
+    std::vector<float> out(n);
+    check(cudaMemcpyAsync(out.data(), res, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost, stream), "window scores");
+    check(cudaStreamSynchronize(stream), "window scores");
+    return out;
+  }
 };
 
 void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& out_logits,
@@ -305,7 +438,9 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   double policy_s = 0;
   int64_t evicted = 0;
   const PolicyNeeds needs = policy ? policy->needs() : PolicyNeeds{};
-  const bool mirror = policy && policy->name() != "full";
+  const bool mirror = policy && needs.host_kv;
+  const bool keep_logits_on_device = defer;
+  defer = false;
   const int B = static_cast<int>(items.size());
 
   std::vector<int32_t> row0(B + 1, 0);
@@ -495,7 +630,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
         st.prefill_last = it.prefill_last;
         st.hidden_size = H;
         std::vector<float> li, kp;
-        if (needs.layer_input) {
+        if (needs.layer_input && !needs.layer_input_via_mlp) {
           std::vector<uint16_t> bits(static_cast<size_t>(it.n) * H);
           check(cudaMemcpyAsync(bits.data(), xn.p + static_cast<size_t>(row0[b]) * H, bits.size() * 2,
                                 cudaMemcpyDeviceToHost, stream), "layer input");
@@ -524,22 +659,9 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           if (!qh || qh->q.empty()) fail("policy asked for window attention it did not declare");
           if (h < 0 || h >= Hkv) fail("window_attention: kv head {} of {}", h, Hkv);
           if (wa_w[h] < 0) {
-            const int wq = qh->count[l];
+            const int wq = stage_window(*qh, st.seq, l, h);
             const int32_t Lh = cache.length(st.seq, l, h);
-            std::vector<float> qs(static_cast<size_t>(G) * wq * D);
-            std::vector<int32_t> qp(static_cast<size_t>(G) * wq);
-            for (int g = 0; g < G; ++g)
-              for (int j = 0; j < wq; ++j) {
-                const int slot = (qh->head[l] - wq + j + qh->window) % qh->window;
-                std::memcpy(&qs[(static_cast<size_t>(g) * wq + j) * D],
-                            &qh->q[l][(static_cast<size_t>(slot) * Hq + h * G + g) * D], sizeof(float) * D);
-                qp[static_cast<size_t>(g) * wq + j] = qh->pos[l][slot];
-              }
-            const auto& pg = cache.pages(st.seq, l, h);
-            win_q.upload(qs, stream, "window queries");
-            win_qpos.upload(qp, stream, "window queries");
-            win_pages.upload(pg, stream, "window pages");
-            win_p.grow(std::max<size_t>(qs.size() / std::max(D, 1) * Lh, 1), "window attention");
+            win_p.grow(std::max<size_t>(static_cast<size_t>(G) * wq * Lh, 1), "window attention");
             cuda::window_attention(win_q.p, win_qpos.p, G * wq, win_pages.p, Lh, P, D, scale, k_pool, pos_pool,
                                    win_p.p, stream);
             std::vector<float>& o = wa_cache[h];
@@ -551,6 +673,15 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           }
           if (w_out) *w_out = wa_w[h];
           return wa_cache[h];
+        };
+        st.window_scores = [&, qh, l](int h, const WindowScoreSpec& sp, int* w_out) -> std::vector<float> {
+          if (!qh || qh->q.empty()) fail("policy asked for window scores without declaring window_queries");
+          if (h < 0 || h >= Hkv) fail("window_scores: kv head {} of {}", h, Hkv);
+          return window_scores(*qh, st.seq, l, h, sp, w_out);
+        };
+        const int64_t xrow0 = row0[b];
+        st.head_mlp = [&, xrow0](const HeadMlp& mm, const float* xx, int rows, int head, float* o) {
+          head_mlp(mm, xx, rows, head, o, xrow0);
         };
         std::vector<float> wq_buf;
         st.attn_scale = scale;
@@ -613,13 +744,14 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   for (int b = 0; b < B; ++b)
     if (items[b].want_logits) rows.push_back(row0[b + 1] - 1);
   rows_last = static_cast<int>(rows.size());
-  out_logits.resize(rows.size() * static_cast<size_t>(V));
+  out_logits.resize(keep_logits_on_device ? 0 : rows.size() * static_cast<size_t>(V));
   if (!rows.empty()) {
     for (size_t r = 0; r < rows.size(); ++r)
       cuda::rmsnorm_bf16(x.p + static_cast<size_t>(rows[r]) * H, H, final_norm.p, xn.p + r * H, 1, H, eps, stream);
     logits.grow(rows.size() * static_cast<size_t>(V), "logits");
     gemm(xn.p, lm_head, logits.p, static_cast<int>(rows.size()), H, V, 0.0f);
-    check(cudaMemcpyAsync(out_logits.data(), logits.p, out_logits.size() * 4, cudaMemcpyDeviceToHost, stream),
+    if (!keep_logits_on_device)
+      check(cudaMemcpyAsync(out_logits.data(), logits.p, out_logits.size() * 4, cudaMemcpyDeviceToHost, stream),
           "logits");
   }
   check(cudaStreamSynchronize(stream), "forward");
@@ -649,6 +781,11 @@ void CudaBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vec
                           ForwardStats* stats) {
   impl_->forward(items, policy, logits, stats);
 }
+
+bool CudaBackend::device_sampling(const SamplingParams& p) const {
+  return p.top_k == 0 && p.min_p == 0.0f && p.top_p > 0.0f && p.top_p <= 1.0f;
+}
+void CudaBackend::defer_logits() { impl_->defer = true; }
 
 std::vector<int32_t> CudaBackend::sample_last(const std::vector<SamplingParams>& params, const std::vector<float>& u) {
   Impl& d = *impl_;

@@ -6,12 +6,15 @@
 // to the host cache and mirrored on the device (plan.h compaction_pairs + compact_pairs kernel).
 //
 // Policies run on the host unchanged. Signals are copied device→host only when the policy declared
-// them (layer_input, keys_pre_rope, attention_colsum, window queries) or asked for them
-// (window_attention per head, computed on the device). Policies that read cached keys/values
-// through the KVCache (keydiff, foresightkv, wgkv, snapkv scoring) see a host mirror: when a
-// non-"full" policy is active, each step's new K/V rows (rounded to bf16, i.e. exactly the device
-// values) are copied to the host pages as they are appended; with no policy or "full" the host
-// pages receive no payload copy.
+// them (layer_input unless read through head_mlp, keys_pre_rope, attention_colsum, window
+// queries) or asked for them. The policies' heavy math runs on the device through the LayerStep
+// primitives (policy.h): window_attention per head, window_scores (GQA reduction, window mean and
+// pooling; only L − w floats come back) and head_mlp (learned gates and scorers: cuBLAS SGEMM +
+// mlp_out). Policies that read cached keys/values through the KVCache (PolicyNeeds::host_kv:
+// keydiff, rkv, gkv, wgkv, foresightkv) see a host mirror: each step's new K/V rows (rounded to
+// bf16, i.e. exactly the device values) are copied to the host pages as they are appended; for
+// every other policy the host pages receive no payload copy. Decode steps can sample on the device
+// (Backend::device_sampling / defer_logits / sample_rows), skipping the [B, V] logits copy.
 //
 // Requires a CUDA device at construction (kvb::Error "no CUDA device: ..." otherwise); links only
 // the CUDA runtime and cuBLAS (no libcuda), so a binary with this backend starts without a driver.
@@ -39,6 +42,11 @@ class CudaBackend final : public Backend {
   void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
                ForwardStats* stats = nullptr) override;
   std::string report() const override;
+  bool device_sampling(const SamplingParams& p) const override;
+  void defer_logits() override;
+  std::vector<int32_t> sample_rows(const std::vector<SamplingParams>& params, const std::vector<float>& u) override {
+    return sample_last(params, u);
+  }
 
   /// Samples one token per row of the logits of the last forward() (still on the device), rows in
   /// the same order as its logits: greedy when params[r].temperature ≤ 0, else temperature + top-p

@@ -93,6 +93,38 @@ void window_attention(const float* q, const int32_t* qpos, int R, const int32_t*
                       int D, float scale, const uint16_t* k_pool, const int32_t* pos_pool, float* probs,
                       cudaStream_t s);
 
+/// The scaled logits of window_attention before the softmax: logits[r, t] = q[r]·K[t]·scale, −inf
+/// where pos[t] > qpos[r]. Shapes as window_attention.
+void window_logits(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D,
+                   float scale, const uint16_t* k_pool, const int32_t* pos_pool, float* logits, cudaStream_t s);
+
+/// R-KV's GQA reduction before the softmax: out[j, i] = max_g x[(g·w + j)·L + i] for j < w, i < n
+/// (the n = L − w older keys). x [G·w, L] f32 logits, out [w, n] f32.
+void gqa_max_rows(const float* x, int G, int w, int L, int n, float* out, cudaStream_t s);
+
+/// In-place softmax of each of the R rows of x [R, n] f32 (max-subtracted; a row that is all −inf
+/// becomes all 0, as scoring::softmax_inplace).
+void softmax_rows(float* x, int R, int n, cudaStream_t s);
+
+/// Observation-window importance (scoring::window_importance): out[i] = (1/w) Σ_{j<w} red_g
+/// x[(g·w + j)·ld + i] for i < n, red = max over g (mode 0) or sum over g divided by G (mode 1).
+/// x [G·w, ld] f32, out [n] f32.
+void window_col_reduce(const float* x, int64_t ld, int G, int w, int n, int mode, float* out, cudaStream_t s);
+
+/// scoring::pool1d on the device: stride 1, padding kernel/2, output length n; type 1 = max
+/// (padding never wins), 2 = avg (zero padding, divide by kernel). x, out [n] f32 (distinct).
+void pool1d(const float* x, int n, int kernel, int type, float* out, cudaStream_t s);
+
+/// y[i] = f32(x[i]) for n bf16 values.
+void bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s);
+
+/// Second layer of a policy's head-wise MLP (policy.h HeadMlp) after the SGEMM of the first:
+/// out[r, j] = b2[h] + Σ_k w2[h, k] · act(hid[r, h1, k] + b1[hb, k]) with h = head_sel ≥ 0 ?
+/// head_sel : j (j < out_heads = head_sel ≥ 0 ? 1 : heads), h1 = (shared or head_sel ≥ 0) ? 0 : h
+/// (hid [rows, hid_heads, hidden] f32), hb = shared ? 0 : h. act 0 = SiLU, 1 = GELU (erf).
+void mlp_out(const float* hid, int rows, int hid_heads, int heads, int hidden, const float* b1, const float* w2,
+             const float* b2, bool shared, int head_sel, int act, float* out, cudaStream_t s);
+
 /// H2O column sums: colsum[off[b·Hkv+h] + t] = Σ over the item's rows (token i, group g) with
 /// pos[t] ≤ qpos_i of exp(q·k_t·scale − lse_row). Uses a.qkv, a.lse, page tables and pools of `a`;
 /// len[b·Hkv + h] the head lengths (device), off the output offsets (device), max_len the largest.

@@ -5,6 +5,7 @@
 //   staged in shared memory, each thread scores keys t ≡ tid (mod 256) of the head (page list),
 //   masking keys after the row's position, then block max / sum reductions and normalisation.
 //   Output [R, L] f32 is written completely (masked keys get 0). D ≤ 1024.
+//   With do_softmax = false it stops after writing the scaled, masked (−inf) logits.
 // colsum_k: one thread per cached key t of one (item, kv head) (grid.y); loops over the item's
 //   n·G query rows with the rows' log-sum-exp from the attention kernel: Σ exp(q·k·scale − lse).
 //   O(n·G·D) per key — fine for decode (n = 1) and prefill chunks; only H2O asks for it.
@@ -46,7 +47,7 @@ __device__ float block_reduce(float v, float* red, bool is_max) {
 
 __global__ void window_attention_k(const float* q, const int32_t* qpos, const int32_t* pages, int L, int P,
                                    int D, float scale, const uint16_t* k_pool, const int32_t* pos_pool,
-                                   float* probs) {
+                                   float* probs, bool do_softmax) {
   extern __shared__ float qs[];
   __shared__ float red[32];
   const int r = blockIdx.x;
@@ -67,6 +68,7 @@ __global__ void window_attention_k(const float* q, const int32_t* qpos, const in
     out[t] = s;
     mx = fmaxf(mx, s);
   }
+  if (!do_softmax) return;  // uniform over the block: scaled logits only
   mx = block_reduce(mx, red, true);
   float sum = 0.0f;
   for (int t = threadIdx.x; t < L; t += blockDim.x) {
@@ -146,8 +148,18 @@ void window_attention(const float* q, const int32_t* qpos, int R, const int32_t*
                       cudaStream_t s) {
   if (R == 0 || L == 0) return;
   if (D > 1024) raise_error("CUDA window attention: head_dim above 1024");
-  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, k_pool, pos_pool, probs);
+  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, k_pool, pos_pool, probs,
+                                                      true);
   check_launch("window_attention");
+}
+
+void window_logits(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D,
+                   float scale, const uint16_t* k_pool, const int32_t* pos_pool, float* logits, cudaStream_t s) {
+  if (R == 0 || L == 0) return;
+  if (D > 1024) raise_error("CUDA window logits: head_dim above 1024");
+  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, k_pool, pos_pool, logits,
+                                                      false);
+  check_launch("window_logits");
 }
 
 void attention_colsum(const AttnArgs& a, int num_items, const int32_t* len, const int64_t* off, int max_len,
