@@ -54,6 +54,9 @@ struct PolicyNeeds {
   /// redundancy, WG-KV's post-RoPE key, ForesightKV's [k; v] features). A backend that keeps K/V
   /// on a device mirrors each step's new rows into the host pages only when this is set.
   bool host_kv = false;
+  /// on_layer_step does something. False (the full cache) lets a backend skip the per-layer hook,
+  /// and with it the CUDA backend's per-layer device synchronisation (a pipeline bubble per layer).
+  bool layer_hook = true;
 };
 
 namespace scoring {

@@ -611,7 +611,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
         colsum_h[bh].assign(tmp.begin() + coff[bh], tmp.begin() + coff[bh] + len_h[bh]);
     }
 
-    if (policy) {
+    if (policy && needs.layer_hook) {
       check(cudaStreamSynchronize(stream), "layer");
       const auto tp = clock::now();
       for (int b = 0; b < B; ++b) {
