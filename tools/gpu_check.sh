@@ -10,6 +10,8 @@
 #   1. nvidia-smi and the MANIFEST of what was carried;
 #   2. kvb_cuda_check equiv: CUDA-vs-CPU logits (max relative error <= 2e-2 in bf16) and keep-sets
 #      of the deterministic policies on the engine's random-weight shapes and stories260K;
+#   2b. kvb_cuda_check primitives: the device policy primitives (window scores, head MLPs) against
+#      their host fallbacks on identical inputs inside a CUDA forward pass (max rel err <= 1e-3);
 #   3. kvb_cuda_check bandwidth: the device-copy roofline that bench's GB/s is measured against;
 #   4. kvbench bench --backend cuda on qwen3-4b / qwen3-8b / llama-3.1-8b shapes (random bf16
 #      weights), 32K context, 1,024 generated, batch 1/4/8/32/64, full cache and trimkv at
@@ -56,6 +58,7 @@ step() {  # step NAME COMMAND...: runs, logs to $OUT/NAME.txt, keeps going on fa
 step device nvidia-smi
 cp "$KVB/MANIFEST" "$OUT/MANIFEST" 2>/dev/null || true
 step ldd ldd "$KVB/bin/kvbench"
+step primitives "$KVB/bin/kvb_cuda_check" primitives
 step equiv "$KVB/bin/kvb_cuda_check" equiv
 step bandwidth "$KVB/bin/kvb_cuda_check" bandwidth
 

@@ -18,6 +18,13 @@
 //     Also greedy sampling on the device against kvb::argmax of the host logits, and Engine
 //     generation with device sampling (greedy agreement with the CPU printed; a sampled run must
 //     reproduce itself).
+//   kvb_cuda_check primitives [--shapes a,b,...]
+//     The device policy primitives against their host fallbacks on identical inputs, inside a real
+//     CUDA forward pass (a probe policy; prompt 300 tokens in chunks of 128, then 8 decode steps):
+//     LayerStep::window_scores for every GQA reduction × pooling (vs scoring::window_importance +
+//     pool1d on the host K/V mirror and query ring) and LayerStep::head_mlp in its three modes
+//     (shared hidden on the layer input, per head, one head) vs the host loop. Pass: max |dev −
+//     host| / max |host| ≤ 1e-3 for every call (both are f32 on the same numbers).
 //   kvb_cuda_check bandwidth [--mib N]
 //     The copy-kernel HBM roofline (read + write bytes / time, median of 20).
 // Exit status 0 when every check passes, 1 otherwise; errors as kvb::Error text, status 2.
@@ -31,6 +38,7 @@
 
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/engine.h"
+#include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
 namespace {
@@ -203,6 +211,121 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget) {
   return ok ? 0 : 1;
 }
 
+/// The probe policy of `primitives`: keeps everything, compares device and host primitives.
+class ProbePolicy final : public Policy {
+ public:
+  double worst_scores = 0, worst_mlp = 0;
+  int64_t calls = 0;
+  std::string name() const override { return "probe"; }
+  nlohmann::json resolved_params() const override { return nlohmann::json::object(); }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.window_queries = 8;
+    n.layer_input = true;
+    n.host_kv = true;
+    return n;
+  }
+  void on_layer_step(LayerStep& st) override {
+    if (!st.window_scores || !st.head_mlp) kvb::fail("probe: the backend provides no device primitives");
+    LayerStep host = st;
+    host.window_scores = nullptr;
+    host.head_mlp = nullptr;
+    host.window_attention = nullptr;
+    for (auto gqa : {scoring::Gqa::kMaxLogits, scoring::Gqa::kMax, scoring::Gqa::kMean})
+      for (auto pool : {scoring::Pool::kNone, scoring::Pool::kMax, scoring::Pool::kAvg})
+        for (int h = 0; h < st.num_kv_heads; ++h) {
+          const WindowScoreSpec sp{gqa, pool, 5};
+          int wd = 0, wh = 0;
+          const auto dev = st.window_scores(h, sp, &wd);
+          const auto ref = scoring::window_scores(host, h, sp, &wh);
+          if (wd != wh || dev.size() != ref.size()) kvb::fail("probe: window_scores sizes differ");
+          worst_scores = std::max(worst_scores, rel(dev, ref));
+          ++calls;
+        }
+    // The three head_mlp modes on random weights of the step's shapes.
+    const int Hk = st.num_kv_heads, D = st.head_dim, n = st.n_new;
+    if (shared_.w1.empty()) {
+      std::mt19937 g(3);
+      std::normal_distribution<float> nd(0.f, 0.05f);
+      auto fill = [&](std::vector<float>& v, size_t k) {
+        v.resize(k);
+        for (float& f : v) f = nd(g);
+      };
+      fill(shared_.w1, static_cast<size_t>(32) * st.hidden_size);
+      fill(shared_.b1, 32);
+      fill(shared_.w2, static_cast<size_t>(Hk) * 32);
+      fill(shared_.b2, Hk);
+      fill(head_.w1, static_cast<size_t>(Hk) * 24 * 2 * D);
+      fill(head_.b1, static_cast<size_t>(Hk) * 24);
+      fill(head_.w2, static_cast<size_t>(Hk) * 24);
+      fill(head_.b2, Hk);
+    }
+    HeadMlp a{Hk, st.hidden_size, 32, true, HeadMlp::Act::kSilu, shared_.w1.data(), shared_.b1.data(),
+              shared_.w2.data(), shared_.b2.data()};
+    HeadMlp b{Hk, 2 * D, 24, false, HeadMlp::Act::kGeluErf, head_.w1.data(), head_.b1.data(), head_.w2.data(),
+              head_.b2.data()};
+    std::vector<float> x(static_cast<size_t>(n) * Hk * 2 * D);
+    std::mt19937 g(static_cast<uint32_t>(st.layer * 7919 + st.seq_len));
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (float& f : x) f = nd(g);
+    std::vector<float> od(static_cast<size_t>(n) * Hk), oh(od.size());
+    st.head_mlp(a, nullptr, n, -1, od.data());
+    scoring::head_mlp(host, a, nullptr, n, -1, oh.data());
+    worst_mlp = std::max(worst_mlp, rel(od, oh));
+    st.head_mlp(b, x.data(), n, -1, od.data());
+    scoring::head_mlp(host, b, x.data(), n, -1, oh.data());
+    worst_mlp = std::max(worst_mlp, rel(od, oh));
+    od.resize(n);
+    oh.resize(n);
+    st.head_mlp(b, x.data(), n, Hk - 1, od.data());
+    scoring::head_mlp(host, b, x.data(), n, Hk - 1, oh.data());
+    worst_mlp = std::max(worst_mlp, rel(od, oh));
+    calls += 3;
+  }
+
+ private:
+  static double rel(const std::vector<float>& a, const std::vector<float>& b) {
+    double mx = 0, md = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!std::isfinite(a[i]) && a[i] != b[i]) return INFINITY;
+      if (!std::isfinite(b[i])) continue;
+      mx = std::max(mx, std::fabs(static_cast<double>(b[i])));
+      md = std::max(md, std::fabs(static_cast<double>(a[i]) - b[i]));
+    }
+    return mx > 1e-6 ? md / mx : md;
+  }
+  struct W {
+    std::vector<float> w1, b1, w2, b2;
+  } shared_, head_;
+};
+
+int primitives(const std::vector<std::string>& shapes) {
+  bool ok = true;
+  for (const auto& shape : shapes) {
+    const ModelConfig cfg = model_shape(shape);
+    auto m = Model::random(cfg, 7, WeightFormat::kBF16);
+    std::mt19937 rng(13);
+    std::uniform_int_distribution<int32_t> tokd(0, static_cast<int32_t>(cfg.vocab_size) - 1);
+    std::vector<int32_t> prompt(300), forced(8);
+    for (auto& t : prompt) t = tokd(rng);
+    for (auto& t : forced) t = tokd(rng);
+    EngineOptions eo;
+    eo.backend = "cuda";
+    eo.prefill_chunk = 128;
+    auto probe = std::make_unique<ProbePolicy>();
+    ProbePolicy* p = probe.get();
+    Engine e(m, eo, std::move(probe));
+    e.score(prompt, forced);
+    const bool pass = p->calls > 0 && p->worst_scores <= 1e-3 && p->worst_mlp <= 1e-3;
+    ok = ok && pass;
+    std::printf("%-14s primitives: %lld calls, window_scores max rel err %.3e, head_mlp max rel err %.3e  %s\n",
+                shape.c_str(), static_cast<long long>(p->calls), p->worst_scores, p->worst_mlp, pass ? "ok" : "FAIL");
+    std::fflush(stdout);
+  }
+  std::printf("primitives: %s\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
+
 int bandwidth(size_t mib) {
   const ModelConfig cfg = model_shape("stories260k");
   auto m = Model::random(cfg, 1, WeightFormat::kBF16);
@@ -222,7 +345,7 @@ int bandwidth(size_t mib) {
 int main(int argc, char** argv) {
   try {
     if (argc < 2) {
-      std::fprintf(stderr, "usage: kvb_cuda_check equiv [--shapes a,b] [--budget N] | bandwidth [--mib N]\n");
+      std::fprintf(stderr, "usage: kvb_cuda_check equiv [--shapes a,b] [--budget N] | primitives [--shapes a,b] | bandwidth [--mib N]\n");
       return 2;
     }
     const std::string cmd = argv[1];
@@ -240,7 +363,8 @@ int main(int argc, char** argv) {
     if (!kvb::cuda_device_available(&why)) kvb::fail("{}", why);
     if (cmd == "equiv") return equiv(shapes, budget);
     if (cmd == "bandwidth") return bandwidth(mib);
-    kvb::fail("kvb_cuda_check: unknown command '{}' (equiv | bandwidth)", cmd);
+    if (cmd == "primitives") return primitives(shapes);
+    kvb::fail("kvb_cuda_check: unknown command '{}' (equiv | primitives | bandwidth)", cmd);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvb_cuda_check: %s\n", e.what());
     return 2;
