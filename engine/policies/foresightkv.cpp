@@ -146,15 +146,8 @@ class ForesightKVPolicy : public ScheduledPolicy {
       std::copy_n(step.cache->value(step.seq, step.layer, h, i), D, xr + D);
       std::copy_n(&feat[static_cast<size_t>(i) * nf], nf, xr + 2 * D);
     }
-    HeadMlp mlp;
-    mlp.heads = step.num_kv_heads;
-    mlp.in = in;
-    mlp.hidden = sc.H;
-    mlp.act = HeadMlp::Act::kGeluErf;
-    mlp.w1 = sc.w1t.data();
-    mlp.b1 = sc.b1.data();
-    mlp.w2 = sc.w2.data();
-    mlp.b2 = sc.b2.data();
+    const HeadMlp mlp{step.num_kv_heads, in, sc.H, /*shared_hidden=*/false, HeadMlp::Act::kGeluErf,
+                      sc.w1t.data(), sc.b1.data(), sc.w2.data(), sc.b2.data()};
     prio_.assign(L, 0.f);
     if (L > 0) scoring::head_mlp(step, mlp, x.data(), L, h, prio_.data());
     for (int32_t i = 0; i < L; ++i) scores[i] = -prio_[i];

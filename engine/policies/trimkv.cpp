@@ -116,16 +116,9 @@ class TrimKVPolicy : public ScheduledPolicy {
     if (!step.layer_input && !step.head_mlp) fail("policy 'trimkv': LayerStep::layer_input is not set");
     const Gate& g = gate(step);
     const int Hk = step.num_kv_heads;
-    HeadMlp mlp;
-    mlp.heads = Hk;
-    mlp.in = step.hidden_size;
-    mlp.hidden = g.I;
-    mlp.shared_hidden = true;
-    mlp.act = HeadMlp::Act::kSilu;  // φ = the base model's hidden_act
-    mlp.w1 = g.w1.data();
-    mlp.b1 = g.b1.data();
-    mlp.w2 = g.w2.data();
-    mlp.b2 = g.b.data();
+    // φ = SiLU, the base model's hidden_act; one hidden layer shared by the heads.
+    const HeadMlp mlp{Hk, step.hidden_size, g.I, /*shared_hidden=*/true, HeadMlp::Act::kSilu,
+                      g.w1.data(), g.b1.data(), g.w2.data(), g.b.data()};
     std::vector<float> z(static_cast<size_t>(step.n_new) * Hk);
     scoring::head_mlp(step, mlp, nullptr, step.n_new, -1, z.data());
     for (int t = 0; t < step.n_new; ++t) {

@@ -114,15 +114,8 @@ class WGKVPolicy : public Policy {
         rms(step.cache->key(step.seq, step.layer, h, idx), g.post.data(), D, xr + D);
       }
     }
-    HeadMlp mlp;
-    mlp.heads = Hk;
-    mlp.in = 2 * D;
-    mlp.hidden = g.I;
-    mlp.act = HeadMlp::Act::kGeluErf;
-    mlp.w1 = g.w1.data();
-    mlp.b1 = g.b1.data();
-    mlp.w2 = g.w2.data();
-    mlp.b2 = g.b2.data();
+    const HeadMlp mlp{Hk, 2 * D, g.I, /*shared_hidden=*/false, HeadMlp::Act::kGeluErf,
+                      g.w1.data(), g.b1.data(), g.w2.data(), g.b2.data()};
     scoring::head_mlp(step, mlp, x.data(), n, -1, z.data());
     for (int h = 0; h < Hk; ++h) {
       const int32_t L = step.cache->length(step.seq, step.layer, h);

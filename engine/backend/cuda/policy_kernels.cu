@@ -15,6 +15,7 @@
 
 #include <cfloat>
 
+#include "engine/backend/cuda/block_reduce.cuh"
 #include "engine/backend/cuda/kernels.h"
 
 namespace kvb::cuda {
@@ -22,28 +23,6 @@ namespace kvb::cuda {
 namespace {
 
 __device__ __forceinline__ float bf(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-
-__device__ float block_reduce(float v, float* red, bool is_max) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? fmaxf(v, w) : v + w;
-  }
-  const int wi = threadIdx.x / 32, l = threadIdx.x % 32;
-  __syncthreads();
-  if (l == 0) red[wi] = v;
-  __syncthreads();
-  const int nw = (blockDim.x + 31) / 32;
-  if (wi == 0) {
-    v = l < nw ? red[l] : (is_max ? -INFINITY : 0.0f);
-    for (int o = 16; o > 0; o >>= 1) {
-      const float w = __shfl_xor_sync(0xffffffffu, v, o);
-      v = is_max ? fmaxf(v, w) : v + w;
-    }
-    if (l == 0) red[0] = v;
-  }
-  __syncthreads();
-  return red[0];
-}
 
 __global__ void window_attention_k(const float* q, const int32_t* qpos, const int32_t* pages, int L, int P,
                                    int D, float scale, const uint16_t* k_pool, const int32_t* pos_pool,

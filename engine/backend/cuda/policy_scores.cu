@@ -12,6 +12,7 @@
 
 #include <cfloat>
 
+#include "engine/backend/cuda/block_reduce.cuh"
 #include "engine/backend/cuda/kernels.h"
 
 namespace kvb::cuda {
@@ -27,34 +28,12 @@ __global__ void gqa_max_rows_k(const float* x, int G, int w, int L, int n, float
   out[idx] = m;
 }
 
-__device__ float reduce_block(float v, float* red, bool is_max) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float u = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? fmaxf(v, u) : v + u;
-  }
-  const int wi = threadIdx.x / 32, l = threadIdx.x % 32;
-  __syncthreads();
-  if (l == 0) red[wi] = v;
-  __syncthreads();
-  const int nw = (blockDim.x + 31) / 32;
-  if (wi == 0) {
-    v = l < nw ? red[l] : (is_max ? -INFINITY : 0.0f);
-    for (int o = 16; o > 0; o >>= 1) {
-      const float u = __shfl_xor_sync(0xffffffffu, v, o);
-      v = is_max ? fmaxf(v, u) : v + u;
-    }
-    if (l == 0) red[0] = v;
-  }
-  __syncthreads();
-  return red[0];
-}
-
 __global__ void softmax_rows_k(float* x, int n) {
   __shared__ float red[32];
   float* row = x + static_cast<int64_t>(blockIdx.x) * n;
   float mx = -INFINITY;
   for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, row[i]);
-  mx = reduce_block(mx, red, true);
+  mx = block_reduce(mx, red, true);
   if (mx == -INFINITY) {  // fully masked row: all zero (scoring::softmax_inplace)
     for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = 0.0f;
     return;
@@ -65,7 +44,7 @@ __global__ void softmax_rows_k(float* x, int n) {
     row[i] = e;
     sum += e;
   }
-  sum = reduce_block(sum, red, false);
+  sum = block_reduce(sum, red, false);
   const float inv = 1.0f / sum;
   for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] *= inv;
 }

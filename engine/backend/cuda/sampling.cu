@@ -10,6 +10,7 @@
 #include <cfloat>
 #include <climits>
 
+#include "engine/backend/cuda/block_reduce.cuh"
 #include "engine/backend/cuda/kernels.h"
 
 namespace kvb::cuda {
@@ -17,27 +18,6 @@ namespace kvb::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
-
-__device__ float reduce(float v, float* red, bool is_max) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? fmaxf(v, w) : v + w;
-  }
-  const int wi = threadIdx.x / 32, l = threadIdx.x % 32;
-  __syncthreads();
-  if (l == 0) red[wi] = v;
-  __syncthreads();
-  if (wi == 0) {
-    v = red[l];
-    for (int o = 16; o > 0; o >>= 1) {
-      const float w = __shfl_xor_sync(0xffffffffu, v, o);
-      v = is_max ? fmaxf(v, w) : v + w;
-    }
-    if (l == 0) red[0] = v;
-  }
-  __syncthreads();
-  return red[0];
-}
 
 __global__ void __launch_bounds__(kThreads) sample_k(const float* logits, int V, const float* temperature,
                                                      const float* top_p, const float* u, int32_t* out) {
@@ -67,10 +47,10 @@ __global__ void __launch_bounds__(kThreads) sample_k(const float* logits, int V,
   const float inv_t = 1.0f / temp;
   float mx = -INFINITY;
   for (int i = tid; i < V; i += kThreads) mx = fmaxf(mx, x[i] * inv_t);
-  mx = reduce(mx, red, true);
+  mx = block_reduce(mx, red, true);
   float z = 0.0f;
   for (int i = tid; i < V; i += kThreads) z += expf(x[i] * inv_t - mx);
-  z = reduce(z, red, false);
+  z = block_reduce(z, red, false);
   const float inv_z = 1.0f / z;
   const float tp = top_p[r];
   float tau = 0.0f;
@@ -83,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) sample_k(const float* logits, int V,
         const float p = expf(x[i] * inv_t - mx) * inv_z;
         if (p >= mid) mass += p;
       }
-      mass = reduce(mass, red, false);
+      mass = block_reduce(mass, red, false);
       if (mass >= tp) lo = mid; else hi = mid;
     }
     tau = lo;
