@@ -12,6 +12,8 @@
 #      of the deterministic policies on the engine's random-weight shapes and stories260K;
 #   2b. kvb_cuda_check primitives: the device policy primitives (window scores, head MLPs) against
 #      their host fallbacks on identical inputs inside a CUDA forward pass (max rel err <= 1e-3);
+#   2c. kvb_cuda_check graphs: decode steps as CUDA graphs against the same steps launched
+#      directly (batch changes, page-table growth, a sequence leaving, a rollback);
 #   3. kvb_cuda_check bandwidth: the device-copy roofline that bench's GB/s is measured against;
 #   4. kvbench bench --backend cuda on qwen3-4b / qwen3-8b / llama-3.1-8b shapes (random bf16
 #      weights), 32K context, 1,024 generated, batch 1/4/8/32/64, full cache and trimkv at
@@ -60,6 +62,7 @@ cp "$KVB/MANIFEST" "$OUT/MANIFEST" 2>/dev/null || true
 step ldd ldd "$KVB/bin/kvbench"
 step primitives "$KVB/bin/kvb_cuda_check" primitives
 step equiv "$KVB/bin/kvb_cuda_check" equiv
+step graphs "$KVB/bin/kvb_cuda_check" graphs
 step bandwidth "$KVB/bin/kvb_cuda_check" bandwidth
 
 shapes="${GPU_CHECK_SHAPES:-qwen3-4b qwen3-8b llama-3.1-8b}"

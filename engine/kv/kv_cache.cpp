@@ -38,6 +38,7 @@ void KVCache::remove_sequence(SeqId seq) {
   if (!has_sequence(seq)) fail("KV cache: unknown sequence {}", seq);
   Sequence& s = seqs_[seq];
   for (Head& h : s.heads) {
+    if (!h.pages.empty()) ++shrinks_;
     for (int32_t p : h.pages) free_page(s, p);
     h.pages.clear();
     h.len = 0;
@@ -177,6 +178,7 @@ int32_t KVCache::compact(SeqId seq, int layer, int h, std::span<const int32_t> k
   }
   const int32_t evicted = hd.len - n;
   const size_t need_pages = (static_cast<size_t>(n) + P - 1) / P;
+  if (hd.pages.size() > need_pages) ++shrinks_;
   while (hd.pages.size() > need_pages) {
     free_page(s, hd.pages.back());
     hd.pages.pop_back();
@@ -202,6 +204,7 @@ int64_t KVCache::truncate_from(SeqId seq, int32_t pos) {
       }
       const int32_t n = lo;
       const size_t need_pages = (static_cast<size_t>(n) + P - 1) / P;
+      if (hd.pages.size() > need_pages) ++shrinks_;
       while (hd.pages.size() > need_pages) {
         free_page(s, hd.pages.back());
         hd.pages.pop_back();

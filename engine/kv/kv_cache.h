@@ -111,6 +111,11 @@ class KVCache {
   int64_t pages_allocated() const;
   /// Total tokens evicted from `seq` by compact().
   int64_t evictions(SeqId seq) const;
+  /// How many times a page list lost pages (compact(), truncate_from() or remove_sequence()
+  /// freeing at least one page). Page lists otherwise only grow at their tail, so a mirror of
+  /// them (the CUDA backend's device-resident page tables) that sees this counter unchanged
+  /// only needs to copy the entries past what it already holds.
+  uint64_t page_list_shrinks() const { return shrinks_; }
 
  private:
   struct Head {
@@ -137,6 +142,7 @@ class KVCache {
   std::vector<std::unique_ptr<float[]>> chunks_;
   std::vector<int32_t> free_;
   int64_t allocated_ = 0, in_use_ = 0, peak_in_use_ = 0;
+  uint64_t shrinks_ = 0;
   std::vector<Sequence> seqs_;
 };
 

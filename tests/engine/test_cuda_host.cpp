@@ -12,6 +12,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/plan.h"
+#include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/util/error.h"
 
@@ -196,6 +197,117 @@ TEST(CudaCompaction, PairsReproduceKVCacheCompact) {
     for (int32_t j = 0; j < L; ++j)
       EXPECT_EQ(pool.at(cuda::key_slot(cache.pages(b, 0, 1), j, kc.page_size)), 1000.0f + j);
   }
+}
+
+// A decode CUDA graph launches attention_bound() blocks and lets surplus ones exit: the bound must
+// hold for every plan, whatever the lengths, batch, GQA ratio and device size.
+TEST(CudaPlan, AttentionBoundCoversEveryPlan) {
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int Hkv = 1 + static_cast<int>(rng() % 8), G = 1 + static_cast<int>(rng() % 20);
+    const int B = 1 + static_cast<int>(rng() % 70);
+    std::vector<int32_t> n(B), len(static_cast<size_t>(B) * Hkv);
+    for (int b = 0; b < B; ++b) {
+      n[b] = trial % 4 == 0 ? 1 + static_cast<int32_t>(rng() % 40) : 1;
+      const int32_t spread = trial % 2 ? 40000 : 300;
+      for (int h = 0; h < Hkv; ++h) len[b * Hkv + h] = n[b] + static_cast<int32_t>(rng() % spread);
+    }
+    const int64_t target = 1 + static_cast<int64_t>(rng() % 1200);
+    const AttnPlan p = cuda::plan_attention(n, len, Hkv, G, target);
+    const cuda::AttnBound bound = cuda::attention_bound(n, Hkv, G, target);
+    ASSERT_LE(static_cast<int64_t>(p.units.size()), bound.units) << "trial " << trial;
+    ASSERT_LE(static_cast<int64_t>(p.num_parts), bound.units);
+    ASSERT_LE(static_cast<int64_t>(p.groups.size()), bound.groups);
+    // the bound takes no lengths: the same batch shape with other lengths stays within it too
+    std::vector<int32_t> other(len.size());
+    for (size_t i = 0; i < other.size(); ++i) other[i] = n[i / Hkv] + static_cast<int32_t>(rng() % 100000);
+    EXPECT_LE(static_cast<int64_t>(cuda::plan_attention(n, other, Hkv, G, target).units.size()), bound.units);
+  }
+  std::vector<int32_t> bad{0};
+  EXPECT_THROW(cuda::attention_bound(bad, 1, 1, 4), Error);
+  EXPECT_THROW(cuda::attention_bound(std::vector<int32_t>{1}, 0, 1, 4), Error);
+}
+
+// The device-resident page tables: a "device" array updated only through what the store hands out
+// (its writes, or its whole image after a growth) must equal the KVCache's page lists after every
+// step of a random workload of appends, the backend's own compactions (reported with shrunk()),
+// rollbacks behind the store's back (truncate_from, seen via page_list_shrinks) and sequences
+// coming and going, while a steady decode step copies only the new pages.
+TEST(CudaPageTables, DeviceImageTracksTheKVCache) {
+  std::mt19937 rng(5);
+  KVCacheConfig kc;
+  kc.num_layers = 3;
+  kc.num_kv_heads = 2;
+  kc.head_dim = 2;
+  kc.page_size = 4;
+  KVCache cache(kc);
+  cuda::PageTableStore store(kc.num_layers, kc.num_kv_heads);
+  std::vector<int32_t> device;
+  std::vector<SeqId> live;
+  uint64_t seen = cache.page_list_shrinks();
+  const float z[2] = {0, 0};
+  int64_t steady_writes = 0, steady_steps = 0;
+  for (int step = 0; step < 400; ++step) {
+    if (live.size() < 2 || rng() % 40 == 0) live.push_back(cache.add_sequence());
+    if (live.size() > 3 && rng() % 30 == 0) {
+      const size_t i = rng() % live.size();
+      cache.remove_sequence(live[i]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    if (rng() % 50 == 0) cache.truncate_from(live[rng() % live.size()], static_cast<int32_t>(rng() % 20));
+    // what the backend does at the start of a forward
+    store.release_if([&](int32_t s) { return !cache.has_sequence(s); });
+    if (cache.page_list_shrinks() != seen) {
+      store.invalidate();
+      seen = cache.page_list_shrinks();
+    }
+    std::vector<int64_t> writes;
+    bool compacted = false;
+    for (SeqId s : live)
+      for (int l = 0; l < kc.num_layers; ++l)
+        for (int h = 0; h < kc.num_kv_heads; ++h) {
+          cache.append(s, l, h, z, z, 1000 + step);
+          // the layer's attention syncs the lists first; a policy hook may then compact the head
+          store.sync(s, l, h, cache.pages(s, l, h), writes);
+          if (rng() % 25 == 0) {  // a policy's keep-set, applied by the backend
+            std::vector<int32_t> keep;
+            for (int32_t i = 0; i < cache.length(s, l, h); ++i)
+              if (rng() % 2) keep.push_back(i);
+            const uint64_t before = cache.page_list_shrinks();
+            cache.compact(s, l, h, keep);
+            if (before == seen) seen = cache.page_list_shrinks();
+            store.shrunk(s, l, h, cache.pages(s, l, h).size());
+            compacted = true;
+          }
+        }
+    if (store.take_grew()) {
+      device = store.image();
+    } else {
+      ASSERT_EQ(writes.size() % 2, 0u);
+      for (size_t i = 0; i < writes.size(); i += 2) device.at(static_cast<size_t>(writes[i])) = static_cast<int32_t>(writes[i + 1]);
+      if (!compacted && step > 50) {
+        steady_writes += static_cast<int64_t>(writes.size() / 2);
+        ++steady_steps;
+      }
+    }
+    for (SeqId s : live)
+      for (int l = 0; l < kc.num_layers; ++l)
+        for (int h = 0; h < kc.num_kv_heads; ++h) {
+          const auto& pg = cache.pages(s, l, h);
+          const int32_t off = store.offset(s, l, h);
+          ASSERT_LE(static_cast<int64_t>(pg.size()), store.capacity());
+          for (size_t i = 0; i < pg.size(); ++i)
+            ASSERT_EQ(device.at(off + i), pg[i]) << "step " << step << " seq " << s << " layer " << l << " head " << h;
+        }
+  }
+  // a decode step crosses a page boundary once every page_size tokens per head: the writes per
+  // step stay near live heads / page_size, nowhere near a full re-upload of every list
+  ASSERT_GT(steady_steps, 0);
+  EXPECT_LT(static_cast<double>(steady_writes) / steady_steps, 4.0 * 3 * kc.num_layers * kc.num_kv_heads / kc.page_size + 4);
+  EXPECT_THROW(store.offset(999999, 0, 0), Error);
+  std::vector<int64_t> w;
+  EXPECT_THROW(store.sync(live[0], 3, 0, cache.pages(live[0], 0, 0), w), Error);
+  EXPECT_THROW(cuda::PageTableStore(0, 1), Error);
 }
 
 TEST(CudaCompaction, RejectsBadKeepSets) {

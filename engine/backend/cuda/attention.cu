@@ -11,7 +11,8 @@
 // an online softmax (running max m, sum l, f32 accumulator of D/32 dims per lane), and P·V reads V
 // rows with consecutive lanes on consecutive elements. Unsplit units normalise and write bf16
 // output (and the row's log-sum-exp when asked, for H2O column sums); split units write (m, l, o)
-// partials that combine_k merges (flash-decoding).
+// partials that combine_k merges (flash-decoding). With AttnArgs::counts set (CUDA-graph launches),
+// the grids are capacities and blocks past the device-side counts return before any work.
 //
 // Limits: D % 8 == 0 and D ≤ 256 (DPL = ⌈D/32⌉ ∈ {1, 2, 4, 8} registers per row per lane);
 // shared memory 64·D + 256·(D/2 + 1) + 128·D + 256 bytes (41.5 KB at D = 128, 80.5 KB at 256).
@@ -72,6 +73,7 @@ __global__ void __launch_bounds__(kThreads) attn_k(AttnArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int D = a.D, G = a.G;
   const int KSw = D / 2 + 1;  // odd: conflict-free column reads across rows
+  if (a.counts && static_cast<int>(blockIdx.x) >= a.counts[0]) return;  // graph grid: surplus block
   const AttnUnit u = a.units[blockIdx.x];
   const AttnItem it = a.items[u.item];
   float* q_s = reinterpret_cast<float*>(smem);
@@ -208,6 +210,7 @@ __global__ void __launch_bounds__(kThreads) attn_k(AttnArgs a) {
 // Merges the partials of one split chunk: o = Σ_s e^{m_s − M} o_s / Σ_s e^{m_s − M} l_s.
 template <int DPL>
 __global__ void __launch_bounds__(kThreads) combine_k(AttnArgs a) {
+  if (a.counts && static_cast<int>(blockIdx.x) >= a.counts[1]) return;  // graph grid: surplus block
   const AttnGroup gr = a.groups[blockIdx.x];
   const AttnUnit u = a.units[gr.first];
   const AttnItem it = a.items[u.item];

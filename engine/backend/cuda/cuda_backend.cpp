@@ -3,7 +3,13 @@
 //   → device kv_append → [query history] → attention plan (plan.h) + paged attention → policy hook
 //   (host; signals copied on demand; keep-sets compacted on host and device) → Wo GEMM accumulated
 //   into the residual (β = 1) → rmsnorm → fused gate|up GEMM → SiLU·mul → down GEMM (β = 1).
-// Then the policy's step-end hook, the final norm of the rows that want logits and the LM head.
+// Then the final norm of the rows that want logits, the LM head and the policy's step-end hook.
+// Page tables live on the device (plan.h PageTableStore): a step uploads only new page ids.
+// Decode steps with no per-layer host work (full cache, or any policy that declares no per-layer
+// hook, mirror, query history or signals) run as one CUDA graph per batch shape: all host work
+// (appends, page tables, attention plans) is done first, its results go up in one metadata block,
+// and the attention grids are capacities (plan.h attention_bound) with the real unit counts read
+// on the device, so one capture is replayed until a buffer moves or the batch changes.
 #include "engine/backend/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
@@ -12,6 +18,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -126,7 +134,7 @@ struct CudaBackend::Impl {
   // Activations (grown to the step's T).
   DevBuf<float> x, qkv, gu, kpre, lse, logits, part_o, part_ml, colsum, win_q, win_p;
   DevBuf<uint16_t> xn, att, act, scratch_kv;
-  DevBuf<int32_t> tok, pos, pages, pt_off, win_qpos, win_pages, scratch_pos, head_len, sample_out;
+  DevBuf<int32_t> tok, pos, pt_off, win_qpos, win_pages, scratch_pos, head_len, sample_out;
   DevBuf<int64_t> dst_slot, csrc, cdst, colsum_off;
   DevBuf<cuda::AttnItem> items_d;
   DevBuf<cuda::AttnUnit> units_d;
@@ -140,6 +148,25 @@ struct CudaBackend::Impl {
   uint16_t* v_pool = nullptr;
   int32_t* pos_pool = nullptr;
   int64_t pool_pages = 0;
+  // Device-resident page tables (plan.h PageTableStore): the device copy of the store's image,
+  // updated by the store's writes; seen_shrinks tracks KVCache::page_list_shrinks so that lists
+  // shrunk outside this backend (truncate_from, remove_sequence) are re-verified.
+  std::unique_ptr<cuda::PageTableStore> pt_store;
+  DevBuf<int32_t> pt_table;
+  DevBuf<int64_t> pt_writes_d;
+  std::vector<int64_t> pt_writes;
+  uint64_t seen_shrinks = 0;
+  // Decode CUDA graphs: one capture of a whole decode step (every layer, final norm, LM head) per
+  // batch shape and buffer set, replayed while graph_key (every pointer and size the captured
+  // kernels take) is unchanged. Per-step data travel in one metadata upload (meta, from the pinned
+  // meta_host). KVB_CUDA_GRAPHS=0 disables them.
+  bool graphs = true;
+  cudaGraphExec_t graph_exec = nullptr;
+  std::vector<uintptr_t> graph_key;
+  int64_t graph_captures = 0, graph_replays = 0;
+  DevBuf<uint8_t> meta, blas_ws;
+  uint8_t* meta_host = nullptr;
+  size_t meta_host_n = 0;
   int rows_last = 0;  // logit rows of the last forward
   bool defer = false;  // the next forward keeps its logits on the device (Backend::defer_logits)
   // Measurements.
@@ -172,10 +199,18 @@ struct CudaBackend::Impl {
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     check_blas(cublasCreate(&blas), "create");
     check_blas(cublasSetStream(blas, stream), "set stream");
+    // An explicit workspace, so that cuBLAS allocates nothing while a decode graph is captured.
+    blas_ws.grow(size_t(32) << 20, "cuBLAS workspace");
+    check_blas(cublasSetWorkspace(blas, blas_ws.p, blas_ws.n), "set workspace");
+    pt_store = std::make_unique<cuda::PageTableStore>(L, Hkv);
+    seen_shrinks = cache.page_list_shrinks();
+    if (const char* g = std::getenv("KVB_CUDA_GRAPHS")) graphs = std::string(g) != "0";
     upload_weights();
   }
 
   ~Impl() {
+    if (graph_exec) cudaGraphExecDestroy(graph_exec);
+    if (meta_host) cudaFreeHost(meta_host);
     if (k_pool) cudaFree(k_pool);
     if (v_pool) cudaFree(v_pool);
     if (pos_pool) cudaFree(pos_pool);
@@ -294,8 +329,176 @@ struct CudaBackend::Impl {
                   std::vector<int64_t>& dst) {
     const std::vector<int32_t>& pg = cache.pages(seq, layer, h);
     cuda::compaction_pairs(pg, cache.length(seq, layer, h), P, keep, src, dst);
-    return cache.compact(seq, layer, h, keep);
+    const uint64_t before = cache.page_list_shrinks();
+    const int32_t evicted = cache.compact(seq, layer, h, keep);
+    if (before == seen_shrinks) seen_shrinks = cache.page_list_shrinks();  // ours, reported below
+    pt_store->shrunk(seq, layer, h, cache.pages(seq, layer, h).size());
+    return evicted;
   }
+
+  /// Applies the page-table writes collected by pt_store->sync (or uploads the whole image after
+  /// the store re-laid it out) to the device table, in stream order.
+  void flush_pages() {
+    if (pt_store->take_grew()) {
+      pt_table.upload(pt_store->image(), stream, "device page tables");
+    } else if (!pt_writes.empty()) {
+      pt_writes_d.upload(pt_writes, stream, "page table writes");
+      cuda::set_entries(pt_writes_d.p, static_cast<int>(pt_writes.size() / 2), pt_table.p, stream);
+    }
+    pt_writes.clear();
+  }
+
+  /// rmsnorm → fused QKV GEMM (+ bias) → q/k norm + RoPE of layer l for the step's T rows.
+  void qkv_block(int l, int T, const int32_t* pos_d, float* kpre_d) {
+    const DevLayer& w = layers[l];
+    cuda::rmsnorm_bf16(x.p, H, w.attn_norm.p, xn.p, T, H, eps, stream);
+    gemm(xn.p, w.wqkv.p, qkv.p, T, H, QKV, 0.0f);
+    if (w.has_bias) cuda::add_bias(qkv.p, w.bqkv.p, T, QKV, stream);
+    cuda::qk_norm_rope(qkv.p, T, Hq, Hkv, D, pos_d, w.has_qk_norm ? w.q_norm.p : nullptr,
+                       w.has_qk_norm ? w.k_norm.p : nullptr, eps, inv_freq.p, m.rope_attention_scaling(), kpre_d,
+                       stream);
+  }
+
+  /// Wo GEMM accumulated into the residual (β = 1) → rmsnorm → gate|up GEMM → SiLU·mul → down
+  /// GEMM (β = 1) of layer l.
+  void mlp_block(int l, int T) {
+    const DevLayer& w = layers[l];
+    gemm(att.p, w.wo.p, x.p, T, Hq * D, H, 1.0f);
+    cuda::rmsnorm_bf16(x.p, H, w.mlp_norm.p, xn.p, T, H, eps, stream);
+    gemm(xn.p, w.wgu.p, gu.p, T, H, 2 * I, 0.0f);
+    cuda::silu_mul(gu.p, act.p, T, I, stream);
+    gemm(act.p, w.wd.p, x.p, T, I, H, 1.0f);
+  }
+
+  /// Final norm of the given activation rows and the LM head into logits [rows, V] f32.
+  void logits_block(const std::vector<int>& rows) {
+    if (rows.empty()) return;
+    for (size_t r = 0; r < rows.size(); ++r)
+      cuda::rmsnorm_bf16(x.p + static_cast<size_t>(rows[r]) * H, H, final_norm.p, xn.p + r * H, 1, H, eps, stream);
+    gemm(xn.p, lm_head, logits.p, static_cast<int>(rows.size()), H, V, 0.0f);
+  }
+
+  /// Byte offsets of the per-step metadata of a graph decode step in `meta` (16-byte aligned):
+  /// tokens [T] i32, positions [T] i32, attention items [B], per layer {units, groups, ·, ·} i32,
+  /// append slots [L, T·Hkv] i64, page-table offsets [L, B·Hkv] i32, units [L, cap_units],
+  /// groups [L, cap_groups].
+  struct MetaLayout {
+    size_t tok = 0, pos = 0, items = 0, counts = 0, dst = 0, ptoff = 0, units = 0, groups = 0, total = 0;
+    int64_t cap_units = 0, cap_groups = 0;
+  };
+  MetaLayout meta_layout(int B, int T, const cuda::AttnBound& bound) const {
+    MetaLayout ml;
+    size_t o = 0;
+    auto take = [&o](size_t bytes) {
+      const size_t at = o;
+      o = (o + bytes + 15) / 16 * 16;
+      return at;
+    };
+    const size_t Ls = static_cast<size_t>(L);
+    ml.tok = take(static_cast<size_t>(T) * 4);
+    ml.pos = take(static_cast<size_t>(T) * 4);
+    ml.items = take(static_cast<size_t>(B) * sizeof(cuda::AttnItem));
+    ml.counts = take(Ls * 4 * 4);
+    ml.dst = take(Ls * T * Hkv * 8);
+    ml.ptoff = take(Ls * B * Hkv * 4);
+    ml.units = take(Ls * bound.units * sizeof(cuda::AttnUnit));
+    ml.groups = take(Ls * bound.groups * sizeof(cuda::AttnGroup));
+    ml.total = o;
+    ml.cap_units = bound.units;
+    ml.cap_groups = bound.groups;
+    return ml;
+  }
+
+  /// Every kernel of a decode step (one token per item, no per-layer host work) reading its
+  /// per-step data from `meta`: what a decode graph captures, or what runs directly when graphs
+  /// are off after a failed capture.
+  void enqueue_decode(const MetaLayout& ml, int B, const std::vector<int>& rows) {
+    const int T = B;
+    const uint8_t* md = meta.p;
+    const auto* tok_d = reinterpret_cast<const int32_t*>(md + ml.tok);
+    const auto* pos_d = reinterpret_cast<const int32_t*>(md + ml.pos);
+    const auto* counts_d = reinterpret_cast<const int32_t*>(md + ml.counts);
+    const auto* dst_d = reinterpret_cast<const int64_t*>(md + ml.dst);
+    const auto* ptoff_d = reinterpret_cast<const int32_t*>(md + ml.ptoff);
+    const auto* units_d0 = reinterpret_cast<const cuda::AttnUnit*>(md + ml.units);
+    const auto* groups_d0 = reinterpret_cast<const cuda::AttnGroup*>(md + ml.groups);
+    cuda::embed(tok_d, embed.p, x.p, T, H, stream);
+    for (int l = 0; l < L; ++l) {
+      qkv_block(l, T, pos_d, nullptr);
+      cuda::kv_append(qkv.p, T, Hq, Hkv, D, dst_d + static_cast<size_t>(l) * T * Hkv, pos_d, k_pool, v_pool, pos_pool,
+                      stream);
+      cuda::AttnArgs aa = attn_args();
+      aa.items = reinterpret_cast<const cuda::AttnItem*>(md + ml.items);
+      aa.units = units_d0 + static_cast<size_t>(l) * ml.cap_units;
+      aa.num_units = static_cast<int>(ml.cap_units);
+      aa.groups = groups_d0 + static_cast<size_t>(l) * ml.cap_groups;
+      aa.num_groups = static_cast<int>(ml.cap_groups);
+      aa.counts = counts_d + 4 * l;
+      aa.pt_off = ptoff_d + static_cast<size_t>(l) * B * Hkv;
+      cuda::attention(aa, stream);
+      mlp_block(l, T);
+    }
+    logits_block(rows);
+  }
+
+  /// The fields of an attention launch that do not depend on the step's plan.
+  cuda::AttnArgs attn_args() const {
+    cuda::AttnArgs aa;
+    aa.qkv = qkv.p;
+    aa.q_stride = QKV;
+    aa.Hq = Hq;
+    aa.Hkv = Hkv;
+    aa.D = D;
+    aa.G = G;
+    aa.P = P;
+    aa.scale = scale;
+    aa.pages = pt_table.p;
+    aa.k_pool = k_pool;
+    aa.v_pool = v_pool;
+    aa.pos_pool = pos_pool;
+    aa.out = att.p;
+    aa.part_o = part_o.p;
+    aa.part_ml = part_ml.p;
+    return aa;
+  }
+
+  /// Captures enqueue_decode into graph_exec. On failure (a CUDA or cuBLAS call that capture does
+  /// not support) graphs are switched off for this backend with one line on stderr, and false is
+  /// returned: the caller then runs the same kernels directly.
+  bool capture_decode(const MetaLayout& ml, int B, const std::vector<int>& rows) {
+    if (graph_exec) {
+      cudaGraphExecDestroy(graph_exec);
+      graph_exec = nullptr;
+    }
+    graph_key.clear();
+    cudaGraph_t g = nullptr;
+    try {
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin decode graph capture");
+      try {
+        enqueue_decode(ml, B, rows);
+      } catch (...) {
+        cudaStreamEndCapture(stream, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      check(cudaStreamEndCapture(stream, &g), "end decode graph capture");
+      const cudaError_t e = cudaGraphInstantiate(&graph_exec, g, 0);
+      cudaGraphDestroy(g);
+      check(e, "instantiate decode graph");
+      ++graph_captures;
+      return true;
+    } catch (const Error& e) {
+      cudaGetLastError();
+      graph_exec = nullptr;
+      graphs = false;
+      std::fprintf(stderr, "kvbench: CUDA graphs switched off (%s); decode steps launch their kernels directly\n",
+                   e.what());
+      return false;
+    }
+  }
+
+  void decode_graph(std::span<ForwardItem> items, const std::vector<int32_t>& toks, const std::vector<int32_t>& poss,
+                    const std::vector<int>& rows, double& kv_read_bytes);
   void flush_compaction(std::vector<int64_t>& src, std::vector<int64_t>& dst) {
     if (src.empty()) return;
     const int n = static_cast<int>(src.size());
@@ -310,6 +513,16 @@ struct CudaBackend::Impl {
   }
 
   void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& out_logits, ForwardStats* stats);
+
+  /// True when the step can run as one decode graph: every item decodes one token and the policy
+  /// (if any) needs nothing between layers (no per-layer hook, host K/V mirror, query history,
+  /// pre-RoPE keys or column sums).
+  static bool graph_eligible(const Policy* policy, const PolicyNeeds& needs, bool decode) {
+    if (!decode) return false;
+    if (!policy) return true;
+    return !needs.layer_hook && !needs.host_kv && needs.window_queries == 0 && !needs.keys_pre_rope &&
+           !needs.attention_colsum && !needs.layer_input;
+  }
 
   /// The device copy of `m` (uploaded on first use; see DevMlp).
   const DevMlp& device_mlp(const HeadMlp& m) {
@@ -468,254 +681,248 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   act.grow(static_cast<size_t>(T) * I, "activations");
   if (needs.keys_pre_rope) kpre.grow(static_cast<size_t>(T) * Hkv * D, "activations");
   if (needs.attention_colsum) lse.grow(static_cast<size_t>(T) * Hq, "activations");
-  tok.upload(toks, stream, "tokens");
-  pos.upload(poss, stream, "positions");
-  cuda::embed(tok.p, embed.p, x.p, T, H, stream);
-
-  std::vector<cuda::AttnItem> hitems(B);
+  std::vector<int> rows;  // activation rows whose logits are wanted
   for (int b = 0; b < B; ++b)
-    hitems[b] = {row0[b], items[b].n, static_cast<int32_t>(items[b].start_pos), 0};
-  items_d.upload(hitems, stream, "attention items");
+    if (items[b].want_logits) rows.push_back(row0[b + 1] - 1);
+  if (!rows.empty()) logits.grow(rows.size() * static_cast<size_t>(V), "logits");
 
-  const std::vector<float> zeros(D, 0.0f);
-  std::vector<float> kv_host, tmp;
-  std::vector<int64_t> dst_h(static_cast<size_t>(T) * Hkv), csrc_h, cdst_h;
-  std::vector<int32_t> len_h(static_cast<size_t>(B) * Hkv), off_h(static_cast<size_t>(B) * Hkv), pages_h;
-  double kv_read_bytes = 0;
-
-  for (int l = 0; l < L; ++l) {
-    const DevLayer& w = layers[l];
-    cuda::rmsnorm_bf16(x.p, H, w.attn_norm.p, xn.p, T, H, eps, stream);
-    gemm(xn.p, w.wqkv.p, qkv.p, T, H, QKV, 0.0f);
-    if (w.has_bias) cuda::add_bias(qkv.p, w.bqkv.p, T, QKV, stream);
-    cuda::qk_norm_rope(qkv.p, T, Hq, Hkv, D, pos.p, w.has_qk_norm ? w.q_norm.p : nullptr,
-                       w.has_qk_norm ? w.k_norm.p : nullptr, eps, inv_freq.p, m.rope_attention_scaling(),
-                       needs.keys_pre_rope ? kpre.p : nullptr, stream);
-    // Host metadata append (and the K/V mirror for policies that read cached keys).
-    if (mirror) {
-      kv_host.resize(static_cast<size_t>(T) * 2 * Hkv * D);
-      check(cudaMemcpy2DAsync(kv_host.data(), 2 * Hkv * D * sizeof(float), qkv.p + static_cast<size_t>(Hq) * D,
-                              QKV * sizeof(float), 2 * Hkv * D * sizeof(float), T, cudaMemcpyDeviceToHost, stream),
-            "copy new K/V to host");
-      check(cudaStreamSynchronize(stream), "copy new K/V to host");
-      for (float& f : kv_host) f = bf16_round(f);
-    }
-    for (int b = 0; b < B; ++b)
-      for (int i = 0; i < items[b].n; ++i) {
-        const int t = row0[b] + i;
-        for (int h = 0; h < Hkv; ++h) {
-          const float* kk = mirror ? &kv_host[(static_cast<size_t>(t) * 2 * Hkv + h) * D] : zeros.data();
-          const float* vv = mirror ? &kv_host[(static_cast<size_t>(t) * 2 * Hkv + Hkv + h) * D] : zeros.data();
-          const int32_t idx = cache.append(items[b].seq, l, h, kk, vv, poss[t]);
-          dst_h[static_cast<size_t>(t) * Hkv + h] = cuda::key_slot(cache.pages(items[b].seq, l, h), idx, P);
-        }
-      }
-    ensure_pool();
-    dst_slot.upload(dst_h, stream, "append slots");
-    cuda::kv_append(qkv.p, T, Hq, Hkv, D, dst_slot.p, pos.p, k_pool, v_pool, pos_pool, stream);
-
-    // Query history (host ring, as the CPU backend) for window-attention policies.
-    if (needs.window_queries > 0) {
-      for (int b = 0; b < B; ++b) {
-        QueryHistory* qh = items[b].history;
-        if (!qh) fail("forward: policy '{}' needs a query history for sequence {}", policy->name(), items[b].seq);
-        if (qh->q.empty()) {
-          qh->window = needs.window_queries;
-          qh->q.assign(L, std::vector<float>(static_cast<size_t>(qh->window) * Hq * D));
-          qh->pos.assign(L, std::vector<int32_t>(qh->window));
-          qh->head.assign(L, 0);
-          qh->count.assign(L, 0);
-        }
-        const int first = std::max(0, items[b].n - qh->window);
-        const int cnt = items[b].n - first;
-        tmp.resize(static_cast<size_t>(cnt) * Hq * D);
-        check(cudaMemcpy2DAsync(tmp.data(), Hq * D * sizeof(float), qkv.p + static_cast<size_t>(row0[b] + first) * QKV,
-                                QKV * sizeof(float), Hq * D * sizeof(float), cnt, cudaMemcpyDeviceToHost, stream),
-              "copy queries to host");
-        check(cudaStreamSynchronize(stream), "copy queries to host");
-        for (int i = first; i < items[b].n; ++i) {
-          int& slot = qh->head[l];
-          std::memcpy(&qh->q[l][static_cast<size_t>(slot) * Hq * D], &tmp[static_cast<size_t>(i - first) * Hq * D],
-                      sizeof(float) * Hq * D);
-          qh->pos[l][slot] = static_cast<int32_t>(items[b].start_pos + i);
-          slot = (slot + 1) % qh->window;
-        }
-        qh->count[l] = std::min(qh->window, qh->count[l] + cnt);
-      }
-    }
-
-    // Attention over the paged pool.
-    pages_h.clear();
-    int max_len = 0;
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < Hkv; ++h) {
-        const size_t bh = static_cast<size_t>(b) * Hkv + h;
-        len_h[bh] = cache.length(items[b].seq, l, h);
-        max_len = std::max(max_len, len_h[bh]);
-        off_h[bh] = static_cast<int32_t>(pages_h.size());
-        const auto& pg = cache.pages(items[b].seq, l, h);
-        pages_h.insert(pages_h.end(), pg.begin(), pg.end());
-        kv_read_bytes += static_cast<double>(len_h[bh]) * D * 2 * 2;
-      }
-    std::vector<int32_t> nvec(B);
-    for (int b = 0; b < B; ++b) nvec[b] = items[b].n;
-    const cuda::AttnPlan plan = cuda::plan_attention(nvec, len_h, Hkv, G, 4LL * prop.multiProcessorCount);
-    pages.upload(pages_h, stream, "page tables");
-    pt_off.upload(off_h, stream, "page tables");
-    units_d.upload(plan.units, stream, "attention plan");
-    groups_d.upload(plan.groups, stream, "attention plan");
-    part_o.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * D, "attention partials");
-    part_ml.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * 2, "attention partials");
-    cuda::AttnArgs aa;
-    aa.qkv = qkv.p;
-    aa.q_stride = QKV;
-    aa.Hq = Hq;
-    aa.Hkv = Hkv;
-    aa.D = D;
-    aa.G = G;
-    aa.P = P;
-    aa.scale = scale;
-    aa.items = items_d.p;
-    aa.units = units_d.p;
-    aa.num_units = static_cast<int>(plan.units.size());
-    aa.groups = groups_d.p;
-    aa.num_groups = static_cast<int>(plan.groups.size());
-    aa.pt_off = pt_off.p;
-    aa.pages = pages.p;
-    aa.k_pool = k_pool;
-    aa.v_pool = v_pool;
-    aa.pos_pool = pos_pool;
-    aa.out = att.p;
-    aa.lse = needs.attention_colsum ? lse.p : nullptr;
-    aa.part_o = part_o.p;
-    aa.part_ml = part_ml.p;
-    cuda::attention(aa, stream);
-
-    std::vector<std::vector<float>> colsum_h;
-    if (needs.attention_colsum) {
-      std::vector<int64_t> coff(static_cast<size_t>(B) * Hkv);
-      int64_t total = 0;
-      for (size_t bh = 0; bh < coff.size(); ++bh) {
-        coff[bh] = total;
-        total += len_h[bh];
-      }
-      colsum.grow(std::max<int64_t>(total, 1), "colsum");
-      colsum_off.upload(coff, stream, "colsum");
-      head_len.upload(len_h, stream, "colsum");
-      cuda::attention_colsum(aa, B, head_len.p, colsum_off.p, max_len, colsum.p, stream);
-      tmp.resize(total);
-      check(cudaMemcpyAsync(tmp.data(), colsum.p, total * sizeof(float), cudaMemcpyDeviceToHost, stream), "colsum");
-      check(cudaStreamSynchronize(stream), "colsum");
-      colsum_h.resize(coff.size());
-      for (size_t bh = 0; bh < coff.size(); ++bh)
-        colsum_h[bh].assign(tmp.begin() + coff[bh], tmp.begin() + coff[bh] + len_h[bh]);
-    }
-
-    if (policy && needs.layer_hook) {
-      check(cudaStreamSynchronize(stream), "layer");
-      const auto tp = clock::now();
-      for (int b = 0; b < B; ++b) {
-        const ForwardItem& it = items[b];
-        LayerStep st;
-        st.cache = &cache;
-        st.seq = it.seq;
-        st.layer = l;
-        st.num_layers = L;
-        st.num_q_heads = Hq;
-        st.num_kv_heads = Hkv;
-        st.head_dim = D;
-        st.n_new = it.n;
-        st.seq_len = it.start_pos + it.n;
-        st.prefill = it.prefill;
-        st.prefill_last = it.prefill_last;
-        st.hidden_size = H;
-        std::vector<float> li, kp;
-        if (needs.layer_input && !needs.layer_input_via_mlp) {
-          std::vector<uint16_t> bits(static_cast<size_t>(it.n) * H);
-          check(cudaMemcpyAsync(bits.data(), xn.p + static_cast<size_t>(row0[b]) * H, bits.size() * 2,
-                                cudaMemcpyDeviceToHost, stream), "layer input");
-          check(cudaStreamSynchronize(stream), "layer input");
-          li.resize(bits.size());
-          for (size_t i = 0; i < bits.size(); ++i) li[i] = bf16_bits_to_f32(bits[i]);
-          st.layer_input = li.data();
-        }
-        if (needs.keys_pre_rope) {
-          kp.resize(static_cast<size_t>(it.n) * Hkv * D);
-          check(cudaMemcpyAsync(kp.data(), kpre.p + static_cast<size_t>(row0[b]) * Hkv * D, kp.size() * 4,
-                                cudaMemcpyDeviceToHost, stream), "keys before RoPE");
-          check(cudaStreamSynchronize(stream), "keys before RoPE");
-          st.keys_pre_rope = kp.data();
-        }
-        std::vector<std::vector<float>> cs_item;
-        if (needs.attention_colsum) {
-          cs_item.assign(colsum_h.begin() + static_cast<size_t>(b) * Hkv,
-                         colsum_h.begin() + static_cast<size_t>(b + 1) * Hkv);
-          st.attention_colsum = &cs_item;
-        }
-        std::vector<std::vector<float>> wa_cache(Hkv);
-        std::vector<int> wa_w(Hkv, -1);
-        QueryHistory* qh = it.history;
-        st.window_attention = [&, qh, l](int h, int* w_out) -> const std::vector<float>& {
-          if (!qh || qh->q.empty()) fail("policy asked for window attention it did not declare");
-          if (h < 0 || h >= Hkv) fail("window_attention: kv head {} of {}", h, Hkv);
-          if (wa_w[h] < 0) {
-            const int wq = stage_window(*qh, st.seq, l, h);
-            const int32_t Lh = cache.length(st.seq, l, h);
-            win_p.grow(std::max<size_t>(static_cast<size_t>(G) * wq * Lh, 1), "window attention");
-            cuda::window_attention(win_q.p, win_qpos.p, G * wq, win_pages.p, Lh, P, D, scale, k_pool, pos_pool,
-                                   win_p.p, stream);
-            std::vector<float>& o = wa_cache[h];
-            o.resize(static_cast<size_t>(G) * wq * Lh);
-            if (!o.empty())
-              check(cudaMemcpyAsync(o.data(), win_p.p, o.size() * 4, cudaMemcpyDeviceToHost, stream), "window attention");
-            check(cudaStreamSynchronize(stream), "window attention");
-            wa_w[h] = wq;
-          }
-          if (w_out) *w_out = wa_w[h];
-          return wa_cache[h];
-        };
-        st.window_scores = [&, qh, l](int h, const WindowScoreSpec& sp, int* w_out) -> std::vector<float> {
-          if (!qh || qh->q.empty()) fail("policy asked for window scores without declaring window_queries");
-          if (h < 0 || h >= Hkv) fail("window_scores: kv head {} of {}", h, Hkv);
-          return window_scores(*qh, st.seq, l, h, sp, w_out);
-        };
-        const int64_t xrow0 = row0[b];
-        st.head_mlp = [&, xrow0](const HeadMlp& mm, const float* xx, int rows, int head, float* o) {
-          head_mlp(mm, xx, rows, head, o, xrow0);
-        };
-        std::vector<float> wq_buf;
-        st.attn_scale = scale;
-        st.window_queries = [&, qh, l](int* w_out) -> const float* {
-          if (!qh || qh->q.empty()) fail("policy asked for window queries it did not declare");
-          const int wq = qh->count[l];
-          if (wq_buf.empty() && wq > 0) {
-            wq_buf.resize(static_cast<size_t>(Hq) * wq * D);
-            for (int j = 0; j < wq; ++j) {
-              const int slot = (qh->head[l] - wq + j + qh->window) % qh->window;
-              for (int hq = 0; hq < Hq; ++hq)
-                std::memcpy(&wq_buf[(static_cast<size_t>(hq) * wq + j) * D],
-                            &qh->q[l][(static_cast<size_t>(slot) * Hq + hq) * D], sizeof(float) * D);
-            }
-          }
-          if (w_out) *w_out = wq;
-          return wq_buf.data();
-        };
-        policy->on_layer_step(st);
-        for (auto& [h, keep] : st.keeps) {
-          if (h < 0 || h >= Hkv) fail("policy '{}' returned a keep-set for kv head {} of {}", policy->name(), h, Hkv);
-          evicted += compact(it.seq, l, h, keep, csrc_h, cdst_h);
-        }
-        flush_compaction(csrc_h, cdst_h);
-      }
-      policy_s += std::chrono::duration<double>(clock::now() - tp).count();
-    }
-    // Output projection accumulated into the residual, then the MLP.
-    gemm(att.p, w.wo.p, x.p, T, Hq * D, H, 1.0f);
-    cuda::rmsnorm_bf16(x.p, H, w.mlp_norm.p, xn.p, T, H, eps, stream);
-    gemm(xn.p, w.wgu.p, gu.p, T, H, 2 * I, 0.0f);
-    cuda::silu_mul(gu.p, act.p, T, I, stream);
-    gemm(act.p, w.wd.p, x.p, T, I, H, 1.0f);
+  // Device page tables: free the rows of finished sequences; re-verify every list after pages
+  // were dropped outside this backend.
+  pt_store->release_if([this](int32_t s) { return !cache.has_sequence(s); });
+  if (cache.page_list_shrinks() != seen_shrinks) {
+    pt_store->invalidate();
+    seen_shrinks = cache.page_list_shrinks();
   }
+
+  std::vector<int64_t> csrc_h, cdst_h;
+  double kv_read_bytes = 0;
+  const bool graph_step = graphs && graph_eligible(policy, needs, decode);
+  if (graph_step) {
+    decode_graph(items, toks, poss, rows, kv_read_bytes);
+  } else {
+    tok.upload(toks, stream, "tokens");
+    pos.upload(poss, stream, "positions");
+    cuda::embed(tok.p, embed.p, x.p, T, H, stream);
+
+    std::vector<cuda::AttnItem> hitems(B);
+    for (int b = 0; b < B; ++b)
+      hitems[b] = {row0[b], items[b].n, static_cast<int32_t>(items[b].start_pos), 0};
+    items_d.upload(hitems, stream, "attention items");
+
+    const std::vector<float> zeros(D, 0.0f);
+    std::vector<float> kv_host, tmp;
+    std::vector<int64_t> dst_h(static_cast<size_t>(T) * Hkv);
+    std::vector<int32_t> len_h(static_cast<size_t>(B) * Hkv), off_h(static_cast<size_t>(B) * Hkv);
+
+    for (int l = 0; l < L; ++l) {
+      qkv_block(l, T, pos.p, needs.keys_pre_rope ? kpre.p : nullptr);
+      // Host metadata append (and the K/V mirror for policies that read cached keys).
+      if (mirror) {
+        kv_host.resize(static_cast<size_t>(T) * 2 * Hkv * D);
+        check(cudaMemcpy2DAsync(kv_host.data(), 2 * Hkv * D * sizeof(float), qkv.p + static_cast<size_t>(Hq) * D,
+                                QKV * sizeof(float), 2 * Hkv * D * sizeof(float), T, cudaMemcpyDeviceToHost, stream),
+              "copy new K/V to host");
+        check(cudaStreamSynchronize(stream), "copy new K/V to host");
+        for (float& f : kv_host) f = bf16_round(f);
+      }
+      for (int b = 0; b < B; ++b)
+        for (int i = 0; i < items[b].n; ++i) {
+          const int t = row0[b] + i;
+          for (int h = 0; h < Hkv; ++h) {
+            const float* kk = mirror ? &kv_host[(static_cast<size_t>(t) * 2 * Hkv + h) * D] : zeros.data();
+            const float* vv = mirror ? &kv_host[(static_cast<size_t>(t) * 2 * Hkv + Hkv + h) * D] : zeros.data();
+            const int32_t idx = cache.append(items[b].seq, l, h, kk, vv, poss[t]);
+            dst_h[static_cast<size_t>(t) * Hkv + h] = cuda::key_slot(cache.pages(items[b].seq, l, h), idx, P);
+          }
+        }
+      ensure_pool();
+      dst_slot.upload(dst_h, stream, "append slots");
+      cuda::kv_append(qkv.p, T, Hq, Hkv, D, dst_slot.p, pos.p, k_pool, v_pool, pos_pool, stream);
+
+      // Query history (host ring, as the CPU backend) for window-attention policies.
+      if (needs.window_queries > 0) {
+        for (int b = 0; b < B; ++b) {
+          QueryHistory* qh = items[b].history;
+          if (!qh) fail("forward: policy '{}' needs a query history for sequence {}", policy->name(), items[b].seq);
+          if (qh->q.empty()) {
+            qh->window = needs.window_queries;
+            qh->q.assign(L, std::vector<float>(static_cast<size_t>(qh->window) * Hq * D));
+            qh->pos.assign(L, std::vector<int32_t>(qh->window));
+            qh->head.assign(L, 0);
+            qh->count.assign(L, 0);
+          }
+          const int first = std::max(0, items[b].n - qh->window);
+          const int cnt = items[b].n - first;
+          tmp.resize(static_cast<size_t>(cnt) * Hq * D);
+          check(cudaMemcpy2DAsync(tmp.data(), Hq * D * sizeof(float), qkv.p + static_cast<size_t>(row0[b] + first) * QKV,
+                                  QKV * sizeof(float), Hq * D * sizeof(float), cnt, cudaMemcpyDeviceToHost, stream),
+                "copy queries to host");
+          check(cudaStreamSynchronize(stream), "copy queries to host");
+          for (int i = first; i < items[b].n; ++i) {
+            int& slot = qh->head[l];
+            std::memcpy(&qh->q[l][static_cast<size_t>(slot) * Hq * D], &tmp[static_cast<size_t>(i - first) * Hq * D],
+                        sizeof(float) * Hq * D);
+            qh->pos[l][slot] = static_cast<int32_t>(items[b].start_pos + i);
+            slot = (slot + 1) % qh->window;
+          }
+          qh->count[l] = std::min(qh->window, qh->count[l] + cnt);
+        }
+      }
+
+      // Attention over the paged pool (page tables: the device-resident store, new pages only).
+      int max_len = 0;
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < Hkv; ++h) {
+          const size_t bh = static_cast<size_t>(b) * Hkv + h;
+          len_h[bh] = cache.length(items[b].seq, l, h);
+          max_len = std::max(max_len, len_h[bh]);
+          pt_store->sync(items[b].seq, l, h, cache.pages(items[b].seq, l, h), pt_writes);
+          kv_read_bytes += static_cast<double>(len_h[bh]) * D * 2 * 2;
+        }
+      flush_pages();
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < Hkv; ++h) off_h[static_cast<size_t>(b) * Hkv + h] = pt_store->offset(items[b].seq, l, h);
+      std::vector<int32_t> nvec(B);
+      for (int b = 0; b < B; ++b) nvec[b] = items[b].n;
+      const cuda::AttnPlan plan = cuda::plan_attention(nvec, len_h, Hkv, G, 4LL * prop.multiProcessorCount);
+      pt_off.upload(off_h, stream, "page tables");
+      units_d.upload(plan.units, stream, "attention plan");
+      groups_d.upload(plan.groups, stream, "attention plan");
+      part_o.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * D, "attention partials");
+      part_ml.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * 2, "attention partials");
+      cuda::AttnArgs aa = attn_args();
+      aa.items = items_d.p;
+      aa.units = units_d.p;
+      aa.num_units = static_cast<int>(plan.units.size());
+      aa.groups = groups_d.p;
+      aa.num_groups = static_cast<int>(plan.groups.size());
+      aa.pt_off = pt_off.p;
+      aa.lse = needs.attention_colsum ? lse.p : nullptr;
+      cuda::attention(aa, stream);
+
+      std::vector<std::vector<float>> colsum_h;
+      if (needs.attention_colsum) {
+        std::vector<int64_t> coff(static_cast<size_t>(B) * Hkv);
+        int64_t total = 0;
+        for (size_t bh = 0; bh < coff.size(); ++bh) {
+          coff[bh] = total;
+          total += len_h[bh];
+        }
+        colsum.grow(std::max<int64_t>(total, 1), "colsum");
+        colsum_off.upload(coff, stream, "colsum");
+        head_len.upload(len_h, stream, "colsum");
+        cuda::attention_colsum(aa, B, head_len.p, colsum_off.p, max_len, colsum.p, stream);
+        tmp.resize(total);
+        check(cudaMemcpyAsync(tmp.data(), colsum.p, total * sizeof(float), cudaMemcpyDeviceToHost, stream), "colsum");
+        check(cudaStreamSynchronize(stream), "colsum");
+        colsum_h.resize(coff.size());
+        for (size_t bh = 0; bh < coff.size(); ++bh)
+          colsum_h[bh].assign(tmp.begin() + coff[bh], tmp.begin() + coff[bh] + len_h[bh]);
+      }
+
+      if (policy && needs.layer_hook) {
+        check(cudaStreamSynchronize(stream), "layer");
+        const auto tp = clock::now();
+        for (int b = 0; b < B; ++b) {
+          const ForwardItem& it = items[b];
+          LayerStep st;
+          st.cache = &cache;
+          st.seq = it.seq;
+          st.layer = l;
+          st.num_layers = L;
+          st.num_q_heads = Hq;
+          st.num_kv_heads = Hkv;
+          st.head_dim = D;
+          st.n_new = it.n;
+          st.seq_len = it.start_pos + it.n;
+          st.prefill = it.prefill;
+          st.prefill_last = it.prefill_last;
+          st.hidden_size = H;
+          std::vector<float> li, kp;
+          if (needs.layer_input && !needs.layer_input_via_mlp) {
+            std::vector<uint16_t> bits(static_cast<size_t>(it.n) * H);
+            check(cudaMemcpyAsync(bits.data(), xn.p + static_cast<size_t>(row0[b]) * H, bits.size() * 2,
+                                  cudaMemcpyDeviceToHost, stream), "layer input");
+            check(cudaStreamSynchronize(stream), "layer input");
+            li.resize(bits.size());
+            for (size_t i = 0; i < bits.size(); ++i) li[i] = bf16_bits_to_f32(bits[i]);
+            st.layer_input = li.data();
+          }
+          if (needs.keys_pre_rope) {
+            kp.resize(static_cast<size_t>(it.n) * Hkv * D);
+            check(cudaMemcpyAsync(kp.data(), kpre.p + static_cast<size_t>(row0[b]) * Hkv * D, kp.size() * 4,
+                                  cudaMemcpyDeviceToHost, stream), "keys before RoPE");
+            check(cudaStreamSynchronize(stream), "keys before RoPE");
+            st.keys_pre_rope = kp.data();
+          }
+          std::vector<std::vector<float>> cs_item;
+          if (needs.attention_colsum) {
+            cs_item.assign(colsum_h.begin() + static_cast<size_t>(b) * Hkv,
+                           colsum_h.begin() + static_cast<size_t>(b + 1) * Hkv);
+            st.attention_colsum = &cs_item;
+          }
+          std::vector<std::vector<float>> wa_cache(Hkv);
+          std::vector<int> wa_w(Hkv, -1);
+          QueryHistory* qh = it.history;
+          st.window_attention = [&, qh, l](int h, int* w_out) -> const std::vector<float>& {
+            if (!qh || qh->q.empty()) fail("policy asked for window attention it did not declare");
+            if (h < 0 || h >= Hkv) fail("window_attention: kv head {} of {}", h, Hkv);
+            if (wa_w[h] < 0) {
+              const int wq = stage_window(*qh, st.seq, l, h);
+              const int32_t Lh = cache.length(st.seq, l, h);
+              win_p.grow(std::max<size_t>(static_cast<size_t>(G) * wq * Lh, 1), "window attention");
+              cuda::window_attention(win_q.p, win_qpos.p, G * wq, win_pages.p, Lh, P, D, scale, k_pool, pos_pool,
+                                     win_p.p, stream);
+              std::vector<float>& o = wa_cache[h];
+              o.resize(static_cast<size_t>(G) * wq * Lh);
+              if (!o.empty())
+                check(cudaMemcpyAsync(o.data(), win_p.p, o.size() * 4, cudaMemcpyDeviceToHost, stream), "window attention");
+              check(cudaStreamSynchronize(stream), "window attention");
+              wa_w[h] = wq;
+            }
+            if (w_out) *w_out = wa_w[h];
+            return wa_cache[h];
+          };
+          st.window_scores = [&, qh, l](int h, const WindowScoreSpec& sp, int* w_out) -> std::vector<float> {
+            if (!qh || qh->q.empty()) fail("policy asked for window scores without declaring window_queries");
+            if (h < 0 || h >= Hkv) fail("window_scores: kv head {} of {}", h, Hkv);
+            return window_scores(*qh, st.seq, l, h, sp, w_out);
+          };
+          const int64_t xrow0 = row0[b];
+          st.head_mlp = [&, xrow0](const HeadMlp& mm, const float* xx, int rows, int head, float* o) {
+            head_mlp(mm, xx, rows, head, o, xrow0);
+          };
+          std::vector<float> wq_buf;
+          st.attn_scale = scale;
+          st.window_queries = [&, qh, l](int* w_out) -> const float* {
+            if (!qh || qh->q.empty()) fail("policy asked for window queries it did not declare");
+            const int wq = qh->count[l];
+            if (wq_buf.empty() && wq > 0) {
+              wq_buf.resize(static_cast<size_t>(Hq) * wq * D);
+              for (int j = 0; j < wq; ++j) {
+                const int slot = (qh->head[l] - wq + j + qh->window) % qh->window;
+                for (int hq = 0; hq < Hq; ++hq)
+                  std::memcpy(&wq_buf[(static_cast<size_t>(hq) * wq + j) * D],
+                              &qh->q[l][(static_cast<size_t>(slot) * Hq + hq) * D], sizeof(float) * D);
+              }
+            }
+            if (w_out) *w_out = wq;
+            return wq_buf.data();
+          };
+          policy->on_layer_step(st);
+          for (auto& [h, keep] : st.keeps) {
+            if (h < 0 || h >= Hkv) fail("policy '{}' returned a keep-set for kv head {} of {}", policy->name(), h, Hkv);
+            evicted += compact(it.seq, l, h, keep, csrc_h, cdst_h);
+          }
+          flush_compaction(csrc_h, cdst_h);
+        }
+        policy_s += std::chrono::duration<double>(clock::now() - tp).count();
+      }
+      // Output projection accumulated into the residual, then the MLP.
+      mlp_block(l, T);
+    }
+    logits_block(rows);
+  }  // eager step
 
   if (policy) {
     const auto tp = clock::now();
@@ -740,20 +947,11 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
     policy_s += std::chrono::duration<double>(clock::now() - tp).count();
   }
 
-  std::vector<int> rows;
-  for (int b = 0; b < B; ++b)
-    if (items[b].want_logits) rows.push_back(row0[b + 1] - 1);
   rows_last = static_cast<int>(rows.size());
   out_logits.resize(keep_logits_on_device ? 0 : rows.size() * static_cast<size_t>(V));
-  if (!rows.empty()) {
-    for (size_t r = 0; r < rows.size(); ++r)
-      cuda::rmsnorm_bf16(x.p + static_cast<size_t>(rows[r]) * H, H, final_norm.p, xn.p + r * H, 1, H, eps, stream);
-    logits.grow(rows.size() * static_cast<size_t>(V), "logits");
-    gemm(xn.p, lm_head, logits.p, static_cast<int>(rows.size()), H, V, 0.0f);
-    if (!keep_logits_on_device)
-      check(cudaMemcpyAsync(out_logits.data(), logits.p, out_logits.size() * 4, cudaMemcpyDeviceToHost, stream),
+  if (!rows.empty() && !keep_logits_on_device)
+    check(cudaMemcpyAsync(out_logits.data(), logits.p, out_logits.size() * 4, cudaMemcpyDeviceToHost, stream),
           "logits");
-  }
   check(cudaStreamSynchronize(stream), "forward");
   const double total = std::chrono::duration<double>(clock::now() - t_start).count();
   if (decode) {
@@ -769,6 +967,109 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
     stats->total_s = total;
     stats->policy_s = policy_s;
     stats->evicted = evicted;
+  }
+}
+
+/// A decode step as one CUDA graph (graph_eligible steps). Host work first: every layer's KVCache
+/// append (no per-layer hook runs, so appending all layers up front is what the layer loop would
+/// do), the pool, the page-table writes, and each layer's attention plan; all per-step data go into
+/// one pinned metadata block and one upload. Then the graph captured for this batch shape and
+/// these buffers is replayed, or captured again when any pointer or size it took changed (pool or
+/// page-table growth, another batch size or logit rows).
+void CudaBackend::Impl::decode_graph(std::span<ForwardItem> items, const std::vector<int32_t>& toks,
+                                     const std::vector<int32_t>& poss, const std::vector<int>& rows,
+                                     double& kv_read_bytes) {
+  const int B = static_cast<int>(items.size()), T = B;
+  const std::vector<int32_t> nvec(B, 1);
+  const int64_t target = 4LL * prop.multiProcessorCount;
+  const cuda::AttnBound bound = cuda::attention_bound(nvec, Hkv, G, target);
+  const MetaLayout ml = meta_layout(B, T, bound);
+  if (meta_host_n < ml.total) {  // the previous step synchronised: nothing reads the old block
+    if (meta_host) cudaFreeHost(meta_host);
+    meta_host = nullptr;
+    meta_host_n = 0;
+    check(cudaMallocHost(reinterpret_cast<void**>(&meta_host), ml.total), "pinned decode metadata");
+    meta_host_n = ml.total;
+  }
+  uint8_t* hm = meta_host;
+  std::memcpy(hm + ml.tok, toks.data(), static_cast<size_t>(T) * 4);
+  std::memcpy(hm + ml.pos, poss.data(), static_cast<size_t>(T) * 4);
+  auto* it_h = reinterpret_cast<cuda::AttnItem*>(hm + ml.items);
+  for (int b = 0; b < B; ++b) it_h[b] = {b, 1, poss[b], 0};
+
+  const std::vector<float> zeros(D, 0.0f);
+  auto* dst = reinterpret_cast<int64_t*>(hm + ml.dst);
+  for (int l = 0; l < L; ++l)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < Hkv; ++h) {
+        const int32_t idx = cache.append(items[b].seq, l, h, zeros.data(), zeros.data(), poss[b]);
+        dst[(static_cast<size_t>(l) * T + b) * Hkv + h] = cuda::key_slot(cache.pages(items[b].seq, l, h), idx, P);
+      }
+  ensure_pool();
+  for (int l = 0; l < L; ++l)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < Hkv; ++h) pt_store->sync(items[b].seq, l, h, cache.pages(items[b].seq, l, h), pt_writes);
+  flush_pages();
+
+  auto* counts = reinterpret_cast<int32_t*>(hm + ml.counts);
+  auto* ptoff = reinterpret_cast<int32_t*>(hm + ml.ptoff);
+  std::vector<int32_t> len_h(static_cast<size_t>(B) * Hkv), prev;
+  cuda::AttnPlan plan;
+  for (int l = 0; l < L; ++l) {
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < Hkv; ++h) {
+        const size_t bh = static_cast<size_t>(b) * Hkv + h;
+        len_h[bh] = cache.length(items[b].seq, l, h);
+        ptoff[static_cast<size_t>(l) * B * Hkv + bh] = pt_store->offset(items[b].seq, l, h);
+        kv_read_bytes += static_cast<double>(len_h[bh]) * D * 2 * 2;
+      }
+    if (l == 0 || len_h != prev) {  // layers of a full cache share their lengths, hence their plan
+      plan = cuda::plan_attention(nvec, len_h, Hkv, G, target);
+      prev = len_h;
+    }
+    if (static_cast<int64_t>(plan.units.size()) > bound.units || static_cast<int64_t>(plan.groups.size()) > bound.groups)
+      fail("CUDA decode graph: attention plan of {} units / {} groups exceeds its bound {} / {}", plan.units.size(),
+           plan.groups.size(), bound.units, bound.groups);
+    counts[4 * l] = static_cast<int32_t>(plan.units.size());
+    counts[4 * l + 1] = static_cast<int32_t>(plan.groups.size());
+    counts[4 * l + 2] = counts[4 * l + 3] = 0;
+    std::memcpy(hm + ml.units + static_cast<size_t>(l) * bound.units * sizeof(cuda::AttnUnit), plan.units.data(),
+                plan.units.size() * sizeof(cuda::AttnUnit));
+    std::memcpy(hm + ml.groups + static_cast<size_t>(l) * bound.groups * sizeof(cuda::AttnGroup), plan.groups.data(),
+                plan.groups.size() * sizeof(cuda::AttnGroup));
+  }
+  part_o.grow(static_cast<size_t>(bound.units) * cuda::kAttnRows * D, "attention partials");
+  part_ml.grow(static_cast<size_t>(bound.units) * cuda::kAttnRows * 2, "attention partials");
+  meta.grow(ml.total, "decode metadata");
+  check(cudaMemcpyAsync(meta.p, hm, ml.total, cudaMemcpyHostToDevice, stream), "decode metadata");
+
+  // Everything the captured kernels take by value or pointer.
+  std::vector<uintptr_t> key = {static_cast<uintptr_t>(B),
+                                static_cast<uintptr_t>(bound.units),
+                                static_cast<uintptr_t>(bound.groups),
+                                reinterpret_cast<uintptr_t>(meta.p),
+                                reinterpret_cast<uintptr_t>(x.p),
+                                reinterpret_cast<uintptr_t>(xn.p),
+                                reinterpret_cast<uintptr_t>(qkv.p),
+                                reinterpret_cast<uintptr_t>(att.p),
+                                reinterpret_cast<uintptr_t>(gu.p),
+                                reinterpret_cast<uintptr_t>(act.p),
+                                reinterpret_cast<uintptr_t>(logits.p),
+                                reinterpret_cast<uintptr_t>(part_o.p),
+                                reinterpret_cast<uintptr_t>(part_ml.p),
+                                reinterpret_cast<uintptr_t>(k_pool),
+                                reinterpret_cast<uintptr_t>(v_pool),
+                                reinterpret_cast<uintptr_t>(pos_pool),
+                                reinterpret_cast<uintptr_t>(pt_table.p)};
+  for (int r : rows) key.push_back(static_cast<uintptr_t>(r));
+  if (!graph_exec || key != graph_key) {
+    if (capture_decode(ml, B, rows)) graph_key = key;
+  }
+  if (graph_exec && key == graph_key) {
+    check(cudaGraphLaunch(graph_exec, stream), "decode graph launch");
+    ++graph_replays;
+  } else {
+    enqueue_decode(ml, B, rows);  // graphs are off (capture failed): the same kernels, directly
   }
 }
 
@@ -855,6 +1156,8 @@ std::string CudaBackend::report() const {
   if (d.roofline_gbps > 0) s += fmt::format(", roofline {:.1f} GB/s (copy kernel), {:.1f}%", d.roofline_gbps, 100.0 * gbps / d.roofline_gbps);
   s += "\n";
   s += fmt::format("prefill: {} tokens, {:.1f} tok/s\n", d.prefill_tokens, d.prefill_s > 0 ? d.prefill_tokens / d.prefill_s : 0.0);
+  s += fmt::format("decode_graphs: {} ({} captures, {} replays; KVB_CUDA_GRAPHS=0 switches them off)\n",
+                   d.graphs ? "on" : "off", d.graph_captures, d.graph_replays);
   return s;
 }
 

@@ -15,6 +15,9 @@
 // bf16, i.e. exactly the device values) are copied to the host pages as they are appended; for
 // every other policy the host pages receive no payload copy. Decode steps can sample on the device
 // (Backend::device_sampling / defer_logits / sample_rows), skipping the [B, V] logits copy.
+// Page tables are device-resident (a step copies only new page ids), and decode steps that need
+// no host work between layers (the full cache) replay one captured CUDA graph per batch shape
+// (KVB_CUDA_GRAPHS=0 switches graphs off).
 //
 // Requires a CUDA device at construction (kvb::Error "no CUDA device: ..." otherwise); links only
 // the CUDA runtime and cuBLAS (no libcuda), so a binary with this backend starts without a driver.

@@ -78,6 +78,10 @@ struct AttnArgs {
   float* lse = nullptr;              ///< [T, Hq] log-sum-exp of each row's scores (nullable)
   float* part_o = nullptr;           ///< [num_parts, kAttnRows, D] unnormalised partial outputs
   float* part_ml = nullptr;          ///< [num_parts, kAttnRows, 2] running max and sum
+  /// Device {units, groups} actually in use (nullable). Set by CUDA-graph launches, whose grids
+  /// are sized to a capacity (num_units, num_groups = plan.h attention_bound) so that one capture
+  /// serves every step: blocks at or past the device count exit at once.
+  const int32_t* counts = nullptr;
 };
 
 /// Paged ragged causal attention of every unit (decode n = 1 and chunked prefill alike): each
@@ -144,6 +148,10 @@ void compact_pairs(const int64_t* src, const int64_t* dst, int n, int D, uint16_
 /// the kept tokens in id order. out [R] i32.
 void sample(const float* logits, int R, int V, const float* temperature, const float* top_p,
             const float* u, int32_t* out, cudaStream_t s);
+
+/// Applies page-table writes: table[pairs[2i]] = pairs[2i + 1] for i < n (pairs [2n] i64 from
+/// plan.h PageTableStore::sync; table [entries] i32 device page tables).
+void set_entries(const int64_t* pairs, int n, int32_t* table, cudaStream_t s);
 
 /// Device-to-device copy of `bytes` (multiple of 16) with 16-byte loads/stores; used to measure
 /// the HBM bandwidth roofline.

@@ -1,6 +1,7 @@
 #include "engine/backend/cuda/plan.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "engine/util/error.h"
 
@@ -64,6 +65,97 @@ AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len
     }
   }
   return p;
+}
+
+AttnBound attention_bound(std::span<const int32_t> n, int Hkv, int G, int64_t target_units) {
+  if (Hkv < 1 || G < 1) fail("attention_bound: Hkv={} G={} must be ≥ 1", Hkv, G);
+  int64_t chunks = 0;
+  for (const int32_t nb : n) {
+    if (nb < 1) fail("attention_bound: an item has {} new tokens", nb);
+    chunks += static_cast<int64_t>(Hkv) * ((static_cast<int64_t>(nb) * G + kAttnRows - 1) / kAttnRows);
+  }
+  return {chunks + (target_units > chunks ? target_units : 0), chunks};
+}
+
+PageTableStore::PageTableStore(int layers, int kv_heads) : L_(layers), Hkv_(kv_heads) {
+  if (layers < 1 || kv_heads < 1) fail("PageTableStore: {} layers, {} kv heads must be ≥ 1", layers, kv_heads);
+}
+
+void PageTableStore::relayout(int64_t rows_cap, int64_t cap) {
+  const int64_t heads = rows_cap * L_ * Hkv_;
+  if (heads * cap > std::numeric_limits<int32_t>::max())
+    fail("device page tables: {} sequences × {} layers × {} kv heads × {} pages exceed 2^31 entries", rows_cap, L_,
+         Hkv_, cap);
+  std::vector<int32_t> img(static_cast<size_t>(heads * cap), -1);
+  const int64_t old_heads = rows_cap_ * L_ * Hkv_, keep = std::min(cap, cap_);
+  for (int64_t i = 0; i < old_heads; ++i)
+    std::copy_n(image_.begin() + i * cap_, keep, img.begin() + i * cap);
+  image_.swap(img);
+  synced_.resize(static_cast<size_t>(heads), 0);
+  for (auto& s : synced_) s = std::min(s, cap);
+  rows_cap_ = rows_cap;
+  cap_ = cap;
+  grew_ = true;
+}
+
+int64_t PageTableStore::row(int32_t seq) {
+  const auto it = row_of_.find(seq);
+  if (it != row_of_.end()) return it->second;
+  int64_t r;
+  if (!free_rows_.empty()) {
+    r = free_rows_.back();
+    free_rows_.pop_back();
+  } else {
+    r = rows_used_++;
+    if (r >= rows_cap_) relayout(std::max<int64_t>(8, rows_cap_ * 2), std::max<int64_t>(cap_, 16));
+  }
+  row_of_[seq] = r;
+  return r;
+}
+
+void PageTableStore::sync(int32_t seq, int layer, int head, std::span<const int32_t> pages,
+                          std::vector<int64_t>& writes) {
+  if (layer < 0 || layer >= L_ || head < 0 || head >= Hkv_)
+    fail("PageTableStore: layer {} head {} out of range ({} × {})", layer, head, L_, Hkv_);
+  const int64_t r = row(seq);
+  const int64_t n = static_cast<int64_t>(pages.size());
+  if (n > cap_) relayout(rows_cap_, (n + n / 2 + 15) / 16 * 16);
+  const int64_t h = (r * L_ + layer) * Hkv_ + head, off = h * cap_;
+  for (int64_t i = std::min(synced_[h], n); i < n; ++i)
+    if (image_[off + i] != pages[i]) {
+      image_[off + i] = pages[i];
+      writes.push_back(off + i);
+      writes.push_back(pages[i]);
+    }
+  synced_[h] = n;
+}
+
+void PageTableStore::shrunk(int32_t seq, int layer, int head, size_t n) {
+  const auto it = row_of_.find(seq);
+  if (it == row_of_.end()) return;
+  int64_t& s = synced_[(it->second * L_ + layer) * Hkv_ + head];
+  s = std::min(s, static_cast<int64_t>(n));
+}
+
+void PageTableStore::invalidate() { std::fill(synced_.begin(), synced_.end(), 0); }
+
+void PageTableStore::release_if(const std::function<bool(int32_t)>& dead) {
+  for (auto it = row_of_.begin(); it != row_of_.end();) {
+    if (!dead(it->first)) {
+      ++it;
+      continue;
+    }
+    const int64_t h0 = it->second * L_ * Hkv_;
+    std::fill(synced_.begin() + h0, synced_.begin() + h0 + static_cast<int64_t>(L_) * Hkv_, 0);
+    free_rows_.push_back(it->second);
+    it = row_of_.erase(it);
+  }
+}
+
+int32_t PageTableStore::offset(int32_t seq, int layer, int head) const {
+  const auto it = row_of_.find(seq);
+  if (it == row_of_.end()) fail("PageTableStore: sequence {} has no page tables on the device", seq);
+  return static_cast<int32_t>(((it->second * L_ + layer) * Hkv_ + head) * cap_);
 }
 
 void compaction_pairs(std::span<const int32_t> pages, int32_t len, int P, std::span<const int32_t> keep,

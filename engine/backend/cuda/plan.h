@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/backend/cuda/plan_types.h"
@@ -33,6 +35,67 @@ struct AttnPlan {
 /// target_units. Throws kvb::Error on inconsistent input (len < n, G < 1, sizes mismatch).
 AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int G,
                         int64_t target_units, int32_t min_split = 256);
+
+/// Upper bounds on what plan_attention(n, len, Hkv, G, target_units, ·) returns, for any lengths:
+/// `units` bounds units.size() and num_parts, `groups` bounds groups.size(). With
+/// chunks = Σ_b Hkv·⌈n[b]·G / kAttnRows⌉: when target_units ≤ chunks nothing is split (units =
+/// chunks); otherwise the split length is at least ⌈total keys / target_units⌉, so
+/// units ≤ Σ_chunks (kend/split + 1) ≤ target_units + chunks. A CUDA graph sizes its attention grid
+/// by these (surplus blocks exit early), so one capture serves every step of the same batch shape.
+struct AttnBound {
+  int64_t units = 0, groups = 0;
+};
+AttnBound attention_bound(std::span<const int32_t> n, int Hkv, int G, int64_t target_units);
+
+/// Host bookkeeping of the CUDA backend's device-resident page tables: an image, kept equal to
+/// the device table, of every (sequence, layer, kv head) page list, laid out
+/// [row][layer][head][capacity] i32 (row = the sequence's slot), and, per head, how many leading
+/// entries are known to equal the KVCache's list. KVCache page lists only grow at the tail or lose
+/// pages at the tail (KVCache::page_list_shrinks), so a step normally copies only new pages
+/// instead of re-uploading every table: O(new pages) host work and PCIe traffic per step.
+class PageTableStore {
+ public:
+  /// A store for a model of `layers` layers and `kv_heads` KV heads. Throws kvb::Error when either
+  /// is < 1.
+  PageTableStore(int layers, int kv_heads);
+
+  /// Brings head (seq, layer, head) in line with `pages`: entries that differ from the image are
+  /// written to it and appended to `writes` as (index, page id) pairs, to be applied to the device
+  /// table — unless the capacity grew during this batch of syncs (take_grew()), when the whole
+  /// image() must be uploaded instead. Compares from the first entry not known to be in sync.
+  /// Throws kvb::Error when the table would exceed 2³¹ − 1 entries (the kernels' i32 offsets).
+  void sync(int32_t seq, int layer, int head, std::span<const int32_t> pages, std::vector<int64_t>& writes);
+  /// The head's page list now has at most `n` pages (a compaction the caller applied).
+  void shrunk(int32_t seq, int layer, int head, size_t n);
+  /// Forgets what is known to be in sync (page lists changed behind the store's back): the next
+  /// sync of each head compares every entry.
+  void invalidate();
+  /// Frees the rows of sequences for which `dead(seq)` is true (their slots are reused).
+  void release_if(const std::function<bool(int32_t)>& dead);
+  /// Offset of the page list of (seq, layer, head) in the image (valid until the next growth).
+  /// Throws kvb::Error for a sequence that was never synced.
+  int32_t offset(int32_t seq, int layer, int head) const;
+  /// True once after the image was re-laid out (capacity grew): upload it whole.
+  bool take_grew() {
+    const bool g = grew_;
+    grew_ = false;
+    return g;
+  }
+  const std::vector<int32_t>& image() const { return image_; }
+  int64_t capacity() const { return cap_; }  ///< pages per head
+  int64_t rows() const { return rows_cap_; }   ///< sequence slots
+
+ private:
+  int64_t row(int32_t seq);
+  void relayout(int64_t rows_cap, int64_t cap);
+  int L_, Hkv_;
+  int64_t cap_ = 0, rows_cap_ = 0, rows_used_ = 0;
+  std::vector<int32_t> image_;   // [rows_cap][L][Hkv][cap]
+  std::vector<int64_t> synced_;  // [rows_cap][L][Hkv] leading entries equal to the KVCache list
+  std::unordered_map<int32_t, int64_t> row_of_;
+  std::vector<int64_t> free_rows_;
+  bool grew_ = false;
+};
 
 /// Flattened page tables of one layer: the page list of (item b, head h) starts at
 /// offsets[b * Hkv + h] in `pages`.

@@ -9,6 +9,7 @@
 // colsum_k: one thread per cached key t of one (item, kv head) (grid.y); loops over the item's
 //   n·G query rows with the rows' log-sum-exp from the attention kernel: Σ exp(q·k·scale − lse).
 //   O(n·G·D) per key — fine for decode (n = 1) and prefill chunks; only H2O asks for it.
+// set_entries_k: one thread per (index, page id) write of the device-resident page tables.
 // gather_k / scatter_k: 16-byte copies of K/V rows (D % 8 == 0) between pool slots and a scratch
 //   buffer; scatter runs after gather completes (stream order) so overlapping pairs are safe.
 #include <cuda_bf16.h>
@@ -115,6 +116,11 @@ __global__ void scatter_k(const int64_t* dst, int n, int D, uint16_t* k_pool, ui
   }
 }
 
+__global__ void set_entries_k(const int64_t* pairs, int n, int32_t* table) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) table[pairs[2 * static_cast<int64_t>(i)]] = static_cast<int32_t>(pairs[2 * static_cast<int64_t>(i) + 1]);
+}
+
 int grid_for(int64_t total, int threads) {
   const int64_t g = (total + threads - 1) / threads;
   return static_cast<int>(g < 1 ? 1 : (g > 65535 * 8 ? 65535 * 8 : g));
@@ -147,6 +153,12 @@ void attention_colsum(const AttnArgs& a, int num_items, const int32_t* len, cons
   const dim3 grid((max_len + 127) / 128, num_items * a.Hkv);
   colsum_k<<<grid, 128, 0, s>>>(a, len, off, colsum);
   check_launch("attention_colsum");
+}
+
+void set_entries(const int64_t* pairs, int n, int32_t* table, cudaStream_t s) {
+  if (n <= 0) return;
+  set_entries_k<<<(n + 255) / 256, 256, 0, s>>>(pairs, n, table);
+  check_launch("page table writes");
 }
 
 void compact_pairs(const int64_t* src, const int64_t* dst, int n, int D, uint16_t* k_pool, uint16_t* v_pool,
