@@ -344,16 +344,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
         st.attn_scale = scale;
         st.window_queries = [&, qh, l](int* w_out) -> const float* {
           if (!qh || qh->q.empty()) fail("policy asked for window queries it did not declare");
-          const int w = qh->count[l];
-          if (wq_buf.empty() && w > 0) {
-            wq_buf.resize(static_cast<size_t>(Hq) * w * D);
-            for (int j = 0; j < w; ++j) {
-              const int slot = (qh->head[l] - w + j + qh->window) % qh->window;
-              for (int hq = 0; hq < Hq; ++hq)
-                std::memcpy(&wq_buf[(static_cast<size_t>(hq) * w + j) * D],
-                            &qh->q[l][(static_cast<size_t>(slot) * Hq + hq) * D], sizeof(float) * D);
-            }
-          }
+          const int w = gather_window_queries(*qh, l, Hq, D, wq_buf);
           if (w_out) *w_out = w;
           return wq_buf.data();
         };

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -26,6 +27,23 @@ struct QueryHistory {
   std::vector<std::vector<int32_t>> pos;    ///< [layer] ring [w] absolute positions
   std::vector<int> head;                    ///< [layer] next ring slot
 };
+
+/// The stored window queries of `layer` in LayerStep::window_queries order: out [Hq, w, D] f32,
+/// oldest query first (out is filled only when empty, so a step's lambda can call this on every
+/// request and copy once). Returns w, the queries stored (≤ qh.window).
+inline int gather_window_queries(const QueryHistory& qh, int layer, int Hq, int D, std::vector<float>& out) {
+  const int w = qh.count[layer];
+  if (out.empty() && w > 0) {
+    out.resize(static_cast<size_t>(Hq) * w * D);
+    for (int j = 0; j < w; ++j) {
+      const int slot = (qh.head[layer] - w + j + qh.window) % qh.window;
+      for (int hq = 0; hq < Hq; ++hq)
+        std::memcpy(&out[(static_cast<size_t>(hq) * w + j) * D], &qh.q[layer][(static_cast<size_t>(slot) * Hq + hq) * D],
+                    sizeof(float) * D);
+    }
+  }
+  return w;
+}
 
 /// One sequence's share of a forward step.
 struct ForwardItem {

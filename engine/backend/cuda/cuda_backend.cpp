@@ -557,8 +557,8 @@ struct CudaBackend::Impl {
   void head_mlp(const HeadMlp& m, const float* x, int rows, int head, float* out, int64_t xrow0) {
     if (rows <= 0) return;
     const DevMlp& d = device_mlp(m);
-    const int xh = (head >= 0 || m.shared_hidden) ? 1 : m.heads;
-    const size_t xn_count = static_cast<size_t>(rows) * xh * m.in;
+    const int hid_heads = (head >= 0 || m.shared_hidden) ? 1 : m.heads;  // input and hidden head count
+    const size_t xn_count = static_cast<size_t>(rows) * hid_heads * m.in;
     mlp_x.grow(xn_count, "policy MLP input");
     if (x) {
       check(cudaMemcpyAsync(mlp_x.p, x, xn_count * 4, cudaMemcpyHostToDevice, stream), "policy MLP input");
@@ -566,7 +566,6 @@ struct CudaBackend::Impl {
       if (m.in != H) fail("head_mlp: input width {} != hidden size {}", m.in, H);
       cuda::bf16_to_f32(xn.p + xrow0 * H, mlp_x.p, xn_count, stream);
     }
-    const int hid_heads = (head >= 0 || m.shared_hidden) ? 1 : m.heads;
     mlp_hid.grow(static_cast<size_t>(rows) * hid_heads * m.hidden, "policy MLP hidden");
     const float one = 1.0f, zero = 0.0f;
     if (hid_heads == 1) {
@@ -896,16 +895,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           st.attn_scale = scale;
           st.window_queries = [&, qh, l](int* w_out) -> const float* {
             if (!qh || qh->q.empty()) fail("policy asked for window queries it did not declare");
-            const int wq = qh->count[l];
-            if (wq_buf.empty() && wq > 0) {
-              wq_buf.resize(static_cast<size_t>(Hq) * wq * D);
-              for (int j = 0; j < wq; ++j) {
-                const int slot = (qh->head[l] - wq + j + qh->window) % qh->window;
-                for (int hq = 0; hq < Hq; ++hq)
-                  std::memcpy(&wq_buf[(static_cast<size_t>(hq) * wq + j) * D],
-                              &qh->q[l][(static_cast<size_t>(slot) * Hq + hq) * D], sizeof(float) * D);
-              }
-            }
+            const int wq = gather_window_queries(*qh, l, Hq, D, wq_buf);
             if (w_out) *w_out = wq;
             return wq_buf.data();
           };
