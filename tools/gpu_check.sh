@@ -18,7 +18,12 @@
 #   4. kvbench bench --backend cuda on qwen3-4b / qwen3-8b / llama-3.1-8b shapes (random bf16
 #      weights), 32K context, 1,024 generated, batch 1/4/8/32/64, full cache and trimkv at
 #      budget 1024 (the TRIM-KV paper's Table 6 settings); GPU_CHECK_QUICK=1 runs a small subset.
-# Environment: OUT (the device tool sets it; default ./gpu-check-out), GPU_CHECK_QUICK, GPU_CHECK_SHAPES.
+# Environment: OUT (the device tool sets it; default ./gpu-check-out), GPU_CHECK_QUICK,
+#   GPU_CHECK_SHAPES, GPU_CHECK_BATCHES, GPU_CHECK_CONTEXT, GPU_CHECK_GEN (the bench grid),
+#   GPU_CHECK_CASES (explicit bench cases instead of the grid: "shape,context,gen,batch,policy,budget ..."),
+#   GPU_CHECK_STEPS (space-separated subset of: device primitives equiv graphs bandwidth bench;
+#   default all), GPU_CHECK_STEP_TIMEOUT (seconds per step, default 300: a hung step is killed
+#   and counted as failed, so one hang cannot eat a whole device call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-check-out}"
@@ -42,6 +47,9 @@ for base in site.getsitepackages():
 print(":".join(sorted(dirs)))
 PY
 )"
+# kvbench re-executes itself with OMP_WAIT_POLICY=PASSIVE; kvb_cuda_check's CPU reference runs
+# need the same (spinning OpenMP workers starve OpenBLAS's threads).
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 export LD_LIBRARY_PATH="$KVB/lib:/usr/local/cuda/lib64:${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 fails=0
@@ -50,20 +58,21 @@ step() {  # step NAME COMMAND...: runs, logs to $OUT/NAME.txt, keeps going on fa
   shift
   echo "== $name: $*" | tee "$OUT/$name.txt"
   local t0=$SECONDS
-  "$@" >>"$OUT/$name.txt" 2>&1
+  timeout -k 5 "${GPU_CHECK_STEP_TIMEOUT:-300}" "$@" >>"$OUT/$name.txt" 2>&1
   local rc=$?
   echo "== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$OUT/$name.txt"
   tail -n 25 "$OUT/$name.txt"
   [ $rc -eq 0 ] || fails=$((fails + 1))
 }
 
-step device nvidia-smi
+steps="${GPU_CHECK_STEPS:-device primitives equiv graphs bandwidth bench}"
+want() { [[ " $steps " == *" $1 "* ]]; }
 cp "$KVB/MANIFEST" "$OUT/MANIFEST" 2>/dev/null || true
-step ldd ldd "$KVB/bin/kvbench"
-step primitives "$KVB/bin/kvb_cuda_check" primitives
-step equiv "$KVB/bin/kvb_cuda_check" equiv
-step graphs "$KVB/bin/kvb_cuda_check" graphs
-step bandwidth "$KVB/bin/kvb_cuda_check" bandwidth
+want device && { step device nvidia-smi; step ldd ldd "$KVB/bin/kvbench"; }
+want primitives && step primitives "$KVB/bin/kvb_cuda_check" primitives
+want equiv && step equiv "$KVB/bin/kvb_cuda_check" equiv
+want graphs && step graphs "$KVB/bin/kvb_cuda_check" graphs
+want bandwidth && step bandwidth "$KVB/bin/kvb_cuda_check" bandwidth
 
 shapes="${GPU_CHECK_SHAPES:-qwen3-4b qwen3-8b llama-3.1-8b}"
 batches="1 4 8 32 64"
@@ -74,6 +83,21 @@ if [ "${GPU_CHECK_QUICK:-0}" = "1" ]; then
   batches="1 8"
   context=8192
   gen=256
+fi
+batches="${GPU_CHECK_BATCHES:-$batches}"
+context="${GPU_CHECK_CONTEXT:-$context}"
+gen="${GPU_CHECK_GEN:-$gen}"
+want bench || shapes=""
+# GPU_CHECK_CASES: an explicit list instead of the grid, "shape,context,gen,batch,policy,budget" each.
+if [ -n "${GPU_CHECK_CASES:-}" ] && want bench; then
+  shapes=""
+  for c in $GPU_CHECK_CASES; do
+    IFS=, read -r shape ctx g b pol bud <<<"$c"
+    args=(bench --backend cuda --model-shape "$shape" --context "$ctx" --gen "$g" --batch "$b")
+    [ -n "$pol" ] && args+=(--policy "$pol")
+    [ -n "$bud" ] && args+=(--budget "$bud")
+    step "bench_${shape}_${ctx}_${pol%%:*}_b${b}" "$KVB/bin/kvbench" "${args[@]}"
+  done
 fi
 for shape in $shapes; do
   for b in $batches; do

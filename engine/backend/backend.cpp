@@ -18,8 +18,8 @@ namespace {
 /// The CPU forward pass (CpuBackend) behind the Backend interface, behaviour unchanged.
 class CpuAdapter final : public Backend {
  public:
-  CpuAdapter(const Model& m, KVCache& c) : cpu_(m, c) {}
-  std::string name() const override { return "cpu"; }
+  CpuAdapter(const Model& m, KVCache& c, bool bf16_points) : cpu_(m, c, bf16_points), bf16_(bf16_points) {}
+  std::string name() const override { return bf16_ ? "cpu-bf16" : "cpu"; }
   void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
                ForwardStats* stats) override {
     cpu_.forward(items, policy, logits, stats);
@@ -27,19 +27,20 @@ class CpuAdapter final : public Backend {
 
  private:
   CpuBackend cpu_;
+  bool bf16_;
 };
 }  // namespace
 
 std::vector<std::string> compiled_backends() {
 #ifdef KVB_HAVE_CUDA
-  return {"cpu", "cuda"};
+  return {"cpu", "cpu-bf16", "cuda"};
 #else
-  return {"cpu"};
+  return {"cpu", "cpu-bf16"};
 #endif
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, KVCache& cache) {
-  if (name == "cpu") return std::make_unique<CpuAdapter>(model, cache);
+  if (name == "cpu" || name == "cpu-bf16") return std::make_unique<CpuAdapter>(model, cache, name == "cpu-bf16");
 #ifdef KVB_HAVE_CUDA
   if (name == "cuda") return make_cuda_backend(model, cache);
 #endif

@@ -44,7 +44,9 @@ class Backend {
   virtual std::vector<int32_t> sample_rows(const std::vector<SamplingParams>& params, const std::vector<float>& u);
 };
 
-/// Builds the backend named `name` ("cpu", or "cuda" in builds with KVB_CUDA). Throws kvb::Error
+/// Builds the backend named `name`: "cpu", "cpu-bf16" (the CPU forward rounding to bf16 where the
+/// CUDA backend stores bf16: a verification reference, see CpuBackend), or "cuda" in builds with
+/// KVB_CUDA. Throws kvb::Error
 /// naming the backend when it is unknown, not compiled in, or has no device ("no CUDA device").
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, KVCache& cache);
 

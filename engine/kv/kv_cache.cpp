@@ -96,8 +96,8 @@ int32_t KVCache::append(SeqId seq, int layer, int h, const float* k, const float
   float* base = page_base(hd.pages[hd.len / P]);
   const int32_t slot = hd.len % P;
   const size_t D = cfg_.head_dim;
-  std::memcpy(base + slot * D, k, D * sizeof(float));
-  std::memcpy(base + off_v_ + slot * D, v, D * sizeof(float));
+  if (k) std::memcpy(base + slot * D, k, D * sizeof(float));
+  if (v) std::memcpy(base + off_v_ + slot * D, v, D * sizeof(float));
   reinterpret_cast<int32_t*>(base + off_pos_)[slot] = pos;
   if (cfg_.num_scalars > 0)
     std::memset(base + off_scalar_ + static_cast<size_t>(slot) * cfg_.num_scalars, 0,

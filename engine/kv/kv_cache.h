@@ -56,7 +56,10 @@ class KVCache {
   bool has_sequence(SeqId seq) const;
 
   /// Appends one token to head (seq, layer, head): k and v are [D] f32, `pos` its absolute
-  /// position; its scalars are zeroed. Returns the token's index in the head.
+  /// position; its scalars are zeroed. Returns the token's index in the head. k or v may be
+  /// null: the payload row is then left unwritten (a backend that holds K/V elsewhere, the CUDA
+  /// pool, keeps only the metadata here; the untouched host pages are never committed by the OS).
+  /// key()/value() of such a token are unspecified.
   int32_t append(SeqId seq, int layer, int head, const float* k, const float* v, int32_t pos);
 
   /// Tokens currently held by head (seq, layer, head).

@@ -59,7 +59,10 @@ class Model {
   /// Builds a model from a config and a weight store (safetensors or GGUF-dequantised).
   static std::shared_ptr<Model> from_weights(ModelConfig cfg, WeightStore weights, std::string id,
                                              WeightFormat fmt = WeightFormat::kF32);
-  /// A model with the given shape and random weights (N(0, 0.02), norms 1), for benchmarks.
+  /// A model with the given shape and random weights for benchmarks and backend checks: every
+  /// matrix and bias ~ N(0, 0.02²) (Irwin–Hall approximation from a counter-based hash of
+  /// (seed, tensor, element), so independent of the thread count), norms 1. With
+  /// WeightFormat::kBF16 the matrices are generated as bf16 directly (2 bytes per weight).
   static std::shared_ptr<Model> random(const ModelConfig& cfg, uint64_t seed,
                                        WeightFormat fmt = WeightFormat::kF32);
 

@@ -139,6 +139,22 @@ void WeightStore::add_owned(const std::string& name, std::vector<int64_t> shape,
   tensors_[name] = std::move(t);
 }
 
+void WeightStore::add_owned_bf16(const std::string& name, std::vector<int64_t> shape, std::vector<uint16_t> bits,
+                                 const std::string& origin) {
+  auto buf = std::make_shared<std::vector<uint16_t>>(std::move(bits));
+  TensorView t;
+  t.name = name;
+  t.dtype = DType::BF16;
+  t.shape = std::move(shape);
+  t.origin = origin;
+  if (static_cast<size_t>(t.numel()) != buf->size())
+    fail_at(origin, "tensor '" + name + "'", "shape has {} elements but {} values were given", t.numel(),
+            buf->size());
+  t.data = buf->data();
+  owned_.push_back(std::move(buf));
+  tensors_[name] = std::move(t);
+}
+
 const TensorView* WeightStore::find(const std::string& name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;

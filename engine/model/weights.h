@@ -90,6 +90,10 @@ class WeightStore {
   /// Adds an owned f32 tensor (used by GGUF loading and random-weight models).
   void add_owned(const std::string& name, std::vector<int64_t> shape, std::vector<float> data,
                  const std::string& origin);
+  /// Adds an owned bf16 tensor (bits as uint16_t; random-weight models built directly in bf16,
+  /// so that an 8B-parameter benchmark model holds 2 bytes per weight, not 4 + 2).
+  void add_owned_bf16(const std::string& name, std::vector<int64_t> shape, std::vector<uint16_t> bits,
+                      const std::string& origin);
 
   /// The tensor `name`, or nullptr.
   const TensorView* find(const std::string& name) const;
@@ -105,7 +109,7 @@ class WeightStore {
 
  private:
   std::vector<std::shared_ptr<MappedFile>> files_;
-  std::vector<std::shared_ptr<std::vector<float>>> owned_;
+  std::vector<std::shared_ptr<const void>> owned_;  // f32 or bf16 buffers of add_owned*
   std::map<std::string, TensorView> tensors_;
 };
 

@@ -103,9 +103,16 @@ void apply_rope(float* vec, int nheads, int D, int64_t pos, const float* inv_fre
   }
 }
 
-CpuBackend::CpuBackend(const Model& model, KVCache& cache) : m_(model), cache_(cache) {}
+CpuBackend::CpuBackend(const Model& model, KVCache& cache, bool bf16_points)
+    : m_(model), cache_(cache), bf16_points_(bf16_points) {}
 
 namespace {
+
+/// Rounds x[n] to the nearest bf16 in place (the CUDA backend's storage points; see bf16_points).
+void round_bf16(float* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16_bits_to_f32(f32_to_bf16_bits(x[i]));
+}
 
 inline float dot(const float* a, const float* b, int n) {
   float s = 0.0f;
@@ -203,6 +210,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) {
     const LayerWeights& w = m_.layers()[l];
     rms_norm(x_.data(), w.attn_norm, xn_.data(), T, H, eps);
+    if (bf16_points_) round_bf16(xn_.data(), T * H);
     matmul_nt(xn_.data(), w.wq, w.bq, q_.data(), T, H, static_cast<int64_t>(Hq) * D);
     matmul_nt(xn_.data(), w.wk, w.bk, k_.data(), T, H, static_cast<int64_t>(Hkv) * D);
     matmul_nt(xn_.data(), w.wv, w.bv, v_.data(), T, H, static_cast<int64_t>(Hkv) * D);
@@ -220,6 +228,10 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
       if (needs.keys_pre_rope) std::memcpy(&kpre_[t * Hkv * D], kt, sizeof(float) * Hkv * D);
       apply_rope(qt, Hq, D, pos, m_.inv_freq().data(), m_.rope_attention_scaling());
       apply_rope(kt, Hkv, D, pos, m_.inv_freq().data(), m_.rope_attention_scaling());
+    }
+    if (bf16_points_) {
+      round_bf16(k_.data(), T * Hkv * D);
+      round_bf16(v_.data(), T * Hkv * D);
     }
     // Append the new keys/values to every kv head of each sequence.
     for (size_t b = 0; b < items.size(); ++b)
@@ -357,10 +369,12 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
       policy_s += std::chrono::duration<double>(clock::now() - tp).count();
     }
     // Output projection + residual.
+    if (bf16_points_) round_bf16(att_.data(), T * Hq * D);
     matmul_nt(att_.data(), w.wo, nullptr, xn_.data(), T, static_cast<int64_t>(Hq) * D, H);
     for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
     // MLP.
     rms_norm(x_.data(), w.mlp_norm, xn_.data(), T, H, eps);
+    if (bf16_points_) round_bf16(xn_.data(), T * H);
     matmul_nt(xn_.data(), w.w_gate, nullptr, gate_.data(), T, H, I);
     matmul_nt(xn_.data(), w.w_up, nullptr, up_.data(), T, H, I);
 #pragma omp parallel for schedule(static) if (T * I > kParallelWork)
@@ -368,6 +382,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
       const float g = gate_[i];
       gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
     }
+    if (bf16_points_) round_bf16(gate_.data(), T * I);
     matmul_nt(gate_.data(), w.w_down, nullptr, xn_.data(), T, I, H);
     for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
   }
@@ -402,6 +417,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   tmp_.resize(rows.size() * H);
   for (size_t r = 0; r < rows.size(); ++r)
     rms_norm(&x_[rows[r] * H], m_.final_norm(), &tmp_[r * H], 1, H, eps);
+  if (bf16_points_) round_bf16(tmp_.data(), static_cast<int64_t>(rows.size()) * H);
   logits.resize(rows.size() * static_cast<size_t>(V));
   if (!rows.empty()) matmul_nt(tmp_.data(), m_.lm_head(), nullptr, logits.data(), rows.size(), H, V);
   if (stats) {

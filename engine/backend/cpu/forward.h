@@ -66,7 +66,11 @@ struct ForwardStats {
 /// The CPU backend. Holds reusable work buffers; not thread-safe (one forward at a time).
 class CpuBackend {
  public:
-  CpuBackend(const Model& model, KVCache& cache);
+  /// `bf16_points`: round to bf16 where the CUDA backend holds bf16 (the GEMM inputs: normed
+  /// layer input, attention output, SiLU·up, final norm; and the cached K/V rows), accumulating
+  /// in f32 as it does. The `cpu-bf16` verification backend: CUDA-vs-CPU checks compare keep-sets
+  /// against it so that only accumulation order, not storage precision, separates the two.
+  CpuBackend(const Model& model, KVCache& cache, bool bf16_points = false);
 
   /// Runs one step for `items`. Writes logits [k, V] f32 for the k items with want_logits, in
   /// item order, into `logits` (resized). `policy` may be null (full cache). Throws kvb::Error
@@ -77,6 +81,7 @@ class CpuBackend {
  private:
   const Model& m_;
   KVCache& cache_;
+  bool bf16_points_ = false;
   std::vector<float> x_, xn_, q_, k_, v_, kpre_, att_, tmp_, gate_, up_;
 };
 

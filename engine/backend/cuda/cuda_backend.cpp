@@ -708,7 +708,6 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
       hitems[b] = {row0[b], items[b].n, static_cast<int32_t>(items[b].start_pos), 0};
     items_d.upload(hitems, stream, "attention items");
 
-    const std::vector<float> zeros(D, 0.0f);
     std::vector<float> kv_host, tmp;
     std::vector<int64_t> dst_h(static_cast<size_t>(T) * Hkv);
     std::vector<int32_t> len_h(static_cast<size_t>(B) * Hkv), off_h(static_cast<size_t>(B) * Hkv);
@@ -728,8 +727,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
         for (int i = 0; i < items[b].n; ++i) {
           const int t = row0[b] + i;
           for (int h = 0; h < Hkv; ++h) {
-            const float* kk = mirror ? &kv_host[(static_cast<size_t>(t) * 2 * Hkv + h) * D] : zeros.data();
-            const float* vv = mirror ? &kv_host[(static_cast<size_t>(t) * 2 * Hkv + Hkv + h) * D] : zeros.data();
+            const float* kk = mirror ? &kv_host[(static_cast<size_t>(t) * 2 * Hkv + h) * D] : nullptr;
+            const float* vv = mirror ? &kv_host[(static_cast<size_t>(t) * 2 * Hkv + Hkv + h) * D] : nullptr;
             const int32_t idx = cache.append(items[b].seq, l, h, kk, vv, poss[t]);
             dst_h[static_cast<size_t>(t) * Hkv + h] = cuda::key_slot(cache.pages(items[b].seq, l, h), idx, P);
           }
@@ -987,12 +986,11 @@ void CudaBackend::Impl::decode_graph(std::span<ForwardItem> items, const std::ve
   auto* it_h = reinterpret_cast<cuda::AttnItem*>(hm + ml.items);
   for (int b = 0; b < B; ++b) it_h[b] = {b, 1, poss[b], 0};
 
-  const std::vector<float> zeros(D, 0.0f);
   auto* dst = reinterpret_cast<int64_t*>(hm + ml.dst);
   for (int l = 0; l < L; ++l)
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < Hkv; ++h) {
-        const int32_t idx = cache.append(items[b].seq, l, h, zeros.data(), zeros.data(), poss[b]);
+        const int32_t idx = cache.append(items[b].seq, l, h, nullptr, nullptr, poss[b]);
         dst[(static_cast<size_t>(l) * T + b) * Hkv + h] = cuda::key_slot(cache.pages(items[b].seq, l, h), idx, P);
       }
   ensure_pool();
