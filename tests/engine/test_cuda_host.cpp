@@ -348,3 +348,86 @@ TEST(BackendSelection, UnknownOrMissingBackendsAreClearErrors) {
 
 }  // namespace
 }  // namespace kvb
+
+namespace kvb {
+namespace {
+
+// The cpu-bf16 verification backend (the CUDA backend's reference in kvb_cuda_check): the same
+// CPU forward with bf16 rounding where the device stores bf16. Its cached K/V rows must be exact
+// bf16 values, its logits close to (within bf16 tolerance) but not equal to the f32 engine's.
+TEST(BackendSelection, CpuBf16RoundsCachedKeysAndStaysWithinBf16Tolerance) {
+  const ModelConfig cfg = model_shape("smollm2-135m");
+  auto m = Model::random(cfg, 3, WeightFormat::kBF16);
+  KVCacheConfig kc;
+  kc.num_layers = static_cast<int>(cfg.num_layers);
+  kc.num_kv_heads = static_cast<int>(cfg.num_kv_heads);
+  kc.head_dim = static_cast<int>(cfg.head_dim);
+  std::vector<int32_t> toks(24);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919) % cfg.vocab_size);
+  auto run = [&](const std::string& name, KVCache& cache) {
+    auto be = make_backend(name, *m, cache);
+    EXPECT_EQ(be->name(), name);
+    std::vector<ForwardItem> it(1);
+    it[0].seq = cache.add_sequence();
+    it[0].tokens = toks.data();
+    it[0].n = static_cast<int>(toks.size());
+    it[0].prefill = it[0].prefill_last = true;
+    std::vector<float> logits;
+    be->forward(it, nullptr, logits);
+    return logits;
+  };
+  KVCache c32(kc), c16(kc);
+  const auto l32 = run("cpu", c32), l16 = run("cpu-bf16", c16);
+  ASSERT_EQ(l32.size(), l16.size());
+  double mx = 0, md = 0;
+  for (size_t i = 0; i < l32.size(); ++i) {
+    mx = std::max(mx, static_cast<double>(std::fabs(l32[i])));
+    md = std::max(md, static_cast<double>(std::fabs(l32[i] - l16[i])));
+  }
+  EXPECT_GT(md, 0.0) << "cpu-bf16 rounded nothing";
+  EXPECT_LE(md / mx, 2e-2);
+  int not_bf16_32 = 0;
+  for (int l = 0; l < kc.num_layers; ++l)
+    for (int h = 0; h < kc.num_kv_heads; ++h)
+      for (int32_t i = 0; i < c16.length(0, l, h); ++i)
+        for (int d = 0; d < kc.head_dim; ++d) {
+          const float k16 = c16.key(0, l, h, i)[d], v16 = c16.value(0, l, h, i)[d];
+          ASSERT_EQ(k16, bf16_bits_to_f32(f32_to_bf16_bits(k16)));
+          ASSERT_EQ(v16, bf16_bits_to_f32(f32_to_bf16_bits(v16)));
+          const float k32 = c32.key(0, l, h, i)[d];
+          not_bf16_32 += k32 != bf16_bits_to_f32(f32_to_bf16_bits(k32));
+        }
+  EXPECT_GT(not_bf16_32, 0) << "the f32 engine's keys should not all be bf16 values";
+}
+
+// Model::random: counter-based, so the same seed gives the same weights whatever the thread
+// count, bf16 generation equals rounding the f32 generation, and the moments are N(0, 0.02²)'s.
+TEST(RandomModel, DeterministicBf16EqualsRoundedF32AndMomentsMatch) {
+  const ModelConfig cfg = model_shape("stories260k");
+  auto a = Model::random(cfg, 5), b = Model::random(cfg, 5), c = Model::random(cfg, 6);
+  auto h = Model::random(cfg, 5, WeightFormat::kBF16);
+  const int64_t n = cfg.intermediate_size * cfg.hidden_size;
+  const float* wa = a->layers()[0].w_gate.f32;
+  const float* wb = b->layers()[0].w_gate.f32;
+  const float* wc = c->layers()[0].w_gate.f32;
+  const uint16_t* wh = h->layers()[0].w_gate.bf16;
+  ASSERT_TRUE(wa && wb && wc && wh);
+  double s1 = 0, s2 = 0;
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(wa[i], wb[i]);
+    ASSERT_EQ(wh[i], f32_to_bf16_bits(wa[i]));
+    differ += wa[i] != wc[i];
+    s1 += wa[i];
+    s2 += static_cast<double>(wa[i]) * wa[i];
+  }
+  EXPECT_GT(differ, n * 9 / 10);
+  const double mean = s1 / n, sd = std::sqrt(s2 / n - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.002);
+  EXPECT_NEAR(sd, 0.02, 0.001);
+  // Different tensors of one model are different draws.
+  EXPECT_NE(wa[0], a->layers()[0].w_up.f32[0]);
+}
+
+}  // namespace
+}  // namespace kvb

@@ -157,3 +157,26 @@ TEST(KVCache, RandomCompactionsMatchAVectorModel) {
 
 }  // namespace
 }  // namespace kvb
+
+namespace kvb {
+namespace {
+
+// A backend that keeps K/V elsewhere (CUDA) appends metadata only: positions, lengths, scalars
+// and compaction work as with a payload.
+TEST(KVCache, MetadataOnlyAppendsKeepPositionsAndCompact) {
+  KVCache c(cfg(4));
+  const SeqId s = c.add_sequence();
+  for (int t = 0; t < 10; ++t) {
+    c.append(s, 1, 2, nullptr, nullptr, 100 + t);
+    *c.scalars(s, 1, 2, t) = static_cast<float>(t);
+  }
+  EXPECT_EQ(c.length(s, 1, 2), 10);
+  EXPECT_EQ(c.position(s, 1, 2, 9), 109);
+  EXPECT_EQ(c.compact(s, 1, 2, std::vector<int32_t>{0, 3, 9}), 7);
+  EXPECT_EQ(c.position(s, 1, 2, 1), 103);
+  EXPECT_EQ(*c.scalars(s, 1, 2, 2), 9.0f);
+  EXPECT_EQ(c.pages(s, 1, 2).size(), 1u);
+}
+
+}  // namespace
+}  // namespace kvb

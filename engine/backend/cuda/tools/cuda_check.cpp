@@ -22,6 +22,14 @@
 //     and the device sampler against the CPU sampler: greedy == kvb::argmax, and for four
 //     (temperature, top-p) settings a stratified grid of 2000 uniforms must pick the id-order
 //     inverse CDF of kvb::sample_token's distribution (same kept set, same probabilities).
+//   kvb_cuda_check decisions [--shapes a,b,...] [--budget N] [--backend cuda|cpu]
+//     Every registered policy's decisions on identical inputs: the engine runs the policy inside a
+//     shadow wrapper that, at every call, also runs a second instance of the same spec on a copy of
+//     the LayerStep without the device primitives, so that the host code computes the signals from
+//     the host mirror of the same K/V, the same query ring and the same layer input (per-token
+//     policy scalars saved and restored between the two). Pass: identical keep-sets at every call
+//     and scalars within 1e-3 max rel. Prompts 300 and 700 (chunks of 256) + 40 forced decode
+//     tokens. `--backend cpu` runs the same wrapper on the CPU (both instances use host code).
 //   kvb_cuda_check primitives [--shapes a,b,...]
 //     The device policy primitives against their host fallbacks on identical inputs, inside a real
 //     CUDA forward pass (a probe policy; prompt 300 tokens in chunks of 128, then 8 decode steps):
@@ -49,6 +57,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend.h"
@@ -481,6 +490,139 @@ int primitives(const std::vector<std::string>& shapes) {
   return ok ? 0 : 1;
 }
 
+/// The policy wrapper of `decisions`: every call runs the wrapped policy (A, on the engine's
+/// LayerStep with the device primitives) and a second instance of the same spec (B, on a copy of
+/// the step with the primitives removed, so that its host code computes the signals from the host
+/// mirror of the same K/V, the same query ring and the same layer input). The per-token policy
+/// scalars of the layer are saved before B, restored before A, and compared afterwards; keep-sets
+/// must be identical. Only A's keep-sets are applied, so the run is the engine's own.
+class ShadowPolicy final : public Policy {
+ public:
+  explicit ShadowPolicy(const std::string& spec, int64_t budget)
+      : a_(make_policy(PolicySpec::parse(spec, budget))), b_(make_policy(PolicySpec::parse(spec, budget))) {}
+  int64_t calls = 0, keep_calls = 0, keep_same = 0;
+  double worst_scalar = 0;
+  std::string first_diff;
+  std::string name() const override { return a_->name(); }
+  nlohmann::json resolved_params() const override { return a_->resolved_params(); }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n = a_->needs();
+    n.host_kv = true;                 // B's host fallbacks read cached keys/values
+    n.layer_input_via_mlp = false;    // ... and the layer input on the host
+    return n;
+  }
+  void on_layer_step(LayerStep& st) override {
+    ++calls;
+    const int S = st.cache->config().num_scalars;
+    auto save = [&] {
+      std::vector<std::vector<float>> v(st.num_kv_heads);
+      if (S == 0) return v;
+      for (int h = 0; h < st.num_kv_heads; ++h) {
+        const int32_t L = st.cache->length(st.seq, st.layer, h);
+        for (int32_t i = 0; i < L; ++i) {
+          const float* x = st.cache->scalars(st.seq, st.layer, h, i);
+          v[h].insert(v[h].end(), x, x + S);
+        }
+      }
+      return v;
+    };
+    auto restore = [&](const std::vector<std::vector<float>>& v) {
+      if (S == 0) return;
+      for (int h = 0; h < st.num_kv_heads; ++h)
+        for (int32_t i = 0; i < st.cache->length(st.seq, st.layer, h); ++i)
+          std::memcpy(st.cache->scalars(st.seq, st.layer, h, i), &v[h][static_cast<size_t>(i) * S], S * sizeof(float));
+    };
+    const auto before = save();
+    LayerStep host = st;
+    host.window_scores = nullptr;
+    host.head_mlp = nullptr;
+    host.window_attention = nullptr;
+    b_->on_layer_step(host);
+    const auto after_b = save();
+    restore(before);
+    a_->on_layer_step(st);
+    const auto after_a = save();
+    for (int h = 0; h < st.num_kv_heads; ++h) {
+      double mx = 0, md = 0;
+      for (size_t i = 0; i < after_a[h].size(); ++i) {
+        mx = std::max(mx, static_cast<double>(std::fabs(after_b[h][i])));
+        md = std::max(md, static_cast<double>(std::fabs(after_a[h][i] - after_b[h][i])));
+      }
+      worst_scalar = std::max(worst_scalar, mx > 0 ? md / mx : md);
+    }
+    compare_keeps(st.keeps, host.keeps, "layer " + std::to_string(st.layer));
+  }
+  void on_step_end(StepEnd& se) override {
+    StepEnd other = se;
+    b_->on_step_end(other);
+    a_->on_step_end(se);
+    auto flat = [](const std::vector<StepEnd::Keep>& k) {
+      std::vector<std::tuple<int, int, std::vector<int32_t>>> out;
+      for (const auto& x : k) out.emplace_back(x.layer, x.head, x.indices);
+      return out;
+    };
+    compare_keeps(flat(se.keeps), flat(other.keeps), "step end");
+  }
+  void on_sequence_end(SeqId seq) override {
+    a_->on_sequence_end(seq);
+    b_->on_sequence_end(seq);
+  }
+
+ private:
+  template <typename K>
+  void compare_keeps(const std::vector<K>& a, const std::vector<K>& b, const std::string& where) {
+    ++keep_calls;
+    const bool same = a == b;
+    keep_same += same;
+    if (!same && first_diff.empty()) first_diff = where + " (call " + std::to_string(calls) + ")";
+  }
+  std::unique_ptr<Policy> a_, b_;
+};
+
+int decisions(const std::vector<std::string>& shapes, int64_t budget, const std::string& backend) {
+  bool ok = true;
+  std::printf("Policy decisions on identical inputs: each policy call on the %s backend runs twice, with the\n"
+              "device primitives and with the host code on the same mirrored K/V, queries and layer input;\n"
+              "pass: identical keep-sets at every call and scalars within 1e-3 (max rel).\n", backend.c_str());
+  std::printf("%-14s %-58s %6s %8s %12s %12s  %s\n", "shape", "policy", "prompt", "calls", "keep_same", "scalar_err",
+              "verdict");
+  for (const auto& shape : shapes) {
+    const ModelConfig cfg = model_shape(shape);
+    auto m = Model::random(cfg, 7, WeightFormat::kBF16);
+    std::mt19937 rng(19);
+    std::uniform_int_distribution<int32_t> tokd(0, static_cast<int32_t>(cfg.vocab_size) - 1);
+    for (int len : {300, 700}) {
+      std::vector<int32_t> prompt(len), forced(40);
+      for (auto& t : prompt) t = tokd(rng);
+      for (auto& t : forced) t = tokd(rng);
+      for (const std::string& pol : equiv_policies()) {
+        if (pol == "full") continue;
+        try {
+          EngineOptions eo;
+          eo.backend = backend;
+          eo.prefill_chunk = 256;
+          auto shadow = std::make_unique<ShadowPolicy>(pol, budget);
+          ShadowPolicy* sp = shadow.get();
+          Engine e(m, eo, std::move(shadow));
+          e.score(prompt, forced);
+          const bool pass = sp->keep_calls > 0 && sp->keep_same == sp->keep_calls && sp->worst_scalar <= 1e-3;
+          ok = ok && pass;
+          std::printf("%-14s %-58s %6d %8lld %6lld/%-5lld %12.3e  %s%s\n", shape.c_str(), pol.c_str(), len,
+                      static_cast<long long>(sp->calls), static_cast<long long>(sp->keep_same),
+                      static_cast<long long>(sp->keep_calls), sp->worst_scalar, pass ? "ok" : "FAIL",
+                      sp->first_diff.empty() ? "" : ("  first difference: " + sp->first_diff).c_str());
+        } catch (const std::exception& ex) {
+          ok = false;
+          std::printf("%-14s %-58s %6d  FAIL: %s\n", shape.c_str(), pol.c_str(), len, ex.what());
+        }
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("decisions: %s\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
+
 /// One mode of `graphs`: the scripted workload on a fresh CudaBackend; logits of every step.
 std::vector<std::vector<float>> graph_script(const Model& m, bool use_graphs, std::string* report) {
   setenv("KVB_CUDA_GRAPHS", use_graphs ? "1" : "0", 1);
@@ -601,17 +743,23 @@ int main(int argc, char** argv) {
       const std::string k = argv[i], v = argv[i + 1];
       if (k == "--shapes") shapes = split(v);
       else if (k == "--policy-shapes") policy_shapes = split(v);
+      else if (k == "--backend") continue;
       else if (k == "--budget") budget = std::stoll(v);
       else if (k == "--mib") mib = std::stoull(v);
       else kvb::fail("kvb_cuda_check: unknown option {}", k);
     }
+    std::string backend = "cuda";
+    for (int i = 2; i + 1 < argc; i += 2)
+      if (std::string(argv[i]) == "--backend") backend = argv[i + 1];
     std::string why;
-    if (!kvb::cuda_device_available(&why)) kvb::fail("{}", why);
+    if (backend == "cuda" && !kvb::cuda_device_available(&why)) kvb::fail("{}", why);
+    if (cmd == "decisions") return decisions(shapes, budget, backend);
+    if (backend != "cuda") kvb::fail("kvb_cuda_check: --backend applies to `decisions` only");
     if (cmd == "equiv") return equiv(shapes, budget, policy_shapes);
     if (cmd == "bandwidth") return bandwidth(mib);
     if (cmd == "primitives") return primitives(shapes);
     if (cmd == "graphs") return graphs(shapes);
-    kvb::fail("kvb_cuda_check: unknown command '{}' (equiv | primitives | graphs | bandwidth)", cmd);
+    kvb::fail("kvb_cuda_check: unknown command '{}' (equiv | decisions | primitives | graphs | bandwidth)", cmd);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvb_cuda_check: %s\n", e.what());
     return 2;
