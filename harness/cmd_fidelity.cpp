@@ -24,7 +24,7 @@ namespace kvb::cli {
 
 namespace {
 struct FidelityArgs {
-  std::string model, policies = "full", budgets = "32,64", prompts_file, text_file, task, json_out;
+  std::string model, policies = "full", budgets = "32,64", prompts_file, text_file, task, json_out, chat_template;
   size_t limit = 4;
   int max_new_tokens = 128;
   bool chat = false;
@@ -115,7 +115,7 @@ void run_fidelity(const FidelityArgs& a) {
   const std::vector<std::string> specs = fidelity::split_policy_list(a.policies);
   const std::vector<int64_t> budgets = parse_budgets(a.budgets);
   for (const auto& s : specs) PolicySpec::parse(s);  // syntax errors before loading anything
-  LoadedModel m = load_model(a.model);
+  LoadedModel m = load_model(a.model, WeightFormat::kF32, a.chat_template);
   const auto prompts = load_prompts(a, m);
   std::fprintf(stderr, "[kvbench] fidelity: %zu prompts, full-cache greedy references of up to %d tokens\n",
                prompts.size(), a.max_new_tokens);
@@ -160,6 +160,8 @@ void register_fidelity(CLI::App& app) {
   c->add_option("--data-dir", a->data_dirs, "Dataset directory for --task (repeatable)");
   c->add_option("--max-new-tokens", a->max_new_tokens, "Length of the full-cache greedy reference")->check(CLI::PositiveNumber);
   c->add_flag("--chat", a->chat, "Render --prompts/--text lines with the model's chat template");
+  c->add_option("--chat-template", a->chat_template,
+                "Which of the model's named chat templates (default: \"default\"; also for --task prompts)");
   c->add_option("--json", a->json_out, "Also write the rows as JSON to this file");
   c->callback([a] { run_fidelity(*a); });
 }

@@ -29,7 +29,7 @@ namespace kvb::cli {
 namespace {
 
 struct TokenizeArgs {
-  std::string model, text, messages;
+  std::string model, text, messages, chat_template;
   bool chat = false, no_thinking = false, no_add_special = false;
 };
 
@@ -75,9 +75,8 @@ void run_tokenize(const TokenizeArgs& a) {
     } else {
       messages = nlohmann::json::array({{{"role", "user"}, {"content", a.text}}});
     }
-    const std::string cfg = a.model + "/tokenizer_config.json";
-    if (!file_exists(cfg)) fail_at(cfg, "", "not found (--chat needs the model's chat template)");
-    const chat::ChatTemplate tmpl = chat::ChatTemplate::from_tokenizer_config(cfg);
+    // chat_template.jinja, chat_template.json or tokenizer_config.json, as transformers finds it.
+    const chat::ChatTemplate tmpl = chat::ChatTemplate::from_model_dir(a.model, a.chat_template);
     chat::RenderOptions opts;
     opts.add_generation_prompt = true;
     if (a.no_thinking) opts.enable_thinking = false;
@@ -114,12 +113,17 @@ void register_tokenize(CLI::App& app) {
   auto* msgs = c->add_option("--messages", a->messages,
                              "JSON file with an array of {\"role\", \"content\"} messages (implies --chat)");
   text->excludes(msgs);
-  c->add_flag("--chat", a->chat, "Render with the chat template of tokenizer_config.json (generation prompt on)");
+  c->add_flag("--chat", a->chat,
+              "Render with the model's chat template (chat_template.jinja, chat_template.json or "
+              "tokenizer_config.json; generation prompt on)");
+  c->add_option("--chat-template", a->chat_template,
+                "With --chat: which of the model's named chat templates (default: \"default\")");
   c->add_flag("--no-thinking", a->no_thinking, "Pass enable_thinking=false to the chat template (Qwen3)");
   c->add_flag("--no-add-special", a->no_add_special,
               "Without --chat: do not add the post-processor's special tokens (e.g. BOS)");
-  c->callback([a] {
-    if (a->text.empty() && a->messages.empty()) fail("tokenize: give --text TEXT or --messages FILE.json");
+  c->callback([a, text] {
+    // --text "" is a valid input: the special tokens alone (e.g. BOS).
+    if (text->count() == 0 && a->messages.empty()) fail("tokenize: give --text TEXT or --messages FILE.json");
     run_tokenize(*a);
   });
 }

@@ -17,11 +17,15 @@ bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
-LoadedModel load_gguf_model(const std::string& path, const std::string& id, WeightFormat fmt) {
+LoadedModel load_gguf_model(const std::string& path, const std::string& id, WeightFormat fmt,
+                            const std::string& chat_template) {
   LoadedModel m;
   m.id = id;
   GgufModel g = load_gguf(path);
   m.tokenizer = std::make_shared<tok::Tokenizer>(tok::Tokenizer::from_json(g.tokenizer_json, path, g.tokenizer_config));
+  if (!chat_template.empty() && chat_template != "default")
+    fail_at(path, "tokenizer.chat_template", "no template named \"{}\": only the default template is read from GGUF",
+            chat_template);
   if (!g.chat_template.empty()) {
     auto str = [&](const char* k) {
       auto it = g.tokenizer_config.find(k);
@@ -43,12 +47,12 @@ std::string default_model_path() {
   return cache + "/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-LoadedModel load_model(const std::string& spec, WeightFormat fmt) {
+LoadedModel load_model(const std::string& spec, WeightFormat fmt, const std::string& chat_template) {
   if (spec == kDefaultModelName) {
     const std::string path = default_model_path();
     if (!file_exists(path))
       fail("--model {}: {} not found; fetch it with tools/fetch_default_model.sh (bootstrap.sh does)", spec, path);
-    LoadedModel m = load_gguf_model(path, spec, fmt);
+    LoadedModel m = load_gguf_model(path, spec, fmt, chat_template);
     m.eos_ids = m.model->config().eos_token_ids;
     if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
       m.eos_ids.push_back(*e);
@@ -56,7 +60,7 @@ LoadedModel load_model(const std::string& spec, WeightFormat fmt) {
   }
   if (ends_with(spec, ".gguf")) {
     if (!file_exists(spec)) fail("--model {}: file not found", spec);
-    LoadedModel m = load_gguf_model(spec, spec, fmt);
+    LoadedModel m = load_gguf_model(spec, spec, fmt, chat_template);
     m.eos_ids = m.model->config().eos_token_ids;
     if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
       m.eos_ids.push_back(*e);
@@ -70,17 +74,43 @@ LoadedModel load_model(const std::string& spec, WeightFormat fmt) {
   m.model = Model::load_dir(spec, fmt);
   if (file_exists(spec + "/tokenizer.json"))
     m.tokenizer = std::make_shared<tok::Tokenizer>(tok::Tokenizer::from_dir(spec));
-  const std::string tc = spec + "/tokenizer_config.json";
-  if (file_exists(tc)) {
-    auto j = parse_json_file(tc);
-    if (j.contains("chat_template")) m.chat = std::make_shared<chat::ChatTemplate>(chat::ChatTemplate::from_tokenizer_config(tc));
-  }
+  // With a template name, its absence is an error at load; without, only --chat needs one.
+  if (!chat_template.empty() || chat::ChatTemplate::model_dir_has_template(spec))
+    m.chat = std::make_shared<chat::ChatTemplate>(chat::ChatTemplate::from_model_dir(spec, chat_template));
   m.eos_ids = m.model->config().eos_token_ids;
   if (m.tokenizer) {
     if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
       m.eos_ids.push_back(*e);
   }
   return m;
+}
+
+GenerationDefaults generation_defaults(const std::string& spec) {
+  if (spec == kDefaultModelName || ends_with(spec, ".gguf")) return {};
+  return GenerationDefaults::from_file(spec + "/generation_config.json");
+}
+
+nlohmann::json resolve_sampling(const nlohmann::json& suite_sampling, const GenerationDefaults& gen,
+                                std::optional<double> temperature, std::optional<double> top_p,
+                                std::optional<int> top_k, std::string* source) {
+  nlohmann::json s;
+  std::string from;
+  if (suite_sampling.is_object() && !suite_sampling.empty()) {
+    s = suite_sampling;
+    from = "suite";
+  } else if (gen.present) {
+    s = gen.sampling();
+    from = "generation_config";
+  } else {
+    s = nlohmann::json::object();
+    from = "default";
+  }
+  if (temperature) s["temperature"] = *temperature;
+  if (top_p) s["top_p"] = *top_p;
+  if (top_k) s["top_k"] = *top_k;
+  if (temperature || top_p || top_k) from += "+cli";
+  if (source) *source = from;
+  return s;
 }
 
 std::vector<int32_t> build_prompt(const LoadedModel& m, const std::string& text, bool chat,
@@ -91,7 +121,13 @@ std::vector<int32_t> build_prompt(const LoadedModel& m, const std::string& text,
     if (rendered) *rendered = text;
     return m.tokenizer->encode(text, /*add_special_tokens=*/true);
   }
-  if (!m.chat) fail("--model {}: --chat needs a chat_template in tokenizer_config.json", m.id);
+  if (!m.chat) {
+    if (ends_with(m.id, ".gguf") || m.id == kDefaultModelName)
+      fail_at(m.id, "tokenizer.chat_template", "missing: --chat needs a chat template");
+    fail_at(m.id + "/tokenizer_config.json", "chat_template",
+            "missing: --chat needs a chat template (none in chat_template.jinja, chat_template.json or "
+            "tokenizer_config.json)");
+  }
   std::vector<chat::Message> msgs;
   if (!system.empty()) msgs.push_back({"system", system});
   msgs.push_back({"user", text});

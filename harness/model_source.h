@@ -32,8 +32,28 @@ std::string default_model_path();
 /// Loads `spec`: a Hugging Face model directory (config.json, safetensors, tokenizer.json,
 /// tokenizer_config.json), a .gguf file (weights dequantised at load, tokenizer and chat
 /// template from its metadata), or the name of the default model. `fmt` chooses how weight
-/// matrices are held in memory. Throws kvb::Error naming the missing or bad file.
-LoadedModel load_model(const std::string& spec, WeightFormat fmt = WeightFormat::kF32);
+/// matrices are held in memory. A directory's chat template is found as transformers 4.4x+
+/// does (chat_template.jinja, chat_template.json, tokenizer_config.json; see
+/// chat::ChatTemplate::from_model_dir); `chat_template` names one of several templates ("":
+/// the default; `--chat-template NAME`). Throws kvb::Error naming the missing or bad file, or
+/// the unknown template name.
+LoadedModel load_model(const std::string& spec, WeightFormat fmt = WeightFormat::kF32,
+                       const std::string& chat_template = "");
+
+/// The generation_config.json defaults of `spec` without loading its weights: a model
+/// directory's DIR/generation_config.json; empty (present = false) for GGUF files and the
+/// default model. Throws kvb::Error for a malformed file.
+GenerationDefaults generation_defaults(const std::string& spec);
+
+/// The sampling of one task on one model, as `kvbench run` resolves it: the suite task's own
+/// `sampling` block when it has one (the benchmark's protocol), else the model's
+/// generation_config.json defaults (GenerationDefaults::sampling(): greedy unless do_sample),
+/// else greedy; then each option given on the command line replaces its key. Returns a JSON
+/// object with the keys that are set (of temperature, top_p, top_k); `source` (optional) gets
+/// "suite", "generation_config" or "default", with "+cli" when an option was applied.
+nlohmann::json resolve_sampling(const nlohmann::json& suite_sampling, const GenerationDefaults& gen,
+                                std::optional<double> temperature, std::optional<double> top_p,
+                                std::optional<int> top_k, std::string* source = nullptr);
 
 /// Prompt token ids: with `chat`, the chat template rendered with a generation prompt over
 /// [system?, user] and tokenized without extra special tokens (as transformers'

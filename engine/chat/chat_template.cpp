@@ -9,6 +9,8 @@
 //     (enable_thinking, extra), kwargs overriding special tokens.
 #include "engine/chat/chat_template.h"
 
+#include <filesystem>
+
 #include "engine/chat/jinja/jinja.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
@@ -55,25 +57,89 @@ ChatTemplate::ChatTemplate(std::string source, std::string origin, std::string b
   program_ = std::make_shared<const jinja::Template>(source_, origin_);
 }
 
-ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path) {
+namespace {
+
+// The source of `name` ("" = "default") from a chat_template value: a string (only "default"),
+// or a list of {"name", "template"} objects. `path`/`field` name the value in errors.
+std::string select_template(const nlohmann::json& v, const std::string& name, const std::string& path,
+                            const std::string& field) {
+  const std::string want = name.empty() ? "default" : name;
+  if (v.is_string()) {
+    if (want != "default")
+      fail_at(path, field, "no template named \"{}\": this model has a single (default) template", want);
+    return v.get<std::string>();
+  }
+  if (!v.is_array()) fail_at(path, field, "expected a string or a list of named templates");
+  std::string names;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const auto& e = v[i];
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("template") ||
+        !e["template"].is_string())
+      fail_at(path, fmt::format("{}[{}]", field, i), "expected an object with string \"name\" and \"template\"");
+    const std::string n = e["name"].get<std::string>();
+    if (n == want) return e["template"].get<std::string>();
+    names += (names.empty() ? "" : ", ") + n;
+  }
+  fail_at(path, field, "no template named \"{}\" (the list has: {})", want, names.empty() ? "nothing" : names);
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path, const std::string& name) {
   nlohmann::json cfg = parse_json_file(path);
   if (!cfg.is_object()) fail_at(path, "", "expected a JSON object");
   auto it = cfg.find("chat_template");
   if (it == cfg.end() || it->is_null()) fail_at(path, "chat_template", "missing: this tokenizer has no chat template");
-  std::string source;
-  if (it->is_string()) {
-    source = it->get<std::string>();
-  } else if (it->is_array()) {
-    // Named templates: [{"name": "default", "template": "..."}, ...]; use "default".
-    for (const auto& e : *it)
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
-        source = e["template"].get<std::string>();
-    if (source.empty()) fail_at(path, "chat_template", "no template named \"default\" in the list");
-  } else {
-    fail_at(path, "chat_template", "expected a string or a list of named templates");
-  }
-  return ChatTemplate(std::move(source), path + ": chat_template", token_field(cfg, "bos_token", path),
+  std::string source = select_template(*it, name, path, "chat_template");
+  const std::string tag = name.empty() || name == "default" ? "" : "[" + name + "]";
+  return ChatTemplate(std::move(source), path + ": chat_template" + tag, token_field(cfg, "bos_token", path),
                       token_field(cfg, "eos_token", path));
+}
+
+bool ChatTemplate::model_dir_has_template(const std::string& dir) {
+  if (file_exists(dir + "/chat_template.jinja") || file_exists(dir + "/chat_template.json")) return true;
+  const std::string tc = dir + "/tokenizer_config.json";
+  if (!file_exists(tc)) return false;
+  nlohmann::json cfg = parse_json_file(tc);
+  return cfg.is_object() && cfg.contains("chat_template") && !cfg["chat_template"].is_null();
+}
+
+ChatTemplate ChatTemplate::from_model_dir(const std::string& dir, const std::string& name) {
+  const std::string tc = dir + "/tokenizer_config.json";
+  nlohmann::json cfg = nlohmann::json::object();
+  if (file_exists(tc)) {
+    cfg = parse_json_file(tc);
+    if (!cfg.is_object()) fail_at(tc, "", "expected a JSON object");
+  }
+  const std::string bos = token_field(cfg, "bos_token", tc), eos = token_field(cfg, "eos_token", tc);
+  const std::string want = name.empty() ? "default" : name;
+  const std::string jinja = dir + "/chat_template.jinja";
+  if (file_exists(jinja)) {
+    // transformers >= 4.50: the default template in chat_template.jinja, named ones in
+    // additional_chat_templates/NAME.jinja; these replace any template in tokenizer_config.json.
+    if (want == "default") return ChatTemplate(read_file(jinja), jinja, bos, eos);
+    const std::string extra = dir + "/additional_chat_templates/" + want + ".jinja";
+    if (want.find('/') == std::string::npos && file_exists(extra)) return ChatTemplate(read_file(extra), extra, bos, eos);
+    std::string names;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir + "/additional_chat_templates", ec))
+      if (e.path().extension() == ".jinja") names += ", " + e.path().stem().string();
+    fail_at(jinja, "chat_template", "no template named \"{}\" (there are: default{})", want, names);
+  }
+  const std::string js = dir + "/chat_template.json";
+  if (file_exists(js)) {
+    nlohmann::json j = parse_json_file(js);
+    if (!j.is_object() || !j.contains("chat_template") || j["chat_template"].is_null())
+      fail_at(js, "chat_template", "missing: expected {{\"chat_template\": ...}}");
+    std::string source = select_template(j["chat_template"], name, js, "chat_template");
+    const std::string tag = want == "default" ? "" : "[" + want + "]";
+    return ChatTemplate(std::move(source), js + ": chat_template" + tag, bos, eos);
+  }
+  if (!cfg.contains("chat_template") || cfg["chat_template"].is_null())
+    fail_at(tc, "chat_template",
+            "missing: the model has no chat template (none in chat_template.jinja, chat_template.json or "
+            "tokenizer_config.json)");
+  return from_tokenizer_config(tc, name);
 }
 
 std::string ChatTemplate::render(const std::vector<Message>& messages, const RenderOptions& opts) const {

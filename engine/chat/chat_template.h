@@ -36,7 +36,18 @@ class ChatTemplate {
                std::string eos_token = "");
   /// Reads `chat_template`, `bos_token` and `eos_token` from a tokenizer_config.json.
   /// Throws kvb::Error naming the file and field when it has no chat_template.
-  static ChatTemplate from_tokenizer_config(const std::string& path);
+  /// `name` selects one of a list of named templates ([{"name", "template"}, ...]); empty means
+  /// "default" (as transformers does when it is not given). An unknown name is an error.
+  static ChatTemplate from_tokenizer_config(const std::string& path, const std::string& name = "");
+  /// A model directory's chat template as transformers 4.4x+ finds it: DIR/chat_template.jinja
+  /// (named ones in DIR/additional_chat_templates/NAME.jinja), else DIR/chat_template.json
+  /// ({"chat_template": string or list}), else tokenizer_config.json's `chat_template` (a string
+  /// or a list of {name, template}). bos/eos tokens come from tokenizer_config.json. `name`
+  /// as in from_tokenizer_config. Throws kvb::Error ("<file>: <field>: <what>") when none is
+  /// found or the name is unknown.
+  static ChatTemplate from_model_dir(const std::string& dir, const std::string& name = "");
+  /// Whether DIR holds any of the chat-template sources from_model_dir reads.
+  static bool model_dir_has_template(const std::string& dir);
 
   /// Renders `messages`. Throws kvb::Error ("<origin>:<line>: ...") for runtime template errors,
   /// including raise_exception(...) called by the template.

@@ -79,9 +79,22 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
   if (j.contains("hidden_act") && j["hidden_act"] != "silu")
     fail_at(origin, "hidden_act", "unsupported activation {} (only silu)", j["hidden_act"].dump());
 
+  // transformers >= 4.5x writes layer_types (one per layer); kvbench implements full attention only.
+  if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
+    if (!lt->is_array()) fail_at(origin, "layer_types", "expected a list of layer types, got {}", lt->dump());
+    if (static_cast<int64_t>(lt->size()) != c.num_layers)
+      fail_at(origin, "layer_types", "has {} entries for num_hidden_layers {}", lt->size(), c.num_layers);
+    for (size_t i = 0; i < lt->size(); ++i)
+      if ((*lt)[i] != "full_attention")
+        fail_at(origin, fmt::format("layer_types[{}]", i), "unsupported layer type {} (only full_attention)",
+                (*lt)[i].dump());
+  }
+
   const json* rs = nullptr;
   std::string f;
-  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+  // transformers 5 writes rope_parameters ({rope_type, rope_theta, ...}); older files
+  // rope_scaling (+ top-level rope_theta). When both are present rope_parameters wins.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
     auto it = j.find(key);
     if (!rs && it != j.end() && it->is_object()) {
       rs = &*it;
@@ -118,17 +131,54 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
   return c;
 }
 
+GenerationDefaults GenerationDefaults::from_file(const std::string& path) {
+  GenerationDefaults g;
+  if (!file_exists(path)) return g;
+  const json j = parse_json_file(path);
+  if (!j.is_object()) fail_at(path, "", "expected a JSON object");
+  g.present = true;
+  if (j.contains("do_sample") && !j["do_sample"].is_null()) g.do_sample = get_bool(j, "do_sample", path, false);
+  if (j.contains("temperature") && !j["temperature"].is_null()) {
+    g.temperature = get_num(j, "temperature", path, 1.0);
+    if (*g.temperature < 0) fail_at(path, "temperature", "must be >= 0, got {}", *g.temperature);
+  }
+  if (j.contains("top_p") && !j["top_p"].is_null()) {
+    g.top_p = get_num(j, "top_p", path, 1.0);
+    if (!(*g.top_p > 0 && *g.top_p <= 1)) fail_at(path, "top_p", "must be in (0, 1], got {}", *g.top_p);
+  }
+  if (j.contains("top_k") && !j["top_k"].is_null()) {
+    const int64_t k = get_int(j, "top_k", path, false, 50);
+    if (k < 0 || k > (1 << 30)) fail_at(path, "top_k", "must be >= 0, got {}", k);
+    g.top_k = static_cast<int>(k);
+  }
+  if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], g.eos_token_ids, path, "eos_token_id");
+  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) g.bos_token_id = j["bos_token_id"].get<int32_t>();
+  return g;
+}
+
+json GenerationDefaults::sampling() const {
+  if (!do_sample.value_or(false)) return {{"temperature", 0.0}};
+  return {{"temperature", temperature.value_or(1.0)}, {"top_p", top_p.value_or(1.0)}, {"top_k", top_k.value_or(50)}};
+}
+
+json GenerationDefaults::to_json() const {
+  json j = json::object();
+  if (do_sample) j["do_sample"] = *do_sample;
+  if (temperature) j["temperature"] = *temperature;
+  if (top_p) j["top_p"] = *top_p;
+  if (top_k) j["top_k"] = *top_k;
+  if (!eos_token_ids.empty()) j["eos_token_id"] = eos_token_ids;
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  return j;
+}
+
 ModelConfig ModelConfig::from_dir(const std::string& dir) {
   const std::string path = dir + "/config.json";
   if (!file_exists(path)) fail("{}: not found (a model directory needs config.json)", path);
   ModelConfig c = from_json(parse_json_file(path), path);
-  const std::string gen = dir + "/generation_config.json";
-  if (file_exists(gen)) {
-    json g = parse_json_file(gen);
-    if (g.contains("eos_token_id")) add_ids(g["eos_token_id"], c.eos_token_ids, gen, "eos_token_id");
-    if (c.bos_token_id < 0 && g.contains("bos_token_id") && g["bos_token_id"].is_number_integer())
-      c.bos_token_id = g["bos_token_id"].get<int32_t>();
-  }
+  c.generation = GenerationDefaults::from_file(dir + "/generation_config.json");
+  for (int32_t id : c.generation.eos_token_ids) add_ids(json(id), c.eos_token_ids, path, "eos_token_id");
+  if (c.bos_token_id < 0 && c.generation.bos_token_id) c.bos_token_id = *c.generation.bos_token_id;
   return c;
 }
 

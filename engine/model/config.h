@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,28 @@ struct RopeScaling {
   double attention_factor = 0.0;  ///< 0 = derive from factor (0.1*ln(factor)+1)
   double mscale = 0.0, mscale_all_dim = 0.0;
   bool truncate = true;
+};
+
+/// A model's generation_config.json as transformers' GenerationConfig reads it: the sampling
+/// defaults that model.generate() uses when the caller passes none.
+struct GenerationDefaults {
+  bool present = false;              ///< the file exists
+  std::optional<bool> do_sample;     ///< absent means false (transformers' default): greedy
+  std::optional<double> temperature, top_p;
+  std::optional<int> top_k;
+  std::vector<int32_t> eos_token_ids;  ///< eos_token_id: an integer or a list
+  std::optional<int32_t> bos_token_id;
+
+  /// Reads PATH (a generation_config.json); an absent file gives present = false. Throws
+  /// kvb::Error ("<file>: <field>: <what>") for a wrongly typed field.
+  static GenerationDefaults from_file(const std::string& path);
+  /// The sampling transformers' generate() applies with this config and no arguments:
+  /// {"temperature": 0} (greedy) unless do_sample is true; with do_sample, {"temperature",
+  /// "top_p", "top_k"} with GenerationConfig's defaults (1.0, 1.0, 50) for absent fields
+  /// (top_k 0 = off, temperature 0 = greedy, as kvbench's sampler reads them).
+  nlohmann::json sampling() const;
+  /// The file's fields as read ({} when absent), for a run's stored config.
+  nlohmann::json to_json() const;
 };
 
 /// Hyperparameters of one model. Shapes below use: H = hidden_size, Hq = num_attention_heads,
@@ -44,6 +67,7 @@ struct ModelConfig {
   bool qk_norm = false;          ///< per-head RMSNorm on q and k before RoPE (qwen3)
   std::vector<int32_t> eos_token_ids;  ///< from config.json and generation_config.json
   int32_t bos_token_id = -1;
+  GenerationDefaults generation;  ///< DIR/generation_config.json (from_dir), empty otherwise
 
   /// Parses a config.json object. `origin` names the file in errors. Throws kvb::Error naming
   /// the field for missing/invalid values or an unknown model_type.

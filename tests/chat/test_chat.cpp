@@ -9,7 +9,10 @@
 // must be byte-equal.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <string>
@@ -149,4 +152,134 @@ TEST(ChatTemplate, RaiseExceptionFromTemplateNamesLine) {
     EXPECT_EQ(std::string(e.what()), "inline:3: raise_exception: Only user and assistant roles are supported!");
   }
   EXPECT_THROW(t.render({}), kvb::Error);  // empty conversation, as transformers refuses
+}
+
+// ---- Model directories as transformers 4.4x+ writes them (issue 17) ----
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag) {
+    path = std::filesystem::temp_directory_path() / ("kvb_chat_dir_" + tag + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    const auto p = path / name;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  std::string dir() const { return path.string(); }
+};
+
+const std::vector<kvb::chat::Message> kOneUser = {{"user", "hi"}};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kvb::Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a kvb::Error";
+  return "";
+}
+
+}  // namespace
+
+TEST(ChatTemplateDir, PrecedenceJinjaThenJsonThenTokenizerConfig) {
+  TempDir d("prec");
+  d.write("tokenizer_config.json",
+          R"({"bos_token": "<s>", "eos_token": "</s>", "chat_template": "CFG{{ bos_token }}{{ messages[0].content }}"})");
+  EXPECT_TRUE(ChatTemplate::model_dir_has_template(d.dir()));
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "CFG<s>hi");
+  d.write("chat_template.json", R"({"chat_template": "JSON{{ eos_token }}{{ messages[0].content }}"})");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "JSON</s>hi");
+  d.write("chat_template.jinja", "JINJA{{ bos_token }}{{ messages[0].content }}{% if add_generation_prompt %}>{% endif %}");
+  const ChatTemplate t = ChatTemplate::from_model_dir(d.dir());
+  EXPECT_EQ(t.render(kOneUser), "JINJA<s>hi>");
+  EXPECT_EQ(t.origin(), d.dir() + "/chat_template.jinja");
+  // The same directory without tokenizer_config.json: the .jinja alone is enough (no special tokens).
+  std::filesystem::remove(d.path / "tokenizer_config.json");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "JINJAhi>");
+}
+
+TEST(ChatTemplateDir, JinjaFileMatchesSameTemplateInTokenizerConfig) {
+  // A real template (SmolLM2's, from the goldens' fixture) moved from tokenizer_config.json to
+  // chat_template.jinja renders byte-identically.
+  const std::string src_cfg = kFixtures + "/smollm2_instruct/tokenizer_config.json";
+  if (!kvb::file_exists(src_cfg)) GTEST_SKIP() << "no SmolLM2 fixture";
+  nlohmann::json cfg = kvb::parse_json_file(src_cfg);
+  const std::string source = cfg["chat_template"].get<std::string>();
+  TempDir d("move");
+  cfg.erase("chat_template");
+  d.write("tokenizer_config.json", cfg.dump());
+  d.write("chat_template.jinja", source);
+  const std::vector<kvb::chat::Message> msgs = {{"system", "Be brief."}, {"user", "What is 7 times 8?"}};
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(msgs), ChatTemplate::from_tokenizer_config(src_cfg).render(msgs));
+}
+
+TEST(ChatTemplateDir, NamedTemplatesInTokenizerConfigList) {
+  TempDir d("named");
+  const std::string tc = d.write("tokenizer_config.json", R"({"chat_template": [
+      {"name": "default", "template": "D:{{ messages[0].content }}"},
+      {"name": "tool_use", "template": "T:{{ messages[0].content }}"},
+      {"name": "rag", "template": "R:{{ messages[0].content }}"}]})");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "D:hi");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "default").render(kOneUser), "D:hi");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "tool_use").render(kOneUser), "T:hi");
+  EXPECT_EQ(ChatTemplate::from_tokenizer_config(tc, "rag").render(kOneUser), "R:hi");
+  const std::string e = error_of([&] { ChatTemplate::from_model_dir(d.dir(), "nope"); });
+  EXPECT_EQ(e, tc + ": chat_template: no template named \"nope\" (the list has: default, tool_use, rag)");
+}
+
+TEST(ChatTemplateDir, ListWithoutDefaultNeedsAName) {
+  TempDir d("nodefault");
+  const std::string tc = d.write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
+  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
+            tc + ": chat_template: no template named \"default\" (the list has: tool_use)");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "tool_use").render(kOneUser), "T");
+  d.write("tokenizer_config.json", R"({"chat_template": [{"name": "x"}]})");
+  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
+            tc + ": chat_template[0]: expected an object with string \"name\" and \"template\"");
+}
+
+TEST(ChatTemplateDir, NamedTemplatesInChatTemplateJsonAndAdditionalJinja) {
+  TempDir d("json_named");
+  const std::string js = d.write("chat_template.json",
+                                 R"({"chat_template": [{"name": "default", "template": "JD"}, {"name": "x", "template": "JX"}]})");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "JD");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "x").render(kOneUser), "JX");
+  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir(), "y"); }),
+            js + ": chat_template: no template named \"y\" (the list has: default, x)");
+  // transformers >= 4.50 layout: chat_template.jinja + additional_chat_templates/NAME.jinja.
+  const std::string jinja = d.write("chat_template.jinja", "DEF");
+  d.write("additional_chat_templates/tool_use.jinja", "TOOL");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "DEF");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "tool_use").render(kOneUser), "TOOL");
+  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir(), "x"); }),
+            jinja + ": chat_template: no template named \"x\" (there are: default, tool_use)");
+}
+
+TEST(ChatTemplateDir, SingleTemplateRefusesOtherNames) {
+  TempDir d("single");
+  const std::string tc = d.write("tokenizer_config.json", R"({"chat_template": "S"})");
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "default").render(kOneUser), "S");
+  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir(), "tool_use"); }),
+            tc + ": chat_template: no template named \"tool_use\": this model has a single (default) template");
+}
+
+TEST(ChatTemplateDir, NoTemplateAnywhereIsOneClearError) {
+  TempDir d("none");
+  const std::string tc = d.write("tokenizer_config.json", R"({"bos_token": "<s>"})");
+  EXPECT_FALSE(ChatTemplate::model_dir_has_template(d.dir()));
+  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
+            tc + ": chat_template: missing: the model has no chat template (none in chat_template.jinja, "
+                 "chat_template.json or tokenizer_config.json)");
+  const std::string js = d.write("chat_template.json", R"({"other": 1})");
+  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
+            js + ": chat_template: missing: expected {\"chat_template\": ...}");
 }

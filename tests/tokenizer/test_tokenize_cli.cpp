@@ -3,7 +3,10 @@
 // ids equal transformers' apply_chat_template (tools/gen_tokenizer_goldens.py, meta.json "chat").
 #include <sys/wait.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -101,6 +104,52 @@ TEST_F(TokenizeCli, ErrorsAreReported) {
   EXPECT_NE(out.find("tokenizer.json"), std::string::npos) << out;
   out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/qwen3", &st);
   EXPECT_NE(st, 0) << out;
+}
+
+TEST_F(TokenizeCli, EmptyTextGivesTheSpecialTokensAlone) {
+  int st = -1;
+  std::string out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/llama3_1 --text ''", &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_EQ(ids_line(out), std::vector<int32_t>({128000})) << out;  // BOS alone, as tokenizers' encode("")
+  EXPECT_NE(out.find("===== TOKENS (1) =====\n0\t128000\t\"<|begin_of_text|>\""), std::string::npos) << out;
+  out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/llama3_1 --text '' --no-add-special", &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("===== TOKENS (0) =====\nids: []"), std::string::npos) << out;
+}
+
+// A tokenizer folder as transformers >= 4.50 saves it: the template in chat_template.jinja, none
+// in tokenizer_config.json. The rendered prompt and ids equal the apply_chat_template goldens.
+TEST_F(TokenizeCli, ChatTemplateJinjaFileAndNamedTemplates) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvb_tok_jinja_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  json cfg = kvb::parse_json_file(kShared + "/tokenizers/qwen3/tokenizer_config.json");
+  const std::string source = cfg["chat_template"].get<std::string>();
+  cfg.erase("chat_template");
+  std::ofstream(dir / "tokenizer_config.json") << cfg.dump();
+  std::ofstream(dir / "chat_template.jinja") << source;
+  std::filesystem::copy_file(kShared + "/tokenizers/qwen3/tokenizer.json", dir / "tokenizer.json");
+  const json want = kvb::parse_json_file(kFix + "meta.json")["chat"]["qwen3"];
+  int st = -1;
+  const std::string base = std::string(KVB_BINARY) + " tokenize --model " + dir.string() + " --messages " + kFix + "messages.json";
+  std::string out = run(base, &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_NE(out.find(want["prompt"].get<std::string>() + "\n===== END PROMPT ====="), std::string::npos) << out;
+  EXPECT_EQ(ids_line(out), want["ids"].get<std::vector<int32_t>>());
+  out = run(base + " --chat-template default", &st);
+  ASSERT_EQ(st, 0) << out;
+  EXPECT_EQ(ids_line(out), want["ids"].get<std::vector<int32_t>>());
+  out = run(base + " --chat-template tool_use", &st);
+  EXPECT_EQ(st, 2) << out;
+  EXPECT_NE(out.find("kvbench: error: " + (dir / "chat_template.jinja").string() +
+                     ": chat_template: no template named \"tool_use\""), std::string::npos) << out;
+  // No template anywhere: one error naming the file and the field.
+  std::filesystem::remove(dir / "chat_template.jinja");
+  out = run(base, &st);
+  EXPECT_EQ(st, 2) << out;
+  EXPECT_NE(out.find("kvbench: error: " + (dir / "tokenizer_config.json").string() + ": chat_template: missing"),
+            std::string::npos) << out;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
