@@ -173,16 +173,27 @@ LoadedTasks load_tasks(const std::vector<tasks::SuiteTask>& suite_tasks, const s
 void print_cells(results::Store& store, int64_t run_id) {
   auto rows = store.samples({run_id});
   auto cells = results::compute_cells(rows);
-  std::printf("\n%-24s %-30s %-28s %7s %4s %18s %10s %14s %10s\n", "model", "task", "policy", "budget", "n",
-              "pass@1 [95% CI]", "tok/s", "KV peak (B)", "Δ vs full");
+  std::printf("\n%-24s %-30s %-28s %7s %4s %18s %10s %14s %26s\n", "model", "task", "policy", "budget", "n",
+              "pass@1 [Wilson 95%]", "tok/s", "KV peak (B)", "Δ vs full [paired 95%]");
+  bool any_sig = false;
   for (const auto& c : cells) {
     std::string model = c.key.model_id.size() > 24 ? "…" + c.key.model_id.substr(c.key.model_id.size() - 23) : c.key.model_id;
     std::string acc = c.pass1 ? fmt::format("{:.3f} [{:.2f},{:.2f}]", c.pass1->mean, c.pass1->lo, c.pass1->hi) : "-";
-    std::string delta = c.delta_vs_reference ? fmt::format("{:+.3f}", c.delta_vs_reference->mean) : "";
-    std::printf("%-24s %-30s %-28s %7s %4d %18s %10.1f %14.0f %10s\n", model.c_str(), c.key.task.c_str(),
+    std::string delta;
+    if (c.delta_vs_reference) {
+      const auto& d = *c.delta_vs_reference;
+      const bool sig = d.n > 1 && (d.lo > 0 || d.hi < 0);  // the paired bootstrap CI excludes 0
+      any_sig = any_sig || sig;
+      delta = d.n > 1 ? fmt::format("{:+.3f} [{:+.2f},{:+.2f}]{}", d.mean, d.lo, d.hi, sig ? "*" : " ")
+                      : fmt::format("{:+.3f}", d.mean);
+    }
+    std::printf("%-24s %-30s %-28s %7s %4d %18s %10.1f %14.0f %26s\n", model.c_str(), c.key.task.c_str(),
                 c.key.policy_label.c_str(), c.key.budget ? std::to_string(c.key.budget).c_str() : "-", c.n_samples,
                 acc.c_str(), c.decode_tok_s, c.kv_bytes_peak_mean, delta.c_str());
   }
+  std::printf("pass@1: mean over examples of per-example mean scores, 95%% Wilson score interval over examples; "
+              "Δ vs full: paired by example and sample, 95%% percentile bootstrap over examples%s\n",
+              any_sig ? "; * = the interval excludes 0" : "");
 }
 
 /// Whether the follow-ups of `ex` start from a fresh prompt built from the previous output

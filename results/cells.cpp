@@ -99,7 +99,7 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
         means.push_back(sum / ss.size());
         max_n = std::max(max_n, static_cast<int>(ss.size()));
       }
-      c.pass1 = mean_ci_t(means);
+      c.pass1 = pass1_wilson(means);
       for (int k = 1; k <= max_n; k *= 2) {
         double pk = 0, mk = 0;
         int m = 0;

@@ -30,7 +30,7 @@ struct Cell {
   int n_graded = 0;            ///< generations with a score
   int n_ungraded = 0;          ///< graded as "cannot score" (left out of accuracy)
   int n_examples = 0;          ///< examples with at least one graded sample
-  std::optional<MeanCI> pass1; ///< mean of per-example mean scores, 95% Student-t CI
+  std::optional<MeanCI> pass1; ///< mean of per-example mean scores, 95% Wilson CI over examples
   std::map<int, double> pass_at_k;  ///< k = 1, 2, 4, ... <= max samples (examples with n >= k)
   std::map<int, double> maj_at_k;   ///< same k grid
   double decode_tok_s = 0, prefill_tok_s = 0, ttft_s_mean = 0;

@@ -478,7 +478,8 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
   }
   std::string methods = fmt::format(
       "pass@1 is the mean over examples of each example's mean score over its samples; its 95% CI is "
-      "the Student-t interval over the per-example means. &Delta; vs full is the mean over examples of "
+      "the Wilson score interval of that mean over n = the number of examples (examples are the independent "
+      "units; it never leaves [0, 1]). &Delta; vs full is the mean over examples of "
       "(cell score &minus; full-cache score) on samples paired by example and sample index (same prompt "
       "and seed); its 95% CI is a percentile paired bootstrap over examples with {} resamples "
       "(splitmix64, seed {:#x}). pass@k is the unbiased estimator of Chen et al. 2021 for the largest "

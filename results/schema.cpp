@@ -151,8 +151,9 @@ GROUP BY run_id, model_id, task, policy_label, budget, example_id;
 -- One row per cell (run, model, task, policy spec, budget).
 --   pass1            mean over examples of the per-example mean score (= mean over samples
 --                    when every example has the same number of samples)
---   pass1_lo/hi      95% Student-t interval over the per-example means (examples are the
---                    independent units); NULL with fewer than 2 graded examples
+--   pass1_lo/hi      95% Wilson score interval of pass1 over n = n_examples (examples are the
+--                    independent units; z = 1.959963984540054, z^2 = 3.841458820694124); never
+--                    outside [0, 1]; NULL with fewer than 2 graded examples
 --   decode_tok_s     generated tokens / decode seconds, summed over the cell's sequences
 --   prefill_tok_s    prompt tokens / prefill seconds
 --   kv_bytes_*       per-sequence KV-cache bytes (mean of peaks, max of peaks, mean final)
@@ -184,14 +185,21 @@ WITH acc AS (
 SELECT perf.run_id, perf.model_id, perf.task, perf.policy, perf.policy_label, perf.budget,
        perf.n_samples, acc.n_examples, acc.n_graded, perf.n_ungraded, perf.n_not_graded,
        acc.pass1,
-       acc.pass1 - COALESCE(t975.t, 1.959964) * acc.sd / sqrt(acc.n_examples) AS pass1_lo,
-       acc.pass1 + COALESCE(t975.t, 1.959964) * acc.sd / sqrt(acc.n_examples) AS pass1_hi,
+       CASE WHEN acc.n_examples > 1 THEN max(0.0,
+         (acc.pass1 + 3.841458820694124 / (2.0 * acc.n_examples)) / (1.0 + 3.841458820694124 / acc.n_examples)
+         - 1.959963984540054 * sqrt(max(0.0, acc.pass1 * (1.0 - acc.pass1)) / acc.n_examples
+                                    + 3.841458820694124 / (4.0 * acc.n_examples * acc.n_examples))
+           / (1.0 + 3.841458820694124 / acc.n_examples)) END AS pass1_lo,
+       CASE WHEN acc.n_examples > 1 THEN min(1.0,
+         (acc.pass1 + 3.841458820694124 / (2.0 * acc.n_examples)) / (1.0 + 3.841458820694124 / acc.n_examples)
+         + 1.959963984540054 * sqrt(max(0.0, acc.pass1 * (1.0 - acc.pass1)) / acc.n_examples
+                                    + 3.841458820694124 / (4.0 * acc.n_examples * acc.n_examples))
+           / (1.0 + 3.841458820694124 / acc.n_examples)) END AS pass1_hi,
        perf.decode_tok_s, perf.prefill_tok_s, perf.ttft_s_mean, perf.generated_tokens_mean,
        perf.kv_bytes_peak_mean, perf.kv_bytes_peak_max, perf.kv_bytes_final_mean,
        perf.device_peak_bytes, perf.evictions_mean, perf.evicted_frac, perf.truncated_frac
 FROM perf
-LEFT JOIN acc USING (run_id, model_id, task, policy_label, budget)
-LEFT JOIN t975 ON t975.df = acc.n_examples - 1;
+LEFT JOIN acc USING (run_id, model_id, task, policy_label, budget);
 
 -- Unbiased pass@k (Chen et al. 2021) per cell for k = 1, 2, 4, ... up to each example's n:
 -- per example 1 - C(n-c,k)/C(n,k) = 1 - prod_{i=n-c+1..n} (1 - k/i), then the mean over the

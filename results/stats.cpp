@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "engine/util/error.h"
 
@@ -117,6 +118,47 @@ MeanCI mean_ci_t(const std::vector<double>& xs, double level) {
   double half = student_t_quantile((1 + level) / 2, r.n - 1) * r.sd / std::sqrt(double(r.n));
   r.lo = r.mean - half;
   r.hi = r.mean + half;
+  return r;
+}
+
+double normal_quantile(double p) {
+  if (!(p > 0 && p < 1)) fail("normal quantile: p must be in (0,1), got {}", p);
+  double lo = -40, hi = 40;
+  for (int i = 0; i < 200 && hi - lo > 1e-16 * std::max(1.0, std::abs(lo)); ++i) {
+    const double mid = 0.5 * (lo + hi);
+    if (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p) lo = mid;
+    else hi = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+std::pair<double, double> wilson_interval(double p, double n, double level) {
+  if (!(n >= 1)) fail("Wilson interval: n must be >= 1, got {}", n);
+  if (!(p >= 0 && p <= 1)) fail("Wilson interval: proportion must be in [0,1], got {}", p);
+  if (!(level > 0 && level < 1)) fail("Wilson interval: level must be in (0,1), got {}", level);
+  const double z = normal_quantile((1 + level) / 2), z2 = z * z;
+  const double denom = 1 + z2 / n;
+  const double centre = (p + z2 / (2 * n)) / denom;
+  const double half = z * std::sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom;
+  return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
+}
+
+MeanCI pass1_wilson(const std::vector<double>& xs, double level) {
+  if (xs.empty()) fail("confidence interval: no values");
+  MeanCI r;
+  r.n = static_cast<int>(xs.size());
+  double sum = 0;
+  for (double x : xs) {
+    if (!(x >= 0 && x <= 1)) fail("pass@1 interval: per-example score {} is outside [0,1]", x);
+    sum += x;
+  }
+  r.mean = std::clamp(sum / r.n, 0.0, 1.0);
+  r.lo = r.hi = r.mean;
+  if (r.n < 2) return r;
+  double ss = 0;
+  for (double x : xs) ss += (x - r.mean) * (x - r.mean);
+  r.sd = std::sqrt(ss / (r.n - 1));
+  std::tie(r.lo, r.hi) = wilson_interval(r.mean, r.n, level);
   return r;
 }
 

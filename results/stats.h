@@ -1,9 +1,10 @@
-// Statistics for kvbench results: unbiased pass@k, maj@k, Student-t confidence intervals,
+// Statistics for kvbench results: unbiased pass@k, maj@k, Wilson and Student-t confidence intervals,
 // a seeded paired bootstrap, and an exact sign test. Pure functions, no I/O.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvb::results {
@@ -47,6 +48,28 @@ struct MeanCI {
 /// kvbench applies it to per-example mean scores (examples are the independent units; the
 /// samples of one example are correlated). Throws kvb::Error when xs is empty.
 MeanCI mean_ci_t(const std::vector<double>& xs, double level = 0.95);
+
+/// Quantile of the standard normal distribution at p in (0, 1) (bisection on
+/// Phi(x) = erfc(-x / sqrt 2) / 2, accurate to ~1e-15). Throws kvb::Error outside (0, 1).
+double normal_quantile(double p);
+
+/// Wilson score interval (Wilson 1927) for a proportion p in [0, 1] observed over n > 0 units,
+/// with z = normal_quantile((1 + level) / 2):
+///   centre = (p + z^2/(2n)) / (1 + z^2/n),  half = z / (1 + z^2/n) * sqrt(p(1-p)/n + z^2/(4n^2)).
+/// It never leaves [0, 1]. Same numbers as statsmodels' proportion_confint(p*n, n,
+/// alpha=1-level, method="wilson") (tools/gen_stats_goldens.py); p*n need not be an integer.
+/// Returns {lo, hi}. Throws kvb::Error when n < 1, p is outside [0, 1] or level outside (0, 1).
+std::pair<double, double> wilson_interval(double p, double n, double level = 0.95);
+
+/// pass@1 of a cell: the mean over examples of per-example mean scores (each in [0, 1]), with
+/// the Wilson interval of that mean over n = number of examples (examples are the independent
+/// units; the samples of one example are correlated). Values in [0, 1] with mean p have
+/// variance <= p(1-p), so this is at least as wide as the normal interval on the per-example
+/// means, and it stays inside [0, 1] where a Wald/Student-t interval does not (0.25 over 8
+/// examples: Wilson [0.07, 0.59], not [-0.14, 0.64]). lo == hi == mean when n < 2; sd is the
+/// sample standard deviation of the per-example means. Throws kvb::Error when xs is empty or a
+/// value is outside [0, 1].
+MeanCI pass1_wilson(const std::vector<double>& xs, double level = 0.95);
 
 /// Default number of bootstrap resamples and seed used by reports and compare.
 inline constexpr int kBootstrapResamples = 10000;

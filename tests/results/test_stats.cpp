@@ -3,8 +3,13 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 #include "results/stats.h"
 
 using namespace kvb::results;
@@ -139,4 +144,90 @@ TEST(SignTest, ExactBinomial) {
   EXPECT_NEAR(sign_test_p(1, 9), 2.0 * (1 + 10) / 1024, 1e-12); // 2 * (C(10,0)+C(10,1))/2^10
   EXPECT_DOUBLE_EQ(sign_test_p(5, 5), 1.0);
   EXPECT_DOUBLE_EQ(sign_test_p(5, 0), 2.0 / 32);
+}
+
+// ---- pass@1 interval: Wilson score over examples (issue 17) ----
+
+TEST(Wilson, NormalQuantileKnownValues) {
+  EXPECT_NEAR(normal_quantile(0.975), 1.959963984540054, 1e-12);
+  EXPECT_NEAR(normal_quantile(0.95), 1.6448536269514722, 1e-12);
+  EXPECT_NEAR(normal_quantile(0.995), 2.5758293035489004, 1e-12);
+  EXPECT_NEAR(normal_quantile(0.5), 0.0, 1e-14);
+  EXPECT_NEAR(normal_quantile(0.025), -1.959963984540054, 1e-12);
+  EXPECT_THROW(normal_quantile(0.0), kvb::Error);
+  EXPECT_THROW(normal_quantile(1.0), kvb::Error);
+}
+
+// Goldens from statsmodels' proportion_confint(p*n, n, alpha, method="wilson")
+// (tools/gen_stats_goldens.py -> tests/fixtures/results/wilson_goldens.json).
+TEST(Wilson, MatchesStatsmodelsGoldens) {
+  const auto g = nlohmann::json::parse(kvb::read_file(std::string(KVB_SOURCE_DIR) + "/tests/fixtures/results/wilson_goldens.json"));
+  int checked = 0;
+  for (const auto& c : g["cases"]) {
+    const auto scores = c["scores"].get<std::vector<double>>();
+    const double level = c["level"].get<double>();
+    SCOPED_TRACE("n=" + std::to_string(scores.size()) + " p=" + c["p"].dump() + " level=" + std::to_string(level));
+    const auto [lo, hi] = wilson_interval(c["p"].get<double>(), c["n"].get<double>(), level);
+    EXPECT_NEAR(lo, c["lo"].get<double>(), 1e-12);
+    EXPECT_NEAR(hi, c["hi"].get<double>(), 1e-12);
+    const MeanCI m = pass1_wilson(scores, level);
+    EXPECT_NEAR(m.mean, c["p"].get<double>(), 1e-12);
+    EXPECT_EQ(m.n, static_cast<int>(scores.size()));
+    EXPECT_NEAR(m.lo, c["lo"].get<double>(), 1e-12);
+    EXPECT_NEAR(m.hi, c["hi"].get<double>(), 1e-12);
+    EXPECT_GE(m.lo, 0.0);
+    EXPECT_LE(m.hi, 1.0);
+    EXPECT_LE(m.lo, m.mean);
+    EXPECT_GE(m.hi, m.mean);
+    ++checked;
+  }
+  EXPECT_GE(checked, 20);
+}
+
+TEST(Wilson, IssueCaseStaysInsideUnitInterval) {
+  // 2 of 8 examples correct: the Student-t interval was [-0.14, 0.64].
+  const std::vector<double> xs = {1, 0, 0, 0, 0, 0, 1, 0};
+  const MeanCI t = mean_ci_t(xs);
+  EXPECT_LT(t.lo, 0.0);
+  const MeanCI w = pass1_wilson(xs);
+  EXPECT_DOUBLE_EQ(w.mean, 0.25);
+  EXPECT_NEAR(w.lo, 0.071479, 1e-6);
+  EXPECT_NEAR(w.hi, 0.590725, 1e-6);
+  // All wrong / all right: the interval touches the bound and is not degenerate.
+  const MeanCI z = pass1_wilson(std::vector<double>(10, 0.0));
+  EXPECT_EQ(z.lo, 0.0);
+  EXPECT_NEAR(z.hi, 0.27753, 1e-5);
+  const MeanCI o = pass1_wilson(std::vector<double>(10, 1.0));
+  EXPECT_NEAR(o.lo, 0.72247, 1e-5);
+  EXPECT_EQ(o.hi, 1.0);
+}
+
+TEST(Wilson, NeverLeavesUnitIntervalOnRandomCells) {
+  std::mt19937_64 rng(17);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 40), samples = 1 + static_cast<int>(rng() % 8);
+    const double p = std::uniform_real_distribution<double>(0, 1)(rng);
+    std::vector<double> xs;
+    for (int i = 0; i < n; ++i) {
+      int c = 0;
+      for (int s = 0; s < samples; ++s) c += std::uniform_real_distribution<double>(0, 1)(rng) < p;
+      xs.push_back(double(c) / samples);
+    }
+    const MeanCI w = pass1_wilson(xs);
+    ASSERT_GE(w.lo, 0.0);
+    ASSERT_LE(w.hi, 1.0);
+    ASSERT_LE(w.lo, w.mean + 1e-15);
+    ASSERT_GE(w.hi, w.mean - 1e-15);
+  }
+}
+
+TEST(Wilson, EdgeCasesAndErrors) {
+  const MeanCI one = pass1_wilson({0.5});
+  EXPECT_EQ(one.lo, 0.5);
+  EXPECT_EQ(one.hi, 0.5);
+  EXPECT_THROW(pass1_wilson({}), kvb::Error);
+  EXPECT_THROW(pass1_wilson({0.5, 1.5}), kvb::Error);
+  EXPECT_THROW(pass1_wilson({-0.1, 0.5}), kvb::Error);
+  EXPECT_THROW(wilson_interval(0.5, 0), kvb::Error);
+  EXPECT_THROW(wilson_interval(0.5, 10, 1.0), kvb::Error);
 }
