@@ -214,6 +214,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       a->req = pending.front();
       pending.pop_front();
       a->seq = cache_->add_sequence();
+      if (policy_) policy_->on_sequence_begin(a->seq, reqs[a->req].seed);
       a->rng = Rng(reqs[a->req].seed);
       a->t0 = clock_t_::now();
       if (static_cast<int64_t>(reqs[a->req].prompt.size()) > max_ctx)
@@ -324,6 +325,7 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
   ForwardStats fs;
   QueryHistory hist;
   const SeqId seq = cache_->add_sequence();
+  if (policy_) policy_->on_sequence_begin(seq, 0);
   GenerationResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   int64_t pos = 0;

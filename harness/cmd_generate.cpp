@@ -24,6 +24,7 @@ struct GenerateArgs {
 };
 
 void run_generate(const GenerateArgs& a) {
+  auto policy = make_policy(PolicySpec::parse(a.policy, a.budget));  // a bad spec fails before loading
   LoadedModel m = load_model(a.model);
   std::optional<bool> thinking;
   if (a.no_thinking) thinking = false;
@@ -32,7 +33,6 @@ void run_generate(const GenerateArgs& a) {
   EngineOptions eo;
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_batch = 1;
-  auto policy = make_policy(PolicySpec::parse(a.policy, a.budget));
   Engine engine(m.model, eo, std::move(policy));
   GenerationRequest req;
   req.prompt = prompt;

@@ -49,6 +49,18 @@ void run_policies(const PoliciesArgs& a) {
     out += "\n";
   }
   out += "Spec syntax: --policy name:key=value,...  (budget: tokens kept per (layer, kv_head) after a compression)\n";
+  out +=
+      "\nWhen policies compress (parameter compress): prompt_end (default) prefills the whole prompt with the full\n"
+      "  cache, compresses once at its end, then every `buffer` decode tokens, as the papers and kvpress do: the\n"
+      "  result does not depend on --prefill-chunk. chunked also compresses after every prefill chunk that brings\n"
+      "  a head to budget + buffer (a bounded cache during prefill). The mode is in every row's resolved params.\n"
+      "Budget: every policy except full and wgkv compresses to a budget and needs --budget N (or\n"
+      "  budget_kind=ratio); a missing budget is an error, never a silent full cache.\n"
+      "Learned policies (trimkv, wgkv: gates=FILE; foresightkv: scorer=FILE) refuse to run without weights\n"
+      "  unless RANDOM test weights are asked for (random_gates=SEED / random_scorer=SEED). `kvbench run` alone\n"
+      "  asks for them itself (seed 0) when a spec names neither: it warns, records the note in the run's\n"
+      "  config (policy_notes) and the cell label carries random_gates=0 / random_scorer=0.\n"
+      "Protocol details and each paper's published setting: docs/policies.md.\n";
   std::fputs(out.c_str(), stdout);
 }
 }  // namespace

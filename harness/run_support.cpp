@@ -113,11 +113,26 @@ std::vector<int32_t> truncate_middle(const std::vector<int32_t>& ids, size_t lim
 std::string default_gates(const std::string& policy_text, std::string* note) {
   note->clear();
   const PolicySpec ps = PolicySpec::parse(policy_text);
-  if (ps.name != "trimkv" && ps.name != "wgkv") return policy_text;
-  if (ps.params.count("gates") || ps.params.count("random_gates")) return policy_text;
-  *note = ps.name + ": no gate checkpoint given (gates=FILE); using RANDOM gates (random_gates=0) — "
-          "this measures the pipeline, not " + (ps.name == "trimkv" ? std::string("TRIM-KV") : std::string("WG-KV"));
-  return policy_text + (ps.params.empty() ? ":" : ",") + "random_gates=0";
+  // The learned policies, the parameter naming their weights and the one asking for random ones.
+  struct Learned {
+    const char* name;
+    const char* file_key;
+    const char* random_key;
+    const char* what;  ///< "gate" / "scorer"
+    const char* paper;
+  };
+  static const Learned kLearned[] = {{"trimkv", "gates", "random_gates", "gate", "TRIM-KV"},
+                                     {"wgkv", "gates", "random_gates", "gate", "WG-KV"},
+                                     {"foresightkv", "scorer", "random_scorer", "scorer", "ForesightKV"}};
+  for (const Learned& l : kLearned) {
+    if (ps.name != l.name) continue;
+    if (ps.params.count(l.file_key) || ps.params.count(l.random_key)) return policy_text;
+    *note = ps.name + ": no " + l.what + " checkpoint given (" + l.file_key + "=FILE); using RANDOM " + l.what +
+            (std::string(l.what) == "gate" ? "s" : " weights") + " (" + l.random_key +
+            "=0) — this measures the pipeline, not " + l.paper;
+    return policy_text + (ps.params.empty() ? ":" : ",") + l.random_key + "=0";
+  }
+  return policy_text;
 }
 
 }  // namespace kvb::cli

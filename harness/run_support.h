@@ -46,11 +46,13 @@ RunConfigFile load_run_config(const std::string& path, const std::string& profil
 /// otherwise returns `ids` unchanged. `limit` must be >= 2 (kvb::Error otherwise).
 std::vector<int32_t> truncate_middle(const std::vector<int32_t>& ids, size_t limit);
 
-/// For policies with learned gates (trimkv, wgkv): when the spec names neither `gates=FILE` nor
-/// `random_gates=SEED`, returns the spec with `random_gates=0` added and sets `*note` to a line
-/// saying the gates are random (`kvbench run` prints it and records it in the run's config as
-/// policy_notes; every work item's policy_label and policy_params_json carry random_gates=0);
-/// other specs come back unchanged with `*note` cleared. Throws kvb::Error for a malformed spec.
+/// The one rule for learned policies without weights (trimkv, wgkv: `gates=FILE` /
+/// `random_gates=SEED`; foresightkv: `scorer=FILE` / `random_scorer=SEED`): when the spec names
+/// neither, returns the spec with the random key set to 0 (`random_gates=0`, `random_scorer=0`)
+/// and sets `*note` to a line saying the weights are random (`kvbench run` prints it and records
+/// it in the run's config as policy_notes; every work item's policy_label and policy_params_json
+/// carry the random key); other specs come back unchanged with `*note` cleared. Every other
+/// command (generate, fidelity, bench) refuses such a spec. Throws kvb::Error for a malformed spec.
 std::string default_gates(const std::string& policy_text, std::string* note);
 
 }  // namespace kvb::cli

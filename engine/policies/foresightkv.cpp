@@ -12,8 +12,10 @@
 //     the cumulative sum (adds each eviction's window sum) and the decayed one (×decay + sum);
 //   scorer: priority = W2_h · GELU_erf(W1_h · [k; v; feats] + b1_h) + b2_h (higher = evict first);
 //   selection: of the 2·drop highest-priority candidates, `drop` are sampled without replacement
-//     from softmax(priority) — done with Gumbel-top-k noise from a hash of (seed, layer, head,
-//     tokens seen, position), so the same seed reproduces; sample=false is deterministic top-drop.
+//     from softmax(priority) — done with Gumbel-top-k noise from a hash of (seed, the request's
+//     sampling seed, layer, head, tokens seen, position): the samples of one example (pass@k) are
+//     independent draws of the eviction and the same seeds reproduce one; sample=false is
+//     deterministic top-drop.
 // Choices: L = 128 (the released evaluation; the paper's §4.1 uses 256: window=256,buffer=256);
 // decay 0.9 (training code; the released eval overwrites it with the plain cumulative sum, §5.4
 // item 2); the cumulative accumulators start at the first compression from that window's queries
@@ -48,7 +50,7 @@ std::vector<PolicyParamInfo> params() {
   p.push_back({"random_scorer", "-1", "seed of a RANDOM scorer (not ForesightKV; -1 = off)"});
   p.push_back({"hidden", "16", "scorer hidden size of a random scorer"});
   p.push_back({"sample", "true", "top-2L multinomial sampling (false: deterministic top-L)"});
-  p.push_back({"seed", "0", "sampling seed"});
+  p.push_back({"seed", "0", "policy seed of the eviction noise, combined with each request's sampling seed"});
   p.push_back({"decay", "0.9", "per-eviction decay of the decayed cumulative attention feature"});
   return p;
 }
@@ -78,7 +80,9 @@ class ForesightKVPolicy : public ScheduledPolicy {
     n.window_queries = window_;
     return n;
   }
+  void on_sequence_begin(SeqId seq, uint64_t sample_seed) override { sample_seed_[seq] = sample_seed; }
   void on_sequence_end(SeqId seq) override {
+    sample_seed_.erase(seq);
     for (auto it = acc_.begin(); it != acc_.end();)
       it = std::get<0>(it->first) == seq ? acc_.erase(it) : std::next(it);
   }
@@ -164,10 +168,12 @@ class ForesightKVPolicy : public ScheduledPolicy {
     if (drop <= 0) return ScheduledPolicy::select(scores, L, B);
     std::vector<float> pr(prio_.begin(), prio_.begin() + n);
     std::vector<int32_t> pool = scoring::top_k_indices(pr, std::min<int64_t>(2 * drop, n));
+    const auto ss = sample_seed_.find(step_->seq);
+    const uint64_t sample_seed = ss == sample_seed_.end() ? 0 : ss->second;
     std::vector<float> z(pool.size());
     for (size_t k = 0; k < pool.size(); ++k) {
       const int32_t pos = step_->cache->position(step_->seq, cur_layer_, cur_h_, pool[k]);
-      const double u = std::max(scoring::hash_uniform({seed_, static_cast<uint64_t>(cur_layer_),
+      const double u = std::max(scoring::hash_uniform({seed_, sample_seed, static_cast<uint64_t>(cur_layer_),
                                                         static_cast<uint64_t>(cur_h_), static_cast<uint64_t>(cur_seen_),
                                                         static_cast<uint64_t>(pos)}), 1e-300);
       z[k] = pr[pool[k]] - static_cast<float>(std::log(-std::log(u)));  // + Gumbel(0, 1)
@@ -238,6 +244,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
   GateWeights weights_;
   std::vector<Scorer> scorers_;
   std::map<Key, Acc> acc_;
+  std::map<SeqId, uint64_t> sample_seed_;  ///< the request's sampling seed (on_sequence_begin)
   std::vector<float> prio_;
   int cur_h_ = 0, cur_layer_ = 0;
   int64_t cur_seen_ = 0;

@@ -176,6 +176,11 @@ class Policy {
   /// budgets across heads and layers: TRIM-KV's DynamicBudget variant, WG-KV's global-cache
   /// SnapKV eviction). The engine applies StepEnd::keeps with KVCache::compact.
   virtual void on_step_end(StepEnd& step) {}
+  /// Called when a sequence starts, before its first forward step, with the sampling seed of its
+  /// request (GenerationRequest::seed; 0 for Engine::score). Stochastic policies derive their
+  /// per-sample randomness from it (ForesightKV's eviction noise), so the samples of one example
+  /// are independent draws and the same seed reproduces a sample.
+  virtual void on_sequence_begin(SeqId seq, uint64_t sample_seed) {}
   /// Called when a sequence finishes (free per-sequence state).
   virtual void on_sequence_end(SeqId seq) {}
 };

@@ -2,23 +2,63 @@
 // Sources: Cai et al., "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information
 // Funneling" (arXiv 2406.02069, §3.2); seed-trimkv-and-baselines.md §5.7 (the KVCache-Factory /
 // SCBench formula: C = budget, w = window, Ly = layers, β = 20: min = (C − w)/β,
-// max = 2(C − w) − min; if max ≥ L − w then max = L − w and min = 2(C − w) − max;
+// max = 2(C − w) − min; if max ≥ P − w then max = P − w and min = 2(C − w) − max;
 // step = (max − min)/(Ly − 1); layer ℓ keeps max − ℓ·step selected tokens plus the w recent ones,
 // so the layers average C); kvpress PyramidKVPress.get_layer_budget (the same shape with
 // C = w + budget and the window counted INSIDE the layer total, falling back to the uniform
 // budget when L ≥ max ≥ min ≥ w fails).
-// Choices: `layer_budget=factory` (default; the reference formula above, layer totals average the
-// budget) or `kvpress`; layer totals are rounded half-to-even like Python's round(). Scoring
-// defaults follow SCBench's PyramidKV (window 32, kernel 5, avg-pool) with the group mean of
-// per-head probabilities. The reference is prefill-only; here the layer budgets are also enforced
-// during decoding every `buffer` tokens (decode=false restores prefill-only), with L the current
-// head length in place of the prompt length.
+// KVCache-Factory's integer arithmetic is kept: min = (C − w) // β, step = (max − min) // (Ly − 1)
+// (floor), and two uniform cases: a prompt shorter than C is not compressed, and a prompt with
+// C ≤ P < 2(C − w) keeps C − w selected + w recent tokens in every layer.
+// Choices: `layer_budget=factory` (default; the reference formula above) or `kvpress` (layer
+// totals rounded half-to-even like Python's round()). Scoring defaults follow SCBench's PyramidKV
+// (window 32, kernel 5, avg-pool) with the group mean of per-head probabilities. The reference is
+// prefill-only; here the layer budgets are fixed ONCE from the prompt length P at the end of the
+// prompt and the same per-layer budgets are enforced while decoding, every `buffer` tokens
+// (decode=false restores prefill-only), so the layers' total stays that of a uniform policy.
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "engine/policies/policies.h"
 #include "engine/policies/snapkv.h"
 
 namespace kvb {
+
+namespace {
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+}  // namespace
+
+int64_t pyramid_layer_budget(int64_t C, int64_t w, int64_t P, int layer, int num_layers, double beta) {
+  const int64_t cw = C - w;
+  // KVCache-Factory PyramidKVCluster.update_kv: q_len < C leaves the prompt alone and
+  // C <= q_len < 2(C - w) keeps C - w selected + w recent in every layer (uniform); both keep
+  // the uniform budget C here (while decoding too).
+  if (P < C || P < 2 * cw) return C;
+  int64_t mn = static_cast<int64_t>(std::floor(static_cast<double>(cw) / beta));  // (C - w) // beta
+  int64_t mx = 2 * cw - mn;
+  if (mx >= P - w) {
+    mx = P - w;
+    mn = 2 * cw - mx;
+  }
+  const int64_t steps = num_layers > 1 ? floor_div(mx - mn, num_layers - 1) : 0;
+  return std::max<int64_t>(mx - layer * steps, 0) + w;
+}
+
+int64_t pyramid_layer_budget_kvpress(int64_t B, int64_t window, int64_t P, int layer, int num_layers,
+                                     double beta) {
+  const double w = static_cast<double>(window), L = static_cast<double>(P);
+  const double cap = w + static_cast<double>(B);  // max_capacity_prompt = w + kept
+  double mn = (cap - w) / beta, mx = (cap - w) * 2 - mn;
+  if (mx >= L - w) {
+    mx = L - w;
+    mn = (cap - w) * 2 - mx;
+  }
+  if (!(L >= mx && mx >= mn && mn >= w)) return std::max<int64_t>(1, B);
+  const double st = num_layers > 1 ? (mx - mn) / (num_layers - 1) : 0.0;
+  return static_cast<int64_t>(std::nearbyint(mx - layer * st));
+}
+
 namespace {
 
 std::vector<PolicyParamInfo> params() {
@@ -36,36 +76,27 @@ class PyramidKVPolicy : public SnapKVPolicy {
     if (beta_ < 1) params_.fail_param("beta", "must be >= 1");
     kvpress_ = params_.get_choice("layer_budget", {"factory", "kvpress"}) == "kvpress";
   }
+  void on_sequence_end(SeqId seq) override { prompt_len_.erase(seq); }
 
  protected:
-  int64_t layer_budget(const LayerStep& step, int64_t B, int32_t L) const override {
-    const double w = window_;
-    const int nl = step.num_layers;
-    if (kvpress_) {
-      const double cap = w + static_cast<double>(B);  // max_capacity_prompt = w + kept
-      double mn = (cap - w) / beta_, mx = (cap - w) * 2 - mn;
-      if (mx >= L - w) {
-        mx = L - w;
-        mn = (cap - w) * 2 - mx;
-      }
-      if (!(L >= mx && mx >= mn && mn >= w)) return std::max<int64_t>(1, B);
-      const double st = nl > 1 ? (mx - mn) / (nl - 1) : 0.0;
-      return static_cast<int64_t>(std::nearbyint(mx - step.layer * st));
+  /// The layer's budget from the prompt length P, fixed at the end of the prompt and kept while
+  /// decoding (a prompt chunk with compress=chunked uses the tokens seen so far).
+  int64_t layer_budget(const LayerStep& step, int64_t B, int32_t) const override {
+    int64_t P = step.seq_len;
+    if (step.prefill_last) {
+      prompt_len_[step.seq] = P;
+    } else if (!step.prefill) {
+      auto it = prompt_len_.find(step.seq);
+      if (it != prompt_len_.end()) P = it->second;
     }
-    const double C = static_cast<double>(B);
-    double mn = (C - w) / beta_, mx = 2 * (C - w) - mn;
-    if (mx >= L - w) {
-      mx = L - w;
-      mn = 2 * (C - w) - mx;
-    }
-    const double st = nl > 1 ? (mx - mn) / (nl - 1) : 0.0;
-    const int64_t sel = static_cast<int64_t>(std::nearbyint(mx - step.layer * st));
-    return std::max<int64_t>(sel, 0) + window_;
+    return kvpress_ ? pyramid_layer_budget_kvpress(B, window_, P, step.layer, step.num_layers, beta_)
+                    : pyramid_layer_budget(B, window_, P, step.layer, step.num_layers, beta_);
   }
 
  private:
   double beta_ = 20;
   bool kvpress_ = false;
+  mutable std::map<SeqId, int64_t> prompt_len_;
 };
 
 }  // namespace

@@ -23,7 +23,20 @@ std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int
       {"sinks", std::to_string(sinks), "first tokens always kept"},
       {"decode", decode ? "true" : "false",
        "compress during decoding every `buffer` tokens (false: only once at the end of the prompt)"},
+      compress_param(),
   };
+}
+
+PolicyParamInfo compress_param() {
+  return {"compress", "prompt_end",
+          "when to compress: prompt_end = the whole prompt is prefilled with the full cache and compressed once at "
+          "its end, then every `buffer` decode tokens (the papers' and kvpress's protocol; results do not depend "
+          "on --prefill-chunk); chunked = also after every prefill chunk that brings a head to budget + buffer "
+          "(a bounded cache during prefill, LocRet-style)"};
+}
+
+bool parse_compress(PolicyParams& p) {
+  return p.get_choice("compress", {"prompt_end", "chunked"}) == "chunked";
 }
 
 ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_kind)
@@ -39,12 +52,16 @@ ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_k
   const int64_t window = params_.get_int("window");
   const int64_t sinks = params_.get_int("sinks");
   decode_ = params_.get_bool("decode");
+  chunked_ = parse_compress(params_);
   if (ratio_ <= 0 || ratio_ > 1) params_.fail_param("ratio", "must be in (0, 1]");
   if (buffer_ < 1) params_.fail_param("buffer", "must be >= 1 (1 = compress on every step)");
   if (window < -1 || window > (1 << 30)) params_.fail_param("window", "must be >= 0 (or -1: half the budget)");
   if (sinks < 0 || sinks > (1 << 30)) params_.fail_param("sinks", "must be >= 0");
   window_ = static_cast<int32_t>(window);
   sinks_ = static_cast<int32_t>(sinks);
+  if (!ratio_kind_ && budget_ <= 0)
+    fail("policy '{}' compresses the cache to a budget but none was given: pass --budget N (tokens kept per "
+         "layer and kv head), or budget_kind=ratio", name_);
   if (!ratio_kind_ && budget_ > 0 && budget_ <= sinks + std::max<int64_t>(window, 0))
     fail("policy '{}': budget {} must exceed sinks + window = {}", name_, budget_, sinks + window);
 }
@@ -55,9 +72,15 @@ int64_t ScheduledPolicy::budget_now(const LayerStep& step) const {
   return std::max<int64_t>(b, sinks_ + std::max(window_, 0) + 1);
 }
 
+bool compress_point(bool prefill, bool prefill_last, bool chunked) {
+  return !prefill || prefill_last || chunked;
+}
+
 bool ScheduledPolicy::due(const LayerStep& step, int32_t L, int64_t B) const {
   if (B <= 0 || L <= B) return false;
+  if (!compress_point(step.prefill, step.prefill_last, chunked_)) return false;  // a prompt chunk, not its end
   if (step.prefill_last) return true;
+  if (step.prefill) return L >= B + buffer_;  // compress=chunked: a chunk brought the head to B + buffer
   if (!decode_) return false;
   return L >= B + buffer_;
 }

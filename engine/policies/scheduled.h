@@ -11,6 +11,13 @@
 // At the end of the prompt (LayerStep::prefill_last) a head longer than B is compressed to B
 // (SnapKV-style prefill compression, which R-KV, G-KV and TRIM-KV all perform when the prompt
 // exceeds the budget). `decode=false` restricts compression to that one prefill point.
+// Protocol (`compress`): `prompt_end` (default) never compresses on a prefill chunk that does not
+// end the prompt — the whole prompt is prefilled with the full cache, as SnapKV, PyramidKV, R-KV,
+// G-KV, TRIM-KV, ForesightKV and kvpress do, so the result does not depend on the prefill chunk;
+// `chunked` also applies the "length ≥ B + buffer" rule after every prefill chunk (a bounded cache
+// during prefill, for protocols that compress chunk by chunk on purpose).
+// A token budget is required (0 is an error: a compressing policy without a budget would silently
+// run the full cache); budget_kind=ratio needs none.
 // Budget kinds: `budget_kind=tokens` (default; B = the spec's budget; 0 = never compress) and
 // `budget_kind=ratio` (B = floor(ratio · tokens seen so far), at least sinks + window + 1).
 #pragma once
@@ -25,12 +32,20 @@
 namespace kvb {
 
 /// Parameter entries shared by the scheduled policies, with per-policy defaults.
-/// Keys: budget_kind, ratio, buffer, window, sinks, decode.
+/// Keys: budget_kind, ratio, buffer, window, sinks, decode, compress.
 /// `window` < 0 means "half of the budget" (H2O's equal heavy/recent split). `global_kind`
 /// adds budget_kind=global (a budget of budget × layers × kv_heads tokens shared across all
 /// heads and layers, for policies that define one; they implement it in on_step_end).
 std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int64_t sinks,
                                              bool decode = true, bool global_kind = false);
+
+/// The `compress` parameter entry (prompt_end | chunked) shared by every compressing policy.
+PolicyParamInfo compress_param();
+/// Reads `compress` from p: true for `chunked`, false for `prompt_end`.
+bool parse_compress(PolicyParams& p);
+/// True when a step may compress: a decode step, the step that ends the prompt, or (chunked) any
+/// prefill chunk. Policies with their own schedule (WG-KV, TRIM-KV's global budget) use it too.
+bool compress_point(bool prefill, bool prefill_last, bool chunked);
 
 /// Base class: subclasses provide score(); the base decides when to compress and which tokens are
 /// protected, and requests the keep-sets.
@@ -76,6 +91,7 @@ class ScheduledPolicy : public Policy {
   int64_t buffer_ = 1;
   int32_t window_ = 0, sinks_ = 0;
   bool decode_ = true;
+  bool chunked_ = false;  ///< compress=chunked
 };
 
 }  // namespace kvb

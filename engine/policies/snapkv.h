@@ -27,4 +27,13 @@ class SnapKVPolicy : public ScheduledPolicy {
 std::vector<PolicyParamInfo> snapkv_params(int64_t window, int64_t kernel, const std::string& pool,
                                            const std::string& gqa, int64_t buffer);
 
+/// PyramidKV's total tokens for `layer` (selected + the w recent) by KVCache-Factory's rule, for
+/// budget C (max_capacity_prompt), window w, prompt length P: C when P < C or P < 2(C − w)
+/// (uniform), else max − layer·step + w with min = floor((C − w)/β), max = 2(C − w) − min
+/// (clamped to P − w, then min = 2(C − w) − max) and step = floor((max − min)/(layers − 1)).
+int64_t pyramid_layer_budget(int64_t C, int64_t w, int64_t P, int layer, int num_layers, double beta);
+/// kvpress PyramidKVPress.get_layer_budget for `budget` kept tokens (window inside the total).
+int64_t pyramid_layer_budget_kvpress(int64_t budget, int64_t window, int64_t P, int layer, int num_layers,
+                                     double beta);
+
 }  // namespace kvb

@@ -83,7 +83,11 @@ class TrimKVPolicy : public ScheduledPolicy {
       for (int h = 0; h < s.num_kv_heads; ++h) total += s.cache->length(s.seq, l, h);
     const int64_t heads = static_cast<int64_t>(s.num_layers) * s.num_kv_heads;
     const int64_t keep_total = heads * budget_;
-    const bool go = total > keep_total && (s.prefill_last || (decode_ && total >= heads * (budget_ + buffer_)));
+    // Same protocol as the per-head schedule: the end of the prompt, then every `buffer` tokens per
+    // head on average; prompt chunks before the end only with compress=chunked.
+    if (!compress_point(s.prefill, s.prefill_last, chunked_)) return;
+    const bool go = total > keep_total &&
+                    (s.prefill_last || ((decode_ || s.prefill) && total >= heads * (budget_ + buffer_)));
     if (!go) return;
     std::vector<float> all;
     all.reserve(total);

@@ -11,11 +11,14 @@
 //   window it stays (is "promoted" to the global cache) iff g > τ (the code's strict >), else it
 //   is dropped for good. No sinks (the gate must learn to admit BOS).
 // In kvbench's ragged cache the local ring and the global list of a head are one token list;
-// "promotion" is simply not evicting, so the attention visibility {t−W+1..t} ∪ {j ≤ t−W : g_j > τ}
-// is exactly the reference's at every decode step.
-// Deviation (needs engine support): during a prefill chunk the engine attends densely; the
-// reference's vertical-slash prefill hides non-admitted tokens older than the band from prompt
-// queries. Eviction after the chunk makes the cache identical from the next step on.
+// "promotion" is simply not evicting. After each step a head keeps the W − 1 newest tokens plus
+// the admitted ones, so decode query t (appended before it attends) sees exactly
+// {t−W+1..t} ∪ {j ≤ t−W : g_j > τ}, the reference's visibility at every decode step.
+// Deviation (needs engine support): the prompt is attended densely; the reference's
+// vertical-slash prefill hides non-admitted tokens older than the band from prompt queries.
+// With compress=prompt_end (default) the window/gate rule is applied once at the end of the
+// prompt (gates are recorded for every chunk), so the cache after the prompt, and everything
+// after it, does not depend on the prefill chunk; compress=chunked applies it after every chunk.
 // Optional App. K.1 eviction: with a budget B > 0 the global tokens of all heads and layers are
 // capped at layers·Hkv·(B − window) (B = average tokens per head including the local window, as
 // the README's 4096 → 36·8·3840); when exceeded, every head evicts int(evict_ratio · its global
@@ -36,6 +39,7 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
@@ -52,6 +56,7 @@ std::vector<PolicyParamInfo> params() {
       {"evict_ratio", "0.1", "App. K.1: share of each head's global tokens evicted when over budget (budget > 0)"},
       {"obs_window", "256", "App. K.1: queries scoring the global cache"},
       {"kernel", "5", "App. K.1: max-pool kernel of the eviction score"},
+      compress_param(),
   };
 }
 
@@ -67,6 +72,7 @@ class WGKVPolicy : public Policy {
     evict_ratio_ = params_.get_double("evict_ratio");
     obs_window_ = static_cast<int>(params_.get_int("obs_window"));
     kernel_ = static_cast<int>(params_.get_int("kernel"));
+    chunked_ = parse_compress(params_);
     budget_ = params_.budget();
     if (window_ < 1) params_.fail_param("window", "must be >= 1");
     if (evict_ratio_ <= 0 || evict_ratio_ > 1) params_.fail_param("evict_ratio", "must be in (0, 1]");
@@ -126,8 +132,15 @@ class WGKVPolicy : public Policy {
         step.cache->scalars(step.seq, step.layer, h, idx)[0] = 1.0f / (1.0f + std::exp(-out));
       }
     }
+    // Prompt chunks before the end only record gates (compress=prompt_end): the prompt is
+    // prefilled with the full cache and the window/gate rule is applied once at its end.
+    if (!compress_point(step.prefill, step.prefill_last, chunked_)) return;
     // Over-budget check (App. K.1) at the first layer, over the cache as the last step left it.
-    if (budget_ > 0 && step.layer == 0) {
+    // With compress=prompt_end no prompt step evicts globally: the first check is at the first
+    // decode step, over the cache as the end of the prompt left it (whatever the prefill chunk).
+    if (budget_ > 0 && step.layer == 0 && step.prefill && !chunked_) {
+      evicting_[step.seq] = false;
+    } else if (budget_ > 0 && step.layer == 0) {
       int64_t global = 0;
       for (int l = 0; l < step.num_layers; ++l)
         for (int h = 0; h < step.num_kv_heads; ++h) global += global_count(step, l, h);
@@ -153,7 +166,10 @@ class WGKVPolicy : public Policy {
     std::vector<float> pre, post, w1, b1, w2, b2;
   };
 
-  bool in_window(const LayerStep& step, int64_t pos) const { return pos >= step.seq_len - window_; }
+  /// Whether `pos` stays in the local window after this step: the newest W − 1 tokens, so that the
+  /// next query (appended before it attends) sees exactly the W newest {t−W+1 .. t} plus the
+  /// admitted tokens, as the reference, which promotes or drops token t−W before query t attends.
+  bool in_window(const LayerStep& step, int64_t pos) const { return pos > step.seq_len - window_; }
 
   int64_t global_count(const LayerStep& step, int l, int h) const {
     int64_t n = 0;
@@ -253,6 +269,7 @@ class WGKVPolicy : public Policy {
   int64_t random_seed_ = -1, window_ = 256, budget_ = 0;
   double expand_ = 1.5, evict_ratio_ = 0.1;
   float tau_ = 0.1f;
+  bool chunked_ = false;
   int obs_window_ = 256, kernel_ = 5;
   GateWeights weights_;
   std::vector<Gate> gates_;

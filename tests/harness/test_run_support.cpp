@@ -135,4 +135,10 @@ TEST(DefaultGates, LearnedGatePoliciesGetRandomGatesAndANote) {
   EXPECT_TRUE(note.empty());
   EXPECT_EQ(default_gates("snapkv:window=8", &note), "snapkv:window=8");
   EXPECT_TRUE(note.empty());
+  // The same rule for every learned policy: ForesightKV gets a random scorer, said as loudly.
+  EXPECT_EQ(default_gates("foresightkv:window=32,buffer=32", &note), "foresightkv:window=32,buffer=32,random_scorer=0");
+  EXPECT_NE(note.find("RANDOM scorer"), std::string::npos) << note;
+  EXPECT_NE(note.find("ForesightKV"), std::string::npos) << note;
+  EXPECT_EQ(default_gates("foresightkv:scorer=/s.safetensors", &note), "foresightkv:scorer=/s.safetensors");
+  EXPECT_TRUE(note.empty());
 }
