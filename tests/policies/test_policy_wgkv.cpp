@@ -1,7 +1,9 @@
 // WG-KV on a hand-built cache: the write gate g = σ(W2·GELU(W1·[RMSNorm(k_pre); RMSNorm(k_post)] +
 // b1) + b2) is recomputed here in double precision from the tensors written to a safetensors file
 // (seed-wgkv.md §1.2, §6 tensor layout), and after every decode step the cache must hold exactly
-// the `window` newest tokens plus the older ones with g > tau (§1.5, §1.7).
+// the `window` − 1 newest tokens plus the older ones with g > tau (§1.5, §1.7): the next token is
+// appended before it attends, so decode query t sees exactly {t−W+1 .. t} plus the admitted ones
+// (issue 15: token t−W is promoted or dropped before query t attends).
 #include <cmath>
 #include <filesystem>
 
@@ -73,7 +75,7 @@ TEST(PolicyWGKV, AdmitsExactlyWindowPlusGatedTokens) {
     for (int h = 0; h < Hkv; ++h) {
       std::vector<int32_t> want;
       for (int j = 0; j <= t; ++j)
-        if (j > t - W || g[h][j] > tau) want.push_back(j);
+        if (j > t + 1 - W || g[h][j] > tau) want.push_back(j);
       EXPECT_EQ(hc.positions(0, h), want) << "t=" << t << " h=" << h;
       for (int32_t i = 0; i < hc.cache->length(hc.seq, 0, h); ++i) {
         const int32_t pos = hc.cache->position(hc.seq, 0, h, i);
@@ -82,7 +84,7 @@ TEST(PolicyWGKV, AdmitsExactlyWindowPlusGatedTokens) {
     }
   }
   for (int h = 0; h < Hkv; ++h)
-    for (int j = 0; j < T - W; ++j) (g[h][j] > tau ? admitted : dropped)++;
+    for (int j = 0; j <= T - W; ++j) (g[h][j] > tau ? admitted : dropped)++;
   EXPECT_GT(admitted, 0);
   EXPECT_GT(dropped, 0);  // the case exercises both outcomes
   std::filesystem::remove(path);
