@@ -395,28 +395,22 @@ void run_main(const RunArgs& a) {
     run_models.push_back({m, sha, sha});
   }
 
-  // --- Grid: one expansion per suite task (samples, caps and sampling differ per task).
+  // --- Grid: one expansion per suite task and model (samples, caps and sampling differ per
+  // task; sampling per model too when it comes from the model's generation_config.json).
   std::vector<results::WorkItem> items;
   std::map<std::string, ExampleRef> by_example;  // task + "\n" + example id
-  std::map<std::string, nlohmann::json> task_sampling;
+  nlohmann::json sampling_record = nlohmann::json::object();  // task -> model -> {sampling, source}
+  nlohmann::json gen_configs = nlohmann::json::object();      // model -> generation_config.json fields
+  std::vector<GenerationDefaults> model_gen;
+  for (const auto& m : model_specs) {
+    model_gen.push_back(generation_defaults(m));
+    if (model_gen.back().present) gen_configs[m] = model_gen.back().to_json();
+  }
   for (const auto& st : lt.suite_tasks) {
     const auto& exs = lt.examples[st.spec];
     if (exs.empty()) continue;
-    results::GridSpec g;
-    g.models = model_refs;
-    g.policies = grid_policies;
-    g.budgets = budgets;
-    g.samples = a.samples > 0 ? a.samples : st.samples;
-    g.seed = a.seed;
-    nlohmann::json s = st.sampling.is_object() ? st.sampling : nlohmann::json::object();
-    if (a.temperature) s["temperature"] = *a.temperature;
-    if (a.top_p) s["top_p"] = *a.top_p;
-    if (a.top_k) s["top_k"] = *a.top_k;
-    g.sampling.temperature = s.value("temperature", 0.0);
-    g.sampling.top_p = s.value("top_p", 1.0);
-    g.sampling.top_k = s.value("top_k", 0);
     int cap = a.max_new_tokens ? *a.max_new_tokens : (st.max_new_tokens ? *st.max_new_tokens : 0);
-    g.sampling.max_new_tokens = cap ? cap : exs.front().max_new_tokens;
+    std::vector<results::GridExample> grid_examples;
     for (const auto& e : exs) {
       nlohmann::json msgs = nlohmann::json::array();
       for (const auto& m : e.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
@@ -424,13 +418,31 @@ void run_main(const RunArgs& a) {
       // differently (the work item key covers it, so resume never mixes the two).
       std::string prompt_key = msgs.dump();
       if (a.query_agnostic && e.context_chars > 0) prompt_key += "\n[query-agnostic context_chars=" + std::to_string(e.context_chars) + "]";
-      g.examples.push_back({e.task, e.id, prompt_key});
+      grid_examples.push_back({e.task, e.id, prompt_key});
       int mnt = cap ? cap : e.max_new_tokens;
       by_example[e.task + "\n" + e.id] = {&e, mnt > 0 ? mnt : 256};
-      task_sampling[e.task] = s;
     }
-    auto part = results::expand_grid(g);
-    items.insert(items.end(), part.begin(), part.end());
+    for (size_t mi = 0; mi < model_refs.size(); ++mi) {
+      results::GridSpec g;
+      g.models = {model_refs[mi]};
+      g.policies = grid_policies;
+      g.budgets = budgets;
+      g.samples = a.samples > 0 ? a.samples : st.samples;
+      g.seed = a.seed;
+      std::string source;
+      const nlohmann::json s = resolve_sampling(st.sampling, model_gen[mi], a.temperature, a.top_p, a.top_k, &source);
+      g.sampling.temperature = s.value("temperature", 0.0);
+      g.sampling.top_p = s.value("top_p", 1.0);
+      g.sampling.top_k = s.value("top_k", 0);
+      g.sampling.max_new_tokens = cap ? cap : exs.front().max_new_tokens;
+      g.examples = grid_examples;
+      sampling_record[st.spec][model_refs[mi].id] = {{"temperature", g.sampling.temperature},
+                                                     {"top_p", g.sampling.top_p},
+                                                     {"top_k", g.sampling.top_k},
+                                                     {"source", source}};
+      auto part = results::expand_grid(g);
+      items.insert(items.end(), part.begin(), part.end());
+    }
   }
   if (items.empty()) fail("run: the suite produced no examples (check --data-dir and --limit)");
 
@@ -452,7 +464,10 @@ void run_main(const RunArgs& a) {
                  {"seed", a.seed},           {"data_dirs", data_dirs},    {"min_p", a.min_p},
                  {"weights", a.bf16 ? "bf16" : "f32"}, {"batch", a.batch}, {"prefill_chunk", a.prefill_chunk},
                  {"max_new_tokens", a.max_new_tokens ? *a.max_new_tokens : 0},
-                 {"truncate", a.truncate}, {"policy_notes", policy_notes}, {"query_agnostic", a.query_agnostic}};
+                 {"truncate", a.truncate}, {"policy_notes", policy_notes}, {"query_agnostic", a.query_agnostic},
+                 {"sampling", sampling_record}};
+  // Only when a model has one, so the run key of runs without generation_config.json is unchanged.
+  if (!gen_configs.empty()) info.config["generation_config"] = gen_configs;
   if (!a.config.empty()) info.config["config_file"] = {{"path", a.config}, {"profile", a.config_profile}};
   info.models = run_models;
   for (const auto& st : lt.suite_tasks) info.datasets.push_back({st.spec, "", ""});

@@ -1,0 +1,177 @@
+// config.json keys as transformers 4.x and 5.x write them (rope_scaling + rope_theta vs
+// rope_parameters, layer_types) and generation_config.json's sampling defaults (issue 17).
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/model/config.h"
+#include "engine/model/model.h"
+#include "engine/util/error.h"
+
+namespace {
+
+using json = nlohmann::json;
+using kvb::GenerationDefaults;
+using kvb::ModelConfig;
+
+json base_config() {
+  return json::parse(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "vocab_size": 1000, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5})");
+}
+
+std::vector<float> inv_freq(const json& j, float* scaling) { return kvb::rope_inv_freq(ModelConfig::from_json(j, "config.json"), scaling); }
+
+std::string error_of(const json& j) {
+  try {
+    ModelConfig::from_json(j, "config.json");
+  } catch (const kvb::Error& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a kvb::Error";
+  return "";
+}
+
+// The same RoPE written both ways: transformers 4.x (top-level rope_theta + rope_scaling) and
+// transformers 5 (rope_parameters holding rope_type and rope_theta) give identical inv_freq.
+TEST(ModelConfigKeys, RopeParametersAndRopeScalingGiveIdenticalInvFreq) {
+  const json llama3 = {{"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  const json yarn = {{"factor", 4.0}, {"original_max_position_embeddings", 32768}, {"beta_fast", 32.0}, {"beta_slow", 1.0}};
+  struct Case {
+    std::string type;
+    json params;
+  };
+  for (const Case& c : {Case{"default", json::object()}, Case{"linear", {{"factor", 2.0}}}, Case{"llama3", llama3},
+                        Case{"yarn", yarn}}) {
+    SCOPED_TRACE(c.type);
+    json old_style = base_config();
+    old_style["rope_theta"] = 500000.0;
+    if (c.type != "default") {
+      old_style["rope_scaling"] = c.params;
+      old_style["rope_scaling"]["rope_type"] = c.type;
+    }
+    json new_style = base_config();
+    new_style["rope_parameters"] = c.params;
+    new_style["rope_parameters"]["rope_type"] = c.type;
+    new_style["rope_parameters"]["rope_theta"] = 500000.0;
+    float s_old = 0, s_new = 0;
+    const auto f_old = inv_freq(old_style, &s_old), f_new = inv_freq(new_style, &s_new);
+    ASSERT_EQ(f_old.size(), 32u);
+    EXPECT_EQ(f_old, f_new);  // bit-identical
+    EXPECT_EQ(s_old, s_new);
+    // and differ from the default theta, so rope_theta inside rope_parameters was read
+    json no_theta = new_style;
+    no_theta["rope_parameters"].erase("rope_theta");
+    EXPECT_NE(inv_freq(no_theta, &s_new), f_old);
+  }
+  // The older "type" key and a null rope_scaling next to rope_parameters.
+  json legacy = base_config();
+  legacy["rope_theta"] = 500000.0;
+  legacy["rope_scaling"] = llama3;
+  legacy["rope_scaling"]["type"] = "llama3";
+  json v5 = base_config();
+  v5["rope_scaling"] = nullptr;
+  v5["rope_parameters"] = llama3;
+  v5["rope_parameters"]["rope_type"] = "llama3";
+  v5["rope_parameters"]["rope_theta"] = 500000.0;
+  float a = 0, b = 0;
+  EXPECT_EQ(inv_freq(legacy, &a), inv_freq(v5, &b));
+  const ModelConfig c = ModelConfig::from_json(v5, "config.json");
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+}
+
+TEST(ModelConfigKeys, RopeParametersWinOverRopeScaling) {
+  json j = base_config();
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  const ModelConfig c = ModelConfig::from_json(j, "config.json");
+  EXPECT_EQ(c.rope_scaling.type, "default");
+  EXPECT_EQ(c.rope_theta, 1e6);
+  j["rope_parameters"]["rope_type"] = "dynamic";
+  EXPECT_EQ(error_of(j).rfind("config.json: rope_parameters.rope_type: unsupported RoPE scaling 'dynamic'", 0), 0u);
+}
+
+TEST(ModelConfigKeys, LayerTypes) {
+  json j = base_config();
+  j["layer_types"] = {"full_attention", "full_attention", "full_attention"};
+  EXPECT_EQ(ModelConfig::from_json(j, "config.json").num_layers, 3);
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+  EXPECT_EQ(error_of(j), "config.json: layer_types[1]: unsupported layer type \"sliding_attention\" (only full_attention)");
+  j["layer_types"] = {"full_attention"};
+  EXPECT_EQ(error_of(j), "config.json: layer_types: has 1 entries for num_hidden_layers 3");
+  j["layer_types"] = "full_attention";
+  EXPECT_EQ(error_of(j).rfind("config.json: layer_types: expected a list", 0), 0u);
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() / ("kvb_gencfg_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream((path / name).string()) << text;
+    return (path / name).string();
+  }
+};
+
+TEST(GenerationConfig, SamplingAsTransformersGenerateUsesIt) {
+  TempDir d;
+  EXPECT_FALSE(GenerationDefaults::from_file((d.path / "absent.json").string()).present);
+  // Qwen3's: do_sample with temperature, top_k, top_p; EOS a list.
+  const std::string qwen = d.write("qwen.json",
+      R"({"bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
+          "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"})");
+  GenerationDefaults g = GenerationDefaults::from_file(qwen);
+  EXPECT_TRUE(g.present);
+  EXPECT_EQ(g.sampling(), json({{"temperature", 0.6}, {"top_p", 0.95}, {"top_k", 20}}));
+  EXPECT_EQ(g.eos_token_ids, std::vector<int32_t>({151645, 151643}));
+  EXPECT_EQ(g.to_json()["do_sample"], true);
+  // do_sample false (or absent, transformers' default) is greedy whatever else is set.
+  g = GenerationDefaults::from_file(d.write("greedy.json", R"({"do_sample": false, "temperature": 0.6, "top_p": 0.9, "eos_token_id": 2})"));
+  EXPECT_EQ(g.sampling(), json({{"temperature", 0.0}}));
+  EXPECT_EQ(g.eos_token_ids, std::vector<int32_t>({2}));
+  g = GenerationDefaults::from_file(d.write("absent_do_sample.json", R"({"temperature": 0.7})"));
+  EXPECT_EQ(g.sampling(), json({{"temperature", 0.0}}));
+  // do_sample alone: GenerationConfig's defaults temperature 1.0, top_p 1.0, top_k 50.
+  g = GenerationDefaults::from_file(d.write("sample.json", R"({"do_sample": true})"));
+  EXPECT_EQ(g.sampling(), json({{"temperature", 1.0}, {"top_p", 1.0}, {"top_k", 50}}));
+  // Wrong types name the file and the field.
+  const std::string bad = d.write("bad.json", R"({"do_sample": "yes"})");
+  try {
+    GenerationDefaults::from_file(bad);
+    ADD_FAILURE();
+  } catch (const kvb::Error& e) {
+    EXPECT_EQ(std::string(e.what()), bad + ": do_sample: expected true or false, got \"yes\"");
+  }
+  EXPECT_THROW(GenerationDefaults::from_file(d.write("bad2.json", R"({"top_p": 1.5})")), kvb::Error);
+  EXPECT_THROW(GenerationDefaults::from_file(d.write("bad3.json", R"({"eos_token_id": ["x"]})")), kvb::Error);
+}
+
+TEST(GenerationConfig, ModelDirMergesEosListAndKeepsDefaults) {
+  TempDir d;
+  d.write("config.json", base_config().dump());
+  ModelConfig c = ModelConfig::from_dir(d.path.string());
+  EXPECT_FALSE(c.generation.present);
+  json cfg = base_config();
+  cfg["eos_token_id"] = 2;
+  d.write("config.json", cfg.dump());
+  d.write("generation_config.json", R"({"do_sample": true, "temperature": 0.8, "eos_token_id": [7, 2, 9]})");
+  c = ModelConfig::from_dir(d.path.string());
+  EXPECT_TRUE(c.generation.present);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>({2, 7, 9}));
+  EXPECT_EQ(c.generation.sampling(), json({{"temperature", 0.8}, {"top_p", 1.0}, {"top_k", 50}}));
+}
+
+}  // namespace
