@@ -20,6 +20,7 @@
 
 #include "datasets/hash.h"
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 
 namespace kvb::datasets {
 
@@ -640,9 +641,9 @@ std::string HubClient::resolve_model(const std::string& spec) {
   std::string body = api_get(cfg_.endpoint + "/api/models/" + repo + "/revision/" + percent_encode(rev, ""));
   nlohmann::json info;
   try {
-    info = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(fmt::format("{}: model info is not JSON: {}", repo, e.what()), ErrorKind::kRuntime);
+    info = parse_json(body, repo + ": model info");
+  } catch (const Error& e) {
+    throw Error(e.what(), ErrorKind::kRuntime);
   }
   if (!info.contains("sha") || !info["sha"].is_string() || !info.contains("siblings"))
     throw Error(fmt::format("{}: model info lacks sha/siblings", repo), ErrorKind::kRuntime);

@@ -1,6 +1,7 @@
 #include "datasets/records.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 
 namespace kvb::datasets {
 
@@ -197,9 +199,10 @@ struct JsonlLines {
     RecordPos pos{name, index++, lineno};
     json rec;
     try {
-      rec = json::parse(text);
-    } catch (const typename json::parse_error& e) {
-      bad.report(fmt::format("{}: invalid JSON at column {}: {}", pos.where(), e.byte, e.what()));
+      if constexpr (std::is_same_v<json, nlohmann::ordered_json>) rec = parse_ordered_json(text, pos.where());
+      else rec = parse_json(text, pos.where());
+    } catch (const Error& e) {
+      bad.report(e.what());
       return;
     }
     if (deliver(fn, std::move(rec), pos, bad)) ++ok;
@@ -297,19 +300,40 @@ size_t read_records_ordered(const std::string& path, const OrderedRecordFn& fn, 
 
 namespace {
 
-json yaml_to_json(const YAML::Node& n, const std::string& name) {
+/// Limits of the YAML → JSON conversion: aliases are expanded, so a self-referential alias
+/// (`a: &a [*a]`) would recurse forever and a "billion laughs" document would expand
+/// exponentially; both are refused by the depth and node-count bounds.
+struct YamlBudget {
+  const std::string& name;
+  int64_t nodes_left;
+};
+
+[[noreturn]] void yaml_fail(const YamlBudget& b, const YAML::Node& n, const std::string& what) {
+  const YAML::Mark m = n.Mark();
+  if (m.line >= 0) fail("{}: line {}: {}", b.name, m.line + 1, what);
+  fail("{}: {}", b.name, what);
+}
+
+json yaml_to_json(const YAML::Node& n, YamlBudget& b, int depth) {
+  if (depth > kMaxJsonDepth)
+    yaml_fail(b, n, fmt::format("YAML nested deeper than {} levels (or an alias that contains itself)", kMaxJsonDepth));
+  if (--b.nodes_left < 0)
+    yaml_fail(b, n, "YAML expands to too many nodes (aliases repeated beyond the document's size: refused)");
   switch (n.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
       return nullptr;
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (const auto& x : n) a.push_back(yaml_to_json(x, name));
+      for (const auto& x : n) a.push_back(yaml_to_json(x, b, depth + 1));
       return a;
     }
     case YAML::NodeType::Map: {
       json o = json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second, name);
+      for (const auto& kv : n) {
+        if (!kv.first.IsScalar()) yaml_fail(b, kv.first, "a mapping key must be a scalar");
+        o[kv.first.as<std::string>()] = yaml_to_json(kv.second, b, depth + 1);
+      }
       return o;
     }
     case YAML::NodeType::Scalar: {
@@ -327,7 +351,11 @@ json yaml_to_json(const YAML::Node& n, const std::string& name) {
           return s;
         }
       }
-      if (std::regex_match(s, kFloat)) return std::stod(s);
+      if (std::regex_match(s, kFloat)) {
+        const double d = std::strtod(s.c_str(), nullptr);  // underflow gives 0, as Python's float()
+        if (!std::isfinite(d)) yaml_fail(b, n, "number out of range: " + s);
+        return d;
+      }
       return s;
     }
   }
@@ -343,7 +371,10 @@ json parse_yaml(const std::string& text, const std::string& name) {
   } catch (const YAML::Exception& e) {
     fail("{}: line {}: invalid YAML: {}", name, e.mark.line + 1, e.msg);
   }
-  return yaml_to_json(root, name);
+  // A document may repeat an anchored subtree through aliases; allow a generous expansion
+  // (64 nodes per input byte, at least a million) and no more.
+  YamlBudget budget{name, std::max<int64_t>(1 << 20, 64 * static_cast<int64_t>(text.size()))};
+  return yaml_to_json(root, budget, 0);
 }
 
 json load_yaml_file(const std::string& path) {

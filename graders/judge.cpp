@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 
 namespace kvb::graders {
 
@@ -63,8 +64,13 @@ std::string snippet(const std::string& s, size_t max = 200) {
 
 // What an error body says: error.message of an OpenAI-style error object, else the raw text.
 std::string body_message(const std::string& body) {
-  auto j = nlohmann::json::parse(body, nullptr, false);
-  if (!j.is_discarded() && j.is_object() && j.contains("error")) {
+  nlohmann::json j;
+  try {
+    j = parse_json(body, "judge reply");
+  } catch (const Error&) {
+    return snippet(body);
+  }
+  if (j.is_object() && j.contains("error")) {
     const auto& e = j["error"];
     if (e.is_object() && e.contains("message") && e["message"].is_string()) return snippet(e["message"].get<std::string>());
     if (e.is_string()) return snippet(e.get<std::string>());
@@ -107,8 +113,14 @@ double parse_retry_after(std::string_view value, int64_t now_unix) {
 }
 
 bool parse_chat_completion(const std::string& body, std::string& content, std::string& error) {
-  auto j = nlohmann::json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
+  nlohmann::json j;
+  try {
+    j = parse_json(body, "judge reply");
+  } catch (const Error& e) {
+    error = "malformed JSON response (" + snippet(body, 80) + ")";
+    return false;
+  }
+  if (!j.is_object()) {
     error = "malformed JSON response (" + snippet(body, 80) + ")";
     return false;
   }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 #include "graders/grade.h"
 #include "harness/commands.h"
 
@@ -37,12 +38,7 @@ void register_check_answer(CLI::App& app) {
       return;
     }
     if (o->gold.empty()) fail("check-answer: --gold is required");
-    nlohmann::json meta;
-    try {
-      meta = nlohmann::json::parse(o->meta);
-    } catch (const std::exception& e) {
-      fail("check-answer: --meta: not valid JSON: {}", e.what());
-    }
+    const nlohmann::json meta = parse_json(o->meta, "--meta");
     graders::Grade g = graders::grade(o->grader, o->pred, o->gold, meta);
     std::printf("grader:     %s\n", o->grader.c_str());
     std::printf("extracted:  %s\n", g.extracted.c_str());

@@ -76,12 +76,7 @@ std::vector<std::vector<int32_t>> load_prompts(const FidelityArgs& a, const Load
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t") == std::string::npos) continue;
       if (jsonl) {
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception& e) {
-          fail("{}:{}: not a JSON object: {}", a.prompts_file, line_no, e.what());
-        }
+        const nlohmann::json j = parse_json(line, fmt::format("{}:{}", a.prompts_file, line_no));
         const char* key = j.is_object() && j.contains("prompt") ? "prompt" : "text";
         if (!j.is_object() || !j.contains(key) || !j[key].is_string())
           fail("{}:{}: expected an object with a string field \"prompt\" or \"text\"", a.prompts_file, line_no);

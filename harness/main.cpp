@@ -41,7 +41,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and exit 0 through CLI11, and a command's own
+    // CLI::RuntimeError(code) (compare's exit 1 on a regression) keeps its code; every usage error
+    // is one line in kvbench's format with exit 2, like any other bad input.
+    if (e.get_exit_code() == 0 || e.get_name() == "RuntimeError") return app.exit(e);
+    std::fprintf(stderr, "kvbench: error: %s\n", e.what());
+    return 2;
   } catch (const kvb::Error& e) {
     std::fprintf(stderr, "kvbench: error: %s\n", e.what());
     return e.exit_code();

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 #include "results/schema.h"
 #include "results/sha256.h"
 #include "results/stats.h"
@@ -486,7 +487,7 @@ std::vector<ToGrade> Store::select_to_grade(std::optional<int64_t> run_id, const
     w.model_id = q.text(3);
     w.model_revision = q.text(4);
     w.policy = q.text(5);
-    w.policy_params = nlohmann::json::parse(q.text(6));
+    w.policy_params = parse_json(q.text(6), "work_items.policy_params_json");
     w.policy_label = q.text(7);
     w.budget = q.i64(8);
     w.task = q.text(9);
@@ -494,7 +495,7 @@ std::vector<ToGrade> Store::select_to_grade(std::optional<int64_t> run_id, const
     w.prompt_sha256 = q.text(11);
     w.sample_index = static_cast<int>(q.i64(12));
     w.seed = static_cast<uint64_t>(q.i64(13));
-    w.sampling = nlohmann::json::parse(q.text(14));
+    w.sampling = parse_json(q.text(14), "work_items.sampling_json");
     const auto extra = nlohmann::json::parse(q.text(15), nullptr, false);
     if (extra.is_object() && extra.contains("turns") && extra["turns"].is_array())
       for (const auto& turn : extra["turns"])

@@ -195,11 +195,7 @@ class LongProcTask : public BasicTask {
       std::string ref = str_field(r, "reference_output", pos);
       const auto& md = fld(r, "metadata", pos);
       if (md.is_string()) {
-        try {
-          ex.meta["item"] = nlohmann::json::parse(md.get<std::string>());
-        } catch (const nlohmann::json::parse_error& e) {
-          fail("{}: field 'metadata': invalid JSON: {}", pos.where(), e.what());
-        }
+        ex.meta["item"] = parse_json(md.get<std::string>(), pos.where() + ": field 'metadata'");
       } else {
         ex.meta["item"] = md;
       }

@@ -1,11 +1,14 @@
 #include "engine/model/weights.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 
 namespace kvb {
 
@@ -49,15 +52,16 @@ void WeightStore::add_safetensors_file(const std::string& path) {
   std::memcpy(&hlen, file->data(), 8);
   if (hlen > size - 8)
     fail_at(path, "header", "header length {} runs past the end of the file ({} bytes)", hlen, size);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(file->data() + 8, file->data() + 8 + hlen);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail_at(path, "header", "invalid JSON: {}", e.what());
-  }
+  const nlohmann::json header =
+      parse_json(std::string_view(reinterpret_cast<const char*>(file->data()) + 8, hlen), path + ": header");
   if (!header.is_object()) fail_at(path, "header", "expected a JSON object");
   const uint8_t* base = file->data() + 8 + hlen;
   const uint64_t data_size = size - 8 - hlen;
+  struct Range {
+    uint64_t begin, end;
+    std::string name;
+  };
+  std::vector<Range> ranges;
   for (auto& [name, info] : header.items()) {
     if (name == "__metadata__") continue;
     const std::string field = "tensor '" + name + "'";
@@ -86,12 +90,28 @@ void WeightStore::add_safetensors_file(const std::string& path) {
     if (b > e || e > data_size)
       fail_at(path, field + ".data_offsets", "[{}, {}] lies outside the data section ({} bytes)", b, e,
               data_size);
-    if (static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype) != e - b)
-      fail_at(path, field, "shape {} × {} needs {} bytes but data_offsets span {}",
-              info["shape"].dump(), dt, t.numel() * dtype_size(t.dtype), e - b);
+    uint64_t bytes = dtype_size(t.dtype);
+    for (int64_t d : t.shape)
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
+        fail_at(path, field + ".shape", "{} has more elements than 64 bits can count", info["shape"].dump());
+    if (bytes != e - b)
+      fail_at(path, field, "shape {} × {} needs {} bytes but data_offsets span {}", info["shape"].dump(), dt, bytes,
+              e - b);
+    ranges.push_back({b, e, name});
     t.data = base + b;
     if (tensors_.count(name)) fail_at(path, field, "tensor defined twice (also in {})", tensors_[name].origin);
     tensors_[name] = std::move(t);
+  }
+  // Tensors may not share bytes (the safetensors format lays them out back to back; a header
+  // whose ranges overlap would alias one tensor's data into another).
+  std::sort(ranges.begin(), ranges.end(), [](const Range& x, const Range& y) { return x.begin < y.begin; });
+  const Range* reach = nullptr;  // the non-empty range ending furthest so far
+  for (const Range& r : ranges) {
+    if (r.begin == r.end) continue;
+    if (reach && r.begin < reach->end)
+      fail_at(path, "tensor '" + r.name + "'.data_offsets", "[{}, {}] overlaps tensor '{}' [{}, {}]", r.begin, r.end,
+              reach->name, reach->begin, reach->end);
+    if (!reach || r.end > reach->end) reach = &r;
   }
   files_.push_back(std::move(file));
 }

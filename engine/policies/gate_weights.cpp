@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 
 namespace kvb {
 
@@ -59,12 +60,7 @@ GateWeights GateWeights::load(const std::string& path, const std::string& policy
   uint64_t hlen = 0;
   std::memcpy(&hlen, bytes.data(), 8);
   if (hlen > static_cast<uint64_t>(size - 8)) fail_at(path, "header", "header length {} exceeds the file", hlen);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<int64_t>(hlen));
-  } catch (const std::exception& e) {
-    fail_at(path, "header", "malformed JSON: {}", e.what());
-  }
+  const nlohmann::json header = parse_json(std::string_view(bytes.data() + 8, hlen), path + ": header");
   if (!header.is_object()) fail_at(path, "header", "expected a JSON object");
   const char* data = bytes.data() + 8 + hlen;
   const uint64_t data_size = static_cast<uint64_t>(size) - 8 - hlen;

@@ -23,14 +23,44 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-nlohmann::json parse_json_file(const std::string& path) {
-  std::string text = read_file(path);
+namespace {
+struct TooDeep {};
+
+template <typename Json>
+Json parse_limited(std::string_view text, const std::string& origin) {
+  typename Json::parser_callback_t limit = [](int depth, nlohmann::json::parse_event_t ev, Json&) {
+    if ((ev == nlohmann::json::parse_event_t::object_start || ev == nlohmann::json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw TooDeep{};
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    return Json::parse(text.begin(), text.end(), limit);
+  } catch (const TooDeep&) {
+    fail("{}: JSON nested deeper than {} levels", origin, kMaxJsonDepth);
   } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: invalid JSON at byte {}: {}", path, e.byte, e.what());
+    fail("{}: invalid JSON at byte {}: {}", origin, e.byte, e.what());
+  } catch (const nlohmann::json::out_of_range& e) {
+    // 406: "number overflow parsing '1e999999'"
+    std::string what = e.what();
+    const size_t q = what.find('\'');
+    fail("{}: number out of range: {}", origin,
+         q == std::string::npos ? what : what.substr(q + 1, what.rfind('\'') > q ? what.rfind('\'') - q - 1 : std::string::npos));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: invalid JSON: {}", origin, e.what());
   }
 }
+}  // namespace
+
+nlohmann::json parse_json(std::string_view text, const std::string& origin) {
+  return parse_limited<nlohmann::json>(text, origin);
+}
+
+nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& origin) {
+  return parse_limited<nlohmann::ordered_json>(text, origin);
+}
+
+nlohmann::json parse_json_file(const std::string& path) { return parse_json(read_file(path), path); }
 
 bool file_exists(const std::string& path) {
   struct stat st {};

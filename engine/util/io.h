@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -13,7 +14,22 @@ namespace kvb {
 /// Reads a whole file into a string. Throws kvb::Error naming `path` if it cannot be read.
 std::string read_file(const std::string& path);
 
-/// Parses JSON text read from `path`; throws kvb::Error("<path>: invalid JSON at byte N: ...").
+/// Deepest nesting of objects and arrays accepted in any JSON input (config.json, tokenizer.json,
+/// safetensors headers, dataset records, --messages, judge replies). Real inputs stay far below
+/// it; deeper documents are rejected while parsing, before they are built (a 100,000-deep array
+/// would otherwise overflow the stack in code that walks it recursively).
+inline constexpr int kMaxJsonDepth = 256;
+
+/// Parses JSON `text` that came from `origin` (a file name, or e.g. "--messages") with the
+/// project's limits. Throws kvb::Error (exit 2), one line naming `origin`:
+///   "<origin>: invalid JSON at byte N: <parser message>",
+///   "<origin>: JSON nested deeper than 256 levels",
+///   "<origin>: number out of range: <the number>" (a literal beyond ±1.8e308).
+nlohmann::json parse_json(std::string_view text, const std::string& origin);
+/// The same, keeping object key order (chat messages rendered by templates).
+nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& origin);
+
+/// Parses JSON text read from `path` (parse_json with origin = path).
 nlohmann::json parse_json_file(const std::string& path);
 
 /// True when `path` names an existing regular file.

@@ -1,0 +1,159 @@
+// Hostile inputs, table-driven, through the kvbench binary: every case must end with exactly one
+// `kvbench: error: <file or option>: ...` line and exit status 2 — never a crash, a hang, an
+// "internal error", or a file created as a side effect. Each case writes its inputs into a fresh
+// temporary directory. Cases that need a model directory take their config.json from the
+// stories260K model in ../shared (present in CI).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Case {
+  std::string name;
+  std::map<std::string, std::string> files;  // relative path -> content ("@config" = stories260K's config.json)
+  std::string args;                          // kvbench arguments; $D = the case's directory, $S = ../shared
+  std::string expect;                        // substring of the error line (names the file/field)
+  std::string must_not_exist;                // a path under $D the command must not create
+};
+
+std::string repeat(const std::string& s, int n) {
+  std::string out;
+  out.reserve(s.size() * n);
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+/// A safetensors file: 8-byte little-endian header length, the header, `data_bytes` zero bytes.
+std::string safetensors(const std::string& header, size_t data_bytes, uint64_t claimed_len = 0) {
+  const uint64_t n = claimed_len ? claimed_len : header.size();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + header + std::string(data_bytes, '\0');
+}
+
+std::string billion_laughs() {
+  std::string s = "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n";
+  std::string prev = "a";
+  for (char c = 'b'; c <= 'j'; ++c) {
+    s += std::string(1, c) + ": &" + c + " [";
+    for (int i = 0; i < 9; ++i) s += (i ? ",*" : "*") + prev;
+    s += "]\n";
+    prev = std::string(1, c);
+  }
+  return s;
+}
+
+std::vector<Case> cases() {
+  const std::string deep_json = repeat("[", 100000) + repeat("]", 100000);
+  const std::string msgs = "tokenize --model $S/models/stories260K-hf --messages $D/m.json";
+  const std::string cfg = "run --config $D/c.yaml --db $D/r.db --limit 1";
+  const std::string gen = "generate --model $D/model --prompt hi";
+  std::vector<Case> v = {
+      // YAML (run --config; the same reader serves suite files and datasets' prompts.yaml).
+      {"yaml_self_alias", {{"c.yaml", "a: &a [*a]\n"}}, cfg, "c.yaml: line 1: YAML nested deeper", "r.db"},
+      {"yaml_self_alias_map", {{"c.yaml", "a: &a {b: *a}\n"}}, cfg, "c.yaml: line 1: YAML nested deeper", "r.db"},
+      {"yaml_billion_laughs", {{"c.yaml", billion_laughs()}}, cfg, "c.yaml: line 1: YAML expands to too many nodes", "r.db"},
+      {"yaml_number_overflow", {{"c.yaml", "limit: 1e999999\n"}}, cfg, "c.yaml: line 1: number out of range: 1e999999", "r.db"},
+      {"yaml_negative_overflow", {{"c.yaml", "x:\n  y: -4e400\n"}}, cfg, "c.yaml: line 2: number out of range", "r.db"},
+      {"yaml_deep_flow", {{"c.yaml", "a: " + repeat("[", 400) + repeat("]", 400) + "\n"}}, cfg, "c.yaml", "r.db"},
+      {"yaml_syntax", {{"c.yaml", "a: [1, 2\nb: }\n"}}, cfg, "c.yaml: line", "r.db"},
+      {"yaml_complex_key", {{"c.yaml", "? [1, 2]\n: 3\n"}}, cfg, "c.yaml: line 1: a mapping key must be a scalar", "r.db"},
+      // JSON chat messages.
+      {"json_deep_messages", {{"m.json", deep_json}}, msgs, "m.json: JSON nested deeper than 256 levels", ""},
+      {"json_overflow_messages", {{"m.json", "[{\"role\": \"user\", \"content\": \"x\", \"n\": 1e999999}]"}}, msgs, "m.json: number out of range: 1e999999", ""},
+      {"json_truncated_messages", {{"m.json", "[{\"role\": \"us"}}, msgs, "m.json: invalid JSON at byte", ""},
+      {"json_negative_overflow", {{"m.json", "[-1e400]"}}, msgs, "m.json: number out of range: -1e400", ""},
+      // check-answer --meta.
+      {"meta_deep", {}, "check-answer --grader math --gold 1 --pred 1 --meta '" + repeat("[", 300) + repeat("]", 300) + "'", "--meta: JSON nested deeper", ""},
+      {"meta_overflow", {}, "check-answer --grader math --gold 1 --pred 1 --meta '{\"a\": 1e999999}'", "--meta: number out of range", ""},
+      {"meta_invalid", {}, "check-answer --grader math --gold 1 --pred 1 --meta '{a}'", "--meta: invalid JSON at byte", ""},
+      // config.json.
+      {"config_deep", {{"model/config.json", deep_json}}, gen, "model/config.json: JSON nested deeper", ""},
+      {"config_overflow", {{"model/config.json", "{\"hidden_size\": 1e999999}"}}, gen, "model/config.json: number out of range", ""},
+      {"config_truncated", {{"model/config.json", "{\"hidden_size\": "}}, gen, "model/config.json: invalid JSON", ""},
+      // safetensors headers.
+      {"st_overlap",
+       {{"model/config.json", "@config"},
+        {"model/model.safetensors",
+         safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", 24)}},
+       gen, "model.safetensors: tensor 'b'.data_offsets: [8, 24] overlaps tensor 'a'", ""},
+      {"st_shape_overflow",
+       {{"model/config.json", "@config"},
+        {"model/model.safetensors",
+         safetensors(R"({"a":{"dtype":"F32","shape":[1099511627776,1099511627776,16],"data_offsets":[0,0]}})", 0)}},
+       gen, "model.safetensors: tensor 'a'.shape", ""},
+      {"st_header_past_end", {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors("{}", 0, 1000000)}}, gen, "model.safetensors: header", ""},
+      {"st_header_deep", {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors(repeat("[", 5000) + repeat("]", 5000), 0)}}, gen, "model.safetensors: header: JSON nested deeper", ""},
+      {"st_header_overflow", {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors(R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,0]}})", 0)}}, gen, "model.safetensors: header: number out of range", ""},
+      {"st_offsets_outside", {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8)}}, gen, "tensor 'a'.data_offsets", ""},
+      {"st_bad_dtype", {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8)}}, gen, "tensor 'a'.dtype", ""},
+      // Command-line usage errors: one line, exit 2 (CLI11's own errors included).
+      {"cli_unknown_command", {}, "frobnicate", "kvbench: error:", ""},
+      {"cli_samples_zero", {}, "run --samples 0 --db $D/r.db", "--samples", "r.db"},
+      {"cli_batch_zero", {}, "bench --batch 0 --model-shape stories260k", "--batch", ""},
+      {"cli_unknown_option", {}, "bench --no-such-option 3", "--no-such-option", ""},
+      {"cli_non_numeric", {}, "bench --context abc --model-shape stories260k", "--context", ""},
+      // Results databases that do not exist are not created by readers.
+      {"grade_missing_db", {}, "grade --db $D/typo.db", "typo.db: no such results database", "typo.db"},
+  };
+  return v;
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class Hostile : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
+  const Case& c = GetParam();
+  const fs::path dir = fs::temp_directory_path() / ("kvb_hostile_" + c.name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& [rel, content] : c.files) {
+    const fs::path p = dir / rel;
+    fs::create_directories(p.parent_path());
+    if (content == "@config") {
+      const fs::path src = fs::path(KVB_SHARED_DIR) / "models/stories260K-hf/config.json";
+      ASSERT_TRUE(fs::exists(src)) << "the stories260K model is part of ../shared: " << src;
+      fs::copy_file(src, p);
+    } else {
+      std::ofstream(p, std::ios::binary) << content;
+    }
+  }
+  std::string args = c.args;
+  for (size_t at; (at = args.find("$D")) != std::string::npos;) args.replace(at, 2, dir.string());
+  for (size_t at; (at = args.find("$S")) != std::string::npos;) args.replace(at, 2, KVB_SHARED_DIR);
+  const std::string out_file = (dir / "stderr.txt").string();
+  const std::string cmd = "timeout 60 " + std::string(KVB_BINARY) + " " + args + " > " + out_file + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << cmd;
+  const int rc = WEXITSTATUS(status);
+  std::ifstream in(out_file);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) lines.push_back(l);
+  std::string all;
+  for (const auto& l : lines) all += l + "\n";
+  EXPECT_EQ(rc, 2) << cmd << "\n" << all;
+  ASSERT_EQ(lines.size(), 1u) << all;
+  EXPECT_EQ(lines[0].rfind("kvbench: error: ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << lines[0];
+  EXPECT_EQ(lines[0].find("internal error"), std::string::npos) << lines[0];
+  if (!c.must_not_exist.empty()) EXPECT_FALSE(fs::exists(dir / c.must_not_exist)) << c.must_not_exist << " was created";
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Inputs, Hostile, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+}  // namespace
