@@ -717,6 +717,8 @@ struct GradeArgs {
 };
 
 void grade_main(const GradeArgs& a) {
+  // Grading reads results that must exist: a mistyped --db is an error, not a new empty file.
+  if (!file_exists(a.db)) fail("{}: no such results database (grade needs the --db a run wrote)", a.db);
   results::Store store(a.db);
   std::optional<int64_t> run_id;
   if (!a.run.empty()) run_id = store.resolve_run(a.run);

@@ -563,6 +563,10 @@ class ShadowPolicy final : public Policy {
     };
     compare_keeps(flat(se.keeps), flat(other.keeps), "step end");
   }
+  void on_sequence_begin(SeqId seq, uint64_t sample_seed) override {
+    a_->on_sequence_begin(seq, sample_seed);
+    b_->on_sequence_begin(seq, sample_seed);
+  }
   void on_sequence_end(SeqId seq) override {
     a_->on_sequence_end(seq);
     b_->on_sequence_end(seq);
