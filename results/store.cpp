@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <ctime>
 #include <unordered_set>
 
@@ -644,12 +645,25 @@ void Store::set_max_page_count_for_testing(int64_t pages) {
 
 void Store::merge(const std::string& out, const std::vector<std::string>& inputs) {
   if (inputs.empty()) fail("merge: no input databases given");
+  // The same file twice (under any spelling), or the output among the inputs, is refused at once
+  // (SQLite would otherwise wait on its own lock and then blame another process).
+  namespace fs = std::filesystem;
+  auto same_file = [](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i] == out || same_file(inputs[i], out))
+      fail("{}: merge: the output database is also an input", inputs[i]);
+    for (size_t j = 0; j < i; ++j)
+      if (inputs[i] == inputs[j] || same_file(inputs[i], inputs[j]))
+        fail("{}: merge: given twice as an input", inputs[i]);
+  }
+  // Validate every input (a kvbench store at the current schema version) before the output is
+  // opened or created, so that an error names the input at fault.
+  for (const auto& in : inputs) Store src(in, Mode::kReadOnly);
   Store dst(out);
   for (const auto& in : inputs) {
-    {
-      // Validate the input: a kvbench store at the current schema version.
-      Store src(in, Mode::kReadOnly);
-    }
     std::string alias = "src";
     {
       Stmt a(dst.db_, "ATTACH DATABASE ? AS src",

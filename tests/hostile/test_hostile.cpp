@@ -106,6 +106,10 @@ std::vector<Case> cases() {
       {"cli_non_numeric", {}, "bench --context abc --model-shape stories260k", "--context", ""},
       // Results databases that do not exist are not created by readers.
       {"grade_missing_db", {}, "grade --db $D/typo.db", "typo.db: no such results database", "typo.db"},
+      // merge: inputs are validated before the output is created; self-merges refused at once.
+      {"merge_corrupt_input", {{"c.db", std::string(200, 'x')}}, "merge $D/out.db $D/c.db", "c.db: not a SQLite database", "out.db"},
+      {"merge_output_is_input", {{"c.db", std::string(200, 'x')}}, "merge $D/c.db $D/c.db", "c.db: merge: the output database is also an input", ""},
+      {"merge_input_twice", {{"c.db", std::string(200, 'x')}}, "merge $D/out.db $D/c.db $D/./c.db", "merge: given twice as an input", "out.db"},
   };
   return v;
 }
