@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/util/error.h"
+#include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/model_source.h"
 
@@ -91,13 +92,13 @@ void register_bench(CLI::App& app) {
   c->add_option("--model-shape", a->shape,
                 "Random-weight architecture: stories260k, smollm2-135m, qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.1-8b");
   c->add_option("--backend", a->backend, "cpu or cuda (builds with KVB_CUDA)");
-  c->add_option("--context", a->context, "Prompt tokens per sequence")->check(CLI::PositiveNumber);
-  c->add_option("--gen", a->gen, "Generated tokens per sequence")->check(CLI::PositiveNumber);
-  c->add_option("--batch", a->batch, "Sequences decoded together")->check(CLI::PositiveNumber);
+  c->add_option("--context", a->context, "Prompt tokens per sequence")->check(kvb::cli::positive());
+  c->add_option("--gen", a->gen, "Generated tokens per sequence")->check(kvb::cli::positive());
+  c->add_option("--batch", a->batch, "Sequences decoded together")->check(kvb::cli::positive());
   c->add_option("--policy", a->policy, "KV policy spec");
-  c->add_option("--budget", a->budget, "KV budget per (layer, kv_head)")->check(CLI::NonNegativeNumber);
-  c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(CLI::PositiveNumber);
-  c->add_option("--repeats", a->repeats, "Repetitions (one row each)")->check(CLI::PositiveNumber);
+  c->add_option("--budget", a->budget, "KV budget per (layer, kv_head)")->check(kvb::cli::non_negative());
+  c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());
+  c->add_option("--repeats", a->repeats, "Repetitions (one row each)")->check(kvb::cli::positive());
   c->add_option("--seed", a->seed, "Seed of the random prompt and weights");
   c->callback([a] { run_bench(*a); });
 }

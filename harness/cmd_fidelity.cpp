@@ -15,6 +15,7 @@
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/fidelity.h"
 #include "harness/model_source.h"
@@ -153,7 +154,7 @@ void register_fidelity(CLI::App& app) {
   c->add_option("--task", a->task, "Take prompts from a task (see `kvbench tasks`)");
   c->add_option("--limit", a->limit, "At most this many prompts (0 = all; default 4)");
   c->add_option("--data-dir", a->data_dirs, "Dataset directory for --task (repeatable)");
-  c->add_option("--max-new-tokens", a->max_new_tokens, "Length of the full-cache greedy reference")->check(CLI::PositiveNumber);
+  c->add_option("--max-new-tokens", a->max_new_tokens, "Length of the full-cache greedy reference")->check(kvb::cli::positive());
   c->add_flag("--chat", a->chat, "Render --prompts/--text lines with the model's chat template");
   c->add_option("--chat-template", a->chat_template,
                 "Which of the model's named chat templates (default: \"default\"; also for --task prompts)");

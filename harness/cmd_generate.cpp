@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/util/error.h"
+#include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/model_source.h"
 
@@ -79,16 +80,16 @@ void register_generate(CLI::App& app) {
   c->add_flag("--chat", a->chat, "Render the prompt with the model's chat template");
   c->add_option("--system", a->system, "System message (with --chat)");
   c->add_flag("--no-thinking", a->no_thinking, "Pass enable_thinking=false to the chat template (Qwen3)");
-  c->add_option("--max-new-tokens", a->max_new_tokens, "Maximum generated tokens")->check(CLI::PositiveNumber);
-  c->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-  c->add_option("--top-p", a->top_p, "Nucleus sampling threshold (1 = off)")->check(CLI::Range(0.0, 1.0));
-  c->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)")->check(CLI::NonNegativeNumber);
-  c->add_option("--min-p", a->min_p, "Min-p sampling (0 = off)")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--max-new-tokens", a->max_new_tokens, "Maximum generated tokens")->check(kvb::cli::positive());
+  c->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy)")->check(kvb::cli::non_negative());
+  c->add_option("--top-p", a->top_p, "Nucleus sampling threshold (1 = off)")->check(kvb::cli::in_range(0.0, 1.0));
+  c->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)")->check(kvb::cli::non_negative());
+  c->add_option("--min-p", a->min_p, "Min-p sampling (0 = off)")->check(kvb::cli::in_range(0.0, 1.0));
   c->add_option("--seed", a->seed, "Sampling seed");
   c->add_option("--stop", a->stop, "Stop string (repeatable)");
   c->add_option("--policy", a->policy, "KV policy spec name[:key=value,...] (see `kvbench policies`)");
-  c->add_option("--budget", a->budget, "KV budget: tokens kept per (layer, kv_head)")->check(CLI::NonNegativeNumber);
-  c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(CLI::PositiveNumber);
+  c->add_option("--budget", a->budget, "KV budget: tokens kept per (layer, kv_head)")->check(kvb::cli::non_negative());
+  c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());
   c->callback([a] { run_generate(*a); });
 }
 

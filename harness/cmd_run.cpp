@@ -25,6 +25,7 @@
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "graders/grade.h"
+#include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/judge_grading.h"
 #include "harness/model_source.h"
@@ -780,24 +781,25 @@ void register_run(CLI::App& app) {
   c->add_option("--task", a->tasks, "Task spec instead of a suite (repeatable), e.g. gsm8k:template=rkv");
   c->add_option("--model", a->models, "Model (repeatable): directory, .gguf file or smollm2-135m-instruct");
   c->add_option("--policies", a->policies, "Comma-separated policy specs, e.g. full,snapkv,rkv:window=8");
-  c->add_option("--budgets", a->budgets, "Comma-separated KV budgets (tokens per layer and kv head)");
-  c->add_option("--samples", a->samples, "Samples per example (overrides the suite)")->check(CLI::PositiveNumber);
-  c->add_option("--temperature", a->temperature, "Sampling temperature (overrides the suite)");
-  c->add_option("--top-p", a->top_p, "Nucleus threshold (overrides the suite)");
-  c->add_option("--top-k", a->top_k, "Top-k (overrides the suite)");
-  c->add_option("--min-p", a->min_p, "Min-p");
-  c->add_option("--max-new-tokens", a->max_new_tokens, "Generation cap (overrides suite and task)");
+  c->add_option("--budgets", a->budgets, "Comma-separated KV budgets (tokens per layer and kv head)")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must list at least one budget") : std::string(); }, "LIST"));
+  c->add_option("--samples", a->samples, "Samples per example (overrides the suite)")->check(kvb::cli::positive());
+  c->add_option("--temperature", a->temperature, "Sampling temperature (overrides the suite)")->check(kvb::cli::non_negative());
+  c->add_option("--top-p", a->top_p, "Nucleus threshold (overrides the suite)")->check(kvb::cli::in_range(0.0, 1.0));
+  c->add_option("--top-k", a->top_k, "Top-k (overrides the suite)")->check(kvb::cli::non_negative());
+  c->add_option("--min-p", a->min_p, "Min-p")->check(kvb::cli::in_range(0.0, 1.0));
+  c->add_option("--max-new-tokens", a->max_new_tokens, "Generation cap (overrides suite and task)")->check(kvb::cli::positive());
   c->add_option("--seed", a->seed, "Base seed; each sample's seed derives from (seed, task, example, sample)");
   c->add_option("--backend", a->backend, "cpu");
   c->add_option("--db", a->db, "Results database (SQLite)");
   c->add_option("--run-name", a->run_name, "A label for this run (for compare/report)");
-  c->add_option("--limit", a->limit, "First K examples of each task");
+  c->add_option("--limit", a->limit, "First K examples of each task")->check(kvb::cli::non_negative());
   c->add_option("--shard", a->shard, "This process's slice i/n of the grid (default: Slurm/Open MPI rank or 0/1)");
   c->add_option("--data-dir", a->data_dirs, "Local dataset mirror laid out like ../shared/datasets (repeatable)");
   c->add_option("--on-bad-example", a->on_bad, "skip or fail on a malformed dataset record");
-  c->add_option("--batch", a->batch, "Sequences decoded together")->check(CLI::PositiveNumber);
-  c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(CLI::PositiveNumber);
-  c->add_option("--write-every", a->write_every, "Generations per stored batch (transaction)")->check(CLI::PositiveNumber);
+  c->add_option("--batch", a->batch, "Sequences decoded together")->check(kvb::cli::positive());
+  c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());
+  c->add_option("--write-every", a->write_every, "Generations per stored batch (transaction)")->check(kvb::cli::positive());
   c->add_flag("--bf16-weights", a->bf16, "Hold weight matrices as bf16 in memory (CPU computes in f32)");
   c->add_flag("--quiet", a->quiet, "No progress line");
   c->add_option("--truncate", a->truncate,

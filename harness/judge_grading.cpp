@@ -1,5 +1,6 @@
 // The shared grading step of `kvbench run` / `kvbench grade` and `--judge` construction.
 // See harness/judge_grading.h.
+#include "harness/cli_checks.h"
 #include "harness/judge_grading.h"
 
 #include <deque>
@@ -17,14 +18,14 @@ void add_judge_options(CLI::App* c, JudgeArgs& a) {
                 "LLM judge for judge-graded tasks (LongMemEval): openai:MODEL (OPENAI_BASE_URL, OPENAI_API_KEY "
                 "from the environment) or local:MODEL (a model kvbench loads)");
   c->add_option("--judge-concurrency", a.opts.concurrency, "Judge requests in flight at once")
-      ->check(CLI::PositiveNumber);
+      ->check(kvb::cli::positive());
   c->add_option("--judge-timeout", a.opts.timeout_s, "Seconds one judge request may take")
-      ->check(CLI::PositiveNumber);
+      ->check(kvb::cli::positive());
   c->add_option("--judge-retries", a.opts.max_retries, "Retries of a judge request on 429/5xx/timeouts")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kvb::cli::non_negative());
   c->add_option("--judge-backoff", a.opts.backoff_base_s,
                 "Base delay (s) of the exponential backoff between judge retries (doubles each retry, jittered)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kvb::cli::non_negative());
 }
 
 std::unique_ptr<graders::Judge> make_judge(const JudgeArgs& a) {

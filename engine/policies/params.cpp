@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "engine/util/error.h"
@@ -52,6 +53,8 @@ double PolicyParams::get_double(const std::string& key) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   if (s.empty() || *end != '\0' || errno != 0) fail_param(key, "expected a number, got '" + s + "'");
+  // NaN and ±inf are never a meaningful setting (and would be stored as JSON null).
+  if (!std::isfinite(v)) fail_param(key, "expected a finite number, got '" + s + "'");
   resolved_[key] = v;
   return v;
 }

@@ -104,6 +104,16 @@ std::vector<Case> cases() {
       {"cli_batch_zero", {}, "bench --batch 0 --model-shape stories260k", "--batch", ""},
       {"cli_unknown_option", {}, "bench --no-such-option 3", "--no-such-option", ""},
       {"cli_non_numeric", {}, "bench --context abc --model-shape stories260k", "--context", ""},
+      {"cli_temperature_nan", {}, "run --temperature nan --db $D/r.db", "--temperature: must be a finite number", "r.db"},
+      {"cli_temperature_negative", {}, "run --temperature -1 --db $D/r.db", "--temperature: must be >= 0", "r.db"},
+      {"cli_limit_negative", {}, "run --limit -1 --db $D/r.db", "--limit: must be >= 0", "r.db"},
+      {"cli_budgets_empty", {}, "run --budgets '' --db $D/r.db", "--budgets: must list at least one budget", "r.db"},
+      {"cli_top_p_range", {}, "run --top-p 1.5 --db $D/r.db", "--top-p: must be in [0, 1]", "r.db"},
+      {"cli_generate_temperature_inf", {}, "generate --prompt x --temperature inf", "--temperature: must be a finite number", ""},
+      {"cli_generate_top_p_nan", {}, "generate --prompt x --top-p nan", "--top-p: must be a finite number", ""},
+      {"cli_bench_context_negative", {}, "bench --context -5 --model-shape stories260k", "--context: must be > 0", ""},
+      {"policy_param_nan", {}, "generate --model $S/models/stories260K-hf --prompt x --policy rkv:lambda=nan --budget 64", "lambda", ""},
+      {"policy_param_inf", {}, "generate --model $S/models/stories260K-hf --prompt x --policy snapkv:ratio=inf --budget 8", "ratio", ""},
       // Results databases that do not exist are not created by readers.
       {"grade_missing_db", {}, "grade --db $D/typo.db", "typo.db: no such results database", "typo.db"},
       // merge: inputs are validated before the output is created; self-merges refused at once.
