@@ -561,17 +561,25 @@ int64_t Store::resolve_run(const std::string& ref) {
   auto known = [&] {
     std::string s;
     for (const auto& r : all)
-      s += fmt::format("\n  {}  {}  {}  {}", r.run_id, r.name.empty() ? "-" : r.name,
-                       r.run_key.substr(0, 12), r.started_at);
+      s += fmt::format("\n  {}  {}  {}  {}{}", r.run_id, r.name.empty() ? "-" : r.name,
+                       r.run_key.substr(0, 12), r.started_at, r.finished_at.empty() ? "  (unfinished)" : "");
     return s.empty() ? std::string(" (none)") : s;
   };
   if (all.empty()) throw Error(path_ + ": no runs stored", ErrorKind::kInput);
-  if (ref == "latest") return all.back().run_id;
-  if (ref == "previous") {
-    if (all.size() < 2) throw Error(path_ + ": run 'previous': only one run stored", ErrorKind::kInput);
-    return all[all.size() - 2].run_id;
+  // 'latest' and 'previous' name finished runs only: a run that failed or is still going (no
+  // finished_at) must not become the nightly comparison's candidate or baseline.
+  if (ref == "latest" || ref == "previous") {
+    std::vector<int64_t> done;
+    for (const auto& r : all)
+      if (!r.finished_at.empty()) done.push_back(r.run_id);
+    const size_t need = ref == "latest" ? 1 : 2;
+    if (done.size() < need)
+      throw Error(fmt::format("{}: run '{}': {} finished run(s) stored (unfinished runs are not counted); runs:{}",
+                              path_, ref, done.size(), known()),
+                  ErrorKind::kInput);
+    return done[done.size() - need];
   }
-  if (!ref.empty() && ref.find_first_not_of("0123456789") == std::string::npos) {
+  if (!ref.empty() && ref.size() <= 18 && ref.find_first_not_of("0123456789") == std::string::npos) {
     int64_t id = std::stoll(ref);
     for (const auto& r : all)
       if (r.run_id == id) return id;

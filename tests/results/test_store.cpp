@@ -58,6 +58,16 @@ TEST(Store, ProvenanceAndResolveRun) {
             std::string(64, 'b'));
   EXPECT_EQ(s.resolve_run("latest"), r2);
   EXPECT_EQ(s.resolve_run("previous"), r1);
+  {
+    // A newer run that never finished (it failed after opening the DB) is not 'latest'.
+    Store other(p);
+    const int64_t r3 = other.begin_run(run_info("crashed"));
+    EXPECT_GT(r3, r2);
+    EXPECT_EQ(other.resolve_run("latest"), r2);
+    EXPECT_EQ(other.resolve_run("previous"), r1);
+    EXPECT_EQ(other.resolve_run("crashed"), r3);
+    EXPECT_THROW(other.resolve_run("99999999999999999999999"), kvb::Error);
+  }
   EXPECT_EQ(s.resolve_run("nightly-1"), r1);
   EXPECT_EQ(s.resolve_run(std::to_string(r2)), r2);
   EXPECT_EQ(s.resolve_run(info.run_key.substr(0, 10)), r1);
