@@ -135,6 +135,9 @@ void OracleRecorder::on_layer_step(LayerStep& step) {
 
 OraclePolicy::OraclePolicy(PolicyParams p) : ScheduledPolicy("oracle", std::move(p)) {
   if (ratio_kind_) params_.fail_param("budget_kind", "the oracle supports only budget_kind=tokens");
+  if (chunked_)
+    params_.fail_param("compress", "the oracle's query blocks assume compress=prompt_end (compressions at the end "
+                                   "of the prompt, then every buffer tokens)");
   const std::string f = params_.get_choice("future", {"max", "sum", "mean"});
   future_ = f == "max" ? OracleFuture::kMax : f == "sum" ? OracleFuture::kSum : OracleFuture::kMean;
   if (window_ < 0) window_ = static_cast<int32_t>(std::min<int64_t>(buffer_, 1 << 30));

@@ -37,7 +37,8 @@
 //   tie-break    lower position kept (scoring::select_keep; the code's torch.topk is unspecified).
 // Fixed by the note, not parameters: average pooling over the block's queries and over the GQA
 // group (§1.4 "both poolings are average pooling"; §5.4 item 14), attention from the full cache.
-// Budget kinds: tokens only (the block grid needs a fixed B); decode=false evicts only at the end
+// Budget kinds: tokens only (the block grid needs a fixed B); compress=chunked is refused (the
+// grid assumes compressions at the end of the prompt); decode=false evicts only at the end
 // of the prompt.
 #pragma once
 

@@ -206,6 +206,16 @@ TEST(CompressProtocol, ChunkedModeDependsOnTheChunkAndIsRecorded) {
   }
 }
 
+TEST(CompressProtocol, OracleRefusesChunkedCompression) {
+  try {
+    make_policy(PolicySpec::parse("oracle:buffer=16,compress=chunked", 64));
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'compress'"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(make_policy(PolicySpec::parse("oracle:buffer=16", 64)));
+}
+
 // Only the step that ends the prompt compresses: the cache holds every prompt token until then.
 TEST(CompressProtocol, NoCompressionBeforeTheEndOfThePrompt) {
   auto m = random_qwen3();
