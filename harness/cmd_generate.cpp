@@ -15,10 +15,13 @@ namespace kvb::cli {
 
 namespace {
 struct GenerateArgs {
-  std::string model, prompt, system, policy = "full";
+  std::string model, prompt, system, policy = "full", chat_template;
   bool chat = false, no_thinking = false;
-  int max_new_tokens = 256, top_k = 0, prefill_chunk = 512;
-  float temperature = 0.0f, top_p = 1.0f, min_p = 0.0f;
+  int max_new_tokens = 256, prefill_chunk = 512;
+  // Unset: the model's generation_config.json defaults (greedy unless do_sample), else greedy.
+  std::optional<double> temperature, top_p;
+  std::optional<int> top_k;
+  float min_p = 0.0f;
   uint64_t seed = 0;
   int64_t budget = 0;
   std::vector<std::string> stop;
@@ -26,7 +29,10 @@ struct GenerateArgs {
 
 void run_generate(const GenerateArgs& a) {
   auto policy = make_policy(PolicySpec::parse(a.policy, a.budget));  // a bad spec fails before loading
-  LoadedModel m = load_model(a.model);
+  LoadedModel m = load_model(a.model, WeightFormat::kF32, a.chat_template);
+  std::string sampling_source;
+  const nlohmann::json sampling = resolve_sampling(nlohmann::json::object(), generation_defaults(a.model),
+                                                   a.temperature, a.top_p, a.top_k, &sampling_source);
   std::optional<bool> thinking;
   if (a.no_thinking) thinking = false;
   std::vector<int32_t> prompt = build_prompt(m, a.prompt, a.chat, a.system, thinking);
@@ -37,9 +43,9 @@ void run_generate(const GenerateArgs& a) {
   Engine engine(m.model, eo, std::move(policy));
   GenerationRequest req;
   req.prompt = prompt;
-  req.sampling.temperature = a.temperature;
-  req.sampling.top_k = a.top_k;
-  req.sampling.top_p = a.top_p;
+  req.sampling.temperature = static_cast<float>(sampling.value("temperature", 0.0));
+  req.sampling.top_k = sampling.value("top_k", 0);
+  req.sampling.top_p = static_cast<float>(sampling.value("top_p", 1.0));
   req.sampling.min_p = a.min_p;
   req.max_new_tokens = a.max_new_tokens;
   req.stop_ids = m.eos_ids;
@@ -61,14 +67,15 @@ void run_generate(const GenerateArgs& a) {
                "[kvbench] prompt %lld tokens, prefill %.3f s (%.1f tok/s), TTFT %.3f s; generated %zu "
                "tokens, decode %.3f s (%.1f tok/s); finish=%s\n"
                "[kvbench] policy %s budget %lld: KV bytes peak %zu, final %zu, evictions %lld, "
-               "policy time %.1f%%; peak RSS %.1f MiB\n",
+               "policy time %.1f%%; peak RSS %.1f MiB\n"
+               "[kvbench] sampling %s (from %s)\n",
                static_cast<long long>(r.prompt_tokens), r.prefill_s,
                r.prefill_s > 0 ? r.prompt_tokens / r.prefill_s : 0.0, r.ttft_s, r.tokens.size(), r.decode_s,
                r.decode_s > 0 ? (n - 1) / r.decode_s : 0.0, finish_reason_name(r.finish), a.policy.c_str(),
                static_cast<long long>(a.budget), r.kv_bytes_peak, r.kv_bytes_final,
                static_cast<long long>(r.evictions),
                (r.prefill_s + r.decode_s) > 0 ? 100.0 * r.policy_s / (r.prefill_s + r.decode_s) : 0.0,
-               peak_rss_bytes() / 1048576.0);
+               peak_rss_bytes() / 1048576.0, sampling.dump().c_str(), sampling_source.c_str());
 }
 }  // namespace
 
@@ -79,9 +86,10 @@ void register_generate(CLI::App& app) {
   c->add_option("--prompt", a->prompt, "Prompt text (empty = start from BOS)");
   c->add_flag("--chat", a->chat, "Render the prompt with the model's chat template");
   c->add_option("--system", a->system, "System message (with --chat)");
+  c->add_option("--chat-template", a->chat_template, "A named chat template of the model (default: its default one)");
   c->add_flag("--no-thinking", a->no_thinking, "Pass enable_thinking=false to the chat template (Qwen3)");
   c->add_option("--max-new-tokens", a->max_new_tokens, "Maximum generated tokens")->check(kvb::cli::positive());
-  c->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy)")->check(kvb::cli::non_negative());
+  c->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy; default: the model's generation_config.json, else greedy)")->check(kvb::cli::non_negative());
   c->add_option("--top-p", a->top_p, "Nucleus sampling threshold (1 = off)")->check(kvb::cli::in_range(0.0, 1.0));
   c->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)")->check(kvb::cli::non_negative());
   c->add_option("--min-p", a->min_p, "Min-p sampling (0 = off)")->check(kvb::cli::in_range(0.0, 1.0));
