@@ -10,6 +10,7 @@
 #include <limits>
 #include <utility>
 
+#include "engine/backend/policy_driver.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -206,6 +207,10 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     }
   }
 
+  const policy_driver::Dims dims{static_cast<int>(c.num_layers), Hq, Hkv, D, H, scale};
+  const policy_driver::Compact compact = [this](SeqId s, int layer, int h, const std::vector<int32_t>& keep) {
+    return static_cast<int64_t>(cache_.compact(s, layer, h, keep));
+  };
   std::vector<std::vector<float>> colsum;  // [item * Hkv + h][L]
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) {
     const LayerWeights& w = m_.layers()[l];
@@ -241,27 +246,12 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
           cache_.append(items[b].seq, l, h, &k_[(t * Hkv + h) * D], &v_[(t * Hkv + h) * D],
                         static_cast<int32_t>(items[b].start_pos + i));
       }
-    // Query history for window-attention policies.
+    // Query history for window-attention policies (the shared ring, policy_driver.h).
     if (needs.window_queries > 0) {
       for (size_t b = 0; b < items.size(); ++b) {
-        QueryHistory* qh = items[b].history;
-        if (!qh) fail("forward: policy '{}' needs a query history for sequence {}", policy->name(), items[b].seq);
-        if (qh->q.empty()) {
-          qh->window = needs.window_queries;
-          qh->q.assign(c.num_layers, std::vector<float>(static_cast<size_t>(qh->window) * Hq * D));
-          qh->pos.assign(c.num_layers, std::vector<int32_t>(qh->window));
-          qh->head.assign(c.num_layers, 0);
-          qh->count.assign(c.num_layers, 0);
-        }
-        const int first = std::max(0, items[b].n - qh->window);
-        for (int i = first; i < items[b].n; ++i) {
-          int& slot = qh->head[l];
-          std::memcpy(&qh->q[l][static_cast<size_t>(slot) * Hq * D], &q_[(row0[b] + i) * Hq * D],
-                      sizeof(float) * Hq * D);
-          qh->pos[l][slot] = static_cast<int32_t>(items[b].start_pos + i);
-          slot = (slot + 1) % qh->window;
-        }
-        qh->count[l] = std::min(qh->window, qh->count[l] + (items[b].n - first));
+        QueryHistory& qh = policy_driver::history_of(items[b], *policy, needs, static_cast<int>(c.num_layers), Hq, D);
+        const int first = policy_driver::first_recorded(qh, items[b].n);
+        policy_driver::record_queries(qh, l, items[b], &q_[(row0[b] + first) * Hq * D], Hq, D);
       }
     }
     // Attention: one task per (item, kv head); G query heads × n queries each.
@@ -298,19 +288,8 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
       const auto tp = clock::now();
       for (size_t b = 0; b < items.size(); ++b) {
         const ForwardItem& it = items[b];
-        LayerStep st;
-        st.cache = &cache_;
-        st.seq = it.seq;
-        st.layer = l;
-        st.num_layers = static_cast<int>(c.num_layers);
-        st.num_q_heads = Hq;
-        st.num_kv_heads = Hkv;
-        st.head_dim = D;
-        st.n_new = it.n;
-        st.seq_len = it.start_pos + it.n;
-        st.prefill = it.prefill;
-        st.prefill_last = it.prefill_last;
-        st.hidden_size = H;
+        std::vector<float> wq_buf;
+        LayerStep st = policy_driver::layer_step(cache_, it, l, dims, wq_buf);
         if (needs.layer_input) st.layer_input = &xn_[row0[b] * H];
         if (needs.keys_pre_rope) st.keys_pre_rope = &kpre_[row0[b] * Hkv * D];
         std::vector<std::vector<float>> cs_item;
@@ -352,19 +331,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
           if (w_out) *w_out = wa_w[h];
           return wa_cache[h];
         };
-        std::vector<float> wq_buf;
-        st.attn_scale = scale;
-        st.window_queries = [&, qh, l](int* w_out) -> const float* {
-          if (!qh || qh->q.empty()) fail("policy asked for window queries it did not declare");
-          const int w = gather_window_queries(*qh, l, Hq, D, wq_buf);
-          if (w_out) *w_out = w;
-          return wq_buf.data();
-        };
-        policy->on_layer_step(st);
-        for (auto& [h, keep] : st.keeps) {
-          if (h < 0 || h >= Hkv) fail("policy '{}' returned a keep-set for kv head {} of {}", policy->name(), h, Hkv);
-          evicted += cache_.compact(it.seq, l, h, keep);
-        }
+        evicted += policy_driver::run_layer(*policy, st, compact);
       }
       policy_s += std::chrono::duration<double>(clock::now() - tp).count();
     }
@@ -390,23 +357,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   // Step-end hook (policies with budgets across layers, e.g. TRIM-KV's global budget).
   if (policy) {
     const auto tp = clock::now();
-    for (const ForwardItem& it : items) {
-      StepEnd se;
-      se.cache = &cache_;
-      se.seq = it.seq;
-      se.num_layers = static_cast<int>(c.num_layers);
-      se.num_kv_heads = Hkv;
-      se.n_new = it.n;
-      se.seq_len = it.start_pos + it.n;
-      se.prefill = it.prefill;
-      se.prefill_last = it.prefill_last;
-      policy->on_step_end(se);
-      for (auto& k : se.keeps) {
-        if (k.layer < 0 || k.layer >= se.num_layers || k.head < 0 || k.head >= Hkv)
-          fail("policy '{}' returned a keep-set for layer {} head {}", policy->name(), k.layer, k.head);
-        evicted += cache_.compact(it.seq, k.layer, k.head, k.indices);
-      }
-    }
+    evicted += policy_driver::run_step_end(*policy, cache_, items, dims, compact);
     policy_s += std::chrono::duration<double>(clock::now() - tp).count();
   }
 

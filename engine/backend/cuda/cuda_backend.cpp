@@ -28,6 +28,7 @@
 
 #include "engine/backend/cuda/kernels.h"
 #include "engine/backend/cuda/plan.h"
+#include "engine/backend/policy_driver.h"
 #include "engine/model/weights.h"
 #include "engine/util/error.h"
 
@@ -694,6 +695,10 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   }
 
   std::vector<int64_t> csrc_h, cdst_h;
+  const policy_driver::Dims dims{L, Hq, Hkv, D, H, scale};
+  const policy_driver::Compact compact_fn = [&](SeqId s, int layer, int h, const std::vector<int32_t>& keep) {
+    return static_cast<int64_t>(compact(s, layer, h, keep, csrc_h, cdst_h));
+  };
   double kv_read_bytes = 0;
   const bool graph_step = graphs && graph_eligible(policy, needs, decode);
   if (graph_step) {
@@ -740,30 +745,15 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
       // Query history (host ring, as the CPU backend) for window-attention policies.
       if (needs.window_queries > 0) {
         for (int b = 0; b < B; ++b) {
-          QueryHistory* qh = items[b].history;
-          if (!qh) fail("forward: policy '{}' needs a query history for sequence {}", policy->name(), items[b].seq);
-          if (qh->q.empty()) {
-            qh->window = needs.window_queries;
-            qh->q.assign(L, std::vector<float>(static_cast<size_t>(qh->window) * Hq * D));
-            qh->pos.assign(L, std::vector<int32_t>(qh->window));
-            qh->head.assign(L, 0);
-            qh->count.assign(L, 0);
-          }
-          const int first = std::max(0, items[b].n - qh->window);
+          QueryHistory* qh = &policy_driver::history_of(items[b], *policy, needs, L, Hq, D);
+          const int first = policy_driver::first_recorded(*qh, items[b].n);
           const int cnt = items[b].n - first;
           tmp.resize(static_cast<size_t>(cnt) * Hq * D);
           check(cudaMemcpy2DAsync(tmp.data(), Hq * D * sizeof(float), qkv.p + static_cast<size_t>(row0[b] + first) * QKV,
                                   QKV * sizeof(float), Hq * D * sizeof(float), cnt, cudaMemcpyDeviceToHost, stream),
                 "copy queries to host");
           check(cudaStreamSynchronize(stream), "copy queries to host");
-          for (int i = first; i < items[b].n; ++i) {
-            int& slot = qh->head[l];
-            std::memcpy(&qh->q[l][static_cast<size_t>(slot) * Hq * D], &tmp[static_cast<size_t>(i - first) * Hq * D],
-                        sizeof(float) * Hq * D);
-            qh->pos[l][slot] = static_cast<int32_t>(items[b].start_pos + i);
-            slot = (slot + 1) % qh->window;
-          }
-          qh->count[l] = std::min(qh->window, qh->count[l] + cnt);
+          policy_driver::record_queries(*qh, l, items[b], tmp.data(), Hq, D);
         }
       }
 
@@ -823,19 +813,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
         const auto tp = clock::now();
         for (int b = 0; b < B; ++b) {
           const ForwardItem& it = items[b];
-          LayerStep st;
-          st.cache = &cache;
-          st.seq = it.seq;
-          st.layer = l;
-          st.num_layers = L;
-          st.num_q_heads = Hq;
-          st.num_kv_heads = Hkv;
-          st.head_dim = D;
-          st.n_new = it.n;
-          st.seq_len = it.start_pos + it.n;
-          st.prefill = it.prefill;
-          st.prefill_last = it.prefill_last;
-          st.hidden_size = H;
+          std::vector<float> wq_buf;
+          LayerStep st = policy_driver::layer_step(cache, it, l, dims, wq_buf);
           std::vector<float> li, kp;
           if (needs.layer_input && !needs.layer_input_via_mlp) {
             std::vector<uint16_t> bits(static_cast<size_t>(it.n) * H);
@@ -890,19 +869,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           st.head_mlp = [&, xrow0](const HeadMlp& mm, const float* xx, int rows, int head, float* o) {
             head_mlp(mm, xx, rows, head, o, xrow0);
           };
-          std::vector<float> wq_buf;
-          st.attn_scale = scale;
-          st.window_queries = [&, qh, l](int* w_out) -> const float* {
-            if (!qh || qh->q.empty()) fail("policy asked for window queries it did not declare");
-            const int wq = gather_window_queries(*qh, l, Hq, D, wq_buf);
-            if (w_out) *w_out = wq;
-            return wq_buf.data();
-          };
-          policy->on_layer_step(st);
-          for (auto& [h, keep] : st.keeps) {
-            if (h < 0 || h >= Hkv) fail("policy '{}' returned a keep-set for kv head {} of {}", policy->name(), h, Hkv);
-            evicted += compact(it.seq, l, h, keep, csrc_h, cdst_h);
-          }
+          evicted += policy_driver::run_layer(*policy, st, compact_fn);
           flush_compaction(csrc_h, cdst_h);
         }
         policy_s += std::chrono::duration<double>(clock::now() - tp).count();
@@ -915,24 +882,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
 
   if (policy) {
     const auto tp = clock::now();
-    for (const ForwardItem& it : items) {
-      StepEnd se;
-      se.cache = &cache;
-      se.seq = it.seq;
-      se.num_layers = L;
-      se.num_kv_heads = Hkv;
-      se.n_new = it.n;
-      se.seq_len = it.start_pos + it.n;
-      se.prefill = it.prefill;
-      se.prefill_last = it.prefill_last;
-      policy->on_step_end(se);
-      for (auto& k : se.keeps) {
-        if (k.layer < 0 || k.layer >= L || k.head < 0 || k.head >= Hkv)
-          fail("policy '{}' returned a keep-set for layer {} head {}", policy->name(), k.layer, k.head);
-        evicted += compact(it.seq, k.layer, k.head, k.indices, csrc_h, cdst_h);
-      }
-      flush_compaction(csrc_h, cdst_h);
-    }
+    evicted += policy_driver::run_step_end(*policy, cache, items, dims, compact_fn,
+                                           [&] { flush_compaction(csrc_h, cdst_h); });
     policy_s += std::chrono::duration<double>(clock::now() - tp).count();
   }
 

@@ -1,0 +1,138 @@
+// kvb::policy_driver — the per-layer policy protocol shared by the CPU and CUDA backends (issue 15):
+// the query-history ring, the fields of LayerStep every backend fills the same way, applying the
+// keep-sets a policy requested (validated), and the end-of-step hook. A backend supplies only its
+// signals (layer input, keys before RoPE, column sums, window attention/scores, the head MLP) and
+// how a keep-set is compacted; WHEN a head is compressed is decided by the policies themselves
+// (ScheduledPolicy::due, compress_point: `compress=prompt_end|chunked`), so it cannot differ
+// between backends.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "engine/backend/cpu/forward.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/policies/policy.h"
+#include "engine/util/error.h"
+
+namespace kvb::policy_driver {
+
+/// Sizes the ring of `qh` for `num_layers` layers of `window` queries of [Hq, D] on first use.
+inline void init_history(QueryHistory& qh, int window, int num_layers, int Hq, int D) {
+  if (!qh.q.empty()) return;
+  qh.window = window;
+  qh.q.assign(num_layers, std::vector<float>(static_cast<size_t>(window) * Hq * D));
+  qh.pos.assign(num_layers, std::vector<int32_t>(window));
+  qh.head.assign(num_layers, 0);
+  qh.count.assign(num_layers, 0);
+}
+
+/// The first of an item's n new queries the ring keeps (only the newest `window` can survive).
+inline int first_recorded(const QueryHistory& qh, int n) { return std::max(0, n - qh.window); }
+
+/// Appends queries first_recorded(qh, it.n) … it.n − 1 of `it` to layer `layer`'s ring; `rows`
+/// points at query row first_recorded(...) and holds consecutive [Hq, D] rows. The ring keeps the
+/// newest `window` queries of the sequence across prompt chunks and decode steps, so at the end
+/// of a prompt it holds the last queries of the whole prompt whatever the prefill chunk.
+inline void record_queries(QueryHistory& qh, int layer, const ForwardItem& it, const float* rows, int Hq, int D) {
+  const int first = first_recorded(qh, it.n);
+  for (int i = first; i < it.n; ++i) {
+    int& slot = qh.head[layer];
+    std::memcpy(&qh.q[layer][static_cast<size_t>(slot) * Hq * D], rows + static_cast<size_t>(i - first) * Hq * D,
+                sizeof(float) * Hq * D);
+    qh.pos[layer][slot] = static_cast<int32_t>(it.start_pos + i);
+    slot = (slot + 1) % qh.window;
+  }
+  qh.count[layer] = std::min(qh.window, qh.count[layer] + (it.n - first));
+}
+
+/// The query history of `it`, sized for `needs`; throws when the engine gave none.
+inline QueryHistory& history_of(const ForwardItem& it, const Policy& policy, const PolicyNeeds& needs, int num_layers,
+                                int Hq, int D) {
+  if (!it.history) fail("forward: policy '{}' needs a query history for sequence {}", policy.name(), it.seq);
+  init_history(*it.history, needs.window_queries, num_layers, Hq, D);
+  return *it.history;
+}
+
+/// Model and step sizes of a forward call.
+struct Dims {
+  int num_layers = 0, num_q_heads = 0, num_kv_heads = 0, head_dim = 0, hidden_size = 0;
+  float attn_scale = 0.0f;
+};
+
+/// A LayerStep for `it` at `layer` with the fields that do not depend on the backend; the caller
+/// adds the signals and primitives. `wq_buf` backs LayerStep::window_queries (the host ring).
+inline LayerStep layer_step(KVCache& cache, const ForwardItem& it, int layer, const Dims& d,
+                            std::vector<float>& wq_buf) {
+  LayerStep st;
+  st.cache = &cache;
+  st.seq = it.seq;
+  st.layer = layer;
+  st.num_layers = d.num_layers;
+  st.num_q_heads = d.num_q_heads;
+  st.num_kv_heads = d.num_kv_heads;
+  st.head_dim = d.head_dim;
+  st.n_new = it.n;
+  st.seq_len = it.start_pos + it.n;
+  st.prefill = it.prefill;
+  st.prefill_last = it.prefill_last;
+  st.hidden_size = d.hidden_size;
+  st.attn_scale = d.attn_scale;
+  QueryHistory* qh = it.history;
+  const int Hq = d.num_q_heads, D = d.head_dim;
+  st.window_queries = [qh, layer, Hq, D, &wq_buf](int* w_out) -> const float* {
+    if (!qh || qh->q.empty()) fail("policy asked for window queries it did not declare");
+    const int w = gather_window_queries(*qh, layer, Hq, D, wq_buf);
+    if (w_out) *w_out = w;
+    return wq_buf.data();
+  };
+  return st;
+}
+
+/// Compacts head h of layer `layer` of `seq` to `keep`; returns the tokens evicted.
+using Compact = std::function<int64_t(SeqId seq, int layer, int h, const std::vector<int32_t>& keep)>;
+
+/// Runs the policy's layer hook on `st` and applies the keep-sets it requested; returns the
+/// tokens evicted. Throws for a keep-set naming a kv head out of range.
+inline int64_t run_layer(Policy& policy, LayerStep& st, const Compact& compact) {
+  policy.on_layer_step(st);
+  int64_t evicted = 0;
+  for (auto& [h, keep] : st.keeps) {
+    if (h < 0 || h >= st.num_kv_heads)
+      fail("policy '{}' returned a keep-set for kv head {} of {}", policy.name(), h, st.num_kv_heads);
+    evicted += compact(st.seq, st.layer, h, keep);
+  }
+  return evicted;
+}
+
+/// Runs the end-of-step hook (global budgets) for every item and applies its keep-sets;
+/// `flush` (may be empty) is called after each item's compactions. Returns the tokens evicted.
+inline int64_t run_step_end(Policy& policy, KVCache& cache, std::span<const ForwardItem> items, const Dims& d,
+                            const Compact& compact, const std::function<void()>& flush = {}) {
+  int64_t evicted = 0;
+  for (const ForwardItem& it : items) {
+    StepEnd se;
+    se.cache = &cache;
+    se.seq = it.seq;
+    se.num_layers = d.num_layers;
+    se.num_kv_heads = d.num_kv_heads;
+    se.n_new = it.n;
+    se.seq_len = it.start_pos + it.n;
+    se.prefill = it.prefill;
+    se.prefill_last = it.prefill_last;
+    policy.on_step_end(se);
+    for (auto& k : se.keeps) {
+      if (k.layer < 0 || k.layer >= d.num_layers || k.head < 0 || k.head >= d.num_kv_heads)
+        fail("policy '{}' returned a keep-set for layer {} head {}", policy.name(), k.layer, k.head);
+      evicted += compact(it.seq, k.layer, k.head, k.indices);
+    }
+    if (flush) flush();
+  }
+  return evicted;
+}
+
+}  // namespace kvb::policy_driver
