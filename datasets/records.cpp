@@ -12,6 +12,7 @@
 
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "engine/util/utf8.h"
 
 namespace kvb::datasets {
 
@@ -332,12 +333,14 @@ json yaml_to_json(const YAML::Node& n, YamlBudget& b, int depth) {
       json o = json::object();
       for (const auto& kv : n) {
         if (!kv.first.IsScalar()) yaml_fail(b, kv.first, "a mapping key must be a scalar");
+        if (!utf8::is_valid(kv.first.Scalar())) yaml_fail(b, kv.first, "a mapping key is not valid UTF-8");
         o[kv.first.as<std::string>()] = yaml_to_json(kv.second, b, depth + 1);
       }
       return o;
     }
     case YAML::NodeType::Scalar: {
       const std::string& s = n.Scalar();
+      if (!utf8::is_valid(s)) yaml_fail(b, n, "a string is not valid UTF-8");
       if (n.Tag() != "?") return s;  // quoted or block scalar: always a string ("!" tag)
       static const std::regex kInt(R"([-+]?[0-9]+)");
       static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");

@@ -1,6 +1,8 @@
 // Unicode helpers for the tokenizer; see unicode.h.
 #include "engine/tokenizer/unicode.h"
 
+#include "engine/util/utf8.h"
+
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -43,38 +45,8 @@ const std::vector<uint8_t>& bmp_flags() {
   return table;
 }
 
-// Second-byte range and total width of a UTF-8 sequence starting with `b` (width 0: invalid
-// lead byte), following the Unicode "well-formed UTF-8" table (as Rust's validator does).
-struct Lead {
-  int width;
-  uint8_t lo, hi;
-};
-Lead lead_info(uint8_t b) {
-  if (b >= 0xC2 && b <= 0xDF) return {2, 0x80, 0xBF};
-  if (b == 0xE0) return {3, 0xA0, 0xBF};
-  if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) return {3, 0x80, 0xBF};
-  if (b == 0xED) return {3, 0x80, 0x9F};
-  if (b == 0xF0) return {4, 0x90, 0xBF};
-  if (b >= 0xF1 && b <= 0xF3) return {4, 0x80, 0xBF};
-  if (b == 0xF4) return {4, 0x80, 0x8F};
-  return {0, 0, 0};
-}
-
-// Length of the well-formed sequence at s[i] (>= 1), or -(bytes of the maximal invalid
-// subpart) when it is not well formed.
-int sequence_len(std::string_view s, size_t i) {
-  const uint8_t b = static_cast<uint8_t>(s[i]);
-  if (b < 0x80) return 1;
-  const Lead l = lead_info(b);
-  if (l.width == 0) return -1;
-  for (int k = 1; k < l.width; ++k) {
-    if (i + k >= s.size()) return -k;
-    const uint8_t c = static_cast<uint8_t>(s[i + k]);
-    const uint8_t lo = k == 1 ? l.lo : 0x80, hi = k == 1 ? l.hi : 0xBF;
-    if (c < lo || c > hi) return -k;
-  }
-  return l.width;
-}
+// Well-formedness of a UTF-8 sequence: the project's one implementation (engine/util/utf8.h).
+using utf8::sequence_len;
 
 }  // namespace
 
@@ -198,13 +170,6 @@ std::string utf8_lossy(std::string_view bytes) {
   return out;
 }
 
-bool is_valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const int n = sequence_len(s, i);
-    if (n < 0) return false;
-    i += static_cast<size_t>(n);
-  }
-  return true;
-}
+bool is_valid_utf8(std::string_view s) { return utf8::is_valid(s); }
 
 }  // namespace kvb::tok::uni

@@ -68,6 +68,7 @@ std::vector<Case> cases() {
       {"yaml_negative_overflow", {{"c.yaml", "x:\n  y: -4e400\n"}}, cfg, "c.yaml: line 2: number out of range", "r.db"},
       {"yaml_deep_flow", {{"c.yaml", "a: " + repeat("[", 400) + repeat("]", 400) + "\n"}}, cfg, "c.yaml", "r.db"},
       {"yaml_syntax", {{"c.yaml", "a: [1, 2\nb: }\n"}}, cfg, "c.yaml: line", "r.db"},
+      {"yaml_invalid_utf8", {{"c.yaml", "name: \"caf\xe9\"\n"}}, cfg, "c.yaml: line 1: a string is not valid UTF-8", "r.db"},
       {"yaml_complex_key", {{"c.yaml", "? [1, 2]\n: 3\n"}}, cfg, "c.yaml: line 1: a mapping key must be a scalar", "r.db"},
       // JSON chat messages.
       {"json_deep_messages", {{"m.json", deep_json}}, msgs, "m.json: JSON nested deeper than 256 levels", ""},

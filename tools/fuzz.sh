@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of fuzz/ with clang (ASan + UBSan) into build-fuzz/ and runs each
+# for SECONDS (default 60), seeded from the test fixtures; a finding stops that target and
+# leaves its reproducer in build-fuzz/findings/<target>/. Prints one line per target.
+#   tools/fuzz.sh [SECONDS] [TARGET...]
+# Needs clang (Debian: apt-get install clang) besides bootstrap.sh's packages.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+SECS="${1:-60}"
+shift || true
+ALL=(fuzz_json fuzz_yaml fuzz_safetensors fuzz_gguf fuzz_config fuzz_tokenizer fuzz_jinja fuzz_math_answer fuzz_records)
+TARGETS=("${@:-${ALL[@]}}")
+command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
+if [ ! -f build-fuzz/build.ninja ]; then
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVB_FUZZ=ON \
+    -DKVB_CUDA=OFF -DKVB_BUILD_TESTS=OFF >/dev/null || exit 2
+fi
+ninja -C build-fuzz -j"${JOBS:-$(nproc)}" "${TARGETS[@]}" >/dev/null || { echo "fuzz.sh: build failed" >&2; exit 2; }
+
+cp_all() {  # cp_all DIR: copies the files named on stdin into DIR under unique names
+  local d="$1" i=0 f
+  while read -r f; do
+    [ -f "$f" ] && cp "$f" "$d/$i-$(basename "$f")" && i=$((i + 1))
+  done
+}
+
+seed() {  # seed TARGET DIR: copy the fixtures that fit the target's input format
+  local t="$1" d="$2"
+  mkdir -p "$d"
+  case "$t" in
+    fuzz_json|fuzz_config|fuzz_tokenizer)
+      find tests/fixtures ../shared/models/stories260K-hf -maxdepth 3 -name '*.json' -size -256k 2>/dev/null | head -40 | cp_all "$d" ;;
+    fuzz_yaml) find . -path ./build\* -prune -o \( -name '*.yaml' -o -name '*.yml' \) -size -64k -print 2>/dev/null | head -40 | cp_all "$d" ;;
+    fuzz_safetensors) find tests/fixtures -name '*.safetensors' -size -256k 2>/dev/null | head -10 | cp_all "$d" ;;
+    fuzz_gguf) find tests/fixtures -name '*.gguf' -size -512k 2>/dev/null | cp_all "$d" ;;
+    fuzz_jinja) find tests/fixtures/chat -name '*.jinja' 2>/dev/null | cp_all "$d"
+      python3 - "$d" <<'PY' 2>/dev/null
+import json, pathlib, sys
+for i, p in enumerate(pathlib.Path("tests/fixtures/chat").rglob("tokenizer_config.json")):
+    t = json.loads(p.read_text()).get("chat_template")
+    if isinstance(t, str): pathlib.Path(sys.argv[1], f"tc{i}.jinja").write_text(t)
+PY
+      ;;
+    fuzz_math_answer) python3 - "$d" <<'PY' 2>/dev/null
+import json, sys, pathlib
+for i, line in enumerate(open("tests/fixtures/graders/math_goldens.jsonl")):
+    if i >= 200: break
+    r = json.loads(line)
+    pred, gold = str(r.get("pred", r.get("prediction", ""))), str(r.get("gold", r.get("answer", "")))
+    pathlib.Path(sys.argv[1], f"g{i}").write_bytes(pred.encode() + b"\0" + gold.encode())
+PY
+      ;;
+    fuzz_records) find tests/fixtures/datasets -name '*.jsonl' -size -64k 2>/dev/null | head -20 | cp_all "$d" ;;
+  esac
+  [ -n "$(ls -A "$d")" ] || printf '{}' > "$d/empty"
+}
+
+fails=0
+for t in "${TARGETS[@]}"; do
+  corpus="build-fuzz/corpus/$t"
+  findings="build-fuzz/findings/$t"
+  seed "$t" "$corpus"
+  mkdir -p "$findings"
+  log="build-fuzz/$t.log"
+  ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "build-fuzz/$t" "$corpus" -max_total_time="$SECS" -rss_limit_mb=4096 -max_len=262144 -timeout=30 \
+    -artifact_prefix="$findings/" -print_final_stats=1 >"$log" 2>&1
+  rc=$?
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
+  if [ $rc -eq 0 ]; then
+    echo "$t: ${SECS} s, ${runs:-?} inputs, no finding"
+  else
+    fails=$((fails + 1))
+    echo "$t: FINDING after ${runs:-?} inputs (exit $rc): $(ls "$findings" | head -3 | tr '\n' ' ') — see $log"
+  fi
+done
+exit $((fails > 0))
