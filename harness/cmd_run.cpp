@@ -62,6 +62,7 @@ struct RunArgs {
   std::optional<std::string> shard;
   int batch = 8, prefill_chunk = 512, write_every = 8;
   bool bf16 = false, quiet = false;
+  bool strict = false;  // exit 1 when any sample is left ungraded (failed judge request, grader error)
   JudgeArgs judge;
 };
 
@@ -318,6 +319,18 @@ void apply_config(RunArgs& a, CLI::App* c) {
   if (f.seed && unset("--seed")) a.seed = *f.seed;
 }
 
+/// The end-of-run line for samples left ungraded (failed judge requests, grader errors): they
+/// count in no pass@1 until `kvbench grade --retry-failed` grades them. With --strict, exit 1.
+void warn_ungraded(size_t n_ungraded, size_t total, const std::string& reason, const std::string& db, bool strict) {
+  if (n_ungraded == 0) return;
+  std::fflush(stdout);  // after the summary table
+  std::fprintf(stderr,
+               "kvbench: warning: %zu of %zu samples are ungraded (first reason: %s); they count in no score "
+               "until `kvbench grade --db %s --retry-failed` grades them\n",
+               n_ungraded, total, reason.empty() ? "unknown" : reason.c_str(), db.c_str());
+  if (strict) std::exit(1);
+}
+
 void run_main(const RunArgs& a) {
   if (a.truncate != "middle" && a.truncate != "none")
     fail("--truncate: expected middle or none, got '{}'", a.truncate);
@@ -486,7 +499,8 @@ void run_main(const RunArgs& a) {
   std::signal(SIGINT, on_sigint);
   const bool tty = isatty(fileno(stderr));
   const auto t_start = std::chrono::steady_clock::now();
-  size_t done = 0, n_truncated = 0;
+  size_t done = 0, n_truncated = 0, n_ungraded = 0;
+  std::string first_ungraded;  // one reason, for the end-of-run warning
   int64_t gen_tokens = 0;
   auto progress = [&](bool final_line) {
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -689,7 +703,13 @@ void run_main(const RunArgs& a) {
           gen_tokens += g.generated_tokens;
           grade_todo.push_back({it->key, &ex, res.text, turn_texts});
         }
-        for (auto& gr : grade_jobs(grade_todo, judge.get(), store)) grades.push_back(std::move(gr));
+        for (auto& gr : grade_jobs(grade_todo, judge.get(), store)) {
+          if (gr.ungraded) {
+            ++n_ungraded;
+            if (first_ungraded.empty()) first_ungraded = gr.reason;
+          }
+          grades.push_back(std::move(gr));
+        }
         store.write_batch(run_id, gens, grades);
         done += gens.size();
         progress(false);
@@ -709,11 +729,12 @@ void run_main(const RunArgs& a) {
   }
   store.end_run(run_id);
   print_cells(store, run_id);
+  warn_ungraded(n_ungraded, done, first_ungraded, a.db, a.strict);
 }
 
 struct GradeArgs {
   std::string db = "kvbench.db", run;
-  bool regrade = false, retry_failed = false;
+  bool regrade = false, retry_failed = false, strict = false;
   JudgeArgs judge;
 };
 
@@ -742,6 +763,7 @@ void grade_main(const GradeArgs& a) {
     loaded[r.run_id] = load_tasks(sts, cfg.value("data_dirs", std::vector<std::string>{}), 0, "skip");
   }
   size_t n = 0, n_ungraded = 0;
+  std::string first_ungraded;
   std::map<int64_t, std::vector<GradeJob>> jobs;
   for (const auto& tg : todo) {
     auto lit = loaded.find(tg.run_id);
@@ -763,12 +785,17 @@ void grade_main(const GradeArgs& a) {
     for (size_t s = 0; s < js.size(); s += 64) {
       std::vector<GradeJob> chunk(js.begin() + s, js.begin() + std::min(js.size(), s + 64));
       auto grades = grade_jobs(chunk, judge.get(), store);
-      for (const auto& g : grades) n_ungraded += g.ungraded;
+      for (const auto& g : grades)
+        if (g.ungraded) {
+          ++n_ungraded;
+          if (first_ungraded.empty()) first_ungraded = g.reason;
+        }
       n += grades.size();
       store.write_grades(rid, grades);
     }
   }
   std::printf("graded %zu generations in %s (%zu ungraded)\n", n, a.db.c_str(), n_ungraded);
+  warn_ungraded(n_ungraded, n, first_ungraded, a.db, a.strict);
 }
 
 }  // namespace
@@ -802,6 +829,7 @@ void register_run(CLI::App& app) {
   c->add_option("--write-every", a->write_every, "Generations per stored batch (transaction)")->check(kvb::cli::positive());
   c->add_flag("--bf16-weights", a->bf16, "Hold weight matrices as bf16 in memory (CPU computes in f32)");
   c->add_flag("--quiet", a->quiet, "No progress line");
+  c->add_flag("--strict", a->strict, "Exit 1 when any sample is left ungraded (failed judge request, grader error)");
   c->add_option("--truncate", a->truncate,
                  "Prompts longer than the context minus max_new_tokens: middle (keep the first and last halves of "
                  "the tokens, as LongBench/HELMET) or none (store as errors)")
@@ -825,6 +853,7 @@ void register_run(CLI::App& app) {
   CLI::App* gc = app.add_subcommand("grade", "Re-score stored generations without generating");
   gc->add_option("--db", g->db, "Results database");
   gc->add_option("--run", g->run, "Only this run (id, name, latest, ...)");
+  gc->add_flag("--strict", g->strict, "Exit 1 when any generation is left ungraded");
   gc->add_flag("--regrade", g->regrade, "Re-grade every generation, not only ungraded ones");
   gc->add_flag("--retry-failed", g->retry_failed,
                "Re-grade only generations whose grade is ungraded (failed judge requests, grader errors)");

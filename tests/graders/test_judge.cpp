@@ -599,8 +599,12 @@ TEST(JudgeCli, GradeJudgesStoresFailuresUngradedAndRetryFailedRegrades) {
     return m;
   };
 
-  // 1. No judge: every sample is stored ungraded and says what is missing.
-  auto r = run_kvbench("grade --db " + db, srv.base_url());
+  // 1. No judge: every sample is stored ungraded and says what is missing; a warning says so,
+  // and --strict turns it into exit status 1 (what a nightly job checks).
+  auto r = run_kvbench("grade --db " + db + " --strict", srv.base_url());
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("kvbench: warning: 6 of 6 samples are ungraded"), std::string::npos) << r.out;
+  r = run_kvbench("grade --db " + db, srv.base_url());
   ASSERT_EQ(r.rc, 0) << r.out;
   auto g = grades();
   ASSERT_EQ(g.size(), 6u);
@@ -615,6 +619,8 @@ TEST(JudgeCli, GradeJudgesStoresFailuresUngradedAndRetryFailedRegrades) {
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_NE(r.out.find("graded 6 generations"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(3 ungraded)"), std::string::npos) << r.out;
+  // Failures are announced, and --strict makes them an exit status (what a nightly job checks).
+  EXPECT_NE(r.out.find("kvbench: warning: 3 of 6 samples are ungraded"), std::string::npos) << r.out;
   g = grades();
   EXPECT_EQ(g["ANSWER-YES It was Café Zürich."][0], "1.0");
   EXPECT_EQ(g["ANSWER-YES It was Café Zürich."][1], "0");
