@@ -1,4 +1,4 @@
-// LeakSanitizer defaults for the sanitizer build (KVB_SANITIZE=ON): linked into every executable
+// LeakSanitizer defaults for the sanitizer builds (KVB_SANITIZE=ON, and KVB_FUZZ=ON): linked into every executable
 // of that build (kvbench and the test binaries) so that the suppressions hold wherever the
 // binary runs — under ctest, during gtest_discover_tests at build time, and when a test starts
 // kvbench as a child — without depending on LSAN_OPTIONS in the environment.
