@@ -143,12 +143,13 @@ WeightStore WeightStore::from_safetensors_dir(const std::string& dir) {
   return ws;
 }
 
-void WeightStore::add_owned(const std::string& name, std::vector<int64_t> shape, std::vector<float> data,
-                            const std::string& origin) {
-  auto buf = std::make_shared<std::vector<float>>(std::move(data));
+template <typename T>
+void WeightStore::add_owned_buffer(const std::string& name, std::vector<int64_t> shape, DType dtype,
+                                   std::vector<T> data, const std::string& origin) {
+  auto buf = std::make_shared<std::vector<T>>(std::move(data));
   TensorView t;
   t.name = name;
-  t.dtype = DType::F32;
+  t.dtype = dtype;
   t.shape = std::move(shape);
   t.origin = origin;
   if (static_cast<size_t>(t.numel()) != buf->size())
@@ -159,20 +160,14 @@ void WeightStore::add_owned(const std::string& name, std::vector<int64_t> shape,
   tensors_[name] = std::move(t);
 }
 
+void WeightStore::add_owned(const std::string& name, std::vector<int64_t> shape, std::vector<float> data,
+                            const std::string& origin) {
+  add_owned_buffer(name, std::move(shape), DType::F32, std::move(data), origin);
+}
+
 void WeightStore::add_owned_bf16(const std::string& name, std::vector<int64_t> shape, std::vector<uint16_t> bits,
                                  const std::string& origin) {
-  auto buf = std::make_shared<std::vector<uint16_t>>(std::move(bits));
-  TensorView t;
-  t.name = name;
-  t.dtype = DType::BF16;
-  t.shape = std::move(shape);
-  t.origin = origin;
-  if (static_cast<size_t>(t.numel()) != buf->size())
-    fail_at(origin, "tensor '" + name + "'", "shape has {} elements but {} values were given", t.numel(),
-            buf->size());
-  t.data = buf->data();
-  owned_.push_back(std::move(buf));
-  tensors_[name] = std::move(t);
+  add_owned_buffer(name, std::move(shape), DType::BF16, std::move(bits), origin);
 }
 
 const TensorView* WeightStore::find(const std::string& name) const {

@@ -108,6 +108,9 @@ class WeightStore {
   std::string origin;
 
  private:
+  template <typename T>
+  void add_owned_buffer(const std::string& name, std::vector<int64_t> shape, DType dtype, std::vector<T> data,
+                        const std::string& origin);
   std::vector<std::shared_ptr<MappedFile>> files_;
   std::vector<std::shared_ptr<const void>> owned_;  // f32 or bf16 buffers of add_owned*
   std::map<std::string, TensorView> tensors_;
