@@ -356,3 +356,48 @@ TEST(Store, MergeOfShardsEqualsUnshardedRun) {
     EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
   }
 }
+
+namespace {
+
+// Shards started together on a database that does not exist yet: every process must open it
+// (the WAL switch and the first migration take exclusive locks; SQLite answers some of those
+// conflicts with SQLITE_BUSY at once, without calling the busy handler) and begin its run.
+TEST(Store, ConcurrentCreatorsOfANewFileAllSucceed) {
+  for (int trial = 0; trial < 5; ++trial) {
+    const auto p = temp_db("concurrent" + std::to_string(trial));
+    std::remove(p.c_str());
+    const int kProcs = 6;
+    std::vector<pid_t> kids;
+    for (int k = 0; k < kProcs; ++k) {
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        int code = 0;
+        try {
+          kvb::results::Store s(p);
+          auto info = run_info("shard");
+          kvb::results::Shard sh;
+          sh.index = k;
+          sh.count = kProcs;
+          s.begin_run(info, sh);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "child %d: %s\n", k, e.what());
+          code = 3;
+        }
+        std::_Exit(code);
+      }
+      kids.push_back(pid);
+    }
+    int failed = 0;
+    for (pid_t pid : kids) {
+      int st = 0;
+      waitpid(pid, &st, 0);
+      failed += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    EXPECT_EQ(failed, 0) << "trial " << trial;
+    kvb::results::Store s(p);
+    EXPECT_EQ(s.runs().size(), 1u);
+  }
+}
+
+}  // namespace
