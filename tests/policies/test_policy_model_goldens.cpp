@@ -1,0 +1,85 @@
+// End-to-end keep-sets vs kvpress 0.5.5 on a real (tiny, random-weight) model: the goldens of
+// tools/gen_policy_model_goldens.py run kvpress's StreamingLLM, SnapKV, KeyDiff and PyramidKV
+// presses on tests/fixtures/models/tiny-llama3 (transformers, f32, eager) over a prompt much
+// longer than the prefill chunk, compressing once at the end of the prompt, and record the kept
+// positions of every (layer, kv head). kvbench runs the same prompt with prefill chunk 64 and
+// with the whole prompt at once (compress=prompt_end) and must keep exactly the same positions.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/engine.h"
+#include "engine/policies/policy.h"
+#include "tests/engine/test_support.h"
+
+namespace kvb {
+namespace {
+
+using nlohmann::json;
+
+const json& goldens() {
+  static json j = parse_json_file(test::fixture("policies/policy_model_goldens.json"));
+  return j;
+}
+
+/// Positions held by every (layer, kv head), [layer][head], after the prompt.
+std::vector<std::vector<std::vector<int32_t>>> kept_after_prompt(std::shared_ptr<const Model> m,
+                                                                 const std::string& spec, int64_t budget,
+                                                                 int chunk, const std::vector<int32_t>& prompt,
+                                                                 int* steps) {
+  EngineOptions eo;
+  eo.prefill_chunk = chunk;
+  Engine e(m, eo, make_policy(PolicySpec::parse(spec, budget)));
+  std::vector<std::vector<std::vector<int32_t>>> kept;
+  *steps = 0;
+  e.on_step = [&](const KVCache& kv, SeqId s) {  // the last call is the end of the prompt
+    ++*steps;
+    kept.assign(kv.config().num_layers, std::vector<std::vector<int32_t>>(kv.config().num_kv_heads));
+    for (int l = 0; l < kv.config().num_layers; ++l)
+      for (int h = 0; h < kv.config().num_kv_heads; ++h)
+        for (int32_t i = 0; i < kv.length(s, l, h); ++i) kept[l][h].push_back(kv.position(s, l, h, i));
+  };
+  e.score(prompt, {});
+  return kept;
+}
+
+TEST(PolicyModelGoldens, KeepSetsMatchKvpressOnTinyLlamaForEveryChunking) {
+  const json& g = goldens();
+  auto m = Model::load_dir(test::fixture(g["model"].get<std::string>()));
+  const auto prompt = g["prompt"].get<std::vector<int32_t>>();
+  const int L = static_cast<int>(prompt.size());
+  ASSERT_GE(L, 3 * 64) << "the prompt must span at least three prefill chunks";
+  const auto& cases = g["cases"];
+  ASSERT_GE(cases.size(), 8u);
+  std::set<std::string> presses;
+  size_t heads_checked = 0;
+  for (const auto& c : cases) {
+    const std::string name = c["name"], spec = c["spec"];
+    const int64_t budget = c["budget"];
+    presses.insert(c["press"].get<std::string>());
+    const auto want = c["keep"].get<std::vector<std::vector<std::vector<int32_t>>>>();  // [layer][head]
+    ASSERT_EQ(static_cast<int>(want.size()), m->config().num_layers) << name;
+    for (int chunk : {64, L}) {
+      SCOPED_TRACE(name + " (" + spec + ", budget " + std::to_string(budget) + "), prefill chunk " +
+                   std::to_string(chunk));
+      int steps = 0;
+      const auto got = kept_after_prompt(m, spec, budget, chunk, prompt, &steps);
+      EXPECT_EQ(steps, (L + chunk - 1) / chunk);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t l = 0; l < want.size(); ++l) {
+        ASSERT_EQ(got[l].size(), want[l].size());
+        for (size_t h = 0; h < want[l].size(); ++h) {
+          ASSERT_LT(static_cast<int>(want[l][h].size()), L) << "the golden must compress";
+          EXPECT_EQ(got[l][h], want[l][h]) << "layer " << l << " kv head " << h;
+          ++heads_checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(presses, (std::set<std::string>{"StreamingLLMPress", "SnapKVPress", "KeyDiffPress", "PyramidKVPress"}));
+  EXPECT_EQ(heads_checked, cases.size() * 2 * m->config().num_layers * m->config().num_kv_heads);
+}
+
+}  // namespace
+}  // namespace kvb

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Generate model-level keep-set goldens from kvpress (tests/fixtures/policies/policy_model_goldens.json).
+
+How to run (from the repository root):
+
+    python3 -m venv .venv-goldens
+    .venv-goldens/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
+    .venv-goldens/bin/pip install transformers kvpress==0.5.5 cachetools
+    .venv-goldens/bin/python tools/gen_policy_model_goldens.py
+
+(Where only PyPI is reachable, `.venv-goldens/bin/pip install torch transformers kvpress==0.5.5
+cachetools` works too: the script runs on the CPU.)
+
+What it does. It loads the tiny random-weight Llama of tools/gen_engine_goldens.py
+(tests/fixtures/models/tiny-llama3: 2 layers, 4 query heads, 2 kv heads, head_dim 24, llama3 RoPE;
+no new weights are written) with transformers (f32, eager attention), and runs one forward pass of
+a 200-token prompt (BOS + 199 pseudo-random ids) under each kvpress 0.5.5 press — kvpress's own
+context manager `with press(model)`, which hooks every attention layer and compresses the
+DynamicCache once, at the end of the prefill. The kept positions of every (layer, kv head) are
+read back by matching each compressed key row to the uncompressed keys of that layer
+(keys.gather copies rows, so each kept row equals exactly one original row).
+
+Each case records the kvbench spec and budget that mirror the press (docs/policies.md):
+  * StreamingLLMPress(n_sink=4)      -> streamingllm:sinks=4,decode=false at budget n_kept
+  * KeyDiffPress                     -> keydiff:window=0,decode=false at budget n_kept
+  * SnapKVPress(window_size, kernel_size=5)
+                                     -> snapkv:window=w,kernel=5,pool=avg,gqa=mean,decode=false
+                                        at budget n_kept (window counted inside the budget)
+  * PyramidKVPress(window_size, kernel_size=5, beta)
+                                     -> pyramidkv:...,beta=b,layer_budget=kvpress,decode=false at
+                                        budget L * (1 - ratio); layer totals in `layer_total`
+with n_kept = int(L * (1 - ratio)) (kvpress.utils.compute_n_kept); the ratios are chosen so that
+L * (1 - ratio) is exact. kvbench's test (tests/policies/test_policy_model_goldens.cpp) runs the
+prompt with prefill chunk 64 and with the whole prompt and compares every (layer, kv head).
+
+Ties. The press scores are captured too; a prompt is re-drawn unless, for every scored case,
+layer and kv head, the last kept and the first evicted score differ by more than 1e-4 relative
+(window tokens excluded), so that float summation order cannot flip the selection.
+"""
+import importlib.util
+import json
+import math
+import os
+import sys
+import types
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, DynamicCache
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+MODEL = "models/tiny-llama3"
+OUT = os.path.join(ROOT, "tests", "fixtures", "policies", "policy_model_goldens.json")
+PROMPT_LEN = 200
+MARGIN = 1e-4
+torch.set_grad_enabled(False)
+
+
+def load_kvpress():
+    """Import kvpress.presses.* without running kvpress/__init__.py (which pulls optional deps)."""
+    spec = importlib.util.find_spec("kvpress")
+    if spec is None:
+        sys.exit("kvpress is not installed: pip install kvpress==0.5.5 cachetools")
+    pkg = types.ModuleType("kvpress")
+    pkg.__path__ = list(spec.submodule_search_locations)
+    sys.modules["kvpress"] = pkg
+    from kvpress.presses.keydiff_press import KeyDiffPress
+    from kvpress.presses.pyramidkv_press import PyramidKVPress
+    from kvpress.presses.snapkv_press import SnapKVPress
+    from kvpress.presses.streaming_llm_press import StreamingLLMPress
+    from kvpress.utils import compute_n_kept
+    return dict(KeyDiffPress=KeyDiffPress, PyramidKVPress=PyramidKVPress, SnapKVPress=SnapKVPress,
+                StreamingLLMPress=StreamingLLMPress, compute_n_kept=compute_n_kept)
+
+
+def cases_for(kp, L):
+    """(name, press, kvbench spec, kvbench budget, protected window) for every golden case."""
+    out = []
+    for ratio in (0.5, 0.75):
+        n = kp["compute_n_kept"](L, ratio)
+        out.append((f"streamingllm_r{ratio}", kp["StreamingLLMPress"](compression_ratio=ratio, n_sink=4),
+                    "streamingllm:sinks=4,decode=false", n, None))
+    for ratio in (0.5, 0.75):
+        n = kp["compute_n_kept"](L, ratio)
+        out.append((f"keydiff_r{ratio}", kp["KeyDiffPress"](compression_ratio=ratio),
+                    "keydiff:window=0,decode=false", n, 0))
+    for ratio, w in ((0.5, 64), (0.25, 64), (0.75, 16)):  # kvpress's default window 64, and 16
+        n = kp["compute_n_kept"](L, ratio)
+        out.append((f"snapkv_r{ratio}_w{w}", kp["SnapKVPress"](compression_ratio=ratio, window_size=w, kernel_size=5),
+                    f"snapkv:window={w},kernel=5,pool=avg,gqa=mean,decode=false", n, w))
+    # kvpress's defaults (window 64, beta 20: at L = 200 the pyramid falls back to the uniform
+    # budget) and a setting where the layer budgets differ (window 8, beta 2).
+    for ratio, w, beta in ((0.5, 64, 20), (0.5, 8, 2), (0.75, 8, 2)):
+        B = int(L * (1 - ratio))
+        out.append((f"pyramidkv_r{ratio}_w{w}_beta{beta}",
+                    kp["PyramidKVPress"](compression_ratio=ratio, window_size=w, kernel_size=5, beta=beta),
+                    f"pyramidkv:window={w},kernel=5,pool=avg,gqa=mean,beta={beta},layer_budget=kvpress,decode=false",
+                    B, w))
+    return out
+
+
+def run_press(model, press, ids):
+    """One prefill under the press; returns ([layer][head] kept positions, [layer] scores, [layer] n_kept)."""
+    orig_keys, scores = {}, {}
+    inner_compress, inner_score = press.compress, press.score
+
+    def compress(module, hidden_states, keys, values, attentions, kwargs):
+        orig_keys[module.layer_idx] = keys.clone()
+        return inner_compress(module, hidden_states, keys, values, attentions, kwargs)
+
+    def score(module, hidden_states, keys, values, attentions, kwargs):
+        s = inner_score(module, hidden_states, keys, values, attentions, kwargs)
+        scores[module.layer_idx] = s.clone()
+        return s
+
+    object.__setattr__(press, "compress", compress)
+    object.__setattr__(press, "score", score)
+    cache = DynamicCache()
+    with press(model):
+        model(input_ids=ids, past_key_values=cache, use_cache=True)
+    keep = []
+    for layer in range(model.config.num_hidden_layers):
+        k0 = orig_keys[layer][0]  # [Hkv, L, D]
+        k1 = cache.layers[layer].keys[0]  # [Hkv, n, D]
+        per_head = []
+        for h in range(k0.shape[0]):
+            eq = (k1[h][:, None, :] == k0[h][None, :, :]).all(-1)  # [n, L]
+            assert bool((eq.sum(-1) == 1).all()), "a kept key row does not match exactly one original row"
+            per_head.append(sorted(int(i) for i in eq.float().argmax(-1).tolist()))
+        keep.append(per_head)
+    return keep, scores
+
+
+def margin_ok(scores, keep, window, L):
+    """Every head: the smallest kept and the largest evicted score (window excluded) differ clearly."""
+    for layer, s in scores.items():
+        for h in range(s.shape[1]):
+            row = s[0, h, : L - window].double()
+            kept = [i for i in keep[layer][h] if i < L - window]
+            ev = sorted(set(range(L - window)) - set(kept))
+            if not kept or not ev:
+                continue
+            a, b = row[kept].min().item(), row[ev].max().item()
+            if not (a - b > MARGIN * max(abs(a), abs(b), 1e-12)):
+                return False, (layer, h, a, b)
+    return True, None
+
+
+def main():
+    kp = load_kvpress()
+    model = AutoModelForCausalLM.from_pretrained(os.path.join(ROOT, "tests", "fixtures", MODEL),
+                                                 attn_implementation="eager", dtype=torch.float32)
+    model.eval()
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(2024)
+    for attempt in range(200):
+        prompt = [1] + torch.randint(3, vocab, (PROMPT_LEN - 1,), generator=gen).tolist()
+        ids = torch.tensor([prompt])
+        cases, ok = [], True
+        for name, press, spec, budget, window in cases_for(kp, PROMPT_LEN):
+            keep, scores = run_press(model, press, ids)
+            if window is not None:
+                good, where = margin_ok(scores, keep, window, PROMPT_LEN)
+                if not good:
+                    print(f"attempt {attempt}: {name} margin too small at (layer, head, kept, evicted) = {where}")
+                    ok = False
+                    break
+            c = dict(name=name, press=type(press).__name__, spec=spec, budget=budget,
+                     layer_total=[len(k[0]) for k in keep], keep=keep)
+            c["kvpress_args"] = {k: v for k, v in press.__dict__.items() if isinstance(v, (int, float))}
+            cases.append(c)
+        if ok:
+            break
+    else:
+        raise RuntimeError("could not draw a prompt with clear margins")
+    os.makedirs(os.path.dirname(OUT), exist_ok=True)
+    with open(OUT, "w") as f:
+        json.dump(dict(generator="tools/gen_policy_model_goldens.py", kvpress="0.5.5", torch=torch.__version__,
+                       transformers=transformers.__version__, model=MODEL, prompt=prompt, cases=cases),
+                  f, separators=(",", ":"))
+    print(f"wrote {len(cases)} cases to {os.path.relpath(OUT)} ({os.path.getsize(OUT)} bytes) after {attempt + 1} draw(s)")
+    for c in cases:
+        print(f"  {c['name']}: budget {c['budget']}, layer totals {c['layer_total']}")
+
+
+if __name__ == "__main__":
+    main()
