@@ -49,7 +49,7 @@ import transformers
 from transformers import AutoModelForCausalLM, DynamicCache
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-MODEL = "models/tiny-llama3"
+MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
 OUT = os.path.join(ROOT, "tests", "fixtures", "policies", "policy_model_goldens.json")
 PROMPT_LEN = 200
 MARGIN = 1e-4
@@ -146,14 +146,14 @@ def margin_ok(scores, keep, window, L):
     return True, None
 
 
-def main():
-    kp = load_kvpress()
-    model = AutoModelForCausalLM.from_pretrained(os.path.join(ROOT, "tests", "fixtures", MODEL),
+def golden_for(kp, model_dir, seed):
+    """Draws prompts until every scored case has clear margins; returns the model's golden."""
+    model = AutoModelForCausalLM.from_pretrained(os.path.join(ROOT, "tests", "fixtures", model_dir),
                                                  attn_implementation="eager", dtype=torch.float32)
     model.eval()
     vocab = model.config.vocab_size
-    gen = torch.Generator().manual_seed(2024)
-    for attempt in range(200):
+    gen = torch.Generator().manual_seed(seed)
+    for attempt in range(400):
         prompt = [1] + torch.randint(3, vocab, (PROMPT_LEN - 1,), generator=gen).tolist()
         ids = torch.tensor([prompt])
         cases, ok = [], True
@@ -162,7 +162,7 @@ def main():
             if window is not None:
                 good, where = margin_ok(scores, keep, window, PROMPT_LEN)
                 if not good:
-                    print(f"attempt {attempt}: {name} margin too small at (layer, head, kept, evicted) = {where}")
+                    print(f"{model_dir} attempt {attempt}: {name} margin too small at (layer, head, kept, evicted) = {where}")
                     ok = False
                     break
             c = dict(name=name, press=type(press).__name__, spec=spec, budget=budget,
@@ -170,17 +170,22 @@ def main():
             c["kvpress_args"] = {k: v for k, v in press.__dict__.items() if isinstance(v, (int, float))}
             cases.append(c)
         if ok:
-            break
-    else:
-        raise RuntimeError("could not draw a prompt with clear margins")
+            print(f"{model_dir}: {len(cases)} cases after {attempt + 1} draw(s)")
+            for c in cases:
+                print(f"  {c['name']}: budget {c['budget']}, layer totals {c['layer_total']}")
+            return dict(model=model_dir, prompt=prompt, cases=cases)
+    raise RuntimeError(f"{model_dir}: could not draw a prompt with clear margins")
+
+
+def main():
+    kp = load_kvpress()
+    models = [golden_for(kp, m, 2024 + i) for i, m in enumerate(MODELS)]
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
         json.dump(dict(generator="tools/gen_policy_model_goldens.py", kvpress="0.5.5", torch=torch.__version__,
-                       transformers=transformers.__version__, model=MODEL, prompt=prompt, cases=cases),
+                       transformers=transformers.__version__, models=models),
                   f, separators=(",", ":"))
-    print(f"wrote {len(cases)} cases to {os.path.relpath(OUT)} ({os.path.getsize(OUT)} bytes) after {attempt + 1} draw(s)")
-    for c in cases:
-        print(f"  {c['name']}: budget {c['budget']}, layer totals {c['layer_total']}")
+    print(f"wrote {os.path.relpath(OUT)} ({os.path.getsize(OUT)} bytes)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 // End-to-end keep-sets vs kvpress 0.5.5 on a real (tiny, random-weight) model: the goldens of
 // tools/gen_policy_model_goldens.py run kvpress's StreamingLLM, SnapKV, KeyDiff and PyramidKV
-// presses on tests/fixtures/models/tiny-llama3 (transformers, f32, eager) over a prompt much
-// longer than the prefill chunk, compressing once at the end of the prompt, and record the kept
+// presses on tests/fixtures/models/tiny-llama3 (llama3 RoPE) and tiny-qwen3 (q/k RMSNorm, yarn
+// RoPE) with transformers (f32, eager) over a 200-token prompt, longer than three prefill chunks, compressing once at the end of the prompt, and record the kept
 // positions of every (layer, kv head). kvbench runs the same prompt with prefill chunk 64 and
 // with the whole prompt at once (compress=prompt_end) and must keep exactly the same positions.
 #include <gtest/gtest.h>
@@ -44,8 +44,14 @@ std::vector<std::vector<std::vector<int32_t>>> kept_after_prompt(std::shared_ptr
   return kept;
 }
 
-TEST(PolicyModelGoldens, KeepSetsMatchKvpressOnTinyLlamaForEveryChunking) {
-  const json& g = goldens();
+class PolicyModelGoldens : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PolicyModelGoldens, KeepSetsMatchKvpressForEveryChunking) {
+  const json* found = nullptr;
+  for (const auto& x : goldens()["models"])
+    if (x["model"] == GetParam()) found = &x;
+  ASSERT_NE(found, nullptr) << GetParam() << " has no golden";
+  const json& g = *found;
   auto m = Model::load_dir(test::fixture(g["model"].get<std::string>()));
   const auto prompt = g["prompt"].get<std::vector<int32_t>>();
   const int L = static_cast<int>(prompt.size());
@@ -80,6 +86,15 @@ TEST(PolicyModelGoldens, KeepSetsMatchKvpressOnTinyLlamaForEveryChunking) {
   EXPECT_EQ(presses, (std::set<std::string>{"StreamingLLMPress", "SnapKVPress", "KeyDiffPress", "PyramidKVPress"}));
   EXPECT_EQ(heads_checked, cases.size() * 2 * m->config().num_layers * m->config().num_kv_heads);
 }
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, PolicyModelGoldens,
+                         ::testing::Values("models/tiny-llama3", "models/tiny-qwen3"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param.substr(i.param.find('/') + 1);
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace kvb
