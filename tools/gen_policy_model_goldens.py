@@ -11,9 +11,10 @@ How to run (from the repository root):
 (Where only PyPI is reachable, `.venv-goldens/bin/pip install torch transformers kvpress==0.5.5
 cachetools` works too: the script runs on the CPU.)
 
-What it does. It loads the tiny random-weight Llama of tools/gen_engine_goldens.py
+What it does. It loads two tiny random-weight models of tools/gen_engine_goldens.py
 (tests/fixtures/models/tiny-llama3: 2 layers, 4 query heads, 2 kv heads, head_dim 24, llama3 RoPE;
-no new weights are written) with transformers (f32, eager attention), and runs one forward pass of
+tests/fixtures/models/tiny-qwen3: the same shape with head_dim 32, q/k RMSNorm and yarn RoPE; no
+new weights are written) with transformers (f32, eager attention), and runs one forward pass of
 a 200-token prompt (BOS + 199 pseudo-random ids) under each kvpress 0.5.5 press — kvpress's own
 context manager `with press(model)`, which hooks every attention layer and compresses the
 DynamicCache once, at the end of the prefill. The kept positions of every (layer, kv head) are
