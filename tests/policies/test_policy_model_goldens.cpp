@@ -2,8 +2,9 @@
 // tools/gen_policy_model_goldens.py run kvpress's StreamingLLM, SnapKV, KeyDiff and PyramidKV
 // presses on tests/fixtures/models/tiny-llama3 (llama3 RoPE) and tiny-qwen3 (q/k RMSNorm, yarn
 // RoPE) with transformers (f32, eager) over a 200-token prompt (more than three prefill chunks),
-// compress once at the end of the prompt, and record the kept positions of every (layer, kv head). kvbench runs the same prompt with prefill chunk 64 and
-// with the whole prompt at once (compress=prompt_end) and must keep exactly the same positions.
+// compress once at the end of the prompt, and record the kept positions of every (layer, kv head).
+// kvbench runs the same prompt with prefill chunk 64 and with the whole prompt at once
+// (compress=prompt_end) and must keep exactly the same positions.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
