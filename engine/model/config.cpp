@@ -193,6 +193,7 @@ void ModelConfig::validate(const std::string& origin) const {
   pos(num_heads, "num_attention_heads");
   pos(num_kv_heads, "num_key_value_heads");
   pos(head_dim, "head_dim");
+  pos(max_position_embeddings, "max_position_embeddings");
   if (num_heads % num_kv_heads != 0)
     fail_at(origin, "num_key_value_heads", "{} does not divide num_attention_heads {}", num_kv_heads,
             num_heads);

@@ -122,6 +122,34 @@ std::vector<Case> cases() {
       {"merge_output_is_input", {{"c.db", std::string(200, 'x')}}, "merge $D/c.db $D/c.db", "c.db: merge: the output database is also an input", ""},
       {"merge_input_twice", {{"c.db", std::string(200, 'x')}}, "merge $D/out.db $D/c.db $D/./c.db", "merge: given twice as an input", "out.db"},
   };
+  // config.json fields with values of the wrong sign, type or size: each names the file and field.
+  const std::string base =
+      R"({"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,"intermediate_size":172,)"
+      R"("num_hidden_layers":5,"num_attention_heads":8,"num_key_value_heads":4,"head_dim":8,"vocab_size":512,)"
+      R"("max_position_embeddings":512,"rms_norm_eps":1e-05,"rope_theta":10000.0,"tie_word_embeddings":true})";
+  const std::vector<std::string> int_fields = {"hidden_size", "intermediate_size", "num_hidden_layers",
+                                               "num_attention_heads", "num_key_value_heads", "head_dim",
+                                               "vocab_size", "max_position_embeddings"};
+  const std::vector<std::pair<std::string, std::string>> int_values = {
+      {"neg", "-1"}, {"str", "\"abc\""}, {"frac", "2.5"}, {"huge", "1e12"}, {"bool", "true"}};
+  auto with = [&](const std::string& field, const std::string& value) {
+    std::string c = base;
+    const std::string key = "\"" + field + "\":";
+    const size_t at = c.find(key) + key.size();
+    const size_t end = c.find_first_of(",}", at);
+    return c.replace(at, end - at, value);
+  };
+  for (const auto& f : int_fields)
+    for (const auto& [tag, val] : int_values)
+      v.push_back({"config_" + f + "_" + tag, {{"model/config.json", with(f, val)}}, gen, "config.json: " + f, ""});
+  for (const std::string f : {"rms_norm_eps", "rope_theta"})
+    for (const auto& [tag, val] : std::vector<std::pair<std::string, std::string>>{{"neg", "-1"}, {"zero", "0"}, {"str", "\"abc\""}})
+      v.push_back({"config_" + f + "_" + tag, {{"model/config.json", with(f, val)}}, gen, "config.json: " + f, ""});
+  for (const std::string f : {"hidden_size", "num_hidden_layers", "vocab_size"})
+    v.push_back({"config_" + f + "_zero", {{"model/config.json", with(f, "0")}}, gen, "config.json: " + f, ""});
+  v.push_back({"config_model_type", {{"model/config.json", with("model_type", "\"mamba\"")}}, gen, "config.json: model_type", ""});
+  v.push_back({"config_not_object", {{"model/config.json", "[1, 2, 3]"}}, gen, "config.json", ""});
+  v.push_back({"config_empty", {{"model/config.json", ""}}, gen, "config.json: invalid JSON", ""});
   return v;
 }
 
