@@ -1,4 +1,5 @@
-// Hostile inputs, table-driven, through the kvbench binary: every case must end with exactly one
+// Hostile inputs, table-driven, through the kvbench binary (config.json, tokenizer.json,
+// safetensors, YAML, JSON, options, databases): every case must end with exactly one
 // `kvbench: error: <file or option>: ...` line and exit status 2 — never a crash, a hang, an
 // "internal error", or a file created as a side effect. Each case writes its inputs into a fresh
 // temporary directory. Cases that need a model directory take their config.json from the
@@ -6,6 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+
+#include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +57,25 @@ std::string billion_laughs() {
     prev = std::string(1, c);
   }
   return s;
+}
+
+/// Mutations of stories260K's tokenizer.json ("@tok:NAME" as a file's content).
+const std::map<std::string, std::function<void(nlohmann::json&)>>& tokenizer_mutations() {
+  static const std::map<std::string, std::function<void(nlohmann::json&)>> m = {
+      {"model_missing", [](nlohmann::json& t) { t.erase("model"); }},
+      {"model_type", [](nlohmann::json& t) { t["model"]["type"] = "Unigram2"; }},
+      {"vocab_list", [](nlohmann::json& t) { t["model"]["vocab"] = {1, 2}; }},
+      {"merges_int", [](nlohmann::json& t) { t["model"]["merges"] = {123}; }},
+      {"added_negative", [](nlohmann::json& t) { t["added_tokens"] = {{{"id", -5}, {"content", "x"}, {"special", true}}}; }},
+      {"added_huge", [](nlohmann::json& t) { t["added_tokens"] = {{{"id", 1000000000000LL}, {"content", "x"}, {"special", true}}}; }},
+      {"bad_regex", [](nlohmann::json& t) {
+         t["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+       }},
+      {"bad_normalizer", [](nlohmann::json& t) { t["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Nope"}}}}}; }},
+      {"decoder_string", [](nlohmann::json& t) { t["decoder"] = "x"; }},
+      {"vocab_not_int", [](nlohmann::json& t) { t["model"]["vocab"]["<s>"] = "one"; }},
+  };
+  return m;
 }
 
 std::vector<Case> cases() {
@@ -149,6 +173,11 @@ std::vector<Case> cases() {
     v.push_back({"config_" + f + "_zero", {{"model/config.json", with(f, "0")}}, gen, "config.json: " + f, ""});
   v.push_back({"config_model_type", {{"model/config.json", with("model_type", "\"mamba\"")}}, gen, "config.json: model_type", ""});
   v.push_back({"config_not_object", {{"model/config.json", "[1, 2, 3]"}}, gen, "config.json", ""});
+  for (const auto& [name, fn] : tokenizer_mutations()) {
+    (void)fn;
+    v.push_back({"tokenizer_" + name, {{"tk/tokenizer.json", "@tok:" + name}}, "tokenize --model $D/tk --text hello",
+                 "tk/tokenizer.json: ", ""});
+  }
   v.push_back({"config_empty", {{"model/config.json", ""}}, gen, "config.json: invalid JSON", ""});
   return v;
 }
@@ -169,6 +198,12 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
       const fs::path src = fs::path(KVB_SHARED_DIR) / "models/stories260K-hf/config.json";
       ASSERT_TRUE(fs::exists(src)) << "the stories260K model is part of ../shared: " << src;
       fs::copy_file(src, p);
+    } else if (content.rfind("@tok:", 0) == 0) {
+      const fs::path src = fs::path(KVB_SHARED_DIR) / "models/stories260K-hf/tokenizer.json";
+      ASSERT_TRUE(fs::exists(src)) << src;
+      nlohmann::json t = nlohmann::json::parse(std::ifstream(src));
+      tokenizer_mutations().at(content.substr(5))(t);
+      std::ofstream(p, std::ios::binary) << t.dump();
     } else {
       std::ofstream(p, std::ios::binary) << content;
     }
