@@ -1,5 +1,5 @@
 // A Hugging Face Hub client on libcurl whose cache is interchangeable with huggingface_hub's
-// (../shared/reference/datasets-graders.md §11): $HF_HUB_CACHE/{type}s--{org}--{name}/
+// (docs/architecture.md#layers); the layout: $HF_HUB_CACHE/{type}s--{org}--{name}/
 // {blobs/<etag>, snapshots/<commit>/<path> → ../../blobs/<etag> (relative symlinks),
 // refs/<revision>, .no_exist/<commit>/<path>}, .locks/, CACHEDIR.TAG.
 //

@@ -1,6 +1,6 @@
 // Record readers for benchmark files: JSON Lines, top-level JSON arrays streamed element by
 // element with bounded memory (LongMemEval-M is 2.75 GB, LongBench-v2 465 MB; see
-// ../shared/reference/datasets-graders.md §7a, §10a, §11.6), and YAML documents converted to JSON.
+// docs/benchmarks.md#longmemeval, #longbench-v2), and YAML documents converted to JSON.
 //
 // Every error names the file and the line (JSONL) or element index / byte (JSON arrays). A bad
 // record either stops the load (OnBad::kFail, the default) or is skipped and remembered

@@ -1,7 +1,7 @@
 // The registry of every benchmark file kvbench reads: where it comes from (HF repo or GitHub
 // commit), its path there, format, size and sha256 where known, and the path it has in a local
-// mirror (--data-dir, laid out like ../shared/datasets). Sources:
-// ../shared/reference/datasets-graders.md §0–§11 (V = verified there, else noted).
+// mirror (--data-dir, laid out like the repository paths below). Sources:
+// docs/benchmarks.md, one section per benchmark (V = hash verified, else noted).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Reading benchmark files straight out of ZIP archives (LongBench v1 ships its JSONL files only
 // inside the Hub's data.zip: data/<task>.jsonl and data/<task>_e.jsonl; see
-// ../shared/reference/datasets-graders.md §9a), with libzip (Debian libzip-dev) — no system
+// docs/benchmarks.md#longbench), with libzip (Debian libzip-dev) — no system
 // `unzip`, no extraction to disk. Members are decompressed as a stream in bounded memory and
 // their CRC-32 is checked by libzip at the end of each member.
 //

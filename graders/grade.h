@@ -3,7 +3,7 @@
 // Every benchmark binds a grader by name (tasks/), the harness calls
 //   grade(name, prediction, references, example_metadata) -> Grade
 // and stores the whole Grade (not just the score) so any verdict can be audited later
-// (`kvbench check-answer`). Algorithms follow ../shared/reference/datasets-graders.md §5–10.
+// (`kvbench check-answer`). Algorithms follow docs/benchmarks.md (grading, per benchmark).
 #pragma once
 
 #include <functional>

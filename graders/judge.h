@@ -6,7 +6,7 @@
 // says whether it succeeded and, if not, one line why (HTTP status, timeout, malformed JSON,
 // empty choices). The caller stores a failed judgment as *ungraded* — never as a verdict — and
 // retries it later (`kvbench grade --retry-failed`). LongMemEval's protocol (one user message,
-// temperature 0, max_tokens 10, n = 1) is the default: ../shared/reference/datasets-graders.md §7(c).
+// temperature 0, max_tokens 10, n = 1) is the default: docs/benchmarks.md#longmemeval.
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,5 @@
 // LongMemEval's judge grading. See graders/judge_longmemeval.h and
-// ../shared/reference/datasets-graders.md §7(c) (templates quoted there verbatim from
+// docs/benchmarks.md#longmemeval (templates verbatim from
 // xiaowu0162/LongMemEval @9e0b455 src/evaluation/evaluate_qa.py).
 #include "graders/judge_longmemeval.h"
 

@@ -2,7 +2,7 @@
 // yes/no verdict rule, and batch judging with a verdict cache in the results database.
 //
 // Source: xiaowu0162/LongMemEval @9e0b455 src/evaluation/evaluate_qa.py, as quoted in
-// ../shared/reference/datasets-graders.md §7(c): one user message, temperature 0, max_tokens 10,
+// docs/benchmarks.md#longmemeval: one user message, temperature 0, max_tokens 10,
 // n = 1; the template is chosen by question type (an `_abs` question id overrides the type) and
 // filled with (question, answer, response) by Python's str.format; label = 'yes' in
 // reply.strip().lower().

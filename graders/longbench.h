@@ -1,9 +1,10 @@
 // LongBench v1 metrics and the LongBench-v2 multiple-choice grader.
 //
-// Source: ../shared/reference/datasets-graders.md §9(c) (THUDM/LongBench `LongBench/metrics.py`
-// blob 657cf77, `eval.py`) and §10(c) (LongBench-v2 `pred.py` extract_answer). Each function
-// scores ONE (prediction, ground truth) pair in [0, 1]; the dataset score is the max over the
-// example's answers (the registry's graders do that), ×100 and averaged by the caller.
+// Source: docs/benchmarks.md#longbench and #longbench-v2 (THUDM/LongBench @2e00731
+// `LongBench/metrics.py` blob 657cf77, `eval.py`; LongBench-v2 `pred.py` extract_answer).
+// Each function scores ONE (prediction, ground truth) pair in [0, 1]; the dataset score is the
+// max over the example's answers (the registry's graders do that), ×100 and averaged by the
+// caller.
 // Text is treated as bytes except where noted: lowercasing and punctuation are ASCII (Python's
 // str.lower / string.punctuation agree on ASCII text); edit similarity counts Unicode code points.
 #pragma once

@@ -1,6 +1,6 @@
 // LongProc's six evaluators (princeton-pli/LongProc `longproc/*.py`; paper arXiv 2501.05414).
 //
-// Algorithms: ../shared/reference/datasets-graders.md §6(c). Each function grades one model
+// Algorithms: docs/benchmarks.md#longproc. Each function grades one model
 // output and returns the reference's metrics plus what the harness stores (extracted answer,
 // normalised form, one-line reason). Headline score per task: html_to_tsv → F1, all others →
 // accuracy (0/1); `partial` is LongProc's partial_accuracy (reported in the reason).

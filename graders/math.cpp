@@ -1,5 +1,5 @@
 // Math extraction / normalisation / numeric equivalence. See graders/math.h and
-// ../shared/reference/datasets-graders.md §5.1–5.4 (Qwen2.5-Math evaluation/parser.py, grader.py).
+// docs/benchmarks.md#math (Qwen2.5-Math evaluation/parser.py, grader.py).
 #include "graders/math.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // Math answer extraction, normalisation and equivalence (GSM8K, MATH-500, AIME).
 //
-// Source: ../shared/reference/datasets-graders.md §5 — Qwen2.5-Math `extract_answer`,
+// Source: docs/benchmarks.md#math — Qwen2.5-Math `extract_answer`,
 // `strip_string` (§5.2, applied in the documented order) and `math_equal` (§5.4): exact string
 // → numeric (fractions, scientific notation, percent; relative tolerance 1e-4) → structural
 // (intervals, tuples, sets, matrices, equations) + symbolic with GiNaC. The symbolic stage runs in

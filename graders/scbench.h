@@ -1,11 +1,11 @@
 // SCBench per-task scorers (microsoft/MInference @fb56c917 `scbench/compute_scores.py`,
-// `scbench/repo_qa_utils.py`; arXiv 2412.10319). Algorithms: ../shared/reference/datasets-graders.md §8(c).
+// `scbench/repo_qa_utils.py`; arXiv 2412.10319). Algorithms: docs/benchmarks.md#scbench.
 //
 // Each function scores ONE turn's prediction against that turn's label(s); the task score is
 // the mean per turn index over sessions, ×100 (done by the caller). Labels are read the
 // "correct" way (tasks/scbench.cpp): a stored list → its items; a stored string → ONE label.
-// The reference iterates over a string label's characters for qa_chn/many_shot (the note's
-// data-type caution); that quirk is not reproduced.
+// The reference iterates over a string label's characters for qa_chn/many_shot (see
+// docs/benchmarks.md#scbench); that quirk is not reproduced.
 #pragma once
 
 #include <optional>

@@ -1,6 +1,6 @@
 // LongBench v1 (THUDM/LongBench; ACL 2024): 21 tasks, per-task prompt (config/dataset2prompt.json,
 // embedded as tasks/assets/longbench_dataset2prompt.json), max_new_tokens and metric; option e=1
-// reads LongBench-E (<task>_e.jsonl, 13 tasks). ../shared/reference/datasets-graders.md §9.
+// reads LongBench-E (<task>_e.jsonl, 13 tasks). docs/benchmarks.md#longbench.
 // Data: <data-dir>/longbench/data/<task>.jsonl when the HF data.zip was unzipped into the mirror,
 // else member data/<task>.jsonl read in place (streamed, libzip) from longbench/data.zip — found
 // in a data dir or, with a hub client, downloaded into the Hugging Face cache.

@@ -1,7 +1,7 @@
 // LongBench v2 (THUDM/LongBench-v2; arXiv 2412.15204): 503 four-choice questions over long
 // contexts. Prompts from the repo's prompts/*.txt (embedded as tasks/assets/longbench_v2_*.txt),
 // "$X$" placeholders replaced in order with str.replace, each value .strip()ed (pred.py).
-// ../shared/reference/datasets-graders.md §10. Data: <data-dir>/longbench_v2/data.json
+// docs/benchmarks.md#longbench-v2. Data: <data-dir>/longbench_v2/data.json
 // (one 465 MB JSON array, streamed).
 //
 // Option cot=1: two steps. The first turn asks for the reasoning (max 1024 new tokens); the

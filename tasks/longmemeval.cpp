@@ -1,6 +1,6 @@
 // LongMemEval (xiaowu0162/LongMemEval; ICLR 2025): 500 questions over a chat history, reading
 // prompt of src/generation/run_generation.py (full-history-session, json format, CoT on by
-// default). ../shared/reference/datasets-graders.md §7. Data: <data-dir>/longmemeval/
+// default). docs/benchmarks.md#longmemeval. Data: <data-dir>/longmemeval/
 // longmemeval_{oracle,s_cleaned,m_cleaned}.json, one JSON array each (M: 2.75 GB, streamed with
 // one question in memory at a time).
 //

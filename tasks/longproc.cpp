@@ -1,12 +1,13 @@
 // LongProc (princeton-pli/LongProc; arXiv 2501.05414): six procedural long-output tasks ×
-// output lengths. Data, prompts and limits: ../shared/reference/datasets-graders.md §6.
+// output lengths. Data, prompts and limits: docs/benchmarks.md#longproc.
 //
 // Two data layouts are read:
 //  * GitHub layout (the reference loader's input): longproc/<task>/<task>_<len>.json plus
 //    longproc/<task>/prompts.yaml (key USER_PROMPT, a Python str.format template) and, for
 //    html_to_tsv, the webpage/*.html files. Prompts are rendered as longproc_data.py does.
 //    travel_planning differs: one file longproc/travel_planning/travel_planning_all.json holds
-//    both configs, split by estimated_output_tokens (2k = [0, 2048), 8k = [4096, 8192), §6a),
+//    both configs, split by estimated_output_tokens (2k = [0, 2048), 8k = [4096, 8192);
+//    docs/benchmarks.md#longproc),
 //    and the prompt's {demonstration} is built from travel_planning_icl_examples.json by the
 //    DFS trace of tasks/travel_trace.h, which also gives each example's reference output.
 //  * HF rows (PrincetonPLI/LongProc): longproc/hf/<task>_<len>.jsonl (or .json), objects

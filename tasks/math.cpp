@@ -1,6 +1,6 @@
 // Math reasoning tasks: AIME 2024, AIME 2025, GSM8K (test), MATH-500.
-// Data and prompts: ../shared/reference/datasets-graders.md §1–§4; R-KV's template:
-// ../shared/reference/seed-trimkv-and-baselines.md (R-KV harness, run_math.py).
+// Data and prompts: docs/benchmarks.md#math; R-KV's template: Zefan-Cai/R-KV run_math.py
+// (R-KV, arXiv 2505.24133), as TRIM-KV's math runs use it (docs/benchmarks.md#math).
 #include <algorithm>
 
 #include "engine/util/error.h"

@@ -1,6 +1,6 @@
 // The math prompt templates (AIME, GSM8K, MATH-500), selectable with the task option
-// `template=r1|qwen|rkv|file:PATH`. Sources: ../shared/reference/datasets-graders.md §1d, §3d;
-// R-KV: ../shared/reference/seed-trimkv-and-baselines.md §3 (run_math.py).
+// `template=r1|qwen|rkv|file:PATH`. Sources: docs/benchmarks.md#math;
+// R-KV: Zefan-Cai/R-KV run_math.py (arXiv 2505.24133).
 #pragma once
 
 #include <string>

@@ -3,11 +3,11 @@
 // --use_chat_template): turn 1 = multiturn_templates[task] with the context; each later turn =
 // the previous turn's GOLD answer as an assistant message (str() of the stored answer), then
 // the user message from multiturn_follow_up_templates_in_chat_tempate.
-// ../shared/reference/datasets-graders.md §8. Data: <data-dir>/scbench/scbench_<task>.jsonl.
+// docs/benchmarks.md#scbench. Data: <data-dir>/scbench/scbench_<task>.jsonl.
 //
 // References: choice_eng → [answer text, option letter]; a stored list → its items; a string →
 // one reference (the correct reading of the label; the reference scorer iterates over the
-// string's characters, see the note's "data-type caution"); an int → its decimal text. The raw
+// string's characters, see docs/benchmarks.md#scbench); an int → its decimal text. The raw
 // label is kept in Turn::meta["label"] so a grader can replicate either behaviour.
 //
 // Quirk kept from the reference: for scbench_mf in chat-template mode, every follow-up's

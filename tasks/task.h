@@ -1,6 +1,6 @@
 // Tasks: a benchmark's examples turned into exactly the prompts the papers used, plus what the
 // harness needs to generate and grade them (references, generation limits, stop strings and the
-// grader name). Sources, schemas and prompt templates: ../shared/reference/datasets-graders.md.
+// grader name). Sources, schemas and prompt templates: docs/benchmarks.md.
 //
 // Flow: make_task("gsm8k:template=rkv") → Task::load(ctx, sink) streams Examples. Task names:
 //   aime24, aime25, gsm8k, math500,

@@ -1,6 +1,6 @@
 // kvb::KVCache — a paged KV cache in which every (sequence, layer, kv_head) owns its own list of
 // pages and its own length, so that eviction policies may keep different tokens, and different
-// numbers of tokens, per head ("ragged heads"; ../shared/DESIGN.md, Engine / KV cache).
+// numbers of tokens, per head ("ragged heads"; docs/architecture.md#kv-cache).
 //
 // A page holds `page_size` token slots of ONE (sequence, layer, kv_head):
 //   K      [page_size, D] f32   keys after RoPE

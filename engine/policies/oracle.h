@@ -1,9 +1,9 @@
 // `oracle`: ForesightKV's Golden Eviction (future attention) as a two-pass, teacher-forced policy —
 // the upper bound every learned policy is compared with.
 //
-// Source: ../shared/reference/seed-foresightkv.md §1.4 (Eq. 3–5, and the 0-indexed spec of
-// supervised_training/train.py::reduce_attention_scores / collect_eviction_schedule) and §5.3
-// ("Oracle (Golden) policy for an evaluation harness: exact recipe").
+// Source: ForesightKV (arXiv 2602.03203) §3.2, Eq. 3–5 (App. A), and the 0-indexed code of
+// RUCAIBox/ForesightKV supervised_training/train.py::reduce_attention_scores /
+// collect_eviction_schedule; see docs/policies.md#oracle--foresightkvs-golden-eviction.
 //
 // Two passes over a fixed token trace w = prompt + continuation (T tokens, prompt P tokens):
 //   pass 1  the continuation: generated with the full cache (kvbench fidelity: the full-cache

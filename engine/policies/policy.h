@@ -1,5 +1,7 @@
-// kvb::Policy — the KV-cache policy interface (../shared/DESIGN.md, Engine / Policy and Budget
-// semantics). A policy decides, per (layer, kv_head) of one sequence, which cached tokens to keep.
+// kvb::Policy — the KV-cache policy interface
+// (docs/architecture.md#policies-and-the-policy-driver and #budget-buffer-window-sinks;
+// docs/policies.md).
+// A policy decides, per (layer, kv_head) of one sequence, which cached tokens to keep.
 // The engine calls it after every forward step (a prefill chunk or a decode step) of every layer,
 // once the new tokens' K/V are in the cache and their attention has been computed; the policy
 // reads the signals it declared in PolicyNeeds and may request a keep-set per head, which the
