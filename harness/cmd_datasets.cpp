@@ -164,7 +164,7 @@ void register_datasets(CLI::App& app) {
   auto* c = app.add_subcommand("datasets", "Benchmark data: list the registry, fetch files, verify hashes");
   c->require_subcommand(1);
   auto add_dirs = [a](CLI::App* s) {
-    s->add_option("--data-dir", a->data_dirs, "local data mirror laid out like ../shared/datasets (also $KVB_DATA_DIR)");
+    s->add_option("--data-dir", a->data_dirs, "local data mirror laid out as docs/benchmarks.md describes (also $KVB_DATA_DIR)");
   };
   auto* l = c->add_subcommand("list", "every registered file: source, size, sha256, local copy");
   add_dirs(l);

@@ -822,7 +822,7 @@ void register_run(CLI::App& app) {
   c->add_option("--run-name", a->run_name, "A label for this run (for compare/report)");
   c->add_option("--limit", a->limit, "First K examples of each task")->check(kvb::cli::non_negative());
   c->add_option("--shard", a->shard, "This process's slice i/n of the grid (default: Slurm/Open MPI rank or 0/1)");
-  c->add_option("--data-dir", a->data_dirs, "Local dataset mirror laid out like ../shared/datasets (repeatable)");
+  c->add_option("--data-dir", a->data_dirs, "Local dataset mirror laid out as docs/benchmarks.md describes (repeatable)");
   c->add_option("--on-bad-example", a->on_bad, "skip or fail on a malformed dataset record");
   c->add_option("--batch", a->batch, "Sequences decoded together")->check(kvb::cli::positive());
   c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());
