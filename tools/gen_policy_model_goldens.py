@@ -58,20 +58,11 @@ torch.set_grad_enabled(False)
 
 
 def load_kvpress():
-    """Import kvpress.presses.* without running kvpress/__init__.py (which pulls optional deps)."""
-    spec = importlib.util.find_spec("kvpress")
-    if spec is None:
-        sys.exit("kvpress is not installed: pip install kvpress==0.5.5 cachetools")
-    pkg = types.ModuleType("kvpress")
-    pkg.__path__ = list(spec.submodule_search_locations)
-    sys.modules["kvpress"] = pkg
-    from kvpress.presses.keydiff_press import KeyDiffPress
-    from kvpress.presses.pyramidkv_press import PyramidKVPress
-    from kvpress.presses.snapkv_press import SnapKVPress
-    from kvpress.presses.streaming_llm_press import StreamingLLMPress
-    from kvpress.utils import compute_n_kept
-    return dict(KeyDiffPress=KeyDiffPress, PyramidKVPress=PyramidKVPress, SnapKVPress=SnapKVPress,
-                StreamingLLMPress=StreamingLLMPress, compute_n_kept=compute_n_kept)
+    """kvpress's presses, imported as tools/gen_policy_goldens.py does (without kvpress/__init__.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gen_policy_goldens import load_kvpress as load
+    kp = load()
+    return {(k + "Press" if k != "compute_n_kept" else k): v for k, v in kp.items()}
 
 
 def cases_for(kp, L):
