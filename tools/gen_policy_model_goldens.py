@@ -38,7 +38,6 @@ Ties. The press scores are captured too; a prompt is re-drawn unless, for every 
 layer and kv head, the last kept and the first evicted score differ by more than 1e-4 relative
 (window tokens excluded), so that float summation order cannot flip the selection.
 """
-import importlib.util
 import json
 import math
 import os
