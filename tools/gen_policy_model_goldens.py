@@ -42,7 +42,6 @@ import json
 import math
 import os
 import sys
-import types
 
 import torch
 import transformers
