@@ -1,8 +1,12 @@
-// `kvbench compare --db FILE --baseline RUN --candidate RUN [--alpha A] [--min-drop POINTS] [--config FILE]`:
-// a paired test per cell on the work items both runs share (results/compare.h). Prints a table;
-// exits 1 when any cell regresses significantly, 0 otherwise (2 on bad input).
+// `kvbench compare --db FILE --baseline RUN --candidate RUN [--alpha A] [--min-drop POINTS] [--config FILE]
+// [--missing-baseline-ok]`: a paired test per cell on the work items both runs share
+// (results/compare.h). Prints a table; exits 1 when any cell regresses significantly, 0 otherwise
+// (2 on bad input). With --missing-baseline-ok a baseline that cannot be resolved while the
+// store holds no finished run besides the candidate (a nightly's first night) prints a note and
+// exits 0.
 #include <fmt/format.h>
 
+#include "engine/util/error.h"
 #include "harness/commands.h"
 #include "harness/run_support.h"
 #include "results/compare.h"
@@ -15,6 +19,7 @@ void register_compare(CLI::App& app) {
   struct Opts {
     std::string db, baseline, candidate, config;
     double alpha = 0.05, min_drop = 0.0;
+    bool missing_baseline_ok = false;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("--db", o->db, "results database holding both runs")->required();
@@ -25,6 +30,8 @@ void register_compare(CLI::App& app) {
   cmd->add_option("--config", o->config,
                   "A YAML file such as ci/nightly.yaml: its thresholds (alpha, min_drop_points) fill the options "
                   "not given on the command line");
+  cmd->add_flag("--missing-baseline-ok", o->missing_baseline_ok,
+                "Exit 0 with a note when the store holds no finished run besides the candidate (a nightly's first night)");
   cmd->callback([o, cmd] {
     if (!o->config.empty()) {
       const RunConfigFile f = load_run_config(o->config);
@@ -32,7 +39,18 @@ void register_compare(CLI::App& app) {
       if (f.min_drop_points && cmd->get_option("--min-drop")->count() == 0) o->min_drop = *f.min_drop_points;
     }
     results::Store store(o->db, results::Store::Mode::kReadOnly);
-    int64_t b = store.resolve_run(o->baseline), c = store.resolve_run(o->candidate);
+    const int64_t c = store.resolve_run(o->candidate);
+    int64_t b = 0;
+    try {
+      b = store.resolve_run(o->baseline);
+    } catch (const kvb::Error& e) {
+      // Only when there is nothing to compare with: a wrong name next to other runs stays an error.
+      int others = 0;
+      for (const auto& r : store.runs()) others += r.run_id != c && !r.finished_at.empty();
+      if (!o->missing_baseline_ok || e.kind() != kvb::ErrorKind::kInput || others > 0) throw;
+      std::fprintf(stderr, "kvbench: note: no baseline run to compare with (%s); nothing compared\n", e.what());
+      return;
+    }
     results::CompareOptions opt;
     opt.alpha = o->alpha;
     opt.min_drop = o->min_drop;

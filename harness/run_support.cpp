@@ -58,9 +58,10 @@ void apply_run_section(RunConfigFile& c, const nlohmann::json& run, const std::s
     else if (k == "max_new_tokens") c.max_new_tokens = static_cast<int>(get_int(v, w, 1));
     else if (k == "seed") c.seed = static_cast<uint64_t>(get_int(v, w, 0));
     else if (k == "backend") c.backend = get_string(v, w);
+    else if (k == "suite") c.suite = get_string(v, w);
     else
-      fail("{}: unknown key (known: models, policies, budgets, samples, limit, temperature, top_p, top_k, "
-           "min_p, max_new_tokens, seed, backend)", w);
+      fail("{}: unknown key (known: suite, models, policies, budgets, samples, limit, temperature, top_p, "
+           "top_k, min_p, max_new_tokens, seed, backend)", w);
   }
 }
 

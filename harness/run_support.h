@@ -30,9 +30,10 @@ struct RunConfigFile {
   std::optional<double> alpha, min_drop_points;  ///< `thresholds` (for `kvbench compare`)
 };
 
-/// Reads `path` (YAML): top-level `suite`, `data_dir`/`data_dirs`, `db`, a `run` mapping (models,
-/// policies, budgets, samples, limit, temperature, top_p, top_k, min_p, max_new_tokens, seed,
-/// backend) and `thresholds` (alpha, min_drop_points). With `profile` (e.g. "gpu_run") the keys
+/// Reads `path` (YAML): top-level `suite`, `data_dir`/`data_dirs`, `db`, a `run` mapping (suite,
+/// models, policies, budgets, samples, limit, temperature, top_p, top_k, min_p, max_new_tokens,
+/// seed, backend; its `suite` wins over the top-level one) and `thresholds` (alpha,
+/// min_drop_points). With `profile` (e.g. "gpu_run") the keys
 /// of that top-level mapping override those of `run` (as ci/nightly.yaml's gpu_run does). Other
 /// top-level mappings (report, gpu_run, ...) are allowed and ignored. Throws kvb::Error naming
 /// the file and the key for a missing file, an unknown top-level scalar key, an unknown key

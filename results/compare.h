@@ -7,6 +7,15 @@
 // binary sample per example this is the exact McNemar test); a cell regresses when the mean
 // difference is negative, p < alpha, and the drop is at least min_drop percentage points. A
 // seeded paired bootstrap 95% CI of the mean difference (over examples) is shown for size.
+//
+// Cells are matched by (model, task, policy label, budget) and samples by work-item key. A cell
+// whose policy parameters changed between the runs (an edited nightly config, or a default
+// changed in the code) has a new label and shares no work item with its old self; when exactly
+// one unmatched baseline cell and one unmatched candidate cell have the same model revision,
+// task, policy name and budget, they are compared anyway, their samples paired by (model
+// revision, task, example id, prompt sha256, sample index, seed, sampling parameters) — same
+// prompt, same seed — and the row records the baseline's label (CompareRow::baseline_label).
+// Other unmatched cells are listed as skipped.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +39,9 @@ struct CompareOptions {
 struct CompareRow {
   std::string model_id, task, policy_label;
   int64_t budget = 0;
+  /// The baseline cell's policy label when it differs from `policy_label` (parameters changed
+  /// between the runs; samples paired by prompt and seed instead of work-item key), else empty.
+  std::string baseline_label;
   int shared_samples = 0;      ///< work items graded in both runs
   int examples = 0;            ///< examples with at least one shared sample
   double baseline = 0;         ///< mean score over the shared samples' examples (baseline)
@@ -45,15 +57,20 @@ struct CompareResult {
   std::vector<CompareRow> rows;
   int baseline_only_cells = 0;   ///< cells of the baseline with no shared item in the candidate
   int candidate_only_cells = 0;
+  /// The skipped cells, "baseline|candidate: model task policy_label @budget", in cell order.
+  std::vector<std::string> skipped;
   bool any_regression = false;
 };
 
-/// Compares runs `baseline` and `candidate` of `store`, cell by cell. Throws kvb::Error when the
-/// runs share no graded work item.
+/// Compares runs `baseline` and `candidate` of `store`, cell by cell (see the file comment for
+/// how cells and samples are matched). Throws kvb::Error when no cell could be compared, or
+/// for alpha outside (0, 1) or a negative min_drop.
 CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate,
                            const CompareOptions& opt = {});
 
-/// A fixed-width text table of the result (one line per cell, then a summary line).
+/// A fixed-width text table of the result: one line per cell (model shown by display name, see
+/// results/report.h display_model_names; a cell with changed parameters as "new (was old)"), a
+/// summary line, then one line per skipped cell.
 std::string format_compare_table(const CompareResult& r, const CompareOptions& opt);
 
 }  // namespace kvb::results

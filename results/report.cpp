@@ -278,6 +278,67 @@ std::string cells_csv(const std::vector<Cell>& cells) {
   return o;
 }
 
+std::map<std::string, std::string> display_model_names(const std::set<std::string>& ids) {
+  auto is_path = [](const std::string& id) {
+    if (id.empty()) return false;
+    if (id[0] == '/' || id[0] == '.' || id[0] == '~') return true;
+    if (id.size() > 5 && id.compare(id.size() - 5, 5, ".gguf") == 0) return true;
+    return std::count(id.begin(), id.end(), '/') > 1;
+  };
+  // Path components, last first, without empty and "." parts.
+  auto parts = [](const std::string& id) {
+    std::vector<std::string> out;
+    size_t end = id.size();
+    while (end > 0) {
+      size_t b = id.rfind('/', end - 1);
+      size_t start = b == std::string::npos ? 0 : b + 1;
+      std::string part = id.substr(start, end - start);
+      if (!part.empty() && part != ".") out.push_back(part);
+      if (b == std::string::npos) break;
+      end = b;
+    }
+    return out;
+  };
+  std::map<std::string, std::string> out;
+  std::map<std::string, std::vector<std::string>> comps;
+  for (const auto& id : ids) {
+    if (is_path(id) && !parts(id).empty()) comps[id] = parts(id);
+    else out[id] = id;
+  }
+  // Grow each path's suffix until no other id (path or not) shows the same name.
+  std::map<std::string, size_t> depth;
+  for (const auto& [id, c] : comps) depth[id] = 1;
+  auto name_of = [&](const std::string& id) {
+    const auto& c = comps[id];
+    std::string n;
+    for (size_t i = std::min(depth[id], c.size()); i-- > 0;) n += (n.empty() ? "" : "/") + c[i];
+    return n;
+  };
+  for (bool clash = true; clash;) {
+    clash = false;
+    std::map<std::string, std::vector<std::string>> by_name;
+    for (const auto& [id, c] : comps) by_name[name_of(id)].push_back(id);
+    for (const auto& [id, n] : out) by_name[n];  // plain ids keep their names
+    for (auto& [n, v] : by_name) {
+      bool taken = v.size() > 1 || std::any_of(out.begin(), out.end(), [&](const auto& o) { return o.second == n; });
+      if (!taken) continue;
+      for (const auto& id : v)
+        if (depth[id] < comps[id].size()) {
+          ++depth[id];
+          clash = true;
+        }
+    }
+  }
+  for (const auto& [id, c] : comps) {
+    std::string n = name_of(id);
+    // Still equal to another name after using every component: show the id itself.
+    bool dup = std::count_if(comps.begin(), comps.end(), [&](const auto& o) { return name_of(o.first) == n; }) > 1 ||
+               std::any_of(out.begin(), out.end(), [&](const auto& o) { return o.second == n; });
+    out[id] = dup ? id : n;
+  }
+  return out;
+}
+
 ReportFiles write_report(Store& store, const ReportOptions& opt) {
   if (opt.out_dir.empty()) fail("report: --out DIR is required");
   std::error_code ec;
@@ -296,6 +357,10 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
   // Group cells by (model, task).
   std::map<std::pair<std::string, std::string>, std::vector<const Cell*>> groups;
   for (const auto& c : cells) groups[{c.key.model_id, c.key.task}].push_back(&c);
+  std::set<std::string> model_ids;
+  for (const auto& c : cells) model_ids.insert(c.key.model_id);
+  for (const auto& r : store.query("SELECT DISTINCT model_id FROM run_models")) model_ids.insert(r[0]);
+  const auto model_name = display_model_names(model_ids);
 
   std::string html = fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{0}</title>\n"
@@ -310,29 +375,33 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
 
   // Provenance.
   html += "<h2>Runs</h2>\n<table><tr><th>id</th><th class=l>name</th><th class=l>kvbench</th>"
-          "<th class=l>git</th><th class=l>host</th><th class=l>backend / device</th>"
+          "<th class=l>git</th><th class=l>machine (host: device)</th><th class=l>backend</th>"
           "<th class=l>started</th><th class=l>finished</th><th class=l>models (revision, weights sha256)</th>"
           "<th class=l>datasets (sha256)</th></tr>\n";
-  md += "## Runs\n\n| id | name | kvbench | git | host | backend / device | started | finished |\n"
-        "|---|---|---|---|---|---|---|---|\n";
+  md += "## Runs\n\n| id | name | kvbench | git | machine (host: device) | backend | started | finished | models |\n"
+        "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : all_runs) {
     if (!used_runs.count(r.run_id)) continue;
-    std::string models, datasets;
+    std::string models, md_models, datasets;
     for (const auto& m : store.query(fmt::format(
-             "SELECT model_id, revision, weights_sha256 FROM run_models WHERE run_id={} ORDER BY 1", r.run_id)))
-      models += esc(m[0]) + " (" + esc(m[1]) + ", <code>" + esc(m[2].substr(0, 12)) + "</code>)<br>";
+             "SELECT model_id, revision, weights_sha256 FROM run_models WHERE run_id={} ORDER BY 1", r.run_id))) {
+      models += "<span title=\"" + esc(m[0]) + "\">" + esc(model_name.at(m[0])) + "</span> (<code>" +
+                esc(m[1].substr(0, 12)) + "</code>, <code>" + esc(m[2].substr(0, 12)) + "</code>)<br>";
+      md_models += (md_models.empty() ? "" : ", ") + md_esc(model_name.at(m[0]));
+    }
     for (const auto& d : store.query(fmt::format(
              "SELECT task, sha256 FROM run_datasets WHERE run_id={} ORDER BY 1", r.run_id)))
       datasets += esc(d[0]) + " <code>" + esc(d[1].substr(0, 12)) + "</code><br>";
     html += fmt::format("<tr><td>{}</td><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td>"
-                        "<td class=l>{}</td><td class=l>{} / {}</td><td class=l>{}</td>"
+                        "<td class=l>{}: {}</td><td class=l>{}</td><td class=l>{}</td>"
                         "<td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>\n",
                         r.run_id, esc(r.name), esc(r.kvbench_version), esc(r.git_sha), esc(r.host),
-                        esc(r.backend), esc(r.device), esc(r.started_at),
+                        esc(r.device), esc(r.backend), esc(r.started_at),
                         r.finished_at.empty() ? "(unfinished)" : esc(r.finished_at), models, datasets);
-    md += fmt::format("| {} | {} | {} | {} | {} | {} / {} | {} | {} |\n", r.run_id, md_esc(r.name),
-                      md_esc(r.kvbench_version), md_esc(r.git_sha), md_esc(r.host), md_esc(r.backend),
-                      md_esc(r.device), r.started_at, r.finished_at.empty() ? "(unfinished)" : r.finished_at);
+    md += fmt::format("| {} | {} | {} | {} | {}: {} | {} | {} | {} | {} |\n", r.run_id, md_esc(r.name),
+                      md_esc(r.kvbench_version), md_esc(r.git_sha), md_esc(r.host), md_esc(r.device),
+                      md_esc(r.backend), r.started_at, r.finished_at.empty() ? "(unfinished)" : r.finished_at,
+                      md_models);
   }
   html += "</table>\n";
   md += "\n";
@@ -416,7 +485,8 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
       return render_svg(ch);
     };
 
-    html += fmt::format("<h2>{} &mdash; {}</h2>\n<div class=legend>", esc(model), esc(task));
+    html += fmt::format("<h2 title=\"{}\">{} &mdash; {}</h2>\n<div class=legend>", esc(model),
+                        esc(model_name.at(model)), esc(task));
     for (const auto& name : order)
       html += fmt::format("<span><i class=sw style=\"background:{}\"></i>{}</span>", color[name], esc(name));
     html += "<span>&#9711; Pareto frontier</span><span>- - full cache (band: 95% CI)</span></div>\n"
@@ -437,7 +507,7 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
     md += fmt::format("## {} — {}\n\n| policy | budget | n | pass@1 % | 95% CI | Δ vs full (pts) | paired 95% CI "
                       "| pass@k % | maj@k % | tok/s | KV peak | Pareto |\n"
                       "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|\n",
-                      md_esc(model), md_esc(task));
+                      md_esc(model_name.at(model)), md_esc(task));
     for (const auto& name : order) {
       auto cs = by_series[name];
       std::sort(cs.begin(), cs.end(), [](auto* a, auto* b) { return a->key.budget < b->key.budget; });

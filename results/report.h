@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +43,14 @@ ReportFiles write_report(Store& store, const ReportOptions& opt);
 /// least as good in both and strictly better in one. Returned in increasing x.
 std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& pts,
                                  bool x_lower_better);
+
+/// Names to show for model ids (work_items.model_id is what the user passed to --model): an id
+/// that is not a path — a built-in name such as `smollm2-135m-instruct` or a Hugging Face repo id
+/// `owner/name` — is shown as it is; a path (absolute, starting with `.` or `~`, with more than
+/// one `/`, or ending in `.gguf`) by its file or directory name, with as many parent folders as it
+/// takes to tell the paths of `ids` apart (`a/model` and `b/model` stay `a/model`, `b/model`).
+/// The full id stays in cells.csv and in the HTML's tooltips. Returns a name for every id.
+std::map<std::string, std::string> display_model_names(const std::set<std::string>& ids);
 
 /// cells.csv content: a header row then one row per cell (RFC 4180 quoting).
 std::string cells_csv(const std::vector<Cell>& cells);

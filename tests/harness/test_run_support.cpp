@@ -35,31 +35,35 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(RunConfig, NightlyYamlRunSectionProfileAndThresholds) {
   const std::string path = std::string(KVB_SOURCE_DIR) + "/ci/nightly.yaml";
-  auto c = load_run_config(path);
-  EXPECT_EQ(c.suite.value_or(""), "math");
+  auto c = load_run_config(path);  // the CPU profile (ci/README.md)
+  EXPECT_EQ(c.suite.value_or(""), "ci/nightly-suite.yaml");
   EXPECT_EQ(c.db.value_or(""), "nightly.db");
-  EXPECT_EQ(c.data_dirs, std::vector<std::string>{"../shared/datasets"});
-  EXPECT_EQ(c.models, std::vector<std::string>{"../shared/models/stories260K-hf"});
-  EXPECT_EQ(c.policies, (std::vector<std::string>{"full", "snapkv", "rkv", "trimkv"}));
-  EXPECT_EQ(c.budgets, (std::vector<int64_t>{64, 128}));
-  EXPECT_EQ(c.samples.value_or(0), 2);
-  EXPECT_EQ(c.limit.value_or(0), 20u);
-  EXPECT_DOUBLE_EQ(c.temperature.value_or(0), 0.7);
-  EXPECT_DOUBLE_EQ(c.top_p.value_or(0), 0.95);
-  EXPECT_EQ(c.max_new_tokens.value_or(0), 128);
+  EXPECT_EQ(c.data_dirs, (std::vector<std::string>{"nightly-data", "../shared/datasets"}));
+  EXPECT_EQ(c.models, std::vector<std::string>{"smollm2-135m-instruct"});
+  EXPECT_EQ(c.policies, (std::vector<std::string>{"full", "snapkv", "rkv", "streamingllm"}));
+  EXPECT_EQ(c.budgets, (std::vector<int64_t>{32, 48}));
+  EXPECT_FALSE(c.samples.has_value());  // per task, from the suite file
+  EXPECT_FALSE(c.limit.has_value());
+  EXPECT_FALSE(c.max_new_tokens.has_value());
+  EXPECT_DOUBLE_EQ(c.temperature.value_or(-1), 0.0);  // greedy
+  EXPECT_FALSE(c.top_p.has_value());
   EXPECT_EQ(c.seed.value_or(0), 1234u);
   EXPECT_EQ(c.backend.value_or(""), "cpu");
   EXPECT_DOUBLE_EQ(c.alpha.value_or(0), 0.05);
   EXPECT_DOUBLE_EQ(c.min_drop_points.value_or(0), 2.0);
 
   auto g = load_run_config(path, "gpu_run");  // gpu_run overrides run key by key
+  EXPECT_EQ(g.suite.value_or(""), "math");
   EXPECT_EQ(g.models, std::vector<std::string>{"Qwen/Qwen3-4B"});
+  EXPECT_EQ(g.policies, (std::vector<std::string>{"full", "snapkv", "rkv", "trimkv"}));
   EXPECT_EQ(g.budgets, (std::vector<int64_t>{512, 1024, 2048}));
   EXPECT_EQ(g.samples.value_or(0), 8);
   EXPECT_EQ(g.limit.value_or(0), 100u);
+  EXPECT_EQ(g.max_new_tokens.value_or(0), 128);
   EXPECT_EQ(g.backend.value_or(""), "cuda");
-  EXPECT_EQ(g.policies, c.policies);  // not in gpu_run: kept from run
-  EXPECT_EQ(g.max_new_tokens, c.max_new_tokens);
+  EXPECT_DOUBLE_EQ(g.temperature.value_or(0), 0.7);
+  EXPECT_DOUBLE_EQ(g.top_p.value_or(0), 0.95);
+  EXPECT_EQ(g.seed, c.seed);  // not in gpu_run: kept from run
 }
 
 TEST(RunConfig, ScalarsAsListsAndDataDirsList) {

@@ -102,6 +102,55 @@ TEST_F(CompareFixture, NoSharedItemsIsAnError) {
   EXPECT_THROW(compare_runs(store, base, cand), kvb::Error);
 }
 
+// A policy whose parameters changed between the runs (an edited config, or a changed default)
+// has a new label and no shared work item; compare pairs it with the baseline cell of the same
+// policy name and budget by prompt and seed, and names both labels.
+TEST_F(CompareFixture, ChangedPolicyParametersArePairedByPromptAndSeed) {
+  auto g = small_grid(12, 1);
+  g.policies[1].params = {{"window", 1}};  // snapkv{"window":8} -> snapkv{"window":1}
+  auto changed = expand_grid(g);
+  int64_t cand = scored_run(store, changed, "window1", [](const WorkItem& it) {
+    return it.policy == "snapkv" && it.budget == 64 && example_no(it) < 8 ? 0.0 : 1.0;
+  });
+  auto r = compare_runs(store, base, cand);
+  ASSERT_EQ(r.rows.size(), 5u);
+  EXPECT_EQ(r.baseline_only_cells, 0);
+  EXPECT_EQ(r.candidate_only_cells, 0);
+  EXPECT_TRUE(r.any_regression);
+  int flagged = 0;
+  for (const auto& row : r.rows) {
+    if (row.policy_label.rfind("snapkv", 0) != 0) {
+      EXPECT_TRUE(row.baseline_label.empty());
+      continue;
+    }
+    EXPECT_EQ(row.policy_label, "snapkv{\"window\":1}");
+    EXPECT_EQ(row.baseline_label, "snapkv{\"window\":8}");
+    EXPECT_EQ(row.shared_samples, 12);
+    if (row.regression) {
+      ++flagged;
+      EXPECT_EQ(row.budget, 64);
+      EXPECT_EQ(row.worse, 8);
+      EXPECT_NEAR(row.p_value, 2.0 / 256, 1e-12);
+    }
+  }
+  EXPECT_EQ(flagged, 1);
+  const std::string table = format_compare_table(r, {});
+  EXPECT_NE(table.find("snapkv{\"window\":1} (was snapkv{\"window\":8})"), std::string::npos) << table;
+
+  // Two candidate specs of snapkv at once: which one replaced the baseline's is ambiguous, so
+  // neither is compared; both are listed as skipped.
+  g.policies.push_back({"snapkv", {{"window", 2}}, true, ""});
+  auto two = expand_grid(g);
+  int64_t amb = scored_run(store, two, "two-snapkvs", [](const WorkItem&) { return 1.0; });
+  auto a = compare_runs(store, base, amb);
+  EXPECT_EQ(a.rows.size(), 3u);  // full, rkv@64, rkv@128
+  EXPECT_EQ(a.baseline_only_cells, 2);
+  EXPECT_EQ(a.candidate_only_cells, 4);
+  const std::string t = format_compare_table(a, {});
+  EXPECT_NE(t.find("skipped baseline: stories260K math snapkv{\"window\":8} @64"), std::string::npos) << t;
+  EXPECT_NE(t.find("skipped candidate: stories260K math snapkv{\"window\":2} @128"), std::string::npos) << t;
+}
+
 static int run_cli(const std::string& args, std::string* out = nullptr) {
   std::string cmd = std::string(KVB_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
@@ -127,4 +176,16 @@ TEST_F(CompareFixture, CliExitCodes) {
   EXPECT_EQ(run_cli("compare --db " + path + " --baseline base --candidate drop --min-drop 80", &out), 0) << out;
   EXPECT_EQ(run_cli("compare --db " + path + " --baseline base --candidate nosuchrun", &out), 2) << out;
   EXPECT_NE(out.find("nosuchrun"), std::string::npos) << out;
+  // --missing-baseline-ok forgives a missing baseline only when nothing else is stored.
+  EXPECT_EQ(run_cli("compare --db " + path + " --baseline nosuchrun --candidate drop --missing-baseline-ok", &out), 2)
+      << out;
+  const std::string first = temp_db("compare_first_night");
+  {
+    Store one(first);
+    scored_run(one, items, "night-1", [](const WorkItem&) { return 1.0; });
+  }
+  EXPECT_EQ(run_cli("compare --db " + first + " --baseline previous --candidate latest", &out), 2) << out;
+  EXPECT_EQ(run_cli("compare --db " + first + " --baseline previous --candidate latest --missing-baseline-ok", &out), 0)
+      << out;
+  EXPECT_NE(out.find("no baseline run to compare with"), std::string::npos) << out;
 }

@@ -74,6 +74,57 @@ TEST(Report, WritesSelfContainedHtmlMarkdownAndCsv) {
   EXPECT_THROW(write_report(s, opt), kvb::Error);
 }
 
+TEST(ReportModels, DisplayNamesAreIdsOrFileNamesNotPaths) {
+  auto n = display_model_names({"smollm2-135m-instruct", "Qwen/Qwen3-4B", "/work/shared/models/stories260K-hf/",
+                                "../shared/models/tiny.gguf", "models/x.gguf", "./ckpt"});
+  EXPECT_EQ(n.at("smollm2-135m-instruct"), "smollm2-135m-instruct");  // built-in name
+  EXPECT_EQ(n.at("Qwen/Qwen3-4B"), "Qwen/Qwen3-4B");                  // Hub repo id
+  EXPECT_EQ(n.at("/work/shared/models/stories260K-hf/"), "stories260K-hf");
+  EXPECT_EQ(n.at("../shared/models/tiny.gguf"), "tiny.gguf");
+  EXPECT_EQ(n.at("models/x.gguf"), "x.gguf");
+  EXPECT_EQ(n.at("./ckpt"), "ckpt");
+  // Paths with the same last component keep as many parent folders as tell them apart; a path
+  // whose name equals another id's keeps its parent too.
+  auto m = display_model_names({"/a/run1/model", "/a/run2/model", "/b/c/smollm2-135m-instruct", "smollm2-135m-instruct"});
+  EXPECT_EQ(m.at("/a/run1/model"), "run1/model");
+  EXPECT_EQ(m.at("/a/run2/model"), "run2/model");
+  EXPECT_EQ(m.at("/b/c/smollm2-135m-instruct"), "c/smollm2-135m-instruct");
+  EXPECT_EQ(m.at("smollm2-135m-instruct"), "smollm2-135m-instruct");
+  auto same = display_model_names({"/x/m", "x/m/"});  // every component equal: the ids themselves
+  EXPECT_EQ(same.at("/x/m"), "/x/m");
+  EXPECT_EQ(same.at("x/m/"), "x/m/");
+}
+
+TEST(ReportModels, HeadingsAndRunTableShowModelNameMachineAndBackend) {
+  auto p = temp_db("report_models");
+  Store s(p);
+  auto g = small_grid(3, 1);
+  g.models = {{"/home/ci/.cache/kvbench/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "rev-abc"}};
+  auto info = run_info("nightly-1");
+  info.host = "runner-7";
+  info.device = "AMD EPYC 7763 64-Core Processor";
+  info.models = {{g.models[0].id, "rev-abc", std::string(64, 'a')}};
+  info.run_key = default_run_key(info);
+  fill(s, expand_grid(g), info);
+  ReportOptions opt;
+  opt.out_dir = out_dir("models");
+  opt.cells.resamples = 100;
+  auto files = write_report(s, opt);
+  std::string html = slurp(files.html), md = slurp(files.markdown);
+  EXPECT_NE(md.find("## SmolLM2-135M-Instruct.Q4_1.gguf — math"), std::string::npos) << md;
+  EXPECT_EQ(md.find("/home/ci"), std::string::npos) << md;
+  EXPECT_NE(md.find("| machine (host: device) | backend |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| runner-7: AMD EPYC 7763 64-Core Processor | cpu |"), std::string::npos) << md;
+  EXPECT_NE(html.find("<h2 title=\"/home/ci/.cache/kvbench/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf\">"
+                      "SmolLM2-135M-Instruct.Q4_1.gguf &mdash; math</h2>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<td class=l>runner-7: AMD EPYC 7763 64-Core Processor</td><td class=l>cpu</td>"),
+            std::string::npos);
+  // cells.csv keeps the id as stored (data, not a heading).
+  EXPECT_NE(slurp(files.csv).find("/home/ci/.cache/kvbench/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+            std::string::npos);
+}
+
 static int run_cmd(const std::string& cmd, std::string* out = nullptr) {
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   std::string text;

@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
+
+#include <regex>
 #include <nlohmann/json.hpp>
 
 #include "datasets/registry.h"
@@ -235,6 +237,40 @@ TEST(TaskRegistry, SmokeTaskIsBuiltInAndGradedByMath) {
   EXPECT_EQ(ex[0].grader, "math");
   EXPECT_EQ(ex[0].references, std::vector<std::string>{"56"});
   EXPECT_NE(ex[5].messages[0].content.find("Passage:"), std::string::npos);
+}
+
+// smoke:extra=N: the 8 written problems, then N generated ones whose answers follow from their
+// own text, pinned (nightly runs pair by prompt hash, so the generator must never change).
+TEST(TaskRegistry, SmokeExtraProblemsAreFixedAndCorrect) {
+  TaskContext ctx;
+  ctx.locate = [](const std::string& k) -> std::string { throw Error("smoke must not read files: " + k); };
+  auto ex = make_task("smoke:extra=56")->load_all(ctx);
+  ASSERT_EQ(ex.size(), 64u);
+  EXPECT_EQ(ex[0].references, std::vector<std::string>{"56"});  // the written ones first, unchanged
+  EXPECT_EQ(ex[8].id, "smoke/8");
+  EXPECT_EQ(ex[8].messages[0].content, "What is 49 plus 16?\nGive only the final answer as a number in \\boxed{}.");
+  EXPECT_EQ(ex[13].messages[0].content.substr(0, 59), "There are 8 bags with 7 cards in each bag. How many cards a");
+  int ops[3] = {0, 0, 0};
+  const std::regex number("\\d+");
+  for (size_t i = 8; i < ex.size(); ++i) {
+    const std::string q = ex[i].messages[0].content;
+    std::vector<long> nums;
+    for (std::sregex_iterator m(q.begin(), q.end(), number), e; m != e; ++m) nums.push_back(std::stol(m->str()));
+    ASSERT_GE(nums.size(), 2u) << q;
+    long want;
+    if (q.find(" plus ") != std::string::npos || q.find(" more.") != std::string::npos) want = nums[0] + nums[1], ops[0]++;
+    else if (q.find(" minus ") != std::string::npos || q.find("gave away") != std::string::npos) want = nums[0] - nums[1], ops[1]++;
+    else want = nums[0] * nums[1], ops[2]++;
+    EXPECT_EQ(ex[i].references, std::vector<std::string>{std::to_string(want)}) << q;
+    EXPECT_GT(want, 0) << q;
+  }
+  EXPECT_EQ(ops[0], 19);
+  EXPECT_EQ(ops[1], 19);
+  EXPECT_EQ(ops[2], 18);
+  EXPECT_EQ(make_task("smoke:extra=0")->load_all(ctx).size(), 8u);
+  EXPECT_THROW(make_task("smoke:extra=-1"), Error);
+  EXPECT_THROW(make_task("smoke:extra=ten"), Error);
+  EXPECT_THROW(make_task("smoke:color=red"), Error);
 }
 
 TEST(TaskRegistry, NamesCoverAllBenchmarks) {

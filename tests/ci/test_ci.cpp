@@ -1,0 +1,253 @@
+// ci/: the ready-to-use nightly workflows. The GitHub Actions and GitLab CI files parse as YAML
+// and have the parts ci/README.md promises (schedule, database cache per branch, run + compare +
+// report, artifacts, failing on compare's exit 1); every kvbench command line in them and in the
+// Slurm script names a command and options that `kvbench <command> --help` of the built binary
+// lists; and ci/slurm/nightly.sbatch runs end to end here with SLURM_ARRAY_TASK_ID and
+// SLURM_ARRAY_TASK_COUNT set: two shards, two nights, merge, compare, report.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "datasets/records.h"
+#include "results/store.h"
+#include "tests/engine/test_support.h"
+
+namespace fs = std::filesystem;
+using kvb::test::run_cli;
+using kvb::test::run_shell;
+
+namespace {
+
+const std::string kSrc = KVB_SOURCE_DIR;
+
+/// One kvbench invocation found in a shell text: the command words ("run", "datasets fetch")
+/// and the long options it passes.
+struct Invocation {
+  std::string command;
+  std::vector<std::string> options;
+  std::string line;
+};
+
+/// Every kvbench invocation in `shell` (a workflow step's script or a bash file): backslash
+/// continuations joined, each line cut at | ; && || > and parentheses, a segment is an
+/// invocation when its first word is kvbench, */kvbench, $KVBENCH or ${KVBENCH} (quoted or not).
+std::vector<Invocation> kvbench_invocations(std::string shell) {
+  shell = std::regex_replace(shell, std::regex("\\\\\n"), " ");
+  std::vector<Invocation> out;
+  std::istringstream lines(shell);
+  std::string line;
+  static const std::regex kSplit("\\|\\||&&|[|;>()]");
+  static const std::regex kBin("^\"?(\\$\\{?KVBENCH\\}?|([^ \"]*/)?kvbench)\"?$");
+  while (std::getline(lines, line)) {
+    if (auto h = line.find_first_not_of(" \t"); h != std::string::npos && line[h] == '#') continue;
+    for (std::sregex_token_iterator seg(line.begin(), line.end(), kSplit, -1), end; seg != end; ++seg) {
+      std::istringstream words(seg->str());
+      std::vector<std::string> w;
+      for (std::string x; words >> x;) w.push_back(x);
+      if (w.size() < 2 || !std::regex_match(w[0], kBin)) continue;
+      Invocation inv;
+      inv.command = w[1];
+      inv.line = line;
+      size_t i = 2;
+      if (inv.command == "datasets" && w.size() > 2 && w[2][0] != '-') inv.command += " " + w[i++];
+      for (; i < w.size(); ++i)
+        if (w[i].rfind("--", 0) == 0) inv.options.push_back(w[i].substr(0, w[i].find('=')));
+      out.push_back(inv);
+    }
+  }
+  return out;
+}
+
+/// Fails the test for each invocation whose command or option `kvbench ... --help` does not list.
+void expect_known(const std::vector<Invocation>& invs, const std::string& file) {
+  for (const auto& inv : invs) {
+    auto [rc, help] = run_cli(inv.command + " --help");
+    ASSERT_EQ(rc, 0) << file << ": `kvbench " << inv.command << "` is not a command: " << help << "\n" << inv.line;
+    for (const auto& o : inv.options) {
+      std::regex listed("(^|[\\s,])" + o + "([\\s,=]|$)");
+      EXPECT_TRUE(std::regex_search(help, listed))
+          << file << ": `kvbench " << inv.command << "` has no option " << o << "\n" << inv.line;
+    }
+  }
+}
+
+std::multiset<std::string> commands(const std::vector<Invocation>& invs) {
+  std::multiset<std::string> s;
+  for (const auto& i : invs) s.insert(i.command);
+  return s;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+void require_binary() {
+  ASSERT_EQ(access(KVB_BINARY, X_OK), 0) << "kvbench binary not built: " << KVB_BINARY;
+}
+
+}  // namespace
+
+TEST(CiWorkflows, InvocationScannerFindsCommandsAndOptions) {
+  auto invs = kvbench_invocations(
+      "# kvbench run --not-this\n"
+      "set +e; $KVBENCH compare --db \"$DB\" --baseline previous \\\n  --missing-baseline-ok | tee c.txt\n"
+      "./build/kvbench datasets fetch gsm8k --data-dir=d && \"${KVBENCH}\" report --out r\n"
+      "echo kvbench run --x\n");
+  ASSERT_EQ(invs.size(), 3u);
+  EXPECT_EQ(invs[0].command, "compare");
+  EXPECT_EQ(invs[0].options, (std::vector<std::string>{"--db", "--baseline", "--missing-baseline-ok"}));
+  EXPECT_EQ(invs[1].command, "datasets fetch");
+  EXPECT_EQ(invs[1].options, std::vector<std::string>{"--data-dir"});
+  EXPECT_EQ(invs[2].command, "report");
+}
+
+TEST(CiWorkflows, GitHubActionsNightly) {
+  require_binary();
+  const std::string file = kSrc + "/ci/github/nightly.yml";
+  const auto doc = kvb::datasets::load_yaml_file(file);
+  // Scheduled, one job, steps in the promised order.
+  ASSERT_TRUE(doc.contains("on")) << doc.dump();
+  const auto& cron = doc["on"]["schedule"][0]["cron"];
+  ASSERT_TRUE(cron.is_string());
+  EXPECT_TRUE(std::regex_match(cron.get<std::string>(), std::regex("(\\S+ ){4}\\S+")));
+  const auto& steps = doc["jobs"]["nightly"]["steps"];
+  ASSERT_TRUE(steps.is_array());
+  std::string all_shell;
+  int restore = -1, save = -1, run = -1, compare = -1, report = -1, upload = -1, fail = -1;
+  for (int i = 0; i < static_cast<int>(steps.size()); ++i) {
+    const auto& s = steps[i];
+    const std::string uses = s.value("uses", ""), script = s.value("run", ""), cond = s.value("if", "");
+    all_shell += script + "\n";
+    if (uses.rfind("actions/cache/restore@", 0) == 0) {
+      restore = i;
+      EXPECT_EQ(s["with"]["path"], "nightly.db");
+      EXPECT_TRUE(contains(s["with"]["key"].get<std::string>(), "${{ github.ref_name }}"));
+      EXPECT_TRUE(contains(s["with"]["restore-keys"].get<std::string>(), "${{ github.ref_name }}"));
+    }
+    if (uses.rfind("actions/cache/save@", 0) == 0) {
+      save = i;
+      EXPECT_EQ(s["with"]["path"], "nightly.db");
+      EXPECT_TRUE(contains(cond, "always()")) << "the database is saved even when compare fails";
+    }
+    if (contains(script, "$KVBENCH run ")) run = i;
+    if (contains(script, "$KVBENCH compare ")) compare = i;
+    if (contains(script, "$KVBENCH report ")) {
+      report = i;
+      EXPECT_TRUE(contains(script, "tools/render_report_png.sh")) << "the PNG";
+    }
+    if (uses.rfind("actions/upload-artifact@", 0) == 0) {
+      upload = i;
+      const std::string paths = s["with"]["path"].get<std::string>();
+      EXPECT_TRUE(contains(paths, "nightly-report/") && contains(paths, "compare.txt")) << paths;
+      EXPECT_TRUE(contains(cond, "always()")) << "artifacts also after a regression";
+    }
+    if (contains(cond, "steps.compare.outputs.status == '1'") && contains(script, "exit 1")) fail = i;
+  }
+  EXPECT_TRUE(restore >= 0 && restore < run && run < save && save < compare && compare < report &&
+              report < upload && upload < fail)
+      << restore << " " << run << " " << save << " " << compare << " " << report << " " << upload << " " << fail;
+  ASSERT_GE(compare, 0);
+  EXPECT_EQ(steps[compare].value("id", ""), "compare");
+  EXPECT_TRUE(contains(steps[compare]["run"].get<std::string>(), "PIPESTATUS[0]"));
+  EXPECT_TRUE(fs::exists(kSrc + "/tools/render_report_png.sh"));
+  EXPECT_TRUE(fs::exists(kSrc + "/bootstrap.sh"));
+
+  auto invs = kvbench_invocations(all_shell);
+  EXPECT_EQ(commands(invs), (std::multiset<std::string>{"compare", "datasets fetch", "report", "run"}));
+  expect_known(invs, file);
+}
+
+TEST(CiWorkflows, GitLabNightly) {
+  require_binary();
+  const std::string file = kSrc + "/ci/gitlab/nightly.gitlab-ci.yml";
+  const auto doc = kvb::datasets::load_yaml_file(file);
+  const auto& job = doc["kvbench-nightly"];
+  ASSERT_TRUE(job.is_object()) << doc.dump();
+  EXPECT_TRUE(contains(job["rules"].dump(), "schedule"));
+  bool db_cache = false;
+  for (const auto& c : job["cache"])
+    if (c["paths"] == nlohmann::json::array({"nightly.db"})) {
+      db_cache = true;
+      EXPECT_TRUE(contains(c["key"].get<std::string>(), "$CI_COMMIT_REF_SLUG"));
+      EXPECT_EQ(c.value("when", ""), "always");
+    }
+  EXPECT_TRUE(db_cache) << job["cache"].dump();
+  EXPECT_EQ(job["artifacts"]["when"], "always");
+  EXPECT_EQ(job["artifacts"]["paths"], nlohmann::json::array({"nightly-report/", "compare.txt"}));
+  std::string shell;
+  for (const auto& section : {"before_script", "script"})
+    for (const auto& l : job[section]) shell += l.get<std::string>() + "\n";
+  EXPECT_EQ(job["script"].back(), "exit $status") << "the job's status is compare's";
+  EXPECT_TRUE(contains(shell, "tools/render_report_png.sh"));
+  auto invs = kvbench_invocations(shell);
+  EXPECT_EQ(commands(invs), (std::multiset<std::string>{"compare", "datasets fetch", "report", "run"}));
+  expect_known(invs, file);
+}
+
+TEST(CiWorkflows, SlurmScriptNamesExistingOptions) {
+  require_binary();
+  const std::string file = kSrc + "/ci/slurm/nightly.sbatch";
+  auto invs = kvbench_invocations(kvb::read_file(file));
+  EXPECT_EQ(commands(invs), (std::multiset<std::string>{"compare", "merge", "report", "run"}));
+  expect_known(invs, file);
+}
+
+// Two nights of the Slurm array on the default model, each with two shards run one after the
+// other as Slurm would run the array tasks, a tiny grid through KVB_NIGHTLY_ARGS.
+TEST(CiSlurm, ArrayShardsMergeCompareAndReportOverTwoNights) {
+  require_binary();
+  const fs::path dir = fs::temp_directory_path() / ("kvb_ci_slurm_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto task = [&](int id, const std::string& night) {
+    return run_shell("cd " + kSrc + " && env -u SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID=" + std::to_string(id) +
+                     " SLURM_ARRAY_TASK_COUNT=2 KVBENCH=" + KVB_BINARY + " KVB_NIGHTLY_DIR=" + dir.string() +
+                     " KVB_RUN_NAME=" + night +
+                     " KVB_NIGHTLY_ARGS='--task smoke --limit 3 --policies full,snapkv --budgets 32 "
+                     "--max-new-tokens 16' bash ci/slurm/nightly.sbatch");
+  };
+  const fs::path db = dir / "nightly.db";
+
+  // Night 1: the first shard only writes its shard; the second (last) merges, finds no previous
+  // night to compare with (exit 0 with a note) and writes the report.
+  auto [rc0, out0] = task(0, "night-1");
+  ASSERT_EQ(rc0, 0) << out0;
+  EXPECT_TRUE(fs::exists(dir / "shards-night-1" / "shard-0.db"));
+  EXPECT_FALSE(fs::exists(db)) << "merged before every shard was done";
+  auto [rc1, out1] = task(1, "night-1");
+  ASSERT_EQ(rc1, 0) << out1;
+  EXPECT_TRUE(contains(out1, "no baseline run to compare with")) << out1;
+  ASSERT_TRUE(fs::exists(db));
+  {
+    kvb::results::Store s(db.string(), kvb::results::Store::Mode::kReadOnly);
+    auto runs = s.runs();
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].name, "night-1");
+    EXPECT_FALSE(runs[0].finished_at.empty()) << "both shards' parts finished";
+    EXPECT_EQ(s.samples().size(), 3u * 2u) << "3 examples x (full, snapkv@32), from both shards";
+    auto parts = s.query("SELECT shard_index, shard_count FROM run_parts ORDER BY 1");
+    EXPECT_EQ(parts, (std::vector<std::vector<std::string>>{{"0", "2"}, {"1", "2"}}));
+  }
+  EXPECT_TRUE(fs::exists(dir / "report-night-1" / "index.html"));
+
+  // Night 2, same build and settings: merged into the same database, compared with night 1.
+  auto [rc2, out2] = task(0, "night-2");
+  ASSERT_EQ(rc2, 0) << out2;
+  auto [rc3, out3] = task(1, "night-2");
+  ASSERT_EQ(rc3, 0) << out3;
+  const std::string cmp = kvb::read_file((dir / "compare.txt").string());
+  EXPECT_TRUE(contains(cmp, "baseline run 1 vs candidate run 2")) << cmp;
+  EXPECT_TRUE(contains(cmp, "2 cells compared, 0 regression(s)")) << cmp;
+  const std::string md = kvb::read_file((dir / "report-night-2" / "report.md").string());
+  EXPECT_TRUE(contains(md, "## smollm2-135m-instruct — smoke")) << md;
+  EXPECT_TRUE(fs::exists(dir / "report-night-2" / "cells.csv"));
+  fs::remove_all(dir);
+}
+
+// Outside an array job the script says what it needs instead of running anything.
+TEST(CiSlurm, RefusesToRunWithoutArrayVariables) {
+  auto [rc, out] = run_shell("cd " + kSrc + " && env -u SLURM_ARRAY_TASK_ID -u SLURM_ARRAY_TASK_COUNT bash ci/slurm/nightly.sbatch");
+  EXPECT_NE(rc, 0);
+  EXPECT_TRUE(contains(out, "SLURM_ARRAY_TASK_ID")) << out;
+}
