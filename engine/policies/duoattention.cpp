@@ -167,7 +167,8 @@ class DuoAttentionPolicy : public Policy {
       fail("policy 'duoattention': the pattern has {} layers x {} kv heads, the model {} x {}", gates_.size(),
            gates_[0].size(), layers, heads);
     const int64_t n = static_cast<int64_t>(layers) * heads;
-    const int64_t n_stream = std::llround(static_cast<double>(n) * sparsity_);  // kvpress: round(size · ratio)
+    // kvpress: round(size · ratio), Python rounds half to even (nearbyint in the default mode)
+    const int64_t n_stream = static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * sparsity_));
     std::vector<int64_t> order(n);
     for (int64_t i = 0; i < n; ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(),
