@@ -15,7 +15,7 @@ What it does. It loads two tiny random-weight models of tools/gen_engine_goldens
 (tests/fixtures/models/tiny-llama3: 2 layers, 4 query heads, 2 kv heads, head_dim 24, llama3 RoPE;
 tests/fixtures/models/tiny-qwen3: the same shape with head_dim 32, q/k RMSNorm and yarn RoPE; no
 new weights are written) with transformers (f32, eager attention), and runs one forward pass of
-a 200-token prompt (BOS + 199 pseudo-random ids) under each kvpress 0.5.5 press — kvpress's own
+a 200-token prompt under each kvpress 0.5.5 press — kvpress's own
 context manager `with press(model)`, which hooks every attention layer and compresses the
 DynamicCache once, at the end of the prefill. The kept positions of every (layer, kv head) are
 read back by matching each compressed key row to the uncompressed keys of that layer
@@ -48,9 +48,11 @@ with n_kept = int(L * (1 - ratio)) (kvpress.utils.compute_n_kept); the ratios ar
 L * (1 - ratio) is exact. kvbench's test (tests/policies/test_policy_model_goldens.cpp) runs the
 prompt with prefill chunk 64 and with the whole prompt and compares every (layer, kv head).
 
-Ties. The press scores are captured too; a prompt is re-drawn unless, for every scored case,
-layer and kv head, the last kept and the first evicted score differ by more than 1e-4 relative
-(window tokens excluded), so that float summation order cannot flip the selection.
+Ties. The press scores are captured too. Each case takes the first prompt of a seeded sequence
+(BOS + 199 pseudo-random ids; recorded in the case as `prompt`) on which, for every layer and kv
+head, the last kept and the first evicted score differ by more than 1e-4 relative (window tokens
+excluded; AdaKV: over the layer's competing tokens), so that float summation order cannot flip
+the selection.
 """
 import json
 import math
@@ -259,7 +261,7 @@ def margin_ok(scores, keep, window, L):
 
 
 def golden_for(kp, model_dir, seed):
-    """Draws prompts until every scored case has clear margins; returns the model's golden."""
+    """Per case, the first prompt of the model's seeded sequence on which the case has clear margins."""
     path = os.path.join(ROOT, "tests", "fixtures", model_dir)
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32)
     model.eval()
@@ -268,42 +270,42 @@ def golden_for(kp, model_dir, seed):
     duo_gates = write_duo_pattern(model.config.num_hidden_layers, model.config.num_key_value_heads)
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(seed)
-    for attempt in range(400):
-        prompt = [1] + torch.randint(3, vocab, (PROMPT_LEN - 1,), generator=gen).tolist()
-        ids = torch.tensor([prompt])
-        cases, ok = [], True
-        for name, press, spec, budget, window in cases_for(kp, PROMPT_LEN):
-            if isinstance(window, tuple) or window == "mask":
+    prompts = []
+
+    def prompt_at(i):
+        while len(prompts) <= i:
+            prompts.append([1] + torch.randint(3, vocab, (PROMPT_LEN - 1,), generator=gen).tolist())
+        return prompts[i]
+
+    cases = []
+    for name, press, spec, budget, window in cases_for(kp, PROMPT_LEN):
+        for attempt in range(400):
+            prompt = prompt_at(attempt)
+            ids = torch.tensor([prompt])
+            w = window
+            if isinstance(w, tuple) or w == "mask":
                 keep, scores = run_masked(sdpa, press, ids, duo_gates)
-                if isinstance(window, tuple):
-                    good, where = adakv_margin_ok(press, scores, keep, window[1], PROMPT_LEN)
-                    if not good:
-                        print(f"{model_dir} attempt {attempt}: {name} margin too small at (layer, kept, evicted) = {where}")
-                        ok = False
-                        break
-                window = None
+                good, where = (adakv_margin_ok(press, scores, keep, w[1], PROMPT_LEN) if isinstance(w, tuple)
+                               else (True, None))
             else:
                 keep, scores = run_press(model, press, ids)
-            if window is not None:
-                good, where = margin_ok(scores, keep, window, PROMPT_LEN)
-                if not good:
-                    print(f"{model_dir} attempt {attempt}: {name} margin too small at (layer, head, kept, evicted) = {where}")
-                    ok = False
-                    break
-            c = dict(name=name, press=type(press).__name__, spec=spec, budget=budget,
-                     layer_total=[len(k[0]) for k in keep], keep=keep)
-            c["kvpress_args"] = {k: v for k, v in press.__dict__.items()
-                                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            if hasattr(press, "press"):
-                c["kvpress_args"].update({"press." + k: v for k, v in press.press.__dict__.items()
-                                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
-            cases.append(c)
-        if ok:
-            print(f"{model_dir}: {len(cases)} cases after {attempt + 1} draw(s)")
-            for c in cases:
-                print(f"  {c['name']}: budget {c['budget']}, head sizes {[[len(h) for h in l] for l in c['keep']]}")
-            return dict(model=model_dir, prompt=prompt, cases=cases)
-    raise RuntimeError(f"{model_dir}: could not draw a prompt with clear margins")
+                good, where = margin_ok(scores, keep, w, PROMPT_LEN) if w is not None else (True, None)
+            if good:
+                break
+            print(f"{model_dir} prompt {attempt}: {name} margin too small at {where}")
+        else:
+            raise RuntimeError(f"{model_dir}: {name}: no prompt with clear margins")
+        c = dict(name=name, press=type(press).__name__, spec=spec, budget=budget, prompt_index=attempt,
+                 prompt=prompt, layer_total=[len(k[0]) for k in keep], keep=keep)
+        c["kvpress_args"] = {k: v for k, v in press.__dict__.items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if hasattr(press, "press"):
+            c["kvpress_args"].update({"press." + k: v for k, v in press.press.__dict__.items()
+                                      if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        cases.append(c)
+        print(f"  {model_dir} {name}: prompt {attempt}, budget {budget}, head sizes "
+              f"{[[len(h) for h in l] for l in keep]}")
+    return dict(model=model_dir, cases=cases)
 
 
 def main():

@@ -54,9 +54,6 @@ TEST_P(PolicyModelGoldens, KeepSetsMatchKvpressForEveryChunking) {
   ASSERT_NE(found, nullptr) << GetParam() << " has no golden";
   const json& g = *found;
   auto m = Model::load_dir(test::fixture(g["model"].get<std::string>()));
-  const auto prompt = g["prompt"].get<std::vector<int32_t>>();
-  const int L = static_cast<int>(prompt.size());
-  ASSERT_GE(L, 3 * 64) << "the prompt must span at least three prefill chunks";
   const auto& cases = g["cases"];
   ASSERT_GE(cases.size(), 8u);
   std::set<std::string> presses;
@@ -67,6 +64,9 @@ TEST_P(PolicyModelGoldens, KeepSetsMatchKvpressForEveryChunking) {
     if (const auto at = spec.find("{duo_pattern}"); at != std::string::npos)  // the generator's given pattern
       spec.replace(at, 13, test::fixture("policies/duo_pattern_tiny"));
     const int64_t budget = c["budget"];
+    const auto prompt = c["prompt"].get<std::vector<int32_t>>();  // each case's own drawn prompt
+    const int L = static_cast<int>(prompt.size());
+    ASSERT_GE(L, 3 * 64) << "the prompt must span at least three prefill chunks";
     presses.insert(c["press"].get<std::string>());
     const auto want = c["keep"].get<std::vector<std::vector<std::vector<int32_t>>>>();  // [layer][head]
     ASSERT_EQ(static_cast<int>(want.size()), m->config().num_layers) << name;
