@@ -445,10 +445,18 @@ def main():
                           layers=[dict(keys=flat(k), queries=flat(q)) for k, q in layers],
                           layer_selected=sel, keep=keep))
 
+    # CAKE's budget adjustment alone, including layers above the cap (excess spread) and deficits.
+    adjust = []
+    for (n, total, seq_len) in [(4, 100, 60), (5, 120, 30), (3, 90, 31), (6, 40, 100), (4, 200, 48)]:
+        w = torch.rand(n, generator=gen, dtype=torch.float64) ** 3
+        raw = (w / w.sum() * total).tolist()
+        adjust.append(dict(raw=raw, total=total, seq_len=seq_len, want=cake_adjust_budgets(raw, total, seq_len)))
+    adjust.append(dict(raw=[0.5, 0.5, 99.0], total=100, seq_len=40, want=cake_adjust_budgets([0.5, 0.5, 99.0], 100, 40)))
+
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
         json.dump(dict(generator="tools/gen_policy_goldens.py", kvpress="0.5.5", torch=torch.__version__,
-                       cases=cases), f, separators=(",", ":"))
+                       cases=cases, cake_adjust_budgets=adjust), f, separators=(",", ":"))
     print(f"wrote {len(cases)} cases to {os.path.relpath(OUT)} ({os.path.getsize(OUT)} bytes)")
 
 

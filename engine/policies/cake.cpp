@@ -139,6 +139,9 @@ class CakePolicy : public ScheduledPolicy {
       raw[l] = (sum > 0 && std::isfinite(sum)) ? s.pending[l].pref / sum * static_cast<double>(total)
                                                : static_cast<double>(B - window_);
     s.selected = cake_adjust_budgets(raw, total, L - w);
+    // adjust_budgets can leave a layer above L − w (its second spread ignores the cap); the
+    // reference clamps when it evicts and keeps the clamped value as the layer's decode budget.
+    for (int64_t& b : s.selected) b = std::min(b, L - w);
     for (int l = 0; l < n; ++l)
       compress_layer(s.pending[l], s.selected[l],
                      [&](int h, std::vector<int32_t> k) { se.keep(l, h, std::move(k)); });

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/policies/gate_weights.h"
+#include "engine/policies/policies.h"
 #include "engine/policies/policy.h"
 #include "harness.h"
 
@@ -150,6 +151,19 @@ TEST(PolicyGoldens, TrimKVGatesAndKeepSetsMatchReference) {
     expect_keeps(c, keep);
     std::filesystem::remove(path);
   }
+}
+
+TEST(PolicyGoldens, CakeAdjustBudgetsMatchesReference) {
+  const auto& cs = goldens()["cake_adjust_budgets"];
+  ASSERT_GE(cs.size(), 5u);
+  bool capped = false;
+  for (const auto& c : cs) {
+    const auto want = c["want"].get<std::vector<int64_t>>();
+    const int64_t seq_len = c["seq_len"];
+    EXPECT_EQ(cake_adjust_budgets(c["raw"].get<std::vector<double>>(), c["total"], seq_len), want) << c.dump();
+    for (int64_t b : want) capped |= b >= seq_len;
+  }
+  EXPECT_TRUE(capped) << "the cases must exercise the cap at seq_len";
 }
 
 TEST(PolicyGoldens, MorphKVMatchesReferenceFormula) { check_prefix("morphkv_reference", 3); }
