@@ -24,6 +24,12 @@ expected keep-set of every kv head (sorted indices). The expected sets come from
     (R-KV, G-KV's first compression, TRIM-KV), written from the reference notes
     (../shared/reference/seed-trimkv-and-baselines.md §2.3, §3.1; seed-gkv.md §1.8), not from the
     C++ code.
+  * float64 re-statements of MorphKV (arXiv 2503.00979 §3: recent-window attention fused by sum or
+    max) and CAKE (arXiv 2503.12491 §3.2-3.3: layer preference entropy^(1/tau1) * shift^(1/tau2),
+    budgets B_l = P_l / sum P * total adjusted as the reference's adjust_budgets, indicator
+    mean + gamma * var over the window, avg-pooled), written from the papers (docs/policies.md).
+    CAKE's cases hold several layers (`layers`: keys and queries per layer) and the expected
+    per-layer selected budgets.
 Cases whose kept/evicted score margin is below 1e-4 (relative) are re-drawn so that float
 summation order cannot flip a tie.
 """
@@ -202,6 +208,85 @@ def trimkv_reference(x, w1, b1, w2, b, positions, seen, budget):
     return keep, score.T, log_beta
 
 
+def causal_probs(k, q, L, w):
+    """[g, w, L] softmax of q k^T / sqrt(d), query r at position L - w + r (causal), float64."""
+    d = k.shape[-1]
+    logits = (q @ k.T) / math.sqrt(d)
+    qpos = torch.arange(L - w, L)[:, None]
+    mask = torch.arange(L)[None, :] > qpos
+    return torch.softmax(logits.masked_fill(mask[None], float("-inf")), dim=-1)
+
+
+def morphkv_reference(keys, queries, budget, w, fusion, gqa):
+    """MorphKV (arXiv 2503.00979 §3): window queries' attention fused (sum/max), GQA max/mean, float64."""
+    keys, queries = keys[0].double(), queries[0].double()
+    hkv, L, _ = keys.shape
+    g = queries.shape[0] // hkv
+    keep, scores_all = [], []
+    for h in range(hkv):
+        p = causal_probs(keys[h], queries[h * g:(h + 1) * g], L, w)  # [g, w, L]
+        f = p.sum(dim=1) if fusion == "sum" else p.max(dim=1).values  # [g, L]
+        sc = (f.max(dim=0).values if gqa == "max" else f.mean(dim=0))[: L - w]
+        scores_all.append(sc)
+        keep.append(sorted(sc.topk(budget - w).indices.tolist()) + list(range(L - w, L)))
+    return keep, torch.stack(scores_all)
+
+
+def cake_adjust_budgets(budget_list, total_budget, seq_len):
+    """CAKE's budget adjustment (antgroup/cakekv cake/utils.py adjust_budgets), restated in numpy."""
+    import numpy as np
+    b = np.array(budget_list, dtype=int)
+    excess = np.maximum(b - seq_len, 0)
+    b = np.minimum(b, seq_len)
+    tot_ex = int(excess.sum())
+    if tot_ex > 0:
+        valid = b < seq_len
+        nv = int(valid.sum())
+        if nv > 0:
+            b[valid] += tot_ex // nv
+            b[np.where(valid)[0][: tot_ex % nv]] += 1
+    diff = int(total_budget - b.sum())
+    if diff != 0:
+        valid = b < seq_len if diff > 0 else b > 1
+        nv = int(valid.sum())
+        if nv > 0:
+            step, rem = abs(diff) // nv, abs(diff) % nv
+            sign = 1 if diff > 0 else -1
+            b[valid] += sign * step
+            b[np.where(valid)[0][:rem]] += sign
+    return [int(v) for v in b]
+
+
+def cake_reference(layers, budget, w, tau1=1.6, tau2=0.6, gamma=200.0, kernel=5):
+    """CAKE (arXiv 2503.12491 §3.2-3.3) one allocation + eviction over all layers, float64.
+
+    layers: list of (keys [1, Hkv, L, D], queries [1, Hq, w, D]). Returns keep [layer][head],
+    the per-layer selected budgets, the indicator scores [layer] [Hkv, L - w] and the raw budgets."""
+    prefs, inds = [], []
+    for keys, queries in layers:
+        k, q = keys[0].double(), queries[0].double()
+        hkv, L, _ = k.shape
+        g = q.shape[0] // hkv
+        probs = torch.cat([causal_probs(k[h], q[h * g:(h + 1) * g], L, w) for h in range(hkv)])  # [Hq, w, L]
+        old = probs[..., : L - w]
+        entropy = -(old * torch.log(old + 1e-10)).sum()
+        shift = old.var(dim=1, unbiased=True).sum()
+        prefs.append((entropy ** (1 / tau1) * shift ** (1 / tau2)).item())
+        ind = probs.mean(dim=1) + gamma * probs.var(dim=1, unbiased=True)  # [Hq, L]
+        ind = F.avg_pool1d(ind[:, None, : L - w], kernel_size=kernel, padding=kernel // 2, stride=1)[:, 0]
+        inds.append(ind.view(hkv, g, -1).mean(dim=1))
+    n = len(layers)
+    L = layers[0][0].shape[2]
+    total = (budget - w) * n
+    raw = [p / sum(prefs) * total for p in prefs]
+    sel = cake_adjust_budgets(raw, total, L - w)
+    keep = []
+    for l, ind in enumerate(inds):
+        keep.append([sorted(ind[h].topk(min(sel[l], L - w)).indices.tolist()) + list(range(L - w, L))
+                     for h in range(ind.shape[0])])
+    return keep, sel, inds, raw
+
+
 def main():
     kp = load_kvpress()
     gen = torch.Generator().manual_seed(1234)
@@ -328,10 +413,50 @@ def main():
                           log_beta=[[f32(v) for v in log_beta[:, h].tolist()] for h in range(hkv)],
                           keep=keep))
 
+    # MorphKV (float64 re-statement of the paper).
+    for (L, budget, hq, hkv, w, fusion, gqa) in [(48, 24, 4, 2, 8, "sum", "max"), (56, 30, 6, 2, 8, "max", "max"),
+                                                 (40, 20, 4, 2, 6, "sum", "mean")]:
+        d = 16
+
+        def chk(keys, queries):
+            keep, sc = morphkv_reference(keys, queries, budget, w, fusion, gqa)
+            return keep if margin_ok(sc, budget - w) else None
+        keys, queries, keep = draw(hq, hkv, d, L, w, chk)
+        cases.append(make_case(f"morphkv_reference_{fusion}_{gqa}_L{L}",
+                               f"morphkv:window={w},fusion={fusion},gqa={gqa}", budget, hq, hkv, d, L, w,
+                               keys, queries, keep))
+
+    # CAKE (float64 re-statement of the paper): several layers, one allocation at the prompt end.
+    for (n_layers, L, budget, hq, hkv, w) in [(3, 60, 24, 4, 2, 8), (4, 50, 20, 4, 2, 6)]:
+        d = 16
+        for _ in range(200):
+            layers = [rand_case(gen, hq, hkv, d, L, w) for _ in range(n_layers)]
+            # vary the layers' attention sharpness so their preferences differ
+            layers = [(k, q * (0.5 + 1.5 * i / max(n_layers - 1, 1))) for i, (k, q) in enumerate(layers)]
+            keep, sel, inds, raw = cake_reference(layers, budget, w)
+            frac_ok = all(abs(r - round(r)) > 1e-6 for r in raw)
+            if frac_ok and all(margin_ok(ind, min(s, L - w)) for ind, s in zip(inds, sel)):
+                break
+        else:
+            raise RuntimeError("could not draw a CAKE case with clear margins")
+        cases.append(dict(name=f"cake_reference_{n_layers}layers_L{L}", spec=f"cake:window={w}", budget=budget,
+                          num_q_heads=hq, num_kv_heads=hkv, head_dim=d, length=L, window_queries=w,
+                          num_layers=n_layers,
+                          layers=[dict(keys=flat(k), queries=flat(q)) for k, q in layers],
+                          layer_selected=sel, keep=keep))
+
+    # CAKE's budget adjustment alone, including layers above the cap (excess spread) and deficits.
+    adjust = []
+    for (n, total, seq_len) in [(4, 100, 60), (5, 120, 30), (3, 90, 31), (6, 40, 100), (4, 200, 48)]:
+        w = torch.rand(n, generator=gen, dtype=torch.float64) ** 3
+        raw = (w / w.sum() * total).tolist()
+        adjust.append(dict(raw=raw, total=total, seq_len=seq_len, want=cake_adjust_budgets(raw, total, seq_len)))
+    adjust.append(dict(raw=[0.5, 0.5, 99.0], total=100, seq_len=40, want=cake_adjust_budgets([0.5, 0.5, 99.0], 100, 40)))
+
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
         json.dump(dict(generator="tools/gen_policy_goldens.py", kvpress="0.5.5", torch=torch.__version__,
-                       cases=cases), f, separators=(",", ":"))
+                       cases=cases, cake_adjust_budgets=adjust), f, separators=(",", ":"))
     print(f"wrote {len(cases)} cases to {os.path.relpath(OUT)} ({os.path.getsize(OUT)} bytes)")
 
 

@@ -62,6 +62,8 @@ inline QueryHistory& history_of(const ForwardItem& it, const Policy& policy, con
 struct Dims {
   int num_layers = 0, num_q_heads = 0, num_kv_heads = 0, head_dim = 0, hidden_size = 0;
   float attn_scale = 0.0f;
+  const float* rope_inv_freq = nullptr;  ///< the model's RoPE inverse frequencies [head_dim / 2]
+  float rope_mscale = 1.0f;              ///< the model's RoPE attention scaling
 };
 
 /// A LayerStep for `it` at `layer` with the fields that do not depend on the backend; the caller
@@ -82,6 +84,8 @@ inline LayerStep layer_step(KVCache& cache, const ForwardItem& it, int layer, co
   st.prefill_last = it.prefill_last;
   st.hidden_size = d.hidden_size;
   st.attn_scale = d.attn_scale;
+  st.rope_inv_freq = d.rope_inv_freq;
+  st.rope_mscale = d.rope_mscale;
   QueryHistory* qh = it.history;
   const int Hq = d.num_q_heads, D = d.head_dim;
   st.window_queries = [qh, layer, Hq, D, &wq_buf](int* w_out) -> const float* {

@@ -19,5 +19,18 @@ PolicyInfo trimkv_policy_info();        ///< trimkv.cpp
 PolicyInfo wgkv_policy_info();          ///< wgkv.cpp
 PolicyInfo foresightkv_policy_info();    ///< foresightkv.cpp
 PolicyInfo oracle_policy_info();         ///< oracle.cpp (two-pass; see oracle.h)
+PolicyInfo tova_policy_info();               ///< tova.cpp
+PolicyInfo knorm_policy_info();              ///< knorm.cpp
+PolicyInfo expected_attention_policy_info();  ///< expected_attention.cpp
+PolicyInfo adakv_policy_info();              ///< adakv.cpp
+PolicyInfo duoattention_policy_info();       ///< duoattention.cpp
+PolicyInfo morphkv_policy_info();            ///< morphkv.cpp
+PolicyInfo cake_policy_info();               ///< cake.cpp
+
+/// CAKE's layer-budget adjustment (cake.cpp; antgroup/cakekv cake/utils.py adjust_budgets): the
+/// float budgets truncated to integers, each capped at `seq_len` with the excess spread evenly over
+/// the layers below it, then the difference to `total` spread the same way (remainders to the first
+/// layers; a deficit taken only from layers above 1). Returns one budget per layer.
+std::vector<int64_t> cake_adjust_budgets(const std::vector<double>& budgets, int64_t total, int64_t seq_len);
 
 }  // namespace kvb

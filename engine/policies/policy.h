@@ -47,6 +47,10 @@ struct PolicyNeeds {
   bool layer_input = false;
   /// LayerStep::keys_pre_rope: keys of the new tokens before RoPE, [n_new, Hkv, D] (WG-KV).
   bool keys_pre_rope = false;
+  /// LayerStep::queries_pre_rope: queries of the new tokens before RoPE (after the q norm of
+  /// Qwen3-style models), [n_new, Hq, D] (Expected Attention's query statistics). Only the CPU
+  /// backend provides it; a policy that needs it fails on a backend that leaves it null.
+  bool queries_pre_rope = false;
   /// Per-token scalars the policy stores in the cache pages (KVCache::scalars).
   int num_scalars = 0;
   /// The policy reads layer_input only through scoring::head_mlp with x = nullptr: a backend that
@@ -125,6 +129,12 @@ struct LayerStep {
   const float* layer_input = nullptr;    ///< [n_new, H] when PolicyNeeds::layer_input
   int hidden_size = 0;
   const float* keys_pre_rope = nullptr;  ///< [n_new, Hkv, D] when PolicyNeeds::keys_pre_rope
+  const float* queries_pre_rope = nullptr;  ///< [n_new, Hq, D] when PolicyNeeds::queries_pre_rope
+  /// The model's RoPE: inverse frequencies [head_dim / 2] and the attention scaling (YaRN mscale,
+  /// 1 otherwise); position p rotates dims (i, i + D/2) by angle p·inv_freq[i] and scales by mscale
+  /// (rotate-half convention, as transformers). Null when the backend does not set it.
+  const float* rope_inv_freq = nullptr;
+  float rope_mscale = 1.0f;
   /// [Hkv] vectors of length L_h, when PolicyNeeds::attention_colsum.
   const std::vector<std::vector<float>>* attention_colsum = nullptr;
   /// Softmax attention of the last w (≤ PolicyNeeds::window_queries) queries of this sequence over

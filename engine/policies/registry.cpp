@@ -61,6 +61,13 @@ const std::vector<PolicyInfo>& policy_registry() {
     r.push_back(foresightkv_policy_info());
     r.push_back(oracle_policy_info());
     r.push_back(random_policy_info());
+    r.push_back(tova_policy_info());
+    r.push_back(knorm_policy_info());
+    r.push_back(expected_attention_policy_info());
+    r.push_back(adakv_policy_info());
+    r.push_back(duoattention_policy_info());
+    r.push_back(morphkv_policy_info());
+    r.push_back(cake_policy_info());
     return r;
   }();
   return reg;

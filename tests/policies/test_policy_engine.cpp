@@ -47,6 +47,17 @@ std::vector<Case> cases() {
       {"wgkv:random_gates=2,window=16", 0, 221},
       {"foresightkv:random_scorer=1,window=16,buffer=16", 32, 48},
       {"foresightkv:random_scorer=1,window=16,buffer=16,sample=false", 32, 48},
+      {"tova:buffer=16", 32, 48},
+      {"tova", 32, 33},  // default buffer 1: the paper's per-step eviction
+      {"knorm:buffer=16", 32, 48},
+      {"expected_attention:buffer=16", 32, 48},
+      // AdaKV shares 4 x 32 tokens per layer among 4 kv heads: one head may hold all of them.
+      {"adakv:buffer=16,window=8", 32, 4 * 32 + 16},
+      {"duoattention:random_pattern=1,sinks=4,recent=28", 0, 221},  // retrieval heads keep everything
+      {"morphkv:buffer=16,window=8", 32, 48},
+      {"morphkv:window=8", 32, 33},
+      // CAKE shares 5 x (32 - 8) selected tokens among 5 layers: one layer may hold all of them.
+      {"cake:buffer=16,window=8", 32, 5 * (32 - 8) + 8 + 16},
   };
 }
 

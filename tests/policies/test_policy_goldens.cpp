@@ -1,6 +1,8 @@
 // Keep-sets of the policies on hand-built K, queries and gates vs the goldens of
 // tools/gen_policy_goldens.py: kvpress 0.5.5 (StreamingLLM, KeyDiff, SnapKV, PyramidKV) and torch
-// re-statements of the seed formulas (R-KV, G-KV, TRIM-KV) computed in float64.
+// re-statements of the seed formulas (R-KV, G-KV, TRIM-KV) and of the MorphKV and CAKE papers,
+// computed in float64.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/policies/gate_weights.h"
+#include "engine/policies/policies.h"
 #include "engine/policies/policy.h"
 #include "harness.h"
 
@@ -147,6 +150,78 @@ TEST(PolicyGoldens, TrimKVGatesAndKeepSetsMatchReference) {
     for (auto& [h, k] : st.keeps) keep[h] = k;
     expect_keeps(c, keep);
     std::filesystem::remove(path);
+  }
+}
+
+TEST(PolicyGoldens, CakeAdjustBudgetsMatchesReference) {
+  const auto& cs = goldens()["cake_adjust_budgets"];
+  ASSERT_GE(cs.size(), 5u);
+  bool capped = false;
+  for (const auto& c : cs) {
+    const auto want = c["want"].get<std::vector<int64_t>>();
+    const int64_t seq_len = c["seq_len"];
+    EXPECT_EQ(cake_adjust_budgets(c["raw"].get<std::vector<double>>(), c["total"], seq_len), want) << c.dump();
+    for (int64_t b : want) capped |= b >= seq_len;
+  }
+  EXPECT_TRUE(capped) << "the cases must exercise the cap at seq_len";
+}
+
+TEST(PolicyGoldens, MorphKVMatchesReferenceFormula) { check_prefix("morphkv_reference", 3); }
+
+// CAKE: every layer's indicator and preference are computed in its layer step; the layer budgets
+// are allocated once all layers are seen (the step-end hook), which then compresses every layer.
+TEST(PolicyGoldens, CakeLayerBudgetsAndKeepSetsMatchReferenceFormula) {
+  auto cs = cases_with_prefix("cake_reference");
+  ASSERT_GE(cs.size(), 2u);
+  for (const auto& c : cs) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const int hq = c["num_q_heads"], hkv = c["num_kv_heads"], d = c["head_dim"], L = c["length"];
+    const int layers = c["num_layers"], w = c["window_queries"];
+    auto pol = make_policy(PolicySpec::parse(c["spec"], c["budget"]));
+    test::HandCache hc(layers, hq, hkv, d, 0);
+    std::vector<float> tok(static_cast<size_t>(hkv) * d);
+    for (int l = 0; l < layers; ++l) {
+      const auto keys = c["layers"][l]["keys"].get<std::vector<float>>();  // [Hkv, L, D]
+      for (int i = 0; i < L; ++i) {
+        for (int h = 0; h < hkv; ++h)
+          for (int e = 0; e < d; ++e) tok[h * d + e] = keys[(static_cast<size_t>(h) * L + i) * d + e];
+        hc.append(l, tok.data(), i);
+      }
+    }
+    hc.qw = w;
+    for (int l = 0; l < layers; ++l) {
+      hc.queries = c["layers"][l]["queries"].get<std::vector<float>>();
+      LayerStep st = hc.step(l, L, L, true, true);
+      pol->on_layer_step(st);
+      EXPECT_TRUE(st.keeps.empty()) << "layer " << l << " compressed before the budgets were allocated";
+    }
+    StepEnd se;
+    se.cache = hc.cache.get();
+    se.seq = hc.seq;
+    se.num_layers = layers;
+    se.num_kv_heads = hkv;
+    se.n_new = L;
+    se.seq_len = L;
+    se.prefill = se.prefill_last = true;
+    pol->on_step_end(se);
+    const auto want = c["keep"].get<std::vector<std::vector<std::vector<int32_t>>>>();
+    const auto sel = c["layer_selected"].get<std::vector<int64_t>>();
+    std::vector<std::vector<std::vector<int32_t>>> got(layers, std::vector<std::vector<int32_t>>(hkv));
+    for (int l = 0; l < layers; ++l)
+      for (int h = 0; h < hkv; ++h)
+        for (int i = 0; i < L; ++i) got[l][h].push_back(i);
+    for (auto& k : se.keeps) got[k.layer][k.head] = k.indices;
+    int64_t total = 0;
+    for (int l = 0; l < layers; ++l) {
+      total += sel[l];
+      for (int h = 0; h < hkv; ++h) {
+        EXPECT_EQ(static_cast<int64_t>(got[l][h].size()), sel[l] + w) << "layer " << l << " head " << h;
+        EXPECT_EQ(got[l][h], want[l][h]) << "layer " << l << " head " << h;
+      }
+    }
+    EXPECT_EQ(total, (c["budget"].get<int64_t>() - w) * layers) << "the layers share the uniform total";
+    EXPECT_NE(*std::min_element(sel.begin(), sel.end()), *std::max_element(sel.begin(), sel.end()))
+        << "the case must give the layers different budgets";
   }
 }
 

@@ -198,6 +198,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   gate_.resize(T * I);
   up_.resize(T * I);
   if (needs.keys_pre_rope) kpre_.resize(T * Hkv * D);
+  if (needs.queries_pre_rope) qpre_.resize(T * Hq * D);
 
   for (size_t b = 0; b < items.size(); ++b) {
     for (int i = 0; i < items[b].n; ++i) {
@@ -207,7 +208,8 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     }
   }
 
-  const policy_driver::Dims dims{static_cast<int>(c.num_layers), Hq, Hkv, D, H, scale};
+  const policy_driver::Dims dims{static_cast<int>(c.num_layers), Hq, Hkv, D, H, scale, m_.inv_freq().data(),
+                                 m_.rope_attention_scaling()};
   const policy_driver::Compact compact = [this](SeqId s, int layer, int h, const std::vector<int32_t>& keep) {
     return static_cast<int64_t>(cache_.compact(s, layer, h, keep));
   };
@@ -231,6 +233,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
         rms_norm(kt, w.k_norm, kt, Hkv, D, eps);
       }
       if (needs.keys_pre_rope) std::memcpy(&kpre_[t * Hkv * D], kt, sizeof(float) * Hkv * D);
+      if (needs.queries_pre_rope) std::memcpy(&qpre_[t * Hq * D], qt, sizeof(float) * Hq * D);
       apply_rope(qt, Hq, D, pos, m_.inv_freq().data(), m_.rope_attention_scaling());
       apply_rope(kt, Hkv, D, pos, m_.inv_freq().data(), m_.rope_attention_scaling());
     }
@@ -292,6 +295,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
         LayerStep st = policy_driver::layer_step(cache_, it, l, dims, wq_buf);
         if (needs.layer_input) st.layer_input = &xn_[row0[b] * H];
         if (needs.keys_pre_rope) st.keys_pre_rope = &kpre_[row0[b] * Hkv * D];
+        if (needs.queries_pre_rope) st.queries_pre_rope = &qpre_[row0[b] * Hq * D];
         std::vector<std::vector<float>> cs_item;
         if (needs.attention_colsum) {
           cs_item.assign(colsum.begin() + b * Hkv, colsum.begin() + (b + 1) * Hkv);

@@ -82,7 +82,7 @@ class CpuBackend {
   const Model& m_;
   KVCache& cache_;
   bool bf16_points_ = false;
-  std::vector<float> x_, xn_, q_, k_, v_, kpre_, att_, tmp_, gate_, up_;
+  std::vector<float> x_, xn_, q_, k_, v_, kpre_, qpre_, att_, tmp_, gate_, up_;
 };
 
 /// y[T, out] = x[T, in] · W[out, in]ᵀ (+ bias[out]) — row-major, f32, OpenBLAS.

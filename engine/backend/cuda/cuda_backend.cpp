@@ -695,7 +695,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   }
 
   std::vector<int64_t> csrc_h, cdst_h;
-  const policy_driver::Dims dims{L, Hq, Hkv, D, H, scale};
+  const policy_driver::Dims dims{L, Hq, Hkv, D, H, scale, m.inv_freq().data(), m.rope_attention_scaling()};
   const policy_driver::Compact compact_fn = [&](SeqId s, int layer, int h, const std::vector<int32_t>& keep) {
     return static_cast<int64_t>(compact(s, layer, h, keep, csrc_h, cdst_h));
   };

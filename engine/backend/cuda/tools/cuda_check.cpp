@@ -131,6 +131,11 @@ std::vector<std::string> equiv_policies() {
   for (const auto& info : policy_registry()) {
     const std::string& n = info.name;
     if (n == "oracle") continue;  // needs fidelity's two-pass trace (Engine::score has none)
+    if (n == "expected_attention") continue;  // needs LayerStep::queries_pre_rope (CPU backend only)
+    if (n == "duoattention") {
+      out.push_back("duoattention:random_pattern=0,sinks=4,recent=60");
+      continue;
+    }
     if (n == "trimkv") out.push_back("trimkv:random_gates=0");
     else if (n == "wgkv") out.push_back("wgkv:random_gates=0,window=16,obs_window=16");
     else if (n == "foresightkv") {

@@ -1,0 +1,124 @@
+// `adakv`: one budget per layer, shared among its kv heads by score (Ada-SnapKV).
+// Sources: Feng et al., "Ada-KV: Optimizing KV Cache Eviction by Adaptive Budget Allocation for
+// Efficient LLM Inference" (arXiv 2407.11550, §3.2 Alg. 1: the layer keeps its B·H highest-scoring
+// tokens over all heads together, so a head with concentrated attention gives its budget to a head
+// with dispersed attention; a safeguard keeps a fraction α of each head's own budget);
+// kvpress 0.5.5 AdaKVPress(SnapKVPress()) (NVIDIA/kvpress, PyPI kvpress==0.5.5,
+// kvpress/presses/adakv_press.py: per head n_safe = max(1, int(n_kept·α)) top tokens are
+// forced in, then the bottom Hkv·(L − n_kept) scores of the layer are pruned; α = 0.2; the
+// SnapKVPress scores pad the window with max + 1, so the window is kept and counts towards n_safe).
+// Choices: the SnapKV scoring and defaults of kvpress's SnapKVPress (window 64, kernel 5, avg
+// pooling, GQA mean); `budget` B is the AVERAGE per head: after a compression the layer holds
+// Hkv·B tokens. kvpress only masks the pruned keys (every head keeps all L tokens in memory); kvbench
+// keeps ragged pages per (layer, kv head), so the evicted tokens free real memory (docs/policies.md
+// has the measurement). The layer is compressed when its total reaches Hkv·(B + buffer) (every
+// `buffer` decode tokens) and at the end of the prompt when it exceeds Hkv·B; heads may hold
+// different lengths. Ties go to the lower (head, index).
+#include <algorithm>
+#include <cmath>
+
+#include "engine/policies/params.h"
+#include "engine/policies/policies.h"
+#include "engine/policies/scheduled.h"
+#include "engine/policies/snapkv.h"
+
+namespace kvb {
+namespace {
+
+std::vector<PolicyParamInfo> params() {
+  auto p = snapkv_params(/*window=*/64, /*kernel=*/5, "avg", "mean", /*buffer=*/128);
+  for (auto& e : p)
+    if (e.key == "budget_kind")
+      e.help = "tokens: budget = AVERAGE tokens per kv head of a layer (the layer keeps budget x kv_heads); "
+               "ratio: floor(ratio x tokens seen)";
+  p.push_back({"alpha", "0.2",
+               "safeguard: each head keeps at least max(1, floor(alpha x budget)) of its own top tokens, the window "
+               "counted first (kvpress alpha_safeguard)"});
+  return p;
+}
+
+class AdaKVPolicy : public SnapKVPolicy {
+ public:
+  explicit AdaKVPolicy(PolicyParams p) : SnapKVPolicy("adakv", std::move(p)) {
+    alpha_ = params_.get_double("alpha");
+    if (!(alpha_ >= 0 && alpha_ <= 1)) params_.fail_param("alpha", "must be in [0, 1]");
+  }
+
+  void on_layer_step(LayerStep& step) override {
+    const int64_t B = budget_now(step);
+    if (B <= 0) return;
+    const int H = step.num_kv_heads;
+    std::vector<int32_t> len(H);
+    int64_t total = 0;
+    for (int h = 0; h < H; ++h) total += (len[h] = step.cache->length(step.seq, step.layer, h));
+    const int64_t cap = B * H;
+    if (total <= cap || !compress_point(step.prefill, step.prefill_last, chunked_)) return;
+    if (!step.prefill_last) {
+      if (!step.prefill && !decode_) return;
+      if (total < (B + buffer_) * H) return;
+    }
+    // Per head: the window and the safeguard are kept; the rest competes across the layer's heads.
+    const int64_t n_safe = alpha_ > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::floor(B * alpha_))) : 0;
+    struct Cand {
+      float score;
+      int head;
+      int32_t idx;
+    };
+    std::vector<Cand> cands;
+    std::vector<std::vector<char>> keep(H);
+    int64_t kept = 0;
+    for (int h = 0; h < H; ++h) {
+      const int32_t L = len[h];
+      keep[h].assign(L, 0);
+      const int32_t w = std::min<int32_t>(window_, L);
+      for (int32_t i = L - w; i < L; ++i) keep[h][i] = 1;
+      kept += w;
+      if (L - w <= 0) continue;
+      std::vector<float> s(L, 0.f);
+      score(step, h, L, s);  // the L − w older tokens' SnapKV scores
+      std::vector<float> older(s.begin(), s.begin() + (L - w));
+      const int64_t safe_older = std::max<int64_t>(0, n_safe - w);
+      for (int32_t i : scoring::top_k_indices(older, std::min<int64_t>(safe_older, L - w))) {
+        keep[h][i] = 1;
+        ++kept;
+      }
+      for (int32_t i = 0; i < L - w; ++i)
+        if (!keep[h][i]) cands.push_back({std::isnan(older[i]) ? -INFINITY : older[i], h, i});
+    }
+    const int64_t room = std::max<int64_t>(0, cap - kept);
+    const auto better = [](const Cand& a, const Cand& b) {
+      if (a.score != b.score) return a.score > b.score;
+      if (a.head != b.head) return a.head < b.head;
+      return a.idx < b.idx;
+    };
+    const int64_t take = std::min<int64_t>(room, static_cast<int64_t>(cands.size()));
+    std::partial_sort(cands.begin(), cands.begin() + take, cands.end(), better);
+    for (int64_t c = 0; c < take; ++c) keep[cands[c].head][cands[c].idx] = 1;
+    for (int h = 0; h < H; ++h) {
+      std::vector<int32_t> ks;
+      for (int32_t i = 0; i < len[h]; ++i)
+        if (keep[h][i]) ks.push_back(i);
+      if (static_cast<int32_t>(ks.size()) < len[h]) step.keep(h, std::move(ks));
+    }
+  }
+
+ private:
+  double alpha_ = 0.2;
+};
+
+}  // namespace
+
+PolicyInfo adakv_policy_info() {
+  PolicyInfo info;
+  info.name = "adakv";
+  info.description =
+      "SnapKV scores, one budget per layer shared among kv heads by score (Ada-KV §3.2; kvpress AdaKVPress); "
+      "ragged heads free real memory";
+  info.params = params();
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<AdaKVPolicy>(PolicyParams(spec, params()));
+  };
+  return info;
+}
+
+}  // namespace kvb

@@ -1,0 +1,205 @@
+// `expected_attention`: the attention future queries are expected to pay, from query statistics.
+// Sources: Devoto et al., "Expected Attention: KV Cache Compression by Estimating Attention from
+// Future Queries Distribution" (arXiv 2510.00636, §3: model the pre-RoPE queries as Gaussian
+// N(μ, Σ), average the RoPE rotation R over the next n future positions, and score key k by the
+// expected un-normalised attention E[exp(qᵀk/√d)] = exp(μ̄ᵀk/√d + kᵀΣ̄k/(2d)) with μ̄ = R̄μ,
+// Σ̄ = R̄ΣR̄ᵀ, then weight by ‖v‖); kvpress 0.5.5 ExpectedAttentionPress (NVIDIA/kvpress, PyPI
+// kvpress==0.5.5, kvpress/presses/expected_attention_press.py — the reference implementation):
+//   * μ, Σ: mean and biased covariance (÷N) of the pre-RoPE queries (after Qwen3's q norm) of the
+//     prompt's tokens from position n_sink on, per query head;
+//   * R̄ = mean over positions q_len … q_len + n_future_positions − 1 of cos·I + sin·P (rotate-half
+//     RoPE, cos/sin from the model's rotary embedding, attention scaling included);
+//   * score of key n ≥ n_sink = softmax_n(μ̄ᵀk_n/√d + kᵀ_nΣ̄k_n/(2d)) per query head, mean over the
+//     GQA group, times (score + ε)·‖v_n‖₂; the first n_sink tokens are always kept;
+//   * defaults n_future_positions = 512, n_sink = 4, use_covariance, use_vnorm, ε = 0.
+// Choices: the query statistics are running sums over every query from position `sinks` on (the
+// prompt's, and while decoding also the generated tokens'), kept per (sequence, layer, query head)
+// in f64 (Hq·D² values per layer), so the score does not depend on the prefill chunk: at the end of
+// the prompt it equals kvpress's, which sees the whole prompt at once. The future positions start
+// at the tokens seen so far (the prompt length at the prompt's end). Compression follows the
+// kvbench schedule (every `buffer` = 128 decode tokens; `decode=false` is kvpress's prefill-only
+// press). Needs the pre-RoPE queries (LayerStep::queries_pre_rope), which the CPU backend provides.
+#include <cmath>
+#include <map>
+
+#include "engine/policies/params.h"
+#include "engine/policies/policies.h"
+#include "engine/policies/scheduled.h"
+#include "engine/policies/scoring.h"
+#include "engine/util/error.h"
+
+namespace kvb {
+namespace {
+
+std::vector<PolicyParamInfo> params() {
+  auto p = schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4);
+  for (auto& e : p)
+    if (e.key == "sinks")
+      e.help = "first tokens always kept and left out of the query statistics (kvpress n_sink)";
+  p.push_back({"n_future", "512", "future positions the RoPE rotation is averaged over (kvpress n_future_positions)"});
+  p.push_back({"covariance", "true", "add the query covariance term k^T S k / (2d) (kvpress use_covariance)"});
+  p.push_back({"vnorm", "true", "weight the scores by the value norm (kvpress use_vnorm)"});
+  p.push_back({"epsilon", "0", "added to the scores before the value-norm weighting (kvpress epsilon)"});
+  return p;
+}
+
+/// Running first and second moments of one layer's pre-RoPE queries, per query head (f64).
+struct QueryMoments {
+  int64_t n = 0;
+  std::vector<double> sum;  ///< [Hq, D]
+  std::vector<double> sq;   ///< [Hq, D, D]: Σ q qᵀ
+};
+
+class ExpectedAttentionPolicy : public ScheduledPolicy {
+ public:
+  explicit ExpectedAttentionPolicy(PolicyParams p) : ScheduledPolicy("expected_attention", std::move(p)) {
+    n_future_ = params_.get_int("n_future");
+    covariance_ = params_.get_bool("covariance");
+    vnorm_ = params_.get_bool("vnorm");
+    epsilon_ = params_.get_double("epsilon");
+    if (n_future_ < 1 || n_future_ > (1 << 24)) params_.fail_param("n_future", "must be in [1, 16777216]");
+    if (!std::isfinite(epsilon_)) params_.fail_param("epsilon", "must be finite");
+  }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.queries_pre_rope = true;
+    n.host_kv = true;  // keys and value norms are read from the cache
+    return n;
+  }
+  void on_sequence_end(SeqId seq) override { moments_.erase(seq); }
+
+ protected:
+  void observe(LayerStep& step) override {
+    if (!step.queries_pre_rope)
+      fail("policy 'expected_attention' needs the pre-RoPE queries (LayerStep::queries_pre_rope), which this "
+           "backend does not provide; use the CPU backend");
+    const int Hq = step.num_q_heads, D = step.head_dim;
+    auto& layers = moments_[step.seq];
+    if (layers.empty()) layers.resize(step.num_layers);
+    QueryMoments& m = layers[step.layer];
+    if (m.sum.empty()) {
+      m.sum.assign(static_cast<size_t>(Hq) * D, 0.0);
+      m.sq.assign(static_cast<size_t>(Hq) * D * D, 0.0);
+    }
+    const int64_t first_pos = step.seq_len - step.n_new;
+    for (int i = 0; i < step.n_new; ++i) {
+      if (first_pos + i < sinks_) continue;  // kvpress: hidden_states[:, n_sink:]
+      ++m.n;
+      for (int hq = 0; hq < Hq; ++hq) {
+        const float* q = step.queries_pre_rope + (static_cast<size_t>(i) * Hq + hq) * D;
+        double* s = &m.sum[static_cast<size_t>(hq) * D];
+        double* sq = &m.sq[static_cast<size_t>(hq) * D * D];
+        for (int a = 0; a < D; ++a) {
+          s[a] += q[a];
+          const double qa = q[a];
+          for (int b = 0; b <= a; ++b) sq[a * D + b] += qa * q[b];  // lower triangle
+        }
+      }
+    }
+  }
+
+  void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
+    if (!step.rope_inv_freq) fail("policy 'expected_attention': the backend did not pass the model's RoPE");
+    const int D = step.head_dim, half = D / 2, G = step.num_q_heads / step.num_kv_heads;
+    const QueryMoments& m = moments_.at(step.seq)[step.layer];
+    if (m.n == 0) fail("policy 'expected_attention': no query after the {} sink tokens to estimate from", sinks_);
+    // Mean rotation over the future positions: c̄_i, s̄_i (transformers: f32 angle, scaled cos/sin).
+    std::vector<double> cbar(half, 0.0), sbar(half, 0.0);
+    for (int64_t p = step.seq_len; p < step.seq_len + n_future_; ++p)
+      for (int i = 0; i < half; ++i) {
+        const float ang = static_cast<float>(p) * step.rope_inv_freq[i];
+        cbar[i] += static_cast<float>(std::cos(static_cast<double>(ang)) * step.rope_mscale);
+        sbar[i] += static_cast<float>(std::sin(static_cast<double>(ang)) * step.rope_mscale);
+      }
+    for (int i = 0; i < half; ++i) {
+      cbar[i] /= static_cast<double>(n_future_);
+      sbar[i] /= static_cast<double>(n_future_);
+    }
+    // R̄ applied to a vector: (R̄x)_i = c̄_i x_i − s̄_i x_{i+half}, (R̄x)_{i+half} = c̄_i x_{i+half} + s̄_i x_i.
+    auto rotate = [&](const double* x, double* y, int stride) {
+      for (int i = 0; i < half; ++i) {
+        const double a = x[i * stride], b = x[(i + half) * stride];
+        y[i * stride] = cbar[i] * a - sbar[i] * b;
+        y[(i + half) * stride] = cbar[i] * b + sbar[i] * a;
+      }
+    };
+    const int32_t first = std::min<int32_t>(sinks_, L);
+    const int32_t n = L - first;
+    std::vector<double> acc(n, 0.0), logits(n), mu(D), mur(D), cov(static_cast<size_t>(D) * D),
+        tmp(static_cast<size_t>(D) * D), kd(D), ck(D);
+    const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(D)), nn = static_cast<double>(m.n);
+    for (int g = 0; g < G; ++g) {
+      const int hq = h * G + g;
+      const double* s = &m.sum[static_cast<size_t>(hq) * D];
+      const double* sq = &m.sq[static_cast<size_t>(hq) * D * D];
+      for (int a = 0; a < D; ++a) mu[a] = s[a] / nn;
+      rotate(mu.data(), mur.data(), 1);
+      if (covariance_) {
+        for (int a = 0; a < D; ++a)
+          for (int b = 0; b <= a; ++b) {
+            const double c = sq[a * D + b] / nn - mu[a] * mu[b];
+            cov[a * D + b] = c;
+            cov[b * D + a] = c;
+          }
+        for (int b = 0; b < D; ++b) rotate(&cov[b], &tmp[b], D);  // R̄·Σ (columns)
+        for (int a = 0; a < D; ++a) rotate(&tmp[static_cast<size_t>(a) * D], &cov[static_cast<size_t>(a) * D], 1);  // (R̄Σ)·R̄ᵀ (rows)
+      }
+      double mx = -INFINITY;
+      for (int32_t j = 0; j < n; ++j) {
+        const float* k = step.cache->key(step.seq, step.layer, h, first + j);
+        for (int a = 0; a < D; ++a) kd[a] = k[a];
+        double v = 0;
+        for (int a = 0; a < D; ++a) v += mur[a] * kd[a];
+        v *= inv_sqrt_d;
+        if (covariance_) {
+          double quad = 0;
+          for (int a = 0; a < D; ++a) {
+            double r = 0;
+            const double* row = &cov[static_cast<size_t>(a) * D];
+            for (int b = 0; b < D; ++b) r += row[b] * kd[b];
+            quad += kd[a] * r;
+          }
+          v += quad / D / 2.0;
+        }
+        logits[j] = v;
+        mx = std::max(mx, v);
+      }
+      double z = 0;
+      for (int32_t j = 0; j < n; ++j) z += (logits[j] = std::exp(logits[j] - mx));
+      for (int32_t j = 0; j < n; ++j) acc[j] += logits[j] / z;
+    }
+    for (int32_t j = 0; j < n; ++j) {
+      double sc = acc[j] / G;
+      if (vnorm_) {
+        const float* v = step.cache->value(step.seq, step.layer, h, first + j);
+        double n2 = 0;
+        for (int a = 0; a < D; ++a) n2 += static_cast<double>(v[a]) * v[a];
+        sc = (sc + epsilon_) * std::sqrt(n2);
+      }
+      scores[first + j] = static_cast<float>(sc);
+    }
+  }
+
+ private:
+  int64_t n_future_ = 512;
+  bool covariance_ = true, vnorm_ = true;
+  double epsilon_ = 0;
+  std::map<SeqId, std::vector<QueryMoments>> moments_;
+};
+
+}  // namespace
+
+PolicyInfo expected_attention_policy_info() {
+  PolicyInfo info;
+  info.name = "expected_attention";
+  info.description =
+      "Expected attention of future queries from pre-RoPE query statistics, times ||v|| (Devoto et al. 2025 §3; "
+      "kvpress ExpectedAttentionPress)";
+  info.params = params();
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<ExpectedAttentionPolicy>(PolicyParams(spec, params()));
+  };
+  return info;
+}
+
+}  // namespace kvb

@@ -1,0 +1,55 @@
+// `knorm`: keeps the keys with the smallest L2 norm.
+// Sources: Devoto et al., "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression"
+// (arXiv 2406.11430, §3–§4: a low key norm goes with a high attention score, so the cache keeps
+// the tokens whose keys have the lowest L2 norm); kvpress 0.5.5 KnormPress.score (NVIDIA/kvpress,
+// PyPI kvpress==0.5.5, kvpress/presses/knorm_press.py: score = −‖k‖₂ per kv head, accumulated in at
+// least f32, every token scored — no window, no sinks — top n_kept kept per head).
+// Choices: no window and no sinks (kvpress); the kvbench decode schedule (every `buffer` = 128
+// tokens, as `keydiff`); `decode=false` is exactly kvpress's prefill-only KnormPress. Each kv head
+// is scored on its own keys, so there is no GQA reduction and no query is needed.
+#include <cmath>
+
+#include "engine/policies/params.h"
+#include "engine/policies/policies.h"
+#include "engine/policies/scheduled.h"
+
+namespace kvb {
+namespace {
+
+class KnormPolicy : public ScheduledPolicy {
+ public:
+  explicit KnormPolicy(PolicyParams p) : ScheduledPolicy("knorm", std::move(p)) {}
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.host_kv = true;  // the score is the norm of the cached keys
+    return n;
+  }
+
+ protected:
+  void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
+    const int D = step.head_dim;
+    for (int32_t i = 0; i < L; ++i) {
+      const float* k = step.cache->key(step.seq, step.layer, h, i);
+      double n2 = 0;
+      for (int d = 0; d < D; ++d) n2 += static_cast<double>(k[d]) * k[d];
+      scores[i] = static_cast<float>(-std::sqrt(n2));
+    }
+  }
+};
+
+std::vector<PolicyParamInfo> params() { return schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0); }
+
+}  // namespace
+
+PolicyInfo knorm_policy_info() {
+  PolicyInfo info;
+  info.name = "knorm";
+  info.description = "-||key||: keep the lowest-norm keys (Devoto et al. 2024 §3; kvpress KnormPress)";
+  info.params = params();
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<KnormPolicy>(PolicyParams(spec, params()));
+  };
+  return info;
+}
+
+}  // namespace kvb

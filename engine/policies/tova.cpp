@@ -1,0 +1,91 @@
+// `tova`: Token Omission Via Attention — the attention of the newest query, averaged over heads.
+// Sources: Oren et al., "Transformers are Multi-State RNNs" (arXiv 2401.06104, §3.3: when the
+// cache exceeds its budget, drop the token with the lowest attention score from the current query,
+// the score averaged over the layer's heads, so every head of a layer keeps the same tokens;
+// reference cache schwartz-lab-NLP/TOVA src/tova_cache.py); kvpress 0.5.5 TOVAPress.score
+// (NVIDIA/kvpress, PyPI kvpress==0.5.5, kvpress/presses/tova_press.py: softmax attention of the
+// last query over all keys but itself, `attn.mean(1)` over ALL query heads of the layer, repeated
+// for every kv head; the last token padded with max + 1 so it is always kept).
+// Choices: the score is the last query's softmax attention (over all of a head's cached keys,
+// the newest included) averaged over every query head of the layer — the kv heads of a layer share
+// one keep-set, so they keep equal lengths and the same positions. `window=1` protects the newest
+// token (kvpress's max + 1 pad). `buffer=1` is the paper's per-step eviction (the default, as the
+// TOVA reference cache); `decode=false` is kvpress's prefill-only TOVAPress; `buffer=128` puts it
+// on the seeds' decode schedule.
+#include <tuple>
+
+#include "engine/policies/params.h"
+#include "engine/policies/policies.h"
+#include "engine/policies/scheduled.h"
+#include "engine/policies/scoring.h"
+#include "engine/util/error.h"
+
+namespace kvb {
+namespace {
+
+class TovaPolicy : public ScheduledPolicy {
+ public:
+  explicit TovaPolicy(PolicyParams p) : ScheduledPolicy("tova", std::move(p)) {}
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.window_queries = 1;  // the newest query only
+    return n;
+  }
+  void on_sequence_end(SeqId seq) override {
+    if (std::get<0>(cached_key_) == seq) cached_key_ = {-1, -1, -1};  // a reused id must not see stale scores
+  }
+
+ protected:
+  void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
+    const auto key = std::make_tuple(step.seq, step.layer, step.seq_len);
+    if (key != cached_key_) {
+      // Mean over every query head of the layer of the newest query's attention.
+      const int G = step.num_q_heads / step.num_kv_heads;
+      layer_score_.assign(L, 0.0f);
+      for (int hk = 0; hk < step.num_kv_heads; ++hk) {
+        if (step.cache->length(step.seq, step.layer, hk) != L)
+          fail("policy 'tova': kv heads of layer {} hold different lengths ({} vs {}); TOVA keeps one keep-set "
+               "per layer",
+               step.layer, step.cache->length(step.seq, step.layer, hk), L);
+        int w = 0;
+        const std::vector<float> p = scoring::window_probs(step, hk, &w);  // [G, w, L]
+        if (w < 1) fail("policy 'tova': no query to score with");
+        for (int g = 0; g < G; ++g) {
+          const float* row = p.data() + (static_cast<size_t>(g) * w + (w - 1)) * L;
+          for (int32_t i = 0; i < L; ++i) layer_score_[i] += row[i];
+        }
+      }
+      for (float& v : layer_score_) v /= static_cast<float>(step.num_q_heads);
+      cached_key_ = key;
+    }
+    for (int32_t i = 0; i < L; ++i) scores[i] = layer_score_[i];
+  }
+
+ private:
+  std::tuple<SeqId, int, int64_t> cached_key_{-1, -1, -1};
+  std::vector<float> layer_score_;
+};
+
+std::vector<PolicyParamInfo> params() {
+  auto p = schedule_params(/*buffer=*/1, /*window=*/1, /*sinks=*/0);
+  for (auto& e : p)
+    if (e.key == "window") e.help = "most recent tokens always kept (1: the current token, as kvpress TOVAPress)";
+  return p;
+}
+
+}  // namespace
+
+PolicyInfo tova_policy_info() {
+  PolicyInfo info;
+  info.name = "tova";
+  info.description =
+      "Newest query's attention averaged over the layer's heads, one keep-set per layer (TOVA §3.3; kvpress "
+      "TOVAPress)";
+  info.params = params();
+  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<TovaPolicy>(PolicyParams(spec, params()));
+  };
+  return info;
+}
+
+}  // namespace kvb
