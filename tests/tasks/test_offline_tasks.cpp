@@ -12,6 +12,7 @@
 #include "engine/util/error.h"
 #include "tasks/countdown_trace.h"
 #include "tasks/task.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace kvb;
@@ -21,8 +22,7 @@ namespace {
 
 std::string shared_datasets() { return std::string(KVB_SHARED_DIR) + "/datasets"; }
 
-#define REQUIRE_SHARED()                                                            \
-  if (!fs::exists(shared_datasets())) GTEST_SKIP() << "../shared/datasets is absent: " << shared_datasets()
+#define REQUIRE_SHARED() KVB_REQUIRE_SHARED("datasets")
 
 const nlohmann::json& goldens() {
   static nlohmann::json g = [] {

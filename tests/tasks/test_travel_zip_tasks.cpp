@@ -16,6 +16,7 @@
 #include "engine/util/error.h"
 #include "tasks/task.h"
 #include "tasks/travel_trace.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace kvb;
@@ -46,14 +47,7 @@ std::vector<Example> load(const std::vector<std::string>& dirs, const std::strin
   return make_task(spec)->load_all(ctx);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no kvb::Error)";
-}
+using ::kvb::test::error_of;
 
 fs::path tmp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("kvb_tz_" + std::to_string(::getpid())) / name;
@@ -206,16 +200,7 @@ TEST(LongBenchZip, DataZipFromTheHuggingFaceCache) {
 
 namespace {
 
-std::string run_cli(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
+std::string run_cli(const std::string& cmd) { return ::kvb::test::run_command(cmd).out; }
 
 std::string line_with(const std::string& text, const std::string& needle) {
   std::istringstream in(text);
@@ -228,7 +213,7 @@ std::string line_with(const std::string& text, const std::string& needle) {
 }  // namespace
 
 TEST(DatasetsCli, ListAndTasksShowTheNewPieces) {
-  if (!fs::exists(KVB_BINARY)) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
+  KVB_REQUIRE_BINARY();
   fs::path cache = tmp_dir("cli_cache");
   const std::string commit(40, 'c');
   fs::path repo = cache / "datasets--THUDM--LongBench";
