@@ -271,7 +271,6 @@ void run_main(const RunArgs& a) {
   const std::vector<std::string> data_dirs = a.data_dirs.empty() ? datasets::default_data_dirs() : a.data_dirs;
   const LoadedTasks lt = load_tasks(suite.tasks, data_dirs, a.limit, a.on_bad);
   for (const auto& s : lt.skipped) std::fprintf(stderr, "kvbench: skipped bad example: %s\n", s.c_str());
-  if (split_policies(a.policies).empty()) fail("--policies: empty list");
   const std::vector<int64_t> budgets = resolve_budgets(a, suite);
   const RunPolicies policies = resolve_policies(a.policies, budgets.front());
   const std::vector<std::string> model_specs = a.models.empty() ? std::vector<std::string>{kDefaultModelName} : a.models;

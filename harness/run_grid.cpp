@@ -6,18 +6,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
-#include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "datasets/registry.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "engine/util/io.h"
+#include "harness/cli_checks.h"
 #include "harness/model_source.h"
 #include "harness/run_support.h"
 #include "results/cells.h"
-#include "results/sha256.h"
 
 namespace kvb::cli {
 
@@ -55,15 +55,14 @@ tasks::Suite resolve_suite(const RunArgs& a) {
 }
 
 std::vector<int64_t> resolve_budgets(const RunArgs& a, const tasks::Suite& suite) {
-  if (!a.budgets.empty()) return parse_budgets(a.budgets);
+  if (!a.budgets.empty()) return parse_budget_list(a.budgets);
   if (!suite.budgets.empty()) return std::vector<int64_t>(suite.budgets.begin(), suite.budgets.end());
   return {64, 128};
 }
 
 RunPolicies resolve_policies(const std::string& list, int64_t first_budget) {
   RunPolicies p;
-  p.texts = split_policies(list);
-  if (p.texts.empty()) fail("--policies: empty list");
+  p.texts = split_policy_list(list);
   // Learned-gate policies without a checkpoint run with RANDOM gates, said loudly and recorded
   // in the run config (policy_notes) and, through the resolved parameters, in every item's label.
   for (auto& pt : p.texts) {
@@ -172,45 +171,6 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
   return info;
 }
 
-std::vector<std::string> split_csv(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t c = s.find(',', start);
-    std::string part = s.substr(start, c == std::string::npos ? std::string::npos : c - start);
-    if (!part.empty()) out.push_back(part);
-    if (c == std::string::npos) break;
-    start = c + 1;
-  }
-  return out;
-}
-
-std::vector<std::string> split_policies(const std::string& s) {
-  std::vector<std::string> out;
-  for (const auto& part : split_csv(s)) {
-    if (part.find('=') != std::string::npos && part.find(':') == std::string::npos && !out.empty())
-      out.back() += "," + part;
-    else
-      out.push_back(part);
-  }
-  return out;
-}
-
-std::vector<int64_t> parse_budgets(const std::string& s) {
-  std::vector<int64_t> budgets;
-  for (const auto& b : split_csv(s)) {
-    try {
-      size_t pos = 0;
-      long long v = std::stoll(b, &pos);
-      if (pos != b.size() || v <= 0) throw std::invalid_argument(b);
-      budgets.push_back(v);
-    } catch (const std::exception&) {
-      fail("--budgets: '{}' is not a positive integer", b);
-    }
-  }
-  return budgets;
-}
-
 std::string policy_cell_label(const std::string& name, const nlohmann::json& params) {
   std::map<std::string, std::string> defaults;
   for (const auto& info : policy_registry())
@@ -247,11 +207,8 @@ std::string weights_sha256(const std::string& spec) {
     for (const auto& s : shards) files.push_back(spec + "/" + s);
   }
   std::string cat;
-  for (const auto& f : files) {
-    MappedFile m(f);
-    cat += results::sha256_hex(std::string_view(reinterpret_cast<const char*>(m.data()), m.size()));
-  }
-  return files.size() == 1 ? cat : results::sha256_hex(cat);
+  for (const auto& f : files) cat += sha256_file(f);
+  return files.size() == 1 ? cat : sha256_hex(cat);
 }
 
 std::string hostname() {

@@ -36,17 +36,6 @@ struct LoadedTasks {
 LoadedTasks load_tasks(const std::vector<tasks::SuiteTask>& suite_tasks, const std::vector<std::string>& data_dirs,
                        size_t cli_limit, const std::string& on_bad);
 
-/// The non-empty comma-separated parts of `s`.
-std::vector<std::string> split_csv(const std::string& s);
-
-/// Splits a policy list on commas that start a new policy (a comma followed by "name:" or a
-/// bare name), keeping "rkv:window=8,buffer=128" together: a part containing '=' and no ':'
-/// belongs to the previous policy.
-std::vector<std::string> split_policies(const std::string& s);
-
-/// Parses `--budgets` ("64,128"): positive integers. Throws kvb::Error naming the bad entry.
-std::vector<int64_t> parse_budgets(const std::string& s);
-
 /// The cell label of a policy: its name, then the resolved parameters that differ from the
 /// registry's defaults as sorted key=value pairs, e.g. "snapkv", "trimkv:random_gates=0",
 /// "rkv:lambda=0.2,window=16" ("8" and "8.0" count as equal). Unique per distinct resolved
@@ -89,11 +78,11 @@ struct RunArgs {
 /// The suite of the run: the --task specs (each validated) or --suite (tasks::load_suite).
 tasks::Suite resolve_suite(const RunArgs& a);
 
-/// --budgets (parse_budgets), else the suite's, else {64, 128}.
+/// --budgets (parse_budget_list in cli_checks.h), else the suite's, else {64, 128}.
 std::vector<int64_t> resolve_budgets(const RunArgs& a, const tasks::Suite& suite);
 
 /// The run's policies: the spec texts as run (learned policies without weights get random ones,
-/// default_gates in run_support.h), their grid entries (resolved parameters without the budget,
+/// default_gates in run_support.h; the list split by split_policy_list), their grid entries (resolved parameters without the budget,
 /// cell label policy_cell_label), the spec of each cell label, and the notes saying which
 /// weights are random (printed as warnings). `first_budget` resolves budget-relative defaults.
 /// Throws kvb::Error for an empty list or a bad spec.

@@ -17,9 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "datasets/hash.h"
 #include "datasets/hub.h"
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;

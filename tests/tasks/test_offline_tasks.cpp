@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "datasets/hash.h"
 #include "datasets/registry.h"
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "tasks/countdown_trace.h"
 #include "tasks/task.h"
 #include "tests/support/test_support.h"
@@ -50,7 +50,7 @@ TaskContext ctx_for(datasets::DataLocator& loc) {
   }
   if (got.size() != g["len"].get<size_t>())
     return ::testing::AssertionFailure() << "length " << got.size() << " != " << g["len"];
-  if (datasets::sha256_hex(got) != g["sha256"].get<std::string>())
+  if (sha256_hex(got) != g["sha256"].get<std::string>())
     return ::testing::AssertionFailure() << "sha256 differs; head: " << got.substr(0, 200);
   return ::testing::AssertionSuccess();
 }
@@ -144,7 +144,7 @@ TEST(OfflineTasks, RegistryHashesMatchSharedFiles) {
     fs::path p = fs::path(shared_datasets()) / s.key;
     if (s.sha256.empty() || !fs::exists(p)) continue;
     EXPECT_EQ(fs::file_size(p), s.size) << s.key;
-    EXPECT_EQ(datasets::sha256_file(p.string()), s.sha256) << s.key;
+    EXPECT_EQ(sha256_file(p.string()), s.sha256) << s.key;
     ++checked;
   }
   EXPECT_GE(checked, 20u);

@@ -10,10 +10,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "datasets/hash.h"
 #include "datasets/hub.h"
 #include "datasets/registry.h"
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "tasks/task.h"
 #include "tasks/travel_trace.h"
 #include "tests/support/test_support.h"
@@ -70,7 +70,7 @@ TEST(TravelPlanning, GithubLayoutPromptsReferencesAndSplit) {
       const auto& ge = g["examples"][i];
       const std::string& p = ex[i].messages[0].content;
       EXPECT_EQ(p.size(), ge["prompt_len"].get<size_t>()) << len << " " << i;
-      EXPECT_EQ(datasets::sha256_hex(p), ge["prompt_sha256"].get<std::string>()) << len << " " << i;
+      EXPECT_EQ(sha256_hex(p), ge["prompt_sha256"].get<std::string>()) << len << " " << i;
       EXPECT_EQ(ex[i].references, std::vector<std::string>{ge["reference"].get<std::string>()}) << len << " " << i;
       EXPECT_EQ(ex[i].meta["item"]["id"], ge["id"]);
       EXPECT_EQ(ex[i].meta["item"]["ground_truth_cities"], ge["ground_truth_cities"]);
