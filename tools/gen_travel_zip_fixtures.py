@@ -32,7 +32,7 @@ import goldens_env
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "tests", "fixtures", "datasets")
 ZIPFIX = os.path.join(ROOT, "tests", "fixtures", "longbench_zip")
-GOLD = os.path.join(ROOT, "tests", "tasks", "goldens", "travel_planning.json")
+GOLD = os.path.join(ROOT, "tests", "fixtures", "tasks", "travel_planning.json")
 
 goldens_env.ensure(["yaml"], ["-q", "pyyaml"])
 import yaml  # noqa: E402

@@ -26,7 +26,7 @@ std::string shared_datasets() { return std::string(KVB_SHARED_DIR) + "/datasets"
 
 const nlohmann::json& goldens() {
   static nlohmann::json g = [] {
-    std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/tasks/goldens/offline_first_prompts.json");
+    std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/fixtures/tasks/offline_first_prompts.json");
     return nlohmann::json::parse(in);
   }();
   return g;

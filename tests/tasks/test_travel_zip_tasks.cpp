@@ -34,7 +34,7 @@ nlohmann::json read_json(const std::string& p) {
 }
 
 const nlohmann::json& gold() {
-  static nlohmann::json g = read_json(src("tests/tasks/goldens/travel_planning.json"));
+  static nlohmann::json g = read_json(src("tests/fixtures/tasks/travel_planning.json"));
   return g;
 }
 
@@ -138,7 +138,7 @@ TEST(TravelPlanning, BadRowsNameFileElementAndField) {
 }
 
 TEST(LongBenchZip, TasksReadFromDataZipEqualTheExtractedFiles) {
-  const auto& fixture_gold = read_json(src("tests/tasks/goldens/fixture_prompts.json"));
+  const auto& fixture_gold = read_json(src("tests/fixtures/tasks/fixture_prompts.json"));
   for (const char* spec : {"hotpotqa", "trec", "lcc", "repobench-p", "multifieldqa_zh", "samsum", "hotpotqa:e=1"}) {
     std::string name = std::string("longbench_") + spec;
     auto from_zip = load({kZipMirror}, name);
