@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -61,23 +62,9 @@ std::string origin(const std::string& url) {
   return url.substr(0, e);
 }
 
-const char* type_prefix(RepoType t) {
-  switch (t) {
-    case RepoType::kModel: return "";
-    case RepoType::kDataset: return "datasets/";
-    case RepoType::kSpace: return "spaces/";
-  }
-  return "";
-}
-
-const char* type_plural(RepoType t) {
-  switch (t) {
-    case RepoType::kModel: return "models";
-    case RepoType::kDataset: return "datasets";
-    case RepoType::kSpace: return "spaces";
-  }
-  return "";
-}
+// URL prefix and cache-folder plural of each RepoType (kModel, kDataset, kSpace), as huggingface_hub.
+const char* type_prefix(RepoType t) { return std::array{"", "datasets/", "spaces/"}[static_cast<size_t>(t)]; }
+const char* type_plural(RepoType t) { return std::array{"models", "datasets", "spaces"}[static_cast<size_t>(t)]; }
 
 // Writes `content` to `path` atomically (tmp file + rename).
 void write_atomic(const fs::path& path, const std::string& content) {

@@ -1,4 +1,4 @@
-// The OpenAI-compatible chat-completions judge client (libcurl) and `--judge` parsing.
+// The OpenAI-compatible chat-completions judge client (over net/http.h) and `--judge` parsing.
 // See graders/judge.h.
 #include "graders/judge.h"
 

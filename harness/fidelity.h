@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/model.h"
+#include "harness/cli_checks.h"
 
 namespace kvb::fidelity {
 
