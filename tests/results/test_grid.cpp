@@ -7,6 +7,7 @@
 #include <set>
 
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "results/grid.h"
 
 using namespace kvb::results;
