@@ -1,26 +1,26 @@
 #include "datasets/hub.h"
 
-#include <curl/curl.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include "datasets/hash.h"
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "engine/util/io.h"
+#include "net/http.h"
 
 namespace kvb::datasets {
 
@@ -62,28 +62,9 @@ std::string origin(const std::string& url) {
   return url.substr(0, e);
 }
 
-const char* type_prefix(RepoType t) {
-  switch (t) {
-    case RepoType::kModel: return "";
-    case RepoType::kDataset: return "datasets/";
-    case RepoType::kSpace: return "spaces/";
-  }
-  return "";
-}
-
-const char* type_plural(RepoType t) {
-  switch (t) {
-    case RepoType::kModel: return "models";
-    case RepoType::kDataset: return "datasets";
-    case RepoType::kSpace: return "spaces";
-  }
-  return "";
-}
-
-void ensure_curl_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
+// URL prefix and cache-folder plural of each RepoType (kModel, kDataset, kSpace), as huggingface_hub.
+const char* type_prefix(RepoType t) { return std::array{"", "datasets/", "spaces/"}[static_cast<size_t>(t)]; }
+const char* type_plural(RepoType t) { return std::array{"models", "datasets", "spaces"}[static_cast<size_t>(t)]; }
 
 // Writes `content` to `path` atomically (tmp file + rename).
 void write_atomic(const fs::path& path, const std::string& content) {
@@ -123,45 +104,6 @@ class FileLock {
   int fd_ = -1;
 };
 
-struct Response {
-  long status = 0;
-  CURLcode curl = CURLE_OK;
-  std::string curl_error;
-  std::map<std::string, std::string> headers;  // lower-case names, last response only
-  std::string body;                            // GET bodies that are not written to a file
-};
-
-size_t header_cb(char* buf, size_t size, size_t n, void* ud) {
-  auto* r = static_cast<Response*>(ud);
-  std::string line(buf, size * n);
-  if (line.rfind("HTTP/", 0) == 0) {
-    r->headers.clear();  // a new response (after a redirect or 100-continue)
-    return size * n;
-  }
-  size_t colon = line.find(':');
-  if (colon != std::string::npos) {
-    std::string k = line.substr(0, colon);
-    std::transform(k.begin(), k.end(), k.begin(), ::tolower);
-    r->headers[k] = strip(line.substr(colon + 1));
-  }
-  return size * n;
-}
-
-size_t body_cb(char* buf, size_t size, size_t n, void* ud) {
-  static_cast<Response*>(ud)->body.append(buf, size * n);
-  return size * n;
-}
-
-struct Curl {
-  CURL* h;
-  curl_slist* hdrs = nullptr;
-  Curl() : h(curl_easy_init()) {}
-  ~Curl() {
-    curl_slist_free_all(hdrs);
-    curl_easy_cleanup(h);
-  }
-};
-
 std::string human_status(long s) {
   switch (s) {
     case 401: return "401 Unauthorized";
@@ -173,7 +115,8 @@ std::string human_status(long s) {
   }
 }
 
-bool retryable_status(long s) { return s == 429 || s >= 500; }
+// The Hub client's retry rule (as huggingface_hub): any transport failure, 429 or 5xx.
+bool retryable(const net::Response& r) { return !r.transport_ok() || r.status == 429 || r.status >= 500; }
 
 }  // namespace
 
@@ -232,7 +175,6 @@ struct HubClient::Meta {
 };
 
 HubClient::HubClient(HubConfig cfg) : cfg_(std::move(cfg)) {
-  ensure_curl_init();
   while (!cfg_.endpoint.empty() && cfg_.endpoint.back() == '/') cfg_.endpoint.pop_back();
   log_ = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
 }
@@ -246,221 +188,166 @@ std::string HubClient::repo_folder(RepoType type, const std::string& repo_id) co
   return (fs::path(cfg_.cache_dir) / name).string();
 }
 
+net::Backoff HubClient::backoff() const {
+  net::Backoff b;
+  b.max_retries = cfg_.max_retries;
+  b.base_s = static_cast<double>(cfg_.retry_base_ms) / 1000.0;
+  return b;
+}
+
 HubClient::Meta HubClient::head(const std::string& first_url) {
   Meta m;
   std::string url = first_url;
-  for (int attempt = 0;; ++attempt) {
-    Response r;
-    for (int hop = 0; hop < 10; ++hop) {
-      r = Response{};
-      Curl c;
-      curl_easy_setopt(c.h, CURLOPT_URL, url.c_str());
-      curl_easy_setopt(c.h, CURLOPT_NOBODY, 1L);
-      curl_easy_setopt(c.h, CURLOPT_FOLLOWLOCATION, 0L);
-      curl_easy_setopt(c.h, CURLOPT_TIMEOUT, cfg_.etag_timeout_s);
-      curl_easy_setopt(c.h, CURLOPT_HEADERFUNCTION, header_cb);
-      curl_easy_setopt(c.h, CURLOPT_HEADERDATA, &r);
-      curl_easy_setopt(c.h, CURLOPT_USERAGENT, cfg_.user_agent.c_str());
-      c.hdrs = curl_slist_append(c.hdrs, "Accept-Encoding: identity");
-      std::string auth;
-      if (!cfg_.token.empty() && origin(url) == origin(cfg_.endpoint)) {
-        auth = "authorization: Bearer " + cfg_.token;
-        c.hdrs = curl_slist_append(c.hdrs, auth.c_str());
-      }
-      curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.hdrs);
-      ++requests_;
-      r.curl = curl_easy_perform(c.h);
-      if (r.curl != CURLE_OK) {
-        r.curl_error = curl_easy_strerror(r.curl);
-        break;
-      }
-      curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &r.status);
-      if (r.status >= 300 && r.status < 400 && r.headers.count("location")) {
-        const std::string& loc = r.headers["location"];
-        if (!loc.empty() && loc[0] == '/') {  // relative: a repo rename; follow it
-          url = origin(url) + loc;
-          continue;
+  net::Response r;
+  net::with_retries(
+      backoff(),
+      [&](int) -> net::Attempt {
+        for (int hop = 0; hop < 10; ++hop) {
+          net::Request q;
+          q.method = "HEAD";
+          q.url = url;
+          q.timeout_ms = cfg_.etag_timeout_s * 1000;
+          q.user_agent = cfg_.user_agent;
+          q.headers = {"Accept-Encoding: identity"};
+          if (!cfg_.token.empty() && origin(url) == origin(cfg_.endpoint))
+            q.headers.push_back("authorization: Bearer " + cfg_.token);
+          ++requests_;
+          r = net::perform(q);
+          if (!r.transport_ok()) break;
+          if (r.status >= 300 && r.status < 400 && r.headers.count("location")) {
+            const std::string loc = r.header("location");
+            if (!loc.empty() && loc[0] == '/') {  // relative: a repo rename; follow it
+              url = origin(url) + loc;
+              continue;
+            }
+            m.location = loc;  // absolute: the CDN; download from there later
+          }
+          break;
         }
-        m.location = loc;  // absolute: the CDN; download from there later
-      }
-      break;
-    }
-    bool retry = r.curl != CURLE_OK || retryable_status(r.status);
-    if (retry && attempt < cfg_.max_retries) {
-      long delay = cfg_.retry_base_ms << attempt;
-      log_(fmt::format("hub: HEAD {} failed ({}); retry {} in {} ms", url,
-                       r.curl != CURLE_OK ? r.curl_error : std::to_string(r.status), attempt + 1, delay));
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-      continue;
-    }
-    m.status = r.status;
-    if (r.curl != CURLE_OK) {
-      m.error = fmt::format("{}: network error: {}", url, r.curl_error);
-      return m;
-    }
-    auto hv = [&](const char* k) { auto it = r.headers.find(k); return it == r.headers.end() ? std::string() : it->second; };
-    std::string code = hv("x-error-code");
-    if (r.status == 401 || r.status == 403) {
-      m.input_error = true;
-      m.error = fmt::format("{}: {}{}: gated or private repository, or a bad token: set HF_TOKEN (and accept the "
-                            "repository's terms on the Hub)", url, human_status(r.status), code.empty() ? "" : " " + code);
-      return m;
-    }
-    if (r.status == 404) {
-      m.input_error = true;
-      m.commit = hv("x-repo-commit");
-      m.entry_missing = !m.commit.empty() || code == "EntryNotFound";
-      m.error = fmt::format("{}: 404 {}", url, code.empty() ? (m.entry_missing ? "EntryNotFound" : "not found") : code);
-      return m;
-    }
-    if (r.status >= 400) {
-      m.error = fmt::format("{}: HTTP {}", url, human_status(r.status));
-      return m;
-    }
-    m.commit = hv("x-repo-commit");
-    std::string etag = hv("x-linked-etag");
-    if (etag.empty()) etag = hv("etag");
-    if (etag.rfind("W/", 0) == 0) etag = etag.substr(2);
-    etag.erase(std::remove(etag.begin(), etag.end(), '"'), etag.end());
-    m.etag = etag;
-    std::string size = hv("x-linked-size");
-    if (size.empty() && m.location.empty()) size = hv("content-length");
-    m.size = size.empty() ? 0 : std::strtoull(size.c_str(), nullptr, 10);
-    if (m.commit.empty() || m.etag.empty()) {
-      m.error = fmt::format("{}: the server sent no X-Repo-Commit or ETag (not a Hub endpoint?)", url);
-      return m;
-    }
-    m.ok = true;
+        return {retryable(r), "",
+                fmt::format("HEAD {} failed ({})", url, !r.transport_ok() ? r.error : std::to_string(r.status))};
+      },
+      [&](int n, double delay_s, const std::string& why) {
+        log_(fmt::format("hub: {}; retry {} in {} ms", why, n + 1, std::lround(delay_s * 1000)));
+      });
+  m.status = r.status;
+  if (!r.transport_ok()) {
+    m.error = fmt::format("{}: network error: {}", url, r.error);
     return m;
   }
-}
-
-namespace {
-
-struct GetState {
-  std::FILE* f = nullptr;
-  CURL* h = nullptr;
-  uint64_t have = 0;        // bytes already in the part file when the request started
-  bool checked = false;     // response code looked at
-  bool to_file = true;      // false: error response, collect body
-  bool restarted = false;   // server ignored Range: started over
-  std::string err_body;
-  std::string part;
-  // progress
-  HubLogFn* log = nullptr;
-  bool progress = false;
-  std::chrono::steady_clock::time_point last{};
-  std::string name;
-};
-
-size_t get_body_cb(char* buf, size_t size, size_t n, void* ud) {
-  auto* s = static_cast<GetState*>(ud);
-  size_t len = size * n;
-  if (!s->checked) {
-    s->checked = true;
-    long code = 0;
-    curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &code);
-    if (code >= 400) {
-      s->to_file = false;
-    } else if (code == 200 && s->have > 0) {
-      // A 200 reply to a Range request: the server sends everything; start over.
-      std::fflush(s->f);
-      if (::ftruncate(::fileno(s->f), 0) != 0) return 0;
-      std::fseek(s->f, 0, SEEK_SET);
-      s->restarted = true;
-    }
+  auto hv = [&](const char* k) { return r.header(k); };
+  std::string code = hv("x-error-code");
+  if (r.status == 401 || r.status == 403) {
+    m.input_error = true;
+    m.error = fmt::format("{}: {}{}: gated or private repository, or a bad token: set HF_TOKEN (and accept the "
+                          "repository's terms on the Hub)", url, human_status(r.status), code.empty() ? "" : " " + code);
+    return m;
   }
-  if (!s->to_file) {
-    if (s->err_body.size() < 4096) s->err_body.append(buf, len);
-    return len;
+  if (r.status == 404) {
+    m.input_error = true;
+    m.commit = hv("x-repo-commit");
+    m.entry_missing = !m.commit.empty() || code == "EntryNotFound";
+    m.error = fmt::format("{}: 404 {}", url, code.empty() ? (m.entry_missing ? "EntryNotFound" : "not found") : code);
+    return m;
   }
-  return std::fwrite(buf, 1, len, s->f);
+  if (r.status >= 400) {
+    m.error = fmt::format("{}: HTTP {}", url, human_status(r.status));
+    return m;
+  }
+  m.commit = hv("x-repo-commit");
+  std::string etag = hv("x-linked-etag");
+  if (etag.empty()) etag = hv("etag");
+  if (etag.rfind("W/", 0) == 0) etag = etag.substr(2);
+  etag.erase(std::remove(etag.begin(), etag.end(), '"'), etag.end());
+  m.etag = etag;
+  std::string size = hv("x-linked-size");
+  if (size.empty() && m.location.empty()) size = hv("content-length");
+  m.size = size.empty() ? 0 : std::strtoull(size.c_str(), nullptr, 10);
+  if (m.commit.empty() || m.etag.empty()) {
+    m.error = fmt::format("{}: the server sent no X-Repo-Commit or ETag (not a Hub endpoint?)", url);
+    return m;
+  }
+  m.ok = true;
+  return m;
 }
-
-int progress_cb(void* ud, curl_off_t total, curl_off_t now, curl_off_t, curl_off_t) {
-  auto* s = static_cast<GetState*>(ud);
-  if (!s->progress || total < (16 << 20)) return 0;
-  auto t = std::chrono::steady_clock::now();
-  if (t - s->last < std::chrono::milliseconds(500) && now < total) return 0;
-  s->last = t;
-  double have = static_cast<double>(s->restarted ? 0 : s->have);
-  (*s->log)(fmt::format("hub: {}: {:.1f}/{:.1f} MiB ({:.0f}%)", s->name, (have + now) / 1048576.0,
-                        (have + total) / 1048576.0, 100.0 * (have + now) / std::max(1.0, have + total)));
-  return 0;
-}
-
-}  // namespace
 
 void HubClient::get_to_file(const std::string& url, const std::string& part, uint64_t expected, bool send_auth) {
-  for (int attempt = 0;; ++attempt) {
-    uint64_t have = fs::exists(part) ? fs::file_size(part) : 0;
-    if (expected && have > expected) {
-      fs::resize_file(part, 0);
-      have = 0;
-    }
-    if (expected && have == expected) return;
-    std::FILE* f = std::fopen(part.c_str(), "ab");
-    if (!f) throw Error(fmt::format("{}: cannot write", part), ErrorKind::kRuntime);
-    Curl c;
-    GetState st;
-    st.f = f;
-    st.h = c.h;
-    st.have = have;
-    st.part = part;
-    st.log = &log_;
-    st.progress = cfg_.progress;
-    st.name = fs::path(url.substr(0, url.find('?'))).filename().string();
-    curl_easy_setopt(c.h, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(c.h, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(c.h, CURLOPT_MAXREDIRS, 10L);
-    curl_easy_setopt(c.h, CURLOPT_USERAGENT, cfg_.user_agent.c_str());
-    curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, get_body_cb);
-    curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &st);
-    curl_easy_setopt(c.h, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(c.h, CURLOPT_XFERINFOFUNCTION, progress_cb);
-    curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &st);
-    curl_easy_setopt(c.h, CURLOPT_CONNECTTIMEOUT, 30L);
-    curl_easy_setopt(c.h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(c.h, CURLOPT_LOW_SPEED_TIME, 60L);
-    std::string auth, range;
-    if (send_auth && !cfg_.token.empty()) {
-      auth = "authorization: Bearer " + cfg_.token;
-      c.hdrs = curl_slist_append(c.hdrs, auth.c_str());
-    }
-    if (have > 0) {
-      range = "Range: bytes=" + std::to_string(have) + "-";
-      c.hdrs = curl_slist_append(c.hdrs, range.c_str());
-    }
-    curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.hdrs);
-    ++requests_;
-    CURLcode rc = curl_easy_perform(c.h);
-    long status = 0;
-    curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &status);
-    std::fclose(f);
-    if (status == 416) {  // our partial file does not fit the remote file: start over
-      fs::resize_file(part, 0);
-      if (attempt < cfg_.max_retries) continue;
-    }
-    bool retry = rc != CURLE_OK || retryable_status(status);
-    if (!retry && status >= 400) {
-      if (status == 401 || status == 403)
-        throw Error(fmt::format("{}: {}: gated or private repository: set HF_TOKEN", url.substr(0, url.find('?')), human_status(status)));
-      throw Error(fmt::format("{}: HTTP {}", url.substr(0, url.find('?')), human_status(status)),
-                  status == 404 ? ErrorKind::kInput : ErrorKind::kRuntime);
-    }
-    uint64_t now = fs::file_size(part);
-    if (!retry && expected && now != expected) retry = true;
-    if (!retry) return;
-    if (attempt >= cfg_.max_retries)
-      throw Error(fmt::format("{}: download failed after {} attempts ({}; {} of {} bytes)", url.substr(0, url.find('?')),
-                              attempt + 1, rc != CURLE_OK ? curl_easy_strerror(rc) : "HTTP " + std::to_string(status),
-                              now, expected),
-                  ErrorKind::kRuntime);
-    long delay = cfg_.retry_base_ms << attempt;
-    log_(fmt::format("hub: GET {} interrupted at {} bytes ({}); resuming in {} ms", url.substr(0, url.find('?')), now,
-                     rc != CURLE_OK ? curl_easy_strerror(rc) : "HTTP " + std::to_string(status), delay));
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-  }
+  const std::string shown = url.substr(0, url.find('?'));
+  const std::string name = fs::path(shown).filename().string();
+  net::with_retries(
+      backoff(),
+      [&](int attempt) -> net::Attempt {
+        uint64_t have = fs::exists(part) ? fs::file_size(part) : 0;
+        if (expected && have > expected) {
+          fs::resize_file(part, 0);
+          have = 0;
+        }
+        if (expected && have == expected) return {};
+        std::FILE* f = std::fopen(part.c_str(), "ab");
+        if (!f) throw Error(fmt::format("{}: cannot write", part), ErrorKind::kRuntime);
+        bool checked = false, to_file = true, restarted = false;
+        net::Request q;
+        q.url = url;
+        q.follow_redirects = true;
+        q.user_agent = cfg_.user_agent;
+        q.connect_timeout_ms = 30000;
+        q.low_speed_time_s = 60;
+        if (send_auth && !cfg_.token.empty()) q.headers.push_back("authorization: Bearer " + cfg_.token);
+        if (have > 0) q.headers.push_back("Range: bytes=" + std::to_string(have) + "-");
+        q.on_body = [&](long code, std::string_view chunk) {
+          if (!checked) {
+            checked = true;
+            if (code >= 400) {
+              to_file = false;  // an error response: its body is not the file
+            } else if (code == 200 && have > 0) {
+              // A 200 reply to a Range request: the server sends everything; start over.
+              std::fflush(f);
+              if (::ftruncate(::fileno(f), 0) != 0) return false;
+              std::fseek(f, 0, SEEK_SET);
+              restarted = true;
+            }
+          }
+          return !to_file || std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size();
+        };
+        auto last = std::chrono::steady_clock::time_point{};
+        if (cfg_.progress)
+          q.on_progress = [&](int64_t total, int64_t now) {
+            if (total < (16 << 20)) return;
+            const auto t = std::chrono::steady_clock::now();
+            if (t - last < std::chrono::milliseconds(500) && now < total) return;
+            last = t;
+            const double base = static_cast<double>(restarted ? 0 : have);
+            log_(fmt::format("hub: {}: {:.1f}/{:.1f} MiB ({:.0f}%)", name, (base + now) / 1048576.0,
+                             (base + total) / 1048576.0, 100.0 * (base + now) / std::max(1.0, base + total)));
+          };
+        ++requests_;
+        const net::Response r = net::perform(q);
+        std::fclose(f);
+        const long status = r.status;
+        if (status == 416) {  // our partial file does not fit the remote file: start over
+          fs::resize_file(part, 0);
+          if (attempt < cfg_.max_retries) return {true, "", fmt::format("GET {}: 416, starting over", shown)};
+        }
+        bool retry = retryable(r);
+        if (!retry && status >= 400) {
+          if (status == 401 || status == 403)
+            throw Error(fmt::format("{}: {}: gated or private repository: set HF_TOKEN", shown, human_status(status)));
+          throw Error(fmt::format("{}: HTTP {}", shown, human_status(status)),
+                      status == 404 ? ErrorKind::kInput : ErrorKind::kRuntime);
+        }
+        const uint64_t now = fs::file_size(part);
+        if (!retry && expected && now != expected) retry = true;
+        if (!retry) return {};
+        const std::string cause = !r.transport_ok() ? r.error : "HTTP " + std::to_string(status);
+        if (attempt >= cfg_.max_retries)
+          throw Error(fmt::format("{}: download failed after {} attempts ({}; {} of {} bytes)", shown, attempt + 1,
+                                  cause, now, expected),
+                      ErrorKind::kRuntime);
+        return {true, "", fmt::format("GET {} interrupted at {} bytes ({})", shown, now, cause)};
+      },
+      [&](int, double delay_s, const std::string& why) {
+        log_(fmt::format("hub: {}; resuming in {} ms", why, std::lround(delay_s * 1000)));
+      });
 }
 
 std::string HubClient::cached_path(const HubFile& f, const std::string& folder, std::string* commit_out) const {
@@ -576,38 +463,23 @@ void HubClient::download_url(const std::string& url, const std::string& dest, co
 }
 
 std::string HubClient::api_get(const std::string& url) {
-  for (int attempt = 0;; ++attempt) {
-    Response r;
-    Curl c;
-    curl_easy_setopt(c.h, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(c.h, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(c.h, CURLOPT_TIMEOUT, 60L);
-    curl_easy_setopt(c.h, CURLOPT_HEADERFUNCTION, header_cb);
-    curl_easy_setopt(c.h, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, body_cb);
-    curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(c.h, CURLOPT_USERAGENT, cfg_.user_agent.c_str());
-    std::string auth;
-    if (!cfg_.token.empty()) {
-      auth = "authorization: Bearer " + cfg_.token;
-      c.hdrs = curl_slist_append(c.hdrs, auth.c_str());
-      curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.hdrs);
-    }
+  net::Request q;
+  q.url = url;
+  q.follow_redirects = true;
+  q.timeout_ms = 60000;
+  q.user_agent = cfg_.user_agent;
+  if (!cfg_.token.empty()) q.headers.push_back("authorization: Bearer " + cfg_.token);
+  net::Response r;
+  net::with_retries(backoff(), [&](int) -> net::Attempt {
     ++requests_;
-    r.curl = curl_easy_perform(c.h);
-    curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &r.status);
-    bool retry = r.curl != CURLE_OK || retryable_status(r.status);
-    if (retry && attempt < cfg_.max_retries) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(cfg_.retry_base_ms << attempt));
-      continue;
-    }
-    if (r.curl != CURLE_OK)
-      throw Error(fmt::format("{}: network error: {}", url, curl_easy_strerror(r.curl)), ErrorKind::kRuntime);
-    if (r.status == 401 || r.status == 403) fail("{}: {}: gated or private repository: set HF_TOKEN", url, human_status(r.status));
-    if (r.status >= 400)
-      throw Error(fmt::format("{}: HTTP {}", url, human_status(r.status)), r.status == 404 ? ErrorKind::kInput : ErrorKind::kRuntime);
-    return r.body;
-  }
+    r = net::perform(q);
+    return {retryable(r), "", ""};
+  });
+  if (!r.transport_ok()) throw Error(fmt::format("{}: network error: {}", url, r.error), ErrorKind::kRuntime);
+  if (r.status == 401 || r.status == 403) fail("{}: {}: gated or private repository: set HF_TOKEN", url, human_status(r.status));
+  if (r.status >= 400)
+    throw Error(fmt::format("{}: HTTP {}", url, human_status(r.status)), r.status == 404 ? ErrorKind::kInput : ErrorKind::kRuntime);
+  return r.body;
 }
 
 std::string HubClient::resolve_model(const std::string& spec) {

@@ -1,4 +1,4 @@
-// A Hugging Face Hub client on libcurl whose cache is interchangeable with huggingface_hub's
+// A Hugging Face Hub client (HTTP through net/http.h) whose cache is interchangeable with huggingface_hub's
 // (docs/architecture.md#layers); the layout: $HF_HUB_CACHE/{type}s--{org}--{name}/
 // {blobs/<etag>, snapshots/<commit>/<path> → ../../blobs/<etag> (relative symlinks),
 // refs/<revision>, .no_exist/<commit>/<path>}, .locks/, CACHEDIR.TAG.
@@ -15,6 +15,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "net/http.h"
 
 namespace kvb::datasets {
 
@@ -89,6 +91,7 @@ class HubClient {
 
  private:
   struct Meta;
+  net::Backoff backoff() const;  ///< cfg_.max_retries retries, retry_base_ms doubling
   std::string download_impl(const HubFile& f);
   Meta head(const std::string& url);
   void get_to_file(const std::string& url, const std::string& part_path, uint64_t expected_size,

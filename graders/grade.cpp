@@ -4,14 +4,22 @@
 #include <algorithm>
 
 #include "engine/util/error.h"
-#include "graders/math.h"
 
 namespace kvb::graders {
 namespace {
 
-// Best grade over several references (max score; the first best wins ties).
-template <typename F>
-Grade best_of(const std::vector<std::string>& refs, F&& one) {
+std::vector<GraderInfo> make_registry() {
+  std::vector<GraderInfo> v;
+  for (auto* add : {detail::register_math_graders, detail::register_longbench_graders, detail::register_longproc_graders,
+                    detail::register_scbench_graders, detail::register_judge_graders})
+    add(v);
+  std::sort(v.begin(), v.end(), [](const GraderInfo& a, const GraderInfo& b) { return a.name < b.name; });
+  return v;
+}
+
+}  // namespace
+
+Grade detail::best_of_references(const std::vector<std::string>& refs, const std::function<Grade(const std::string&)>& one) {
   Grade best;
   bool first = true;
   for (const auto& r : refs) {
@@ -21,28 +29,6 @@ Grade best_of(const std::vector<std::string>& refs, F&& one) {
   }
   return best;
 }
-
-std::vector<GraderInfo> make_registry() {
-  std::vector<GraderInfo> v;
-  v.push_back({"math", "MATH-500: last \\boxed{} -> Qwen2.5-Math normalisation -> exact/numeric/symbolic (GiNaC)",
-               [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
-                 return best_of(refs, [&](const std::string& r) { return grade_math(p, r); });
-               }});
-  v.push_back({"aime", "AIME: extracted answer is an integer 0-999 equal to the gold",
-               [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
-                 return best_of(refs, [&](const std::string& r) { return grade_aime(p, r); });
-               }});
-  v.push_back({"gsm8k", "GSM8K: gold after '####'; extracted number equal within rel tol 1e-4",
-               [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
-                 return best_of(refs, [&](const std::string& r) { return grade_gsm8k(p, r); });
-               }});
-  detail::register_extra_graders(v);
-  detail::register_judge_graders(v);
-  std::sort(v.begin(), v.end(), [](const GraderInfo& a, const GraderInfo& b) { return a.name < b.name; });
-  return v;
-}
-
-}  // namespace
 
 const std::vector<GraderInfo>& all_graders() {
   static const std::vector<GraderInfo> reg = make_registry();

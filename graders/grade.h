@@ -60,12 +60,18 @@ Grade grade(std::string_view name, std::string_view prediction,
             const std::vector<std::string>& references, const nlohmann::json& meta = nullptr);
 
 namespace detail {
-/// Adds the non-math graders (LongBench, LongBench-v2, SCBench, LongProc) to `v`; defined in
-/// graders/registry_extra.cpp. Internal to the registry.
-void register_extra_graders(std::vector<GraderInfo>& v);
-/// Adds the LLM-judge graders (judge_longmemeval; without a judge they grade as ungraded) to
-/// `v`; defined in graders/judge_longmemeval.cpp. Internal to the registry.
-void register_judge_graders(std::vector<GraderInfo>& v);
+/// The one registration mechanism: each grader module defines one function that appends its
+/// graders to the registry, and graders/grade.cpp calls every function listed here, once.
+/// Internal to the registry.
+void register_math_graders(std::vector<GraderInfo>& v);       ///< math, aime, gsm8k (graders/math.cpp)
+void register_longbench_graders(std::vector<GraderInfo>& v);  ///< longbench.*, longbench_v2.* (graders/longbench_registry.cpp)
+void register_longproc_graders(std::vector<GraderInfo>& v);   ///< longproc_* (graders/longproc_registry.cpp)
+void register_scbench_graders(std::vector<GraderInfo>& v);    ///< scbench_* (graders/scbench.cpp)
+void register_judge_graders(std::vector<GraderInfo>& v);      ///< judge_longmemeval (graders/judge_longmemeval.cpp)
+
+/// The best grade over several references: `one` grades against each; the highest score wins,
+/// the first of equal scores (LongBench eval.py's max over answers).
+Grade best_of_references(const std::vector<std::string>& refs, const std::function<Grade(const std::string&)>& one);
 }  // namespace detail
 
 }  // namespace kvb::graders

@@ -1,8 +1,6 @@
-// The OpenAI-compatible chat-completions judge client (libcurl) and `--judge` parsing.
+// The OpenAI-compatible chat-completions judge client (over net/http.h) and `--judge` parsing.
 // See graders/judge.h.
 #include "graders/judge.h"
-
-#include <curl/curl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,36 +16,11 @@
 
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "net/http.h"
 
 namespace kvb::graders {
 
 namespace {
-
-void curl_init_once() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-size_t write_cb(char* p, size_t sz, size_t n, void* ud) {
-  static_cast<std::string*>(ud)->append(p, sz * n);
-  return sz * n;
-}
-
-// Keeps the value of a Retry-After header (case-insensitive name), if any.
-size_t header_cb(char* p, size_t sz, size_t n, void* ud) {
-  std::string line(p, sz * n);
-  auto colon = line.find(':');
-  if (colon != std::string::npos) {
-    std::string name = line.substr(0, colon);
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (name == "retry-after") {
-      std::string v = line.substr(colon + 1);
-      auto b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t\r\n");
-      *static_cast<std::string*>(ud) = b == std::string::npos ? "" : v.substr(b, e - b + 1);
-    }
-  }
-  return sz * n;
-}
 
 // One line, at most `max` bytes, for error messages quoting a response body.
 std::string snippet(const std::string& s, size_t max = 200) {
@@ -99,19 +72,6 @@ OpenAIEndpoint OpenAIEndpoint::from_env() {
   return ep;
 }
 
-double parse_retry_after(std::string_view value, int64_t now_unix) {
-  std::string v(value);
-  if (v.empty()) return -1;
-  // delay-seconds (RFC 9110 §10.2.3); a decimal fraction is accepted too.
-  bool numeric = std::all_of(v.begin(), v.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; }) &&
-                 std::count(v.begin(), v.end(), '.') <= 1 && v != ".";
-  if (numeric) return std::strtod(v.c_str(), nullptr);
-  // HTTP-date.
-  time_t t = curl_getdate(v.c_str(), nullptr);
-  if (t == static_cast<time_t>(-1)) return -1;
-  return std::max<double>(0.0, static_cast<double>(t - now_unix));
-}
-
 bool parse_chat_completion(const std::string& body, std::string& content, std::string& error) {
   nlohmann::json j;
   try {
@@ -153,7 +113,6 @@ OpenAIJudge::OpenAIJudge(std::string model, OpenAIEndpoint endpoint, JudgeOption
   if (opts_.max_tokens < 1) fail("judge max_tokens: must be >= 1 (got {})", opts_.max_tokens);
   while (!ep_.base_url.empty() && ep_.base_url.back() == '/') ep_.base_url.pop_back();
   if (ep_.base_url.empty()) fail("OPENAI_BASE_URL: empty URL");
-  curl_init_once();
 }
 
 std::string OpenAIJudge::request_json(const std::string& prompt) const {
@@ -173,77 +132,58 @@ std::string OpenAIJudge::redact(std::string s) const {
 
 JudgeReply OpenAIJudge::ask_one(const std::string& prompt, uint64_t jitter_state) {
   JudgeReply r;
-  const std::string url = ep_.base_url + "/chat/completions";
-  const std::string body = request_json(prompt);
-  std::mt19937_64 rng(jitter_state);
-  std::uniform_real_distribution<double> jitter(0.5, 1.0);
-  CURL* h = curl_easy_init();
-  if (!h) {
-    r.error = "judge " + id() + ": curl_easy_init failed";
-    return r;
-  }
-  curl_slist* hdrs = nullptr;
-  hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
-  std::string auth = "Authorization: Bearer " + ep_.api_key;
-  if (!ep_.api_key.empty()) hdrs = curl_slist_append(hdrs, auth.c_str());
+  net::Request req;
+  req.method = "POST";
+  req.url = ep_.base_url + "/chat/completions";
+  req.body = request_json(prompt);
+  req.headers = {"Content-Type: application/json"};
+  if (!ep_.api_key.empty()) req.headers.push_back("Authorization: Bearer " + ep_.api_key);
+  req.timeout_ms = static_cast<long>(std::ceil(opts_.timeout_s * 1000));
+  req.connect_timeout_ms = static_cast<long>(std::ceil(opts_.connect_timeout_s * 1000));
+  req.user_agent = "kvbench-judge";
+  net::Backoff backoff;
+  backoff.max_retries = opts_.max_retries;
+  backoff.base_s = opts_.backoff_base_s;
+  backoff.max_s = opts_.backoff_max_s;
+  backoff.jitter = true;
+  backoff.retry_after_max_s = opts_.retry_after_max_s;
   std::string last_error;
-  for (int attempt = 0; attempt <= opts_.max_retries; ++attempt) {
-    std::string resp, retry_after;
-    curl_easy_reset(h);
-    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(h, CURLOPT_POST, 1L);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.c_str());
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &resp);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &retry_after);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(std::ceil(opts_.timeout_s * 1000)));
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(std::ceil(opts_.connect_timeout_s * 1000)));
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "kvbench-judge");
-    ++requests_;
-    r.attempts = attempt + 1;
-    CURLcode rc = curl_easy_perform(h);
-    long status = 0;
-    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    r.http_status = status;
-    bool retryable = false;
-    if (rc == CURLE_OPERATION_TIMEDOUT) {
-      last_error = fmt::format("timeout after {:g} s", opts_.timeout_s);
-      retryable = true;
-    } else if (rc != CURLE_OK) {
-      last_error = fmt::format("request failed: {}", curl_easy_strerror(rc));
-      retryable = rc == CURLE_COULDNT_CONNECT || rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR ||
-                  rc == CURLE_GOT_NOTHING || rc == CURLE_PARTIAL_FILE || rc == CURLE_COULDNT_RESOLVE_HOST;
-    } else if (status == 429 || status == 408 || status >= 500) {
-      last_error = fmt::format("HTTP {}: {}", status, body_message(resp));
-      retryable = true;
-    } else if (status < 200 || status >= 300) {
-      last_error = fmt::format("HTTP {} (not retried): {}", status, body_message(resp));
-    } else {
-      std::string content, perr;
-      if (parse_chat_completion(resp, content, perr)) {
-        r.ok = true;
-        r.text = std::move(content);
-        r.error.clear();
-        break;
-      }
-      last_error = perr;
-    }
-    if (!retryable || attempt == opts_.max_retries) {
-      if (retryable) last_error += fmt::format(" (gave up after {} attempts)", attempt + 1);
-      break;
-    }
-    double delay = std::min(opts_.backoff_max_s, opts_.backoff_base_s * std::ldexp(1.0, attempt)) * jitter(rng);
-    double ra = parse_retry_after(retry_after, static_cast<int64_t>(std::time(nullptr)));
-    if (ra >= 0) delay = std::max(delay, std::min(ra, opts_.retry_after_max_s));
-    std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+  bool retryable = false;
+  try {
+    r.attempts = net::with_retries(
+      backoff,
+      [&](int) -> net::Attempt {
+        ++requests_;
+        const net::Response resp = net::perform(req);
+        r.http_status = resp.status;
+        retryable = net::transient(resp);
+        if (resp.timed_out) {
+          last_error = fmt::format("timeout after {:g} s", opts_.timeout_s);
+        } else if (!resp.transport_ok()) {
+          last_error = fmt::format("request failed: {}", resp.error);
+        } else if (retryable) {
+          last_error = fmt::format("HTTP {}: {}", resp.status, body_message(resp.body));
+        } else if (resp.status < 200 || resp.status >= 300) {
+          last_error = fmt::format("HTTP {} (not retried): {}", resp.status, body_message(resp.body));
+        } else {
+          std::string content, perr;
+          if (parse_chat_completion(resp.body, content, perr)) {
+            r.ok = true;
+            r.text = std::move(content);
+            return {};
+          }
+          last_error = perr;
+        }
+        return {retryable, resp.header("retry-after"), last_error};
+      },
+      {}, jitter_state);
+  } catch (const Error& e) {  // no curl handle: reported per request, never thrown from a worker
+    last_error = e.what();
   }
-  curl_slist_free_all(hdrs);
-  curl_easy_cleanup(h);
-  if (!r.ok) r.error = redact("judge " + id() + ": " + last_error);
+  if (!r.ok) {
+    if (retryable) last_error += fmt::format(" (gave up after {} attempts)", r.attempts);
+    r.error = redact("judge " + id() + ": " + last_error);
+  }
   return r;
 }
 

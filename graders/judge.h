@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "net/http.h"
+
 namespace kvb::graders {
 
 /// How a judge is called. Seconds are wall-clock.
@@ -79,8 +81,9 @@ struct OpenAIEndpoint {
 
 /// Chat-completions client (POST <base>/chat/completions with {"model", "messages":[{"role":
 /// "user","content":prompt}], "temperature", "max_tokens", "n":1}) on libcurl, `concurrency`
-/// worker threads each with its own handle. Retries 429, 5xx, timeouts and connection failures
-/// with exponential backoff and jitter (Retry-After honoured); any other 4xx, a body that is not
+/// worker threads (net/http.h: one connection-keeping handle per thread). Retries 408, 429,
+/// 5xx, timeouts and connection failures (net::transient) with exponential backoff and jitter
+/// (Retry-After honoured; net::with_retries); any other 4xx, a body that is not
 /// JSON, a JSON error object, no `choices` or a choice without string `message.content` fails
 /// that request at once with a message saying which.
 class OpenAIJudge : public Judge {
@@ -105,9 +108,9 @@ class OpenAIJudge : public Judge {
   uint64_t ask_calls_ = 0;
 };
 
-/// Parses a Retry-After header value: delay in seconds (non-negative integer, or an HTTP-date
-/// relative to `now_unix`). Returns a negative number when `value` is neither.
-double parse_retry_after(std::string_view value, int64_t now_unix);
+/// Parses a Retry-After header value (net/http.h): delay in seconds, or an HTTP-date relative
+/// to `now_unix`; negative when `value` is neither.
+using net::parse_retry_after;
 
 /// Extracts choices[0].message.content from a chat-completions response body. On failure
 /// returns false and sets `error` to one line: "malformed JSON response (...)", "error object

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "engine/util/error.h"
-#include "results/sha256.h"
+#include "engine/util/hash.h"
 #include "results/store.h"
 
 namespace kvb::graders {
@@ -149,7 +149,7 @@ std::string lme_judge_key(const std::string& judge_id, const LmeJob& job) {
                       {"question", job.question},
                       {"answer", job.answer},
                       {"prediction", job.prediction}};
-  return results::sha256_hex(k.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  return sha256_hex(k.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 std::vector<JudgedGrade> judge_longmemeval(Judge& judge, results::Store* cache, const std::vector<LmeJob>& jobs) {

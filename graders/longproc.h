@@ -19,8 +19,6 @@
 
 namespace kvb::graders {
 
-struct GraderInfo;
-
 /// One LongProc verdict.
 struct LongProcResult {
   double accuracy = 0.0;         ///< html_to_tsv: F1; others: 1 iff fully correct
@@ -97,11 +95,5 @@ LongProcResult longproc_pseudo_to_code(std::string_view prediction, const nlohma
 /// The C++ code LongProc would compile from `prediction` (header + block), false when no
 /// ```cpp block is found.
 bool longproc_extract_cpp(std::string_view prediction, std::string& code);
-
-namespace detail {
-/// Registers longproc_{html_to_tsv,pseudo_to_code,path_traversal,tom_tracking,countdown,
-/// travel_planning} (graders/longproc_registry.cpp).
-void register_longproc_graders(std::vector<GraderInfo>& v);
-}  // namespace detail
 
 }  // namespace kvb::graders

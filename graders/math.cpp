@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <re2/re2.h>
 
+#include "graders/grade.h"
 #include "graders/math_symbolic.h"
 
 namespace kvb::graders {
@@ -481,6 +482,21 @@ Grade grade_gsm8k(std::string_view prediction, std::string_view gold_in) {
   g.score = eq ? 1.0 : 0.0;
   g.reason = fmt::format("numeric {} {} {} (rel tol 1e-4)", *pv, eq ? "==" : "!=", *gv);
   return g;
+}
+
+void detail::register_math_graders(std::vector<GraderInfo>& v) {
+  v.push_back({"math", "MATH-500: last \\boxed{} -> Qwen2.5-Math normalisation -> exact/numeric/symbolic (GiNaC)",
+               [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
+                 return best_of_references(refs, [&](const std::string& r) { return grade_math(p, r); });
+               }});
+  v.push_back({"aime", "AIME: extracted answer is an integer 0-999 equal to the gold",
+               [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
+                 return best_of_references(refs, [&](const std::string& r) { return grade_aime(p, r); });
+               }});
+  v.push_back({"gsm8k", "GSM8K: gold after '####'; extracted number equal within rel tol 1e-4",
+               [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
+                 return best_of_references(refs, [&](const std::string& r) { return grade_gsm8k(p, r); });
+               }});
 }
 
 }  // namespace kvb::graders

@@ -2,14 +2,8 @@
 // See graders/math_symbolic.h for the accepted language and the equality rules.
 #include "graders/math_symbolic.h"
 
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cmath>
 #include <complex>
 #include <map>
@@ -20,6 +14,9 @@
 
 #include <fmt/format.h>
 #include <ginac/ginac.h>
+
+#include "engine/util/error.h"
+#include "graders/sandbox.h"
 
 namespace kvb::graders {
 namespace {
@@ -814,59 +811,26 @@ SymbolicResult symbolic_equivalent(const std::string& pred, const std::string& g
 
 SymbolicResult symbolic_equivalent_limited(const std::string& pred, const std::string& gold,
                                            double time_limit_s, double rel_tol) {
-  int fds[2];
-  if (pipe(fds) != 0) return {SymbolicStatus::kError, "symbolic check: pipe() failed"};
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return {SymbolicStatus::kError, "symbolic check: fork() failed"};
-  }
-  if (pid == 0) {
-    close(fds[0]);
-    alarm(static_cast<unsigned>(std::ceil(time_limit_s)) + 1);  // backstop if the parent dies
+  // GiNaC may not terminate on adversarial input: the check runs in a forked child under the
+  // graders' sandbox and is killed at the limit. The reply is the status digit and the reason.
+  SandboxSpec spec;
+  spec.child = [&] {
     SymbolicResult r = symbolic_equivalent(pred, gold, rel_tol);
-    std::string msg(1, static_cast<char>('0' + static_cast<int>(r.status)));
-    msg += r.reason.substr(0, 1000);
-    size_t off = 0;
-    while (off < msg.size()) {
-      ssize_t w = write(fds[1], msg.data() + off, msg.size() - off);
-      if (w <= 0) break;
-      off += static_cast<size_t>(w);
-    }
-    _exit(0);
+    return std::string(1, static_cast<char>('0' + static_cast<int>(r.status))) + r.reason.substr(0, 1000);
+  };
+  spec.wall_seconds = time_limit_s;
+  spec.cpu_seconds = static_cast<rlim_t>(std::ceil(time_limit_s)) + 1;
+  SandboxResult res;
+  try {
+    res = run_sandboxed(spec);
+  } catch (const Error& e) {
+    return {SymbolicStatus::kError, std::string("symbolic check: ") + e.what()};
   }
-  close(fds[1]);
-  std::string data;
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::microseconds(static_cast<long long>(time_limit_s * 1e6));
-  bool timed_out = false;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd pfd{fds[0], POLLIN, 0};
-    int pr = poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 1000)));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) continue;
-    char buf[512];
-    ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
-  close(fds[0]);
-  if (timed_out) kill(pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (timed_out) return {SymbolicStatus::kTimeout, fmt::format("timeout after {:g} s", time_limit_s)};
+  if (res.timed_out) return {SymbolicStatus::kTimeout, fmt::format("timeout after {:g} s", time_limit_s)};
+  const std::string& data = res.out;
   if (data.empty()) {
-    return {SymbolicStatus::kError,
-            WIFSIGNALED(status) ? fmt::format("symbolic check crashed (signal {})", WTERMSIG(status))
-                                : std::string("symbolic check gave no answer")};
+    return {SymbolicStatus::kError, res.signal ? fmt::format("symbolic check crashed (signal {})", res.signal)
+                                               : std::string("symbolic check gave no answer")};
   }
   int st = data[0] - '0';
   if (st < 0 || st > 4) return {SymbolicStatus::kError, "symbolic check: bad reply"};

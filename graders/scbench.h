@@ -15,8 +15,6 @@
 
 namespace kvb::graders {
 
-struct GraderInfo;
-
 /// kv_retrieval (kv, prefix_suffix, kv part of repoqa_and_kv): 1 iff `label` is a substring of the prediction.
 double scbench_kv_retrieval(std::string_view prediction, std::string_view label);
 
@@ -75,11 +73,5 @@ struct RepoQaResult {
 /// needle of the repository; pass iff the strictly best one is `target_name` and its BLEU ≥ threshold.
 RepoQaResult scbench_repoqa(std::string_view model_output, std::string_view target_name,
                             const std::vector<RepoQaNeedle>& needles, double threshold = 0.8);
-
-namespace detail {
-/// Registers scbench_{kv_retrieval,string_match_all,qa_eng,choice_eng,qa_chn,math_find,passkey,
-/// rouge_lsum,repoqa} (graders/scbench.cpp).
-void register_scbench_graders(std::vector<GraderInfo>& v);
-}  // namespace detail
 
 }  // namespace kvb::graders

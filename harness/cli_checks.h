@@ -1,15 +1,19 @@
 // CLI11 validators with kvbench's wording, shared by every command: numbers must be finite (NaN
 // and ±inf are refused before any work starts) and in range; the message names the rule
 // ("--samples: must be >= 1"), which main() prints as `kvbench: error: --samples: must be >= 1`
-// with exit status 2.
+// with exit status 2. Also the `--policies` and `--budgets` list parsers of run and fidelity.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include "engine/util/error.h"
 
 namespace kvb::cli {
 
@@ -61,6 +65,58 @@ inline CLI::Validator in_range(double lo, double hi) {
         return {};
       },
       "NUMBER in [" + detail::fmt_num(lo) + ", " + detail::fmt_num(hi) + "]");
+}
+
+namespace detail {
+/// The non-empty comma-separated pieces of `s`.
+inline std::vector<std::string> csv_pieces(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t start = 0; start <= s.size();) {
+    const size_t comma = s.find(',', start);
+    std::string piece = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!piece.empty()) out.push_back(std::move(piece));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+}  // namespace detail
+
+/// Splits a `--policies` list on commas, re-joining pieces that are parameters of the previous
+/// spec ("snapkv:window=8,kernel=5,h2o" → {"snapkv:window=8,kernel=5", "h2o"}): a piece holding
+/// '=' and no ':' continues the previous spec. Throws kvb::Error on an empty list or a leading
+/// parameter.
+inline std::vector<std::string> split_policy_list(const std::string& text) {
+  std::vector<std::string> out;
+  for (const auto& piece : detail::csv_pieces(text)) {
+    if (piece.find('=') != std::string::npos && piece.find(':') == std::string::npos) {
+      if (out.empty()) fail("--policies '{}': '{}' is a parameter before any policy name", text, piece);
+      out.back() += "," + piece;
+    } else {
+      out.push_back(piece);
+    }
+  }
+  if (out.empty()) fail("--policies: no policy given");
+  return out;
+}
+
+/// Parses a `--budgets` list ("64,128"): positive integers (tokens per layer and kv head).
+/// Throws kvb::Error naming the bad entry, or on an empty list.
+inline std::vector<int64_t> parse_budget_list(const std::string& s) {
+  std::vector<int64_t> out;
+  for (const auto& piece : detail::csv_pieces(s)) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(piece, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != piece.size() || v < 1) fail("--budgets '{}': '{}' is not a positive integer", s, piece);
+    out.push_back(v);
+  }
+  if (out.empty()) fail("--budgets: no budget given");
+  return out;
 }
 
 }  // namespace kvb::cli

@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "datasets/hash.h"
 #include "datasets/hub.h"
 #include "datasets/registry.h"
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "harness/commands.h"
 
 namespace kvb::cli {
@@ -98,14 +98,14 @@ void run_fetch(const DatasetsArgs& a) {
     if (s->host == "github") {
       if (dir.empty()) fail("datasets fetch: {} is hosted on GitHub; give --data-dir DIR to store it", s->key);
       fs::path dest = fs::path(dir) / s->key;
-      if (fs::exists(dest) && (s->sha256.empty() || datasets::sha256_file(dest.string()) == s->sha256)) {
+      if (fs::exists(dest) && (s->sha256.empty() || sha256_file(dest.string()) == s->sha256)) {
         std::printf("ok    %s (already present)\n", dest.c_str());
         continue;
       }
       hub.download_url(datasets::source_url(*s, hub.config().endpoint), dest.string(), s->sha256, s->size);
       if (s->sha256.empty()) {
         std::printf("got   %s (unverified: %s; sha256 %s)\n", dest.c_str(), s->note.c_str(),
-                    datasets::sha256_file(dest.string()).c_str());
+                    sha256_file(dest.string()).c_str());
       } else {
         std::printf("got   %s\n", dest.c_str());
       }
@@ -114,7 +114,7 @@ void run_fetch(const DatasetsArgs& a) {
     datasets::HubFile f{s->host == "hf-model" ? datasets::RepoType::kModel : datasets::RepoType::kDataset, s->repo,
                         s->revision, s->path};
     std::string cached = hub.download(f);
-    if (!s->sha256.empty() && datasets::sha256_file(cached) != s->sha256)
+    if (!s->sha256.empty() && sha256_file(cached) != s->sha256)
       throw Error(fmt::format("{}: sha256 differs from the registry's {} (the Hub file changed?)", cached, s->sha256),
                   ErrorKind::kRuntime);
     if (!dir.empty()) {
@@ -141,7 +141,7 @@ int run_verify(const DatasetsArgs& a) {
     }
     std::string p = find_local(dirs, s.key);
     if (p.empty()) continue;
-    std::string got = datasets::sha256_file(p);
+    std::string got = sha256_file(p);
     if (s.sha256.empty()) {
       std::printf("?     %s sha256 %s (no registered hash)\n", p.c_str(), got.c_str());
       ++unknown;

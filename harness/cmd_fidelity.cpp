@@ -32,30 +32,6 @@ struct FidelityArgs {
   std::vector<std::string> data_dirs;
 };
 
-std::vector<int64_t> parse_budgets(const std::string& s) {
-  std::vector<int64_t> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = s.find(',', start);
-    const std::string piece = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!piece.empty()) {
-      size_t used = 0;
-      int64_t v = 0;
-      try {
-        v = std::stoll(piece, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != piece.size() || v < 1) fail("--budgets '{}': '{}' is not a positive integer", s, piece);
-      out.push_back(v);
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  if (out.empty()) fail("--budgets: no budget given");
-  return out;
-}
-
 std::vector<std::vector<int32_t>> load_prompts(const FidelityArgs& a, const LoadedModel& m) {
   const int sources = !a.prompts_file.empty() + !a.text_file.empty() + !a.task.empty();
   if (sources != 1) fail("fidelity: give exactly one of --prompts FILE, --text FILE or --task T");
@@ -109,7 +85,7 @@ std::vector<std::vector<int32_t>> load_prompts(const FidelityArgs& a, const Load
 
 void run_fidelity(const FidelityArgs& a) {
   const std::vector<std::string> specs = fidelity::split_policy_list(a.policies);
-  const std::vector<int64_t> budgets = parse_budgets(a.budgets);
+  const std::vector<int64_t> budgets = parse_budget_list(a.budgets);
   for (const auto& s : specs) PolicySpec::parse(s);  // syntax errors before loading anything
   LoadedModel m = load_model(a.model, WeightFormat::kF32, a.chat_template);
   const auto prompts = load_prompts(a, m);

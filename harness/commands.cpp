@@ -10,6 +10,7 @@ void register_all_commands(CLI::App& app) {
   register_datasets(app);
   register_fidelity(app);
   register_generate(app);
+  register_grade(app);
   register_merge(app);
   register_policies(app);
   register_report(app);

@@ -19,7 +19,8 @@ void register_generate(CLI::App& app);
 void register_merge(CLI::App& app);
 void register_policies(CLI::App& app);
 void register_report(CLI::App& app);
-void register_run(CLI::App& app);  // also registers `grade`
+void register_grade(CLI::App& app);
+void register_run(CLI::App& app);
 void register_tasks(CLI::App& app);
 void register_tokenize(CLI::App& app);
 

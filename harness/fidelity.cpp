@@ -184,27 +184,6 @@ Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& r
   return row;
 }
 
-std::vector<std::string> split_policy_list(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    const std::string piece = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!piece.empty()) {
-      if (piece.find('=') != std::string::npos && piece.find(':') == std::string::npos) {
-        if (out.empty()) fail("--policies '{}': '{}' is a parameter before any policy name", text, piece);
-        out.back() += "," + piece;
-      } else {
-        out.push_back(piece);
-      }
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  if (out.empty()) fail("--policies: no policy given");
-  return out;
-}
-
 std::string markdown_table(const std::vector<Row>& rows) {
   std::string s =
       "| policy | budget | greedy prefix % | greedy overall % | top-1 % | mean KL (nats) | ΔNLL (nats/tok) | "

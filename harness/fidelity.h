@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/model.h"
+#include "harness/cli_checks.h"
 
 namespace kvb::fidelity {
 
@@ -94,11 +95,8 @@ struct Row {
 Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& refs, const std::string& spec,
              int64_t budget, const std::vector<int32_t>& stop_ids);
 
-/// Splits a `--policies` list on commas, re-joining pieces that are parameters of the previous
-/// spec ("snapkv:window=8,kernel=5,h2o" → {"snapkv:window=8,kernel=5", "h2o"}): a piece holding
-/// '=' and no ':' continues the previous spec. Throws kvb::Error on an empty list or a leading
-/// parameter.
-std::vector<std::string> split_policy_list(const std::string& text);
+/// The `--policies` list parser shared with `kvbench run` (harness/cli_checks.h).
+using cli::split_policy_list;
 
 /// The rows as a markdown table (one line per row; errors in the last column).
 std::string markdown_table(const std::vector<Row>& rows);

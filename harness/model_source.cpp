@@ -113,6 +113,21 @@ nlohmann::json resolve_sampling(const nlohmann::json& suite_sampling, const Gene
   return s;
 }
 
+std::string render_chat(const LoadedModel& m, const std::vector<chat::Message>& messages,
+                        std::optional<bool> enable_thinking) {
+  if (!m.chat) {
+    if (ends_with(m.id, ".gguf") || m.id == kDefaultModelName)
+      fail_at(m.id, "tokenizer.chat_template", "missing: --chat needs a chat template");
+    fail_at(m.id + "/tokenizer_config.json", "chat_template",
+            "missing: --chat needs a chat template (none in chat_template.jinja, chat_template.json or "
+            "tokenizer_config.json)");
+  }
+  chat::RenderOptions o;
+  o.add_generation_prompt = true;
+  o.enable_thinking = enable_thinking;
+  return m.chat->render(messages, o);
+}
+
 std::vector<int32_t> build_prompt(const LoadedModel& m, const std::string& text, bool chat,
                                   const std::string& system, std::optional<bool> enable_thinking,
                                   std::string* rendered) {
@@ -121,20 +136,10 @@ std::vector<int32_t> build_prompt(const LoadedModel& m, const std::string& text,
     if (rendered) *rendered = text;
     return m.tokenizer->encode(text, /*add_special_tokens=*/true);
   }
-  if (!m.chat) {
-    if (ends_with(m.id, ".gguf") || m.id == kDefaultModelName)
-      fail_at(m.id, "tokenizer.chat_template", "missing: --chat needs a chat template");
-    fail_at(m.id + "/tokenizer_config.json", "chat_template",
-            "missing: --chat needs a chat template (none in chat_template.jinja, chat_template.json or "
-            "tokenizer_config.json)");
-  }
   std::vector<chat::Message> msgs;
   if (!system.empty()) msgs.push_back({"system", system});
   msgs.push_back({"user", text});
-  chat::RenderOptions o;
-  o.add_generation_prompt = true;
-  o.enable_thinking = enable_thinking;
-  std::string s = m.chat->render(msgs, o);
+  std::string s = render_chat(m, msgs, enable_thinking);
   if (rendered) *rendered = s;
   return m.tokenizer->encode(s, /*add_special_tokens=*/false);
 }

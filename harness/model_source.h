@@ -55,6 +55,13 @@ nlohmann::json resolve_sampling(const nlohmann::json& suite_sampling, const Gene
                                 std::optional<double> temperature, std::optional<double> top_p,
                                 std::optional<int> top_k, std::string* source = nullptr);
 
+/// The chat template of `m` rendered over `messages` with a generation prompt (as transformers'
+/// apply_chat_template(add_generation_prompt=True, tokenize=False)); `enable_thinking` is
+/// passed when set (Qwen3). Throws kvb::Error naming the file the template would come from when
+/// the model has none, or the template's own error.
+std::string render_chat(const LoadedModel& m, const std::vector<chat::Message>& messages,
+                        std::optional<bool> enable_thinking = std::nullopt);
+
 /// Prompt token ids: with `chat`, the chat template rendered with a generation prompt over
 /// [system?, user] and tokenized without extra special tokens (as transformers'
 /// apply_chat_template(tokenize=True)); otherwise the text tokenized with special tokens (BOS).

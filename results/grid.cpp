@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "engine/util/error.h"
-#include "results/sha256.h"
+#include "engine/util/hash.h"
 
 namespace kvb::results {
 

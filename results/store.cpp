@@ -10,9 +10,9 @@
 #include <unordered_set>
 
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "engine/util/io.h"
 #include "results/schema.h"
-#include "results/sha256.h"
 #include "results/stats.h"
 
 namespace kvb::results {

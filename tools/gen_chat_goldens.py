@@ -28,32 +28,15 @@ renderer, after the same None-key dropping apply_chat_template performs).
 """
 import json
 import os
-import subprocess
-import sys
+
+import goldens_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "chat")
 
 
-def ensure_env():
-    try:
-        import jinja2  # noqa: F401
-        import transformers  # noqa: F401
-        return
-    except ImportError:
-        pass
-    venv = os.path.join(ROOT, ".venv-goldens")
-    py = os.path.join(venv, "bin", "python")
-    if os.path.abspath(sys.executable) == os.path.abspath(py):
-        sys.exit("transformers/jinja2 still missing inside .venv-goldens")
-    if not os.path.exists(py):
-        subprocess.check_call([sys.executable, "-m", "venv", venv])
-        subprocess.check_call([py, "-m", "pip", "install", "transformers>=5,<6", "jinja2==3.1.6", "tokenizers"])
-    os.execv(py, [py] + sys.argv)
-
-
-ensure_env()
+goldens_env.ensure(["jinja2", "transformers"], ["transformers>=5,<6", "jinja2==3.1.6", "tokenizers"])
 
 import jinja2  # noqa: E402
 import transformers  # noqa: E402

@@ -4,7 +4,7 @@
 How to run (from the repository root; the script creates .venv-goldens with pip when the
 packages are missing and re-runs itself there):
     python3 tools/gen_longproc_scbench_goldens.py [--shared ../shared]
-Writes tests/graders/data/longproc_goldens.json and tests/graders/data/scbench_goldens.json:
+Writes tests/fixtures/graders/longproc_goldens.json and tests/fixtures/graders/scbench_goldens.json:
 lists of {"metric", "pred", "gold", "meta", "expect": {...}}.
 
 Reference: princeton-pli/LongProc `longproc/*.py` (main @78e873ae; tom_tracking from the
@@ -955,7 +955,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", default=os.path.join(os.path.dirname(ROOT), "shared"))
     args = ap.parse_args()
-    out_dir = os.path.join(ROOT, "tests", "graders", "data")
+    out_dir = os.path.join(ROOT, "tests", "fixtures", "graders")
     os.makedirs(out_dir, exist_ok=True)
     lp = longproc_cases(args.shared)
     sc = scbench_cases()

@@ -28,31 +28,15 @@ What it writes.
 import json
 import math
 import os
-import subprocess
-import sys
+
+import goldens_env
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
-def ensure_deps():
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-        return
-    except ImportError:
-        pass
-    venv = os.path.join(ROOT, ".venv-goldens")
-    py = os.path.join(venv, "bin", "python")
-    if os.path.abspath(sys.executable) == os.path.abspath(py):
-        sys.exit("torch/transformers missing inside .venv-goldens")
-    if not os.path.exists(py):
-        subprocess.check_call([sys.executable, "-m", "venv", venv])
-    subprocess.check_call([py, "-m", "pip", "install", "torch", "--index-url", "https://download.pytorch.org/whl/cpu"])
-    subprocess.check_call([py, "-m", "pip", "install", "transformers", "safetensors", "numpy"])
-    os.execv(py, [py] + sys.argv)
-
-
-ensure_deps()
+goldens_env.ensure(["torch", "transformers"],
+                   ["torch", "--index-url", "https://download.pytorch.org/whl/cpu"],
+                   ["transformers", "safetensors", "numpy"])
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

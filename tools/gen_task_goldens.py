@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden prompts for kvbench's tasks/ (tests/tasks/goldens/*.json) and the LongProc sampling
+"""Golden prompts for kvbench's tasks/ (tests/fixtures/tasks/*.json) and the LongProc sampling
 order (tasks/longproc_helmet_order.inc), computed the way the reference Python code does it:
 plain str.format / str.replace on the reference templates, yaml.safe_load for prompts.yaml,
 numpy's default_rng(42).permutation for HELMET's datasets shuffle(seed=42).
@@ -26,7 +26,7 @@ import numpy as np
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GOLD = os.path.join(ROOT, "tests", "tasks", "goldens")
+GOLD = os.path.join(ROOT, "tests", "fixtures", "tasks")
 FIX = os.path.join(ROOT, "tests", "fixtures", "datasets")
 
 BOXED = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -24,26 +24,18 @@ Run from the repository root (needs ../shared). If PyYAML is missing, the script
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import zipfile
+
+import goldens_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "tests", "fixtures", "datasets")
 ZIPFIX = os.path.join(ROOT, "tests", "fixtures", "longbench_zip")
-GOLD = os.path.join(ROOT, "tests", "tasks", "goldens", "travel_planning.json")
+GOLD = os.path.join(ROOT, "tests", "fixtures", "tasks", "travel_planning.json")
 
-try:
-    import yaml
-except ImportError:
-    venv = os.path.join(ROOT, ".venv-goldens")
-    py = os.path.join(venv, "bin", "python")
-    if os.path.abspath(sys.executable) == os.path.abspath(py):
-        sys.exit("PyYAML still missing inside .venv-goldens")
-    if not os.path.exists(py):
-        subprocess.check_call([sys.executable, "-m", "venv", venv])
-    subprocess.check_call([py, "-m", "pip", "install", "-q", "pyyaml"])
-    os.execv(py, [py] + sys.argv)
+goldens_env.ensure(["yaml"], ["-q", "pyyaml"])
+import yaml  # noqa: E402
 
 
 # ---- the travel-planning search (behaviour of LongProc build_travel_plan_demonstration) -------

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "engine/util/error.h"
+#include "engine/util/utf8.h"
 
 namespace kvb {
 
@@ -668,63 +669,16 @@ void gguf_unpermute_rows(std::vector<float>& w, int64_t rows, int64_t cols, int6
 // ---------------------------------------------------------------------------------------------
 namespace {
 
-/// Splits UTF-8 into code points (an invalid byte counts as one unit, as a lone character).
-std::vector<std::string> utf8_chars(const std::string& s) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 1;
-    if (i + len > s.size()) len = 1;
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) { len = 1; break; }
-    out.push_back(s.substr(i, len));
-    i += len;
-  }
-  return out;
-}
-
-std::string utf8_encode(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xc0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    s += static_cast<char>(0xe0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    s += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-  return s;
-}
-
-/// GPT-2's bytes_to_unicode(): the 256 characters byte-level BPE spells bytes with.
-const std::vector<std::string>& byte_alphabet() {
-  static const std::vector<std::string> table = [] {
-    std::vector<int> cs(256, -1);
-    for (int b = 0; b < 256; ++b)
-      if ((b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff)) cs[b] = b;
-    int n = 0;
-    for (int b = 0; b < 256; ++b)
-      if (cs[b] < 0) cs[b] = 256 + n++;
-    std::vector<std::string> t(256);
-    for (int b = 0; b < 256; ++b) t[b] = utf8_encode(static_cast<uint32_t>(cs[b]));
-    return t;
-  }();
-  return table;
-}
-
+/// True when every character of `token` is in GPT-2's byte-level alphabet (engine/util/utf8.h).
 bool in_byte_alphabet(const std::string& token) {
-  static const std::unordered_set<std::string> set(byte_alphabet().begin(), byte_alphabet().end());
-  for (const auto& ch : utf8_chars(token))
-    if (!set.count(ch)) return false;
+  for (size_t i = 0, len = 0; i < token.size(); i += len)
+    if (utf8::unicode_to_byte(utf8::decode_utf8(token, i, &len)) < 0) return false;
   return true;
 }
 
 std::string byte_respell(const std::string& token) {
   std::string out;
-  for (unsigned char b : token) out += byte_alphabet()[b];
+  for (unsigned char b : token) out += utf8::byte_to_unicode(b);
   return out;
 }
 
@@ -807,7 +761,7 @@ json derive_merges(const std::vector<std::string>& tokens, const std::vector<dou
   std::vector<M> merges;
   for (size_t idx : order) {
     const std::string& tok = tokens[idx];
-    const auto chars = utf8_chars(tok);
+    const auto chars = utf8::split_chars(tok);
     std::vector<M> local;
     std::string left;
     for (size_t k = 1; k < chars.size(); ++k) {

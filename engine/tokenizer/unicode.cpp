@@ -50,41 +50,6 @@ using utf8::sequence_len;
 
 }  // namespace
 
-char32_t decode_utf8(std::string_view s, size_t i, size_t* len) {
-  const uint8_t b = static_cast<uint8_t>(s[i]);
-  if (b < 0x80) {
-    *len = 1;
-    return b;
-  }
-  const int n = sequence_len(s, i);
-  if (n < 0) {
-    *len = 1;
-    return 0xFFFD;
-  }
-  *len = static_cast<size_t>(n);
-  char32_t cp = b & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
-  for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
-  return cp;
-}
-
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 bool is_letter(char32_t cp) {
   if (cp < 0x10000) return bmp_flags()[cp] & kLetter;
   return in_ranges(kLetterRanges, cp);
@@ -98,30 +63,6 @@ bool is_space(char32_t cp) {
   return false;
 }
 
-namespace {
-struct ByteMap {
-  std::array<std::string, 256> to_uni;
-  std::array<int, 512> from_uni;  // code points used are all < 0x144
-  ByteMap() {
-    from_uni.fill(-1);
-    int n = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-      const char32_t cp = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
-      append_utf8(to_uni[b], cp);
-      from_uni[cp] = b;
-    }
-  }
-};
-const ByteMap& byte_map() {
-  static const ByteMap m;
-  return m;
-}
-}  // namespace
-
-const std::string& byte_to_unicode(uint8_t b) { return byte_map().to_uni[b]; }
-
-int unicode_to_byte(char32_t cp) { return cp < 512 ? byte_map().from_uni[cp] : -1; }
 
 std::string normalize(std::string_view s, std::string_view form) {
   bool ascii = true;

@@ -1,11 +1,15 @@
-// UTF-8 well-formedness, the one implementation of the project: the tokenizer (byte-level
-// decoding, from_utf8_lossy) and the YAML/JSON readers (strings must be valid UTF-8 before they
-// reach nlohmann::json, whose dump() throws on anything else) both use it.
+// UTF-8 and GPT-2's byte-level alphabet, the one implementation of the project: the tokenizer
+// (byte-level BPE, decoding, from_utf8_lossy), the GGUF loader (rebuilding tokenizer.json from
+// GGUF metadata) and the YAML/JSON readers (strings must be valid UTF-8 before they reach
+// nlohmann::json, whose dump() throws on anything else) all use it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvb::utf8 {
 
@@ -43,5 +47,88 @@ inline bool is_valid(std::string_view s) {
   }
   return true;
 }
+
+/// Decodes one UTF-8 character of `s` starting at byte `i` (< s.size()). Returns the code point
+/// and stores its byte length in `*len` (>= 1). A sequence that is not well formed
+/// (sequence_len) yields U+FFFD with *len = 1.
+inline char32_t decode_utf8(std::string_view s, size_t i, size_t* len) {
+  const uint8_t b = static_cast<uint8_t>(s[i]);
+  if (b < 0x80) {
+    *len = 1;
+    return b;
+  }
+  const int n = sequence_len(s, i);
+  if (n < 0) {
+    *len = 1;
+    return 0xFFFD;
+  }
+  *len = static_cast<size_t>(n);
+  char32_t cp = b & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
+  for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
+  return cp;
+}
+
+/// Appends the UTF-8 encoding of `cp` (<= U+10FFFF) to `out`.
+inline void append_utf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+/// `s` split into characters: each well-formed UTF-8 sequence is one element, each byte of an
+/// ill-formed one an element of its own.
+inline std::vector<std::string> split_chars(std::string_view s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    const int n = sequence_len(s, i);
+    const size_t len = n > 0 ? static_cast<size_t>(n) : 1;
+    out.emplace_back(s.substr(i, len));
+    i += len;
+  }
+  return out;
+}
+
+namespace detail {
+/// GPT-2's bytes_to_unicode() (openai/gpt-2 src/encoder.py): printable Latin-1 bytes ('!'..'~',
+/// U+00A1..U+00AC, U+00AE..U+00FF) stand for themselves, the other 68 bytes for U+0100 + n in
+/// byte order. Code points used are all < U+0144.
+struct ByteAlphabet {
+  std::array<std::string, 256> to_char;
+  std::array<int, 512> from_char;
+  ByteAlphabet() {
+    from_char.fill(-1);
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      const char32_t cp = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
+      append_utf8(to_char[b], cp);
+      from_char[cp] = b;
+    }
+  }
+};
+inline const ByteAlphabet& byte_alphabet() {
+  static const ByteAlphabet a;
+  return a;
+}
+}  // namespace detail
+
+/// GPT-2's byte-level alphabet: the UTF-8 text of the code point standing for byte `b`.
+inline const std::string& byte_to_unicode(uint8_t b) { return detail::byte_alphabet().to_char[b]; }
+
+/// Inverse of byte_to_unicode: the byte for code point `cp`, or -1 when `cp` is not in the
+/// byte-level alphabet.
+inline int unicode_to_byte(char32_t cp) { return cp < 512 ? detail::byte_alphabet().from_char[cp] : -1; }
 
 }  // namespace kvb::utf8

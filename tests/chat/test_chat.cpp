@@ -22,6 +22,7 @@
 #include "engine/chat/chat_template.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "tests/support/test_support.h"
 
 using kvb::chat::ChatTemplate;
 using kvb::chat::RenderOptions;
@@ -77,14 +78,14 @@ int check_template(const std::string& name) {
 }  // namespace
 
 TEST(ChatTemplate, Qwen3ThinkingOnOffAndHistory) {
+  KVB_REQUIRE_SHARED("tokenizers/qwen3/tokenizer_config.json");
   int n = check_template("qwen3");
-  if (n == 0) GTEST_SKIP() << "../shared/tokenizers/qwen3 not present";
   EXPECT_GE(n, 10 * 3 * 2);
 }
 
 TEST(ChatTemplate, Llama31FromShared) {
+  KVB_REQUIRE_SHARED("tokenizers/llama3_1/tokenizer_config.json");
   int n = check_template("llama3_1");
-  if (n == 0) GTEST_SKIP() << "../shared/tokenizers/llama3_1 not present";
   EXPECT_GE(n, 20);
 }
 
@@ -177,16 +178,7 @@ struct TempDir {
 
 const std::vector<kvb::chat::Message> kOneUser = {{"user", "hi"}};
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const kvb::Error& e) {
-    EXPECT_EQ(e.exit_code(), 2);
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kvb::Error";
-  return "";
-}
+using ::kvb::test::input_error_of;
 
 }  // namespace
 
@@ -211,7 +203,6 @@ TEST(ChatTemplateDir, JinjaFileMatchesSameTemplateInTokenizerConfig) {
   // A real template (SmolLM2's, from the goldens' fixture) moved from tokenizer_config.json to
   // chat_template.jinja renders byte-identically.
   const std::string src_cfg = kFixtures + "/smollm2_instruct/tokenizer_config.json";
-  if (!kvb::file_exists(src_cfg)) GTEST_SKIP() << "no SmolLM2 fixture";
   nlohmann::json cfg = kvb::parse_json_file(src_cfg);
   const std::string source = cfg["chat_template"].get<std::string>();
   TempDir d("move");
@@ -232,18 +223,18 @@ TEST(ChatTemplateDir, NamedTemplatesInTokenizerConfigList) {
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "default").render(kOneUser), "D:hi");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "tool_use").render(kOneUser), "T:hi");
   EXPECT_EQ(ChatTemplate::from_tokenizer_config(tc, "rag").render(kOneUser), "R:hi");
-  const std::string e = error_of([&] { ChatTemplate::from_model_dir(d.dir(), "nope"); });
+  const std::string e = input_error_of([&] { ChatTemplate::from_model_dir(d.dir(), "nope"); });
   EXPECT_EQ(e, tc + ": chat_template: no template named \"nope\" (the list has: default, tool_use, rag)");
 }
 
 TEST(ChatTemplateDir, ListWithoutDefaultNeedsAName) {
   TempDir d("nodefault");
   const std::string tc = d.write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
-  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
+  EXPECT_EQ(input_error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
             tc + ": chat_template: no template named \"default\" (the list has: tool_use)");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "tool_use").render(kOneUser), "T");
   d.write("tokenizer_config.json", R"({"chat_template": [{"name": "x"}]})");
-  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
+  EXPECT_EQ(input_error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
             tc + ": chat_template[0]: expected an object with string \"name\" and \"template\"");
 }
 
@@ -253,14 +244,14 @@ TEST(ChatTemplateDir, NamedTemplatesInChatTemplateJsonAndAdditionalJinja) {
                                  R"({"chat_template": [{"name": "default", "template": "JD"}, {"name": "x", "template": "JX"}]})");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "JD");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "x").render(kOneUser), "JX");
-  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir(), "y"); }),
+  EXPECT_EQ(input_error_of([&] { ChatTemplate::from_model_dir(d.dir(), "y"); }),
             js + ": chat_template: no template named \"y\" (the list has: default, x)");
   // transformers >= 4.50 layout: chat_template.jinja + additional_chat_templates/NAME.jinja.
   const std::string jinja = d.write("chat_template.jinja", "DEF");
   d.write("additional_chat_templates/tool_use.jinja", "TOOL");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "DEF");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "tool_use").render(kOneUser), "TOOL");
-  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir(), "x"); }),
+  EXPECT_EQ(input_error_of([&] { ChatTemplate::from_model_dir(d.dir(), "x"); }),
             jinja + ": chat_template: no template named \"x\" (there are: default, tool_use)");
 }
 
@@ -268,7 +259,7 @@ TEST(ChatTemplateDir, SingleTemplateRefusesOtherNames) {
   TempDir d("single");
   const std::string tc = d.write("tokenizer_config.json", R"({"chat_template": "S"})");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "default").render(kOneUser), "S");
-  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir(), "tool_use"); }),
+  EXPECT_EQ(input_error_of([&] { ChatTemplate::from_model_dir(d.dir(), "tool_use"); }),
             tc + ": chat_template: no template named \"tool_use\": this model has a single (default) template");
 }
 
@@ -276,10 +267,10 @@ TEST(ChatTemplateDir, NoTemplateAnywhereIsOneClearError) {
   TempDir d("none");
   const std::string tc = d.write("tokenizer_config.json", R"({"bos_token": "<s>"})");
   EXPECT_FALSE(ChatTemplate::model_dir_has_template(d.dir()));
-  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
+  EXPECT_EQ(input_error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
             tc + ": chat_template: missing: the model has no chat template (none in chat_template.jinja, "
                  "chat_template.json or tokenizer_config.json)");
   const std::string js = d.write("chat_template.json", R"({"other": 1})");
-  EXPECT_EQ(error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
+  EXPECT_EQ(input_error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
             js + ": chat_template: missing: expected {\"chat_template\": ...}");
 }

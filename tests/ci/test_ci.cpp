@@ -13,11 +13,11 @@
 
 #include "datasets/records.h"
 #include "results/store.h"
-#include "tests/engine/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using kvb::test::run_cli;
-using kvb::test::run_shell;
+using kvb::test::run_command;
 
 namespace {
 
@@ -201,7 +201,7 @@ TEST(CiSlurm, ArrayShardsMergeCompareAndReportOverTwoNights) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   auto task = [&](int id, const std::string& night) {
-    return run_shell("cd " + kSrc + " && env -u SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID=" + std::to_string(id) +
+    return run_command("cd " + kSrc + " && env -u SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID=" + std::to_string(id) +
                      " SLURM_ARRAY_TASK_COUNT=2 KVBENCH=" + KVB_BINARY + " KVB_NIGHTLY_DIR=" + dir.string() +
                      " KVB_RUN_NAME=" + night +
                      " KVB_NIGHTLY_ARGS='--task smoke --limit 3 --policies full,snapkv --budgets 32 "
@@ -247,7 +247,7 @@ TEST(CiSlurm, ArrayShardsMergeCompareAndReportOverTwoNights) {
 
 // Outside an array job the script says what it needs instead of running anything.
 TEST(CiSlurm, RefusesToRunWithoutArrayVariables) {
-  auto [rc, out] = run_shell("cd " + kSrc + " && env -u SLURM_ARRAY_TASK_ID -u SLURM_ARRAY_TASK_COUNT bash ci/slurm/nightly.sbatch");
+  auto [rc, out] = run_command("cd " + kSrc + " && env -u SLURM_ARRAY_TASK_ID -u SLURM_ARRAY_TASK_COUNT bash ci/slurm/nightly.sbatch");
   EXPECT_NE(rc, 0);
   EXPECT_TRUE(contains(out, "SLURM_ARRAY_TASK_ID")) << out;
 }

@@ -20,7 +20,7 @@
 #include <regex>
 
 #include "datasets/records.h"
-#include "tests/engine/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using kvb::test::run_cli;

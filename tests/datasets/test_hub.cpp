@@ -17,9 +17,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "datasets/hash.h"
 #include "datasets/hub.h"
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace kvb;
@@ -169,9 +170,7 @@ class FakeHub {
 class HubTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cache_ = fs::temp_directory_path() / ("kvb_hub_" + std::to_string(::getpid()) + "_" +
-                                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(cache_);
+    cache_ = kvb::test::temp_dir("hub");
     cfg_.endpoint = hub_.endpoint();
     cfg_.cache_dir = cache_.string();
     cfg_.token = kToken;

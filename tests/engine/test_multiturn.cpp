@@ -8,7 +8,7 @@
 #include <random>
 
 #include "engine/engine.h"
-#include "test_support.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -71,7 +71,7 @@ class MultiTurn : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = test::shared_dir("models/stories260K-hf");
-    if (!file_exists(dir_ + "/model.safetensors")) GTEST_SKIP() << "../shared/models/stories260K-hf absent";
+    KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
     model_ = Model::load_dir(dir_);
   }
   static std::vector<int32_t> tokens(int n, uint32_t seed) {

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "engine/engine.h"
-#include "test_support.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -19,7 +19,7 @@ class Stops : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = test::shared_dir("models/stories260K-hf");
-    if (!file_exists(dir_ + "/model.safetensors")) GTEST_SKIP() << "../shared/models/stories260K-hf absent";
+    KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
     model_ = Model::load_dir(dir_);
     tok_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_dir(dir_));
     oracle_ = read_file(dir_ + "/expected_greedy_200.txt");

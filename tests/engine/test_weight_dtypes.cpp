@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "engine/engine.h"
-#include "test_support.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {

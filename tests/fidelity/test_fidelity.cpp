@@ -13,6 +13,7 @@
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "harness/fidelity.h"
+#include "tests/support/test_support.h"
 
 namespace kvb::fidelity {
 namespace {
@@ -20,14 +21,7 @@ namespace {
 const std::string kFixtures = std::string(KVB_SOURCE_DIR) + "/tests/fixtures";
 const std::string kStories = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::kvb::test::error_of;
 
 TEST(FidelityMetrics, MatchTorchFloat64) {
   const nlohmann::json g = parse_json_file(kFixtures + "/policies/oracle_goldens.json")["metrics"];
@@ -114,13 +108,14 @@ TEST(FidelityPolicies, ListSplitsOnPolicyNamesOnly) {
 }
 
 std::string run(const std::string& args, int* rc) {
-  const std::string out = testing::TempDir() + "/fidelity_cli.out";
-  *rc = std::system((std::string(KVB_BINARY) + " " + args + " > " + out + " 2>&1").c_str());
-  return read_file(out);
+  auto r = test::run_cli(args);
+  *rc = r.rc;
+  return r.out;
 }
 
 TEST(FidelityCli, TableAndJsonOnStories260K) {
-  if (!file_exists(kStories + "/model.safetensors")) GTEST_SKIP() << "../shared/models/stories260K-hf absent";
+  KVB_REQUIRE_BINARY();
+  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   const std::string dir = testing::TempDir();
   {
     std::ofstream f(dir + "/prompts.txt");

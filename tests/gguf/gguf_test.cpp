@@ -11,6 +11,7 @@
 #include "engine/model/gguf.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "tests/support/test_support.h"
 
 namespace {
 
@@ -41,13 +42,6 @@ void expect_tensor(const std::string& name, const std::vector<int64_t>& shape, c
   for (size_t i = 0; i < head.size() && i < n; ++i)
     EXPECT_EQ(static_cast<double>(data[i]), head[i]) << name << " element " << i;
   EXPECT_EQ(checksum(data, n), g["checksum"].get<std::string>()) << name;
-}
-
-std::string smollm2_path() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  std::string cache = xdg && *xdg ? xdg : std::string(home ? home : "") + "/.cache";
-  return cache + "/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
 TEST(Gguf, QuantTypesEqualGgufPyDequantize) {
@@ -155,8 +149,8 @@ TEST(Gguf, Stories260KEqualsTransformers) {
 }
 
 TEST(Gguf, SmolLM2FromCacheEqualsTransformers) {
-  const std::string p = smollm2_path();
-  if (!kvb::file_exists(p)) GTEST_SKIP() << p << " absent (tools/fetch_default_model.sh fetches it)";
+  KVB_REQUIRE_DEFAULT_MODEL();
+  const std::string p = kvb::test::default_model_path();
   check_model(p, kvb::parse_json_file(fixture("smollm2.golden.json")), false);
 }
 

@@ -8,6 +8,7 @@
 #include "engine/model/gguf.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/io.h"
+#include "tests/support/test_support.h"
 
 namespace {
 
@@ -45,11 +46,8 @@ TEST(GgufTokenizer, Stories260KSentencePieceIds) {
 }
 
 TEST(GgufTokenizer, SmolLM2FromCacheIds) {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string cache = xdg && *xdg ? xdg : std::string(home ? home : "") + "/.cache";
-  const std::string p = cache + "/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (!kvb::file_exists(p)) GTEST_SKIP() << p << " absent (tools/fetch_default_model.sh fetches it)";
+  KVB_REQUIRE_DEFAULT_MODEL();
+  const std::string p = kvb::test::default_model_path();
   check_ids(p, fixture("smollm2.ids.json"));
 }
 

@@ -31,6 +31,7 @@
 #include "graders/judge_longmemeval.h"
 #include "results/grid.h"
 #include "results/store.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace kvb;
@@ -525,30 +526,17 @@ TEST(JudgeCache, VerdictsAreCachedFailuresAreNot) {
 
 namespace {
 
-struct CliResult {
-  int rc = -1;
-  std::string out;
-};
-
 // Runs the kvbench binary with OPENAI_BASE_URL / OPENAI_API_KEY set; stdout (and stderr unless
 // `stdout_only`) captured.
-CliResult run_kvbench(const std::string& args, const std::string& base_url, bool stdout_only = false) {
-  std::string cmd = "OPENAI_BASE_URL='" + base_url + "' OPENAI_API_KEY='" + kKey + "' " + KVB_BINARY + " " + args +
-                    (stdout_only ? " 2>/dev/null" : " 2>&1");
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+kvb::test::CommandResult run_kvbench(const std::string& args, const std::string& base_url, bool stdout_only = false) {
+  std::string cmd = "OPENAI_BASE_URL='" + base_url + "' OPENAI_API_KEY='" + kKey + "' " + KVB_BINARY + " " + args;
+  return kvb::test::run_command(stdout_only ? cmd + " 2>/dev/null" : cmd, !stdout_only);
 }
 
 }  // namespace
 
 TEST(JudgeCli, GradeJudgesStoresFailuresUngradedAndRetryFailedRegrades) {
-  if (!fs::exists(KVB_BINARY)) GTEST_SKIP() << "build the kvbench target first (" << KVB_BINARY << ")";
+  KVB_REQUIRE_BINARY();
   FakeOpenAI srv;
   auto dir = temp_path("cli");
   fs::create_directories(dir);
@@ -683,9 +671,9 @@ TEST(JudgeCli, GradeJudgesStoresFailuresUngradedAndRetryFailedRegrades) {
 }
 
 TEST(JudgeCli, RunJudgesWithOpenAIAndLocalJudges) {
-  if (!fs::exists(KVB_BINARY)) GTEST_SKIP() << "build the kvbench target first (" << KVB_BINARY << ")";
+  KVB_REQUIRE_BINARY();
   const std::string model = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
-  if (!fs::exists(model + "/model.safetensors")) GTEST_SKIP() << "needs " << model;
+  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   FakeOpenAI srv;
   auto dir = temp_path("run");
   fs::create_directories(dir);

@@ -18,7 +18,7 @@ namespace kvb::graders {
 namespace {
 
 nlohmann::json load(const char* name) {
-  std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/graders/data/" + name);
+  std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/fixtures/graders/" + name);
   EXPECT_TRUE(in) << name;
   return nlohmann::json::parse(in);
 }

@@ -20,6 +20,7 @@
 
 #include "engine/util/error.h"
 #include "harness/model_source.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -30,22 +31,13 @@ const std::string kShared = KVB_SHARED_DIR;
 const std::string kModel = kShared + "/models/stories260K-hf";
 const std::string kData = kShared + "/datasets";
 
-fs::path tmp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("kvb_model_source_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path tmp_dir(const std::string& name) { return kvb::test::temp_dir("model_source_" + name); }
 
+/// Runs `cmd` through the shell with stdout+stderr captured; returns the exit status.
 int run_cmd(const std::string& cmd, std::string* out) {
-  out->clear();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  auto r = kvb::test::run_command(cmd);
+  *out = std::move(r.out);
+  return r.rc;
 }
 
 std::vector<std::string> column(const std::string& db, const std::string& sql) {
@@ -83,7 +75,7 @@ fs::path model_copy(const std::string& name, const std::map<std::string, std::st
   return d;
 }
 
-bool have_model() { return fs::exists(kModel + "/model.safetensors"); }
+#define REQUIRE_MODEL() KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors")
 
 }  // namespace
 
@@ -119,7 +111,7 @@ TEST(ResolveSampling, SuiteThenGenerationConfigThenGreedyThenCli) {
 }
 
 TEST(ModelSource, GenerationDefaultsOfDirsAndGguf) {
-  if (!have_model()) GTEST_SKIP() << "../shared/models/stories260K-hf not found";
+  REQUIRE_MODEL();
   const auto g = kvb::cli::generation_defaults(kModel);  // {"bos_token_id": 1, "eos_token_id": 2}
   EXPECT_TRUE(g.present);
   EXPECT_FALSE(g.do_sample.has_value());
@@ -130,7 +122,7 @@ TEST(ModelSource, GenerationDefaultsOfDirsAndGguf) {
 }
 
 TEST(ModelSource, ChatTemplateFromJinjaFileAndByName) {
-  if (!have_model()) GTEST_SKIP() << "../shared/models/stories260K-hf not found";
+  REQUIRE_MODEL();
   const std::string tmpl = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
   fs::path d = model_copy("jinja", {{"chat_template.jinja", tmpl},
                                     {"chat_template.json", R"({"chat_template": "JSON {{ messages[0].content }}"})"}});
@@ -173,8 +165,9 @@ TEST(ModelSource, ChatTemplateFromJinjaFileAndByName) {
 // samples: the work items carry the model's temperature/top_p/top_k, the run's stored config
 // names them and their source, and a command-line option replaces its key.
 TEST(RunCliGenerationConfig, DefaultsAppliedAndRecorded) {
-  if (access(KVB_BINARY, X_OK) != 0 || !have_model() || !fs::exists(kData + "/gsm8k"))
-    GTEST_SKIP() << "needs the kvbench binary and ../shared";
+  KVB_REQUIRE_BINARY();
+  REQUIRE_MODEL();
+  KVB_REQUIRE_SHARED("datasets/gsm8k");
   fs::path d = model_copy("gencfg", {{"generation_config.json",
                                       R"({"bos_token_id": 1, "eos_token_id": [2], "do_sample": true,
                                           "temperature": 0.7, "top_p": 0.9, "top_k": 5})"}});

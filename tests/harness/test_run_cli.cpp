@@ -15,6 +15,8 @@
 #include <map>
 #include <thread>
 
+#include "tests/support/test_support.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -23,35 +25,20 @@ const std::string kShared = KVB_SHARED_DIR;
 const std::string kModel = kShared + "/models/stories260K-hf";
 const std::string kData = kShared + "/datasets";
 
-bool have_inputs(std::string* why) {
-  if (access(KVB_BINARY, X_OK) != 0) {
-    *why = std::string("kvbench binary not built: ") + KVB_BINARY;
-    return false;
-  }
-  if (!fs::exists(kModel + "/model.safetensors") || !fs::exists(kData + "/gsm8k")) {
-    *why = "../shared (stories260K-hf, datasets) not found at " + kShared;
-    return false;
-  }
-  return true;
-}
+/// The kvbench binary and ../shared's stories260K-hf and datasets (KVB_REQUIRE: skip, or fail
+/// under KVB_REQUIRE_ALL=1).
+#define REQUIRE_INPUTS()                                          \
+  KVB_REQUIRE_BINARY();                                           \
+  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors"); \
+  KVB_REQUIRE_SHARED("datasets/gsm8k")
 
-fs::path tmp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("kvb_run_cli_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path tmp_dir(const std::string& name) { return kvb::test::temp_dir("run_cli_" + name); }
 
 /// Runs `cmd` through the shell with stdout+stderr captured; returns the exit status.
 int run_cmd(const std::string& cmd, std::string* out) {
-  out->clear();
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out->append(buf, n);
-  int st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  auto r = kvb::test::run_command(cmd);
+  *out = std::move(r.out);
+  return r.rc;
 }
 
 using Rows = std::vector<std::vector<std::string>>;
@@ -108,8 +95,7 @@ std::map<std::string, std::string> samples_of(const std::string& db) {
 }  // namespace
 
 TEST(RunCli, MainJobOnRealDataFromAConfigFileThenReport) {
-  std::string why;
-  if (!have_inputs(&why)) GTEST_SKIP() << why;
+  REQUIRE_INPUTS();
   fs::path d = tmp_dir("main");
   const std::string db = (d / "main.db").string();
   const std::string cfg = (d / "nightly.yaml").string();
@@ -184,8 +170,7 @@ TEST(RunCli, MainJobOnRealDataFromAConfigFileThenReport) {
 }
 
 TEST(RunCli, KilledMidGridResumesToTheSameSamples) {
-  std::string why;
-  if (!have_inputs(&why)) GTEST_SKIP() << why;
+  REQUIRE_INPUTS();
   fs::path d = tmp_dir("kill");
   const std::string args = " run --task gsm8k --model " + kModel + " --data-dir " + kData +
                            " --policies full,snapkv --budgets 32 --samples 4 --limit 6 --max-new-tokens 96"
@@ -248,8 +233,7 @@ TEST(RunCli, KilledMidGridResumesToTheSameSamples) {
 }
 
 TEST(RunCli, BadConfigAndTruncateOptionsAreOneClearError) {
-  std::string why;
-  if (!have_inputs(&why)) GTEST_SKIP() << why;
+  REQUIRE_INPUTS();
   fs::path d = tmp_dir("bad");
   const std::string cfg = (d / "c.yaml").string();
   std::ofstream(cfg) << "run:\n  budgets: [64, zero]\n";
@@ -265,12 +249,8 @@ TEST(RunCli, BadConfigAndTruncateOptionsAreOneClearError) {
 TEST(RunCli, DefaultRunOnTheDefaultModelThenReport) {
   // `kvbench run` with no model, suite or policy arguments: the built-in smoke task on the
   // default model (SmolLM2-135M-Instruct, fetched by bootstrap.sh) into ./kvbench.db.
-  if (access(KVB_BINARY, X_OK) != 0) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string cache = xdg && *xdg ? xdg : std::string(home ? home : ".") + "/.cache";
-  const std::string gguf = cache + "/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (!fs::exists(gguf)) GTEST_SKIP() << "default model not fetched (tools/fetch_default_model.sh): " << gguf;
+  KVB_REQUIRE_BINARY();
+  KVB_REQUIRE_DEFAULT_MODEL();
   fs::path d = tmp_dir("default");
   std::string out;
   // --limit 1 keeps it short (one smoke problem; full and snapkv at the smoke budget of 32).
@@ -293,8 +273,7 @@ TEST(RunCli, ScBenchMultiTurnSharesTheCompressedContextAndGradesEveryTurn) {
   // compressed cache of turn 1 plus the gold answer and the next question), is stored in
   // generations.extra_json "turns", graded with its own grader, and `grade --regrade` reads the
   // stored turns back to the same grades.
-  std::string why;
-  if (!have_inputs(&why)) GTEST_SKIP() << why;
+  REQUIRE_INPUTS();
   fs::path d = tmp_dir("scbench");
   const std::string db = (d / "mt.db").string();
   const std::string fixtures = std::string(KVB_SOURCE_DIR) + "/tests/fixtures/datasets";
@@ -334,8 +313,7 @@ TEST(RunCli, QueryAgnosticIsItsOwnWorkItem) {
   // --query-agnostic prefills and compresses a task's shared context before its query: a
   // different generation, so a different work item (resume never mixes the two protocols), and
   // the run records the protocol.
-  std::string why;
-  if (!have_inputs(&why)) GTEST_SKIP() << why;
+  REQUIRE_INPUTS();
   fs::path d = tmp_dir("qa");
   const std::string db = (d / "qa.db").string();
   const std::string base = std::string(KVB_BINARY) + " run --task longbench_hotpotqa --data-dir " + KVB_SOURCE_DIR +
@@ -353,7 +331,7 @@ TEST(RunCli, QueryAgnosticIsItsOwnWorkItem) {
 }
 
 TEST(CheckAnswerCli, VerdictOnTheLastLineWithTheFormsAndReason) {
-  if (access(KVB_BINARY, X_OK) != 0) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
+  KVB_REQUIRE_BINARY();
   auto last_line = [](std::string s) {
     while (!s.empty() && s.back() == '\n') s.pop_back();
     return s.substr(s.rfind('\n') == std::string::npos ? 0 : s.rfind('\n') + 1);

@@ -8,6 +8,7 @@
 
 #include "engine/util/error.h"
 #include "harness/run_support.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using kvb::cli::default_gates;
@@ -22,14 +23,7 @@ std::string write_tmp(const std::string& name, const std::string& text) {
   return p.string();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const kvb::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using ::kvb::test::error_of;
 
 }  // namespace
 

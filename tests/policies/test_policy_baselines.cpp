@@ -14,6 +14,7 @@
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "harness.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -32,14 +33,7 @@ GenerationRequest request(int new_tokens) {
   return r;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 /// Runs `spec` at `budget` for `steps` decode tokens, calling `check` after every step.
 void run(const std::string& spec, int64_t budget, int steps, const std::function<void(const KVCache&, SeqId)>& check) {
@@ -49,8 +43,7 @@ void run(const std::string& spec, int64_t budget, int steps, const std::function
   ASSERT_EQ(static_cast<int>(res[0].tokens.size()), steps);
 }
 
-#define REQUIRE_STORIES() \
-  if (!file_exists(kDir + "/model.safetensors")) GTEST_SKIP() << "../shared/models/stories260K-hf absent"
+#define REQUIRE_STORIES() KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors")
 
 TEST(Baselines, TovaKeepsOneSetPerLayer) {
   REQUIRE_STORIES();

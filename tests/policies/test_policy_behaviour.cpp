@@ -13,18 +13,12 @@
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 #include "harness.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::kvb::test::error_of;
 
 TEST(PolicyParams, EveryPolicyBuildsWithDefaultsAndReportsThem) {
   for (const auto& info : policy_registry()) {

@@ -12,7 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine/policies/policy.h"
-#include "tests/engine/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {

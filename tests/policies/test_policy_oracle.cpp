@@ -18,6 +18,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -35,14 +36,7 @@ std::unique_ptr<OraclePolicy> oracle(const std::string& spec, int64_t budget) {
   return std::unique_ptr<OraclePolicy>(dynamic_cast<OraclePolicy*>(p.release()));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ::kvb::test::error_of;
 
 TEST(OracleGoldens, RecordedScoresEqualFloat64RecomputationFromTransformersAttention) {
   for (const auto& c : goldens()["oracle"]) {
@@ -142,7 +136,7 @@ double continuation_nll(const std::vector<float>& logits, const std::vector<int3
 }
 
 TEST(OracleStories, FollowsFullCacheAtLeastAsWellAsSnapKV) {
-  if (!file_exists(kStories + "/model.safetensors")) GTEST_SKIP() << "../shared/models/stories260K-hf absent";
+  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   std::shared_ptr<const Model> model = Model::load_dir(kStories);
   auto tk = tok::Tokenizer::from_dir(kStories);
   const int V = static_cast<int>(model->config().vocab_size);

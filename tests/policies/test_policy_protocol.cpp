@@ -18,14 +18,14 @@
 #include "engine/policies/snapkv.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
-#include "tests/engine/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
 
 const std::string kStories = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
 
-bool have_stories() { return file_exists(kStories + "/model.safetensors"); }
+#define REQUIRE_STORIES() KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors")
 
 std::shared_ptr<const Model> stories() {
   static std::shared_ptr<const Model> m = Model::load_dir(kStories);
@@ -160,7 +160,7 @@ class ChunkInvariance : public ::testing::TestWithParam<ChunkCase> {
 };
 
 TEST_P(ChunkInvariance, Stories260K) {
-  if (!have_stories()) GTEST_SKIP() << "../shared/models/stories260K-hf absent";
+  REQUIRE_STORIES();
   check(stories());
 }
 
@@ -306,7 +306,7 @@ void expect_pyramid_like_uniform(std::shared_ptr<const Model> m, int64_t B, int 
 }
 
 TEST(PyramidKV, DecodeKvPeakWithinOnePercentOfSnapKVStories260K) {
-  if (!have_stories()) GTEST_SKIP() << "../shared/models/stories260K-hf absent";
+  REQUIRE_STORIES();
   expect_pyramid_like_uniform(stories(), 64, 8, 400, 100);
 }
 
@@ -409,7 +409,7 @@ TEST(CompressProtocol, CompressingPolicyWithoutBudgetIsAnError) {
   }
   // A ratio budget needs no token budget.
   EXPECT_NO_THROW(make_policy(PolicySpec::parse("snapkv:budget_kind=ratio,ratio=0.5", 0)));
-  if (!have_stories()) GTEST_SKIP() << "../shared/models/stories260K-hf absent";
+  REQUIRE_STORIES();
   auto [code, out] = test::run_cli("generate --model " + kStories + " --prompt 'Once upon a time' --policy snapkv");
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("kvbench: error:"), std::string::npos) << out;

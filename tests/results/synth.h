@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/util/hash.h"
 #include "results/grid.h"
-#include "results/sha256.h"
 #include "results/store.h"
 
 namespace kvb::results::testing {

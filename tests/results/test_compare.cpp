@@ -7,6 +7,7 @@
 #include "engine/util/error.h"
 #include "results/compare.h"
 #include "synth.h"
+#include "tests/support/test_support.h"
 
 using namespace kvb::results;
 using namespace kvb::results::testing;
@@ -152,18 +153,13 @@ TEST_F(CompareFixture, ChangedPolicyParametersArePairedByPromptAndSeed) {
 }
 
 static int run_cli(const std::string& args, std::string* out = nullptr) {
-  std::string cmd = std::string(KVB_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string text;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) text.append(buf, n);
-  int st = pclose(p);
-  if (out) *out = text;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  auto r = kvb::test::run_cli(args);
+  if (out) *out = std::move(r.out);
+  return r.rc;
 }
 
 TEST_F(CompareFixture, CliExitCodes) {
-  if (access(KVB_BINARY, X_OK) != 0) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
+  KVB_REQUIRE_BINARY();
   scored_run(store, items, "same", [](const WorkItem&) { return 1.0; });
   scored_run(store, items, "drop", [](const WorkItem& it) {
     return it.policy == "rkv" && example_no(it) < 9 ? 0.0 : 1.0;

@@ -1,4 +1,4 @@
-// Grid expansion, content keys and sharding (results/grid.h, results/sha256.h).
+// Grid expansion, content keys and sharding (results/grid.h, engine/util/hash.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,10 +7,11 @@
 #include <set>
 
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "results/grid.h"
-#include "results/sha256.h"
 
 using namespace kvb::results;
+using kvb::sha256_hex;
 
 TEST(Sha256, FipsVectors) {
   // FIPS 180-4 / NIST example vectors.

@@ -10,6 +10,7 @@
 #include "engine/util/error.h"
 #include "results/report.h"
 #include "synth.h"
+#include "tests/support/test_support.h"
 
 using namespace kvb::results;
 using namespace kvb::results::testing;
@@ -126,17 +127,13 @@ TEST(ReportModels, HeadingsAndRunTableShowModelNameMachineAndBackend) {
 }
 
 static int run_cmd(const std::string& cmd, std::string* out = nullptr) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string text;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) text.append(buf, n);
-  int st = pclose(p);
-  if (out) *out = text;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  auto r = kvb::test::run_command(cmd);
+  if (out) *out = std::move(r.out);
+  return r.rc;
 }
 
 TEST(ReportCli, ReportMergeAndErrors) {
-  if (access(KVB_BINARY, X_OK) != 0) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
+  KVB_REQUIRE_BINARY();
   auto items = expand_grid(small_grid(4, 2));
   auto a = temp_db("cli_a"), b = temp_db("cli_b"), m = temp_db("cli_m");
   {

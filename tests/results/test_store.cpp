@@ -1,6 +1,7 @@
 // The SQLite store: schema and pragmas, resume after SIGKILL, error messages, regrade, judge
 // cache, views against the C++ metrics, and merge of shards.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -200,8 +201,10 @@ TEST(Store, CorruptFileNamesTheFile) {
   // A valid SQLite file that is not a kvbench store.
   auto q = temp_db("foreign");
   {
-    std::string cmd = "sqlite3 '" + q + "' 'CREATE TABLE x(a);' 2>/dev/null";
-    if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "sqlite3 CLI not installed";
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(q.c_str(), &h), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(h, "CREATE TABLE x(a);", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(h);
   }
   try {
     Store s(q);

@@ -24,7 +24,7 @@ std::string fixtures() { return std::string(KVB_SOURCE_DIR) + "/tests/fixtures/d
 
 const nlohmann::json& goldens() {
   static nlohmann::json g = [] {
-    std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/tasks/goldens/fixture_prompts.json");
+    std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/fixtures/tasks/fixture_prompts.json");
     return nlohmann::json::parse(in);
   }();
   return g;

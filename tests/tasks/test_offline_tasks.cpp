@@ -7,11 +7,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "datasets/hash.h"
 #include "datasets/registry.h"
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "tasks/countdown_trace.h"
 #include "tasks/task.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace kvb;
@@ -21,12 +22,11 @@ namespace {
 
 std::string shared_datasets() { return std::string(KVB_SHARED_DIR) + "/datasets"; }
 
-#define REQUIRE_SHARED()                                                            \
-  if (!fs::exists(shared_datasets())) GTEST_SKIP() << "../shared/datasets is absent: " << shared_datasets()
+#define REQUIRE_SHARED() KVB_REQUIRE_SHARED("datasets")
 
 const nlohmann::json& goldens() {
   static nlohmann::json g = [] {
-    std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/tasks/goldens/offline_first_prompts.json");
+    std::ifstream in(std::string(KVB_SOURCE_DIR) + "/tests/fixtures/tasks/offline_first_prompts.json");
     return nlohmann::json::parse(in);
   }();
   return g;
@@ -50,7 +50,7 @@ TaskContext ctx_for(datasets::DataLocator& loc) {
   }
   if (got.size() != g["len"].get<size_t>())
     return ::testing::AssertionFailure() << "length " << got.size() << " != " << g["len"];
-  if (datasets::sha256_hex(got) != g["sha256"].get<std::string>())
+  if (sha256_hex(got) != g["sha256"].get<std::string>())
     return ::testing::AssertionFailure() << "sha256 differs; head: " << got.substr(0, 200);
   return ::testing::AssertionSuccess();
 }
@@ -144,7 +144,7 @@ TEST(OfflineTasks, RegistryHashesMatchSharedFiles) {
     fs::path p = fs::path(shared_datasets()) / s.key;
     if (s.sha256.empty() || !fs::exists(p)) continue;
     EXPECT_EQ(fs::file_size(p), s.size) << s.key;
-    EXPECT_EQ(datasets::sha256_file(p.string()), s.sha256) << s.key;
+    EXPECT_EQ(sha256_file(p.string()), s.sha256) << s.key;
     ++checked;
   }
   EXPECT_GE(checked, 20u);

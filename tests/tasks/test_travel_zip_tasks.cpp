@@ -10,12 +10,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "datasets/hash.h"
 #include "datasets/hub.h"
 #include "datasets/registry.h"
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "tasks/task.h"
 #include "tasks/travel_trace.h"
+#include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace kvb;
@@ -33,7 +34,7 @@ nlohmann::json read_json(const std::string& p) {
 }
 
 const nlohmann::json& gold() {
-  static nlohmann::json g = read_json(src("tests/tasks/goldens/travel_planning.json"));
+  static nlohmann::json g = read_json(src("tests/fixtures/tasks/travel_planning.json"));
   return g;
 }
 
@@ -46,14 +47,7 @@ std::vector<Example> load(const std::vector<std::string>& dirs, const std::strin
   return make_task(spec)->load_all(ctx);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no kvb::Error)";
-}
+using ::kvb::test::error_of;
 
 fs::path tmp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("kvb_tz_" + std::to_string(::getpid())) / name;
@@ -76,7 +70,7 @@ TEST(TravelPlanning, GithubLayoutPromptsReferencesAndSplit) {
       const auto& ge = g["examples"][i];
       const std::string& p = ex[i].messages[0].content;
       EXPECT_EQ(p.size(), ge["prompt_len"].get<size_t>()) << len << " " << i;
-      EXPECT_EQ(datasets::sha256_hex(p), ge["prompt_sha256"].get<std::string>()) << len << " " << i;
+      EXPECT_EQ(sha256_hex(p), ge["prompt_sha256"].get<std::string>()) << len << " " << i;
       EXPECT_EQ(ex[i].references, std::vector<std::string>{ge["reference"].get<std::string>()}) << len << " " << i;
       EXPECT_EQ(ex[i].meta["item"]["id"], ge["id"]);
       EXPECT_EQ(ex[i].meta["item"]["ground_truth_cities"], ge["ground_truth_cities"]);
@@ -144,7 +138,7 @@ TEST(TravelPlanning, BadRowsNameFileElementAndField) {
 }
 
 TEST(LongBenchZip, TasksReadFromDataZipEqualTheExtractedFiles) {
-  const auto& fixture_gold = read_json(src("tests/tasks/goldens/fixture_prompts.json"));
+  const auto& fixture_gold = read_json(src("tests/fixtures/tasks/fixture_prompts.json"));
   for (const char* spec : {"hotpotqa", "trec", "lcc", "repobench-p", "multifieldqa_zh", "samsum", "hotpotqa:e=1"}) {
     std::string name = std::string("longbench_") + spec;
     auto from_zip = load({kZipMirror}, name);
@@ -206,16 +200,7 @@ TEST(LongBenchZip, DataZipFromTheHuggingFaceCache) {
 
 namespace {
 
-std::string run_cli(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
+std::string run_cli(const std::string& cmd) { return ::kvb::test::run_command(cmd).out; }
 
 std::string line_with(const std::string& text, const std::string& needle) {
   std::istringstream in(text);
@@ -228,7 +213,7 @@ std::string line_with(const std::string& text, const std::string& needle) {
 }  // namespace
 
 TEST(DatasetsCli, ListAndTasksShowTheNewPieces) {
-  if (!fs::exists(KVB_BINARY)) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
+  KVB_REQUIRE_BINARY();
   fs::path cache = tmp_dir("cli_cache");
   const std::string commit(40, 'c');
   fs::path repo = cache / "datasets--THUDM--LongBench";

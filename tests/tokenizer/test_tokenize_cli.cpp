@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/util/io.h"
+#include "tests/support/test_support.h"
 
 namespace {
 
@@ -34,15 +35,9 @@ std::string shell_quote(const std::string& s) {
 
 // Runs the command; returns stdout and stores the exit status.
 std::string run(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
+  auto r = kvb::test::run_command(cmd);
+  *status = r.rc;
+  return r.out;
 }
 
 std::vector<int32_t> ids_line(const std::string& out) {
@@ -55,8 +50,8 @@ std::vector<int32_t> ids_line(const std::string& out) {
 class TokenizeCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!kvb::file_exists(KVB_BINARY)) GTEST_SKIP() << "kvbench binary not built: " << KVB_BINARY;
-    if (!kvb::file_exists(kShared + "/tokenizers/qwen3/tokenizer.json")) GTEST_SKIP() << "needs ../shared";
+    KVB_REQUIRE_BINARY();
+    KVB_REQUIRE_SHARED("tokenizers/qwen3/tokenizer.json");
   }
 };
 

@@ -9,6 +9,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/error.h"
+#include "tests/support/test_support.h"
 
 namespace {
 
@@ -18,9 +19,7 @@ using nlohmann::json;
 class TokenizerErrors : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvb_tok_err_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
+    dir_ = kvb::test::temp_dir("tok_err");
   }
   void TearDown() override { fs::remove_all(dir_); }
 

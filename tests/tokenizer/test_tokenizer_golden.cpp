@@ -13,6 +13,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/unicode.h"
 #include "engine/util/io.h"
+#include "tests/support/test_support.h"
 
 namespace {
 
@@ -38,7 +39,7 @@ TEST_P(GoldenTest, EncodeDecodeStreamMatchReference) {
   const json meta = kvb::parse_json_file(kFix + "meta.json");
   const json& info = meta["tokenizers"][name];
   const std::string path = kShared + "/" + info["source"].get<std::string>().substr(std::string("../shared/").size());
-  if (!kvb::file_exists(path)) GTEST_SKIP() << "needs " << path << " (../shared absent)";
+  KVB_REQUIRE_PATH(path, "../shared is not checked out");
   const kvb::tok::Tokenizer tok = kvb::tok::Tokenizer::from_file(path);
   const auto texts = read_jsonl(kFix + "texts.jsonl");
   const auto rows = read_jsonl(kFix + name + ".jsonl");
@@ -105,7 +106,7 @@ TEST_P(GoldenTest, VocabularyFactsMatchReference) {
   const json& info = meta["tokenizers"][name];
   const std::string rel = info["source"].get<std::string>().substr(std::string("../shared/").size());
   const std::string path = kShared + "/" + rel;
-  if (!kvb::file_exists(path)) GTEST_SKIP() << "needs " << path;
+  KVB_REQUIRE_PATH(path, "../shared is not checked out");
   const std::string dir = path.substr(0, path.rfind('/'));
   const kvb::tok::Tokenizer tok = kvb::tok::Tokenizer::from_dir(dir);
   EXPECT_EQ(tok.vocab_size(), info["vocab_size"].get<size_t>());

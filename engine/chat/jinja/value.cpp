@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/util/utf8.h"
+
 namespace kvb::jinja {
 
 // ---------------------------------------------------------------- Dict
@@ -444,23 +446,8 @@ std::vector<char32_t> utf8_decode(std::string_view s) {
 }
 
 void utf8_append(std::string& out, char32_t cp) {
-  if (cp >= 0xdc80 && cp <= 0xdcff) {  // raw byte
-    out += static_cast<char>(cp & 0xff);
-  } else if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xc0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xe0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
+  if (cp >= 0xdc80 && cp <= 0xdcff) out += static_cast<char>(cp & 0xff);  // raw byte
+  else utf8::append_utf8(out, cp);
 }
 
 std::string utf8_encode(const std::vector<char32_t>& cps, size_t begin, size_t end) {

@@ -1,12 +1,10 @@
-// Registration of the non-math graders (LongBench v1 metrics, LongBench-v2 choice). See
-// graders/grade.h and graders/longbench.h.
+// Registration of the LongBench graders (v1 metrics, v2 choice). See graders/grade.h and
+// graders/longbench.h.
 #include <fmt/format.h>
 
 #include "engine/util/error.h"
 #include "graders/grade.h"
 #include "graders/longbench.h"
-#include "graders/longproc.h"
-#include "graders/scbench.h"
 
 namespace kvb::graders::detail {
 namespace {
@@ -26,18 +24,14 @@ GraderInfo scored(std::string name, std::string desc,
                   std::function<double(const std::string&, const std::string&, const nlohmann::json&)> f) {
   return {name, desc,
           [name, f](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json& meta) {
-            Grade best;
-            best.extracted = maybe_first_line(p, meta);
-            bool first = true;
-            for (const auto& r : refs) {
-              double s = f(best.extracted, r, meta);
-              if (first || s > best.score) {
-                best.score = s;
-                best.gold_norm = r;
-              }
-              first = false;
-            }
-            best.pred_norm = best.extracted;
+            const std::string pred = maybe_first_line(p, meta);
+            Grade best = best_of_references(refs, [&](const std::string& r) {
+              Grade g;
+              g.score = f(pred, r, meta);
+              g.gold_norm = r;
+              return g;
+            });
+            best.extracted = best.pred_norm = pred;
             best.reason = fmt::format("{} = {:.4f} (max over {} reference(s))", name, best.score, refs.size());
             return best;
           }};
@@ -51,9 +45,7 @@ std::vector<std::string> classes_of(const nlohmann::json& meta) {
 
 }  // namespace
 
-void register_extra_graders(std::vector<GraderInfo>& v) {
-  register_longproc_graders(v);  // graders/longproc_registry.cpp
-  register_scbench_graders(v);   // graders/scbench.cpp
+void register_longbench_graders(std::vector<GraderInfo>& v) {
   v.push_back(scored("longbench.qa_f1", "LongBench qa_f1_score: bag-of-words F1 after normalize_answer",
                      [](const std::string& p, const std::string& r, const nlohmann::json&) {
                        return qa_f1(p, r);

@@ -1,0 +1,269 @@
+// The grid-building and summary pieces of `kvbench run` and `kvbench grade`; see harness/run_grid.h.
+#include "harness/run_grid.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "datasets/registry.h"
+#include "engine/policies/policy.h"
+#include "engine/util/error.h"
+#include "engine/util/hash.h"
+#include "engine/util/io.h"
+#include "harness/cli_checks.h"
+#include "harness/model_source.h"
+#include "harness/run_support.h"
+#include "results/cells.h"
+
+namespace kvb::cli {
+
+LoadedTasks load_tasks(const std::vector<tasks::SuiteTask>& suite_tasks, const std::vector<std::string>& data_dirs,
+                       size_t cli_limit, const std::string& on_bad) {
+  LoadedTasks lt;
+  lt.suite_tasks = suite_tasks;
+  datasets::DataLocator loc(data_dirs);
+  for (const auto& st : suite_tasks) {
+    auto task = tasks::make_task(st.spec);
+    datasets::BadRecords bad;
+    bad.mode = datasets::parse_on_bad(on_bad);
+    tasks::TaskContext ctx;
+    ctx.locate = [&](const std::string& key) { return loc.locate(key); };
+    ctx.bad = &bad;
+    ctx.limit = cli_limit ? cli_limit : st.limit;
+    lt.examples[st.spec] = task->load_all(ctx);
+    for (auto& s : bad.skipped) lt.skipped.push_back(s);
+  }
+  return lt;
+}
+
+tasks::Suite resolve_suite(const RunArgs& a) {
+  if (a.tasks.empty()) return tasks::load_suite(a.suite);
+  tasks::Suite suite;
+  suite.name = "tasks";
+  suite.origin = "--task";
+  for (const auto& t : a.tasks) {
+    tasks::SuiteTask st;
+    st.spec = t;
+    tasks::make_task(t);  // validates
+    suite.tasks.push_back(st);
+  }
+  return suite;
+}
+
+std::vector<int64_t> resolve_budgets(const RunArgs& a, const tasks::Suite& suite) {
+  if (!a.budgets.empty()) return parse_budget_list(a.budgets);
+  if (!suite.budgets.empty()) return std::vector<int64_t>(suite.budgets.begin(), suite.budgets.end());
+  return {64, 128};
+}
+
+RunPolicies resolve_policies(const std::string& list, int64_t first_budget) {
+  RunPolicies p;
+  p.texts = split_policy_list(list);
+  // Learned-gate policies without a checkpoint run with RANDOM gates, said loudly and recorded
+  // in the run config (policy_notes) and, through the resolved parameters, in every item's label.
+  for (auto& pt : p.texts) {
+    std::string note;
+    pt = default_gates(pt, &note);
+    if (!note.empty()) {
+      std::fprintf(stderr, "kvbench: warning: %s\n", note.c_str());
+      p.notes.push_back(note);
+    }
+  }
+  for (const auto& pt : p.texts) {
+    PolicySpec ps = PolicySpec::parse(pt, first_budget);
+    auto pol = make_policy(ps);  // validates the parameters
+    results::PolicySpec g;
+    g.name = ps.name;
+    g.params = pol->resolved_params();
+    g.params.erase("budget");  // the grid's budget column carries it (it was first_budget here)
+    g.uses_budget = ps.name != "full";
+    g.display = policy_cell_label(ps.name, g.params);
+    p.label_to_spec[g.label()] = pt;
+    p.grid.push_back(g);
+  }
+  return p;
+}
+
+RunGrid expand_run_grid(const RunArgs& a, const std::vector<std::string>& model_specs, const LoadedTasks& lt,
+                        const RunPolicies& policies, const std::vector<int64_t>& budgets) {
+  RunGrid rg;
+  std::vector<GenerationDefaults> model_gen;
+  for (const auto& m : model_specs) {
+    std::string sha = weights_sha256(m);
+    rg.models.push_back({m, sha});
+    rg.run_models.push_back({m, sha, sha});
+    model_gen.push_back(generation_defaults(m));
+    if (model_gen.back().present) rg.gen_configs[m] = model_gen.back().to_json();
+  }
+  for (const auto& st : lt.suite_tasks) {
+    const auto& exs = lt.examples.at(st.spec);
+    if (exs.empty()) continue;
+    int cap = a.max_new_tokens ? *a.max_new_tokens : (st.max_new_tokens ? *st.max_new_tokens : 0);
+    std::vector<results::GridExample> grid_examples;
+    for (const auto& e : exs) {
+      nlohmann::json msgs = nlohmann::json::array();
+      for (const auto& m : e.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+      // The protocol is part of what a generation depends on: a query-agnostic prompt hashes
+      // differently (the work item key covers it, so resume never mixes the two).
+      std::string prompt_key = msgs.dump();
+      if (a.query_agnostic && e.context_chars > 0) prompt_key += "\n[query-agnostic context_chars=" + std::to_string(e.context_chars) + "]";
+      grid_examples.push_back({e.task, e.id, prompt_key});
+      int mnt = cap ? cap : e.max_new_tokens;
+      rg.by_example[e.task + "\n" + e.id] = {&e, mnt > 0 ? mnt : 256};
+    }
+    for (size_t mi = 0; mi < rg.models.size(); ++mi) {
+      results::GridSpec g;
+      g.models = {rg.models[mi]};
+      g.policies = policies.grid;
+      g.budgets = budgets;
+      g.samples = a.samples > 0 ? a.samples : st.samples;
+      g.seed = a.seed;
+      std::string source;
+      const nlohmann::json s = resolve_sampling(st.sampling, model_gen[mi], a.temperature, a.top_p, a.top_k, &source);
+      g.sampling.temperature = s.value("temperature", 0.0);
+      g.sampling.top_p = s.value("top_p", 1.0);
+      g.sampling.top_k = s.value("top_k", 0);
+      g.sampling.max_new_tokens = cap ? cap : exs.front().max_new_tokens;
+      g.examples = grid_examples;
+      rg.sampling_record[st.spec][rg.models[mi].id] = {{"temperature", g.sampling.temperature},
+                                                       {"top_p", g.sampling.top_p},
+                                                       {"top_k", g.sampling.top_k},
+                                                       {"source", source}};
+      auto part = results::expand_grid(g);
+      rg.items.insert(rg.items.end(), part.begin(), part.end());
+    }
+  }
+  if (rg.items.empty()) fail("run: the suite produced no examples (check --data-dir and --limit)");
+  return rg;
+}
+
+results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const LoadedTasks& lt,
+                          const std::vector<std::string>& model_specs, const RunPolicies& policies,
+                          const std::vector<int64_t>& budgets, const std::vector<std::string>& data_dirs,
+                          const RunGrid& rg) {
+  results::RunInfo info;
+  info.name = a.run_name;
+  info.kvbench_version = KVB_VERSION;
+  info.git_sha = KVB_GIT_SHA;
+  info.host = hostname();
+  info.backend = a.backend;
+  info.device = a.backend == "cpu" ? cpu_model() : a.backend;
+  nlohmann::json tasks_json = nlohmann::json::array();
+  for (const auto& st : lt.suite_tasks)
+    tasks_json.push_back({{"spec", st.spec}, {"limit", a.limit ? a.limit : st.limit}});
+  info.config = {{"suite", suite.origin},  {"tasks", tasks_json},       {"models", model_specs},
+                 {"policies", policies.texts}, {"budgets", budgets},    {"samples", a.samples},
+                 {"seed", a.seed},           {"data_dirs", data_dirs},    {"min_p", a.min_p},
+                 {"weights", a.bf16 ? "bf16" : "f32"}, {"batch", a.batch}, {"prefill_chunk", a.prefill_chunk},
+                 {"max_new_tokens", a.max_new_tokens ? *a.max_new_tokens : 0},
+                 {"truncate", a.truncate}, {"policy_notes", policies.notes}, {"query_agnostic", a.query_agnostic},
+                 {"sampling", rg.sampling_record}};
+  // Only when a model has one, so the run key of runs without generation_config.json is unchanged.
+  if (!rg.gen_configs.empty()) info.config["generation_config"] = rg.gen_configs;
+  if (!a.config.empty()) info.config["config_file"] = {{"path", a.config}, {"profile", a.config_profile}};
+  info.models = rg.run_models;
+  for (const auto& st : lt.suite_tasks) info.datasets.push_back({st.spec, "", ""});
+  info.run_key = results::default_run_key(info);
+  return info;
+}
+
+std::string policy_cell_label(const std::string& name, const nlohmann::json& params) {
+  std::map<std::string, std::string> defaults;
+  for (const auto& info : policy_registry())
+    if (info.name == name)
+      for (const auto& p : info.params) defaults[p.key] = p.default_value;
+  auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  auto same = [](const std::string& a, const std::string& b) {
+    if (a == b) return true;
+    char* ea = nullptr;
+    char* eb = nullptr;
+    const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
+    return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && x == y;  // "8" == "8.0"
+  };
+  std::string out = name;
+  bool first = true;
+  for (const auto& [k, v] : params.items()) {  // nlohmann::json objects iterate in sorted key order
+    auto d = defaults.find(k);
+    if (d != defaults.end() && same(text(v), d->second)) continue;
+    out += (first ? ":" : ",") + k + "=" + text(v);
+    first = false;
+  }
+  return out;
+}
+
+std::string weights_sha256(const std::string& spec) {
+  std::vector<std::string> files;
+  if (spec == kDefaultModelName) files.push_back(default_model_path());
+  else if (spec.size() > 5 && spec.substr(spec.size() - 5) == ".gguf") files.push_back(spec);
+  else if (file_exists(spec + "/model.safetensors")) files.push_back(spec + "/model.safetensors");
+  else if (file_exists(spec + "/model.safetensors.index.json")) {
+    auto idx = parse_json_file(spec + "/model.safetensors.index.json");
+    std::set<std::string> shards;
+    for (auto& [k, v] : idx["weight_map"].items()) shards.insert(v.get<std::string>());
+    for (const auto& s : shards) files.push_back(spec + "/" + s);
+  }
+  std::string cat;
+  for (const auto& f : files) cat += sha256_file(f);
+  return files.size() == 1 ? cat : sha256_hex(cat);
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::string cpu_model() {
+  try {
+    std::string info = read_file("/proc/cpuinfo");
+    auto p = info.find("model name");
+    if (p != std::string::npos) {
+      auto c = info.find(':', p), e = info.find('\n', p);
+      return info.substr(c + 2, e - c - 2);
+    }
+  } catch (const Error&) {
+  }
+  return "cpu";
+}
+
+void print_cells(results::Store& store, int64_t run_id) {
+  auto rows = store.samples({run_id});
+  auto cells = results::compute_cells(rows);
+  std::printf("\n%-24s %-30s %-28s %7s %4s %18s %10s %14s %26s\n", "model", "task", "policy", "budget", "n",
+              "pass@1 [Wilson 95%]", "tok/s", "KV peak (B)", "Δ vs full [paired 95%]");
+  bool any_sig = false;
+  for (const auto& c : cells) {
+    std::string model = c.key.model_id.size() > 24 ? "…" + c.key.model_id.substr(c.key.model_id.size() - 23) : c.key.model_id;
+    std::string acc = c.pass1 ? fmt::format("{:.3f} [{:.2f},{:.2f}]", c.pass1->mean, c.pass1->lo, c.pass1->hi) : "-";
+    std::string delta;
+    if (c.delta_vs_reference) {
+      const auto& d = *c.delta_vs_reference;
+      const bool sig = d.n > 1 && (d.lo > 0 || d.hi < 0);  // the paired bootstrap CI excludes 0
+      any_sig = any_sig || sig;
+      delta = d.n > 1 ? fmt::format("{:+.3f} [{:+.2f},{:+.2f}]{}", d.mean, d.lo, d.hi, sig ? "*" : " ")
+                      : fmt::format("{:+.3f}", d.mean);
+    }
+    std::printf("%-24s %-30s %-28s %7s %4d %18s %10.1f %14.0f %26s\n", model.c_str(), c.key.task.c_str(),
+                c.key.policy_label.c_str(), c.key.budget ? std::to_string(c.key.budget).c_str() : "-", c.n_samples,
+                acc.c_str(), c.decode_tok_s, c.kv_bytes_peak_mean, delta.c_str());
+  }
+  std::printf("pass@1: mean over examples of per-example mean scores, 95%% Wilson score interval over examples; "
+              "Δ vs full: paired by example and sample, 95%% percentile bootstrap over examples%s\n",
+              any_sig ? "; * = the interval excludes 0" : "");
+}
+
+void warn_ungraded(size_t n_ungraded, size_t total, const std::string& reason, const std::string& db, bool strict) {
+  if (n_ungraded == 0) return;
+  std::fflush(stdout);  // after the summary table
+  std::fprintf(stderr,
+               "kvbench: warning: %zu of %zu samples are ungraded (first reason: %s); they count in no score "
+               "until `kvbench grade --db %s --retry-failed` grades them\n",
+               n_ungraded, total, reason.empty() ? "unknown" : reason.c_str(), db.c_str());
+  if (strict) std::exit(1);
+}
+
+}  // namespace kvb::cli

@@ -1,0 +1,136 @@
+// The plan of `kvbench run`: its options (RunArgs), and the steps that turn them into the grid
+// of work items and the run row — the suite, budgets, policies (with their cell labels), model
+// revisions (sha256 of the weights), the expanded grid and the run configuration — plus the
+// end-of-run summary. Loading a suite's examples and the ungraded warning are shared with
+// `kvbench grade`. docs/architecture.md#the-run-grid-and-resume.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/judge_grading.h"
+#include "results/grid.h"
+#include "results/store.h"
+#include "tasks/suite.h"
+#include "tasks/task.h"
+
+namespace kvb::cli {
+
+/// The examples of a suite's tasks, by suite task spec, and the bad records that were skipped.
+struct LoadedTasks {
+  std::vector<tasks::SuiteTask> suite_tasks;
+  std::map<std::string, std::vector<tasks::Example>> examples;  ///< by SuiteTask::spec
+  std::vector<std::string> skipped;                              ///< one line per skipped record
+};
+
+/// Loads every example of `suite_tasks` from the data directories (datasets::DataLocator),
+/// `cli_limit` (0: each task's own limit) examples per task; `on_bad` is "skip" or "fail"
+/// (datasets::parse_on_bad). Throws kvb::Error for a bad spec, missing data or (on_bad=fail)
+/// a malformed record.
+LoadedTasks load_tasks(const std::vector<tasks::SuiteTask>& suite_tasks, const std::vector<std::string>& data_dirs,
+                       size_t cli_limit, const std::string& on_bad);
+
+/// The cell label of a policy: its name, then the resolved parameters that differ from the
+/// registry's defaults as sorted key=value pairs, e.g. "snapkv", "trimkv:random_gates=0",
+/// "rkv:lambda=0.2,window=16" ("8" and "8.0" count as equal). Unique per distinct resolved
+/// parameters within one kvbench build; the full parameters stay in work_items.policy_params_json.
+std::string policy_cell_label(const std::string& name, const nlohmann::json& params);
+
+/// The revision of a model: the sha256 (hex) of its weight file, or of the concatenated hex
+/// digests of its safetensors shards; "" hashed for a directory without known weight files.
+/// Throws kvb::Error when a file cannot be read.
+std::string weights_sha256(const std::string& spec);
+
+/// This machine's host name, and its CPU model from /proc/cpuinfo ("cpu" when unknown).
+std::string hostname();
+std::string cpu_model();
+
+/// The options of `kvbench run` (harness/cmd_run.cpp documents each flag).
+struct RunArgs {
+  std::string suite = "smoke";
+  std::vector<std::string> tasks, models, data_dirs;
+  std::string policies = "full,snapkv";  // the default run: full cache + one compressing policy
+  std::string budgets;  // empty: the suite's, else 64,128
+  int samples = 0;      // 0: the suite's
+  std::optional<double> temperature, top_p;
+  std::optional<int> top_k, max_new_tokens;
+  double min_p = 0.0;
+  uint64_t seed = 0;
+  std::string backend = "cpu", db = "kvbench.db", run_name, on_bad = "fail";
+  size_t limit = 0;
+  bool query_agnostic = false;  // prefill and compress a task's shared context before its query
+  std::string truncate = "middle";  // over-long prompts: middle (LongBench/HELMET) or none (stored as errors)
+  std::string config, config_profile;
+  std::optional<std::string> shard;
+  int batch = 8, prefill_chunk = 512, write_every = 8;
+  bool bf16 = false, quiet = false;
+  bool strict = false;  // exit 1 when any sample is left ungraded (failed judge request, grader error)
+  JudgeArgs judge;
+};
+
+
+/// The suite of the run: the --task specs (each validated) or --suite (tasks::load_suite).
+tasks::Suite resolve_suite(const RunArgs& a);
+
+/// --budgets (parse_budget_list in cli_checks.h), else the suite's, else {64, 128}.
+std::vector<int64_t> resolve_budgets(const RunArgs& a, const tasks::Suite& suite);
+
+/// The run's policies: the spec texts as run (learned policies without weights get random ones,
+/// default_gates in run_support.h; the list split by split_policy_list), their grid entries (resolved parameters without the budget,
+/// cell label policy_cell_label), the spec of each cell label, and the notes saying which
+/// weights are random (printed as warnings). `first_budget` resolves budget-relative defaults.
+/// Throws kvb::Error for an empty list or a bad spec.
+struct RunPolicies {
+  std::vector<std::string> texts;
+  std::vector<results::PolicySpec> grid;
+  std::map<std::string, std::string> label_to_spec;
+  nlohmann::json notes = nlohmann::json::array();
+};
+RunPolicies resolve_policies(const std::string& list, int64_t first_budget);
+
+/// An example of the grid and its generation cap (tokens).
+struct ExampleRef {
+  const tasks::Example* ex = nullptr;
+  int max_new_tokens = 0;
+};
+
+/// The expanded grid: models with their revisions, work items, and what the run config records.
+/// `by_example` points into the LoadedTasks it was expanded from.
+struct RunGrid {
+  std::vector<results::ModelRef> models;
+  std::vector<results::RunModel> run_models;
+  std::vector<results::WorkItem> items;
+  std::map<std::string, ExampleRef> by_example;               ///< task + "\n" + example id
+  nlohmann::json sampling_record = nlohmann::json::object();  ///< task -> model -> {sampling, source}
+  nlohmann::json gen_configs = nlohmann::json::object();      ///< model -> generation_config.json fields
+};
+
+/// One grid expansion (results::expand_grid) per suite task and model: samples, caps and
+/// sampling differ per task, sampling per model too when it comes from the model's
+/// generation_config.json (resolve_sampling). Model revisions are weights_sha256. A
+/// query-agnostic run hashes its prompts differently. Throws kvb::Error when no example is left.
+RunGrid expand_run_grid(const RunArgs& a, const std::vector<std::string>& model_specs, const LoadedTasks& lt,
+                        const RunPolicies& policies, const std::vector<int64_t>& budgets);
+
+/// The run row: version, git sha, host, backend, device, the resolved configuration (what the
+/// run key covers; docs/results.md#run-keys-and-resume), models and datasets, and its run key.
+results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const LoadedTasks& lt,
+                          const std::vector<std::string>& model_specs, const RunPolicies& policies,
+                          const std::vector<int64_t>& budgets, const std::vector<std::string>& data_dirs,
+                          const RunGrid& rg);
+
+/// Prints the per-cell table of run `run_id` (pass@1 with its Wilson 95% interval, decode
+/// tokens/s, KV peak bytes, the paired difference to the full cache) on stdout.
+void print_cells(results::Store& store, int64_t run_id);
+
+/// The end-of-run line for samples left ungraded (failed judge requests, grader errors): they
+/// count in no pass@1 until `kvbench grade --retry-failed` grades them. With `strict`, exits 1.
+void warn_ungraded(size_t n_ungraded, size_t total, const std::string& reason, const std::string& db, bool strict);
+
+}  // namespace kvb::cli

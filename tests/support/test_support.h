@@ -1,0 +1,135 @@
+// Helpers every test folder shares (header-only; tests/CMakeLists.txt puts tests/ on each test's
+// include path): fixture and ../shared paths, running the kvbench binary or any command with its
+// output captured, the message of an expected kvb::Error, and KVB_REQUIRE — the one way a test
+// says it needs something outside the repository (../shared, a built binary, the default model,
+// an optional tool).
+//
+// KVB_REQUIRE skips the test with its reason on a developer's machine; when the environment
+// variable KVB_REQUIRE_ALL is 1 (.ci/run sets it) a missing prerequisite FAILS the test instead,
+// so CI can never pass by skipping. See tests/README.md.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "engine/util/error.h"
+
+namespace kvb::test {
+
+/// A path under the source tree, tests/fixtures and ../shared (KVB_SHARED_DIR) respectively.
+inline std::string source_path(const std::string& rel) { return std::string(KVB_SOURCE_DIR) + "/" + rel; }
+inline std::string fixture(const std::string& rel) { return source_path("tests/fixtures/" + rel); }
+inline std::string shared_dir(const std::string& rel) { return std::string(KVB_SHARED_DIR) + "/" + rel; }
+
+/// Where tools/fetch_default_model.sh puts the default model (SmolLM2-135M-Instruct Q4_1):
+/// ${XDG_CACHE_HOME:-$HOME/.cache}/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
+/// (the same rule as harness/model_source.h's default_model_path, for tests that do not link it).
+inline std::string default_model_path() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string cache = xdg && *xdg ? xdg : std::string(home ? home : ".") + "/.cache";
+  return cache + "/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+/// A fresh, empty directory for the running test, removed first if it exists:
+/// $TMPDIR/kvb_<prefix>_<pid>_<test name>.
+inline std::filesystem::path temp_dir(const std::string& prefix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = info ? info->name() : "global";
+  for (char& c : name)
+    if (c == '/') c = '_';  // parameterised test names
+  const std::filesystem::path d = std::filesystem::temp_directory_path() /
+                                  ("kvb_" + prefix + "_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+/// Exit status and captured output of a command.
+struct CommandResult {
+  int rc = -1;      ///< exit code; 128 + signal number when killed; -1 when it could not start
+  std::string out;  ///< stdout, plus stderr unless the caller redirected it
+};
+
+/// Runs `cmd` through /bin/sh with stdout and (unless `merge_stderr` is false) stderr captured.
+inline CommandResult run_command(const std::string& cmd, bool merge_stderr = true) {
+  CommandResult r;
+  FILE* p = popen((merge_stderr ? cmd + " 2>&1" : cmd).c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+  return r;
+}
+
+/// Runs `kvbench <args>` (the binary of this build, KVB_BINARY) with stdout+stderr captured.
+inline CommandResult run_cli(const std::string& args) { return run_command(std::string(KVB_BINARY) + " " + args); }
+
+/// The message of the kvb::Error `f` throws, or "(no kvb::Error)" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no kvb::Error)";
+}
+
+/// error_of for bad input: also expects the error's exit code to be 2 (an input error) and
+/// records a test failure when nothing is thrown.
+inline std::string input_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 2) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a kvb::Error";
+  return "";
+}
+
+/// True when missing prerequisites must fail rather than skip: KVB_REQUIRE_ALL=1 (.ci/run).
+inline bool require_all() {
+  const char* v = std::getenv("KVB_REQUIRE_ALL");
+  return v && std::string(v) == "1";
+}
+
+inline bool path_exists(const std::string& p) {
+  std::error_code ec;
+  return std::filesystem::exists(p, ec);
+}
+
+}  // namespace kvb::test
+
+/// Skips the current test (or fails it under KVB_REQUIRE_ALL=1) unless `cond` holds; `what`
+/// is streamed into the message (say what is missing and how to get it). Use in a TEST body or
+/// SetUp(), like GTEST_SKIP.
+#define KVB_REQUIRE(cond, what)                                                                \
+  if (cond) {                                                                                  \
+  } else if (::kvb::test::require_all())                                                       \
+    GTEST_FAIL() << "missing prerequisite (KVB_REQUIRE_ALL=1): " << what;                     \
+  else                                                                                         \
+    GTEST_SKIP() << "missing prerequisite: " << what
+
+/// KVB_REQUIRE for a file or directory.
+#define KVB_REQUIRE_PATH(path, how) \
+  KVB_REQUIRE(::kvb::test::path_exists(path), (path) << " absent (" << how << ")")
+
+/// KVB_REQUIRE for something under ../shared (models, datasets, tokenizers).
+#define KVB_REQUIRE_SHARED(rel) KVB_REQUIRE_PATH(::kvb::test::shared_dir(rel), "../shared is not checked out")
+
+/// KVB_REQUIRE for the kvbench binary of this build.
+#define KVB_REQUIRE_BINARY() KVB_REQUIRE_PATH(std::string(KVB_BINARY), "build the kvbench target first")
+
+/// KVB_REQUIRE for the default model (bootstrap.sh / tools/fetch_default_model.sh fetch it).
+#define KVB_REQUIRE_DEFAULT_MODEL() \
+  KVB_REQUIRE_PATH(::kvb::test::default_model_path(), "tools/fetch_default_model.sh fetches it")

@@ -1,0 +1,33 @@
+"""The goldens virtualenv the tools/gen_*.py scripts share.
+
+A generator calls ``ensure(modules, pip_args, ...)`` before importing its reference libraries.
+When every module in ``modules`` imports, nothing happens. Otherwise ``.venv-goldens`` at the
+repository root is created if missing (``python3 -m venv``), each ``pip install`` argument list
+is run in it, and the calling script re-executes itself with the virtualenv's Python (same
+arguments). Inside the virtualenv a still-missing module is a fatal error, not a loop.
+"""
+import importlib
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV = os.path.join(ROOT, ".venv-goldens")
+
+
+def ensure(modules, *pip_installs):
+    """Makes ``modules`` importable, re-running the script inside .venv-goldens if needed."""
+    try:
+        for m in modules:
+            importlib.import_module(m)
+        return
+    except ImportError:
+        pass
+    py = os.path.join(VENV, "bin", "python")
+    if os.path.abspath(sys.executable) == os.path.abspath(py):
+        sys.exit(f"{', '.join(modules)} still missing inside .venv-goldens")
+    if not os.path.exists(py):
+        subprocess.check_call([sys.executable, "-m", "venv", VENV])
+    for args in pip_installs:
+        subprocess.check_call([py, "-m", "pip", "install", *args])
+    os.execv(py, [py] + sys.argv)
