@@ -2,8 +2,9 @@
 
 A generator calls ``ensure(modules, pip_args, ...)`` before importing its reference libraries.
 When every module in ``modules`` imports, nothing happens. Otherwise ``.venv-goldens`` at the
-repository root is created if missing (``python3 -m venv``), each ``pip install`` argument list
-is run in it, and the calling script re-executes itself with the virtualenv's Python (same
+repository root (or ``$KVB_GOLDENS_VENV``) is created if missing by ``tools/goldens_venv.sh``
+(every reference package, pinned in tools/goldens-requirements.txt), each ``pip install``
+argument list is run in it (a no-op when the pins already cover it), and the calling script re-executes itself with the virtualenv's Python (same
 arguments). Inside the virtualenv a still-missing module is a fatal error, not a loop.
 """
 import importlib
@@ -12,7 +13,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VENV = os.path.join(ROOT, ".venv-goldens")
+VENV = os.path.abspath(os.environ.get("KVB_GOLDENS_VENV", os.path.join(ROOT, ".venv-goldens")))
 
 
 def ensure(modules, *pip_installs):
@@ -27,7 +28,8 @@ def ensure(modules, *pip_installs):
     if os.path.abspath(sys.executable) == os.path.abspath(py):
         sys.exit(f"{', '.join(modules)} still missing inside .venv-goldens")
     if not os.path.exists(py):
-        subprocess.check_call([sys.executable, "-m", "venv", VENV])
+        subprocess.check_call(["bash", os.path.join(ROOT, "tools", "goldens_venv.sh")],
+                              env={**os.environ, "KVB_GOLDENS_VENV": VENV})
     for args in pip_installs:
         subprocess.check_call([py, "-m", "pip", "install", *args])
     os.execv(py, [py] + sys.argv)
