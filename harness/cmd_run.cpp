@@ -375,10 +375,15 @@ void run_main(const RunArgs& a) {
   }
   // Learned-gate policies without a checkpoint run with RANDOM gates, said loudly and recorded
   // in the run config (policy_notes) and, through the resolved parameters, in every item's label.
+  // Released weights known for the run's models are picked (and said) first.
   nlohmann::json policy_notes = nlohmann::json::array();
   for (auto& pt : policy_texts) {
-    std::string note;
-    pt = default_gates(pt, &note);
+    std::string note, picked;
+    pt = default_gates(pt, a.models.empty() ? std::vector<std::string>{kDefaultModelName} : a.models, &note, &picked);
+    if (!picked.empty()) {
+      std::fprintf(stderr, "kvbench: %s\n", picked.c_str());
+      policy_notes.push_back(picked);
+    }
     if (!note.empty()) {
       std::fprintf(stderr, "kvbench: warning: %s\n", note.c_str());
       policy_notes.push_back(note);
