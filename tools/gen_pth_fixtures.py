@@ -222,9 +222,12 @@ def main():
 
     # Hostile / unsupported files.
     base = os.path.join(OUT, "trimkv_f32.pth")
-    numel0 = I_TRIM * H  # storage of the first tensor in trimkv_f32.pth (linear1.weight of layer 0)
-    first = list(sd.keys())[0]
-    assert sd[first].numel() == numel0, first
+    # The hostile pickles reference storage "0" of trimkv_f32.pth (its f32 member <top>/data/0).
+    data0 = [(i, d) for i, d in members(base) if i.filename.endswith("/data/0")]
+    assert len(data0) == 1 and len(data0[0][1]) % 4 == 0
+    numel0 = len(data0[0][1]) // 4
+    assert numel0 >= 4, numel0
+    first = "model.layers.0.self_attn.retention_gate.bias"
 
     def ev(name, pkl):
         rewrite(base, os.path.join(OUT, f"evil_{name}.pth"), {"/data.pkl": pkl})
@@ -234,10 +237,11 @@ def main():
     ev("reduce_storage", b"\x80\x02ctorch\nFloatStorage\n(X\x01\x00\x00\x00xtR.")
     # Storage member 0 holds numel0 f32 elements; these pickles reference it.
     ev("oversized", pickle_tensor_dict([(first, "0", "FloatStorage", numel0 * 4, 0, [numel0 * 4], [1])]))
-    ev("outside", pickle_tensor_dict([(first, "0", "FloatStorage", numel0, numel0 - 4, [8], [1])]))
-    ev("overlap", pickle_tensor_dict([("a", "0", "FloatStorage", numel0, 0, [8], [1]),
-                                      ("b", "0", "FloatStorage", numel0, 4, [8], [1])]))
-    ev("truncated_pickle", members(base)[0][1][:-40] if members(base)[0][0].filename.endswith("data.pkl") else b"\x80\x02}(")
+    ev("outside", pickle_tensor_dict([(first, "0", "FloatStorage", numel0, numel0 - 2, [4], [1])]))
+    ev("overlap", pickle_tensor_dict([("a", "0", "FloatStorage", numel0, 0, [3], [1]),
+                                      ("b", "0", "FloatStorage", numel0, 2, [2], [1])]))
+    pkl = [d for i, d in members(base) if i.filename.endswith("/data.pkl")][0]
+    ev("truncated_pickle", pkl[: len(pkl) // 2])
     ev("not_a_dict", pickle.dumps([1, 2, 3], protocol=2))
     with open(base, "rb") as f:
         raw = f.read()

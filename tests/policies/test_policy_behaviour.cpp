@@ -73,7 +73,7 @@ TEST(GateWeights, CorruptFilesAreReportedWithTheFileName) {
     o.write(reinterpret_cast<const char*>(&n), 8);
     o << "{}";
   }
-  std::string e = error_of([&] { GateWeights::load(path, GateSource{"trimkv"}); });
+  std::string e = error_of([&] { GateWeights::load(path, GateSource{"trimkv", "gates", "", false}); });
   EXPECT_NE(e.find(path), std::string::npos) << e;
   {
     std::ofstream o(path, std::ios::binary);
@@ -82,7 +82,7 @@ TEST(GateWeights, CorruptFilesAreReportedWithTheFileName) {
     o.write(reinterpret_cast<const char*>(&n), 8);
     o << h << "abcd";  // 4 bytes of data, header says 16
   }
-  e = error_of([&] { GateWeights::load(path, GateSource{"trimkv"}); });
+  e = error_of([&] { GateWeights::load(path, GateSource{"trimkv", "gates", "", false}); });
   EXPECT_NE(e.find("tensor a"), std::string::npos) << e;
   std::filesystem::remove(path);
 }
