@@ -30,7 +30,7 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& id, Weig
     if (it == g.named_chat_templates.end()) {
       std::string names = "default";
       for (const auto& [n, t] : g.named_chat_templates) names += ", " + n;
-      fail_at(path, "tokenizer.chat_template." + chat_template, "no template named \"{}\" (the file has: {})",
+      fail_at(path, "tokenizer.chat_template", "no template named \"{}\" (there are: {})",
               chat_template, g.chat_template.empty() && g.named_chat_templates.empty() ? "none" : names);
     }
     tmpl = it->second;
