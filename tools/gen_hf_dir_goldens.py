@@ -28,6 +28,10 @@ import shutil
 import struct
 import tempfile
 
+# The default model's path and transformers' GGUF loading are gen_gguf_goldens.py's (which also
+# creates .venv-goldens and re-runs this script there when torch/transformers/gguf are missing).
+from gen_gguf_goldens import default_smollm2_path, load_hf
+
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 import transformers
@@ -42,11 +46,6 @@ PROMPTS = [
     "Translate 'good morning, my friend' into Spanish and German.",
 ]
 MAX_NEW = 80
-
-
-def default_gguf():
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "kvbench", "models", "smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def safetensors_manifest(path):
@@ -67,12 +66,9 @@ def safetensors_manifest(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gguf", default=default_gguf())
+    ap.add_argument("--gguf", default=default_smollm2_path())
     args = ap.parse_args()
-    d, f = os.path.split(os.path.abspath(args.gguf))
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
-    model.eval()
+    tok, model = load_hf(args.gguf)
     tmp = tempfile.mkdtemp(prefix="kvb_hf_dir_")
     try:
         model.save_pretrained(tmp)
