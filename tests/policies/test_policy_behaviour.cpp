@@ -29,8 +29,7 @@ std::string error_of(const std::function<void()>& f) {
 TEST(PolicyParams, EveryPolicyBuildsWithDefaultsAndReportsThem) {
   for (const auto& info : policy_registry()) {
     PolicySpec s = PolicySpec::parse(info.name, info.name == "wgkv" ? 0 : (info.name == "foresightkv" || info.name == "oracle") ? 256 : 64);
-    if (info.name == "trimkv" || info.name == "wgkv") s.params["random_gates"] = "1";
-    if (info.name == "foresightkv") s.params["random_scorer"] = "1";
+    if (info.learned) s.params[info.learned->random_param] = "1";  // every learned policy, by metadata
     auto p = make_policy(s);
     ASSERT_TRUE(p) << info.name;
     EXPECT_EQ(p->name(), info.name);
