@@ -2,12 +2,16 @@
 // with its default and meaning (the defaults are the seeds'; see engine/policies/*.cpp).
 // `--json` prints the same as a JSON array; `--resolve SPEC --budget N` prints the fully resolved
 // parameters of one spec (what every result row records), or the error for a bad spec.
+// `--checkpoints` lists the released learned-policy checkpoints and the base model each belongs
+// to (engine/policies/checkpoints.h): what `kvbench run` picks for a model when no weights are named.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/policies/checkpoints.h"
 #include "engine/policies/policy.h"
 #include "harness/commands.h"
 
@@ -16,6 +20,7 @@ namespace kvb::cli {
 namespace {
 struct PoliciesArgs {
   bool json = false;
+  bool checkpoints = false;
   std::string resolve;
   int64_t budget = 0;
 };
@@ -25,6 +30,28 @@ void run_policies(const PoliciesArgs& a) {
     auto p = make_policy(PolicySpec::parse(a.resolve, a.budget));
     nlohmann::json j = {{"name", p->name()}, {"params", p->resolved_params()}};
     std::fputs((j.dump(2) + "\n").c_str(), stdout);
+    return;
+  }
+  if (a.checkpoints) {
+    if (a.json) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& c : known_checkpoints())
+        arr.push_back({{"policy", c.policy}, {"weights", c.weights}, {"base_model", c.base_model}, {"note", c.note}});
+      std::fputs((arr.dump(2) + "\n").c_str(), stdout);
+      return;
+    }
+    size_t pw = 6, ww = 7, bw = 10;
+    for (const auto& c : known_checkpoints()) {
+      pw = std::max(pw, c.policy.size());
+      ww = std::max(ww, c.weights.size());
+      bw = std::max(bw, c.base_model.size());
+    }
+    std::string out = fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", "policy", pw, "weights", ww, "base model", bw, "trained");
+    for (const auto& c : known_checkpoints())
+      out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", c.policy, pw, c.weights, ww, c.base_model, bw, c.note);
+    out += "\n`kvbench run --model <base model>` uses the first weights listed for it when the policy spec names none\n"
+           "(gates=...); give gates=HUB_ID[/FILE], a directory or a .pth/.pt/.safetensors file to choose others.\n";
+    std::fputs(out.c_str(), stdout);
     return;
   }
   if (a.json) {
@@ -56,11 +83,12 @@ void run_policies(const PoliciesArgs& a) {
       "  a head to budget + buffer (a bounded cache during prefill). The mode is in every row's resolved params.\n"
       "Budget: every policy except full, wgkv and duoattention compresses to a budget and needs --budget N\n"
       "  (or budget_kind=ratio); a missing budget is an error, never a silent full cache.\n"
-      "Learned policies (trimkv, wgkv: gates=FILE; foresightkv: scorer=FILE; duoattention: pattern=DIR) refuse\n"
-      "  to run without weights unless RANDOM test weights are asked for (random_gates=SEED / random_scorer=SEED\n"
-      "  / random_pattern=SEED). `kvbench run` alone\n"
-      "  asks for them itself (seed 0) when a spec names neither: it warns, records the note in the run's\n"
-      "  config (policy_notes) and the cell label carries random_gates=0 / random_scorer=0.\n"
+      "Learned policies (trimkv, wgkv: gates=HUB_ID|DIR|FILE, .pth/.pt/.safetensors; foresightkv: scorer=FILE;\n"
+      "  duoattention: pattern=DIR) refuse to run without weights unless RANDOM test weights are asked for\n"
+      "  (random_gates=SEED / random_scorer=SEED / random_pattern=SEED). `kvbench run` alone fills a spec that\n"
+      "  names neither: with the released weights of the model when `kvbench policies --checkpoints` knows\n"
+      "  them (it says which), else with RANDOM weights (seed 0): it warns, records the note in the run's\n"
+      "  config (policy_notes) and the cell label carries random_gates=0 / random_scorer=0 / random_pattern=0.\n"
       "Protocol details and each paper's published setting: docs/policies.md.\n";
   std::fputs(out.c_str(), stdout);
 }
@@ -70,6 +98,8 @@ void register_policies(CLI::App& app) {
   auto a = std::make_shared<PoliciesArgs>();
   auto* cmd = app.add_subcommand("policies", "List KV policies, their parameters and defaults");
   cmd->add_flag("--json", a->json, "Print as JSON");
+  cmd->add_flag("--checkpoints", a->checkpoints,
+                "List the released learned-policy checkpoints and the base model each belongs to");
   cmd->add_option("--resolve", a->resolve, "Print the resolved parameters of one policy spec");
   cmd->add_option("--budget", a->budget, "Budget used with --resolve (tokens per layer and kv head)");
   cmd->callback([a] { run_policies(*a); });

@@ -272,8 +272,8 @@ void run_main(const RunArgs& a) {
   const LoadedTasks lt = load_tasks(suite.tasks, data_dirs, a.limit, a.on_bad);
   for (const auto& s : lt.skipped) std::fprintf(stderr, "kvbench: skipped bad example: %s\n", s.c_str());
   const std::vector<int64_t> budgets = resolve_budgets(a, suite);
-  const RunPolicies policies = resolve_policies(a.policies, budgets.front());
   const std::vector<std::string> model_specs = a.models.empty() ? std::vector<std::string>{kDefaultModelName} : a.models;
+  const RunPolicies policies = resolve_policies(a.policies, budgets.front(), model_specs);
   const RunGrid rg = expand_run_grid(a, model_specs, lt, policies, budgets);
 
   // Store, run row, shard, resume.

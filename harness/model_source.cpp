@@ -23,15 +23,25 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& id, Weig
   m.id = id;
   GgufModel g = load_gguf(path);
   m.tokenizer = std::make_shared<tok::Tokenizer>(tok::Tokenizer::from_json(g.tokenizer_json, path, g.tokenizer_config));
-  if (!chat_template.empty() && chat_template != "default")
-    fail_at(path, "tokenizer.chat_template", "no template named \"{}\": only the default template is read from GGUF",
-            chat_template);
-  if (!g.chat_template.empty()) {
+  // --chat-template NAME: `tokenizer.chat_template.NAME`; "default" (or none) is the unnamed one.
+  std::string tmpl = g.chat_template, field = "tokenizer.chat_template";
+  if (!chat_template.empty() && chat_template != "default") {
+    auto it = g.named_chat_templates.find(chat_template);
+    if (it == g.named_chat_templates.end()) {
+      std::string names = "default";
+      for (const auto& [n, t] : g.named_chat_templates) names += ", " + n;
+      fail_at(path, "tokenizer.chat_template", "no template named \"{}\" (there are: {})",
+              chat_template, g.chat_template.empty() && g.named_chat_templates.empty() ? "none" : names);
+    }
+    tmpl = it->second;
+    field += "." + chat_template;
+  }
+  if (!tmpl.empty()) {
     auto str = [&](const char* k) {
       auto it = g.tokenizer_config.find(k);
       return it != g.tokenizer_config.end() && it->is_string() ? it->get<std::string>() : std::string();
     };
-    m.chat = std::make_shared<chat::ChatTemplate>(g.chat_template, path + ": tokenizer.chat_template",
+    m.chat = std::make_shared<chat::ChatTemplate>(tmpl, path + ": " + field,
                                                   str("bos_token"), str("eos_token"));
   }
   m.model = Model::from_weights(std::move(g.config), std::move(g.weights), path, fmt);

@@ -60,14 +60,19 @@ std::vector<int64_t> resolve_budgets(const RunArgs& a, const tasks::Suite& suite
   return {64, 128};
 }
 
-RunPolicies resolve_policies(const std::string& list, int64_t first_budget) {
+RunPolicies resolve_policies(const std::string& list, int64_t first_budget, const std::vector<std::string>& models) {
   RunPolicies p;
   p.texts = split_policy_list(list);
-  // Learned-gate policies without a checkpoint run with RANDOM gates, said loudly and recorded
-  // in the run config (policy_notes) and, through the resolved parameters, in every item's label.
+  // Learned-gate policies without a checkpoint get the released weights known for the run's
+  // models (said, and recorded in policy_notes); with none known they run with RANDOM gates,
+  // said loudly and recorded too and, through the resolved parameters, in every item's label.
   for (auto& pt : p.texts) {
-    std::string note;
-    pt = default_gates(pt, &note);
+    std::string note, picked;
+    pt = default_gates(pt, models, &note, &picked);
+    if (!picked.empty()) {
+      std::fprintf(stderr, "kvbench: %s\n", picked.c_str());
+      p.notes.push_back(picked);
+    }
     if (!note.empty()) {
       std::fprintf(stderr, "kvbench: warning: %s\n", note.c_str());
       p.notes.push_back(note);

@@ -81,8 +81,8 @@ tasks::Suite resolve_suite(const RunArgs& a);
 /// --budgets (parse_budget_list in cli_checks.h), else the suite's, else {64, 128}.
 std::vector<int64_t> resolve_budgets(const RunArgs& a, const tasks::Suite& suite);
 
-/// The run's policies: the spec texts as run (learned policies without weights get random ones,
-/// default_gates in run_support.h; the list split by split_policy_list), their grid entries (resolved parameters without the budget,
+/// The run's policies: the spec texts as run (learned policies without weights get the released
+/// weights known for `models`, else random ones: default_gates in run_support.h; the list split by split_policy_list), their grid entries (resolved parameters without the budget,
 /// cell label policy_cell_label), the spec of each cell label, and the notes saying which
 /// weights are random (printed as warnings). `first_budget` resolves budget-relative defaults.
 /// Throws kvb::Error for an empty list or a bad spec.
@@ -92,7 +92,7 @@ struct RunPolicies {
   std::map<std::string, std::string> label_to_spec;
   nlohmann::json notes = nlohmann::json::array();
 };
-RunPolicies resolve_policies(const std::string& list, int64_t first_budget);
+RunPolicies resolve_policies(const std::string& list, int64_t first_budget, const std::vector<std::string>& models);
 
 /// An example of the grid and its generation cap (tokens).
 struct ExampleRef {

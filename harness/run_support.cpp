@@ -1,8 +1,10 @@
 #include "harness/run_support.h"
 
+#include <algorithm>
 #include <set>
 
 #include "datasets/records.h"
+#include "engine/policies/checkpoints.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
@@ -111,29 +113,36 @@ std::vector<int32_t> truncate_middle(const std::vector<int32_t>& ids, size_t lim
   return out;
 }
 
-std::string default_gates(const std::string& policy_text, std::string* note) {
+std::string default_gates(const std::string& policy_text, const std::vector<std::string>& models, std::string* note,
+                          std::string* picked) {
   note->clear();
+  picked->clear();
   const PolicySpec ps = PolicySpec::parse(policy_text);
-  // The learned policies, the parameter naming their weights and the one asking for random ones.
-  struct Learned {
-    const char* name;
-    const char* file_key;
-    const char* random_key;
-    const char* what;  ///< "gate" / "scorer"
-    const char* paper;
-  };
-  static const Learned kLearned[] = {{"trimkv", "gates", "random_gates", "gate", "TRIM-KV"},
-                                     {"wgkv", "gates", "random_gates", "gate", "WG-KV"},
-                                     {"foresightkv", "scorer", "random_scorer", "scorer", "ForesightKV"}};
-  for (const Learned& l : kLearned) {
-    if (ps.name != l.name) continue;
-    if (ps.params.count(l.file_key) || ps.params.count(l.random_key)) return policy_text;
-    *note = ps.name + ": no " + l.what + " checkpoint given (" + l.file_key + "=FILE); using RANDOM " + l.what +
-            (std::string(l.what) == "gate" ? "s" : " weights") + " (" + l.random_key +
-            "=0) — this measures the pipeline, not " + l.paper;
-    return policy_text + (ps.params.empty() ? ":" : ",") + l.random_key + "=0";
+  const PolicyInfo* info = nullptr;
+  for (const PolicyInfo& p : policy_registry())
+    if (p.name == ps.name) info = &p;
+  if (!info || !info->learned) return policy_text;
+  const LearnedWeightsInfo& l = *info->learned;
+  if (ps.params.count(l.file_param) || ps.params.count(l.random_param)) return policy_text;
+  const std::string sep = ps.params.empty() ? ":" : ",";
+  std::vector<const KnownCheckpoint*> known;
+  for (const auto& m : models) known.push_back(default_checkpoint(ps.name, m));
+  const bool all_known = !known.empty() && std::all_of(known.begin(), known.end(), [&](const KnownCheckpoint* k) {
+    return k && k->weights == known[0]->weights;
+  });
+  if (all_known) {
+    *picked = ps.name + ": using the released " + l.paper + " " + l.what + " " + known[0]->weights + " for " +
+              known[0]->base_model + " (" + known[0]->note + "; `kvbench policies --checkpoints`)";
+    return policy_text + sep + l.file_param + "=" + known[0]->weights;
   }
-  return policy_text;
+  for (size_t i = 0; i < models.size(); ++i)
+    if (known[i])
+      fail("--policies {}: released {} {} are known for --model {} ({}) but {}; run the models separately or name "
+           "the weights ({}=...)", policy_text, l.paper, l.what, models[i], known[i]->weights,
+           "the other models need different ones or have none", l.file_param);
+  *note = ps.name + ": no released " + l.what + " known for this model and none given (" + l.file_param +
+          "=...); using RANDOM " + l.what + " (" + l.random_param + "=0) — this measures the pipeline, not " + l.paper;
+  return policy_text + sep + l.random_param + "=0";
 }
 
 }  // namespace kvb::cli

@@ -47,13 +47,19 @@ RunConfigFile load_run_config(const std::string& path, const std::string& profil
 /// otherwise returns `ids` unchanged. `limit` must be >= 2 (kvb::Error otherwise).
 std::vector<int32_t> truncate_middle(const std::vector<int32_t>& ids, size_t limit);
 
-/// The one rule for learned policies without weights (trimkv, wgkv: `gates=FILE` /
-/// `random_gates=SEED`; foresightkv: `scorer=FILE` / `random_scorer=SEED`): when the spec names
-/// neither, returns the spec with the random key set to 0 (`random_gates=0`, `random_scorer=0`)
-/// and sets `*note` to a line saying the weights are random (`kvbench run` prints it and records
-/// it in the run's config as policy_notes; every work item's policy_label and policy_params_json
-/// carry the random key); other specs come back unchanged with `*note` cleared. Every other
-/// command (generate, fidelity, bench) refuses such a spec. Throws kvb::Error for a malformed spec.
-std::string default_gates(const std::string& policy_text, std::string* note);
+/// The one rule for learned policies without weights (every policy whose registry entry has
+/// PolicyInfo::learned: trimkv, wgkv `gates=` / `random_gates=`; foresightkv `scorer=` /
+/// `random_scorer=`), for a run over `models` (what --model names): a spec that names weights
+/// or random weights comes back unchanged; otherwise, when the released-checkpoint registry
+/// (engine/policies/checkpoints.h) knows the same checkpoint for every model, the spec gets
+/// `gates=<that checkpoint>` and `*picked` says which; when it knows none, the spec gets the
+/// random key set to 0 (`random_gates=0`) and `*note` a line saying the weights are random
+/// (`kvbench run` prints both and records them in the run's config as policy_notes; every work
+/// item's policy_label and policy_params_json carry the parameter). Other specs come back
+/// unchanged with both strings cleared. Throws kvb::Error for a malformed spec, and when the
+/// models need different checkpoints (or only some have one): run them separately or name the
+/// weights.
+std::string default_gates(const std::string& policy_text, const std::vector<std::string>& models, std::string* note,
+                          std::string* picked);
 
 }  // namespace kvb::cli

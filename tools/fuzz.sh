@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-60}"
 shift || true
-ALL=(fuzz_json fuzz_yaml fuzz_safetensors fuzz_gguf fuzz_config fuzz_tokenizer fuzz_jinja fuzz_math_answer fuzz_records)
+ALL=(fuzz_json fuzz_yaml fuzz_safetensors fuzz_torch_checkpoint fuzz_gguf fuzz_config fuzz_tokenizer fuzz_jinja fuzz_math_answer fuzz_records)
 TARGETS=("${@:-${ALL[@]}}")
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
 if [ ! -f build-fuzz/build.ninja ]; then
@@ -33,6 +33,20 @@ seed() {  # seed TARGET DIR: copy the fixtures that fit the target's input forma
     fuzz_yaml) find . -path ./build\* -prune -o \( -name '*.yaml' -o -name '*.yml' \) -size -64k -print 2>/dev/null | head -40 | cp_all "$d" ;;
     fuzz_safetensors) find tests/fixtures -name '*.safetensors' -size -256k 2>/dev/null | head -10 | cp_all "$d" ;;
     fuzz_gguf) find tests/fixtures -name '*.gguf' -size -512k 2>/dev/null | cp_all "$d" ;;
+    fuzz_torch_checkpoint) python3 - "$d" <<'PY' 2>/dev/null  # byte 1 + a .pth file; byte 0 + its data.pkl
+import pathlib, sys, zipfile
+for i, p in enumerate(sorted(pathlib.Path("tests/fixtures/pth").rglob("*.pt*"))):
+    raw = p.read_bytes()
+    pathlib.Path(sys.argv[1], f"f{i}").write_bytes(b"\1" + raw)
+    try:
+        with zipfile.ZipFile(p) as z:
+            for n in z.namelist():
+                if n.endswith("/data.pkl"):
+                    pathlib.Path(sys.argv[1], f"p{i}").write_bytes(b"\0" + z.read(n))
+    except Exception:
+        pass
+PY
+      ;;
     fuzz_jinja) find tests/fixtures/chat -name '*.jinja' 2>/dev/null | cp_all "$d"
       python3 - "$d" <<'PY' 2>/dev/null
 import json, pathlib, sys

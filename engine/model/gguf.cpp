@@ -962,6 +962,10 @@ GgufModel load_gguf(const std::string& path) {
   m.tokenizer_json = gguf_tokenizer_json(f);
   m.tokenizer_config = gguf_tokenizer_config(f);
   if (f.find("tokenizer.chat_template")) m.chat_template = f.get_string("tokenizer.chat_template");
+  static const std::string kNamed = "tokenizer.chat_template.";
+  for (const auto& [key, v] : f.metadata())
+    if (key.size() > kNamed.size() && key.compare(0, kNamed.size(), kNamed) == 0)
+      m.named_chat_templates[key.substr(kNamed.size())] = f.get_string(key);
   m.weights.origin = path;
   const bool llama = m.config.model_type == "llama";
   for (const auto& t : f.tensors()) {

@@ -147,6 +147,9 @@ struct GgufModel {
   nlohmann::json tokenizer_json;   ///< a tokenizer.json document (for Tokenizer::from_json)
   nlohmann::json tokenizer_config; ///< bos/eos/unk/pad tokens, add_bos/eos_token, chat_template
   std::string chat_template;       ///< `tokenizer.chat_template`, empty when absent
+  /// Named templates, `tokenizer.chat_template.<NAME>` (llama.cpp / gguf-py
+  /// Keys.Tokenizer.CHAT_TEMPLATE_N; their names are also listed in `tokenizer.chat_templates`).
+  std::map<std::string, std::string> named_chat_templates;
 };
 
 /// ModelConfig from GGUF metadata (`general.architecture` llama, qwen2 or qwen3; keys

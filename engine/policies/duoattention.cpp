@@ -196,6 +196,7 @@ PolicyInfo duoattention_policy_info() {
       "Retrieval heads keep everything, streaming heads keep sinks + recent; head pattern from the released "
       "files (DuoAttention §3; kvpress DuoAttentionPress)";
   info.params = params();
+  info.learned = LearnedWeightsInfo{"pattern", "random_pattern", "head pattern", "DuoAttention"};
   info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
     return std::make_unique<DuoAttentionPolicy>(PolicyParams(spec, params()));
   };

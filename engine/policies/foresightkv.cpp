@@ -70,8 +70,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
       fail("policy 'foresightkv': no scorer weights for this model: pass scorer=FILE.safetensors, or "
            "random_scorer=SEED for a RANDOM test scorer (no trained ForesightKV scorer is published)");
     if (!path_.empty()) {
-      if (!std::filesystem::exists(path_)) fail("policy 'foresightkv': scorer weights file '{}' not found", path_);
-      weights_ = GateWeights::load(path_, "foresightkv");
+      weights_ = GateWeights::load(path_, GateSource{"foresightkv", "scorer", "", false});
     }
   }
   PolicyNeeds needs() const override {
@@ -259,6 +258,7 @@ PolicyInfo foresightkv_policy_info() {
   info.name = "foresightkv";
   info.description = "ForesightKV: learned MLP scorer over [k, v, attention features], top-2L sampling (Dong et al. 2026 §3.1)";
   info.params = params();
+  info.learned = LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV"};
   info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
     return std::make_unique<ForesightKVPolicy>(PolicyParams(spec, params()));
   };

@@ -1,11 +1,15 @@
 #include "engine/policies/gate_weights.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/formats/torch_checkpoint.h"
+#include "engine/model/weights.h"  // bf16_bits_to_f32, f16_bits_to_f32 (inline)
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 
@@ -13,93 +17,222 @@ namespace kvb {
 
 namespace {
 
-float bf16_to_f32(uint16_t v) {
-  uint32_t u = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
+HubFileFetcher& hub_fetcher() {
+  static HubFileFetcher f;
   return f;
 }
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ffu;
-  uint32_t u;
-  if (exp == 0) {
-    if (mant == 0) {
-      u = sign;
-    } else {  // subnormal
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400u)) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ffu;
-      u = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (mant << 13);
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+float to_f32(const char* p, const char* dtype) {
+  if (dtype[0] == 'F' && dtype[1] == '3') {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
   }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return dtype[0] == 'B' ? bf16_bits_to_f32(v) : f16_bits_to_f32(v);
 }
 
-}  // namespace
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
 
-GateWeights GateWeights::load(const std::string& path, const std::string& policy) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("policy '{}': gate weights file '{}' not found or unreadable", policy, path);
-  in.seekg(0, std::ios::end);
-  const int64_t size = in.tellg();
-  in.seekg(0);
-  std::vector<char> bytes(static_cast<size_t>(std::max<int64_t>(size, 0)));
-  in.read(bytes.data(), size);
-  if (!in || size < 8) fail_at(path, "header", "file too short for safetensors ({} bytes)", size);
+bool weight_file_name(const std::string& name) {
+  return ends_with(name, ".pth") || ends_with(name, ".pt") || ends_with(name, ".safetensors");
+}
+
+bool hub_name_ok(const std::string& s) {
+  if (s.empty() || s.size() > 96 || s == "." || s == ".." || s.front() == '-' || s.front() == '.') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
+struct HubSpec {
+  std::string repo, revision = "main", path;
+};
+
+/// "org/name[@rev][/path]" → parts; false when it does not have that form.
+bool parse_hub_spec(const std::string& spec, HubSpec* out) {
+  const size_t s1 = spec.find('/');
+  if (s1 == std::string::npos) return false;
+  const size_t s2 = spec.find('/', s1 + 1);
+  const std::string org = spec.substr(0, s1);
+  std::string name = spec.substr(s1 + 1, s2 == std::string::npos ? std::string::npos : s2 - s1 - 1);
+  HubSpec h;
+  if (const size_t at = name.find('@'); at != std::string::npos) {
+    h.revision = name.substr(at + 1);
+    name = name.substr(0, at);
+    if (h.revision.empty()) return false;
+  }
+  if (!hub_name_ok(org) || !hub_name_ok(name)) return false;
+  h.repo = org + "/" + name;
+  if (s2 != std::string::npos) {
+    h.path = spec.substr(s2 + 1);
+    if (h.path.empty() || h.path.find("..") != std::string::npos || h.path.front() == '/') return false;
+  }
+  *out = h;
+  return true;
+}
+
+void read_safetensors(GateWeights& w, const std::string& path) {
+  const std::string bytes = read_file(path);
+  const uint64_t size = bytes.size();
+  if (size < 8) fail_at(path, "header", "file too short for safetensors ({} bytes)", size);
   uint64_t hlen = 0;
   std::memcpy(&hlen, bytes.data(), 8);
-  if (hlen > static_cast<uint64_t>(size - 8)) fail_at(path, "header", "header length {} exceeds the file", hlen);
+  if (hlen > size - 8) fail_at(path, "header", "header length {} exceeds the file", hlen);
   const nlohmann::json header = parse_json(std::string_view(bytes.data() + 8, hlen), path + ": header");
   if (!header.is_object()) fail_at(path, "header", "expected a JSON object");
   const char* data = bytes.data() + 8 + hlen;
-  const uint64_t data_size = static_cast<uint64_t>(size) - 8 - hlen;
-  GateWeights w;
-  w.path = path;
+  const uint64_t data_size = size - 8 - hlen;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const auto& t = it.value();
     const std::string field = "tensor " + it.key();
-    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
+    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets") ||
+        !t["dtype"].is_string() || !t["shape"].is_array() || !t["data_offsets"].is_array() ||
+        t["data_offsets"].size() != 2 || !t["data_offsets"][0].is_number_unsigned() ||
+        !t["data_offsets"][1].is_number_unsigned())
       fail_at(path, field, "expected dtype, shape and data_offsets");
     const std::string dtype = t["dtype"].get<std::string>();
-    size_t esize = dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
+    const size_t esize = dtype == "F32" ? 4 : (dtype == "F16" || dtype == "BF16") ? 2 : 0;
     if (!esize) fail_at(path, field, "unsupported dtype {} (F32, F16, BF16)", dtype);
     GateTensor g;
-    int64_t n = 1;
+    uint64_t n = 1;
     for (const auto& d : t["shape"]) {
-      int64_t v = d.get<int64_t>();
-      if (v < 0) fail_at(path, field, "negative dimension");
-      g.shape.push_back(v);
-      n *= v;
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) fail_at(path, field, "bad dimension");
+      g.shape.push_back(d.get<int64_t>());
+      n *= d.get<uint64_t>();
+      if (n > data_size) fail_at(path, field, "shape larger than the file");
     }
     const uint64_t b = t["data_offsets"][0].get<uint64_t>(), e = t["data_offsets"][1].get<uint64_t>();
-    if (b > e || e > data_size || e - b != static_cast<uint64_t>(n) * esize)
+    if (b > e || e > data_size || e - b != n * esize)
       fail_at(path, field, "data_offsets [{}, {}] do not match shape x dtype or exceed the file", b, e);
     g.data.resize(n);
-    const char* p = data + b;
-    for (int64_t i = 0; i < n; ++i) {
-      if (esize == 4) {
-        std::memcpy(&g.data[i], p + 4 * i, 4);
-      } else {
-        uint16_t v;
-        std::memcpy(&v, p + 2 * i, 2);
-        g.data[i] = dtype == "BF16" ? bf16_to_f32(v) : f16_to_f32(v);
-      }
-    }
+    for (uint64_t i = 0; i < n; ++i) g.data[i] = to_f32(data + b + esize * i, dtype.c_str());
     w.tensors.emplace(it.key(), std::move(g));
   }
+}
+
+void read_torch(GateWeights& w, const std::string& path) {
+  const TorchCheckpoint ck = read_torch_checkpoint(path);
+  for (const auto& [name, t] : ck.tensors) {
+    GateTensor g;
+    g.shape = t.shape;
+    const int64_t n = t.numel();
+    const size_t es = torch_dtype_size(t.dtype);
+    const char* dt = torch_dtype_name(t.dtype);
+    g.data.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) g.data[i] = to_f32(t.data() + es * i, dt);
+    w.tensors.emplace(name, std::move(g));
+  }
+}
+
+/// The weights file of directory `dir`: source.default_file when present, else its only
+/// .pth/.pt/.safetensors file.
+std::string pick_in_dir(const std::string& dir, const GateSource& source) {
+  namespace fs = std::filesystem;
+  if (!source.default_file.empty() && fs::is_regular_file(fs::path(dir) / source.default_file))
+    return (fs::path(dir) / source.default_file).string();
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && weight_file_name(e.path().filename().string())) found.push_back(e.path().string());
+  std::sort(found.begin(), found.end());
+  if (found.size() == 1) return found[0];
+  if (found.empty())
+    fail_at(dir, source.param, "policy '{}': the directory holds no {}.pth, .pt or .safetensors file", source.policy,
+            source.default_file.empty() ? "" : source.default_file + " and no ");
+  fail_at(dir, source.param, "policy '{}': the directory holds {} weight files ({}, ...): name one", source.policy,
+          found.size(), fs::path(found[0]).filename().string());
+}
+
+}  // namespace
+
+void set_hub_file_fetcher(HubFileFetcher fetcher) { hub_fetcher() = std::move(fetcher); }
+
+bool is_hub_gate_spec(const std::string& spec) {
+  std::error_code ec;
+  if (std::filesystem::exists(spec, ec)) return false;
+  HubSpec h;
+  return parse_hub_spec(spec, &h);
+}
+
+GateWeights GateWeights::load(const std::string& spec, const GateSource& source) {
+  namespace fs = std::filesystem;
+  GateWeights w;
+  w.spec = spec;
+  std::error_code ec;
+  std::string dir;  // where config.json is looked for
+  if (fs::is_directory(spec, ec)) {
+    w.path = pick_in_dir(spec, source);
+    dir = spec;
+  } else if (fs::exists(spec, ec)) {
+    w.path = spec;
+  } else if (HubSpec h; parse_hub_spec(spec, &h)) {
+    if (!hub_fetcher())
+      fail_at(spec, source.param, "policy '{}': a Hugging Face Hub id, but this program cannot download (use the "
+              "kvbench CLI, or a local file)", source.policy);
+    std::string file = h.path;
+    if (file.empty()) {
+      if (source.default_file.empty())
+        fail_at(spec, source.param, "policy '{}': name the checkpoint file inside the repository, {}/<file>.pt "
+                "(see `kvbench policies --checkpoints`)", source.policy, h.repo);
+      file = source.default_file;
+    }
+    w.path = hub_fetcher()(h.repo, h.revision, file);
+    if (source.config && h.path.empty()) w.config_path = hub_fetcher()(h.repo, h.revision, "config.json");
+  } else {
+    fail_at(spec, source.param, "policy '{}': not found (no such file or directory, nor a Hub id org/name[@revision][/path])",
+            source.policy);
+  }
+  if (source.config && w.config_path.empty() && !dir.empty() && fs::is_regular_file(fs::path(dir) / "config.json"))
+    w.config_path = (fs::path(dir) / "config.json").string();
+  if (!w.config_path.empty()) {
+    w.config = parse_json_file(w.config_path);
+    if (!w.config.is_object()) fail_at(w.config_path, "", "expected a JSON object");
+  }
+  if (looks_like_zip(w.path))
+    read_torch(w, w.path);
+  else
+    read_safetensors(w, w.path);
   return w;
+}
+
+int GateWeights::num_layers() const {
+  int n = 0;
+  static const std::string kPrefix = "model.layers.";
+  for (const auto& [name, t] : tensors) {
+    if (name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+    const size_t dot = name.find('.', kPrefix.size());
+    const std::string num = name.substr(kPrefix.size(), dot == std::string::npos ? std::string::npos : dot - kPrefix.size());
+    if (num.empty() || num.size() > 6 || !std::all_of(num.begin(), num.end(), ::isdigit)) continue;
+    n = std::max(n, std::stoi(num) + 1);
+  }
+  return n;
+}
+
+void GateWeights::check_model(int num_layers, int num_kv_heads, int hidden_size, int head_dim) const {
+  const std::string base = config.contains("base_model") && config["base_model"].is_string()
+                               ? config["base_model"].get<std::string>()
+                               : std::string("its base model");
+  auto check = [&](const char* key, int have) {
+    if (!config.contains(key)) return;
+    const auto& v = config[key];
+    if (!v.is_number_integer()) fail_at(config_path, key, "expected an integer");
+    if (v.get<int64_t>() != have)
+      fail_at(config_path, key, "the gates were trained for {} with {} = {}; this model has {}", base, key,
+              v.get<int64_t>(), have);
+  };
+  check("num_hidden_layers", num_layers);
+  check("num_key_value_heads", num_kv_heads);
+  check("hidden_size", hidden_size);
+  check("head_dim", head_dim);
+  const int covered = this->num_layers();
+  if (covered != num_layers)
+    fail_at(path, "tensors", "the gates cover {} decoder layers; this model has {} (gates for another model?)", covered,
+            num_layers);
 }
 
 const GateTensor* GateWeights::find(const std::string& name) const {

@@ -1,12 +1,25 @@
-// kvb::GateWeights — small learned-policy weights (TRIM-KV retention gates, WG-KV write gates)
-// read from ONE .safetensors file fully into f32 memory. Self-contained (policies do not depend
-// on the model component); F32, F16 and BF16 tensors are accepted.
+// kvb::GateWeights — small learned-policy weights (TRIM-KV retention gates, WG-KV write gates,
+// ForesightKV scorers) read fully into f32 memory from what the papers released or a converter
+// wrote (docs/policies.md#gate-files):
+//   - a PyTorch .pth / .pt file (torch.save's ZIP format; engine/formats/torch_checkpoint.h, a
+//     restricted unpickler that executes nothing), F32, F16 or BF16;
+//   - a .safetensors file, F32, F16 or BF16;
+//   - a directory holding one of them (the policy's default file name first, e.g. TRIM-KV's
+//     trimkv_weights.pth) and optionally the checkpoint's config.json;
+//   - a Hugging Face model repository "org/name[@revision][/path/in/repo]" (e.g.
+//     ngocbh/TrimKV-Qwen3-4B-Math, WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt),
+//     downloaded through the fetcher the CLI installs (set_hub_file_fetcher: the project's Hub
+//     client and cache), never by the policy itself.
+// Self-contained: policies do not depend on the model component.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace kvb {
 
@@ -16,13 +29,34 @@ struct GateTensor {
   std::vector<float> data;
 };
 
-/// All tensors of a gate-weight safetensors file.
+/// Downloads `path` of the Hub model repository `repo_id` at `revision` and returns its local
+/// path. Throws kvb::Error (404, gated repository, offline without a cached copy, network).
+using HubFileFetcher =
+    std::function<std::string(const std::string& repo_id, const std::string& revision, const std::string& path)>;
+
+/// Installs the fetcher used for Hub ids (the CLI installs datasets::HubClient::download at start).
+/// Without one, a Hub id is refused with an error that says so. Not thread-safe: call at start-up.
+void set_hub_file_fetcher(HubFileFetcher fetcher);
+
+/// How a policy's weights are looked up in a directory or Hub repository.
+struct GateSource {
+  std::string policy;        ///< policy name, for error messages
+  std::string param = "gates";  ///< the parameter naming the weights, for error messages
+  /// File read from a directory or a Hub repo id without a path ("" = a directory must hold
+  /// exactly one .pth/.pt/.safetensors file, and a Hub id must name the file).
+  std::string default_file;
+  /// Read config.json next to the weights (required from a Hub repo, optional in a directory).
+  bool config = false;
+};
+
+/// All tensors of a gate checkpoint, plus its config.json when it has one.
 class GateWeights {
  public:
-  /// Reads `path`. `policy` names the policy in error messages. Throws kvb::Error naming the file
-  /// (and the tensor/field) when it is missing, truncated, or has a malformed header, an
-  /// unsupported dtype or offsets outside the data section.
-  static GateWeights load(const std::string& path, const std::string& policy);
+  /// Reads `spec` (a file, a directory or a Hub id; see the file comment). Throws kvb::Error
+  /// naming the file and the tensor/field when it is missing, truncated, malformed, refused by
+  /// the restricted unpickler, or has an unsupported dtype; a Hub id without an installed
+  /// fetcher is refused.
+  static GateWeights load(const std::string& spec, const GateSource& source);
 
   /// The tensor `name` or nullptr.
   const GateTensor* find(const std::string& name) const;
@@ -33,11 +67,27 @@ class GateWeights {
   /// Adds an owned tensor (random test gates).
   void add(const std::string& name, std::vector<int64_t> shape, std::vector<float> data);
 
-  std::string path;  ///< file the tensors came from ("random" for generated gates)
+  /// The number of decoder layers the tensors cover: 1 + the largest l of "model.layers.{l}."
+  /// names (0 when there are none).
+  int num_layers() const;
+  /// Checks the checkpoint against the model it is applied to: its config.json's
+  /// num_hidden_layers, num_key_value_heads, hidden_size and head_dim (when present) and the
+  /// layers its tensors cover. Throws one kvb::Error "<file>: <field>: the gates were trained for
+  /// <base_model> with N ...; this model has M" at the first mismatch.
+  void check_model(int num_layers, int num_kv_heads, int hidden_size, int head_dim) const;
+
+  std::string path;     ///< file the tensors came from ("random_gates=N" for generated gates)
+  std::string spec;     ///< what the user named (file, directory or Hub id)
+  std::string config_path;            ///< the config.json read, "" if none
+  nlohmann::json config = nlohmann::json::object();  ///< its content ({} if none)
   std::map<std::string, GateTensor> tensors;
 };
 
 /// Writes `w` as an F32 safetensors file (tests, tools). Throws kvb::Error on I/O failure.
 void save_gate_weights(const GateWeights& w, const std::string& path);
+
+/// Whether `spec` would be read as a Hub id: no local file or directory of that name exists and
+/// it has the form org/name[@rev][/path] with Hub-valid org and name.
+bool is_hub_gate_spec(const std::string& spec);
 
 }  // namespace kvb

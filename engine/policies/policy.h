@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -223,10 +224,23 @@ struct PolicyParamInfo {
 };
 
 /// Registry entry: name, one-line description with source, parameters, factory.
+/// A policy that needs learned weights (TRIM-KV, WG-KV, ForesightKV): which parameter names the
+/// checkpoint, which one asks for RANDOM test weights instead, and how to name them in messages.
+/// `kvbench run` fills a missing checkpoint from known_checkpoints() (checkpoints.h) for the
+/// model, else falls back to random weights with a loud warning (docs/policies.md#released-checkpoints).
+struct LearnedWeightsInfo {
+  std::string file_param;    ///< "gates" / "scorer"
+  std::string random_param;  ///< "random_gates" / "random_scorer"
+  std::string what;          ///< "gates" / "scorer weights" (plural noun phrase for messages)
+  std::string paper;         ///< "TRIM-KV"
+};
+
 struct PolicyInfo {
   std::string name;
   std::string description;
   std::vector<PolicyParamInfo> params;
+  /// Set when the policy cannot run without learned weights (see LearnedWeightsInfo).
+  std::optional<LearnedWeightsInfo> learned;
   /// Builds the policy from a spec; throws kvb::Error naming the parameter on unknown keys or
   /// bad values.
   std::function<std::unique_ptr<Policy>(const PolicySpec&)> make;

@@ -15,14 +15,18 @@
 // the shared schedule, which differs only for prompts of M+1 … M+buffer−1 tokens).
 // budget_kind=global is the DynamicBudgetTrimKVCache "global" strategy: when the tokens of all
 // heads and layers reach layers·Hkv·(M + buffer), keep the global top layers·Hkv·M (ragged heads).
-// Weights: `gates=FILE.safetensors` made by tools/convert_trimkv_gates.py from the released
-// ngocbh/TrimKV-*/trimkv_weights.pth, tensor names model.layers.{l}.self_attn.retention_gate.
-// {linear1.weight [I, H], linear1.bias [I], linear2.weight [Hkv, I], bias [Hkv]}. Without weights
-// the policy refuses to run; `random_gates=SEED` generates RANDOM gates of the right shapes
-// (W ~ N(0, 0.02²), b1 = 0, b = gate_bias) for tests only — they are not TRIM-KV.
+// Weights: `gates=` names the released ngocbh/TrimKV-* checkpoint as it is — a Hub id
+// (ngocbh/TrimKV-Qwen3-4B-Math: trimkv_weights.pth + config.json), a directory holding those
+// files, or a .pth/.pt/.safetensors file (GateWeights, docs/policies.md#gate-files); tensor names
+// model.layers.{l}.self_attn.retention_gate.{linear1.weight [I, H], linear1.bias [I],
+// linear2.weight [Hkv, I], bias [Hkv]}. The checkpoint's config.json fills the defaults the user
+// did not give: buffer = buffer_size and, without a budget, budget = memory_size (the training
+// M); retention_gate must be "rg" and hidden_act "silu"; num_hidden_layers, num_key_value_heads,
+// hidden_size and head_dim must match the model. Without weights the policy refuses to run;
+// `random_gates=SEED` generates RANDOM gates of the right shapes (W ~ N(0, 0.02²), b1 = 0,
+// b = gate_bias) for tests only — they are not TRIM-KV.
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <mutex>
 
 #include "engine/policies/gate_weights.h"
@@ -38,11 +42,35 @@ namespace {
 std::vector<PolicyParamInfo> params() {
   auto p = schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/true, /*global_kind=*/true);
   p.push_back({"gates", "",
-               "retention-gate weights (.safetensors from tools/convert_trimkv_gates.py); required unless random_gates"});
+               "retention gates: a Hub id (ngocbh/TrimKV-Qwen3-4B-Math), a directory, or a .pth/.pt/.safetensors "
+               "file; required unless random_gates (kvbench run picks the released gates of a known model)"});
   p.push_back({"random_gates", "-1", "seed of RANDOM test gates (not TRIM-KV; -1 = off)"});
   p.push_back({"gate_hidden", "512", "hidden width I of random gates"});
   p.push_back({"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"});
   return p;
+}
+
+/// The policy spec with the defaults the checkpoint's config.json gives (TRIM-KV's config
+/// fields, seed-trimkv-and-baselines.md §2.4–2.5): buffer = buffer_size unless given, budget =
+/// memory_size when the spec has none. Refuses gate types and activations other than the
+/// released "rg" gates' ("silu").
+PolicySpec with_checkpoint_config(PolicySpec spec, const GateWeights& w) {
+  const nlohmann::json& c = w.config;
+  if (c.contains("retention_gate") && c["retention_gate"] != "rg")
+    fail_at(w.config_path, "retention_gate", "gate type {} is not supported (the released TRIM-KV gates are \"rg\")",
+            c["retention_gate"].dump());
+  if (c.contains("hidden_act") && c["hidden_act"] != "silu")
+    fail_at(w.config_path, "hidden_act", "{} is not supported (the gate's activation is SiLU)", c["hidden_act"].dump());
+  auto positive = [&](const char* key) -> int64_t {
+    if (!c.contains(key)) return 0;
+    if (!c[key].is_number() || c[key].get<double>() < 1 || c[key].get<double>() > 1e9)
+      fail_at(w.config_path, key, "expected a positive number, got {}", c[key].dump());
+    return static_cast<int64_t>(c[key].get<double>());  // memory_size is written as a float (512.0)
+  };
+  if (const int64_t b = positive("buffer_size"); b > 0 && !spec.params.count("buffer"))
+    spec.params["buffer"] = std::to_string(b);
+  if (const int64_t m = positive("memory_size"); m > 0 && spec.budget == 0) spec.budget = m;
+  return spec;
 }
 
 float log_sigmoid(float v) { return v >= 0 ? -std::log1p(std::exp(-v)) : v - std::log1p(std::exp(v)); }
@@ -51,21 +79,16 @@ std::string layer_prefix(int l) { return "model.layers." + std::to_string(l) + "
 
 class TrimKVPolicy : public ScheduledPolicy {
  public:
-  explicit TrimKVPolicy(PolicyParams p) : ScheduledPolicy("trimkv", std::move(p), /*global_kind=*/true) {
+  TrimKVPolicy(PolicyParams p, GateWeights weights)
+      : ScheduledPolicy("trimkv", std::move(p), /*global_kind=*/true), weights_(std::move(weights)) {
     gates_path_ = params_.get_string("gates");
     random_seed_ = params_.get_int("random_gates");
     hidden_ = params_.get_int("gate_hidden");
     bias_ = static_cast<float>(params_.get_double("gate_bias"));
     if (gates_path_.empty() && random_seed_ < 0)
-      fail("policy 'trimkv': no retention-gate weights for this model: pass gates=FILE.safetensors "
-           "(convert ngocbh/TrimKV-<model>/trimkv_weights.pth with tools/convert_trimkv_gates.py), "
-           "or random_gates=SEED for RANDOM test gates");
-    if (!gates_path_.empty()) {
-      if (!std::filesystem::exists(gates_path_))
-        fail("policy 'trimkv': gate weights file '{}' not found (convert ngocbh/TrimKV-<model>/"
-             "trimkv_weights.pth with tools/convert_trimkv_gates.py)", gates_path_);
-      weights_ = GateWeights::load(gates_path_, "trimkv");
-    }
+      fail("policy 'trimkv': no retention-gate weights for this model: pass gates=HUB_ID|DIR|FILE (the released "
+           "ngocbh/TrimKV-<model> checkpoints; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
+           "test gates");
     if (hidden_ < 1) params_.fail_param("gate_hidden", "must be >= 1");
   }
   PolicyNeeds needs() const override {
@@ -148,6 +171,7 @@ class TrimKVPolicy : public ScheduledPolicy {
     std::lock_guard<std::mutex> lock(mu_);
     if (gates_.empty()) {
       if (!weights_.find(layer_prefix(0) + "linear1.weight") && random_seed_ >= 0) make_random(step);
+      if (!gates_path_.empty()) weights_.check_model(step.num_layers, step.num_kv_heads, step.hidden_size, step.head_dim);
       gates_.resize(step.num_layers);
       for (int l = 0; l < step.num_layers; ++l) {
         const std::string p = layer_prefix(l);
@@ -156,6 +180,10 @@ class TrimKVPolicy : public ScheduledPolicy {
                           "missing (the gates do not cover layer {} of this {}-layer model)", l, step.num_layers);
         if (w1t->shape.size() != 2) fail_at(weights_.path, "tensor " + p + "linear1.weight", "expected 2 dimensions");
         const int64_t I = w1t->shape[0];
+        if (const auto& c = weights_.config; c.contains("retention_gate_intermediate_size") &&
+                                             c["retention_gate_intermediate_size"] != I)
+          fail_at(weights_.config_path, "retention_gate_intermediate_size", "{} but the gate tensors are {} wide",
+                  c["retention_gate_intermediate_size"].dump(), I);
         Gate& g = gates_[l];
         g.I = static_cast<int>(I);
         g.w1 = weights_.require(p + "linear1.weight", {I, step.hidden_size}).data;
@@ -202,8 +230,15 @@ PolicyInfo trimkv_policy_info() {
   info.name = "trimkv";
   info.description = "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)";
   info.params = params();
+  info.learned = LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV"};
   info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<TrimKVPolicy>(PolicyParams(spec, params()));
+    (void)PolicyParams(spec, params());  // unknown keys are reported before any file is read
+    auto it = spec.params.find("gates");
+    if (it == spec.params.end() || it->second.empty())
+      return std::make_unique<TrimKVPolicy>(PolicyParams(spec, params()), GateWeights{});
+    GateWeights w = GateWeights::load(it->second, GateSource{"trimkv", "gates", "trimkv_weights.pth", true});
+    const PolicySpec s = with_checkpoint_config(spec, w);
+    return std::make_unique<TrimKVPolicy>(PolicyParams(s, params()), std::move(w));
   };
   return info;
 }

@@ -26,13 +26,16 @@
 // keys only, max over the group, mean over queries, max-pool kernel 5). The trigger is evaluated
 // at layer 0 of a step over the cache as the previous step left it (the reference checks after
 // the last layer of the step before: same decision one step later).
-// Weights: `gates=FILE.safetensors` from tools/convert_wgkv_gates.py (WG-KV/checkpoints
-// {model}-{λ}.pt), names model.layers.{l}.self_attn.g_predictors.{pre_key_norm.weight,
-// post_key_norm.weight, conv1.weight, conv1.bias, conv2.weight, conv2.bias}; `random_gates=SEED`
+// Weights: `gates=` names a released WG-KV/checkpoints {model}-{λ}.pt as it is — a Hub id with
+// the file (WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt), or a local .pt/.pth/.safetensors
+// file or directory (GateWeights, docs/policies.md#gate-files); tensor names
+// model.layers.{l}.self_attn.g_predictors.{pre_key_norm.weight, post_key_norm.weight,
+// conv1.weight [Hkv·I, 2D, 1], conv1.bias, conv2.weight [Hkv, I, 1], conv2.bias}. The checkpoint
+// stores no config (seed-wgkv.md §6): the width I (g_expand) comes from the tensor shapes, W and
+// τ from the defaults below; the layers the tensors cover must be the model's. `random_gates=SEED`
 // makes RANDOM gates of the right shapes (norms 1, W ~ U(±1/sqrt(fan_in)), biases 0) for tests only.
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -48,7 +51,9 @@ namespace {
 
 std::vector<PolicyParamInfo> params() {
   return {
-      {"gates", "", "write-gate weights (.safetensors from tools/convert_wgkv_gates.py); required unless random_gates"},
+      {"gates", "",
+       "write gates: a Hub id with the file (WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt), a directory, or a "
+       ".pt/.pth/.safetensors file; required unless random_gates (kvbench run picks the released gates of a known model)"},
       {"random_gates", "-1", "seed of RANDOM test gates (not WG-KV; -1 = off)"},
       {"gate_expand", "1.5", "hidden width I = gate_expand x head_dim of random gates (Qwen3 1.5, Llama 4.0)"},
       {"window", "256", "local window W: newest tokens always kept"},
@@ -63,7 +68,7 @@ std::vector<PolicyParamInfo> params() {
 
 class WGKVPolicy : public Policy {
  public:
-  explicit WGKVPolicy(PolicyParams p) : params_(std::move(p)) {
+  WGKVPolicy(PolicyParams p, GateWeights weights) : params_(std::move(p)), weights_(std::move(weights)) {
     gates_path_ = params_.get_string("gates");
     random_seed_ = params_.get_int("random_gates");
     expand_ = params_.get_double("gate_expand");
@@ -80,15 +85,9 @@ class WGKVPolicy : public Policy {
     if (budget_ > 0 && budget_ <= window_)
       fail("policy 'wgkv': budget {} must exceed window = {} (it counts the local window)", budget_, window_);
     if (gates_path_.empty() && random_seed_ < 0)
-      fail("policy 'wgkv': no write-gate weights for this model: pass gates=FILE.safetensors (convert "
-           "WG-KV/checkpoints/<model>-<lambda>.pt with tools/convert_wgkv_gates.py), or random_gates=SEED for "
-           "RANDOM test gates");
-    if (!gates_path_.empty()) {
-      if (!std::filesystem::exists(gates_path_))
-        fail("policy 'wgkv': gate weights file '{}' not found (convert WG-KV/checkpoints/<model>-<lambda>.pt "
-             "with tools/convert_wgkv_gates.py)", gates_path_);
-      weights_ = GateWeights::load(gates_path_, "wgkv");
-    }
+      fail("policy 'wgkv': no write-gate weights for this model: pass gates=HUB_ID/FILE|DIR|FILE (the released "
+           "WG-KV/checkpoints/<model>-<lambda>.pt; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
+           "test gates");
   }
   std::string name() const override { return "wgkv"; }
   nlohmann::json resolved_params() const override { return params_.resolved(); }
@@ -242,6 +241,7 @@ class WGKVPolicy : public Policy {
           weights_.add(pfx(l) + "conv2.bias", {Hk}, std::vector<float>(Hk, 0.f));
         }
       }
+      if (!gates_path_.empty()) weights_.check_model(step.num_layers, Hk, step.hidden_size, D);
       gates_.resize(step.num_layers);
       for (int l = 0; l < step.num_layers; ++l) {
         const std::string p = pfx(l);
@@ -284,8 +284,14 @@ PolicyInfo wgkv_policy_info() {
   info.name = "wgkv";
   info.description = "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0";
   info.params = params();
+  info.learned = LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV"};
   info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<WGKVPolicy>(PolicyParams(spec, params()));
+    PolicyParams p(spec, params());  // unknown keys are reported before any file is read
+    auto it = spec.params.find("gates");
+    GateWeights w;
+    if (it != spec.params.end() && !it->second.empty())
+      w = GateWeights::load(it->second, GateSource{"wgkv", "gates", "", false});
+    return std::make_unique<WGKVPolicy>(std::move(p), std::move(w));
   };
   return info;
 }

@@ -208,3 +208,30 @@ TEST(RunCliGenerationConfig, DefaultsAppliedAndRecorded) {
   EXPECT_EQ(c["sampling"]["gsm8k"][d.string()]["top_k"], 5) << cfg[1];
   fs::remove_all(d);
 }
+
+// GGUF files carry named templates as llama.cpp writes them (tokenizer.chat_template.NAME; fixture
+// by tools/gen_gguf_named_templates.py with gguf-py): --chat-template NAME selects one.
+TEST(ModelSource, GgufNamedChatTemplatesAreSelectable) {
+  const std::string path = std::string(KVB_SOURCE_DIR) + "/tests/fixtures/gguf/tiny_llama_named_templates.gguf";
+  std::string rendered;
+  auto m = kvb::cli::load_model(path);
+  kvb::cli::build_prompt(m, "hi", true, "sys", std::nullopt, &rendered);
+  EXPECT_EQ(rendered, "D:syshi");
+  m = kvb::cli::load_model(path, kvb::WeightFormat::kF32, "tool_use");
+  kvb::cli::build_prompt(m, "hi", true, "sys", std::nullopt, &rendered);
+  EXPECT_EQ(rendered, "T:[system]sys[user]hi");
+  m = kvb::cli::load_model(path, kvb::WeightFormat::kF32, "rag");
+  kvb::cli::build_prompt(m, "hi", true, "", std::nullopt, &rendered);
+  EXPECT_EQ(rendered, "R:hi");
+  m = kvb::cli::load_model(path, kvb::WeightFormat::kF32, "default");
+  kvb::cli::build_prompt(m, "hi", true, "", std::nullopt, &rendered);
+  EXPECT_EQ(rendered, "D:hi");
+  try {
+    kvb::cli::load_model(path, kvb::WeightFormat::kF32, "chatml");
+    ADD_FAILURE() << "expected an error";
+  } catch (const kvb::Error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": tokenizer.chat_template: no template named \"chatml\" (there are: default, "
+                                            "rag, tool_use)");
+    EXPECT_EQ(e.exit_code(), 2);
+  }
+}

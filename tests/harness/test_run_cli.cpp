@@ -132,7 +132,7 @@ TEST(RunCli, MainJobOnRealDataFromAConfigFileThenReport) {
   EXPECT_EQ(count(db, "SELECT COUNT(*) FROM work_items WHERE policy = 'trimkv' AND "
                       "json_extract(policy_params_json, '$.random_gates') IN (0, '0')"),
             4 * 2 * 2);
-  EXPECT_NE(out.find("trimkv: no gate checkpoint given"), std::string::npos) << out;
+  EXPECT_NE(out.find("trimkv: no released gates known for this model and none given"), std::string::npos) << out;
   // Cell labels: the name plus the parameters that differ from the defaults; the budget is its
   // own column (not in the parameters).
   Rows labels = query(db, "SELECT DISTINCT policy_label FROM work_items ORDER BY policy_label");

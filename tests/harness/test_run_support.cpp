@@ -121,22 +121,47 @@ TEST(TruncateMiddle, EqualsLongBenchSlicing) {
 }
 
 TEST(DefaultGates, LearnedGatePoliciesGetRandomGatesAndANote) {
-  std::string note;
-  EXPECT_EQ(default_gates("trimkv", &note), "trimkv:random_gates=0");
+  std::string note, picked;
+  const std::vector<std::string> dflt = {"smollm2-135m-instruct"};
+  EXPECT_EQ(default_gates("trimkv", dflt, &note, &picked), "trimkv:random_gates=0");
   EXPECT_NE(note.find("RANDOM gates"), std::string::npos) << note;
   EXPECT_NE(note.find("TRIM-KV"), std::string::npos) << note;
-  EXPECT_EQ(default_gates("wgkv:tau=0.2", &note), "wgkv:tau=0.2,random_gates=0");
+  EXPECT_TRUE(picked.empty());
+  EXPECT_EQ(default_gates("wgkv:tau=0.2", dflt, &note, &picked), "wgkv:tau=0.2,random_gates=0");
   EXPECT_NE(note.find("WG-KV"), std::string::npos) << note;
-  EXPECT_EQ(default_gates("trimkv:gates=/x.safetensors", &note), "trimkv:gates=/x.safetensors");
+  EXPECT_EQ(default_gates("trimkv:gates=/x.safetensors", dflt, &note, &picked), "trimkv:gates=/x.safetensors");
   EXPECT_TRUE(note.empty());
-  EXPECT_EQ(default_gates("trimkv:random_gates=3", &note), "trimkv:random_gates=3");
+  EXPECT_EQ(default_gates("trimkv:random_gates=3", dflt, &note, &picked), "trimkv:random_gates=3");
   EXPECT_TRUE(note.empty());
-  EXPECT_EQ(default_gates("snapkv:window=8", &note), "snapkv:window=8");
+  EXPECT_EQ(default_gates("snapkv:window=8", dflt, &note, &picked), "snapkv:window=8");
   EXPECT_TRUE(note.empty());
+  EXPECT_TRUE(picked.empty());
   // The same rule for every learned policy: ForesightKV gets a random scorer, said as loudly.
-  EXPECT_EQ(default_gates("foresightkv:window=32,buffer=32", &note), "foresightkv:window=32,buffer=32,random_scorer=0");
+  EXPECT_EQ(default_gates("foresightkv:window=32,buffer=32", dflt, &note, &picked),
+            "foresightkv:window=32,buffer=32,random_scorer=0");
   EXPECT_NE(note.find("RANDOM scorer"), std::string::npos) << note;
   EXPECT_NE(note.find("ForesightKV"), std::string::npos) << note;
-  EXPECT_EQ(default_gates("foresightkv:scorer=/s.safetensors", &note), "foresightkv:scorer=/s.safetensors");
+  EXPECT_EQ(default_gates("foresightkv:scorer=/s.safetensors", dflt, &note, &picked), "foresightkv:scorer=/s.safetensors");
   EXPECT_TRUE(note.empty());
+}
+
+TEST(DefaultGates, KnownBaseModelsGetTheirReleasedGatesAndSaySo) {
+  std::string note, picked;
+  EXPECT_EQ(default_gates("trimkv", {"Qwen/Qwen3-4B"}, &note, &picked), "trimkv:gates=ngocbh/TrimKV-Qwen3-4B-Math");
+  EXPECT_TRUE(note.empty()) << note;
+  EXPECT_NE(picked.find("using the released TRIM-KV gates ngocbh/TrimKV-Qwen3-4B-Math for Qwen/Qwen3-4B"),
+            std::string::npos) << picked;
+  EXPECT_EQ(default_gates("wgkv:tau=0.2", {"Qwen/Qwen3-4B-Instruct-2507"}, &note, &picked),
+            "wgkv:tau=0.2,gates=WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt");
+  // Weights given by the user win over the registry.
+  EXPECT_EQ(default_gates("trimkv:gates=/x.pth", {"Qwen/Qwen3-4B"}, &note, &picked), "trimkv:gates=/x.pth");
+  EXPECT_TRUE(picked.empty());
+  // No released ForesightKV scorer: random, with the warning.
+  EXPECT_EQ(default_gates("foresightkv", {"Qwen/Qwen3-4B"}, &note, &picked), "foresightkv:random_scorer=0");
+  EXPECT_FALSE(note.empty());
+  // Two models that need different gates (or only one has them): one error naming both ways out.
+  std::string e = error_of([&] { default_gates("trimkv", {"Qwen/Qwen3-4B", "Qwen/Qwen3-8B"}, &note, &picked); });
+  EXPECT_NE(e.find("run the models separately or name the weights (gates=...)"), std::string::npos) << e;
+  e = error_of([&] { default_gates("trimkv", {"smollm2-135m-instruct", "Qwen/Qwen3-4B"}, &note, &picked); });
+  EXPECT_NE(e.find("ngocbh/TrimKV-Qwen3-4B-Math"), std::string::npos) << e;
 }

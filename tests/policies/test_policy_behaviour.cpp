@@ -23,9 +23,7 @@ using ::kvb::test::error_of;
 TEST(PolicyParams, EveryPolicyBuildsWithDefaultsAndReportsThem) {
   for (const auto& info : policy_registry()) {
     PolicySpec s = PolicySpec::parse(info.name, info.name == "wgkv" ? 0 : (info.name == "foresightkv" || info.name == "oracle" || info.name == "adakv") ? 256 : 64);
-    if (info.name == "trimkv" || info.name == "wgkv") s.params["random_gates"] = "1";
-    if (info.name == "foresightkv") s.params["random_scorer"] = "1";
-    if (info.name == "duoattention") s.params["random_pattern"] = "1";
+    if (info.learned) s.params[info.learned->random_param] = "1";  // every learned policy, by metadata
     auto p = make_policy(s);
     ASSERT_TRUE(p) << info.name;
     EXPECT_EQ(p->name(), info.name);
@@ -68,7 +66,7 @@ TEST(GateWeights, CorruptFilesAreReportedWithTheFileName) {
     o.write(reinterpret_cast<const char*>(&n), 8);
     o << "{}";
   }
-  std::string e = error_of([&] { GateWeights::load(path, "trimkv"); });
+  std::string e = error_of([&] { GateWeights::load(path, GateSource{"trimkv", "gates", "", false}); });
   EXPECT_NE(e.find(path), std::string::npos) << e;
   {
     std::ofstream o(path, std::ios::binary);
@@ -77,7 +75,7 @@ TEST(GateWeights, CorruptFilesAreReportedWithTheFileName) {
     o.write(reinterpret_cast<const char*>(&n), 8);
     o << h << "abcd";  // 4 bytes of data, header says 16
   }
-  e = error_of([&] { GateWeights::load(path, "trimkv"); });
+  e = error_of([&] { GateWeights::load(path, GateSource{"trimkv", "gates", "", false}); });
   EXPECT_NE(e.find("tensor a"), std::string::npos) << e;
   std::filesystem::remove(path);
 }

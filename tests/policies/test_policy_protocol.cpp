@@ -397,8 +397,7 @@ TEST(CompressProtocol, CompressingPolicyWithoutBudgetIsAnError) {
     if (info.name == "full" || info.name == "wgkv" || info.name == "duoattention") continue;  // no budget needed
     SCOPED_TRACE(info.name);
     PolicySpec s = PolicySpec::parse(info.name, 0);
-    if (info.name == "trimkv") s.params["random_gates"] = "1";
-    if (info.name == "foresightkv") s.params["random_scorer"] = "1";
+    if (info.learned) s.params[info.learned->random_param] = "1";
     try {
       make_policy(s);
       ADD_FAILURE() << "expected an error for a missing budget";
