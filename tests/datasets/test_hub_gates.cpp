@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "datasets/hash.h"
+#include "engine/util/hash.h"
 #include "engine/util/io.h"
 
 namespace fs = std::filesystem;
@@ -87,8 +87,8 @@ TEST(HubGates, ReleasedRepoLayoutDownloadsIntoTheCacheAndConfiguresThePolicy) {
   const fs::path snap = cache / "models--kvbench--tiny-trimkv" / "snapshots" / kCommit;
   EXPECT_TRUE(fs::exists(snap / "trimkv_weights.pth"));
   EXPECT_TRUE(fs::exists(snap / "config.json"));
-  EXPECT_EQ(kvb::datasets::sha256_file((snap / "trimkv_weights.pth").string()),
-            kvb::datasets::sha256_file(kPth + "trimkv_bf16/trimkv_weights.pth"));
+  EXPECT_EQ(kvb::sha256_file((snap / "trimkv_weights.pth").string()),
+            kvb::sha256_file(kPth + "trimkv_bf16/trimkv_weights.pth"));
   // Offline, from the cache: no request.
   const int before = hub.requests();
   std::tie(rc, out) = run(env + " HF_HUB_OFFLINE=1", "policies --resolve trimkv:gates=kvbench/tiny-trimkv");

@@ -19,11 +19,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "datasets/hash.h"
+#include "engine/util/hash.h"
 #include "engine/model/gguf.h"
 #include "engine/util/io.h"
 #include "harness/model_source.h"
-#include "tests/engine/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -54,7 +54,7 @@ std::vector<std::string> rebuild_safetensors(const std::string& gguf, const nloh
       continue;
     }
     const std::string bytes(static_cast<const char*>(v->data), v->nbytes());
-    if (datasets::sha256_hex(bytes) != t["sha256"].get<std::string>()) problems.push_back(name + ": bytes differ");
+    if (kvb::sha256_hex(bytes) != t["sha256"].get<std::string>()) problems.push_back(name + ": bytes differ");
     header[name] = {{"dtype", "F32"}, {"shape", v->shape}, {"data_offsets", {off, off + v->nbytes()}}};
     off += v->nbytes();
     views.push_back(v);
@@ -81,7 +81,7 @@ TEST(HfDirChat, TransformersSavedDirectoryChatsByteForByteAsTransformers) {
   ASSERT_TRUE(file_exists(gguf)) << "the default model is missing: " << gguf
                                  << " (bootstrap.sh / tools/fetch_default_model.sh fetch it)";
   const nlohmann::json manifest = parse_json_file(kFixture + "/weights_manifest.json");
-  ASSERT_EQ(datasets::sha256_file(gguf), manifest["source_gguf_sha256"].get<std::string>())
+  ASSERT_EQ(kvb::sha256_file(gguf), manifest["source_gguf_sha256"].get<std::string>())
       << "the default model is not the file the goldens were made from";
   const nlohmann::json gold = parse_json_file(kFixture + "/goldens.json");
 
