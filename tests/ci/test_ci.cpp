@@ -13,6 +13,7 @@
 
 #include "datasets/records.h"
 #include "results/store.h"
+#include "engine/util/io.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;

@@ -20,6 +20,7 @@
 #include <regex>
 
 #include "datasets/records.h"
+#include "engine/util/io.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;

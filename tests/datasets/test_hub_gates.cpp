@@ -39,7 +39,7 @@ class GateHub {
       srv_.Get(url, [this, path = path](const httplib::Request&, httplib::Response& res) {
         ++requests_;
         res.set_header("X-Repo-Commit", kCommit);
-        res.set_header("ETag", "\"" + kvb::datasets::git_blob_sha1_file(path) + "\"");
+        res.set_header("ETag", "\"" + kvb::git_blob_sha1_file(path) + "\"");
         res.set_content(kvb::read_file(path), "application/octet-stream");
       });
     }
