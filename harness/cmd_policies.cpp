@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/policies/policy.h"
+#include "harness/cli_checks.h"
 #include "harness/commands.h"
 
 namespace kvb::cli {
@@ -70,7 +71,7 @@ void register_policies(CLI::App& app) {
   auto* cmd = app.add_subcommand("policies", "List KV policies, their parameters and defaults");
   cmd->add_flag("--json", a->json, "Print as JSON");
   cmd->add_option("--resolve", a->resolve, "Print the resolved parameters of one policy spec");
-  cmd->add_option("--budget", a->budget, "Budget used with --resolve (tokens per layer and kv head)");
+  cmd->add_option("--budget", a->budget, "Budget used with --resolve (tokens per layer and kv head)")->check(positive());
   cmd->callback([a] { run_policies(*a); });
 }
 

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "datasets/registry.h"
+#include "engine/backend/backend.h"
 #include "engine/engine.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
@@ -66,13 +67,16 @@ struct RunArgs {
   JudgeArgs judge;
 };
 
-std::vector<std::string> split_csv(const std::string& s) {
+/// Splits a comma-separated option value; an empty item ("32,,64", a trailing comma) is an
+/// error naming `option` rather than silently dropped.
+std::vector<std::string> split_csv(const std::string& s, const char* option) {
   std::vector<std::string> out;
   size_t start = 0;
   while (start <= s.size()) {
     size_t c = s.find(',', start);
     std::string part = s.substr(start, c == std::string::npos ? std::string::npos : c - start);
-    if (!part.empty()) out.push_back(part);
+    if (part.empty()) fail("{}: empty item in '{}'", option, s);
+    out.push_back(part);
     if (c == std::string::npos) break;
     start = c + 1;
   }
@@ -84,7 +88,7 @@ std::vector<std::string> split_csv(const std::string& s) {
 /// the previous policy.
 std::vector<std::string> split_policies(const std::string& s) {
   std::vector<std::string> out;
-  for (const auto& part : split_csv(s)) {
+  for (const auto& part : split_csv(s, "--policies")) {
     if (part.find('=') != std::string::npos && part.find(':') == std::string::npos && !out.empty())
       out.back() += "," + part;
     else
@@ -358,7 +362,7 @@ void run_main(const RunArgs& a) {
   if (policy_texts.empty()) fail("--policies: empty list");
   std::vector<int64_t> budgets;
   if (!a.budgets.empty()) {
-    for (const auto& b : split_csv(a.budgets)) {
+    for (const auto& b : split_csv(a.budgets, "--budgets")) {
       try {
         size_t pos = 0;
         long long v = std::stoll(b, &pos);
@@ -404,6 +408,7 @@ void run_main(const RunArgs& a) {
   std::vector<results::ModelRef> model_refs;
   std::vector<results::RunModel> run_models;
   for (const auto& m : model_specs) {
+    check_model_source(m);  // a missing or damaged model fails here, before the database is opened
     std::string sha = weights_sha256(m);
     model_refs.push_back({m, sha});
     run_models.push_back({m, sha, sha});
@@ -460,9 +465,12 @@ void run_main(const RunArgs& a) {
   }
   if (items.empty()) fail("run: the suite produced no examples (check --data-dir and --limit)");
 
-  // --- Store, run row, shard, resume.
-  results::Store store(a.db);
+  // --- Store, run row, shard, resume. Everything that can be refused is checked first, so a bad
+  // option never leaves a run row behind.
+  kvb::check_backend_name(a.backend);
+  const results::Shard shard = results::resolve_shard(a.shard, [](const char* k) { return std::getenv(k); });
   std::unique_ptr<graders::Judge> judge = make_judge(a.judge);  // null without --judge
+  results::Store store(a.db);
   results::RunInfo info;
   info.name = a.run_name;
   info.kvbench_version = KVB_VERSION;
@@ -486,7 +494,6 @@ void run_main(const RunArgs& a) {
   info.models = run_models;
   for (const auto& st : lt.suite_tasks) info.datasets.push_back({st.spec, "", ""});
   info.run_key = results::default_run_key(info);
-  const results::Shard shard = results::resolve_shard(a.shard, [](const char* k) { return std::getenv(k); });
   const int64_t run_id = store.begin_run(info, shard);
   auto mine = results::select_shard(items, shard);
   store.add_work_items(mine);
@@ -741,11 +748,11 @@ struct GradeArgs {
 void grade_main(const GradeArgs& a) {
   // Grading reads results that must exist: a mistyped --db is an error, not a new empty file.
   if (!file_exists(a.db)) fail("{}: no such results database (grade needs the --db a run wrote)", a.db);
+  if (a.regrade && a.retry_failed) fail("grade: --regrade and --retry-failed exclude each other");
+  std::unique_ptr<graders::Judge> judge = make_judge(a.judge);  // null without --judge
   results::Store store(a.db);
   std::optional<int64_t> run_id;
   if (!a.run.empty()) run_id = store.resolve_run(a.run);
-  if (a.regrade && a.retry_failed) fail("grade: --regrade and --retry-failed exclude each other");
-  std::unique_ptr<graders::Judge> judge = make_judge(a.judge);  // null without --judge
   auto todo = a.retry_failed ? store.to_grade_failed(run_id) : store.to_grade(run_id, a.regrade);
   // Re-load the examples of each run from its recorded task specs and data directories.
   std::map<int64_t, LoadedTasks> loaded;
@@ -816,7 +823,7 @@ void register_run(CLI::App& app) {
   c->add_option("--top-k", a->top_k, "Top-k (overrides the suite)")->check(kvb::cli::non_negative());
   c->add_option("--min-p", a->min_p, "Min-p")->check(kvb::cli::in_range(0.0, 1.0));
   c->add_option("--max-new-tokens", a->max_new_tokens, "Generation cap (overrides suite and task)")->check(kvb::cli::positive());
-  c->add_option("--seed", a->seed, "Base seed; each sample's seed derives from (seed, task, example, sample)");
+  c->add_option("--seed", a->seed, "Base seed; each sample's seed derives from (seed, task, example, sample)")->check(kvb::cli::non_negative());
   c->add_option("--backend", a->backend, "cpu");
   c->add_option("--db", a->db, "Results database (SQLite)");
   c->add_option("--run-name", a->run_name, "A label for this run (for compare/report)");
