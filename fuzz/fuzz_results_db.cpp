@@ -45,6 +45,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
         GradeRecord gr;
         gr.item_key = it.key;
         if (gens.size() == 1) gr.score = 1.0;
+        else gr.ungraded = true;
         gr.grader = "math/1";
         grades.push_back(gr);
       }
