@@ -87,13 +87,17 @@ class ArrayElementSax : public nlohmann::json_sax<json> {
       : path_(path), fn_(fn), bad_(bad) {}
 
   size_t delivered() const { return delivered_; }
+  size_t elements() const { return index_; }
   bool top_is_array() const { return top_is_array_; }
 
   bool null() override { return scalar(json(nullptr)); }
   bool boolean(bool v) override { return scalar(json(v)); }
   bool number_integer(number_integer_t v) override { return scalar(json(v)); }
   bool number_unsigned(number_unsigned_t v) override { return scalar(json(v)); }
-  bool number_float(number_float_t v, const string_t&) override { return scalar(json(v)); }
+  bool number_float(number_float_t v, const string_t& text) override {
+    if (!std::isfinite(v)) fail("{}: element {}: number out of range: {}", path_, index_, text);
+    return scalar(json(v));
+  }
   bool string(string_t& v) override { return scalar(json(std::move(v))); }
   bool binary(binary_t& v) override { return scalar(json::binary(std::move(v))); }
 
@@ -147,6 +151,8 @@ class ArrayElementSax : public nlohmann::json_sax<json> {
   }
   bool open(json&& v) {
     if (depth_ == 0) fail("{}: expected a JSON array at the top level", path_);
+    if (depth_ > static_cast<size_t>(kMaxJsonDepth))  // the limit parse_json applies (engine/util/io.h)
+      fail("{}: element {}: JSON nested deeper than {} levels", path_, index_, kMaxJsonDepth);
     stack_.push_back(insert(std::move(v)));
     ++depth_;
     return true;
@@ -218,6 +224,7 @@ size_t read_jsonl_t(const std::string& path, const Fn& fn, BadRecords& bad) {
   std::string line;
   while (std::getline(in, line)) lines.line(line);
   if (in.bad()) throw Error(fmt::format("{}: read error", path), ErrorKind::kRuntime);
+  if (lines.index == 0) fail("{}: no records (the file is empty)", path);
   return lines.ok;
 }
 
@@ -229,6 +236,7 @@ size_t stream_json_array_t(const std::string& path, const Fn& fn, BadRecords& ba
   ArrayElementSax<json, Fn> sax(path, fn, bad);
   json::sax_parse(f.get(), &sax, nlohmann::detail::input_format_t::json, /*strict=*/true);
   if (!sax.top_is_array()) fail("{}: expected a JSON array at the top level", path);
+  if (sax.elements() == 0) fail("{}: no records (an empty JSON array)", path);
   return sax.delivered();
 }
 

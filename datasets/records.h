@@ -53,7 +53,7 @@ using RecordFn = std::function<void(nlohmann::json&& record, const RecordPos& po
 /// Reads a JSON Lines file: one JSON value per line, blank lines ignored, a UTF-8 BOM on the
 /// first line ignored. A line that is not valid JSON is reported as "<file>: line N: invalid
 /// JSON: ...". Returns the number of records passed to `fn` without error.
-/// Throws kvb::Error if the file cannot be opened.
+/// Throws kvb::Error if the file cannot be opened or holds no record at all (empty or blank).
 size_t read_jsonl(const std::string& path, const RecordFn& fn, BadRecords& bad);
 
 /// Incremental JSON Lines reader for data that arrives in chunks (a ZIP member, a pipe): bytes

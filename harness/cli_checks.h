@@ -68,13 +68,16 @@ inline CLI::Validator in_range(double lo, double hi) {
 }
 
 namespace detail {
-/// The non-empty comma-separated pieces of `s`.
-inline std::vector<std::string> csv_pieces(const std::string& s) {
+/// The comma-separated pieces of `s` (none for ""). An empty piece ("32,,64", a trailing comma)
+/// is an error naming `option`, never silently dropped.
+inline std::vector<std::string> csv_pieces(const std::string& s, const char* option) {
   std::vector<std::string> out;
+  if (s.empty()) return out;
   for (size_t start = 0; start <= s.size();) {
     const size_t comma = s.find(',', start);
     std::string piece = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!piece.empty()) out.push_back(std::move(piece));
+    if (piece.empty()) fail("{}: empty item in '{}'", option, s);
+    out.push_back(std::move(piece));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -88,7 +91,7 @@ inline std::vector<std::string> csv_pieces(const std::string& s) {
 /// parameter.
 inline std::vector<std::string> split_policy_list(const std::string& text) {
   std::vector<std::string> out;
-  for (const auto& piece : detail::csv_pieces(text)) {
+  for (const auto& piece : detail::csv_pieces(text, "--policies")) {
     if (piece.find('=') != std::string::npos && piece.find(':') == std::string::npos) {
       if (out.empty()) fail("--policies '{}': '{}' is a parameter before any policy name", text, piece);
       out.back() += "," + piece;
@@ -104,7 +107,7 @@ inline std::vector<std::string> split_policy_list(const std::string& text) {
 /// Throws kvb::Error naming the bad entry, or on an empty list.
 inline std::vector<int64_t> parse_budget_list(const std::string& s) {
   std::vector<int64_t> out;
-  for (const auto& piece : detail::csv_pieces(s)) {
+  for (const auto& piece : detail::csv_pieces(s, "--budgets")) {
     size_t used = 0;
     int64_t v = 0;
     try {

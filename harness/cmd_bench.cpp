@@ -99,7 +99,7 @@ void register_bench(CLI::App& app) {
   c->add_option("--budget", a->budget, "KV budget per (layer, kv_head)")->check(kvb::cli::non_negative());
   c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());
   c->add_option("--repeats", a->repeats, "Repetitions (one row each)")->check(kvb::cli::positive());
-  c->add_option("--seed", a->seed, "Seed of the random prompt and weights");
+  c->add_option("--seed", a->seed, "Seed of the random prompt and weights")->check(kvb::cli::non_negative());
   c->callback([a] { run_bench(*a); });
 }
 

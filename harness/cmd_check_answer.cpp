@@ -39,6 +39,8 @@ void register_check_answer(CLI::App& app) {
     }
     if (o->gold.empty()) fail("check-answer: --gold is required");
     const nlohmann::json meta = parse_json(o->meta, "--meta");
+    if (!meta.is_object() && !meta.is_null())  // graders read fields of an example's metadata object
+      fail("--meta: expected a JSON object, got {}", meta.type_name());
     graders::Grade g = graders::grade(o->grader, o->pred, o->gold, meta);
     std::printf("grader:     %s\n", o->grader.c_str());
     std::printf("extracted:  %s\n", g.extracted.c_str());

@@ -6,9 +6,12 @@
 // exits 0.
 #include <fmt/format.h>
 
-#include "engine/util/error.h"
+#include <cmath>
+
+#include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/run_support.h"
+#include "engine/util/error.h"
 #include "results/compare.h"
 
 namespace kvb::cli {
@@ -26,18 +29,31 @@ void register_compare(CLI::App& app) {
   cmd->add_option("--baseline", o->baseline, "baseline run (id, name, run-key prefix, 'latest', 'previous')")->required();
   cmd->add_option("--candidate", o->candidate, "candidate run")->required();
   cmd->add_option("--alpha", o->alpha, "significance level of the exact sign test")->capture_default_str();
-  cmd->add_option("--min-drop", o->min_drop, "only flag drops of at least this many percentage points")->capture_default_str();
+  cmd->add_option("--min-drop", o->min_drop, "only flag drops of at least this many percentage points")
+      ->capture_default_str()
+      ->check(non_negative());
   cmd->add_option("--config", o->config,
                   "A YAML file such as ci/nightly.yaml: its thresholds (alpha, min_drop_points) fill the options "
                   "not given on the command line");
   cmd->add_flag("--missing-baseline-ok", o->missing_baseline_ok,
                 "Exit 0 with a note when the store holds no finished run besides the candidate (a nightly's first night)");
   cmd->callback([o, cmd] {
+    // Both thresholds are checked (naming where they came from) before the database is opened.
+    std::string alpha_from = "--alpha", min_drop_from = "--min-drop";
     if (!o->config.empty()) {
       const RunConfigFile f = load_run_config(o->config);
-      if (f.alpha && cmd->get_option("--alpha")->count() == 0) o->alpha = *f.alpha;
-      if (f.min_drop_points && cmd->get_option("--min-drop")->count() == 0) o->min_drop = *f.min_drop_points;
+      if (f.alpha && cmd->get_option("--alpha")->count() == 0) {
+        o->alpha = *f.alpha;
+        alpha_from = o->config + ": thresholds.alpha";
+      }
+      if (f.min_drop_points && cmd->get_option("--min-drop")->count() == 0) {
+        o->min_drop = *f.min_drop_points;
+        min_drop_from = o->config + ": thresholds.min_drop_points";
+      }
     }
+    if (!(o->alpha > 0 && o->alpha < 1)) fail("{}: must be in (0, 1), got {}", alpha_from, o->alpha);
+    if (!(o->min_drop >= 0 && std::isfinite(o->min_drop)))
+      fail("{}: must be a finite number >= 0, got {}", min_drop_from, o->min_drop);
     results::Store store(o->db, results::Store::Mode::kReadOnly);
     const int64_t c = store.resolve_run(o->candidate);
     int64_t b = 0;

@@ -128,7 +128,7 @@ void register_fidelity(CLI::App& app) {
   c->add_option("--prompts", a->prompts_file, "Prompts file: one prompt per line (.jsonl: \"prompt\"/\"text\" field)");
   c->add_option("--text", a->text_file, "A text file used whole as one prompt");
   c->add_option("--task", a->task, "Take prompts from a task (see `kvbench tasks`)");
-  c->add_option("--limit", a->limit, "At most this many prompts (0 = all; default 4)");
+  c->add_option("--limit", a->limit, "At most this many prompts (0 = all; default 4)")->check(non_negative());
   c->add_option("--data-dir", a->data_dirs, "Dataset directory for --task (repeatable)");
   c->add_option("--max-new-tokens", a->max_new_tokens, "Length of the full-cache greedy reference")->check(kvb::cli::positive());
   c->add_flag("--chat", a->chat, "Render --prompts/--text lines with the model's chat template");

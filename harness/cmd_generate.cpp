@@ -93,7 +93,7 @@ void register_generate(CLI::App& app) {
   c->add_option("--top-p", a->top_p, "Nucleus sampling threshold (1 = off)")->check(kvb::cli::in_range(0.0, 1.0));
   c->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)")->check(kvb::cli::non_negative());
   c->add_option("--min-p", a->min_p, "Min-p sampling (0 = off)")->check(kvb::cli::in_range(0.0, 1.0));
-  c->add_option("--seed", a->seed, "Sampling seed");
+  c->add_option("--seed", a->seed, "Sampling seed")->check(kvb::cli::non_negative());
   c->add_option("--stop", a->stop, "Stop string (repeatable)");
   c->add_option("--policy", a->policy, "KV policy spec name[:key=value,...] (see `kvbench policies`)");
   c->add_option("--budget", a->budget, "KV budget: tokens kept per (layer, kv_head)")->check(kvb::cli::non_negative());

@@ -29,11 +29,11 @@ struct GradeArgs {
 void grade_main(const GradeArgs& a) {
   // Grading reads results that must exist: a mistyped --db is an error, not a new empty file.
   if (!file_exists(a.db)) fail("{}: no such results database (grade needs the --db a run wrote)", a.db);
+  if (a.regrade && a.retry_failed) fail("grade: --regrade and --retry-failed exclude each other");
+  std::unique_ptr<graders::Judge> judge = make_judge(a.judge);  // null without --judge
   results::Store store(a.db);
   std::optional<int64_t> run_id;
   if (!a.run.empty()) run_id = store.resolve_run(a.run);
-  if (a.regrade && a.retry_failed) fail("grade: --regrade and --retry-failed exclude each other");
-  std::unique_ptr<graders::Judge> judge = make_judge(a.judge);  // null without --judge
   auto todo = a.retry_failed ? store.to_grade_failed(run_id) : store.to_grade(run_id, a.regrade);
   // Re-load the examples of each run from its recorded task specs and data directories.
   std::map<int64_t, LoadedTasks> loaded;

@@ -13,6 +13,7 @@
 
 #include "engine/policies/checkpoints.h"
 #include "engine/policies/policy.h"
+#include "harness/cli_checks.h"
 #include "harness/commands.h"
 
 namespace kvb::cli {
@@ -101,7 +102,7 @@ void register_policies(CLI::App& app) {
   cmd->add_flag("--checkpoints", a->checkpoints,
                 "List the released learned-policy checkpoints and the base model each belongs to");
   cmd->add_option("--resolve", a->resolve, "Print the resolved parameters of one policy spec");
-  cmd->add_option("--budget", a->budget, "Budget used with --resolve (tokens per layer and kv head)");
+  cmd->add_option("--budget", a->budget, "Budget used with --resolve (tokens per layer and kv head)")->check(positive());
   cmd->callback([a] { run_policies(*a); });
 }
 

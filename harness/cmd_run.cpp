@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "datasets/registry.h"
+#include "engine/backend/backend.h"
 #include "engine/engine.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
@@ -276,11 +277,13 @@ void run_main(const RunArgs& a) {
   const RunPolicies policies = resolve_policies(a.policies, budgets.front(), model_specs);
   const RunGrid rg = expand_run_grid(a, model_specs, lt, policies, budgets);
 
-  // Store, run row, shard, resume.
-  results::Store store(a.db);
+  // Store, run row, shard, resume. Everything that can be refused is checked first, so a bad
+  // option never leaves a run row behind.
+  kvb::check_backend_name(a.backend);
+  const results::Shard shard = results::resolve_shard(a.shard, [](const char* k) { return std::getenv(k); });
   std::unique_ptr<graders::Judge> judge = make_judge(a.judge);  // null without --judge
   const results::RunInfo info = run_info(a, suite, lt, model_specs, policies, budgets, data_dirs, rg);
-  const results::Shard shard = results::resolve_shard(a.shard, [](const char* k) { return std::getenv(k); });
+  results::Store store(a.db);
   const int64_t run_id = store.begin_run(info, shard);
   auto mine = results::select_shard(rg.items, shard);
   store.add_work_items(mine);
@@ -330,7 +333,7 @@ void register_run(CLI::App& app) {
   c->add_option("--top-k", a->top_k, "Top-k (overrides the suite)")->check(kvb::cli::non_negative());
   c->add_option("--min-p", a->min_p, "Min-p")->check(kvb::cli::in_range(0.0, 1.0));
   c->add_option("--max-new-tokens", a->max_new_tokens, "Generation cap (overrides suite and task)")->check(kvb::cli::positive());
-  c->add_option("--seed", a->seed, "Base seed; each sample's seed derives from (seed, task, example, sample)");
+  c->add_option("--seed", a->seed, "Base seed; each sample's seed derives from (seed, task, example, sample)")->check(kvb::cli::non_negative());
   c->add_option("--backend", a->backend, "cpu");
   c->add_option("--db", a->db, "Results database (SQLite)");
   c->add_option("--run-name", a->run_name, "A label for this run (for compare/report)");

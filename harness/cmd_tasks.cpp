@@ -11,6 +11,7 @@
 #include "datasets/records.h"
 #include "datasets/registry.h"
 #include "engine/util/error.h"
+#include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "tasks/suite.h"
 #include "tasks/task.h"
@@ -47,10 +48,15 @@ void run_tasks(const TasksArgs& a) {
       limits.push_back(t.limit);
     }
   }
+  // Tasks named on the command line or by a suite must load under --count; the whole catalogue
+  // (no names) lists datasets that are simply not mirrored here as "missing".
+  const bool named = !specs.empty();
   if (specs.empty()) {
     specs = tasks::task_names();
     limits.assign(specs.size(), 0);
   }
+  std::vector<std::unique_ptr<tasks::Task>> made;  // every spec is checked before any output
+  for (const auto& spec : specs) made.push_back(tasks::make_task(spec));
   std::vector<std::string> dirs = a.data_dirs;
   for (const auto& d : datasets::default_data_dirs()) dirs.push_back(d);
   std::unique_ptr<datasets::HubClient> hub;
@@ -62,9 +68,10 @@ void run_tasks(const TasksArgs& a) {
   ctx.locate = [&loc](const std::string& k) { return loc.locate(k); };
   ctx.bad = &bad;
 
+  int failed = 0;
   if (a.show) {
     for (size_t i = 0; i < specs.size(); ++i) {
-      auto task = tasks::make_task(specs[i]);
+      auto& task = made[i];
       ctx.limit = a.show;
       task->load(ctx, [](tasks::Example&& e) {
         std::printf("%s\n", tasks::to_json(e).dump().c_str());
@@ -74,7 +81,7 @@ void run_tasks(const TasksArgs& a) {
   } else {
     std::printf("%-34s %9s  %-34s %s\n", "task", "examples", "grader", "source");
     for (size_t i = 0; i < specs.size(); ++i) {
-      auto task = tasks::make_task(specs[i]);
+      auto& task = made[i];
       const auto& info = task->info();
       std::string n = info.expected_count ? std::to_string(*info.expected_count) : "?";
       if (a.count) {
@@ -82,8 +89,9 @@ void run_tasks(const TasksArgs& a) {
         try {
           n = std::to_string(task->load(ctx, [](tasks::Example&&) { return true; }));
         } catch (const Error& e) {
-          n = "missing";
-          std::fprintf(stderr, "kvbench: %s: %s\n", specs[i].c_str(), e.what());
+          n = named ? "error" : "missing";
+          std::fprintf(stderr, "kvbench: %s%s: %s\n", named ? "error: " : "", specs[i].c_str(), e.what());
+          failed += named;
         }
       } else if (limits[i] && info.expected_count) {
         n = std::to_string(std::min(limits[i], *info.expected_count));
@@ -92,6 +100,8 @@ void run_tasks(const TasksArgs& a) {
     }
   }
   for (const auto& s : bad.skipped) std::fprintf(stderr, "kvbench: skipped: %s\n", s.c_str());
+  std::fflush(stdout);
+  if (failed) throw CLI::RuntimeError(2);  // the error lines above say which tasks and why
 }
 
 }  // namespace
@@ -103,7 +113,7 @@ void register_tasks(CLI::App& app) {
   c->add_option("--suite", a->suite, "a built-in suite name or a suite YAML file");
   c->add_option("--data-dir", a->data_dirs, "local data mirror(s) laid out as docs/benchmarks.md describes (also $KVB_DATA_DIR)");
   c->add_flag("--count", a->count, "load the data and count the examples");
-  c->add_option("--show", a->show, "print the first N examples of each task as JSON lines");
+  c->add_option("--show", a->show, "print the first N examples of each task as JSON lines")->check(non_negative());
   c->add_flag("--suites", a->suites, "list the built-in suites");
   c->add_flag("--download", a->download, "fetch Hub-hosted files that are not in the data dirs (HF cache)");
   c->add_option("--on-bad-example", a->on_bad, "skip or fail (default) on a malformed record")->check(CLI::IsMember({"skip", "fail"}));

@@ -32,7 +32,11 @@ std::unique_ptr<graders::Judge> make_judge(const JudgeArgs& a) {
   if (a.spec.empty()) return nullptr;
   auto s = graders::JudgeSpec::parse(a.spec);
   if (s.kind == "openai") return std::make_unique<graders::OpenAIJudge>(s.model, graders::OpenAIEndpoint::from_env(), a.opts);
-  return make_local_judge(s.model, a.opts);
+  try {
+    return make_local_judge(s.model, a.opts);
+  } catch (const Error& e) {  // say which option named the model
+    throw Error("--judge " + a.spec + ": " + e.what(), e.kind());
+  }
 }
 
 namespace {

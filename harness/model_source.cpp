@@ -57,19 +57,53 @@ std::string default_model_path() {
   return cache + "/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-LoadedModel load_model(const std::string& spec, WeightFormat fmt, const std::string& chat_template) {
+namespace {
+enum class SourceKind { kDefault, kGguf, kDir };
+
+/// Which kind of model `spec` names; throws kvb::Error when the file or directory is missing.
+SourceKind source_kind(const std::string& spec) {
   if (spec == kDefaultModelName) {
     const std::string path = default_model_path();
     if (!file_exists(path))
       fail("--model {}: {} not found; fetch it with tools/fetch_default_model.sh (bootstrap.sh does)", spec, path);
+    return SourceKind::kDefault;
+  }
+  if (ends_with(spec, ".gguf")) {
+    if (!file_exists(spec)) fail("--model {}: file not found", spec);
+    return SourceKind::kGguf;
+  }
+  if (!file_exists(spec + "/config.json"))
+    fail("--model {}: not a model directory (no config.json), not a .gguf file, and not '{}'", spec,
+         kDefaultModelName);
+  return SourceKind::kDir;
+}
+}  // namespace
+
+void check_model_source(const std::string& spec) {
+  switch (source_kind(spec)) {
+    case SourceKind::kDefault:
+      (void)GgufFile::open(default_model_path());
+      break;
+    case SourceKind::kGguf:
+      (void)GgufFile::open(spec);
+      break;
+    case SourceKind::kDir:
+      ModelConfig::from_dir(spec).validate(spec + "/config.json");
+      break;
+  }
+}
+
+LoadedModel load_model(const std::string& spec, WeightFormat fmt, const std::string& chat_template) {
+  const SourceKind kind = source_kind(spec);
+  if (kind == SourceKind::kDefault) {
+    const std::string path = default_model_path();
     LoadedModel m = load_gguf_model(path, spec, fmt, chat_template);
     m.eos_ids = m.model->config().eos_token_ids;
     if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
       m.eos_ids.push_back(*e);
     return m;
   }
-  if (ends_with(spec, ".gguf")) {
-    if (!file_exists(spec)) fail("--model {}: file not found", spec);
+  if (kind == SourceKind::kGguf) {
     LoadedModel m = load_gguf_model(spec, spec, fmt, chat_template);
     m.eos_ids = m.model->config().eos_token_ids;
     if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
@@ -78,9 +112,6 @@ LoadedModel load_model(const std::string& spec, WeightFormat fmt, const std::str
   }
   LoadedModel m;
   m.id = spec;
-  if (!file_exists(spec + "/config.json"))
-    fail("--model {}: not a model directory (no config.json), not a .gguf file, and not '{}'", spec,
-         kDefaultModelName);
   m.model = Model::load_dir(spec, fmt);
   if (file_exists(spec + "/tokenizer.json"))
     m.tokenizer = std::make_shared<tok::Tokenizer>(tok::Tokenizer::from_dir(spec));

@@ -40,6 +40,12 @@ std::string default_model_path();
 LoadedModel load_model(const std::string& spec, WeightFormat fmt = WeightFormat::kF32,
                        const std::string& chat_template = "");
 
+/// Checks `spec` as load_model would without loading weights: the file or directory exists, a
+/// GGUF file's header, metadata and tensor table are sound (every tensor inside the file), a
+/// directory's config.json is valid. `kvbench run` calls it before opening its database.
+/// Throws kvb::Error naming the file and field.
+void check_model_source(const std::string& spec);
+
 /// The generation_config.json defaults of `spec` without loading its weights: a model
 /// directory's DIR/generation_config.json; empty (present = false) for GGUF files and the
 /// default model. Throws kvb::Error for a malformed file.

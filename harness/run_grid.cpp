@@ -98,6 +98,7 @@ RunGrid expand_run_grid(const RunArgs& a, const std::vector<std::string>& model_
   RunGrid rg;
   std::vector<GenerationDefaults> model_gen;
   for (const auto& m : model_specs) {
+    check_model_source(m);  // a missing or damaged model fails here, before the database is opened
     std::string sha = weights_sha256(m);
     rg.models.push_back({m, sha});
     rg.run_models.push_back({m, sha, sha});

@@ -3,10 +3,13 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <ctime>
+#include <thread>
 #include <unordered_set>
 
 #include "engine/util/error.h"
@@ -123,6 +126,7 @@ std::string default_run_key(const RunInfo& info) {
 }
 
 void Store::raise(int rc, const std::string& what) {
+  last_rc_ = rc;
   int primary = rc & 0xff;
   std::string detail = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
   switch (primary) {
@@ -189,7 +193,11 @@ class Txn {
 }  // namespace
 
 Store::Store(const std::string& path, Mode mode) : path_(path), mode_(mode) {
-  int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY
+  // Readers open read-write without CREATE and set query_only: a SQLITE_OPEN_READONLY
+  // connection to a WAL file creates its -wal/-shm files but cannot remove them when it closes,
+  // so every `report`/`compare` would leave them behind. (SQLite still opens a write-protected
+  // file read-only.)
+  int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READWRITE
                                       : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   flags |= SQLITE_OPEN_NOMUTEX;
   if (mode == Mode::kReadOnly && access(path.c_str(), F_OK) != 0)
@@ -201,18 +209,36 @@ Store::Store(const std::string& path, Mode mode) : path_(path), mode_(mode) {
     db_ = nullptr;
     raise(rc, "opening: " + msg);
   }
-  try {
-    init(mode);
-  } catch (...) {
-    sqlite3_close_v2(db_);  // the destructor does not run when the constructor throws
-    db_ = nullptr;
-    throw;
+  // Shards started together on a file that does not exist yet all open it here. The WAL switch
+  // and the first migration take exclusive locks, and SQLite answers some of those conflicts
+  // with SQLITE_BUSY at once, without calling the busy handler (a connection that holds a read
+  // lock and needs a write lock would otherwise deadlock; sqlite.org/c3ref/busy_handler.html).
+  // init() is idempotent (the migration re-reads user_version under the write lock), so the
+  // whole open is retried with a jittered backoff until the same 30 s the busy handler allows.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int attempt = 0;; ++attempt) {
+    last_rc_ = SQLITE_OK;
+    try {
+      init(mode);
+      return;
+    } catch (...) {
+      const int primary = last_rc_ & 0xff;
+      const bool busy = primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
+      if (!busy || std::chrono::steady_clock::now() >= deadline) {
+        sqlite3_close_v2(db_);  // the destructor does not run when the constructor throws
+        db_ = nullptr;
+        throw;
+      }
+    }
+    const int ms = std::min(200, 2 << std::min(attempt, 7)) + static_cast<int>(::getpid() % 7);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   }
 }
 
 void Store::init(Mode mode) {
   sqlite3_extended_result_codes(db_, 1);
   sqlite3_busy_timeout(db_, 30000);
+  if (mode == Mode::kReadOnly) exec("PRAGMA query_only = 1");
   // Reading the header validates the file (SQLITE_NOTADB for garbage).
   int app_id = 0, version = 0;
   {
@@ -242,7 +268,14 @@ void Store::init(Mode mode) {
                   ErrorKind::kInput);
     return;
   }
-  exec("PRAGMA journal_mode = WAL");
+  // WAL is a property of the file: switch once (the switch needs an exclusive lock; later opens
+  // by other shards then take none).
+  std::string journal;
+  {
+    Stmt j(db_, "PRAGMA journal_mode", [this](int rc, const std::string& w) { raise(rc, w); });
+    if (j.step()) journal = j.text(0);
+  }
+  if (journal != "wal") exec("PRAGMA journal_mode = WAL");
   exec("PRAGMA synchronous = NORMAL");
   migrate();
 }
@@ -294,9 +327,35 @@ void Store::migrate() {
     exec("PRAGMA user_version = " + std::to_string(v + 1));
     txn.commit();
   }
+  // The views are (re)created only when they differ from this build's: an open that changes
+  // nothing leaves the file byte-for-byte as it was (a `grade` refused for a bad --run, say).
+  if (stored_views() == expected_views()) return;
   Txn txn(*this);
   exec(views_sql());
   txn.commit();
+}
+
+std::map<std::string, std::string> Store::expected_views() {
+  // sqlite_master.sql holds each CREATE VIEW statement's text as written, without its ';'.
+  std::map<std::string, std::string> out;
+  const std::string& v = views_sql();
+  for (size_t at = 0; (at = v.find("CREATE VIEW ", at)) != std::string::npos;) {
+    const size_t end = v.find(";\n", at);
+    const std::string stmt = v.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    const size_t name_end = stmt.find(' ', 12);
+    out[stmt.substr(12, name_end - 12)] = stmt;
+    if (end == std::string::npos) break;
+    at = end;
+  }
+  return out;
+}
+
+std::map<std::string, std::string> Store::stored_views() {
+  std::map<std::string, std::string> out;
+  Stmt q(db_, "SELECT name, sql FROM sqlite_master WHERE type = 'view'",
+         [this](int rc, const std::string& w) { raise(rc, w); });
+  while (q.step()) out[q.text(0)] = q.text(1);
+  return out;
 }
 
 #define KVB_ERR [this](int rc, const std::string& w) { raise(rc, w); }
@@ -558,11 +617,16 @@ std::vector<RunRow> Store::runs() {
 
 int64_t Store::resolve_run(const std::string& ref) {
   auto all = runs();
+  // The known runs on the error's one line: the newest 10, "id name key-prefix started".
   auto known = [&] {
     std::string s;
-    for (const auto& r : all)
-      s += fmt::format("\n  {}  {}  {}  {}{}", r.run_id, r.name.empty() ? "-" : r.name,
-                       r.run_key.substr(0, 12), r.started_at, r.finished_at.empty() ? "  (unfinished)" : "");
+    const size_t from = all.size() > 10 ? all.size() - 10 : 0;
+    if (from) s += fmt::format(" ({} older not shown)", from);
+    for (size_t i = from; i < all.size(); ++i) {
+      const auto& r = all[i];
+      s += fmt::format("{} {} {} {} {}{}", i == from ? "" : ";", r.run_id, r.name.empty() ? "-" : r.name,
+                       r.run_key.substr(0, 12), r.started_at, r.finished_at.empty() ? " (unfinished)" : "");
+    }
     return s.empty() ? std::string(" (none)") : s;
   };
   if (all.empty()) throw Error(path_ + ": no runs stored", ErrorKind::kInput);

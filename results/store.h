@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -221,6 +222,9 @@ class Store {
  private:
   void init(Mode mode);
   void migrate();
+  /// The views this build creates (views_sql()) and the ones the file holds: name -> SQL text.
+  static std::map<std::string, std::string> expected_views();
+  std::map<std::string, std::string> stored_views();
   std::vector<ToGrade> select_to_grade(std::optional<int64_t> run_id, const std::string& where);
   [[noreturn]] void raise(int rc, const std::string& what);
   void check(int rc, const std::string& what);
@@ -229,6 +233,7 @@ class Store {
   Mode mode_ = Mode::kReadWrite;
   sqlite3* db_ = nullptr;
   int64_t part_id_ = 0;
+  int last_rc_ = 0;  ///< the SQLite code of the last raise() (the constructor retries BUSY opens)
 };
 
 }  // namespace kvb::results

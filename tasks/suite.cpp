@@ -1,6 +1,8 @@
 #include "tasks/suite.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 
 #include "datasets/records.h"
 #include "engine/util/error.h"
@@ -46,6 +48,28 @@ std::string embedded_asset(const std::string& name) {
   return std::string(f->data, f->size);
 }
 
+namespace {
+/// Checks a suite's `sampling` mapping (its own or a task's): temperature a finite number >= 0,
+/// top_p in (0, 1], top_k an integer >= 0; any other key is a typo.
+void check_sampling(const nlohmann::json& s, const std::string& where) {
+  if (!s.is_object()) fail("{}: sampling: expected a mapping", where);
+  for (const auto& [k, v] : s.items()) {
+    const bool num = v.is_number() && std::isfinite(v.get<double>());
+    if (k == "temperature") {
+      if (!num || v.get<double>() < 0) fail("{}: sampling.temperature: expected a finite number >= 0, got {}", where, v.dump());
+    } else if (k == "top_p") {
+      if (!num || !(v.get<double>() > 0 && v.get<double>() <= 1))
+        fail("{}: sampling.top_p: expected a number in (0, 1], got {}", where, v.dump());
+    } else if (k == "top_k") {
+      if (!v.is_number_integer() || v.get<long long>() < 0 || v.get<long long>() > INT_MAX)
+        fail("{}: sampling.top_k: expected an integer >= 0, got {}", where, v.dump());
+    } else {
+      fail("{}: sampling.{}: unknown key (temperature, top_p, top_k)", where, k);
+    }
+  }
+}
+}  // namespace
+
 Suite parse_suite(const std::string& text, const std::string& origin) {
   nlohmann::json y = datasets::parse_yaml(text, origin);
   if (!y.is_object()) fail("{}: a suite is a YAML mapping with a 'tasks' list", origin);
@@ -54,7 +78,7 @@ Suite parse_suite(const std::string& text, const std::string& origin) {
   s.name = y.value("name", std::string());
   s.description = y.value("description", std::string());
   nlohmann::json base = y.value("sampling", nlohmann::json::object());
-  if (!base.is_object()) fail("{}: sampling: expected a mapping", origin);
+  check_sampling(base, origin);
   if (y.contains("budgets")) {
     if (!y["budgets"].is_array()) fail("{}: budgets: expected a list of integers", origin);
     for (const auto& b : y["budgets"]) {
@@ -75,16 +99,18 @@ Suite parse_suite(const std::string& text, const std::string& origin) {
       for (const auto& [k, v] : t.items()) {
         if (k == "task") continue;
         if (k == "samples") {
-          if (!v.is_number_integer() || v.get<long long>() < 1) fail("{}: samples: expected an integer ≥ 1", where);
+          if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > INT_MAX)
+            fail("{}: samples: expected an integer ≥ 1", where);
           st.samples = v.get<int>();
         } else if (k == "limit") {
           if (!v.is_number_integer() || v.get<long long>() < 0) fail("{}: limit: expected an integer ≥ 0", where);
           st.limit = v.get<size_t>();
         } else if (k == "max_new_tokens") {
-          if (!v.is_number_integer() || v.get<long long>() < 1) fail("{}: max_new_tokens: expected an integer ≥ 1", where);
+          if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > INT_MAX)
+            fail("{}: max_new_tokens: expected an integer ≥ 1", where);
           st.max_new_tokens = v.get<int>();
         } else if (k == "sampling") {
-          if (!v.is_object()) fail("{}: sampling: expected a mapping", where);
+          check_sampling(v, where);
         } else {
           fail("{}: unknown key '{}' (task, samples, limit, max_new_tokens, sampling)", where, k);
         }

@@ -8,7 +8,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 SECS="${1:-60}"
 shift || true
-ALL=(fuzz_json fuzz_yaml fuzz_safetensors fuzz_torch_checkpoint fuzz_gguf fuzz_config fuzz_tokenizer fuzz_jinja fuzz_math_answer fuzz_records)
+ALL=(fuzz_json fuzz_yaml fuzz_safetensors fuzz_torch_checkpoint fuzz_gguf fuzz_config fuzz_tokenizer fuzz_jinja
+     fuzz_math_answer fuzz_records fuzz_results_db fuzz_judge_reply)
 TARGETS=("${@:-${ALL[@]}}")
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
 if [ ! -f build-fuzz/build.ninja ]; then
@@ -65,8 +66,14 @@ for i, line in enumerate(open("tests/fixtures/graders/math_goldens.jsonl")):
 PY
       ;;
     fuzz_records) find tests/fixtures/datasets -name '*.jsonl' -size -64k 2>/dev/null | head -20 | cp_all "$d" ;;
+    fuzz_results_db) ;;  # the target writes a valid results database into an empty corpus itself
+    fuzz_judge_reply)
+      printf '%s' '{"choices":[{"message":{"role":"assistant","content":"yes"}}]}' > "$d/ok"
+      printf '%s' '{"error":{"message":"bad key","type":"invalid_request_error"}}' > "$d/err"
+      printf '%s' '{"choices":[]}' > "$d/empty"
+      printf '%s' 'Wed, 21 Oct 2015 07:28:00 GMT' > "$d/date" ;;
   esac
-  [ -n "$(ls -A "$d")" ] || printf '{}' > "$d/empty"
+  [ -n "$(ls -A "$d")" ] || [ "$t" = fuzz_results_db ] || printf '{}' > "$d/empty"
 }
 
 fails=0

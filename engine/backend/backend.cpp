@@ -1,5 +1,7 @@
 #include "engine/backend/backend.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -39,12 +41,19 @@ std::vector<std::string> compiled_backends() {
 #endif
 }
 
+void check_backend_name(const std::string& name) {
+  const auto names = compiled_backends();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    fail("--backend {}: not available in this build (available: {})", name, fmt::join(names, ", "));
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, KVCache& cache) {
   if (name == "cpu" || name == "cpu-bf16") return std::make_unique<CpuAdapter>(model, cache, name == "cpu-bf16");
 #ifdef KVB_HAVE_CUDA
   if (name == "cuda") return make_cuda_backend(model, cache);
 #endif
-  fail("--backend {}: not available in this build (available: {})", name, fmt::join(compiled_backends(), ", "));
+  check_backend_name(name);
+  fail("--backend {}: not available in this build", name);  // unreachable: compiled_backends() lists it
 }
 
 }  // namespace kvb

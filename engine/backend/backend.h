@@ -50,6 +50,10 @@ class Backend {
 /// naming the backend when it is unknown, not compiled in, or has no device ("no CUDA device").
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, KVCache& cache);
 
+/// Throws kvb::Error ("--backend NAME: not available in this build (available: ...)") unless
+/// `name` is one of compiled_backends(). Checks the name only (no device is opened).
+void check_backend_name(const std::string& name);
+
 /// Names of the backends compiled into this build ("cpu" first).
 std::vector<std::string> compiled_backends();
 

@@ -20,6 +20,7 @@ PolicySpec PolicySpec::parse(const std::string& text, int64_t budget) {
   while (start <= rest.size()) {
     size_t comma = rest.find(',', start);
     std::string kv = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (kv.empty() && !rest.empty()) fail("policy spec '{}': empty parameter (a stray comma?)", text);
     if (!kv.empty()) {
       auto eq = kv.find('=');
       if (eq == std::string::npos || eq == 0)

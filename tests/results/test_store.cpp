@@ -6,8 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "engine/util/error.h"
 #include "results/cells.h"
@@ -358,6 +362,37 @@ TEST(Store, MergeOfShardsEqualsUnshardedRun) {
   } catch (const kvb::Error& e) {
     EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
   }
+}
+
+// The race behind "two shards started together on a new DB: one fails at once saying it waited
+// 30 s", made deterministic: while another connection holds the write lock of a file still in
+// rollback-journal mode, the WAL switch (a read lock upgraded to a write lock inside one
+// statement) gets SQLITE_BUSY without a busy-handler call. The open must wait and succeed once
+// the lock is released, not fail at once.
+TEST(Store, OpenWaitsForAWriterWhileSwitchingToWal) {
+  const auto p = temp_db("walswitch");
+  { Store s(p); }
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(p.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "PRAGMA journal_mode = DELETE; BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(other);
+  std::thread release([other] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    Store s(p);
+    EXPECT_EQ(one(s, "PRAGMA journal_mode"), "wal");
+  } catch (const kvb::Error& e) {
+    error = e.what();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  release.join();
+  sqlite3_close(other);
+  EXPECT_EQ(error, "");
+  EXPECT_GE(waited, 0.3);  // it did wait for the writer
 }
 
 namespace {

@@ -30,7 +30,9 @@ struct RenderLimits {
   int max_call_depth = 64;                  ///< nested macro calls / caller() invocations
   size_t max_output_bytes = 256u << 20;     ///< output and any intermediate string
   int64_t max_range = 100000;               ///< largest range(), as jinja2's sandbox MAX_RANGE
-  int64_t max_loop_iterations = 10000000;   ///< total loop iterations per render
+  /// Total loop iterations per render. Real chat templates loop over the messages and tools (a
+  /// few thousand at most); an adversarial nested loop reaches the bound in about 1.5 s.
+  int64_t max_loop_iterations = 1000000;
 };
 
 /// A parsed template. Thread-safe to render concurrently (rendering does not mutate it).
