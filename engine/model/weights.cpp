@@ -36,7 +36,7 @@ std::vector<float> WeightStore::to_f32(const TensorView& t) {
 }
 
 void WeightStore::add_view(const std::string& name, std::vector<int64_t> shape, DType dtype, const void* data,
-                           std::shared_ptr<MappedFile> file, std::shared_ptr<const std::vector<int32_t>> row_index,
+                           std::shared_ptr<const void> keepalive, std::shared_ptr<const std::vector<int32_t>> row_index,
                            const std::string& origin) {
   TensorView t;
   t.name = name;
@@ -47,7 +47,7 @@ void WeightStore::add_view(const std::string& name, std::vector<int64_t> shape, 
   t.row_index = std::move(row_index);
   if (t.row_index && (t.shape.empty() || static_cast<int64_t>(t.row_index->size()) != t.shape[0]))
     fail_at(origin, "tensor '" + name + "'", "row index of {} rows for a tensor of another shape", t.row_index->size());
-  if (std::find(files_.begin(), files_.end(), file) == files_.end()) files_.push_back(std::move(file));
+  if (std::find(owned_.begin(), owned_.end(), keepalive) == owned_.end()) owned_.push_back(std::move(keepalive));
   tensors_[name] = std::move(t);
 }
 

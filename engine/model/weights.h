@@ -43,10 +43,11 @@ class WeightStore {
   static WeightStore from_safetensors_dir(const std::string& dir);
   /// Maps one .safetensors file and adds its tensors. Throws kvb::Error.
   void add_safetensors_file(const std::string& path);
-  /// Adds a tensor whose bytes live in `file` (kept alive by the store): `data` points into it
-  /// and holds shape × dtype bytes (the caller checked). Used by GGUF loading.
+  /// Adds a tensor whose bytes live in `keepalive` (a MappedFile or a buffer, kept alive by the
+  /// store): `data` points into it and holds shape × dtype bytes (the caller checked). Used by
+  /// GGUF loading (views into the mapped file) and tests.
   void add_view(const std::string& name, std::vector<int64_t> shape, DType dtype, const void* data,
-                std::shared_ptr<MappedFile> file, std::shared_ptr<const std::vector<int32_t>> row_index,
+                std::shared_ptr<const void> keepalive, std::shared_ptr<const std::vector<int32_t>> row_index,
                 const std::string& origin);
   /// Adds an owned f32 tensor (random-weight models, tests).
   void add_owned(const std::string& name, std::vector<int64_t> shape, std::vector<float> data,
@@ -74,7 +75,7 @@ class WeightStore {
   void add_owned_buffer(const std::string& name, std::vector<int64_t> shape, DType dtype, std::vector<T> data,
                         const std::string& origin);
   std::vector<std::shared_ptr<MappedFile>> files_;
-  std::vector<std::shared_ptr<const void>> owned_;  // f32 or bf16 buffers of add_owned*
+  std::vector<std::shared_ptr<const void>> owned_;  // buffers of add_owned*, mappings of add_view
   std::map<std::string, TensorView> tensors_;
 };
 
