@@ -10,7 +10,8 @@
 # side mean anything.
 #
 # Usage: tools/bench_vs_llamacpp.sh [--kvbench PATH] [--threads N] [--context N] [--gen N]
-#                                   [--llama-cpp-python VERSION] [--cache DIR]
+#                                   [--reps N] [--llama-cpp-python VERSION] [--cache DIR]
+# (llama-bench reports the mean of --reps runs, kvbench bench the last of --reps.)
 # Environment: KVB_ISA (scalar|avx2|avx512vnni) lowers kvbench's kernels; OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE are passed through as set (the issue asks for numbers with them set and unset).
 set -euo pipefail
@@ -20,6 +21,7 @@ kvbench="$here/build/kvbench"
 threads=2
 context=512
 gen=64
+reps=3
 version="0.3.16"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kvbench/llamacpp"
 while [ $# -gt 0 ]; do
@@ -28,9 +30,10 @@ while [ $# -gt 0 ]; do
     --threads) threads="$2"; shift 2 ;;
     --context) context="$2"; shift 2 ;;
     --gen) gen="$2"; shift 2 ;;
+    --reps) reps="$2"; shift 2 ;;
     --llama-cpp-python) version="$2"; shift 2 ;;
     --cache) cache="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp.sh: error: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -74,11 +77,13 @@ printf '|%s|%s|%s|%s|%s|%s|%s|\n' "------------------------------" "------------
   "-------------:" "-------------:" "-------:"
 for f in "${files[@]}"; do
   # llama-bench -o csv: the avg_ts column of the pp and tg rows.
-  lb="$("$bin/llama-bench" -m "$f" -p "$context" -n "$gen" -t "$threads" -o csv 2>/dev/null)"
-  col="$(echo "$lb" | head -1 | tr ',' '\n' | grep -nx '"avg_ts"' | cut -d: -f1)"
+  lb="$("$bin/llama-bench" -m "$f" -p "$context" -n "$gen" -t "$threads" -r "$reps" -o csv 2>/dev/null)"
+  col="$(echo "$lb" | head -1 | tr ',' '\n' | tr -d '"' | grep -nx 'avg_ts' | cut -d: -f1)"
+  [ -n "$col" ] || { echo "bench_vs_llamacpp.sh: error: $f: llama-bench printed no avg_ts column" >&2; exit 1; }
   pp_l="$(echo "$lb" | sed -n 2p | cut -d, -f"$col" | tr -d '"')"
   tg_l="$(echo "$lb" | sed -n 3p | cut -d, -f"$col" | tr -d '"')"
-  kb="$(OMP_NUM_THREADS="$threads" "$kvbench" bench --model "$f" --context "$context" --gen "$gen" --batch 1 | tail -1)"
+  kb="$(OMP_NUM_THREADS="$threads" "$kvbench" bench --model "$f" --context "$context" --gen "$gen" --batch 1 \
+        --repeats "$reps" | tail -1)"
   pp_k="$(echo "$kb" | awk '{print $5}')"
   tg_k="$(echo "$kb" | awk '{print $6}')"
   printf '| %-28s | %12.1f | %12.1f | %6.2f | %12.1f | %12.1f | %6.2f |\n' "$(basename "$f" .gguf | sed 's/SmolLM2-135M-Instruct\.//')" \

@@ -73,15 +73,6 @@ bool matmul_uses_sgemm(const Mat& w, int64_t T) {
   return T >= 32 && (!dtype_is_quantised(w.type) || prefill_gemm() == PrefillGemm::kDequant);
 }
 
-void matmul_nt(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in,
-               int64_t out) {
-  blas_single_threaded();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(out),
-              static_cast<int>(in), 1.0f, x, static_cast<int>(in), w, static_cast<int>(in), 0.0f, y,
-              static_cast<int>(out));
-  add_bias(y, bias, T, out);
-}
-
 void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in,
                int64_t out) {
   blas_single_threaded();

@@ -42,11 +42,8 @@ struct Mat {
   static Mat of(DType type, const void* p, int64_t rows, int64_t cols, const int32_t* row_index = nullptr);
 };
 
-/// y[T, out] = x[T, in] · W[out, in]ᵀ (+ bias[out]) — row-major, f32, OpenBLAS sgemm (the
-/// caller's thread; used for f32 weights).
-void matmul_nt(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in,
-               int64_t out);
-/// The same for a weight held as stored (w.rows == out, w.cols == in). Accumulation is f32;
+/// y[T, out] = x[T, in] · W[out, in]ᵀ (+ bias[out]), row-major f32 x and y, for a weight held as
+/// stored (w.rows == out, w.cols == in). Accumulation is f32;
 /// quantised weights multiply activations quantised per row to 8 bits (quants.h), so the result
 /// differs from the dequantised f32 product by the activation rounding (tests/kernels state the
 /// bounds). Kernels: vec_dot_fn(w.type, best_isa()). From 32 rows on, weights that are not f32

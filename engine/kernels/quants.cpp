@@ -1,6 +1,7 @@
 // Types, reference dequantisation, activation quantisation, scalar dot products and run-time
 // dispatch. See quants.h for the formats and references.
 #include "engine/kernels/quants.h"
+#include "engine/kernels/quants_blocks.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -36,15 +37,7 @@ inline uint32_t rd32(const uint8_t* p) {
          (static_cast<uint32_t>(p[3]) << 24);
 }
 
-/// Q4_K / Q5_K 6-bit scales and mins of the 8 sub-blocks (ggml get_scale_min_k4).
-inline void k_scale_min(const uint8_t* s, uint8_t sc[8], uint8_t mn[8]) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 0x3f;
-    mn[j] = s[4 + j] & 0x3f;
-    sc[4 + j] = static_cast<uint8_t>((s[8 + j] & 0x0f) | ((s[j] >> 2) & 0x30));
-    mn[4 + j] = static_cast<uint8_t>((s[8 + j] >> 4) | ((s[4 + j] >> 2) & 0x30));
-  }
-}
+using kernels_detail::k_scale_min;
 
 /// The 32 integer levels q of a 32-element block (Q4_0/Q4_1: nibbles; Q5_0/Q5_1: nibble | high
 /// bit << 4), element order of ggml: qs[j] low nibble -> element j, high nibble -> j + 16.

@@ -22,6 +22,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "test_support.h"
 
 namespace kvb {
 namespace {
@@ -114,15 +115,6 @@ WeightStore random_store(const ModelConfig& c, DType t, uint64_t seed) {
   return ws;
 }
 
-double rel_err(const std::vector<float>& ours, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num = std::max(num, std::abs(double(ours[i]) - ref[i]));
-    den = std::max(den, std::abs(double(ref[i])));
-  }
-  return num / den;
-}
-
 TEST(QuantisedForward, StoredWeightsMatchDequantisedF32Forward) {
   const ModelConfig c = small_config();
   for (const DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
@@ -151,7 +143,7 @@ TEST(QuantisedForward, StoredWeightsMatchDequantisedF32Forward) {
       const auto b = ef.score(prompt, forced);
       ASSERT_EQ(a.size(), b.size());
       ASSERT_FALSE(a.empty());
-      const double e = rel_err(a, b);
+      const double e = test::rel_err(a, b);
       EXPECT_LE(e, tol) << dtype_name(t) << " prompt " << n;
       RecordProperty(std::string(dtype_name(t)) + "_" + std::to_string(n), std::to_string(e));
       std::printf("%-5s prompt %2d: max |Δlogit| / max |logit| = %.2e\n", dtype_name(t), n, e);
