@@ -69,7 +69,9 @@ Mat Mat::of(DType type, const void* p, int64_t rows, int64_t cols, const int32_t
 }
 
 bool matmul_uses_sgemm(const Mat& w, int64_t T) {
-  if (w.f32) return T > 1;
+  // f32: sgemm for every T (decode too), so that a row's result does not depend on how many rows
+  // share the call (chunked and whole prefills give the same bits: tests/policies ChunkInvariance).
+  if (w.f32) return true;
   return T >= 32 && (!dtype_is_quantised(w.type) || prefill_gemm() == PrefillGemm::kDequant);
 }
 
@@ -80,14 +82,22 @@ void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_
   const int nthreads = parallel ? omp_get_max_threads() : 1;
   // f32 weights with several rows (prefill, batched decode): sgemm on each thread's row slice;
   // other types in prefill: sgemm on dequantised tiles.
-  const bool f32_gemm = w.f32 && T > 1;
+  const bool f32_gemm = w.f32 != nullptr;
   if (matmul_uses_sgemm(w, T)) {
     constexpr int64_t kDeqRows = 64;
 #pragma omp parallel num_threads(nthreads)
     {
       const int nt = omp_get_num_threads(), me = omp_get_thread_num();
-      if (f32_gemm) {
-        // Slices of whole 16-row groups, balanced across threads.
+      if (f32_gemm && T >= 4 * nt) {
+        // Prefill: each thread multiplies its share of the activation rows with all of W, so a
+        // row's bits do not depend on how many rows share the call (chunked prefill == whole).
+        const int64_t t0 = T * me / nt, t1 = T * (me + 1) / nt;
+        if (t1 > t0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t1 - t0), static_cast<int>(out),
+                      static_cast<int>(in), 1.0f, x + t0 * in, static_cast<int>(in), w.f32, static_cast<int>(in),
+                      0.0f, y + t0 * out, static_cast<int>(out));
+      } else if (f32_gemm) {
+        // Decode: slices of whole 16-row groups of W, balanced across threads.
         const int64_t groups = (out + 15) / 16;
         const int64_t g0 = groups * me / nt, g1 = groups * (me + 1) / nt;
         const int64_t j0 = std::min(out, g0 * 16), j1 = std::min(out, g1 * 16);
