@@ -30,14 +30,14 @@ inline constexpr const char* kDefaultModelName = "smollm2-135m-instruct";
 std::string default_model_path();
 
 /// Loads `spec`: a Hugging Face model directory (config.json, safetensors, tokenizer.json,
-/// tokenizer_config.json), a .gguf file (weights dequantised at load, tokenizer and chat
+/// tokenizer_config.json), a .gguf file (weights mapped as stored, tokenizer and chat
 /// template from its metadata), or the name of the default model. `fmt` chooses how weight
-/// matrices are held in memory. A directory's chat template is found as transformers 4.4x+
+/// matrices are held in memory (default: as stored, GGUF blocks multiplied in place). A directory's chat template is found as transformers 4.4x+
 /// does (chat_template.jinja, chat_template.json, tokenizer_config.json; see
 /// chat::ChatTemplate::from_model_dir); `chat_template` names one of several templates ("":
 /// the default; `--chat-template NAME`). Throws kvb::Error naming the missing or bad file, or
 /// the unknown template name.
-LoadedModel load_model(const std::string& spec, WeightFormat fmt = WeightFormat::kF32,
+LoadedModel load_model(const std::string& spec, WeightFormat fmt = WeightFormat::kStored,
                        const std::string& chat_template = "");
 
 /// Checks `spec` as load_model would without loading weights: the file or directory exists, a

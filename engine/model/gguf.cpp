@@ -73,7 +73,8 @@ GgmlTypeTraits ggml_type_traits(uint32_t t) {
 bool gguf_type_supported(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
-    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q4_K: case GgmlType::Q5_K:
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
+    case GgmlType::Q4_K: case GgmlType::Q5_K:
     case GgmlType::Q6_K:
       return true;
     default:
@@ -82,139 +83,18 @@ bool gguf_type_supported(GgmlType t) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// dequantisation (gguf-py quants.py, ggml-quants.c dequantize_row_*)
+// dequantisation (engine/kernels/quants.cpp dequantize_row; gguf-py quants.py)
 // ---------------------------------------------------------------------------------------------
-namespace {
-
-inline uint16_t rd16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-
-/// Q4_K / Q5_K 6-bit scales and mins of the 8 sub-blocks (gguf-py Q4_K.get_scale_min).
-inline void k_scale_min(const uint8_t* s, uint8_t sc[8], uint8_t mn[8]) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 0x3f;
-    mn[j] = s[4 + j] & 0x3f;
-    sc[4 + j] = static_cast<uint8_t>((s[8 + j] & 0x0f) | ((s[j] >> 2) & 0x30));
-    mn[4 + j] = static_cast<uint8_t>((s[8 + j] >> 4) | ((s[4 + j] >> 2) & 0x30));
-  }
-}
-
-}  // namespace
-
 void dequantize(GgmlType type, const void* data, int64_t n, float* out) {
   const GgmlTypeTraits tr = ggml_type_traits(static_cast<uint32_t>(type));
   if (!tr.name) fail("dequantize: unknown ggml type {}", static_cast<uint32_t>(type));
   if (!gguf_type_supported(type))
     fail("dequantize: ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, "
-         "Q4_1, Q4_K, Q5_K, Q6_K)", tr.name);
+         "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)", tr.name);
   if (n < 0 || n % tr.block_size != 0)
     fail("dequantize: {} elements is not a multiple of the {} block size {}", n, tr.name,
          tr.block_size);
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  const int64_t nb = n / tr.block_size;
-  switch (type) {
-    case GgmlType::F32:
-      std::memcpy(out, p, static_cast<size_t>(n) * 4);
-      return;
-    case GgmlType::F16:
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_bits_to_f32(rd16(p + 2 * i));
-      return;
-    case GgmlType::BF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(rd16(p + 2 * i));
-      return;
-    case GgmlType::Q8_0:
-      for (int64_t b = 0; b < nb; ++b, p += 34, out += 32) {
-        const float d = f16_bits_to_f32(rd16(p));
-        for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(static_cast<int8_t>(p[2 + j])) * d;
-      }
-      return;
-    case GgmlType::Q4_0:
-      for (int64_t b = 0; b < nb; ++b, p += 18, out += 32) {
-        const float d = f16_bits_to_f32(rd16(p));
-        const uint8_t* qs = p + 2;
-        for (int j = 0; j < 16; ++j) {
-          out[j] = d * static_cast<float>(static_cast<int>(qs[j] & 0x0f) - 8);
-          out[16 + j] = d * static_cast<float>(static_cast<int>(qs[j] >> 4) - 8);
-        }
-      }
-      return;
-    case GgmlType::Q4_1:
-      for (int64_t b = 0; b < nb; ++b, p += 20, out += 32) {
-        const float d = f16_bits_to_f32(rd16(p));
-        const float m = f16_bits_to_f32(rd16(p + 2));
-        const uint8_t* qs = p + 4;
-        for (int j = 0; j < 16; ++j) {
-          const float lo = d * static_cast<float>(qs[j] & 0x0f);
-          const float hi = d * static_cast<float>(qs[j] >> 4);
-          out[j] = lo + m;
-          out[16 + j] = hi + m;
-        }
-      }
-      return;
-    case GgmlType::Q4_K:
-      for (int64_t b = 0; b < nb; ++b, p += 144, out += 256) {
-        const float d = f16_bits_to_f32(rd16(p));
-        const float dmin = f16_bits_to_f32(rd16(p + 2));
-        uint8_t sc[8], mn[8];
-        k_scale_min(p + 4, sc, mn);
-        const uint8_t* qs = p + 16;
-        for (int c = 0; c < 4; ++c) {      // 4 chunks of 32 bytes = 64 values
-          for (int s = 0; s < 2; ++s) {    // low nibbles, then high nibbles
-            const int sb = 2 * c + s;
-            const float ds = d * static_cast<float>(sc[sb]);
-            const float dm = dmin * static_cast<float>(mn[sb]);
-            for (int j = 0; j < 32; ++j) {
-              const float q = static_cast<float>((qs[32 * c + j] >> (4 * s)) & 0x0f);
-              const float prod = ds * q;
-              out[64 * c + 32 * s + j] = prod - dm;
-            }
-          }
-        }
-      }
-      return;
-    case GgmlType::Q5_K:
-      for (int64_t b = 0; b < nb; ++b, p += 176, out += 256) {
-        const float d = f16_bits_to_f32(rd16(p));
-        const float dmin = f16_bits_to_f32(rd16(p + 2));
-        uint8_t sc[8], mn[8];
-        k_scale_min(p + 4, sc, mn);
-        const uint8_t* qh = p + 16;
-        const uint8_t* qs = p + 48;
-        for (int c = 0; c < 4; ++c) {
-          for (int s = 0; s < 2; ++s) {
-            const int sb = 2 * c + s;
-            const float ds = d * static_cast<float>(sc[sb]);
-            const float dm = dmin * static_cast<float>(mn[sb]);
-            for (int j = 0; j < 32; ++j) {
-              const int lo = (qs[32 * c + j] >> (4 * s)) & 0x0f;
-              const int hi = (qh[j] >> sb) & 0x01;
-              const float q = static_cast<float>(lo | (hi << 4));
-              const float prod = ds * q;
-              out[64 * c + 32 * s + j] = prod - dm;
-            }
-          }
-        }
-      }
-      return;
-    case GgmlType::Q6_K:
-      for (int64_t b = 0; b < nb; ++b, p += 210, out += 256) {
-        const uint8_t* ql = p;
-        const uint8_t* qh = p + 128;
-        const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
-        const float d = f16_bits_to_f32(rd16(p + 208));
-        for (int i = 0; i < 256; ++i) {
-          const int h = i / 128, r = i % 128;
-          const int lo = (ql[64 * h + (r % 64)] >> (4 * (r / 64))) & 0x0f;
-          const int hi = (qh[32 * h + (r % 32)] >> (2 * (r / 32))) & 0x03;
-          const int q = static_cast<int8_t>(static_cast<uint8_t>(lo | (hi << 4))) - 32;
-          const float ds = d * static_cast<float>(scales[i / 16]);
-          out[i] = ds * static_cast<float>(q);
-        }
-      }
-      return;
-    default:
-      break;
-  }
-  fail("dequantize: ggml type {} is not supported", tr.name);
+  dequantize_row(static_cast<DType>(type), data, n, out);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -552,7 +432,7 @@ const uint8_t* GgufFile::tensor_data(const GgufTensorInfo& t) const {
 std::vector<float> GgufFile::read_f32(const GgufTensorInfo& t) const {
   if (!gguf_type_supported(t.type))
     fail_at(path_, "tensor '" + t.name + "'.type",
-            "ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)",
+            "ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
             ggml_type_traits(static_cast<uint32_t>(t.type)).name);
   std::vector<float> out(static_cast<size_t>(t.numel));
   dequantize(t.type, tensor_data(t), t.numel, out.data());
@@ -647,21 +527,17 @@ std::string gguf_to_hf_name(const std::string& g) {
   return "model.layers." + layer + "." + it->second + suffix;
 }
 
-void gguf_unpermute_rows(std::vector<float>& w, int64_t rows, int64_t cols, int64_t n_head,
-                         const std::string& origin) {
-  if (n_head <= 0 || rows % (2 * n_head) != 0 || static_cast<int64_t>(w.size()) != rows * cols)
+std::vector<int32_t> gguf_unpermute_index(int64_t rows, int64_t n_head, const std::string& origin) {
+  if (n_head <= 0 || rows % (2 * n_head) != 0)
     fail("{}: cannot undo the rotary permutation: {} rows are not {} heads of an even size", origin,
          rows, n_head);
   const int64_t dim = rows / n_head / 2;
-  std::vector<float> out(w.size());
+  std::vector<int32_t> index(static_cast<size_t>(rows));
   for (int64_t h = 0; h < n_head; ++h)
     for (int64_t a = 0; a < 2; ++a)
-      for (int64_t d = 0; d < dim; ++d) {
-        const int64_t dst = h * 2 * dim + a * dim + d;
-        const int64_t src = h * 2 * dim + d * 2 + a;
-        std::memcpy(out.data() + dst * cols, w.data() + src * cols, static_cast<size_t>(cols) * 4);
-      }
-  w.swap(out);
+      for (int64_t d = 0; d < dim; ++d)
+        index[h * 2 * dim + a * dim + d] = static_cast<int32_t>(h * 2 * dim + d * 2 + a);
+  return index;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -969,18 +845,23 @@ GgufModel load_gguf(const std::string& path) {
   m.weights.origin = path;
   const bool llama = m.config.model_type == "llama";
   for (const auto& t : f.tensors()) {
-    std::vector<float> data = f.read_f32(t);
-    const std::string hf = gguf_to_hf_name(t.name);
+    const std::string field = "tensor '" + t.name + "'";
+    if (!gguf_type_supported(t.type))
+      fail_at(path, field + ".type", "ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+              "Q5_1, Q4_K, Q5_K, Q6_K)", ggml_type_traits(static_cast<uint32_t>(t.type)).name);
+    if (t.dims.empty() || t.dims[0] % ggml_type_traits(static_cast<uint32_t>(t.type)).block_size != 0)
+      fail_at(path, field, "rows of {} elements are not whole {} blocks", t.dims.empty() ? 0 : t.dims[0],
+              ggml_type_traits(static_cast<uint32_t>(t.type)).name);
     std::vector<int64_t> shape = t.shape();
+    std::shared_ptr<const std::vector<int32_t>> index;
     if (llama && (t.name.find(".attn_q.") != std::string::npos ||
                   t.name.find(".attn_k.") != std::string::npos)) {
       const bool is_q = t.name.find(".attn_q.") != std::string::npos;
-      const int64_t rows = shape[0];
-      const int64_t cols = shape.size() > 1 ? t.numel / rows : 1;
-      gguf_unpermute_rows(data, rows, cols, is_q ? m.config.num_heads : m.config.num_kv_heads,
-                          path + ": tensor '" + t.name + "'");
+      index = std::make_shared<const std::vector<int32_t>>(gguf_unpermute_index(
+          shape[0], is_q ? m.config.num_heads : m.config.num_kv_heads, path + ": " + field));
     }
-    m.weights.add_owned(hf, std::move(shape), std::move(data), path);
+    m.weights.add_view(gguf_to_hf_name(t.name), std::move(shape), static_cast<DType>(t.type), f.tensor_data(t),
+                       f.file(), std::move(index), path);
   }
   return m;
 }

@@ -50,13 +50,15 @@ struct GgmlTypeTraits {
 };
 /// Traits of type id `t` (name == nullptr for an unknown id).
 GgmlTypeTraits ggml_type_traits(uint32_t t);
-/// True for the types `dequantize` implements: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K.
+/// True for the types `dequantize` implements (and the CPU backend multiplies in place): F32,
+/// F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K — the members of kvb::DType.
 bool gguf_type_supported(GgmlType t);
 
 /// Dequantises `n` elements of type `type` stored at `data` into `out` (float32).
 /// `n` must be a multiple of the type's block size. Bit-identical to gguf-py's
-/// `gguf.quants.dequantize` (same float32 operation order: Q4_1 = d*q + m, K-quants = (d*sc)*q -
-/// (dmin*m), Q6_K = (d*sc)*q). Throws kvb::Error for an unsupported type or a bad `n`.
+/// `gguf.quants.dequantize` (same float32 operation order: Q4_1/Q5_1 = d*q + m, K-quants =
+/// (d*sc)*q - (dmin*m), Q6_K = (d*sc)*q); the work is kvb::dequantize_row
+/// (engine/kernels/quants.h). Throws kvb::Error for an unsupported type or a bad `n`.
 void dequantize(GgmlType type, const void* data, int64_t n, float* out);
 
 /// One metadata value. Scalars: integers in `i` (signed types, BOOL) or `u` (unsigned types),
@@ -122,7 +124,9 @@ class GgufFile {
   double get_float_or(const std::string& key, double dflt) const;
   bool get_bool_or(const std::string& key, bool dflt) const;
 
-  /// Pointer to the raw bytes of a tensor (valid while this GgufFile lives).
+  /// The mapping of the whole file (tensor views keep it alive).
+  const std::shared_ptr<MappedFile>& file() const { return file_; }
+  /// Pointer to the raw bytes of a tensor (valid while this GgufFile, or file(), lives).
   const uint8_t* tensor_data(const GgufTensorInfo& t) const;
   /// The tensor dequantised to float32, in the stored element order. Throws kvb::Error naming
   /// the tensor for an unsupported type.
@@ -143,7 +147,8 @@ class GgufFile {
 /// Everything a GGUF model file provides to the engine.
 struct GgufModel {
   ModelConfig config;
-  WeightStore weights;             ///< dequantised f32, Hugging Face names and shapes
+  WeightStore weights;             ///< views into the mapped file in the stored ggml types, Hugging
+                                   ///< Face names and shapes (llama Q/K with a row_index)
   nlohmann::json tokenizer_json;   ///< a tokenizer.json document (for Tokenizer::from_json)
   nlohmann::json tokenizer_config; ///< bos/eos/unk/pad tokens, add_bos/eos_token, chat_template
   std::string chat_template;       ///< `tokenizer.chat_template`, empty when absent
@@ -169,11 +174,11 @@ ModelConfig gguf_model_config(const GgufFile& f);
 /// self_attn.q_norm/k_norm). Names it does not know are returned unchanged.
 std::string gguf_to_hf_name(const std::string& gguf_name);
 
-/// Undoes llama.cpp's rotary row permutation of a Q or K weight/bias in place: `rows` rows of
-/// `cols` floats, `n_head` heads (use the KV head count for K). Row (h, d, a) moves to (h, a, d)
-/// for a head of 2*dim rows, as transformers' LlamaTensorProcessor._reverse_permute_weights.
-void gguf_unpermute_rows(std::vector<float>& w, int64_t rows, int64_t cols, int64_t n_head,
-                         const std::string& origin);
+/// The row index that undoes llama.cpp's rotary row permutation of a Q or K weight: `rows` rows,
+/// `n_head` heads (use the KV head count for K). Logical row (h, a, d) is stored row (h, d, a)
+/// for a head of 2*dim rows, as transformers' LlamaTensorProcessor._reverse_permute_weights
+/// moves them. Throws kvb::Error ("<origin>: ...") when rows is not a multiple of 2*n_head.
+std::vector<int32_t> gguf_unpermute_index(int64_t rows, int64_t n_head, const std::string& origin);
 
 /// The tokenizer.json document transformers builds from this file's tokenizer metadata
 /// (`tokenizer.ggml.model` "gpt2": byte-level BPE with the file's merges; "llama": SentencePiece
@@ -185,8 +190,10 @@ nlohmann::json gguf_tokenizer_json(const GgufFile& f);
 /// (llama default true), add_eos_token when stated, and bos/eos/unk/pad token strings (or null).
 nlohmann::json gguf_tokenizer_config(const GgufFile& f);
 
-/// Loads a whole GGUF model: config, all tensors dequantised (Q/K rows un-permuted for llama),
-/// tokenizer.json + tokenizer_config and the chat template. Throws kvb::Error.
+/// Loads a whole GGUF model: config, every tensor as a view into the mapped file in its stored
+/// type (no copy; llama Q/K rows un-permuted through a row index; WeightStore::to_f32 gives the
+/// dequantised f32), tokenizer.json + tokenizer_config and the chat template. Throws kvb::Error
+/// for a tensor type outside kvb::DType or a quantised tensor whose rows are not whole blocks.
 GgufModel load_gguf(const std::string& path);
 
 }  // namespace kvb

@@ -70,40 +70,46 @@ const float* Model::f32(const std::string& name, const std::vector<int64_t>& sha
   if (optional && !weights_.find(name)) return nullptr;
   const TensorView& t = weights_.require(name, shape);
   weight_bytes_ += t.numel() * sizeof(float);
-  if (t.dtype == DType::F32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0)
+  if (t.dtype == DType::F32 && !t.row_index && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0)
     return static_cast<const float*>(t.data);
   converted_.push_back(std::make_unique<std::vector<float>>(WeightStore::to_f32(t)));
   return converted_.back()->data();
 }
 
 Mat Model::mat(const std::string& name, const std::vector<int64_t>& shape) {
-  Mat m;
-  if (fmt_ == WeightFormat::kF32) {
-    m.f32 = f32(name, shape);
-    return m;
-  }
+  const int64_t rows = shape[0], cols = shape[1];
+  if (fmt_ == WeightFormat::kF32) return Mat::of_f32(f32(name, shape), rows, cols);
   const TensorView& t = weights_.require(name, shape);
-  weight_bytes_ += t.numel() * sizeof(uint16_t);
-  if (t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0) {
-    m.bf16 = static_cast<const uint16_t*>(t.data);
+  if (fmt_ == WeightFormat::kStored) {
+    const size_t align = t.dtype == DType::F32 ? 4 : t.dtype == DType::F16 || t.dtype == DType::BF16 ? 2 : 1;
+    if (cols % dtype_traits(t.dtype).block != 0)
+      fail_at(t.origin, "tensor '" + name + "'", "rows of {} elements are not whole {} blocks", cols,
+              dtype_name(t.dtype));
+    if (reinterpret_cast<uintptr_t>(t.data) % align == 0) {
+      weight_bytes_ += t.nbytes();
+      return Mat::of(t.dtype, t.data, rows, cols, t.row_index ? t.row_index->data() : nullptr);
+    }
+    // Unaligned F32/F16/BF16 data (safetensors need not align): an aligned copy as stored.
+    auto copy = std::make_unique<std::vector<float>>((t.nbytes() + 3) / 4);
+    std::memcpy(copy->data(), t.data, t.nbytes());
+    weight_bytes_ += t.nbytes();
+    const Mat m = Mat::of(t.dtype, copy->data(), rows, cols, t.row_index ? t.row_index->data() : nullptr);
+    converted_.push_back(std::move(copy));
     return m;
   }
+  weight_bytes_ += t.numel() * sizeof(uint16_t);
+  if (t.dtype == DType::BF16 && !t.row_index && reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0)
+    return Mat::of_bf16(static_cast<const uint16_t*>(t.data), rows, cols);
   std::vector<float> f = WeightStore::to_f32(t);
   auto out = std::make_unique<std::vector<uint16_t>>(f.size());
   for (size_t i = 0; i < f.size(); ++i) (*out)[i] = f32_to_bf16_bits(f[i]);
-  m.bf16 = out->data();
+  const Mat m = Mat::of_bf16(out->data(), rows, cols);
   converted16_.push_back(std::move(out));
   return m;
 }
 
 void Model::embed_row(int32_t token, float* out) const {
-  const int64_t H = cfg_.hidden_size;
-  if (embed_.f32) {
-    std::memcpy(out, embed_.f32 + static_cast<int64_t>(token) * H, H * sizeof(float));
-  } else {
-    const uint16_t* r = embed_.bf16 + static_cast<int64_t>(token) * H;
-    for (int64_t i = 0; i < H; ++i) out[i] = bf16_bits_to_f32(r[i]);
-  }
+  dequantize_row(embed_.type, embed_.row(token), cfg_.hidden_size, out);
 }
 
 void Model::bind(const std::string& origin) {

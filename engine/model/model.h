@@ -15,23 +15,21 @@
 #include <string>
 #include <vector>
 
+#include "engine/kernels/matmul.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
 
 namespace kvb {
 
-/// How weight matrices are held in memory: f32, or bf16 (half the memory; the CPU backend
-/// converts on the fly and still accumulates in f32).
-enum class WeightFormat { kF32, kBF16 };
+/// How weight matrices are held in memory. kF32: converted to f32 (dequantised GGUF blocks;
+/// the reference forward the fidelity tests compare with transformers). kBF16: converted to
+/// bf16 (the CUDA backend's format). kStored: as the file stores them (safetensors F32/F16/BF16
+/// and GGUF block-quantised types mapped in place, no copy; the CPU backend multiplies them
+/// directly, quantising activations per row where the type needs it: engine/kernels/matmul.h).
+enum class WeightFormat { kF32, kBF16, kStored };
 
-/// A row-major weight matrix [rows, cols] held as f32 or as bf16 (exactly one is non-null).
-struct Mat {
-  const float* f32 = nullptr;
-  const uint16_t* bf16 = nullptr;
-  explicit operator bool() const { return f32 || bf16; }
-};
-
-/// Pointers to one layer's weights (row-major [out, in] as in torch Linear; vectors are f32).
+/// Pointers to one layer's weights (row-major [out, in] as in torch Linear, as kvb::Mat in the
+/// model's WeightFormat; vectors are f32).
 struct LayerWeights {
   const float* attn_norm = nullptr;  ///< [H]
   Mat wq;                            ///< [Hq·D, H]
@@ -68,7 +66,7 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
-  /// Copies the embedding row of `token` into out[H] (f32).
+  /// Copies the embedding row of `token` into out[H] (f32; dequantised when stored quantised).
   void embed_row(int32_t token, float* out) const;
   const Mat& embed() const { return embed_; }          ///< [V, H]
   const float* final_norm() const { return norm_; }    ///< [H]
@@ -78,7 +76,7 @@ class Model {
   /// (yarn's mscale; 1 otherwise) applied to cos/sin.
   const std::vector<float>& inv_freq() const { return inv_freq_; }
   float rope_attention_scaling() const { return rope_mscale_; }
-  /// Bytes of weight matrices and vectors as held in memory (f32 or bf16).
+  /// Bytes of weight matrices and vectors as held in memory (f32, bf16 or as stored).
   size_t weight_bytes() const { return weight_bytes_; }
   /// Where the model came from (directory, file or "random:<shape>").
   const std::string& id() const { return id_; }

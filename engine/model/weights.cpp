@@ -13,14 +13,6 @@
 namespace kvb {
 
 size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-  }
-  return "?";
-}
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
@@ -31,17 +23,32 @@ int64_t TensorView::numel() const {
 std::vector<float> WeightStore::to_f32(const TensorView& t) {
   const int64_t n = t.numel();
   std::vector<float> out(static_cast<size_t>(n));
-  if (t.dtype == DType::F32) {
-    std::memcpy(out.data(), t.data, n * sizeof(float));
-  } else {
-    const uint8_t* p = static_cast<const uint8_t*>(t.data);
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t v;
-      std::memcpy(&v, p + 2 * i, 2);  // safetensors data need not be 2-byte aligned
-      out[i] = t.dtype == DType::F16 ? f16_bits_to_f32(v) : bf16_bits_to_f32(v);
-    }
+  const int64_t rows = t.shape.size() >= 2 ? t.shape[0] : 1;
+  const int64_t cols = rows > 0 ? n / rows : 0;
+  const size_t rb = dtype_row_bytes(t.dtype, cols);
+  const uint8_t* p = static_cast<const uint8_t*>(t.data);
+  // dequantize_row reads unaligned data byte-wise (safetensors data need not be aligned).
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t src = t.row_index ? (*t.row_index)[r] : r;
+    dequantize_row(t.dtype, p + static_cast<size_t>(src) * rb, cols, out.data() + r * cols);
   }
   return out;
+}
+
+void WeightStore::add_view(const std::string& name, std::vector<int64_t> shape, DType dtype, const void* data,
+                           std::shared_ptr<const void> keepalive, std::shared_ptr<const std::vector<int32_t>> row_index,
+                           const std::string& origin) {
+  TensorView t;
+  t.name = name;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data = data;
+  t.origin = origin;
+  t.row_index = std::move(row_index);
+  if (t.row_index && (t.shape.empty() || static_cast<int64_t>(t.row_index->size()) != t.shape[0]))
+    fail_at(origin, "tensor '" + name + "'", "row index of {} rows for a tensor of another shape", t.row_index->size());
+  if (std::find(owned_.begin(), owned_.end(), keepalive) == owned_.end()) owned_.push_back(std::move(keepalive));
+  tensors_[name] = std::move(t);
 }
 
 void WeightStore::add_safetensors_file(const std::string& path) {

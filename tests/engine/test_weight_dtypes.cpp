@@ -18,15 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double rel_err(const std::vector<float>& ours, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num = std::max(num, std::abs(double(ours[i]) - ref[i]));
-    den = std::max(den, std::abs(double(ref[i])));
-  }
-  return num / den;
-}
-
 // f32 -> bf16 bits, round to nearest even (as torch's .to(torch.bfloat16)); inputs are finite.
 uint16_t to_bf16(float f) {
   uint32_t u;
@@ -99,9 +90,9 @@ TEST(SafetensorsDtypes, Bf16AndF16FilesLoadAndMatchTheReference) {
       for (size_t p = 0; p < gold["prompts"].size(); ++p) {
         auto logits = e.score(gold["prompts"][p].get<std::vector<int32_t>>(), {});
         if (dtype == "BF16")
-          EXPECT_LE(rel_err(logits, gold["last_logits_bf16w"][p].get<std::vector<float>>()), 1e-4) << name << " " << p;
+          EXPECT_LE(test::rel_err(logits, gold["last_logits_bf16w"][p].get<std::vector<float>>()), 1e-4) << name << " " << p;
         else
-          EXPECT_LE(rel_err(logits, gold["last_logits"][p].get<std::vector<float>>()), 5e-3) << name << " " << p;
+          EXPECT_LE(test::rel_err(logits, gold["last_logits"][p].get<std::vector<float>>()), 5e-3) << name << " " << p;
       }
       fs::remove_all(dir);
     }

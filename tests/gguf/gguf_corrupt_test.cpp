@@ -196,12 +196,13 @@ TEST_F(GgufCorrupt, BadTensorInfos) {
   s.data_bytes = 31;  // tensor data past end
   expect_error(build(s), "tensor 't'.data");
   s = Spec{};
-  s.tensor_type = 6;  // Q5_0: parses, but cannot be dequantised
-  s.dim0 = 32;
-  const auto f = kvb::GgufFile::open(write(build(s), "q5.gguf"));
+  s.tensor_type = 10;  // Q2_K: parses, but cannot be dequantised
+  s.dim0 = 256;
+  s.data_bytes = 96;
+  const auto f = kvb::GgufFile::open(write(build(s), "q2k.gguf"));
   try {
     f.read_f32(f.tensors()[0]);
-    FAIL() << "Q5_0 dequantised";
+    FAIL() << "Q2_K dequantised";
   } catch (const kvb::Error& e) {
     EXPECT_NE(std::string(e.what()).find("tensor 't'.type"), std::string::npos) << e.what();
   }

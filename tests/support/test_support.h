@@ -13,10 +13,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -95,6 +98,16 @@ inline std::string input_error_of(const std::function<void()>& f) {
   }
   ADD_FAILURE() << "expected a kvb::Error";
   return "";
+}
+
+/// max |ours − ref| / max |ref| (0/0 = NaN fails every EXPECT_LE).
+inline double rel_err(const std::vector<float>& ours, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num = std::max(num, std::abs(double(ours[i]) - ref[i]));
+    den = std::max(den, std::abs(double(ref[i])));
+  }
+  return num / den;
 }
 
 /// True when missing prerequisites must fail rather than skip: KVB_REQUIRE_ALL=1 (.ci/run).

@@ -19,53 +19,6 @@ namespace kvb {
 // more than it saves, and spinning teams hurt badly on a loaded machine.
 constexpr int64_t kParallelWork = 1 << 16;
 
-void matmul_nt(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in,
-               int64_t out) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(out),
-              static_cast<int>(in), 1.0f, x, static_cast<int>(in), w, static_cast<int>(in), 0.0f, y,
-              static_cast<int>(out));
-  if (bias) {
-    for (int64_t t = 0; t < T; ++t) {
-      float* r = y + t * out;
-      for (int64_t j = 0; j < out; ++j) r[j] += bias[j];
-    }
-  }
-}
-
-void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in,
-               int64_t out) {
-  if (w.f32) return matmul_nt(x, w.f32, bias, y, T, in, out);
-  if (T <= 4) {
-#pragma omp parallel for schedule(static) if (out * in * T > kParallelWork)
-    for (int64_t j = 0; j < out; ++j) {
-      const uint16_t* r = w.bf16 + j * in;
-      for (int64_t t = 0; t < T; ++t) {
-        const float* xt = x + t * in;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < in; ++i) s += xt[i] * bf16_bits_to_f32(r[i]);
-        y[t * out + j] = s + (bias ? bias[j] : 0.0f);
-      }
-    }
-    return;
-  }
-  constexpr int64_t kBlock = 256;
-  thread_local std::vector<float> buf;
-  buf.resize(static_cast<size_t>(kBlock) * in);
-  float* bp = buf.data();  // thread_local: other OpenMP threads must use this thread's buffer
-  for (int64_t j0 = 0; j0 < out; j0 += kBlock) {
-    const int64_t nb = std::min(kBlock, out - j0);
-#pragma omp parallel for schedule(static) if (nb * in > kParallelWork)
-    for (int64_t k = 0; k < nb * in; ++k) bp[k] = bf16_bits_to_f32(w.bf16[j0 * in + k]);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(nb),
-                static_cast<int>(in), 1.0f, x, static_cast<int>(in), bp, static_cast<int>(in), 0.0f,
-                y + j0, static_cast<int>(out));
-  }
-  if (bias)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < out; ++j) y[t * out + j] += bias[j];
-}
-
 void rms_norm(const float* x, const float* weight, float* y, int64_t T, int64_t n, float eps) {
   for (int64_t t = 0; t < T; ++t) {
     const float* r = x + t * n;

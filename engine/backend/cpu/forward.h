@@ -85,14 +85,7 @@ class CpuBackend {
   std::vector<float> x_, xn_, q_, k_, v_, kpre_, qpre_, att_, tmp_, gate_, up_;
 };
 
-/// y[T, out] = x[T, in] · W[out, in]ᵀ (+ bias[out]) — row-major, f32, OpenBLAS.
-void matmul_nt(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in,
-               int64_t out);
-/// The same for a weight held as f32 or bf16. bf16: for T ≤ 4 a fused bf16 dot product per
-/// output row (OpenMP); otherwise blocks of rows converted to f32 and multiplied with sgemm.
-/// Accumulation is f32 in both cases.
-void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in,
-               int64_t out);
+// matmul_nt (y = x·Wᵀ on weights as stored) lives in engine/kernels/matmul.h.
 /// RMSNorm of each of the T rows of x[T, n] times weight[n], as transformers' LlamaRMSNorm.
 void rms_norm(const float* x, const float* weight, float* y, int64_t T, int64_t n, float eps);
 /// Applies rotate-half RoPE in place to vec[nheads, D] at `pos` (transformers' apply_rotary_pos_emb).

@@ -80,13 +80,22 @@ struct DevBuf {
   void upload(const std::vector<T>& v, cudaStream_t s, const char* what) { upload(v.data(), v.size(), s, what); }
 };
 
-/// bf16 bits of a weight matrix (rows × cols), converting f32 when needed.
+/// bf16 bits of a weight matrix (rows × cols), converting f32 or dequantising stored blocks
+/// (WeightFormat::kStored) when needed.
 std::vector<uint16_t> as_bf16(const Mat& m, int64_t rows, int64_t cols) {
   const size_t n = static_cast<size_t>(rows * cols);
   std::vector<uint16_t> out(n);
-  if (m.bf16) std::memcpy(out.data(), m.bf16, n * 2);
-  else
+  if (m.bf16) {
+    std::memcpy(out.data(), m.bf16, n * 2);
+  } else if (m.f32) {
     for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16_bits(m.f32[i]);
+  } else {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(m.type, m.row(r), cols, row.data());
+      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = f32_to_bf16_bits(row[c]);
+    }
+  }
   return out;
 }
 
@@ -263,8 +272,7 @@ struct CudaBackend::Impl {
       }
     }
     up_mat(embed, as_bf16(m.embed(), V, H), "upload embed");
-    const bool tied = (m.lm_head().f32 && m.lm_head().f32 == m.embed().f32) ||
-                      (m.lm_head().bf16 && m.lm_head().bf16 == m.embed().bf16);
+    const bool tied = m.lm_head().data && m.lm_head().data == m.embed().data;
     if (tied) {
       lm_head = embed.p;
     } else {

@@ -1,0 +1,150 @@
+#include "engine/kernels/matmul.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+namespace kvb {
+
+namespace {
+
+// Loops with less work than this (multiply-adds) run on one thread: waking the team costs more
+// than it saves.
+constexpr int64_t kParallelWork = 1 << 15;
+// Weight rows per tile of the dot-product GEMM (16 rows of 1536 Q4_1 weights = 15 KiB: in L1).
+constexpr int64_t kTileRows = 16;
+
+/// OpenBLAS runs inside OpenMP's threads, never with its own (one pool; see matmul.h).
+void blas_single_threaded() {
+  static const bool once = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
+enum class PrefillGemm { kDot, kDequant };
+PrefillGemm prefill_gemm() {
+  static const PrefillGemm g = [] {
+    const char* e = std::getenv("KVB_PREFILL_GEMM");
+    return e && std::string_view(e) == "dot" ? PrefillGemm::kDot : PrefillGemm::kDequant;
+  }();
+  return g;
+}
+
+void add_bias(float* y, const float* bias, int64_t T, int64_t out) {
+  if (!bias) return;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < out; ++j) y[t * out + j] += bias[j];
+}
+
+}  // namespace
+
+Mat Mat::of_f32(const float* p, int64_t rows, int64_t cols) {
+  Mat m = of(DType::F32, p, rows, cols);
+  m.f32 = p;
+  return m;
+}
+Mat Mat::of_bf16(const uint16_t* p, int64_t rows, int64_t cols) {
+  Mat m = of(DType::BF16, p, rows, cols);
+  m.bf16 = p;
+  return m;
+}
+Mat Mat::of(DType type, const void* p, int64_t rows, int64_t cols, const int32_t* row_index) {
+  Mat m;
+  m.type = type;
+  m.data = p;
+  m.rows = rows;
+  m.cols = cols;
+  m.row_bytes = dtype_row_bytes(type, cols);
+  m.row_index = row_index;
+  if (!row_index && type == DType::F32) m.f32 = static_cast<const float*>(p);
+  if (!row_index && type == DType::BF16) m.bf16 = static_cast<const uint16_t*>(p);
+  return m;
+}
+
+bool matmul_uses_sgemm(const Mat& w, int64_t T) {
+  // f32: sgemm for every T (decode too), so that a row's result does not depend on how many rows
+  // share the call (chunked and whole prefills give the same bits: tests/policies ChunkInvariance).
+  if (w.f32) return true;
+  return T >= 32 && (!dtype_is_quantised(w.type) || prefill_gemm() == PrefillGemm::kDequant);
+}
+
+void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in,
+               int64_t out) {
+  blas_single_threaded();
+  const bool parallel = T * in * out > kParallelWork;
+  const int nthreads = parallel ? omp_get_max_threads() : 1;
+  // f32 weights with several rows (prefill, batched decode): sgemm on each thread's row slice;
+  // other types in prefill: sgemm on dequantised tiles.
+  const bool f32_gemm = w.f32 != nullptr;
+  if (matmul_uses_sgemm(w, T)) {
+    constexpr int64_t kDeqRows = 64;
+#pragma omp parallel num_threads(nthreads)
+    {
+      const int nt = omp_get_num_threads(), me = omp_get_thread_num();
+      if (f32_gemm && T >= 4 * nt) {
+        // Prefill: each thread multiplies its share of the activation rows with all of W, so a
+        // row's bits do not depend on how many rows share the call (chunked prefill == whole).
+        const int64_t t0 = T * me / nt, t1 = T * (me + 1) / nt;
+        if (t1 > t0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t1 - t0), static_cast<int>(out),
+                      static_cast<int>(in), 1.0f, x + t0 * in, static_cast<int>(in), w.f32, static_cast<int>(in),
+                      0.0f, y + t0 * out, static_cast<int>(out));
+      } else if (f32_gemm) {
+        // Decode: slices of whole 16-row groups of W, balanced across threads.
+        const int64_t groups = (out + 15) / 16;
+        const int64_t g0 = groups * me / nt, g1 = groups * (me + 1) / nt;
+        const int64_t j0 = std::min(out, g0 * 16), j1 = std::min(out, g1 * 16);
+        if (j1 > j0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(j1 - j0),
+                      static_cast<int>(in), 1.0f, x, static_cast<int>(in), w.f32 + j0 * in, static_cast<int>(in),
+                      0.0f, y + j0, static_cast<int>(out));
+      } else {
+        thread_local std::vector<float> tile;
+        tile.resize(static_cast<size_t>(kDeqRows) * in);
+#pragma omp for schedule(dynamic)
+        for (int64_t j0 = 0; j0 < out; j0 += kDeqRows) {
+          const int64_t nb = std::min(kDeqRows, out - j0);
+          for (int64_t r = 0; r < nb; ++r) dequantize_row(w.type, w.row(j0 + r), in, tile.data() + r * in);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(nb),
+                      static_cast<int>(in), 1.0f, x, static_cast<int>(in), tile.data(), static_cast<int>(in), 0.0f,
+                      y + j0, static_cast<int>(out));
+        }
+      }
+    }
+    add_bias(y, bias, T, out);
+    return;
+  }
+  // Dot-product path: quantise the activation rows once, then tiles of weight rows × all rows.
+  const VecDotFn dot = vec_dot_fn(w.type, best_isa());
+  const size_t ab = act_row_bytes(w.type, in);
+  thread_local std::vector<uint8_t> act_buf;
+  const uint8_t* act;
+  if (w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16) {
+    act = reinterpret_cast<const uint8_t*>(x);  // f32 activations as they are
+  } else {
+    act_buf.resize(ab * static_cast<size_t>(T));
+    uint8_t* a = act_buf.data();
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (T > 1)
+    for (int64_t t = 0; t < T; ++t) quantize_act_row(w.type, x + t * in, in, a + ab * t);
+    act = a;
+  }
+  const int64_t tiles = (out + kTileRows - 1) / kTileRows;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    const int64_t j0 = tile * kTileRows, j1 = std::min(out, j0 + kTileRows);
+    for (int64_t t = 0; t < T; ++t) {
+      const uint8_t* at = act + ab * t;
+      float* yt = y + t * out;
+      for (int64_t j = j0; j < j1; ++j) yt[j] = dot(in, w.row(j), at) + (bias ? bias[j] : 0.0f);
+    }
+  }
+}
+
+}  // namespace kvb

@@ -1,0 +1,6 @@
+// The AVX2 + FMA + F16C build of quants_x86.inc (this file alone gets those flags; see
+// engine/CMakeLists.txt). Called only when best_isa() finds them on the running CPU.
+#if defined(__x86_64__)
+#define KVB_VNNI 0
+#include "engine/kernels/quants_x86.inc"
+#endif

@@ -1,0 +1,6 @@
+// The AVX-512 VNNI build of quants_x86.inc (256-bit vpdpbusd via AVX512VL; this file alone gets
+// -mavx512f/vl/bw/vnni, see engine/CMakeLists.txt). Called only when best_isa() finds them.
+#if defined(__x86_64__)
+#define KVB_VNNI 1
+#include "engine/kernels/quants_x86.inc"
+#endif

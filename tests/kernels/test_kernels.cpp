@@ -1,0 +1,232 @@
+// Dot-product kernels and matmul_nt on weights as stored (engine/kernels). Every weight type,
+// every ISA the running CPU has, random blocks with ordinary and extreme scales:
+//  1. SIMD == scalar (up to f32 summation order);
+//  2. scalar == f64 dot of the dequantised weight row (dequantize_row, itself bit-identical to
+//     gguf-py: tests/gguf) and the dequantised activation blocks — the integer arithmetic is exact;
+//  3. against the f32 activations the error is within the activation rounding bound
+//     Σ_blocks (d_a / 2)·Σ|w| (d_a = the block's activation scale);
+//  4. matmul_nt (decode and prefill tilings, row index, bias) == dequantise-then-f64 matmul.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/kernels/matmul.h"
+#include "engine/kernels/quants.h"
+
+namespace kvb {
+namespace {
+
+const DType kAll[] = {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                      DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+/// Half-precision bits of a random finite value: exponent field in [lo, hi] (0 = subnormal),
+/// random mantissa and sign (sign forced + when `positive`).
+uint16_t rand_f16(std::mt19937& rng, int lo, int hi, bool positive) {
+  const uint16_t e = static_cast<uint16_t>(std::uniform_int_distribution<int>(lo, hi)(rng));
+  const uint16_t m = static_cast<uint16_t>(rng() & 0x3ff);
+  const uint16_t s = positive ? 0 : static_cast<uint16_t>(rng() & 0x8000);
+  return static_cast<uint16_t>(s | (e << 10) | m);
+}
+
+/// Random bytes for `n` elements of `t`; the f16 scale fields get values with exponents in
+/// [elo, ehi] (15 = 1.0). Everything else (quants, 6-bit scales, high bits) is uniform bytes.
+std::vector<uint8_t> rand_row(DType t, int64_t n, std::mt19937& rng, int elo, int ehi) {
+  std::vector<uint8_t> b(dtype_row_bytes(t, n));
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  auto put16 = [&](size_t off, uint16_t v) { std::memcpy(&b[off], &v, 2); };
+  const DTypeTraits tr = dtype_traits(t);
+  for (int64_t blk = 0; blk < n / tr.block; ++blk) {
+    const size_t o = static_cast<size_t>(blk * tr.bytes);
+    switch (t) {
+      case DType::F32: {
+        std::normal_distribution<float> nd(0.0f, std::ldexp(1.0f, ehi - 15));
+        const float v = nd(rng);
+        std::memcpy(&b[o], &v, 4);
+        break;
+      }
+      case DType::F16: put16(o, rand_f16(rng, elo, ehi, false)); break;
+      case DType::BF16: put16(o, f32_to_bf16_bits(std::ldexp(std::normal_distribution<float>()(rng), ehi - 15))); break;
+      case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: put16(o, rand_f16(rng, elo, ehi, false)); break;
+      case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K:
+        put16(o, rand_f16(rng, elo, ehi, false));
+        put16(o + 2, rand_f16(rng, elo, ehi, false));
+        break;
+      case DType::Q6_K: put16(o + 208, rand_f16(rng, elo, ehi, false)); break;
+    }
+  }
+  return b;
+}
+
+/// The activation row as the kernels see it: dequantised Q8 blocks (or the f32 row), and the
+/// per-element rounding bound d_a / 2.
+void act_view(DType w, const std::vector<uint8_t>& act, int64_t n, std::vector<double>& val, std::vector<double>& half_step) {
+  val.assign(n, 0.0);
+  half_step.assign(n, 0.0);
+  const size_t bytes = act_row_bytes(w, n);
+  if (bytes == static_cast<size_t>(n) * 4) {
+    for (int64_t i = 0; i < n; ++i) {
+      float f;
+      std::memcpy(&f, &act[4 * i], 4);
+      val[i] = f;
+    }
+    return;
+  }
+  const int64_t block = dtype_traits(w).block;
+  const size_t bb = bytes / static_cast<size_t>(n / block);
+  const size_t qoff = bb == 40 ? 8 : 4;  // Q8_1 has {d, s}; Q8_0 and Q8_K have {d}
+  for (int64_t b = 0; b < n / block; ++b) {
+    float d;
+    std::memcpy(&d, &act[b * bb], 4);
+    for (int64_t j = 0; j < block; ++j) {
+      val[b * block + j] = double(d) * static_cast<int8_t>(act[b * bb + qoff + j]);
+      half_step[b * block + j] = 0.5 * d;
+    }
+  }
+}
+
+struct Case {
+  const char* what;
+  int elo, ehi;     // weight scale exponents
+  float act_scale;  // activations ~ N(0, act_scale²)
+};
+const Case kCases[] = {
+    {"ordinary", 8, 14, 1.0f},
+    {"tiny scales (subnormal f16)", 0, 2, 1.0f},
+    {"huge scales", 24, 27, 1.0f},
+    {"huge activations", 8, 14, 3e4f},
+    {"tiny activations", 8, 14, 1e-6f},
+};
+
+TEST(Kernels, EveryTypeEveryIsaMatchesScalarAndDequantisedReference) {
+  std::mt19937 rng(1234);
+  for (const DType t : kAll) {
+    const int64_t n = dtype_traits(t).block == 256 ? 1024 : 576;
+    for (const Case& c : kCases) {
+      for (int rep = 0; rep < 20; ++rep) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " " + c.what + " rep " + std::to_string(rep));
+        const std::vector<uint8_t> w = rand_row(t, n, rng, c.elo, c.ehi);
+        std::vector<float> x(n);
+        std::normal_distribution<float> nd(0.0f, c.act_scale);
+        for (auto& v : x) v = nd(rng);
+        if (rep == 0) x.assign(n, 0.0f);  // an all-zero row quantises to d = 0
+        std::vector<uint8_t> act(act_row_bytes(t, n));
+        quantize_act_row(t, x.data(), n, act.data());
+
+        std::vector<float> wf(n);
+        dequantize_row(t, w.data(), n, wf.data());
+        std::vector<double> av, half;
+        act_view(t, act, n, av, half);
+        double ref = 0, mag = 0, bound = 0, exact = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          ref += double(wf[i]) * av[i];
+          mag += std::abs(double(wf[i]) * av[i]);
+          bound += std::abs(double(wf[i])) * half[i];
+          exact += double(wf[i]) * x[i];
+        }
+        const float scalar = vec_dot_fn(t, Isa::kScalar)(n, w.data(), act.data());
+        // 2. the scalar kernel vs the dequantised reference (f32 rounding of the block sums only)
+        EXPECT_NEAR(scalar, ref, 1e-5 * mag + 1e-30) << "scalar vs dequantised";
+        // 3. vs the f32 activations: within the activation rounding bound
+        EXPECT_NEAR(scalar, exact, bound + 1e-5 * mag + 1e-30) << "scalar vs f32 activations";
+        // 1. every SIMD variant this CPU runs vs scalar
+        for (const Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
+          if (!isa_supported(isa)) continue;
+          const float simd = vec_dot_fn(t, isa)(n, w.data(), act.data());
+          EXPECT_NEAR(simd, scalar, 1e-5 * mag + 1e-30) << isa_name(isa);
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, ActivationQuantisationRoundsToNearestLevel) {
+  std::mt19937 rng(7);
+  for (const DType t : {DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
+    const int64_t n = 512;
+    std::vector<float> x(n);
+    for (auto& v : x) v = std::normal_distribution<float>(0.0f, 2.0f)(rng);
+    x[3] = 0.0f;
+    std::vector<uint8_t> act(act_row_bytes(t, n));
+    quantize_act_row(t, x.data(), n, act.data());
+    std::vector<double> av, half;
+    act_view(t, act, n, av, half);
+    for (int64_t i = 0; i < n; ++i) EXPECT_LE(std::abs(av[i] - x[i]), half[i] * (1 + 1e-6) + 1e-12) << i;
+    EXPECT_EQ(av[3], 0.0);
+    // Q8_1 stores s = d·Σq per block; Q8_K stores the 16-element sums.
+    if (t == DType::Q4_1) {
+      for (int64_t b = 0; b < n / 32; ++b) {
+        float d, s;
+        std::memcpy(&d, &act[b * 40], 4);
+        std::memcpy(&s, &act[b * 40 + 4], 4);
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) sum += static_cast<int8_t>(act[b * 40 + 8 + j]);
+        EXPECT_FLOAT_EQ(s, d * sum);
+      }
+    }
+    if (t == DType::Q4_K) {
+      for (int64_t b = 0; b < n / 256; ++b)
+        for (int g = 0; g < 16; ++g) {
+          int16_t s;
+          std::memcpy(&s, &act[b * 292 + 260 + 2 * g], 2);
+          int sum = 0;
+          for (int j = 0; j < 16; ++j) sum += static_cast<int8_t>(act[b * 292 + 4 + 16 * g + j]);
+          EXPECT_EQ(s, sum);
+        }
+    }
+  }
+}
+
+TEST(Kernels, MatmulOnStoredWeightsEqualsDequantisedProduct) {
+  std::mt19937 rng(99);
+  for (const DType t : kAll) {
+    const int64_t in = dtype_traits(t).block == 256 ? 512 : 96, out = 37;
+    std::vector<uint8_t> w;
+    for (int64_t r = 0; r < out; ++r) {
+      auto row = rand_row(t, in, rng, 10, 14);
+      w.insert(w.end(), row.begin(), row.end());
+    }
+    std::vector<int32_t> index(out);
+    for (int64_t r = 0; r < out; ++r) index[r] = static_cast<int32_t>((r * 11) % out);  // a permutation
+    std::vector<float> bias(out);
+    for (auto& b : bias) b = std::normal_distribution<float>()(rng);
+    const Mat m = Mat::of(t, w.data(), out, in, index.data());
+    for (const int64_t T : {1, 3, 40}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " T=" + std::to_string(T));
+      std::vector<float> x(T * in), y(T * out);
+      for (auto& v : x) v = std::normal_distribution<float>()(rng);
+      matmul_nt(x.data(), m, bias.data(), y.data(), T, in, out);
+      std::vector<float> wr(in);
+      for (int64_t j = 0; j < out; ++j) {
+        dequantize_row(t, w.data() + static_cast<size_t>(index[j]) * m.row_bytes, in, wr.data());
+        for (int64_t r = 0; r < T; ++r) {
+          // Reference on this row's quantised activations, or the f32 row where matmul_nt takes
+          // the sgemm path (f32 weights, prefill tiles).
+          std::vector<double> av(x.begin() + r * in, x.begin() + (r + 1) * in), half;
+          if (!matmul_uses_sgemm(m, T)) {
+            std::vector<uint8_t> act(act_row_bytes(t, in));
+            quantize_act_row(t, &x[r * in], in, act.data());
+            act_view(t, act, in, av, half);
+          }
+          double ref = bias[j], mag = std::abs(bias[j]);
+          for (int64_t i = 0; i < in; ++i) {
+            ref += double(wr[i]) * av[i];
+            mag += std::abs(double(wr[i]) * av[i]);
+          }
+          EXPECT_NEAR(y[r * out + j], ref, 1e-5 * mag) << "row " << j << " token " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, BestIsaIsSupportedAndKvbIsaLowersIt) {
+  EXPECT_TRUE(isa_supported(best_isa()));
+  EXPECT_TRUE(isa_supported(Isa::kScalar));
+  for (const DType t : kAll) EXPECT_NE(vec_dot_fn(t, best_isa()), nullptr) << dtype_name(t);
+}
+
+}  // namespace
+}  // namespace kvb
