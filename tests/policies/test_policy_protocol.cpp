@@ -120,8 +120,12 @@ std::vector<ChunkCase> chunk_cases() {
 
 /// Pins OpenBLAS to one thread for its lifetime. Multithreaded OpenBLAS (0.3.21) does not give
 /// the same bits for a row when the number of rows in the GEMM changes (up to 1.4e-5 on
-/// stories260K's logits with the FULL cache), so the 1e-5 logits check runs single-threaded:
-/// what it checks is the compression protocol, not the BLAS library's reduction order.
+/// stories260K's logits with the FULL cache), so the tighter logits check runs single-threaded:
+/// what it checks is the compression protocol, not the BLAS library's reduction order. Even
+/// single-threaded, OpenBLAS's AVX-512 (SkylakeX/Zen 4) SGEMM kernels block by the row count,
+/// so a chunk of 64 rows and the whole prompt sum in another order: measured up to 1.7e-5 on an
+/// AMD EPYC (Zen 4), < 1e-5 on AVX2 machines. The bound is 5e-5 (logits of magnitude ~10: a few
+/// f32 ulps per layer), still half the threaded one; tokens and evictions are compared exactly.
 struct OneBlasThread {
   OneBlasThread() : n(openblas_get_num_threads()) { openblas_set_num_threads(1); }
   ~OneBlasThread() { openblas_set_num_threads(n); }
@@ -146,7 +150,7 @@ class ChunkInvariance : public ::testing::TestWithParam<ChunkCase> {
       EXPECT_EQ(r.evictions, whole.evictions);
       EXPECT_LE(max_abs_diff(r.logits, whole.logits), 1e-4f);
     }
-    // Single-threaded BLAS: per-step logits within 1e-5.
+    // Single-threaded BLAS: per-step logits within 5e-5 (see OneBlasThread).
     OneBlasThread one;
     const RunOut whole1 = run(m, c.spec, c.budget, 4096, prompt, &whole.tokens);
     EXPECT_EQ(whole1.tokens, whole.tokens);
@@ -154,7 +158,7 @@ class ChunkInvariance : public ::testing::TestWithParam<ChunkCase> {
       SCOPED_TRACE("single-threaded BLAS, prefill chunk " + std::to_string(chunk));
       const RunOut r = run(m, c.spec, c.budget, chunk, prompt, &whole.tokens);
       EXPECT_EQ(r.tokens, whole.tokens);
-      EXPECT_LE(max_abs_diff(r.logits, whole1.logits), 1e-5f);
+      EXPECT_LE(max_abs_diff(r.logits, whole1.logits), 5e-5f);
     }
   }
 };
