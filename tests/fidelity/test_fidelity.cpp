@@ -104,7 +104,9 @@ TEST(FidelityPolicies, ListSplitsOnPolicyNamesOnly) {
   EXPECT_EQ(split_policy_list("full,snapkv:window=8,kernel=5,h2o,oracle:buffer=16"),
             (std::vector<std::string>{"full", "snapkv:window=8,kernel=5", "h2o", "oracle:buffer=16"}));
   EXPECT_NE(error_of([] { split_policy_list("window=8,full"); }).find("before any policy"), std::string::npos);
-  EXPECT_NE(error_of([] { split_policy_list(",,"); }).find("no policy"), std::string::npos);
+  EXPECT_NE(error_of([] { split_policy_list(""); }).find("no policy"), std::string::npos);
+  EXPECT_NE(error_of([] { split_policy_list("full,,snapkv"); }).find("--policies: empty item"), std::string::npos);
+  EXPECT_NE(error_of([] { split_policy_list("snapkv:window=4,"); }).find("--policies: empty item"), std::string::npos);
 }
 
 std::string run(const std::string& args, int* rc) {
