@@ -4,12 +4,24 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
+#include "engine/model/model.h"
 #include "engine/policies/policy.h"
 
 namespace kvb::test {
+
+/// ../shared/models/stories260K-hf, the real tiny model the engine-level policy tests run on.
+inline const std::string kStoriesDir = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
+
+/// stories260K loaded once per test binary (f32 weights). Throws kvb::Error when it is absent:
+/// callers check KVB_REQUIRE_SHARED first.
+inline std::shared_ptr<Model> stories() {
+  static std::shared_ptr<Model> m = Model::load_dir(kStoriesDir);
+  return m;
+}
 
 /// One sequence in a cache with `layers` layers of `hkv` heads of dim `d`; queries are held
 /// here and served through LayerStep::window_queries (oldest first, [Hq, w, D]).

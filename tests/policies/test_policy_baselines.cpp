@@ -19,12 +19,8 @@
 namespace kvb {
 namespace {
 
-const std::string kDir = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
-
-std::shared_ptr<Model> stories() {
-  static std::shared_ptr<Model> m = Model::load_dir(kDir);
-  return m;
-}
+const std::string& kDir = test::kStoriesDir;
+using test::stories;
 
 GenerationRequest request(int new_tokens) {
   GenerationRequest r;

@@ -8,17 +8,14 @@
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "harness.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
 
-const std::string kDir = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
-
-std::shared_ptr<Model> stories() {
-  static std::shared_ptr<Model> m = Model::load_dir(kDir);
-  return m;
-}
+const std::string& kDir = test::kStoriesDir;
+using test::stories;
 
 struct Case {
   std::string spec;
