@@ -40,7 +40,7 @@ std::vector<std::string> rebuild_safetensors(const std::string& gguf, const nloh
   GgufModel g = load_gguf(gguf);
   std::vector<std::string> problems;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  std::vector<const TensorView*> views;
+  std::vector<std::vector<float>> data;  // each tensor dequantised, rows in Hugging Face order
   uint64_t off = 0;
   for (const auto& t : manifest["tensors"]) {
     const std::string name = t["name"];
@@ -49,15 +49,19 @@ std::vector<std::string> rebuild_safetensors(const std::string& gguf, const nloh
       problems.push_back(name + ": not in kvbench's GGUF weights");
       continue;
     }
-    if (v->dtype != DType::F32 || v->shape != t["shape"].get<std::vector<int64_t>>()) {
-      problems.push_back(name + ": dtype/shape differ");
+    if (v->shape != t["shape"].get<std::vector<int64_t>>()) {
+      problems.push_back(name + ": shape differs");
       continue;
     }
-    const std::string bytes(static_cast<const char*>(v->data), v->nbytes());
+    // GGUF tensors stay in the file's type; to_f32 dequantises them and undoes llama's Q/K row
+    // order, as a load with f32 weights does.
+    std::vector<float> f = WeightStore::to_f32(*v);
+    const size_t nbytes = f.size() * sizeof(float);
+    const std::string bytes(reinterpret_cast<const char*>(f.data()), nbytes);
     if (kvb::sha256_hex(bytes) != t["sha256"].get<std::string>()) problems.push_back(name + ": bytes differ");
-    header[name] = {{"dtype", "F32"}, {"shape", v->shape}, {"data_offsets", {off, off + v->nbytes()}}};
-    off += v->nbytes();
-    views.push_back(v);
+    header[name] = {{"dtype", "F32"}, {"shape", v->shape}, {"data_offsets", {off, off + nbytes}}};
+    off += nbytes;
+    data.push_back(std::move(f));
   }
   std::string h = header.dump();
   while (h.size() % 8) h += ' ';
@@ -65,7 +69,8 @@ std::vector<std::string> rebuild_safetensors(const std::string& gguf, const nloh
   const uint64_t hl = h.size();
   out.write(reinterpret_cast<const char*>(&hl), 8);
   out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const TensorView* v : views) out.write(static_cast<const char*>(v->data), static_cast<std::streamsize>(v->nbytes()));
+  for (const auto& f : data)
+    out.write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size() * sizeof(float)));
   if (!out) problems.push_back("writing " + dir + "/model.safetensors failed");
   return problems;
 }
