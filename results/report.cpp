@@ -319,7 +319,9 @@ std::map<std::string, std::string> display_model_names(const std::set<std::strin
     std::map<std::string, std::vector<std::string>> by_name;
     for (const auto& [id, c] : comps) by_name[name_of(id)].push_back(id);
     for (const auto& [id, n] : out) by_name[n];  // plain ids keep their names
-    for (auto& [n, v] : by_name) {
+    for (auto& entry : by_name) {
+      const std::string& n = entry.first;  // a plain name: lambdas cannot capture structured bindings in clang 14
+      const std::vector<std::string>& v = entry.second;
       bool taken = v.size() > 1 || std::any_of(out.begin(), out.end(), [&](const auto& o) { return o.second == n; });
       if (!taken) continue;
       for (const auto& id : v)
