@@ -5,7 +5,7 @@ as llama.cpp's convert script writes them (gguf-py GGUFWriter.add_chat_template 
 names in `tokenizer.chat_templates`), written by gguf-py's own gguf_new_metadata script. Read by
 kvbench's --chat-template NAME (harness/model_source.cpp; tests/harness/test_model_source.cpp).
 
-    /work/venv-goldens/bin/python tools/gen_gguf_named_templates.py   (needs: pip install gguf)
+    .venv-goldens/bin/python tools/gen_gguf_named_templates.py   (needs: pip install gguf)
 """
 import json
 import os

@@ -18,7 +18,7 @@
    `kvbench generate --chat` must print byte for byte.
 
 Run from the repository root with the goldens venv (torch, transformers, gguf, safetensors):
-    /work/venv-goldens/bin/python tools/gen_hf_dir_goldens.py [--gguf PATH]
+    .venv-goldens/bin/python tools/gen_hf_dir_goldens.py [--gguf PATH]
 """
 import argparse
 import hashlib

@@ -31,8 +31,8 @@ does not exist. The archives keep torch's member layout (stored, <top>/data.pkl,
 <top>/byteorder, <top>/version); only data.pkl (or byteorder) is replaced.
 
 Run from the repository root with the goldens venv (torch, safetensors):
-    python3 -m venv /work/venv-goldens && /work/venv-goldens/bin/pip install torch safetensors
-    /work/venv-goldens/bin/python tools/gen_pth_fixtures.py
+    tools/goldens_venv.sh   (or: python3 -m venv .venv-goldens && .venv-goldens/bin/pip install torch safetensors)
+    .venv-goldens/bin/python tools/gen_pth_fixtures.py
 """
 import collections
 import io
