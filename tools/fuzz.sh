@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of fuzz/ with clang (ASan + UBSan) into build-fuzz/ and runs each
 # for SECONDS (default 60), seeded from the test fixtures; a finding stops that target and
-# leaves its reproducer in build-fuzz/findings/<target>/. Prints one line per target.
+# leaves its reproducer in build-fuzz/findings/<target>/. Prints one line per target, and for a
+# finding the sanitizer's summary and the first frames of its stack.
+# Every input under fuzz/regressions/<target>/ (reproducers of fixed findings) is replayed first.
 #   tools/fuzz.sh [SECONDS] [TARGET...]
+# KVB_FUZZ_SEED=N fixes libFuzzer's random seed (CI sets it, so a CI run can be replayed).
 # Needs clang (Debian: apt-get install clang) besides bootstrap.sh's packages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +76,7 @@ PY
       printf '%s' '{"choices":[]}' > "$d/empty"
       printf '%s' 'Wed, 21 Oct 2015 07:28:00 GMT' > "$d/date" ;;
   esac
+  [ -d "fuzz/regressions/$t" ] && find "fuzz/regressions/$t" -type f | cp_all "$d"
   [ -n "$(ls -A "$d")" ] || [ "$t" = fuzz_results_db ] || printf '{}' > "$d/empty"
 }
 
@@ -83,8 +87,20 @@ for t in "${TARGETS[@]}"; do
   seed "$t" "$corpus"
   mkdir -p "$findings"
   log="build-fuzz/$t.log"
+ seed_arg=()
+  [ -n "${KVB_FUZZ_SEED:-}" ] && seed_arg=(-seed="$KVB_FUZZ_SEED")
+  if [ -d "fuzz/regressions/$t" ]; then  # known reproducers must pass before any fuzzing
+    if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        "build-fuzz/$t" $(find "fuzz/regressions/$t" -type f) >"$log" 2>&1; then
+      fails=$((fails + 1))
+      echo "$t: a reproducer in fuzz/regressions/$t fails again:"
+      grep -m1 -A12 -E 'ERROR|runtime error' "$log" | sed 's/^/    /'
+      continue
+    fi
+  fi
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "build-fuzz/$t" "$corpus" -max_total_time="$SECS" -rss_limit_mb=4096 -max_len=262144 -timeout=30 \
+    "build-fuzz/$t" "${seed_arg[@]}" "$corpus" -max_total_time="$SECS" -rss_limit_mb=4096 -max_len=262144 -timeout=30 \
     -artifact_prefix="$findings/" -print_final_stats=1 >"$log" 2>&1
   rc=$?
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
@@ -93,6 +109,12 @@ for t in "${TARGETS[@]}"; do
   else
     fails=$((fails + 1))
     echo "$t: FINDING after ${runs:-?} inputs (exit $rc): $(ls "$findings" | head -3 | tr '\n' ' ') — see $log"
+    # the sanitizer's report and the frames in our code, so a CI log alone shows what broke
+    grep -m1 -E 'ERROR|runtime error|SUMMARY' "$log" | sed 's/^/    /'
+    grep -E '^ +#[0-9]+ .* in .*(kvb|/engine/|/harness/|/graders/|/datasets/|/tasks/|/fuzz/)' "$log" \
+      | head -8 | sed -E 's/ \(\/[^)]*\)//; s/^/    /'
+    base64 -w0 "$findings"/* 2>/dev/null | head -c 4096 | sed 's/^/    reproducer (base64, first 4 KiB): /'
+    echo
   fi
 done
 exit $((fails > 0))

@@ -179,6 +179,9 @@ struct Cursor {
     const uint64_t n = read<uint64_t>(field + " (string length)");
     need(n, field + " (string of " + std::to_string(n) + " bytes)");
     std::string s(reinterpret_cast<const char*>(data + pos), static_cast<size_t>(n));
+    // GGUF strings are UTF-8 (GGUF spec, "gguf_string_t"); anything else would reach the
+    // tokenizer, the chat template and the JSON we store, so it is refused here, by field.
+    if (!utf8::is_valid(s)) fail_at(path, field, "is not valid UTF-8");
     pos += static_cast<size_t>(n);
     return s;
   }
