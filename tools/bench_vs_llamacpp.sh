@@ -11,6 +11,8 @@
 #
 # Usage: tools/bench_vs_llamacpp.sh [--kvbench PATH] [--threads N] [--context N] [--gen N]
 #                                   [--reps N] [--llama-cpp-python VERSION] [--cache DIR]
+# Then, with the goldens virtualenv (tools/goldens_venv.sh; or KVB_PYTHON=python), transformers
+# against kvbench at batch 1, 8 and 32 on an F32 safetensors copy (tools/bench_vs_transformers.py).
 # (llama-bench reports the mean of --reps runs, kvbench bench the last of --reps.)
 # Environment: KVB_ISA (scalar|avx2|avx512vnni) lowers kvbench's kernels; OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE are passed through as set (the issue asks for numbers with them set and unset).
@@ -89,3 +91,13 @@ for f in "${files[@]}"; do
   printf '| %-28s | %12.1f | %12.1f | %6.2f | %12.1f | %12.1f | %6.2f |\n' "$(basename "$f" .gguf | sed 's/SmolLM2-135M-Instruct\.//')" \
     "$pp_l" "$pp_k" "$(echo "$pp_k / $pp_l" | bc -l)" "$tg_l" "$tg_k" "$(echo "$tg_k / $tg_l" | bc -l)"
 done
+
+# 4. transformers (batch 1, 8, 32 on the F32 safetensors copy), when the goldens virtualenv exists.
+py="${KVB_PYTHON:-$here/.venv-goldens/bin/python}"
+if [ -x "$py" ]; then
+  echo
+  "$py" "$here/tools/bench_vs_transformers.py" --kvbench "$kvbench" --gguf "$model" --threads "$threads" \
+    --context "$context" --gen "$gen" --reps "$reps"
+else
+  echo "(transformers side skipped: no $py; tools/goldens_venv.sh makes it, or set KVB_PYTHON)"
+fi
