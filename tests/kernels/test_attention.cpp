@@ -101,7 +101,10 @@ void check(const Shape& s, bool evict, bool ranges_on, bool colsum_on, Isa isa, 
   std::vector<AttentionTask> tasks;
   for (int h = 0; h < s.Hkv; ++h) {
     const int32_t L = f.cache.length(f.seq, 0, h);
-    if (ranges_on) ranges[h] = {{0, 3}, {L / 3, L / 2}, {L - 5, L}};
+    if (ranges_on) {  // a head start, a middle run (maybe empty) and the tail, as Quest reads pages
+      const int32_t b1 = std::min(3, L), a2 = std::max(b1, L / 3), b2 = std::max(a2, L / 2), a3 = std::max(b2, L - 5);
+      ranges[h] = {{0, b1}, {a2, b2}, {a3, L}};
+    }
     colsum[h].assign(L, 0.0f);
     tasks.push_back({.seq = f.seq, .head = h, .n = n, .start_pos = start, .q = &q[h * s.G * s.D],
                      .out = &out[h * s.G * s.D], .stride = int64_t(Hq) * s.D,
