@@ -68,6 +68,15 @@ void round_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_bits_to_f32(f32_to_bf16_bits(x[i]));
 }
 
+/// Resizes work buffer `v` to n floats, first releasing it when it holds over 4× that (and over
+/// 256 KiB): a prefill chunk's buffers are T times a decode step's (12 MB for a 512-token chunk of
+/// SmolLM2-135M), and kept through decode they would sit in the peak RSS next to the full KV cache.
+void fit_buffer(std::vector<float>& v, int64_t n) {
+  const size_t want = static_cast<size_t>(n);
+  if (v.capacity() > 4 * want && v.capacity() > (size_t(1) << 16)) std::vector<float>().swap(v);
+  v.resize(want);
+}
+
 inline float dot(const float* a, const float* b, int n) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
@@ -99,16 +108,16 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     row0[b + 1] = row0[b] + items[b].n;
   }
   const int64_t T = row0.back();
-  x_.resize(T * H);
-  xn_.resize(T * H);
-  q_.resize(T * Hq * D);
-  k_.resize(T * Hkv * D);
-  v_.resize(T * Hkv * D);
-  att_.resize(T * Hq * D);
-  gate_.resize(T * I);
-  up_.resize(T * I);
-  if (needs.keys_pre_rope) kpre_.resize(T * Hkv * D);
-  if (needs.queries_pre_rope) qpre_.resize(T * Hq * D);
+  fit_buffer(x_, T * H);
+  fit_buffer(xn_, T * H);
+  fit_buffer(q_, T * Hq * D);
+  fit_buffer(k_, T * Hkv * D);
+  fit_buffer(v_, T * Hkv * D);
+  fit_buffer(att_, T * Hq * D);
+  fit_buffer(gate_, T * I);
+  fit_buffer(up_, T * I);
+  if (needs.keys_pre_rope) fit_buffer(kpre_, T * Hkv * D);
+  if (needs.queries_pre_rope) fit_buffer(qpre_, T * Hq * D);
 
   for (size_t b = 0; b < items.size(); ++b) {
     for (int i = 0; i < items[b].n; ++i) {
