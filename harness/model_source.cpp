@@ -1,5 +1,9 @@
 #include "harness/model_source.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 
 #include <cstdlib>
@@ -93,7 +97,20 @@ void check_model_source(const std::string& spec) {
   }
 }
 
-LoadedModel load_model(const std::string& spec, WeightFormat fmt, const std::string& chat_template) {
+namespace {
+/// Returns the heap pages freed while loading to the OS. Building the tokenizer (for GGUF: vocab
+/// and merges → a tokenizer.json document → tok::Tokenizer) frees ~25 MB of small blocks that
+/// glibc would otherwise keep resident for the process's life (measured on SmolLM2-135M Q4_1:
+/// anonymous RSS after loading 29 MB, with the tokenizer then dropped still 29 MB), and the KV
+/// pages and work buffers allocated later are mmapped, so they never reuse that memory.
+void release_freed_heap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+/// load_model without release_freed_heap().
+LoadedModel load_model_unreleased(const std::string& spec, WeightFormat fmt, const std::string& chat_template) {
   const SourceKind kind = source_kind(spec);
   if (kind == SourceKind::kDefault) {
     const std::string path = default_model_path();
@@ -123,6 +140,14 @@ LoadedModel load_model(const std::string& spec, WeightFormat fmt, const std::str
     if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
       m.eos_ids.push_back(*e);
   }
+  return m;
+}
+
+}  // namespace
+
+LoadedModel load_model(const std::string& spec, WeightFormat fmt, const std::string& chat_template) {
+  LoadedModel m = load_model_unreleased(spec, fmt, chat_template);
+  release_freed_heap();
   return m;
 }
 

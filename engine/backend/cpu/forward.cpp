@@ -68,54 +68,20 @@ void round_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_bits_to_f32(f32_to_bf16_bits(x[i]));
 }
 
+/// Resizes work buffer `v` to n floats, first releasing it when it holds over 4× that (and over
+/// 256 KiB): a prefill chunk's buffers are T times a decode step's (12 MB for a 512-token chunk of
+/// SmolLM2-135M), and kept through decode they would sit in the peak RSS next to the full KV cache.
+void fit_buffer(std::vector<float>& v, int64_t n) {
+  const size_t want = static_cast<size_t>(n);
+  if (v.capacity() > 4 * want && v.capacity() > (size_t(1) << 16)) std::vector<float>().swap(v);
+  v.resize(want);
+}
+
 inline float dot(const float* a, const float* b, int n) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (int i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
-}
-
-// Softmax attention of one query over one kv head's cached tokens with pos ≤ qpos.
-// scores: scratch [L]; out: [D]. Returns nothing; if colsum is given, adds the probabilities.
-void attend_one(const KVCache& cache, SeqId seq, int layer, int h, const float* q, int32_t qpos, int D,
-                float scale, std::vector<float>& scores, float* out, float* colsum) {
-  const auto& pages = cache.pages(seq, layer, h);
-  const int32_t L = cache.length(seq, layer, h);
-  const int P = cache.config().page_size;
-  scores.resize(std::max<int32_t>(L, 1));
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int32_t t0 = 0, pi = 0; t0 < L; t0 += P, ++pi) {
-    const float* kp = cache.page_keys(pages[pi]);
-    const int32_t* pp = cache.page_positions(pages[pi]);
-    const int n = std::min<int32_t>(P, L - t0);
-    for (int j = 0; j < n; ++j) {
-      float sc = pp[j] <= qpos ? dot(q, kp + j * D, D) * scale : -std::numeric_limits<float>::infinity();
-      scores[t0 + j] = sc;
-      mx = std::max(mx, sc);
-    }
-  }
-  std::fill(out, out + D, 0.0f);
-  if (L == 0 || mx == -std::numeric_limits<float>::infinity()) return;
-  float sum = 0.0f;
-  for (int32_t t = 0; t < L; ++t) {
-    const float e = std::exp(scores[t] - mx);
-    scores[t] = e;
-    sum += e;
-  }
-  const float inv = 1.0f / sum;
-  for (int32_t t0 = 0, pi = 0; t0 < L; t0 += P, ++pi) {
-    const float* vp = cache.page_values(pages[pi]);
-    const int n = std::min<int32_t>(P, L - t0);
-    for (int j = 0; j < n; ++j) {
-      const float pr = scores[t0 + j] * inv;
-      if (pr == 0.0f) continue;
-      const float* vr = vp + j * D;
-#pragma omp simd
-      for (int d = 0; d < D; ++d) out[d] += pr * vr[d];
-    }
-  }
-  if (colsum)
-    for (int32_t t = 0; t < L; ++t) colsum[t] += scores[t] * inv;
 }
 
 }  // namespace
@@ -142,16 +108,16 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     row0[b + 1] = row0[b] + items[b].n;
   }
   const int64_t T = row0.back();
-  x_.resize(T * H);
-  xn_.resize(T * H);
-  q_.resize(T * Hq * D);
-  k_.resize(T * Hkv * D);
-  v_.resize(T * Hkv * D);
-  att_.resize(T * Hq * D);
-  gate_.resize(T * I);
-  up_.resize(T * I);
-  if (needs.keys_pre_rope) kpre_.resize(T * Hkv * D);
-  if (needs.queries_pre_rope) qpre_.resize(T * Hq * D);
+  fit_buffer(x_, T * H);
+  fit_buffer(xn_, T * H);
+  fit_buffer(q_, T * Hq * D);
+  fit_buffer(k_, T * Hkv * D);
+  fit_buffer(v_, T * Hkv * D);
+  fit_buffer(att_, T * Hq * D);
+  fit_buffer(gate_, T * I);
+  fit_buffer(up_, T * I);
+  if (needs.keys_pre_rope) fit_buffer(kpre_, T * Hkv * D);
+  if (needs.queries_pre_rope) fit_buffer(qpre_, T * Hq * D);
 
   for (size_t b = 0; b < items.size(); ++b) {
     for (int i = 0; i < items[b].n; ++i) {
@@ -210,35 +176,23 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
         policy_driver::record_queries(qh, l, items[b], &q_[(row0[b] + first) * Hq * D], Hq, D);
       }
     }
-    // Attention: one task per (item, kv head); G query heads × n queries each.
+    // Attention: one task per (item, kv head), its G query heads × n queries against each page
+    // of the head (engine/kernels/attention.h).
     if (needs.attention_colsum) {
       colsum.assign(items.size() * Hkv, {});
       for (size_t b = 0; b < items.size(); ++b)
         for (int h = 0; h < Hkv; ++h) colsum[b * Hkv + h].assign(cache_.length(items[b].seq, l, h), 0.0f);
     }
-    const int64_t tasks = static_cast<int64_t>(items.size()) * Hkv;
-    int64_t attn_work = 0;
+    attn_tasks_.clear();
     for (size_t b = 0; b < items.size(); ++b)
-      attn_work += static_cast<int64_t>(items[b].n) * cache_.max_length(items[b].seq, l) * Hq * D;
-#pragma omp parallel if (attn_work > kParallelWork)
-    {
-      std::vector<float> scores;
-#pragma omp for schedule(dynamic)
-      for (int64_t task = 0; task < tasks; ++task) {
-        const size_t b = task / Hkv;
-        const int h = static_cast<int>(task % Hkv);
-        float* cs = needs.attention_colsum ? colsum[task].data() : nullptr;
-        for (int i = 0; i < items[b].n; ++i) {
-          const int64_t t = row0[b] + i;
-          const int32_t qpos = static_cast<int32_t>(items[b].start_pos + i);
-          for (int g = 0; g < G; ++g) {
-            const int hq = h * G + g;
-            attend_one(cache_, items[b].seq, l, h, &q_[(t * Hq + hq) * D], qpos, D, scale, scores,
-                       &att_[(t * Hq + hq) * D], cs);
-          }
-        }
+      for (int h = 0; h < Hkv; ++h) {
+        const int64_t off = (row0[b] * Hq + static_cast<int64_t>(h) * G) * D;
+        attn_tasks_.push_back({.seq = items[b].seq, .head = h, .n = items[b].n, .start_pos = items[b].start_pos,
+                               .q = &q_[off], .out = &att_[off], .stride = static_cast<int64_t>(Hq) * D,
+                               .colsum = needs.attention_colsum ? colsum[b * Hkv + h].data() : nullptr,
+                               .ranges = {}});
       }
-    }
+    paged_attention(cache_, l, G, scale, attn_tasks_);
     // Policy hook per sequence, then compaction.
     if (policy) {
       const auto tp = clock::now();

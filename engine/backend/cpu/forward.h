@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/kernels/attention.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/policies/policy.h"
@@ -83,6 +84,7 @@ class CpuBackend {
   KVCache& cache_;
   bool bf16_points_ = false;
   std::vector<float> x_, xn_, q_, k_, v_, kpre_, qpre_, att_, tmp_, gate_, up_;
+  std::vector<AttentionTask> attn_tasks_;  ///< this layer's (item, kv head) attention tasks
 };
 
 // matmul_nt (y = x·Wᵀ on weights as stored) lives in engine/kernels/matmul.h.

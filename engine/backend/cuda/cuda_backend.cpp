@@ -14,6 +14,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +24,8 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <string>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -48,6 +51,54 @@ namespace {
 
 void check_blas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS {}: status {}", what, static_cast<int>(s));
+}
+
+#define KVB_SYM_NAME2(x) #x
+#define KVB_SYM_NAME(x) KVB_SYM_NAME2(x)  // after cublas_v2.h's renames (cublasCreate -> cublasCreate_v2)
+
+/// The cuBLAS entry points the backend calls, loaded with dlopen when the first CUDA backend is
+/// built. kvbench does not link cuBLAS: a linked libcublas pulls in libcublasLt, whose load-time
+/// relocations alone raise every process's peak RSS by about 210 MiB (measured: an empty program
+/// linked with it peaks at 211 MiB, 1 MiB without; cudart costs 0.5 MiB), which CPU runs would pay.
+struct CublasApi {
+  decltype(&cublasCreate) create;
+  decltype(&cublasDestroy) destroy;
+  decltype(&cublasSetStream) set_stream;
+  decltype(&cublasSetWorkspace) set_workspace;
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  decltype(&cublasSgemm) sgemm;
+  decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
+};
+
+/// Loads libcublas.so.<major of the headers built against> (the loader's search path, then the
+/// toolkit's library folder of the build, KVB_CUDA_LIBDIR). Throws kvb::Error when it or a symbol
+/// is missing.
+const CublasApi& cublas() {
+  static const CublasApi api = [] {
+    const std::string so = fmt::format("libcublas.so.{}", CUBLAS_VER_MAJOR);
+    void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+#ifdef KVB_CUDA_LIBDIR
+    if (!h) h = dlopen((std::string(KVB_CUDA_LIBDIR) + "/" + so).c_str(), RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!h) fail("--backend cuda: cannot load {}: {}", so, dlerror());
+    auto sym = [h, &so](auto& fn, const char* name) {
+      void* p = dlsym(h, name);
+      if (!p) fail("--backend cuda: {} has no symbol {}", so, name);
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    CublasApi a{};
+    sym(a.create, KVB_SYM_NAME(cublasCreate));
+    sym(a.destroy, KVB_SYM_NAME(cublasDestroy));
+    sym(a.set_stream, KVB_SYM_NAME(cublasSetStream));
+    sym(a.set_workspace, KVB_SYM_NAME(cublasSetWorkspace));
+    sym(a.gemm_ex, KVB_SYM_NAME(cublasGemmEx));
+    sym(a.sgemm, KVB_SYM_NAME(cublasSgemm));
+    sym(a.sgemm_strided_batched, KVB_SYM_NAME(cublasSgemmStridedBatched));
+    return a;
+  }();
+  return api;
 }
 
 /// A growable device buffer of T (contents are not preserved by grow()).
@@ -207,11 +258,11 @@ struct CudaBackend::Impl {
     check(cudaSetDevice(0), "set device");
     check(cudaGetDeviceProperties(&prop, 0), "device properties");
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-    check_blas(cublasCreate(&blas), "create");
-    check_blas(cublasSetStream(blas, stream), "set stream");
+    check_blas(cublas().create(&blas), "create");
+    check_blas(cublas().set_stream(blas, stream), "set stream");
     // An explicit workspace, so that cuBLAS allocates nothing while a decode graph is captured.
     blas_ws.grow(size_t(32) << 20, "cuBLAS workspace");
-    check_blas(cublasSetWorkspace(blas, blas_ws.p, blas_ws.n), "set workspace");
+    check_blas(cublas().set_workspace(blas, blas_ws.p, blas_ws.n), "set workspace");
     pt_store = std::make_unique<cuda::PageTableStore>(L, Hkv);
     seen_shrinks = cache.page_list_shrinks();
     if (const char* g = std::getenv("KVB_CUDA_GRAPHS")) graphs = std::string(g) != "0";
@@ -224,7 +275,7 @@ struct CudaBackend::Impl {
     if (k_pool) cudaFree(k_pool);
     if (v_pool) cudaFree(v_pool);
     if (pos_pool) cudaFree(pos_pool);
-    if (blas) cublasDestroy(blas);
+    if (blas) cublas().destroy(blas);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -291,8 +342,8 @@ struct CudaBackend::Impl {
   /// y[T, out] (f32) = x[T, in] (bf16) · W[out, in]ᵀ (bf16) + β·y.
   void gemm(const uint16_t* xb, const uint16_t* w, float* y, int T, int in, int out, float beta) {
     const float alpha = 1.0f;
-    check_blas(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha, w, CUDA_R_16BF, in, xb,
-                            CUDA_R_16BF, in, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check_blas(cublas().gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha, w, CUDA_R_16BF, in, xb,
+                                CUDA_R_16BF, in, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "gemm");
   }
 
@@ -579,13 +630,14 @@ struct CudaBackend::Impl {
     const float one = 1.0f, zero = 0.0f;
     if (hid_heads == 1) {
       const float* w1 = d.w1.p + (head >= 0 ? static_cast<size_t>(head) * m.hidden * m.in : 0);
-      check_blas(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, m.hidden, rows, m.in, &one, w1, m.in, mlp_x.p, m.in,
-                             &zero, mlp_hid.p, m.hidden),
+      check_blas(cublas().sgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, m.hidden, rows, m.in, &one, w1, m.in, mlp_x.p,
+                                m.in, &zero, mlp_hid.p, m.hidden),
                  "policy MLP sgemm");
     } else {
-      check_blas(cublasSgemmStridedBatched(blas, CUBLAS_OP_T, CUBLAS_OP_N, m.hidden, rows, m.in, &one, d.w1.p, m.in,
-                                           static_cast<long long>(m.hidden) * m.in, mlp_x.p, m.heads * m.in, m.in,
-                                           &zero, mlp_hid.p, m.heads * m.hidden, m.hidden, m.heads),
+      check_blas(cublas().sgemm_strided_batched(blas, CUBLAS_OP_T, CUBLAS_OP_N, m.hidden, rows, m.in, &one, d.w1.p,
+                                                m.in, static_cast<long long>(m.hidden) * m.in, mlp_x.p,
+                                                m.heads * m.in, m.in, &zero, mlp_hid.p, m.heads * m.hidden,
+                                                m.hidden, m.heads),
                  "policy MLP sgemm (batched over heads)");
     }
     const int out_heads = head >= 0 ? 1 : m.heads;
