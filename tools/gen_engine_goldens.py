@@ -3,7 +3,8 @@
 
 Run from the repository root (needs network access to PyPI once):
     python3 -m venv .venv-goldens && .venv-goldens/bin/pip install torch transformers safetensors numpy
-    .venv-goldens/bin/python tools/gen_engine_goldens.py
+    .venv-goldens/bin/python tools/gen_engine_goldens.py [NAME ...]
+(NAME ...: only those models, e.g. tiny-mistral; default all).
 
 Writes tests/fixtures/models/<name>/{config.json, generation_config.json, model.safetensors}
 and tests/fixtures/models/<name>/goldens.json holding, computed by transformers (f32, eager):
@@ -24,8 +25,8 @@ import sys
 import numpy as np
 import torch
 import transformers
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, MinistralConfig, MinistralForCausalLM, MistralConfig,
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 OUT = os.path.join(ROOT, "tests", "fixtures", "models")
@@ -52,6 +53,15 @@ MODELS = {
     # Qwen3 tied, default RoPE.
     "tiny-qwen3-tied": (Qwen3Config, Qwen3ForCausalLM, dict(
         head_dim=16, tie_word_embeddings=True, rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
+    # Mistral: sliding-window attention on every layer, the window (8) shorter than prompts 2 and
+    # 3, the 64 greedy tokens and the ragged prompt, and longer than the tests' prefill chunk (5).
+    "tiny-mistral": (MistralConfig, MistralForCausalLM, dict(
+        head_dim=16, tie_word_embeddings=False, sliding_window=8,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
+    # Ministral: the window (6) on the layers layer_types marks sliding only.
+    "tiny-ministral": (MinistralConfig, MinistralForCausalLM, dict(
+        tie_word_embeddings=True, sliding_window=6, layer_types=["sliding_attention", "full_attention"],
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
 }
 
 PROMPTS = [
@@ -76,8 +86,16 @@ def rms(x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
+def layer_window(cfg, li):
+    """The sliding window of layer li as the model's attention module gets it (None: full)."""
+    if cfg.model_type == "mistral":  # MistralAttention: config.sliding_window on every layer
+        return cfg.sliding_window
+    types = getattr(cfg, "layer_types", None)
+    return cfg.sliding_window if types and types[li] == "sliding_attention" else None
+
+
 def reference_forward(model, ids, evict=None, n_prompt=None):
-    """Independent f32 forward of a Llama/Qwen2/Qwen3 model over `ids` [T].
+    """Independent f32 forward of a Llama/Qwen2/Qwen3/Mistral/Ministral model over `ids` [T].
 
     evict[(layer, kv_head)] = token indices (< n_prompt) that queries at positions >= n_prompt
     of that kv head's query group must not attend to. Returns logits [T, V].
@@ -113,6 +131,9 @@ def reference_forward(model, ids, evict=None, n_prompt=None):
             hk = hq // G
             s = (q[hq] @ k[hk].T) / (D ** 0.5)
             mask = torch.ones(T, T, dtype=torch.bool).tril()
+            W = layer_window(cfg, li)
+            if W:  # sliding window: key j visible to query i when j > i - W
+                mask &= torch.ones(T, T, dtype=torch.bool).triu(-(W - 1))
             if evict and (li, hk) in evict:
                 for j in evict[(li, hk)]:
                     mask[n_prompt:, j] = False
@@ -127,7 +148,12 @@ def reference_forward(model, ids, evict=None, n_prompt=None):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
+    only = sys.argv[1:]
+    for name in only:
+        assert name in MODELS, f"unknown model {name} (known: {', '.join(MODELS)})"
     for i, (name, (Cfg, Model, extra)) in enumerate(MODELS.items()):
+        if only and name not in only:
+            continue
         cfg = Cfg(**COMMON, **extra)
         cfg.torch_dtype = "float32"
         torch.manual_seed(0)

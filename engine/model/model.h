@@ -1,11 +1,12 @@
-// kvb::Model — a decoder-only transformer (Llama / Qwen2 / Qwen3 family) with its weights
-// resolved to f32 row-major matrices, ready for the CPU backend.
+// kvb::Model — a decoder-only transformer of one of the architectures in
+// engine/model/architecture.h (Llama, Qwen2, Qwen3, Mistral) with its weights resolved by
+// tensor role, ready for the backends.
 //
-// Architecture (transformers' LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM):
+// The block (transformers' LlamaForCausalLM and its relatives):
 //   x = embed[token]; for each layer:
 //     h = RMSNorm(x)·attn_norm; q,k,v = h·Wqᵀ(+bq), h·Wkᵀ(+bk), h·Wvᵀ(+bv)
 //     (qwen3) q,k = per-head RMSNorm(q)·q_norm, RMSNorm(k)·k_norm;  q,k = RoPE(q,k, position)
-//     x += softmax(q·kᵀ/√D + causal) v · Woᵀ
+//     x += softmax(q·kᵀ/√D + causal [+ sliding window, config.layer_window]) v · Woᵀ
 //     x += (SiLU(RMSNorm(x)·mlp_norm·Wgᵀ) ⊙ (…·Wuᵀ))·Wdᵀ
 //   logits = RMSNorm(x)·final_norm·lm_headᵀ   (lm_head = embed when tied)
 #pragma once

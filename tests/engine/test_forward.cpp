@@ -89,7 +89,31 @@ TEST_P(TinyModel, RaggedHeadsEqualMaskedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TinyModel,
-                         ::testing::Values("tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-tied"));
+                         ::testing::Values("tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-tied", "tiny-mistral",
+                                           "tiny-ministral"));
+
+// The sliding window of the Mistral (every layer, 8) and Ministral (layer 0 only, 6) fixtures is
+// read from config.json and is what makes the engine match transformers above: the same weights
+// with full attention on every layer miss the goldens of the prompts longer than the window.
+TEST(SlidingWindow, ConfigWindowsAndFullAttentionMissTheGoldens) {
+  struct Case {
+    const char* name;
+    std::vector<int32_t> windows;
+  };
+  for (const Case& k : {Case{"tiny-mistral", {8, 8}}, Case{"tiny-ministral", {6, 0}}}) {
+    const std::string dir = test::fixture(std::string("models/") + k.name);
+    ModelConfig cfg = ModelConfig::from_dir(dir);
+    EXPECT_EQ(cfg.layer_window, k.windows) << k.name;
+    cfg.layer_window.clear();
+    auto full = Model::from_weights(cfg, WeightStore::from_safetensors_dir(dir), dir);
+    const json gold = parse_json_file(dir + "/goldens.json");
+    Engine e(full, {}, nullptr);
+    const auto prompt = gold["prompts"][2].get<std::vector<int32_t>>();  // 50 tokens
+    ASSERT_GT(prompt.size(), 8u);
+    auto logits = e.score(prompt, {});
+    EXPECT_GT(rel_err(logits.data(), gold["last_logits"][2].get<std::vector<float>>()), 1e-2) << k.name;
+  }
+}
 
 TEST(Stories260K, Greedy200FromBosEqualsOracle) {
   const std::string dir = test::shared_dir("models/stories260K-hf");

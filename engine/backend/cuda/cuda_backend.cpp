@@ -187,6 +187,7 @@ struct CudaBackend::Impl {
   double roofline_gbps = 0;
 
   Impl(const Model& model, KVCache& c) : m(model), cache(c) {
+    cuda::check_model_support(m.config());  // before opening the device: the clearer error
     std::string why;
     if (!cuda_device_available(&why)) fail("--backend cuda: {}", why);
     const ModelConfig& cf = m.config();

@@ -3,9 +3,20 @@
 #include <algorithm>
 #include <limits>
 
+#include "engine/model/architecture.h"
+#include "engine/model/config.h"
 #include "engine/util/error.h"
 
 namespace kvb::cuda {
+
+void check_model_support(const ModelConfig& cf) {
+  if (architecture(cf.model_type).activation != Activation::kSilu)
+    fail("--backend cuda: {}: only the SiLU-gated MLP is implemented", cf.model_type);
+  for (int64_t l = 0; l < cf.num_layers; ++l)
+    if (cf.window(l) > 0)
+      fail("--backend cuda: {}: layer {} uses sliding-window attention (window {}), which the CUDA attention "
+           "kernels do not implement; use --backend cpu", cf.model_type, l, cf.window(l));
+}
 
 namespace {
 constexpr int64_t kNoSplit = int64_t(1) << 30;  // a multiple of kAttnTile longer than any head

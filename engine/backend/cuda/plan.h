@@ -18,7 +18,17 @@
 
 #include "engine/backend/cuda/plan_types.h"
 
+namespace kvb {
+struct ModelConfig;  // engine/model/config.h (not included: .cu files include this header)
+}
+
 namespace kvb::cuda {
+
+/// Throws kvb::Error ("--backend cuda: <model_type>: <what>") when the CUDA backend's block does
+/// not implement what `cfg`'s architecture (engine/model/architecture.h) needs: an MLP
+/// activation other than SiLU, or a sliding-window layer (its attention kernels are full-causal
+/// only). The backend calls it before opening a device.
+void check_model_support(const ModelConfig& cfg);
 
 /// The attention launch plan of one layer of one step.
 struct AttnPlan {
