@@ -25,7 +25,7 @@ import sys
 import numpy as np
 import torch
 import transformers
-from transformers import (LlamaConfig, LlamaForCausalLM, MinistralConfig, MinistralForCausalLM, MistralConfig,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM, MinistralConfig, MinistralForCausalLM, MistralConfig,
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -62,6 +62,13 @@ MODELS = {
     "tiny-ministral": (MinistralConfig, MinistralForCausalLM, dict(
         tie_word_embeddings=True, sliding_window=6, layer_types=["sliding_attention", "full_attention"],
         rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
+    # Gemma 2: (1 + w) sandwich norms, GeLU-tanh, √H embedding scale, query_pre_attn_scalar ≠
+    # head_dim, soft-capping small enough to bite on these weights, sliding window (7) on the
+    # even layers (Gemma2Config's default layer_types).
+    "tiny-gemma2": (Gemma2Config, Gemma2ForCausalLM, dict(
+        head_dim=16, query_pre_attn_scalar=24, tie_word_embeddings=True, sliding_window=7,
+        attn_logit_softcapping=1.5, final_logit_softcapping=4.0, hidden_activation="gelu_pytorch_tanh",
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
 }
 
 PROMPTS = [
@@ -95,7 +102,7 @@ def layer_window(cfg, li):
 
 
 def reference_forward(model, ids, evict=None, n_prompt=None):
-    """Independent f32 forward of a Llama/Qwen2/Qwen3/Mistral/Ministral model over `ids` [T].
+    """Independent f32 forward of a Llama/Qwen2/Qwen3/Mistral/Ministral/Gemma2 model over `ids` [T].
 
     evict[(layer, kv_head)] = token indices (< n_prompt) that queries at positions >= n_prompt
     of that kv head's query group must not attend to. Returns logits [T, V].
@@ -116,9 +123,18 @@ def reference_forward(model, ids, evict=None, n_prompt=None):
         rot = torch.cat([-v[..., half:], v[..., :half]], dim=-1)
         return v * cos + rot * sin
 
+    gemma = cfg.model_type == "gemma2"
+    if gemma:  # Gemma2Model: embeddings times √H (an f32 tensor); Gemma2RMSNorm scales by 1 + w
+        x = x * torch.tensor(cfg.hidden_size ** 0.5, dtype=torch.float32)
+
+    def norm(v, mod):
+        return rms(v, 1.0 + mod.weight if gemma else mod.weight, cfg.rms_norm_eps)
+
+    scaling = cfg.query_pre_attn_scalar ** -0.5 if gemma else D ** -0.5
+    softcap = getattr(cfg, "attn_logit_softcapping", None)
     for li, layer in enumerate(m.layers):
         a = layer.self_attn
-        h = rms(x, layer.input_layernorm.weight, cfg.rms_norm_eps)
+        h = norm(x, layer.input_layernorm)
         q = a.q_proj(h).view(T, Hq, D).transpose(0, 1)
         k = a.k_proj(h).view(T, Hkv, D).transpose(0, 1)
         v = a.v_proj(h).view(T, Hkv, D).transpose(0, 1)
@@ -129,7 +145,9 @@ def reference_forward(model, ids, evict=None, n_prompt=None):
         out = torch.zeros(Hq, T, D)
         for hq in range(Hq):
             hk = hq // G
-            s = (q[hq] @ k[hk].T) / (D ** 0.5)
+            s = (q[hq] @ k[hk].T) * scaling
+            if softcap:
+                s = torch.tanh(s / softcap) * softcap
             mask = torch.ones(T, T, dtype=torch.bool).tril()
             W = layer_window(cfg, li)
             if W:  # sliding window: key j visible to query i when j > i - W
@@ -139,11 +157,20 @@ def reference_forward(model, ids, evict=None, n_prompt=None):
                     mask[n_prompt:, j] = False
             s = s.masked_fill(~mask, float("-inf"))
             out[hq] = torch.softmax(s, dim=-1) @ v[hk]
-        x = x + a.o_proj(out.transpose(0, 1).reshape(T, Hq * D))
+        o = a.o_proj(out.transpose(0, 1).reshape(T, Hq * D))
+        if gemma:  # sandwich norms around attention and MLP
+            x = x + norm(o, layer.post_attention_layernorm)
+            h = norm(x, layer.pre_feedforward_layernorm)
+            g = torch.nn.functional.gelu(layer.mlp.gate_proj(h), approximate="tanh")
+            x = x + norm(layer.mlp.down_proj(g * layer.mlp.up_proj(h)), layer.post_feedforward_layernorm)
+            continue
+        x = x + o
         h = rms(x, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
         x = x + layer.mlp.down_proj(torch.nn.functional.silu(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
-    x = rms(x, m.norm.weight, cfg.rms_norm_eps)
-    return model.lm_head(x)
+    x = norm(x, m.norm)
+    logits = model.lm_head(x)
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
 
 
 def main():

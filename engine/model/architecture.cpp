@@ -31,32 +31,62 @@ constexpr TensorName kLlamaTensors[] = {
     {R::kDown, "model.layers.{}.mlp.down_proj.weight", "blk.{}.ffn_down.weight"},
 };
 
+/// Gemma 2's: the Llama names, with the sandwich norms (transformers' Gemma2DecoderLayer:
+/// post_attention_layernorm is the attention output's norm, pre_feedforward_layernorm the MLP
+/// input's). No GGUF names: llama.cpp's converter adds 1 to Gemma norm weights, which this
+/// table's norm_plus_one would apply twice.
+constexpr TensorName kGemma2Tensors[] = {
+    {R::kEmbed, "model.embed_tokens.weight", nullptr},
+    {R::kFinalNorm, "model.norm.weight", nullptr},
+    {R::kLmHead, "lm_head.weight", nullptr},
+    {R::kAttnNorm, "model.layers.{}.input_layernorm.weight", nullptr},
+    {R::kWq, "model.layers.{}.self_attn.q_proj.weight", nullptr},
+    {R::kWk, "model.layers.{}.self_attn.k_proj.weight", nullptr},
+    {R::kWv, "model.layers.{}.self_attn.v_proj.weight", nullptr},
+    {R::kWo, "model.layers.{}.self_attn.o_proj.weight", nullptr},
+    {R::kBq, "model.layers.{}.self_attn.q_proj.bias", nullptr},
+    {R::kBk, "model.layers.{}.self_attn.k_proj.bias", nullptr},
+    {R::kBv, "model.layers.{}.self_attn.v_proj.bias", nullptr},
+    {R::kPostAttnNorm, "model.layers.{}.post_attention_layernorm.weight", nullptr},
+    {R::kMlpNorm, "model.layers.{}.pre_feedforward_layernorm.weight", nullptr},
+    {R::kPostMlpNorm, "model.layers.{}.post_feedforward_layernorm.weight", nullptr},
+    {R::kGate, "model.layers.{}.mlp.gate_proj.weight", nullptr},
+    {R::kUp, "model.layers.{}.mlp.up_proj.weight", nullptr},
+    {R::kDown, "model.layers.{}.mlp.down_proj.weight", nullptr},
+};
+
 constexpr const char* kLlamaClasses[] = {"LlamaForCausalLM"};
 constexpr const char* kQwen2Classes[] = {"Qwen2ForCausalLM"};
 constexpr const char* kQwen3Classes[] = {"Qwen3ForCausalLM"};
 constexpr const char* kMistralClasses[] = {"MistralForCausalLM"};
 constexpr const char* kMinistralClasses[] = {"MinistralForCausalLM"};
+constexpr const char* kGemma2Classes[] = {"Gemma2ForCausalLM"};
 
 // The table. Fields: model_type, architectures, GGUF name, GGUF Q/K permuted, tensors,
-// activation, q/k/v bias, q/k norm, sliding-window rule.
+// activation, its config key, q/k/v bias, q/k norm, sliding-window rule, (1 + w) norms,
+// √H embedding scale.
 const Architecture kArchitectures[] = {
     // transformers models/llama/modeling_llama.py; llama.cpp convert_hf_to_gguf.py LlamaModel
     // permutes the rows of Q and K (its `permute`), which gguf.cpp undoes.
-    {"llama", kLlamaClasses, "llama", true, kLlamaTensors, Activation::kSilu, QkvBias::kConfig, false,
-     SlidingRule::kNone},
+    {"llama", kLlamaClasses, "llama", true, kLlamaTensors, Activation::kSilu, "hidden_act", QkvBias::kConfig, false,
+     SlidingRule::kNone, false, false},
     // models/qwen2/modeling_qwen2.py: q/k/v always biased; layer_types / max_window_layers.
-    {"qwen2", kQwen2Classes, "qwen2", false, kLlamaTensors, Activation::kSilu, QkvBias::kAlways, false,
-     SlidingRule::kGatedLayers},
+    {"qwen2", kQwen2Classes, "qwen2", false, kLlamaTensors, Activation::kSilu, "hidden_act", QkvBias::kAlways, false,
+     SlidingRule::kGatedLayers, false, false},
     // models/qwen3/modeling_qwen3.py: per-head q/k RMSNorm before RoPE.
-    {"qwen3", kQwen3Classes, "qwen3", false, kLlamaTensors, Activation::kSilu, QkvBias::kConfig, true,
-     SlidingRule::kGatedLayers},
+    {"qwen3", kQwen3Classes, "qwen3", false, kLlamaTensors, Activation::kSilu, "hidden_act", QkvBias::kConfig, true,
+     SlidingRule::kGatedLayers, false, false},
     // models/mistral/modeling_mistral.py: Llama's block without q/k/v bias, `sliding_window` on
     // every layer. llama.cpp converts Mistral checkpoints as "llama" (no sliding window in GGUF).
-    {"mistral", kMistralClasses, nullptr, false, kLlamaTensors, Activation::kSilu, QkvBias::kNever, false,
-     SlidingRule::kEveryLayer},
+    {"mistral", kMistralClasses, nullptr, false, kLlamaTensors, Activation::kSilu, "hidden_act", QkvBias::kNever,
+     false, SlidingRule::kEveryLayer, false, false},
     // models/ministral/modeling_ministral.py: Mistral's block, sliding window per `layer_types`.
-    {"ministral", kMinistralClasses, nullptr, false, kLlamaTensors, Activation::kSilu, QkvBias::kNever, false,
-     SlidingRule::kLayerTypes},
+    {"ministral", kMinistralClasses, nullptr, false, kLlamaTensors, Activation::kSilu, "hidden_act", QkvBias::kNever,
+     false, SlidingRule::kLayerTypes, false, false},
+    // models/gemma2/modeling_gemma2.py: sandwich norms (1 + w), GeLU-tanh MLP, √H embedding
+    // scale, query_pre_attn_scalar, attention and final logit soft-capping, alternating windows.
+    {"gemma2", kGemma2Classes, nullptr, false, kGemma2Tensors, Activation::kGeluTanh, "hidden_activation",
+     QkvBias::kConfig, false, SlidingRule::kAlternating, true, true},
 };
 
 /// Substitutes the layer index for `{}` in a name pattern.
@@ -100,8 +130,15 @@ const Architecture* find_architecture_by_class(std::string_view hf_class) {
 const char* hidden_act_name(Activation a) {
   switch (a) {
     case Activation::kSilu: return "silu";
+    case Activation::kGeluTanh: return "gelu_pytorch_tanh";
   }
   return "?";
+}
+
+bool has_role(const Architecture& a, TensorRole role) {
+  for (const TensorName& t : a.tensors)
+    if (t.role == role) return true;
+  return false;
 }
 
 const Architecture* find_gguf_architecture(std::string_view gguf_arch) {

@@ -31,6 +31,8 @@ enum class TensorRole : uint8_t {
   kQNorm,      ///< per-head RMSNorm on q [D]
   kKNorm,      ///< per-head RMSNorm on k [D]
   kMlpNorm,    ///< RMSNorm before the MLP [H]
+  kPostAttnNorm,  ///< RMSNorm of the attention output before the residual add [H] (Gemma 2)
+  kPostMlpNorm,   ///< RMSNorm of the MLP output before the residual add [H] (Gemma 2)
   kGate,       ///< [I, H]
   kUp,         ///< [I, H]
   kDown,       ///< [H, I]
@@ -59,13 +61,16 @@ enum class SlidingRule : uint8_t {
                  ///< MistralConfig / MistralAttention do
   kLayerTypes,   ///< layers with `layer_types[l] == "sliding_attention"` get `sliding_window`;
                  ///< without layer_types every layer does when sliding_window is set (MinistralConfig)
+  kAlternating,  ///< as kLayerTypes, but without layer_types the even layers 0, 2, ... slide
+                 ///< (Gemma2Config)
   kGatedLayers,  ///< as kLayerTypes but only when `use_sliding_window`, and without layer_types
                  ///< the layers ≥ `max_window_layers` (Qwen2Config / Qwen3Config __init__)
 };
 
 /// MLP activation of the gated MLP: down(act(gate(x)) ⊙ up(x)).
 enum class Activation : uint8_t {
-  kSilu,  ///< SiLU (config `hidden_act` "silu")
+  kSilu,      ///< SiLU, x·σ(x) (config "silu")
+  kGeluTanh,  ///< GeLU, tanh approximation: x/2·(1 + tanh(√(2/π)(x + 0.044715x³))) ("gelu_pytorch_tanh")
 };
 
 /// One architecture: everything the loaders and backends need to know about it.
@@ -75,14 +80,20 @@ struct Architecture {
   const char* gguf_arch;                   ///< GGUF `general.architecture` (and key prefix); null: none
   bool gguf_permuted_qk;                   ///< llama.cpp's converter permuted Q/K rows (undo on load)
   std::span<const TensorName> tensors;     ///< every role it has, HF and GGUF names
-  Activation activation;                   ///< the MLP activation; config `hidden_act` must name it
+  Activation activation;                   ///< the MLP activation; config act_key must name it
+  const char* act_key;                     ///< config.json key naming the activation
   QkvBias qkv_bias;
   bool qk_norm;                            ///< per-head RMSNorm on q and k before RoPE (Qwen3)
   SlidingRule sliding;
+  bool norm_plus_one;                      ///< HF norm weights hold w − 1: RMSNorm scales by (1 + w)
+                                           ///< (Gemma2RMSNorm); folded into the weight on load
+  bool embed_scale;                        ///< embeddings are multiplied by √H (f32), Gemma2Model
   // Every architecture today: RMSNorm `w·x/√(mean(x²)+eps)` with eps from `rms_norm_eps`
   // (GGUF `<arch>.attention.layer_norm_rms_epsilon`), rotate-half RoPE (transformers'
   // apply_rotary_pos_emb; rope_scaling/rope_parameters as config.cpp reads them), tied
-  // embeddings when `tie_word_embeddings` (GGUF: no `output.weight`).
+  // embeddings when `tie_word_embeddings` (GGUF: no `output.weight`); config.json's optional
+  // `query_pre_attn_scalar`, `attn_logit_softcapping` and `final_logit_softcapping` are read for
+  // every architecture (ModelConfig).
 };
 
 /// The supported architectures, in the order error messages list them.
@@ -101,6 +112,8 @@ const Architecture& architecture(std::string_view model_type);
 /// "llama, qwen2, ..." (model_type names; gguf = true: GGUF names) for error messages.
 std::string architecture_names(bool gguf = false);
 
+/// True when `a`'s tensor table has `role` (e.g. kPostAttnNorm only for Gemma 2).
+bool has_role(const Architecture& a, TensorRole role);
 /// The HF name of `role` in `layer` (ignored for kEmbed, kFinalNorm, kLmHead), e.g.
 /// "model.layers.3.self_attn.q_proj.weight". Throws kvb::Error when the architecture has no such role.
 std::string hf_tensor_name(const Architecture& a, TensorRole role, int64_t layer = 0);

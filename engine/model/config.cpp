@@ -1,6 +1,7 @@
 #include "engine/model/config.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/model/architecture.h"
 #include "engine/util/error.h"
@@ -54,7 +55,8 @@ void add_ids(const json& v, std::vector<int32_t>& out, const std::string& origin
 
 /// Sets c.layer_window from config.json as transformers reads it for `a` (its SlidingRule):
 /// `sliding_window` (null = none) applies to every layer (Mistral), to the layers `layer_types`
-/// marks "sliding_attention" (Ministral; every layer without layer_types), or to those only when
+/// marks "sliding_attention" (Ministral: every layer without layer_types; Gemma 2: the even
+/// layers without layer_types), or to those only when
 /// `use_sliding_window` (Qwen2/Qwen3; without layer_types, the layers ≥ `max_window_layers`).
 void read_layer_windows(const json& j, const Architecture& a, const std::string& origin, ModelConfig& c) {
   const int64_t L = c.num_layers;
@@ -81,7 +83,8 @@ void read_layer_windows(const json& j, const Architecture& a, const std::string&
   if (a.sliding == SlidingRule::kEveryLayer || types.empty()) {
     const int64_t first = a.sliding == SlidingRule::kGatedLayers ? get_int(j, "max_window_layers", origin, false, L) : 0;
     types.assign(L, "full_attention");
-    for (int64_t l = std::max<int64_t>(first, 0); l < L; ++l) types[l] = "sliding_attention";
+    for (int64_t l = std::max<int64_t>(first, 0); l < L; ++l)
+      if (a.sliding != SlidingRule::kAlternating || l % 2 == 0) types[l] = "sliding_attention";
   }
   c.layer_window.assign(L, 0);
   for (int64_t l = 0; l < L; ++l)
@@ -125,12 +128,17 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
   c.attention_bias = arch->qkv_bias == QkvBias::kAlways ||
                      (arch->qkv_bias == QkvBias::kConfig && get_bool(j, "attention_bias", origin, false));
   c.qk_norm = arch->qk_norm;
-  if (auto act = j.find("hidden_act"); act != j.end() && !act->is_null()) {
+  if (auto act = j.find(arch->act_key); act != j.end() && !act->is_null()) {
     const char* want = hidden_act_name(arch->activation);
-    if (*act != want) fail_at(origin, "hidden_act", "unsupported activation {} for {} (only {})", act->dump(),
+    if (*act != want) fail_at(origin, arch->act_key, "unsupported activation {} for {} (only {})", act->dump(),
                               c.model_type, want);
   }
   read_layer_windows(j, *arch, origin, c);
+  c.query_pre_attn_scalar = get_num(j, "query_pre_attn_scalar", origin, 0.0);
+  c.attn_logit_softcap = get_num(j, "attn_logit_softcapping", origin, 0.0);
+  c.final_logit_softcap = get_num(j, "final_logit_softcapping", origin, 0.0);
+  if (get_bool(j, "use_bidirectional_attention", origin, false))
+    fail_at(origin, "use_bidirectional_attention", "bidirectional attention is not supported (decoder only)");
 
   const json* rs = nullptr;
   std::string f;
@@ -244,8 +252,16 @@ void ModelConfig::validate(const std::string& origin) const {
   if (head_dim % 2 != 0) fail_at(origin, "head_dim", "must be even for RoPE, got {}", head_dim);
   if (rms_norm_eps <= 0) fail_at(origin, "rms_norm_eps", "must be > 0");
   if (rope_theta <= 0) fail_at(origin, "rope_theta", "must be > 0");
+  if (query_pre_attn_scalar < 0) fail_at(origin, "query_pre_attn_scalar", "must be > 0");
+  if (attn_logit_softcap < 0) fail_at(origin, "attn_logit_softcapping", "must be > 0 or null");
+  if (final_logit_softcap < 0) fail_at(origin, "final_logit_softcapping", "must be > 0 or null");
   if (!layer_window.empty() && static_cast<int64_t>(layer_window.size()) != num_layers)
     fail_at(origin, "sliding_window", "{} layer windows for num_hidden_layers {}", layer_window.size(), num_layers);
+}
+
+float ModelConfig::attention_scale() const {
+  if (query_pre_attn_scalar > 0) return static_cast<float>(std::pow(query_pre_attn_scalar, -0.5));
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
 int64_t ModelConfig::num_parameters() const {
@@ -254,7 +270,9 @@ int64_t ModelConfig::num_parameters() const {
   if (attention_bias) attn += num_heads * D + 2 * num_kv_heads * D;
   if (qk_norm) attn += 2 * D;
   const int64_t mlp = 3 * H * intermediate_size;
-  const int64_t per_layer = attn + mlp + 2 * H;
+  const Architecture* a = find_architecture(model_type);
+  const int64_t norms = a && has_role(*a, TensorRole::kPostAttnNorm) ? 4 : 2;
+  const int64_t per_layer = attn + mlp + norms * H;
   const int64_t emb = vocab_size * H * (tie_word_embeddings ? 1 : 2);
   return emb + num_layers * per_layer + H;
 }

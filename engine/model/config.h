@@ -70,6 +70,11 @@ struct ModelConfig {
   /// keys at positions (p − W, p] (transformers' sliding_window_overlay). 0 = full causal
   /// attention. Empty = every layer full. Set by the architecture's SlidingRule.
   std::vector<int32_t> layer_window;
+  /// Attention scores are q·k·s^(−1/2) with s = `query_pre_attn_scalar` (Gemma 2); 0: s = D.
+  double query_pre_attn_scalar = 0;
+  /// Soft-capping c·tanh(x / c) of attention scores before the mask (`attn_logit_softcapping`)
+  /// and of the output logits (`final_logit_softcapping`); 0 = none.
+  double attn_logit_softcap = 0, final_logit_softcap = 0;
   std::vector<int32_t> eos_token_ids;  ///< from config.json and generation_config.json
   int32_t bos_token_id = -1;
   GenerationDefaults generation;  ///< DIR/generation_config.json (from_dir), empty otherwise
@@ -91,6 +96,9 @@ struct ModelConfig {
       if (w > 0) return true;
     return false;
   }
+  /// The attention score scale, f32: 1/√D, or query_pre_attn_scalar^(−1/2) when set (the
+  /// Python double transformers computes, rounded to f32).
+  float attention_scale() const;
   /// Number of parameters implied by the shapes (embeddings counted once when tied).
   int64_t num_parameters() const;
 };

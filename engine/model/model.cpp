@@ -26,6 +26,7 @@ struct TensorSpec {
 /// The per-layer tensors `c` implies, in the order Model::random draws them (its weights depend
 /// on that order). The one list bind() and random() share.
 std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& c) {
+  const Architecture& a = architecture(c.model_type);
   const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads,
                 I = c.intermediate_size;
   using R = TensorRole;
@@ -37,6 +38,8 @@ std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& c) {
     s.insert(s.end(), {{R::kBq, {Hq * D}, K::kBias}, {R::kBk, {Hkv * D}, K::kBias}, {R::kBv, {Hkv * D}, K::kBias}});
   if (c.qk_norm) s.insert(s.end(), {{R::kQNorm, {D}, K::kNorm}, {R::kKNorm, {D}, K::kNorm}});
   s.insert(s.end(), {{R::kGate, {I, H}, K::kMatrix}, {R::kUp, {I, H}, K::kMatrix}, {R::kDown, {H, I}, K::kMatrix}});
+  for (R r : {R::kPostAttnNorm, R::kPostMlpNorm})
+    if (has_role(a, r)) s.push_back({r, {H}, K::kNorm});
   return s;
 }
 
@@ -59,6 +62,8 @@ const float** vec_slot(LayerWeights& w, TensorRole r) {
   switch (r) {
     case TensorRole::kAttnNorm: return &w.attn_norm;
     case TensorRole::kMlpNorm: return &w.mlp_norm;
+    case TensorRole::kPostAttnNorm: return &w.post_attn_norm;
+    case TensorRole::kPostMlpNorm: return &w.post_mlp_norm;
     case TensorRole::kBq: return &w.bq;
     case TensorRole::kBk: return &w.bk;
     case TensorRole::kBv: return &w.bv;
@@ -137,6 +142,16 @@ const float* Model::f32(const std::string& name, const std::vector<int64_t>& sha
   return converted_.back()->data();
 }
 
+const float* Model::norm(const std::string& name, const std::vector<int64_t>& shape) {
+  const float* w = f32(name, shape);
+  if (!architecture(cfg_.model_type).norm_plus_one) return w;
+  // Gemma2RMSNorm: x̂·(1 + w), the sum in f32 as torch forms it.
+  auto one_plus = std::make_unique<std::vector<float>>(w, w + shape[0]);
+  for (float& v : *one_plus) v = 1.0f + v;
+  converted_.push_back(std::move(one_plus));
+  return converted_.back()->data();
+}
+
 Mat Model::mat(const std::string& name, const std::vector<int64_t>& shape) {
   const int64_t rows = shape[0], cols = shape[1];
   if (fmt_ == WeightFormat::kF32) return Mat::of_f32(f32(name, shape), rows, cols);
@@ -171,6 +186,8 @@ Mat Model::mat(const std::string& name, const std::vector<int64_t>& shape) {
 
 void Model::embed_row(int32_t token, float* out) const {
   dequantize_row(embed_.type, embed_.row(token), cfg_.hidden_size, out);
+  if (embed_scale_ != 1.0f)
+    for (int64_t i = 0; i < cfg_.hidden_size; ++i) out[i] *= embed_scale_;
 }
 
 void Model::bind(const std::string& origin) {
@@ -178,7 +195,9 @@ void Model::bind(const std::string& origin) {
   const Architecture& a = architecture(c.model_type);
   const int64_t H = c.hidden_size, V = c.vocab_size;
   embed_ = mat(hf_tensor_name(a, TensorRole::kEmbed), {V, H});
-  norm_ = f32(hf_tensor_name(a, TensorRole::kFinalNorm), {H});
+  norm_ = norm(hf_tensor_name(a, TensorRole::kFinalNorm), {H});
+  // Gemma2Model: hidden * torch.tensor(H ** 0.5, dtype=float32).
+  embed_scale_ = a.embed_scale ? static_cast<float>(std::sqrt(static_cast<double>(H))) : 1.0f;
   lm_head_ = c.tie_word_embeddings ? embed_ : mat(hf_tensor_name(a, TensorRole::kLmHead), {V, H});
   const std::vector<TensorSpec> specs = layer_tensor_specs(c);
   layers_.resize(c.num_layers);
@@ -186,6 +205,7 @@ void Model::bind(const std::string& origin) {
     for (const TensorSpec& t : specs) {
       const std::string name = hf_tensor_name(a, t.role, l);
       if (t.kind == TensorKind::kMatrix) *mat_slot(layers_[l], t.role) = mat(name, t.shape);
+      else if (t.kind == TensorKind::kNorm) *vec_slot(layers_[l], t.role) = norm(name, t.shape);
       else *vec_slot(layers_[l], t.role) = f32(name, t.shape);
     }
   inv_freq_ = rope_inv_freq(c, &rope_mscale_);

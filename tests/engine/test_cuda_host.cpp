@@ -322,8 +322,8 @@ TEST(CudaCompaction, RejectsBadKeepSets) {
 }
 
 // The CUDA backend refuses, before opening a device, the architecture choices its kernels do
-// not implement (sliding-window layers) and accepts the rest.
-TEST(CudaModelSupport, RefusesSlidingWindowLayers) {
+// not implement (sliding-window layers, Gemma 2's block) and accepts the rest.
+TEST(CudaModelSupport, RefusesWhatItsKernelsDoNotImplement) {
   for (const char* name : {"stories260k", "qwen3-0.6b", "llama-3.1-8b"})
     EXPECT_NO_THROW(cuda::check_model_support(model_shape(name))) << name;
   const ModelConfig mistral = ModelConfig::from_dir(test::fixture("models/tiny-mistral"));
@@ -332,6 +332,10 @@ TEST(CudaModelSupport, RefusesSlidingWindowLayers) {
             "kernels do not implement; use --backend cpu");
   const ModelConfig ministral = ModelConfig::from_dir(test::fixture("models/tiny-ministral"));
   EXPECT_NE(test::input_error_of([&] { cuda::check_model_support(ministral); }).find("layer 0"), std::string::npos);
+  const ModelConfig gemma = ModelConfig::from_dir(test::fixture("models/tiny-gemma2"));
+  EXPECT_EQ(test::input_error_of([&] { cuda::check_model_support(gemma); }),
+            "--backend cuda: gemma2: an MLP activation other than SiLU is not implemented by the CUDA kernels; use "
+            "--backend cpu");
 }
 
 TEST(BackendSelection, UnknownOrMissingBackendsAreClearErrors) {

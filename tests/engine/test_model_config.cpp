@@ -136,6 +136,15 @@ TEST(ModelConfigKeys, SlidingWindowPerLayer) {
   EXPECT_EQ(error_of(ministral), "config.json: layer_types[1]: unsupported layer type \"chunked_attention\" for "
                                  "ministral (supported: full_attention, sliding_attention)");
 
+  // Gemma 2: without layer_types the even layers slide.
+  json gemma = base_config();
+  gemma["model_type"] = "gemma2";
+  gemma["sliding_window"] = 32;
+  EXPECT_EQ(windows(gemma), (W{32, 0, 32}));
+  gemma["use_bidirectional_attention"] = true;
+  EXPECT_EQ(error_of(gemma),
+            "config.json: use_bidirectional_attention: bidirectional attention is not supported (decoder only)");
+
   // Qwen2/Qwen3: only with use_sliding_window; without layer_types, layers >= max_window_layers.
   for (const char* type : {"qwen2", "qwen3"}) {
     SCOPED_TRACE(type);
@@ -166,33 +175,37 @@ TEST(Architectures, TableIsConsistentAndNamesRoundTrip) {
     }
     EXPECT_EQ(kvb::find_architecture(a.model_type), &a);
     for (const char* cls : a.hf_classes) EXPECT_EQ(kvb::find_architecture_by_class(cls), &a);
-    for (int r = 0; r < static_cast<int>(kvb::TensorRole::kCount); ++r) {
-      const auto role = static_cast<kvb::TensorRole>(r);
-      const std::string hf = kvb::hf_tensor_name(a, role, 7);
+    for (const kvb::TensorName& t : a.tensors) {
+      const std::string hf = kvb::hf_tensor_name(a, t.role, 7);
       EXPECT_EQ(hf.find("{}"), std::string::npos) << hf;
-      for (const kvb::TensorName& t : a.tensors)
-        if (t.role == role && t.gguf) {
-          std::string g = t.gguf;
-          if (const size_t at = g.find("{}"); at != std::string::npos) g.replace(at, 2, "7");
-          EXPECT_EQ(kvb::gguf_to_hf_tensor_name(a, g), hf);
-        }
+      EXPECT_TRUE(kvb::has_role(a, t.role));
+      if (!t.gguf) continue;
+      std::string g = t.gguf;
+      if (const size_t at = g.find("{}"); at != std::string::npos) g.replace(at, 2, "7");
+      EXPECT_EQ(kvb::gguf_to_hf_tensor_name(a, g), hf);
     }
   }
-  EXPECT_EQ(kvb::architecture_names(), "llama, qwen2, qwen3, mistral, ministral");
+  EXPECT_EQ(kvb::architecture_names(), "llama, qwen2, qwen3, mistral, ministral, gemma2");
+  EXPECT_EQ(kvb::architecture_names(true), "llama, qwen2, qwen3");
   json j = base_config();
-  j["model_type"] = "gemma2";
-  EXPECT_EQ(error_of(j), "config.json: model_type: unsupported model type 'gemma2' (supported: llama, qwen2, qwen3, "
-                         "mistral, ministral)");
+  j["model_type"] = "gemma3";
+  EXPECT_EQ(error_of(j), "config.json: model_type: unsupported model type 'gemma3' (supported: llama, qwen2, qwen3, "
+                         "mistral, ministral, gemma2)");
   // Without model_type, the `architectures` class decides.
   j.erase("model_type");
   j["architectures"] = {"MistralForCausalLM"};
   EXPECT_EQ(ModelConfig::from_json(j, "config.json").model_type, "mistral");
   j["architectures"] = {"GPT2LMHeadModel"};
   EXPECT_EQ(error_of(j), "config.json: model_type: missing (and no known class in architectures)");
-  // hidden_act must be the architecture's activation.
+  // The activation key must name the architecture's activation.
   j = base_config();
   j["hidden_act"] = "gelu";
   EXPECT_EQ(error_of(j), "config.json: hidden_act: unsupported activation \"gelu\" for llama (only silu)");
+  j["model_type"] = "gemma2";
+  j["hidden_act"] = "silu";  // not Gemma 2's key: ignored
+  j["hidden_activation"] = "silu";
+  EXPECT_EQ(error_of(j), "config.json: hidden_activation: unsupported activation \"silu\" for gemma2 "
+                         "(only gelu_pytorch_tanh)");
 }
 
 struct TempDir {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "engine/backend/policy_driver.h"
+#include "engine/model/architecture.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -58,7 +59,8 @@ void apply_rope(float* vec, int nheads, int D, int64_t pos, const float* inv_fre
 }
 
 CpuBackend::CpuBackend(const Model& model, KVCache& cache, bool bf16_points)
-    : m_(model), cache_(cache), bf16_points_(bf16_points) {}
+    : m_(model), cache_(cache), bf16_points_(bf16_points),
+      activation_(architecture(model.config().model_type).activation) {}
 
 namespace {
 
@@ -66,6 +68,27 @@ namespace {
 void round_bf16(float* x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_bits_to_f32(f32_to_bf16_bits(x[i]));
+}
+
+/// c·tanh(x / c) (transformers' soft-capping: divide, tanh, multiply, in f32); x when c is 0.
+inline float soft_cap(float x, float c) { return c > 0 ? std::tanh(x / c) * c : x; }
+
+/// The MLP activation of `a` applied to gate[i] times up[i], in place over n elements.
+void gated_activation(Activation a, float* gate, const float* up, int64_t n) {
+  if (a == Activation::kSilu) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  } else {  // kGeluTanh: torch's gelu(approximate="tanh")
+    constexpr float kBeta = 0.7978845608028654f, kKappa = 0.044715f;  // √(2/π)
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = gate[i];
+      gate[i] = 0.5f * g * (1.0f + std::tanh(kBeta * (g + kKappa * g * g * g))) * up[i];
+    }
+  }
 }
 
 inline float dot(const float* a, const float* b, int n) {
@@ -76,10 +99,11 @@ inline float dot(const float* a, const float* b, int n) {
 }
 
 // Softmax attention of one query over one kv head's cached tokens with qlo ≤ pos ≤ qpos (qlo:
-// the sliding window's first visible position, attention_floor; INT32_MIN = full causal).
+// the sliding window's first visible position, attention_floor; INT32_MIN = full causal);
+// scores soft-capped to softcap·tanh(s / softcap) when softcap > 0 (Gemma 2).
 // scores: scratch [L]; out: [D]. Returns nothing; if colsum is given, adds the probabilities.
 void attend_one(const KVCache& cache, SeqId seq, int layer, int h, const float* q, int32_t qpos, int32_t qlo,
-                int D, float scale, std::vector<float>& scores, float* out, float* colsum) {
+                int D, float scale, float softcap, std::vector<float>& scores, float* out, float* colsum) {
   const auto& pages = cache.pages(seq, layer, h);
   const int32_t L = cache.length(seq, layer, h);
   const int P = cache.config().page_size;
@@ -90,7 +114,7 @@ void attend_one(const KVCache& cache, SeqId seq, int layer, int h, const float* 
     const int32_t* pp = cache.page_positions(pages[pi]);
     const int n = std::min<int32_t>(P, L - t0);
     for (int j = 0; j < n; ++j) {
-      float sc = pp[j] <= qpos && pp[j] >= qlo ? dot(q, kp + j * D, D) * scale
+      float sc = pp[j] <= qpos && pp[j] >= qlo ? soft_cap(dot(q, kp + j * D, D) * scale, softcap)
                                                : -std::numeric_limits<float>::infinity();
       scores[t0 + j] = sc;
       mx = std::max(mx, sc);
@@ -153,7 +177,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   s.items = items;
   s.policy = policy;
   s.needs = policy ? policy->needs() : PolicyNeeds{};
-  s.dims = policy_driver::Dims{static_cast<int>(c.num_layers), Hq, Hkv, D, H, 1.0f / std::sqrt(static_cast<float>(D)),
+  s.dims = policy_driver::Dims{static_cast<int>(c.num_layers), Hq, Hkv, D, H, c.attention_scale(),
                                m_.inv_freq().data(), m_.rope_attention_scaling()};
   s.compact = [this](SeqId seq, int layer, int h, const std::vector<int32_t>& keep) {
     return static_cast<int64_t>(cache_.compact(seq, layer, h, keep));
@@ -207,6 +231,10 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   if (bf16_points_) round_bf16(tmp_.data(), static_cast<int64_t>(rows.size()) * H);
   logits.resize(rows.size() * static_cast<size_t>(V));
   if (!rows.empty()) matmul_nt(tmp_.data(), m_.lm_head(), nullptr, logits.data(), rows.size(), H, V);
+  if (c.final_logit_softcap > 0) {
+    const float cap = static_cast<float>(c.final_logit_softcap);
+    for (float& z : logits) z = soft_cap(z, cap);
+  }
   if (stats) {
     stats->total_s = std::chrono::duration<double>(clock::now() - t_start).count();
     stats->policy_s = s.policy_s;
@@ -222,6 +250,7 @@ void CpuBackend::attention_block(Step& s, int l) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = s.dims.attn_scale;
   const int32_t window = c.window(l);
+  const float softcap = static_cast<float>(c.attn_logit_softcap);
   const std::span<ForwardItem> items = s.items;
   const std::vector<int64_t>& row0 = s.row0;
   const int64_t T = s.T;
@@ -292,7 +321,7 @@ void CpuBackend::attention_block(Step& s, int l) {
         for (int g = 0; g < G; ++g) {
           const int hq = h * G + g;
           attend_one(cache_, items[b].seq, l, h, &q_[(t * Hq + hq) * D], qpos, attention_floor(qpos, window), D,
-                     scale, scores, &att_[(t * Hq + hq) * D], cs);
+                     scale, softcap, scores, &att_[(t * Hq + hq) * D], cs);
         }
       }
     }
@@ -301,6 +330,7 @@ void CpuBackend::attention_block(Step& s, int l) {
   // Output projection + residual.
   if (bf16_points_) round_bf16(att_.data(), T * Hq * D);
   matmul_nt(att_.data(), w.wo, nullptr, xn_.data(), T, static_cast<int64_t>(Hq) * D, H);
+  if (w.post_attn_norm) rms_norm(xn_.data(), w.post_attn_norm, xn_.data(), T, H, eps);
   for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
 }
 
@@ -312,6 +342,7 @@ void CpuBackend::policy_block(Step& s, int l) {
   const int G = Hq / Hkv;
   const float scale = s.dims.attn_scale;
   const int32_t window = c.window(l);
+  const float softcap = static_cast<float>(c.attn_logit_softcap);
   const PolicyNeeds& needs = s.needs;
   const auto tp = clock::now();
   for (size_t b = 0; b < s.items.size(); ++b) {
@@ -346,8 +377,9 @@ void CpuBackend::policy_block(Step& s, int l) {
             float mx = -std::numeric_limits<float>::infinity();
             for (int32_t t = 0; t < L; ++t) {
               const int32_t kpos = std::as_const(cache_).position(st.seq, l, h, t);
-              sc[t] = kpos <= qpos && kpos >= qlo ? dot(qv, std::as_const(cache_).key(st.seq, l, h, t), D) * scale
-                                                  : -std::numeric_limits<float>::infinity();
+              sc[t] = kpos <= qpos && kpos >= qlo
+                          ? soft_cap(dot(qv, std::as_const(cache_).key(st.seq, l, h, t), D) * scale, softcap)
+                          : -std::numeric_limits<float>::infinity();
               mx = std::max(mx, sc[t]);
             }
             float sum = 0;
@@ -375,14 +407,10 @@ void CpuBackend::mlp_block(Step& s, int l) {
   if (bf16_points_) round_bf16(xn_.data(), T * H);
   matmul_nt(xn_.data(), w.w_gate, nullptr, gate_.data(), T, H, I);
   matmul_nt(xn_.data(), w.w_up, nullptr, up_.data(), T, H, I);
-  // Activation::kSilu (the only MLP activation of architecture.h today).
-#pragma omp parallel for schedule(static) if (T * I > kParallelWork)
-  for (int64_t i = 0; i < T * I; ++i) {
-    const float g = gate_[i];
-    gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
-  }
+  gated_activation(activation_, gate_.data(), up_.data(), T * I);
   if (bf16_points_) round_bf16(gate_.data(), T * I);
   matmul_nt(gate_.data(), w.w_down, nullptr, xn_.data(), T, I, H);
+  if (w.post_mlp_norm) rms_norm(xn_.data(), w.post_mlp_norm, xn_.data(), T, H, eps);
   for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
+#include "engine/model/architecture.h"
 #include "engine/model/model.h"
 #include "engine/policies/policy.h"
 
@@ -83,17 +84,19 @@ class CpuBackend {
   struct Step;
   /// One layer's attention block over the step's rows: RMSNorm → Q/K/V (+bias) → q/k norm →
   /// RoPE → append K/V to the cache → softmax attention per (item, kv head) over the cache
-  /// (causal by absolute position, within the layer's sliding window) → policy_block → Wo, added
-  /// to the residual x_.
+  /// (causal by absolute position, within the layer's sliding window, scores soft-capped when
+  /// the config says so) → policy_block → Wo (→ post-attention norm), added to the residual x_.
   void attention_block(Step& s, int l);
   /// The policy's layer hook for each item (policy_driver::run_layer), then compaction.
   void policy_block(Step& s, int l);
-  /// One layer's MLP block: RMSNorm → gate/up → SiLU(gate)·up → down, added to the residual x_.
+  /// One layer's MLP block: RMSNorm → gate/up → act(gate)·up → down (→ post-MLP norm), added to
+  /// the residual x_.
   void mlp_block(Step& s, int l);
 
   const Model& m_;
   KVCache& cache_;
   bool bf16_points_ = false;
+  Activation activation_;  ///< the MLP activation of the model's architecture
   std::vector<float> x_, xn_, q_, k_, v_, kpre_, qpre_, att_, tmp_, gate_, up_;
 };
 

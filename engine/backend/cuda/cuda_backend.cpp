@@ -202,7 +202,7 @@ struct CudaBackend::Impl {
     P = cache.config().page_size;
     QKV = (Hq + 2 * Hkv) * D;
     eps = static_cast<float>(cf.rms_norm_eps);
-    scale = 1.0f / std::sqrt(static_cast<float>(D));
+    scale = cf.attention_scale();
     if (D % 8 != 0 || D > 256)
       fail("--backend cuda: head_dim {} unsupported (needs a multiple of 8, at most 256)", D);
     check(cudaSetDevice(0), "set device");

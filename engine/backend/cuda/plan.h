@@ -26,8 +26,10 @@ namespace kvb::cuda {
 
 /// Throws kvb::Error ("--backend cuda: <model_type>: <what>") when the CUDA backend's block does
 /// not implement what `cfg`'s architecture (engine/model/architecture.h) needs: an MLP
-/// activation other than SiLU, or a sliding-window layer (its attention kernels are full-causal
-/// only). The backend calls it before opening a device.
+/// activation other than SiLU, embedding scaling, post-attention/post-MLP norms, logit
+/// soft-capping, or a sliding-window layer (its attention kernels are full-causal only). (1 + w)
+/// norms need nothing: Model folds them into the weights it uploads. The backend calls it before
+/// opening a device.
 void check_model_support(const ModelConfig& cfg);
 
 /// The attention launch plan of one layer of one step.
