@@ -60,7 +60,7 @@ MODELS = {
         rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
     # Ministral: the window (6) on the layers layer_types marks sliding only.
     "tiny-ministral": (MinistralConfig, MinistralForCausalLM, dict(
-        tie_word_embeddings=True, sliding_window=6, layer_types=["sliding_attention", "full_attention"],
+        head_dim=16, tie_word_embeddings=True, sliding_window=6, layer_types=["sliding_attention", "full_attention"],
         rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
     # Gemma 2: (1 + w) sandwich norms, GeLU-tanh, √H embedding scale, query_pre_attn_scalar ≠
     # head_dim, soft-capping small enough to bite on these weights, sliding window (7) on the
