@@ -1,6 +1,6 @@
 #include "engine/model/architecture.h"
 
-#include <array>
+#include <string>
 
 #include "engine/util/error.h"
 

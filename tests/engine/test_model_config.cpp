@@ -180,8 +180,9 @@ TEST(Architectures, TableIsConsistentAndNamesRoundTrip) {
       EXPECT_EQ(hf.find("{}"), std::string::npos) << hf;
       EXPECT_TRUE(kvb::has_role(a, t.role));
       if (!t.gguf) continue;
-      std::string g = t.gguf;
-      if (const size_t at = g.find("{}"); at != std::string::npos) g.replace(at, 2, "7");
+      const std::string pattern = t.gguf;
+      const size_t at = pattern.find("{}");
+      const std::string g = at == std::string::npos ? pattern : pattern.substr(0, at) + "7" + pattern.substr(at + 2);
       EXPECT_EQ(kvb::gguf_to_hf_tensor_name(a, g), hf);
     }
   }
