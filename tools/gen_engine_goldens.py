@@ -3,7 +3,8 @@
 
 Run from the repository root (needs network access to PyPI once):
     python3 -m venv .venv-goldens && .venv-goldens/bin/pip install torch transformers safetensors numpy
-    .venv-goldens/bin/python tools/gen_engine_goldens.py
+    .venv-goldens/bin/python tools/gen_engine_goldens.py [NAME ...]
+(NAME ...: only those models, e.g. tiny-mistral; default all).
 
 Writes tests/fixtures/models/<name>/{config.json, generation_config.json, model.safetensors}
 and tests/fixtures/models/<name>/goldens.json holding, computed by transformers (f32, eager):
@@ -24,8 +25,8 @@ import sys
 import numpy as np
 import torch
 import transformers
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM, MinistralConfig, MinistralForCausalLM, MistralConfig,
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 OUT = os.path.join(ROOT, "tests", "fixtures", "models")
@@ -52,6 +53,22 @@ MODELS = {
     # Qwen3 tied, default RoPE.
     "tiny-qwen3-tied": (Qwen3Config, Qwen3ForCausalLM, dict(
         head_dim=16, tie_word_embeddings=True, rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
+    # Mistral: sliding-window attention on every layer, the window (8) shorter than prompts 2 and
+    # 3, the 64 greedy tokens and the ragged prompt, and longer than the tests' prefill chunk (5).
+    "tiny-mistral": (MistralConfig, MistralForCausalLM, dict(
+        head_dim=16, tie_word_embeddings=False, sliding_window=8,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
+    # Ministral: the window (6) on the layers layer_types marks sliding only.
+    "tiny-ministral": (MinistralConfig, MinistralForCausalLM, dict(
+        head_dim=16, tie_word_embeddings=True, sliding_window=6, layer_types=["sliding_attention", "full_attention"],
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
+    # Gemma 2: (1 + w) sandwich norms, GeLU-tanh, √H embedding scale, query_pre_attn_scalar ≠
+    # head_dim, soft-capping small enough to bite on these weights, sliding window (7) on the
+    # even layers (Gemma2Config's default layer_types).
+    "tiny-gemma2": (Gemma2Config, Gemma2ForCausalLM, dict(
+        head_dim=16, query_pre_attn_scalar=24, tie_word_embeddings=True, sliding_window=7,
+        attn_logit_softcapping=1.5, final_logit_softcapping=4.0, hidden_activation="gelu_pytorch_tanh",
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
 }
 
 PROMPTS = [
@@ -76,8 +93,16 @@ def rms(x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
+def layer_window(cfg, li):
+    """The sliding window of layer li as the model's attention module gets it (None: full)."""
+    if cfg.model_type == "mistral":  # MistralAttention: config.sliding_window on every layer
+        return cfg.sliding_window
+    types = getattr(cfg, "layer_types", None)
+    return cfg.sliding_window if types and types[li] == "sliding_attention" else None
+
+
 def reference_forward(model, ids, evict=None, n_prompt=None):
-    """Independent f32 forward of a Llama/Qwen2/Qwen3 model over `ids` [T].
+    """Independent f32 forward of a Llama/Qwen2/Qwen3/Mistral/Ministral/Gemma2 model over `ids` [T].
 
     evict[(layer, kv_head)] = token indices (< n_prompt) that queries at positions >= n_prompt
     of that kv head's query group must not attend to. Returns logits [T, V].
@@ -98,9 +123,18 @@ def reference_forward(model, ids, evict=None, n_prompt=None):
         rot = torch.cat([-v[..., half:], v[..., :half]], dim=-1)
         return v * cos + rot * sin
 
+    gemma = cfg.model_type == "gemma2"
+    if gemma:  # Gemma2Model: embeddings times √H (an f32 tensor); Gemma2RMSNorm scales by 1 + w
+        x = x * torch.tensor(cfg.hidden_size ** 0.5, dtype=torch.float32)
+
+    def norm(v, mod):
+        return rms(v, 1.0 + mod.weight if gemma else mod.weight, cfg.rms_norm_eps)
+
+    scaling = cfg.query_pre_attn_scalar ** -0.5 if gemma else D ** -0.5
+    softcap = getattr(cfg, "attn_logit_softcapping", None)
     for li, layer in enumerate(m.layers):
         a = layer.self_attn
-        h = rms(x, layer.input_layernorm.weight, cfg.rms_norm_eps)
+        h = norm(x, layer.input_layernorm)
         q = a.q_proj(h).view(T, Hq, D).transpose(0, 1)
         k = a.k_proj(h).view(T, Hkv, D).transpose(0, 1)
         v = a.v_proj(h).view(T, Hkv, D).transpose(0, 1)
@@ -111,23 +145,42 @@ def reference_forward(model, ids, evict=None, n_prompt=None):
         out = torch.zeros(Hq, T, D)
         for hq in range(Hq):
             hk = hq // G
-            s = (q[hq] @ k[hk].T) / (D ** 0.5)
+            s = (q[hq] @ k[hk].T) * scaling
+            if softcap:
+                s = torch.tanh(s / softcap) * softcap
             mask = torch.ones(T, T, dtype=torch.bool).tril()
+            W = layer_window(cfg, li)
+            if W:  # sliding window: key j visible to query i when j > i - W
+                mask &= torch.ones(T, T, dtype=torch.bool).triu(-(W - 1))
             if evict and (li, hk) in evict:
                 for j in evict[(li, hk)]:
                     mask[n_prompt:, j] = False
             s = s.masked_fill(~mask, float("-inf"))
             out[hq] = torch.softmax(s, dim=-1) @ v[hk]
-        x = x + a.o_proj(out.transpose(0, 1).reshape(T, Hq * D))
+        o = a.o_proj(out.transpose(0, 1).reshape(T, Hq * D))
+        if gemma:  # sandwich norms around attention and MLP
+            x = x + norm(o, layer.post_attention_layernorm)
+            h = norm(x, layer.pre_feedforward_layernorm)
+            g = torch.nn.functional.gelu(layer.mlp.gate_proj(h), approximate="tanh")
+            x = x + norm(layer.mlp.down_proj(g * layer.mlp.up_proj(h)), layer.post_feedforward_layernorm)
+            continue
+        x = x + o
         h = rms(x, layer.post_attention_layernorm.weight, cfg.rms_norm_eps)
         x = x + layer.mlp.down_proj(torch.nn.functional.silu(layer.mlp.gate_proj(h)) * layer.mlp.up_proj(h))
-    x = rms(x, m.norm.weight, cfg.rms_norm_eps)
-    return model.lm_head(x)
+    x = norm(x, m.norm)
+    logits = model.lm_head(x)
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
+    only = sys.argv[1:]
+    for name in only:
+        assert name in MODELS, f"unknown model {name} (known: {', '.join(MODELS)})"
     for i, (name, (Cfg, Model, extra)) in enumerate(MODELS.items()):
+        if only and name not in only:
+            continue
         cfg = Cfg(**COMMON, **extra)
         cfg.torch_dtype = "float32"
         torch.manual_seed(0)

@@ -43,7 +43,7 @@ struct AttentionTask {
   int64_t start_pos = 0;   ///< absolute position of query token 0; token i is at start_pos + i
   /// Query token i, group member g: q[i·stride + g·D … + D) f32 (post-RoPE). The output row
   /// out[i·stride + g·D … + D) receives Σ_t softmax(q·k_t · scale)·v_t over the keys with
-  /// position ≤ the query's (zeros when there are none).
+  /// position ≤ the query's and inside `window` (zeros when there are none).
   const float* q = nullptr;
   float* out = nullptr;
   int64_t stride = 0;      ///< floats between consecutive query tokens in q and out
@@ -52,6 +52,12 @@ struct AttentionTask {
   float* colsum = nullptr;
   /// Optional subset of the head's tokens to attend to (empty = all tokens).
   std::span<const TokenRange> ranges;
+  /// Sliding window in tokens (Mistral, Gemma 2's local layers): a query at position p sees keys
+  /// at positions p − window + 1 … p; 0 = full causal attention (attention_floor, forward.h).
+  int32_t window = 0;
+  /// Logit soft-capping (Gemma 2): scores become softcap·tanh(score / softcap) before the softmax,
+  /// as transformers computes it in f32; 0 = none.
+  float softcap = 0.0f;
 };
 
 /// Runs every task of `tasks` for `layer` of `cache` (D = cache.config().head_dim; query heads

@@ -1,5 +1,9 @@
 #include "engine/model/config.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "engine/model/architecture.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 
@@ -49,17 +53,65 @@ void add_ids(const json& v, std::vector<int32_t>& out, const std::string& origin
     push(v);
 }
 
+/// Sets c.layer_window from config.json as transformers reads it for `a` (its SlidingRule):
+/// `sliding_window` (null = none) applies to every layer (Mistral), to the layers `layer_types`
+/// marks "sliding_attention" (Ministral: every layer without layer_types; Gemma 2: the even
+/// layers without layer_types), or to those only when
+/// `use_sliding_window` (Qwen2/Qwen3; without layer_types, the layers ≥ `max_window_layers`).
+void read_layer_windows(const json& j, const Architecture& a, const std::string& origin, ModelConfig& c) {
+  const int64_t L = c.num_layers;
+  std::vector<std::string> types;
+  if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
+    if (!lt->is_array()) fail_at(origin, "layer_types", "expected a list of layer types, got {}", lt->dump());
+    if (static_cast<int64_t>(lt->size()) != L)
+      fail_at(origin, "layer_types", "has {} entries for num_hidden_layers {}", lt->size(), L);
+    for (size_t i = 0; i < lt->size(); ++i) {
+      const json& t = (*lt)[i];
+      if (t != "full_attention" && (t != "sliding_attention" || a.sliding == SlidingRule::kNone))
+        fail_at(origin, fmt::format("layer_types[{}]", i), "unsupported layer type {} for {} (supported: {})",
+                t.dump(), c.model_type,
+                a.sliding == SlidingRule::kNone ? "full_attention" : "full_attention, sliding_attention");
+      types.push_back(t.get<std::string>());
+    }
+  }
+  if (a.sliding == SlidingRule::kNone) return;
+  int64_t window = get_int(j, "sliding_window", origin, false, 0);
+  if (window < 0) fail_at(origin, "sliding_window", "must be > 0 or null, got {}", window);
+  if (window >= (int64_t{1} << 30)) window = 0;  // wider than any context: full attention
+  if (a.sliding == SlidingRule::kGatedLayers && !get_bool(j, "use_sliding_window", origin, false)) window = 0;
+  if (window == 0) return;
+  if (a.sliding == SlidingRule::kEveryLayer || types.empty()) {
+    const int64_t first = a.sliding == SlidingRule::kGatedLayers ? get_int(j, "max_window_layers", origin, false, L) : 0;
+    types.assign(L, "full_attention");
+    for (int64_t l = std::max<int64_t>(first, 0); l < L; ++l)
+      if (a.sliding != SlidingRule::kAlternating || l % 2 == 0) types[l] = "sliding_attention";
+  }
+  c.layer_window.assign(L, 0);
+  for (int64_t l = 0; l < L; ++l)
+    if (types[l] == "sliding_attention") c.layer_window[l] = static_cast<int32_t>(window);
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
   if (!j.is_object()) fail_at(origin, "", "expected a JSON object");
   ModelConfig c;
   auto mt = j.find("model_type");
-  if (mt == j.end() || !mt->is_string()) fail_at(origin, "model_type", "missing or not a string");
-  c.model_type = mt->get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3")
-    fail_at(origin, "model_type", "unsupported model type '{}' (supported: llama, qwen2, qwen3)",
-            c.model_type);
+  const Architecture* arch = nullptr;
+  if (mt == j.end() || mt->is_null()) {
+    // No model_type: the first `architectures` class kvbench knows (e.g. "MistralForCausalLM").
+    if (auto cls = j.find("architectures"); cls != j.end() && cls->is_array())
+      for (const json& x : *cls)
+        if (x.is_string() && !arch) arch = find_architecture_by_class(x.get<std::string>());
+    if (!arch) fail_at(origin, "model_type", "missing (and no known class in architectures)");
+    c.model_type = arch->model_type;
+  } else {
+    if (!mt->is_string()) fail_at(origin, "model_type", "expected a string, got {}", mt->dump());
+    c.model_type = mt->get<std::string>();
+  }
+  arch = find_architecture(c.model_type);
+  if (!arch)
+    fail_at(origin, "model_type", "unsupported model type '{}' (supported: {})", c.model_type, architecture_names());
   c.vocab_size = get_int(j, "vocab_size", origin, true);
   c.hidden_size = get_int(j, "hidden_size", origin, true);
   c.intermediate_size = get_int(j, "intermediate_size", origin, true);
@@ -73,22 +125,20 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
   // transformers 5 moves rope_theta into rope_parameters; accept both.
   c.rope_theta = get_num(j, "rope_theta", origin, 10000.0);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, false);
-  c.attention_bias = get_bool(j, "attention_bias", origin, c.model_type == "qwen2");
-  if (c.model_type == "qwen2") c.attention_bias = true;
-  c.qk_norm = c.model_type == "qwen3";
-  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
-    fail_at(origin, "hidden_act", "unsupported activation {} (only silu)", j["hidden_act"].dump());
-
-  // transformers >= 4.5x writes layer_types (one per layer); kvbench implements full attention only.
-  if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
-    if (!lt->is_array()) fail_at(origin, "layer_types", "expected a list of layer types, got {}", lt->dump());
-    if (static_cast<int64_t>(lt->size()) != c.num_layers)
-      fail_at(origin, "layer_types", "has {} entries for num_hidden_layers {}", lt->size(), c.num_layers);
-    for (size_t i = 0; i < lt->size(); ++i)
-      if ((*lt)[i] != "full_attention")
-        fail_at(origin, fmt::format("layer_types[{}]", i), "unsupported layer type {} (only full_attention)",
-                (*lt)[i].dump());
+  c.attention_bias = arch->qkv_bias == QkvBias::kAlways ||
+                     (arch->qkv_bias == QkvBias::kConfig && get_bool(j, "attention_bias", origin, false));
+  c.qk_norm = arch->qk_norm;
+  if (auto act = j.find(arch->act_key); act != j.end() && !act->is_null()) {
+    const char* want = hidden_act_name(arch->activation);
+    if (*act != want) fail_at(origin, arch->act_key, "unsupported activation {} for {} (only {})", act->dump(),
+                              c.model_type, want);
   }
+  read_layer_windows(j, *arch, origin, c);
+  c.query_pre_attn_scalar = get_num(j, "query_pre_attn_scalar", origin, 0.0);
+  c.attn_logit_softcap = get_num(j, "attn_logit_softcapping", origin, 0.0);
+  c.final_logit_softcap = get_num(j, "final_logit_softcapping", origin, 0.0);
+  if (get_bool(j, "use_bidirectional_attention", origin, false))
+    fail_at(origin, "use_bidirectional_attention", "bidirectional attention is not supported (decoder only)");
 
   const json* rs = nullptr;
   std::string f;
@@ -186,6 +236,8 @@ void ModelConfig::validate(const std::string& origin) const {
   auto pos = [&](int64_t v, const char* f) {
     if (v <= 0) fail_at(origin, f, "must be > 0, got {}", v);
   };
+  if (!find_architecture(model_type))
+    fail_at(origin, "model_type", "unsupported model type '{}' (supported: {})", model_type, architecture_names());
   pos(vocab_size, "vocab_size");
   pos(hidden_size, "hidden_size");
   pos(intermediate_size, "intermediate_size");
@@ -200,6 +252,16 @@ void ModelConfig::validate(const std::string& origin) const {
   if (head_dim % 2 != 0) fail_at(origin, "head_dim", "must be even for RoPE, got {}", head_dim);
   if (rms_norm_eps <= 0) fail_at(origin, "rms_norm_eps", "must be > 0");
   if (rope_theta <= 0) fail_at(origin, "rope_theta", "must be > 0");
+  if (query_pre_attn_scalar < 0) fail_at(origin, "query_pre_attn_scalar", "must be > 0");
+  if (attn_logit_softcap < 0) fail_at(origin, "attn_logit_softcapping", "must be > 0 or null");
+  if (final_logit_softcap < 0) fail_at(origin, "final_logit_softcapping", "must be > 0 or null");
+  if (!layer_window.empty() && static_cast<int64_t>(layer_window.size()) != num_layers)
+    fail_at(origin, "sliding_window", "{} layer windows for num_hidden_layers {}", layer_window.size(), num_layers);
+}
+
+float ModelConfig::attention_scale() const {
+  if (query_pre_attn_scalar > 0) return static_cast<float>(std::pow(query_pre_attn_scalar, -0.5));
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
 int64_t ModelConfig::num_parameters() const {
@@ -208,7 +270,9 @@ int64_t ModelConfig::num_parameters() const {
   if (attention_bias) attn += num_heads * D + 2 * num_kv_heads * D;
   if (qk_norm) attn += 2 * D;
   const int64_t mlp = 3 * H * intermediate_size;
-  const int64_t per_layer = attn + mlp + 2 * H;
+  const Architecture* a = find_architecture(model_type);
+  const int64_t norms = a && has_role(*a, TensorRole::kPostAttnNorm) ? 4 : 2;
+  const int64_t per_layer = attn + mlp + norms * H;
   const int64_t emb = vocab_size * H * (tie_word_embeddings ? 1 : 2);
   return emb + num_layers * per_layer + H;
 }

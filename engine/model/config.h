@@ -1,5 +1,6 @@
 // kvb::ModelConfig — the architecture hyperparameters of a decoder-only transformer, read from
-// a Hugging Face config.json (model_type llama, qwen2, qwen3) or from GGUF metadata.
+// a Hugging Face config.json or from GGUF metadata, for the architectures of
+// engine/model/architecture.h.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +51,7 @@ struct GenerationDefaults {
 /// Hyperparameters of one model. Shapes below use: H = hidden_size, Hq = num_attention_heads,
 /// Hkv = num_key_value_heads, D = head_dim, I = intermediate_size, V = vocab_size.
 struct ModelConfig {
-  std::string model_type;        ///< llama | qwen2 | qwen3
+  std::string model_type;        ///< an Architecture's model_type (engine/model/architecture.h)
   int64_t vocab_size = 0;        ///< V
   int64_t hidden_size = 0;       ///< H
   int64_t intermediate_size = 0; ///< I (SwiGLU MLP)
@@ -65,6 +66,15 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;   ///< q/k/v projections carry a bias (qwen2: always)
   bool qk_norm = false;          ///< per-head RMSNorm on q and k before RoPE (qwen3)
+  /// Per layer, the sliding attention window W in tokens: a query at position p attends to
+  /// keys at positions (p − W, p] (transformers' sliding_window_overlay). 0 = full causal
+  /// attention. Empty = every layer full. Set by the architecture's SlidingRule.
+  std::vector<int32_t> layer_window;
+  /// Attention scores are q·k·s^(−1/2) with s = `query_pre_attn_scalar` (Gemma 2); 0: s = D.
+  double query_pre_attn_scalar = 0;
+  /// Soft-capping c·tanh(x / c) of attention scores before the mask (`attn_logit_softcapping`)
+  /// and of the output logits (`final_logit_softcapping`); 0 = none.
+  double attn_logit_softcap = 0, final_logit_softcap = 0;
   std::vector<int32_t> eos_token_ids;  ///< from config.json and generation_config.json
   int32_t bos_token_id = -1;
   GenerationDefaults generation;  ///< DIR/generation_config.json (from_dir), empty otherwise
@@ -76,6 +86,19 @@ struct ModelConfig {
   static ModelConfig from_dir(const std::string& dir);
   /// Checks internal consistency (positive sizes, Hq % Hkv == 0, ...); throws kvb::Error.
   void validate(const std::string& origin) const;
+  /// The sliding window of `layer` (0 = full attention).
+  int32_t window(int64_t layer) const {
+    return layer_window.empty() ? 0 : layer_window[static_cast<size_t>(layer)];
+  }
+  /// True when some layer uses a sliding window.
+  bool has_sliding_window() const {
+    for (int32_t w : layer_window)
+      if (w > 0) return true;
+    return false;
+  }
+  /// The attention score scale, f32: 1/√D, or query_pre_attn_scalar^(−1/2) when set (the
+  /// Python double transformers computes, rounded to f32).
+  float attention_scale() const;
   /// Number of parameters implied by the shapes (embeddings counted once when tied).
   int64_t num_parameters() const;
 };

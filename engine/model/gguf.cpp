@@ -10,11 +10,13 @@
 #endif
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/model/architecture.h"
 #include "engine/util/error.h"
 #include "engine/util/utf8.h"
 
@@ -448,10 +450,11 @@ std::vector<float> GgufFile::read_f32(const GgufTensorInfo& t) const {
 ModelConfig gguf_model_config(const GgufFile& f) {
   ModelConfig c;
   const std::string arch = f.get_string("general.architecture");
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3")
-    fail_at(f.path(), "metadata 'general.architecture'",
-            "architecture '{}' is not supported (supported: llama, qwen2, qwen3)", arch);
-  c.model_type = arch;
+  const Architecture* a = find_gguf_architecture(arch);
+  if (!a)
+    fail_at(f.path(), "metadata 'general.architecture'", "architecture '{}' is not supported (supported: {})", arch,
+            architecture_names(true));
+  c.model_type = a->model_type;
   const std::string p = arch + ".";
   c.num_layers = f.get_int(p + "block_count");
   c.hidden_size = f.get_int(p + "embedding_length");
@@ -463,7 +466,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.rope_theta = f.get_float_or(p + "rope.freq_base", 10000.0);
   if (f.find(p + "attention.key_length"))
     c.head_dim = f.get_int(p + "attention.key_length");
-  else if (arch == "llama" && f.find(p + "rope.dimension_count"))
+  else if (a->gguf_permuted_qk && f.find(p + "rope.dimension_count"))
     c.head_dim = f.get_int(p + "rope.dimension_count");
   else if (c.num_heads > 0)
     c.head_dim = c.hidden_size / c.num_heads;
@@ -489,9 +492,19 @@ ModelConfig gguf_model_config(const GgufFile& f) {
       fail_at(f.path(), "metadata '" + p + "rope.scaling.type'", "unsupported rope scaling '{}'", t);
     }
   }
-  c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
-  c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
-  c.qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  // Tied embeddings, q/k/v bias and q/k norm: by the presence of the tensors.
+  auto has = [&](TensorRole r) {
+    for (const TensorName& t : a->tensors)
+      if (t.role == r && t.gguf) {
+        std::string n = t.gguf;
+        if (const size_t at = n.find("{}"); at != std::string::npos) n.replace(at, 2, "0");
+        return f.find_tensor(n) != nullptr;
+      }
+    return false;
+  };
+  c.tie_word_embeddings = !has(TensorRole::kLmHead);
+  c.attention_bias = a->qkv_bias != QkvBias::kNever && has(TensorRole::kBq);
+  c.qk_norm = a->qk_norm && has(TensorRole::kQNorm);
   if (f.find("tokenizer.ggml.bos_token_id"))
     c.bos_token_id = static_cast<int32_t>(f.get_int("tokenizer.ggml.bos_token_id"));
   for (const char* k : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
@@ -505,30 +518,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-std::string gguf_to_hf_name(const std::string& g) {
-  static const std::pair<const char*, const char*> top[] = {
-      {"token_embd.", "model.embed_tokens."}, {"output_norm.", "model.norm."}, {"output.", "lm_head."}};
-  for (const auto& [a, b] : top)
-    if (g.rfind(a, 0) == 0) return b + g.substr(std::strlen(a));
-  if (g.rfind("blk.", 0) != 0) return g;
-  const size_t dot = g.find('.', 4);
-  if (dot == std::string::npos) return g;
-  const std::string layer = g.substr(4, dot - 4);
-  if (layer.empty() || layer.find_first_not_of("0123456789") != std::string::npos) return g;
-  const size_t dot2 = g.find('.', dot + 1);
-  const std::string part = g.substr(dot + 1, dot2 == std::string::npos ? std::string::npos : dot2 - dot - 1);
-  const std::string suffix = dot2 == std::string::npos ? "" : g.substr(dot2);
-  static const std::map<std::string, std::string> parts = {
-      {"attn_q", "self_attn.q_proj"},       {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},       {"attn_output", "self_attn.o_proj"},
-      {"attn_q_norm", "self_attn.q_norm"},  {"attn_k_norm", "self_attn.k_norm"},
-      {"ffn_gate", "mlp.gate_proj"},        {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"},        {"attn_norm", "input_layernorm"},
-      {"ffn_norm", "post_attention_layernorm"}};
-  auto it = parts.find(part);
-  if (it == parts.end()) return g;
-  return "model.layers." + layer + "." + it->second + suffix;
-}
+std::string gguf_to_hf_name(const std::string& g) { return gguf_to_hf_tensor_name(architecture("llama"), g); }
 
 std::vector<int32_t> gguf_unpermute_index(int64_t rows, int64_t n_head, const std::string& origin) {
   if (n_head <= 0 || rows % (2 * n_head) != 0)
@@ -846,7 +836,7 @@ GgufModel load_gguf(const std::string& path) {
     if (key.size() > kNamed.size() && key.compare(0, kNamed.size(), kNamed) == 0)
       m.named_chat_templates[key.substr(kNamed.size())] = f.get_string(key);
   m.weights.origin = path;
-  const bool llama = m.config.model_type == "llama";
+  const Architecture& arch = *find_gguf_architecture(f.get_string("general.architecture"));
   for (const auto& t : f.tensors()) {
     const std::string field = "tensor '" + t.name + "'";
     if (!gguf_type_supported(t.type))
@@ -857,14 +847,20 @@ GgufModel load_gguf(const std::string& path) {
               ggml_type_traits(static_cast<uint32_t>(t.type)).name);
     std::vector<int64_t> shape = t.shape();
     std::shared_ptr<const std::vector<int32_t>> index;
-    if (llama && (t.name.find(".attn_q.") != std::string::npos ||
-                  t.name.find(".attn_k.") != std::string::npos)) {
-      const bool is_q = t.name.find(".attn_q.") != std::string::npos;
-      index = std::make_shared<const std::vector<int32_t>>(gguf_unpermute_index(
-          shape[0], is_q ? m.config.num_heads : m.config.num_kv_heads, path + ": " + field));
+    const std::string hf = gguf_to_hf_tensor_name(arch, t.name);
+    if (arch.gguf_permuted_qk) {
+      // Q and K weights and biases (layer index = the name's first number).
+      const size_t d0 = hf.find_first_of("0123456789");
+      const int64_t layer = d0 == std::string::npos ? -1 : std::atoll(hf.c_str() + d0);
+      for (TensorRole r : {TensorRole::kWq, TensorRole::kBq, TensorRole::kWk, TensorRole::kBk}) {
+        if (layer < 0 || hf != hf_tensor_name(arch, r, layer)) continue;
+        const bool is_q = r == TensorRole::kWq || r == TensorRole::kBq;
+        index = std::make_shared<const std::vector<int32_t>>(gguf_unpermute_index(
+            shape[0], is_q ? m.config.num_heads : m.config.num_kv_heads, path + ": " + field));
+      }
     }
-    m.weights.add_view(gguf_to_hf_name(t.name), std::move(shape), static_cast<DType>(t.type), f.tensor_data(t),
-                       f.file(), std::move(index), path);
+    m.weights.add_view(hf, std::move(shape), static_cast<DType>(t.type), f.tensor_data(t), f.file(),
+                       std::move(index), path);
   }
   return m;
 }

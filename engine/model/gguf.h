@@ -157,17 +157,20 @@ struct GgufModel {
   std::map<std::string, std::string> named_chat_templates;
 };
 
-/// ModelConfig from GGUF metadata (`general.architecture` llama, qwen2 or qwen3; keys
+/// ModelConfig from GGUF metadata (`general.architecture` one of the architectures' gguf_arch
+/// names in engine/model/architecture.h; keys
 /// `<arch>.block_count`, `.embedding_length`, `.feed_forward_length`, `.attention.head_count`,
 /// `.attention.head_count_kv`, `.attention.key_length` or `.rope.dimension_count` (head_dim),
 /// `.context_length`, `.attention.layer_norm_rms_epsilon`, `.rope.freq_base`,
 /// `.rope.scaling.{type,factor,original_context_length,attn_factor,yarn_beta_fast,yarn_beta_slow}`,
 /// `.vocab_size` (else the token count); `tokenizer.ggml.bos_token_id`; eos ids =
 /// `tokenizer.ggml.eos_token_id` then `eot_token_id` / `eom_token_id` when present). Tied
-/// embeddings = no `output.weight` tensor (as transformers decides). Throws kvb::Error.
+/// embeddings = no `output.weight` tensor (as transformers decides); q/k/v bias and q/k norm by
+/// the presence of their layer-0 tensors. Throws kvb::Error.
 ModelConfig gguf_model_config(const GgufFile& f);
 
-/// The Hugging Face name of a GGUF tensor name (blk.N.attn_q.weight ->
+/// The Hugging Face name of a GGUF tensor name under the Llama family's table
+/// (architecture.h gguf_to_hf_tensor_name; blk.N.attn_q.weight ->
 /// model.layers.N.self_attn.q_proj.weight, token_embd -> model.embed_tokens, output -> lm_head,
 /// output_norm -> model.norm, attn_norm -> input_layernorm, ffn_norm -> post_attention_layernorm,
 /// ffn_gate/up/down -> mlp.gate_proj/up_proj/down_proj, attn_q_norm/attn_k_norm ->

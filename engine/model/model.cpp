@@ -5,9 +5,75 @@
 #include <numbers>
 #include <random>
 
+#include "engine/model/architecture.h"
 #include "engine/util/error.h"
 
 namespace kvb {
+
+namespace {
+
+/// How a tensor is held: a weight matrix (in the model's WeightFormat), an f32 norm weight
+/// (1 in random models) or an f32 bias.
+enum class TensorKind { kMatrix, kNorm, kBias };
+
+/// One tensor a config implies: its role, shape and kind.
+struct TensorSpec {
+  TensorRole role;
+  std::vector<int64_t> shape;
+  TensorKind kind;
+};
+
+/// The per-layer tensors `c` implies, in the order Model::random draws them (its weights depend
+/// on that order). The one list bind() and random() share.
+std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& c) {
+  const Architecture& a = architecture(c.model_type);
+  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads,
+                I = c.intermediate_size;
+  using R = TensorRole;
+  using K = TensorKind;
+  std::vector<TensorSpec> s = {{R::kAttnNorm, {H}, K::kNorm},       {R::kMlpNorm, {H}, K::kNorm},
+                               {R::kWq, {Hq * D, H}, K::kMatrix},   {R::kWk, {Hkv * D, H}, K::kMatrix},
+                               {R::kWv, {Hkv * D, H}, K::kMatrix},  {R::kWo, {H, Hq * D}, K::kMatrix}};
+  if (c.attention_bias)
+    s.insert(s.end(), {{R::kBq, {Hq * D}, K::kBias}, {R::kBk, {Hkv * D}, K::kBias}, {R::kBv, {Hkv * D}, K::kBias}});
+  if (c.qk_norm) s.insert(s.end(), {{R::kQNorm, {D}, K::kNorm}, {R::kKNorm, {D}, K::kNorm}});
+  s.insert(s.end(), {{R::kGate, {I, H}, K::kMatrix}, {R::kUp, {I, H}, K::kMatrix}, {R::kDown, {H, I}, K::kMatrix}});
+  for (R r : {R::kPostAttnNorm, R::kPostMlpNorm})
+    if (has_role(a, r)) s.push_back({r, {H}, K::kNorm});
+  return s;
+}
+
+/// The LayerWeights slot of a per-layer matrix role, or null.
+Mat* mat_slot(LayerWeights& w, TensorRole r) {
+  switch (r) {
+    case TensorRole::kWq: return &w.wq;
+    case TensorRole::kWk: return &w.wk;
+    case TensorRole::kWv: return &w.wv;
+    case TensorRole::kWo: return &w.wo;
+    case TensorRole::kGate: return &w.w_gate;
+    case TensorRole::kUp: return &w.w_up;
+    case TensorRole::kDown: return &w.w_down;
+    default: return nullptr;
+  }
+}
+
+/// The LayerWeights slot of a per-layer vector role (norm or bias), or null.
+const float** vec_slot(LayerWeights& w, TensorRole r) {
+  switch (r) {
+    case TensorRole::kAttnNorm: return &w.attn_norm;
+    case TensorRole::kMlpNorm: return &w.mlp_norm;
+    case TensorRole::kPostAttnNorm: return &w.post_attn_norm;
+    case TensorRole::kPostMlpNorm: return &w.post_mlp_norm;
+    case TensorRole::kBq: return &w.bq;
+    case TensorRole::kBk: return &w.bk;
+    case TensorRole::kBv: return &w.bv;
+    case TensorRole::kQNorm: return &w.q_norm;
+    case TensorRole::kKNorm: return &w.k_norm;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
 
 std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling) {
   const int64_t D = c.head_dim;
@@ -76,6 +142,16 @@ const float* Model::f32(const std::string& name, const std::vector<int64_t>& sha
   return converted_.back()->data();
 }
 
+const float* Model::norm(const std::string& name, const std::vector<int64_t>& shape) {
+  const float* w = f32(name, shape);
+  if (!architecture(cfg_.model_type).norm_plus_one) return w;
+  // Gemma2RMSNorm: x̂·(1 + w), the sum in f32 as torch forms it.
+  auto one_plus = std::make_unique<std::vector<float>>(w, w + shape[0]);
+  for (float& v : *one_plus) v = 1.0f + v;
+  converted_.push_back(std::move(one_plus));
+  return converted_.back()->data();
+}
+
 Mat Model::mat(const std::string& name, const std::vector<int64_t>& shape) {
   const int64_t rows = shape[0], cols = shape[1];
   if (fmt_ == WeightFormat::kF32) return Mat::of_f32(f32(name, shape), rows, cols);
@@ -110,42 +186,28 @@ Mat Model::mat(const std::string& name, const std::vector<int64_t>& shape) {
 
 void Model::embed_row(int32_t token, float* out) const {
   dequantize_row(embed_.type, embed_.row(token), cfg_.hidden_size, out);
+  if (embed_scale_ != 1.0f)
+    for (int64_t i = 0; i < cfg_.hidden_size; ++i) out[i] *= embed_scale_;
 }
 
 void Model::bind(const std::string& origin) {
   const ModelConfig& c = cfg_;
-  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads,
-                I = c.intermediate_size, V = c.vocab_size;
-  embed_ = mat("model.embed_tokens.weight", {V, H});
-  norm_ = f32("model.norm.weight", {H});
-  if (c.tie_word_embeddings) {
-    lm_head_ = embed_;
-  } else {
-    lm_head_ = mat("lm_head.weight", {V, H});
-  }
+  const Architecture& a = architecture(c.model_type);
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  embed_ = mat(hf_tensor_name(a, TensorRole::kEmbed), {V, H});
+  norm_ = norm(hf_tensor_name(a, TensorRole::kFinalNorm), {H});
+  // Gemma2Model: hidden * torch.tensor(H ** 0.5, dtype=float32).
+  embed_scale_ = a.embed_scale ? static_cast<float>(std::sqrt(static_cast<double>(H))) : 1.0f;
+  lm_head_ = c.tie_word_embeddings ? embed_ : mat(hf_tensor_name(a, TensorRole::kLmHead), {V, H});
+  const std::vector<TensorSpec> specs = layer_tensor_specs(c);
   layers_.resize(c.num_layers);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerWeights& w = layers_[l];
-    w.attn_norm = f32(p + "input_layernorm.weight", {H});
-    w.wq = mat(p + "self_attn.q_proj.weight", {Hq * D, H});
-    w.wk = mat(p + "self_attn.k_proj.weight", {Hkv * D, H});
-    w.wv = mat(p + "self_attn.v_proj.weight", {Hkv * D, H});
-    w.wo = mat(p + "self_attn.o_proj.weight", {H, Hq * D});
-    if (c.attention_bias) {
-      w.bq = f32(p + "self_attn.q_proj.bias", {Hq * D});
-      w.bk = f32(p + "self_attn.k_proj.bias", {Hkv * D});
-      w.bv = f32(p + "self_attn.v_proj.bias", {Hkv * D});
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (const TensorSpec& t : specs) {
+      const std::string name = hf_tensor_name(a, t.role, l);
+      if (t.kind == TensorKind::kMatrix) *mat_slot(layers_[l], t.role) = mat(name, t.shape);
+      else if (t.kind == TensorKind::kNorm) *vec_slot(layers_[l], t.role) = norm(name, t.shape);
+      else *vec_slot(layers_[l], t.role) = f32(name, t.shape);
     }
-    if (c.qk_norm) {
-      w.q_norm = f32(p + "self_attn.q_norm.weight", {D});
-      w.k_norm = f32(p + "self_attn.k_norm.weight", {D});
-    }
-    w.mlp_norm = f32(p + "post_attention_layernorm.weight", {H});
-    w.w_gate = mat(p + "mlp.gate_proj.weight", {I, H});
-    w.w_up = mat(p + "mlp.up_proj.weight", {I, H});
-    w.w_down = mat(p + "mlp.down_proj.weight", {H, I});
-  }
   inv_freq_ = rope_inv_freq(c, &rope_mscale_);
   (void)origin;
 }
@@ -212,37 +274,28 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, Weight
   auto ones = [&](const std::string& name, int64_t n) {
     ws.add_owned(name, {n}, std::vector<float>(n, 1.0f), "random");
   };
-  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads,
-                I = c.intermediate_size, V = c.vocab_size;
-  rnd("model.embed_tokens.weight", {V, H});
-  ones("model.norm.weight", H);
-  if (!c.tie_word_embeddings) rnd("lm_head.weight", {V, H});
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    ones(p + "input_layernorm.weight", H);
-    ones(p + "post_attention_layernorm.weight", H);
-    rnd(p + "self_attn.q_proj.weight", {Hq * D, H});
-    rnd(p + "self_attn.k_proj.weight", {Hkv * D, H});
-    rnd(p + "self_attn.v_proj.weight", {Hkv * D, H});
-    rnd(p + "self_attn.o_proj.weight", {H, Hq * D});
-    if (c.attention_bias) {
-      // Biases stay f32 (Model::f32 reads them as f32 in every format).
-      for (const char* b : {"q_proj", "k_proj", "v_proj"}) {
-        const int64_t n = std::string(b) == "q_proj" ? Hq * D : Hkv * D;
+  const Architecture& a = architecture(c.model_type);
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  rnd(hf_tensor_name(a, TensorRole::kEmbed), {V, H});
+  ones(hf_tensor_name(a, TensorRole::kFinalNorm), H);
+  if (!c.tie_word_embeddings) rnd(hf_tensor_name(a, TensorRole::kLmHead), {V, H});
+  const std::vector<TensorSpec> specs = layer_tensor_specs(c);
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (const TensorSpec& t : specs) {
+      const std::string name = hf_tensor_name(a, t.role, l);
+      if (t.kind == TensorKind::kMatrix) {
+        rnd(name, t.shape);
+      } else if (t.kind == TensorKind::kNorm) {
+        ones(name, t.shape[0]);
+      } else {
+        // Biases stay f32 (Model::f32 reads them as f32 in every format).
+        const int64_t n = t.shape[0];
         const uint64_t key = mix64(seed * 0x9e3779b97f4a7c15ull + (++tensor_index) * 0xd1b54a32d192ed03ull);
         std::vector<float> v(n);
         for (int64_t i = 0; i < n; ++i) v[i] = irwin_hall4(mix64(key + static_cast<uint64_t>(i)), 0.02f);
-        ws.add_owned(p + "self_attn." + b + ".bias", {n}, std::move(v), "random");
+        ws.add_owned(name, {n}, std::move(v), "random");
       }
     }
-    if (c.qk_norm) {
-      ones(p + "self_attn.q_norm.weight", D);
-      ones(p + "self_attn.k_norm.weight", D);
-    }
-    rnd(p + "mlp.gate_proj.weight", {I, H});
-    rnd(p + "mlp.up_proj.weight", {I, H});
-    rnd(p + "mlp.down_proj.weight", {H, I});
-  }
   return from_weights(c, std::move(ws), "random", fmt);
 }
 
@@ -262,8 +315,8 @@ ModelConfig model_shape(const std::string& name) {
     c.tie_word_embeddings = tied;
     c.max_position_embeddings = 131072;
     c.rms_norm_eps = 1e-6;
-    c.qk_norm = std::string(type) == "qwen3";
-    c.attention_bias = std::string(type) == "qwen2";
+    c.qk_norm = architecture(type).qk_norm;
+    c.attention_bias = architecture(type).qkv_bias == QkvBias::kAlways;
   };
   if (name == "stories260k") set("llama", 512, 64, 172, 5, 8, 4, 8, 10000, true);
   else if (name == "smollm2-135m") set("llama", 49152, 576, 1536, 30, 9, 3, 64, 100000, true);

@@ -1,12 +1,16 @@
-// kvb::Model — a decoder-only transformer (Llama / Qwen2 / Qwen3 family) with its weights
-// resolved to f32 row-major matrices, ready for the CPU backend.
+// kvb::Model — a decoder-only transformer of one of the architectures in
+// engine/model/architecture.h (Llama, Qwen2, Qwen3, Mistral) with its weights resolved by
+// tensor role, ready for the backends.
 //
-// Architecture (transformers' LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM):
+// The block (transformers' LlamaForCausalLM and its relatives):
 //   x = embed[token]; for each layer:
 //     h = RMSNorm(x)·attn_norm; q,k,v = h·Wqᵀ(+bq), h·Wkᵀ(+bk), h·Wvᵀ(+bv)
 //     (qwen3) q,k = per-head RMSNorm(q)·q_norm, RMSNorm(k)·k_norm;  q,k = RoPE(q,k, position)
-//     x += softmax(q·kᵀ/√D + causal) v · Woᵀ
+//     x += softmax(q·kᵀ/√D + causal [+ sliding window, config.layer_window]) v · Woᵀ
 //     x += (SiLU(RMSNorm(x)·mlp_norm·Wgᵀ) ⊙ (…·Wuᵀ))·Wdᵀ
+//   with the architecture's variations (architecture.h): Gemma 2 normalises the attention and
+//   MLP outputs again before each residual add (post_attn_norm, post_mlp_norm), uses GeLU-tanh,
+//   scales embeddings by √H and soft-caps attention scores and logits.
 //   logits = RMSNorm(x)·final_norm·lm_headᵀ   (lm_head = embed when tied)
 #pragma once
 
@@ -42,6 +46,8 @@ struct LayerWeights {
   const float* q_norm = nullptr;     ///< [D] (qwen3) or null
   const float* k_norm = nullptr;     ///< [D] (qwen3) or null
   const float* mlp_norm = nullptr;   ///< [H]
+  const float* post_attn_norm = nullptr;  ///< [H] norm of the attention output (Gemma 2) or null
+  const float* post_mlp_norm = nullptr;   ///< [H] norm of the MLP output (Gemma 2) or null
   Mat w_gate;                        ///< [I, H]
   Mat w_up;                          ///< [I, H]
   Mat w_down;                        ///< [H, I]
@@ -66,9 +72,12 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
-  /// Copies the embedding row of `token` into out[H] (f32; dequantised when stored quantised).
+  /// Copies the embedding row of `token` into out[H] (f32; dequantised when stored quantised),
+  /// times embed_scale().
   void embed_row(int32_t token, float* out) const;
   const Mat& embed() const { return embed_; }          ///< [V, H]
+  /// The factor embed_row applies: √H rounded to f32 for architectures with embed_scale, else 1.
+  float embed_scale() const { return embed_scale_; }
   const float* final_norm() const { return norm_; }    ///< [H]
   const Mat& lm_head() const { return lm_head_; }      ///< [V, H]
   WeightFormat weight_format() const { return fmt_; }
@@ -84,6 +93,8 @@ class Model {
  private:
   void bind(const std::string& origin);
   const float* f32(const std::string& name, const std::vector<int64_t>& shape, bool optional = false);
+  /// A norm weight: f32(), plus 1 when the architecture stores w − 1 (norm_plus_one).
+  const float* norm(const std::string& name, const std::vector<int64_t>& shape);
   Mat mat(const std::string& name, const std::vector<int64_t>& shape);
 
   ModelConfig cfg_;
@@ -96,6 +107,7 @@ class Model {
   WeightFormat fmt_ = WeightFormat::kF32;
   std::vector<float> inv_freq_;
   float rope_mscale_ = 1.0f;
+  float embed_scale_ = 1.0f;
   size_t weight_bytes_ = 0;
   std::string id_;
 };

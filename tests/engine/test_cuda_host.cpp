@@ -15,6 +15,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/util/error.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -318,6 +319,23 @@ TEST(CudaCompaction, RejectsBadKeepSets) {
   EXPECT_THROW(cuda::compaction_pairs(pages, 8, 4, out_of_range, src, dst), Error);
   EXPECT_THROW(cuda::compaction_pairs(pages, 8, 4, negative, src, dst), Error);
   EXPECT_THROW(cuda::compaction_pairs(pages, 9, 4, std::vector<int32_t>{0}, src, dst), Error);  // 2 pages < 9 tokens
+}
+
+// The CUDA backend refuses, before opening a device, the architecture choices its kernels do
+// not implement (sliding-window layers, Gemma 2's block) and accepts the rest.
+TEST(CudaModelSupport, RefusesWhatItsKernelsDoNotImplement) {
+  for (const char* name : {"stories260k", "qwen3-0.6b", "llama-3.1-8b"})
+    EXPECT_NO_THROW(cuda::check_model_support(model_shape(name))) << name;
+  const ModelConfig mistral = ModelConfig::from_dir(test::fixture("models/tiny-mistral"));
+  EXPECT_EQ(test::input_error_of([&] { cuda::check_model_support(mistral); }),
+            "--backend cuda: mistral: layer 0 uses sliding-window attention (window 8), which the CUDA attention "
+            "kernels do not implement; use --backend cpu");
+  const ModelConfig ministral = ModelConfig::from_dir(test::fixture("models/tiny-ministral"));
+  EXPECT_NE(test::input_error_of([&] { cuda::check_model_support(ministral); }).find("layer 0"), std::string::npos);
+  const ModelConfig gemma = ModelConfig::from_dir(test::fixture("models/tiny-gemma2"));
+  EXPECT_EQ(test::input_error_of([&] { cuda::check_model_support(gemma); }),
+            "--backend cuda: gemma2: an MLP activation other than SiLU is not implemented by the CUDA kernels; use "
+            "--backend cpu");
 }
 
 TEST(BackendSelection, UnknownOrMissingBackendsAreClearErrors) {

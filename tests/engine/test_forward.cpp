@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "engine/engine.h"
 #include "engine/policies/full.h"
@@ -89,7 +90,42 @@ TEST_P(TinyModel, RaggedHeadsEqualMaskedReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TinyModel,
-                         ::testing::Values("tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-tied"));
+                         ::testing::Values("tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-tied", "tiny-mistral",
+                                           "tiny-ministral", "tiny-gemma2"));
+
+// What the new architectures' configs say is what makes the engine match transformers above:
+// the same weights with full attention on every layer (Mistral: window 8 on every layer,
+// Ministral: 6 on layer 0, Gemma 2: 7 on layer 0), or without Gemma 2's attention or final
+// soft-capping, miss the golden of the 50-token prompt by far.
+TEST(ArchitectureFeatures, WindowsAndSoftCapsAreReadAndMatter) {
+  auto err_without = [](const std::string& dir, const std::function<void(ModelConfig&)>& edit) {
+    ModelConfig cfg = ModelConfig::from_dir(dir);
+    edit(cfg);
+    auto m = Model::from_weights(cfg, WeightStore::from_safetensors_dir(dir), dir);
+    const json gold = parse_json_file(dir + "/goldens.json");
+    Engine e(m, {}, nullptr);
+    auto logits = e.score(gold["prompts"][2].get<std::vector<int32_t>>(), {});  // 50 tokens
+    return rel_err(logits.data(), gold["last_logits"][2].get<std::vector<float>>());
+  };
+  struct Case {
+    const char* name;
+    std::vector<int32_t> windows;
+  };
+  for (const Case& k : {Case{"tiny-mistral", {8, 8}}, Case{"tiny-ministral", {6, 0}}, Case{"tiny-gemma2", {7, 0}}}) {
+    const std::string dir = test::fixture(std::string("models/") + k.name);
+    EXPECT_EQ(ModelConfig::from_dir(dir).layer_window, k.windows) << k.name;
+    EXPECT_LE(err_without(dir, [](ModelConfig&) {}), 1e-4) << k.name;
+    EXPECT_GT(err_without(dir, [](ModelConfig& c) { c.layer_window.clear(); }), 1e-2) << k.name;
+  }
+  const std::string gemma = test::fixture("models/tiny-gemma2");
+  const ModelConfig g = ModelConfig::from_dir(gemma);
+  EXPECT_EQ(g.attn_logit_softcap, 1.5);
+  EXPECT_EQ(g.final_logit_softcap, 4.0);
+  EXPECT_EQ(g.query_pre_attn_scalar, 24.0);
+  EXPECT_GT(err_without(gemma, [](ModelConfig& c) { c.attn_logit_softcap = 0; }), 1e-2);
+  EXPECT_GT(err_without(gemma, [](ModelConfig& c) { c.final_logit_softcap = 0; }), 1e-2);
+  EXPECT_GT(err_without(gemma, [](ModelConfig& c) { c.query_pre_attn_scalar = 0; }), 1e-2);
+}
 
 TEST(Stories260K, Greedy200FromBosEqualsOracle) {
   const std::string dir = test::shared_dir("models/stories260K-hf");

@@ -4,11 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/model/architecture.h"
 #include "engine/model/config.h"
 #include "engine/model/model.h"
 #include "engine/util/error.h"
@@ -99,11 +101,112 @@ TEST(ModelConfigKeys, LayerTypes) {
   j["layer_types"] = {"full_attention", "full_attention", "full_attention"};
   EXPECT_EQ(ModelConfig::from_json(j, "config.json").num_layers, 3);
   j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
-  EXPECT_EQ(error_of(j), "config.json: layer_types[1]: unsupported layer type \"sliding_attention\" (only full_attention)");
+  EXPECT_EQ(error_of(j), "config.json: layer_types[1]: unsupported layer type \"sliding_attention\" for llama "
+                        "(supported: full_attention)");
   j["layer_types"] = {"full_attention"};
   EXPECT_EQ(error_of(j), "config.json: layer_types: has 1 entries for num_hidden_layers 3");
   j["layer_types"] = "full_attention";
   EXPECT_EQ(error_of(j).rfind("config.json: layer_types: expected a list", 0), 0u);
+}
+
+// Sliding windows per layer as transformers 5 reads config.json for each architecture
+// (MistralConfig, MinistralConfig, Qwen2Config/Qwen3Config __init__ and their attention modules).
+TEST(ModelConfigKeys, SlidingWindowPerLayer) {
+  auto windows = [](json j) { return ModelConfig::from_json(j, "config.json").layer_window; };
+  using W = std::vector<int32_t>;
+  json mistral = base_config();
+  mistral["model_type"] = "mistral";
+  mistral["sliding_window"] = 4096;
+  EXPECT_EQ(windows(mistral), (W{4096, 4096, 4096}));
+  // MistralConfig ignores layer_types (with a warning): every layer still slides.
+  mistral["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+  EXPECT_EQ(windows(mistral), (W{4096, 4096, 4096}));
+  mistral["sliding_window"] = nullptr;
+  EXPECT_TRUE(windows(mistral).empty());
+  mistral["sliding_window"] = -1;
+  EXPECT_EQ(error_of(mistral), "config.json: sliding_window: must be > 0 or null, got -1");
+
+  json ministral = base_config();
+  ministral["model_type"] = "ministral";
+  ministral["sliding_window"] = 128;
+  EXPECT_EQ(windows(ministral), (W{128, 128, 128}));  // no layer_types: every layer
+  ministral["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
+  EXPECT_EQ(windows(ministral), (W{128, 0, 128}));
+  ministral["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention"};
+  EXPECT_EQ(error_of(ministral), "config.json: layer_types[1]: unsupported layer type \"chunked_attention\" for "
+                                 "ministral (supported: full_attention, sliding_attention)");
+
+  // Gemma 2: without layer_types the even layers slide.
+  json gemma = base_config();
+  gemma["model_type"] = "gemma2";
+  gemma["sliding_window"] = 32;
+  EXPECT_EQ(windows(gemma), (W{32, 0, 32}));
+  gemma["use_bidirectional_attention"] = true;
+  EXPECT_EQ(error_of(gemma),
+            "config.json: use_bidirectional_attention: bidirectional attention is not supported (decoder only)");
+
+  // Qwen2/Qwen3: only with use_sliding_window; without layer_types, layers >= max_window_layers.
+  for (const char* type : {"qwen2", "qwen3"}) {
+    SCOPED_TRACE(type);
+    json q = base_config();
+    q["model_type"] = type;
+    q["sliding_window"] = 64;
+    q["max_window_layers"] = 1;
+    EXPECT_TRUE(windows(q).empty());
+    q["use_sliding_window"] = true;
+    EXPECT_EQ(windows(q), (W{0, 64, 64}));
+    q["layer_types"] = {"sliding_attention", "full_attention", "full_attention"};
+    EXPECT_EQ(windows(q), (W{64, 0, 0}));
+    q["use_sliding_window"] = false;
+    EXPECT_TRUE(windows(q).empty());
+  }
+}
+
+// The descriptor table: model types and GGUF names are unique, every architecture names every
+// role it binds in both formats, and GGUF names map back to the HF ones.
+TEST(Architectures, TableIsConsistentAndNamesRoundTrip) {
+  std::set<std::string> types, ggufs;
+  for (const kvb::Architecture& a : kvb::architectures()) {
+    SCOPED_TRACE(a.model_type);
+    EXPECT_TRUE(types.insert(a.model_type).second);
+    if (a.gguf_arch) {
+      EXPECT_TRUE(ggufs.insert(a.gguf_arch).second);
+      EXPECT_EQ(kvb::find_gguf_architecture(a.gguf_arch), &a);
+    }
+    EXPECT_EQ(kvb::find_architecture(a.model_type), &a);
+    for (const char* cls : a.hf_classes) EXPECT_EQ(kvb::find_architecture_by_class(cls), &a);
+    for (const kvb::TensorName& t : a.tensors) {
+      const std::string hf = kvb::hf_tensor_name(a, t.role, 7);
+      EXPECT_EQ(hf.find("{}"), std::string::npos) << hf;
+      EXPECT_TRUE(kvb::has_role(a, t.role));
+      if (!t.gguf) continue;
+      const std::string pattern = t.gguf;
+      const size_t at = pattern.find("{}");
+      const std::string g = at == std::string::npos ? pattern : pattern.substr(0, at) + "7" + pattern.substr(at + 2);
+      EXPECT_EQ(kvb::gguf_to_hf_tensor_name(a, g), hf);
+    }
+  }
+  EXPECT_EQ(kvb::architecture_names(), "llama, qwen2, qwen3, mistral, ministral, gemma2");
+  EXPECT_EQ(kvb::architecture_names(true), "llama, qwen2, qwen3");
+  json j = base_config();
+  j["model_type"] = "gemma3";
+  EXPECT_EQ(error_of(j), "config.json: model_type: unsupported model type 'gemma3' (supported: llama, qwen2, qwen3, "
+                         "mistral, ministral, gemma2)");
+  // Without model_type, the `architectures` class decides.
+  j.erase("model_type");
+  j["architectures"] = {"MistralForCausalLM"};
+  EXPECT_EQ(ModelConfig::from_json(j, "config.json").model_type, "mistral");
+  j["architectures"] = {"GPT2LMHeadModel"};
+  EXPECT_EQ(error_of(j), "config.json: model_type: missing (and no known class in architectures)");
+  // The activation key must name the architecture's activation.
+  j = base_config();
+  j["hidden_act"] = "gelu";
+  EXPECT_EQ(error_of(j), "config.json: hidden_act: unsupported activation \"gelu\" for llama (only silu)");
+  j["model_type"] = "gemma2";
+  j["hidden_act"] = "silu";  // not Gemma 2's key: ignored
+  j["hidden_activation"] = "silu";
+  EXPECT_EQ(error_of(j), "config.json: hidden_activation: unsupported activation \"silu\" for gemma2 "
+                         "(only gelu_pytorch_tanh)");
 }
 
 struct TempDir {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "engine/backend/policy_driver.h"
+#include "engine/model/architecture.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -58,7 +59,8 @@ void apply_rope(float* vec, int nheads, int D, int64_t pos, const float* inv_fre
 }
 
 CpuBackend::CpuBackend(const Model& model, KVCache& cache, bool bf16_points)
-    : m_(model), cache_(cache), bf16_points_(bf16_points) {}
+    : m_(model), cache_(cache), bf16_points_(bf16_points),
+      activation_(architecture(model.config().model_type).activation) {}
 
 namespace {
 
@@ -77,6 +79,27 @@ void fit_buffer(std::vector<float>& v, int64_t n) {
   v.resize(want);
 }
 
+/// c·tanh(x / c) (transformers' soft-capping: divide, tanh, multiply, in f32); x when c is 0.
+inline float soft_cap(float x, float c) { return c > 0 ? std::tanh(x / c) * c : x; }
+
+/// The MLP activation of `a` applied to gate[i] times up[i], in place over n elements.
+void gated_activation(Activation a, float* gate, const float* up, int64_t n) {
+  if (a == Activation::kSilu) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  } else {  // kGeluTanh: torch's gelu(approximate="tanh")
+    constexpr float kBeta = 0.7978845608028654f, kKappa = 0.044715f;  // √(2/π)
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = gate[i];
+      gate[i] = 0.5f * g * (1.0f + std::tanh(kBeta * (g + kKappa * g * g * g))) * up[i];
+    }
+  }
+}
+
 inline float dot(const float* a, const float* b, int n) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
@@ -86,28 +109,50 @@ inline float dot(const float* a, const float* b, int n) {
 
 }  // namespace
 
+int32_t attention_floor(int32_t qpos, int32_t window) {
+  return window > 0 ? qpos - window + 1 : std::numeric_limits<int32_t>::min();
+}
+
+/// The state of one forward() call that its blocks share.
+struct CpuBackend::Step {
+  std::span<ForwardItem> items;
+  std::vector<int64_t> row0;  ///< [items + 1] row offset of each item in the flattened batch
+  int64_t T = 0;              ///< rows (tokens) in the batch
+  Policy* policy = nullptr;
+  PolicyNeeds needs;
+  policy_driver::Dims dims;
+  policy_driver::Compact compact;
+  std::vector<std::vector<float>> colsum;  ///< [item * Hkv + h][L] when needs.attention_colsum
+  double policy_s = 0;
+  int64_t evicted = 0;
+};
+
 void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
                          ForwardStats* stats) {
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
-  double policy_s = 0;
-  int64_t evicted = 0;
   const ModelConfig& c = m_.config();
   const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim),
             Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads),
             I = static_cast<int>(c.intermediate_size), V = static_cast<int>(c.vocab_size);
-  const int G = Hq / Hkv;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const PolicyNeeds needs = policy ? policy->needs() : PolicyNeeds{};
+  Step s;
+  s.items = items;
+  s.policy = policy;
+  s.needs = policy ? policy->needs() : PolicyNeeds{};
+  s.dims = policy_driver::Dims{static_cast<int>(c.num_layers), Hq, Hkv, D, H, c.attention_scale(),
+                               m_.inv_freq().data(), m_.rope_attention_scaling()};
+  s.compact = [this](SeqId seq, int layer, int h, const std::vector<int32_t>& keep) {
+    return static_cast<int64_t>(cache_.compact(seq, layer, h, keep));
+  };
 
   // Row offsets of each item in the flattened token batch.
-  std::vector<int64_t> row0(items.size() + 1, 0);
+  s.row0.assign(items.size() + 1, 0);
   for (size_t b = 0; b < items.size(); ++b) {
     if (items[b].n <= 0) fail("forward: sequence {} has no tokens in this step", items[b].seq);
-    row0[b + 1] = row0[b] + items[b].n;
+    s.row0[b + 1] = s.row0[b] + items[b].n;
   }
-  const int64_t T = row0.back();
+  const int64_t T = s.T = s.row0.back();
   fit_buffer(x_, T * H);
   fit_buffer(xn_, T * H);
   fit_buffer(q_, T * Hq * D);
@@ -116,177 +161,207 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   fit_buffer(att_, T * Hq * D);
   fit_buffer(gate_, T * I);
   fit_buffer(up_, T * I);
-  if (needs.keys_pre_rope) fit_buffer(kpre_, T * Hkv * D);
-  if (needs.queries_pre_rope) fit_buffer(qpre_, T * Hq * D);
+  if (s.needs.keys_pre_rope) fit_buffer(kpre_, T * Hkv * D);
+  if (s.needs.queries_pre_rope) fit_buffer(qpre_, T * Hq * D);
 
   for (size_t b = 0; b < items.size(); ++b) {
     for (int i = 0; i < items[b].n; ++i) {
       const int32_t tok = items[b].tokens[i];
       if (tok < 0 || tok >= V) fail("forward: token id {} out of range [0, {})", tok, V);
-      m_.embed_row(tok, &x_[(row0[b] + i) * H]);
+      m_.embed_row(tok, &x_[(s.row0[b] + i) * H]);
     }
   }
 
-  const policy_driver::Dims dims{static_cast<int>(c.num_layers), Hq, Hkv, D, H, scale, m_.inv_freq().data(),
-                                 m_.rope_attention_scaling()};
-  const policy_driver::Compact compact = [this](SeqId s, int layer, int h, const std::vector<int32_t>& keep) {
-    return static_cast<int64_t>(cache_.compact(s, layer, h, keep));
-  };
-  std::vector<std::vector<float>> colsum;  // [item * Hkv + h][L]
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) {
-    const LayerWeights& w = m_.layers()[l];
-    rms_norm(x_.data(), w.attn_norm, xn_.data(), T, H, eps);
-    if (bf16_points_) round_bf16(xn_.data(), T * H);
-    matmul_nt(xn_.data(), w.wq, w.bq, q_.data(), T, H, static_cast<int64_t>(Hq) * D);
-    matmul_nt(xn_.data(), w.wk, w.bk, k_.data(), T, H, static_cast<int64_t>(Hkv) * D);
-    matmul_nt(xn_.data(), w.wv, w.bv, v_.data(), T, H, static_cast<int64_t>(Hkv) * D);
-    // q/k norm (qwen3), then RoPE; per token.
-#pragma omp parallel for schedule(static) if (T * (Hq + Hkv) * D > kParallelWork)
-    for (int64_t t = 0; t < T; ++t) {
-      size_t b = std::upper_bound(row0.begin(), row0.end(), t) - row0.begin() - 1;
-      const int64_t pos = items[b].start_pos + (t - row0[b]);
-      float* qt = &q_[t * Hq * D];
-      float* kt = &k_[t * Hkv * D];
-      if (w.q_norm) {
-        rms_norm(qt, w.q_norm, qt, Hq, D, eps);
-        rms_norm(kt, w.k_norm, kt, Hkv, D, eps);
-      }
-      if (needs.keys_pre_rope) std::memcpy(&kpre_[t * Hkv * D], kt, sizeof(float) * Hkv * D);
-      if (needs.queries_pre_rope) std::memcpy(&qpre_[t * Hq * D], qt, sizeof(float) * Hq * D);
-      apply_rope(qt, Hq, D, pos, m_.inv_freq().data(), m_.rope_attention_scaling());
-      apply_rope(kt, Hkv, D, pos, m_.inv_freq().data(), m_.rope_attention_scaling());
-    }
-    if (bf16_points_) {
-      round_bf16(k_.data(), T * Hkv * D);
-      round_bf16(v_.data(), T * Hkv * D);
-    }
-    // Append the new keys/values to every kv head of each sequence.
-    for (size_t b = 0; b < items.size(); ++b)
-      for (int i = 0; i < items[b].n; ++i) {
-        const int64_t t = row0[b] + i;
-        for (int h = 0; h < Hkv; ++h)
-          cache_.append(items[b].seq, l, h, &k_[(t * Hkv + h) * D], &v_[(t * Hkv + h) * D],
-                        static_cast<int32_t>(items[b].start_pos + i));
-      }
-    // Query history for window-attention policies (the shared ring, policy_driver.h).
-    if (needs.window_queries > 0) {
-      for (size_t b = 0; b < items.size(); ++b) {
-        QueryHistory& qh = policy_driver::history_of(items[b], *policy, needs, static_cast<int>(c.num_layers), Hq, D);
-        const int first = policy_driver::first_recorded(qh, items[b].n);
-        policy_driver::record_queries(qh, l, items[b], &q_[(row0[b] + first) * Hq * D], Hq, D);
-      }
-    }
-    // Attention: one task per (item, kv head), its G query heads × n queries against each page
-    // of the head (engine/kernels/attention.h).
-    if (needs.attention_colsum) {
-      colsum.assign(items.size() * Hkv, {});
-      for (size_t b = 0; b < items.size(); ++b)
-        for (int h = 0; h < Hkv; ++h) colsum[b * Hkv + h].assign(cache_.length(items[b].seq, l, h), 0.0f);
-    }
-    attn_tasks_.clear();
-    for (size_t b = 0; b < items.size(); ++b)
-      for (int h = 0; h < Hkv; ++h) {
-        const int64_t off = (row0[b] * Hq + static_cast<int64_t>(h) * G) * D;
-        attn_tasks_.push_back({.seq = items[b].seq, .head = h, .n = items[b].n, .start_pos = items[b].start_pos,
-                               .q = &q_[off], .out = &att_[off], .stride = static_cast<int64_t>(Hq) * D,
-                               .colsum = needs.attention_colsum ? colsum[b * Hkv + h].data() : nullptr,
-                               .ranges = {}});
-      }
-    paged_attention(cache_, l, G, scale, attn_tasks_);
-    // Policy hook per sequence, then compaction.
-    if (policy) {
-      const auto tp = clock::now();
-      for (size_t b = 0; b < items.size(); ++b) {
-        const ForwardItem& it = items[b];
-        std::vector<float> wq_buf;
-        LayerStep st = policy_driver::layer_step(cache_, it, l, dims, wq_buf);
-        if (needs.layer_input) st.layer_input = &xn_[row0[b] * H];
-        if (needs.keys_pre_rope) st.keys_pre_rope = &kpre_[row0[b] * Hkv * D];
-        if (needs.queries_pre_rope) st.queries_pre_rope = &qpre_[row0[b] * Hq * D];
-        std::vector<std::vector<float>> cs_item;
-        if (needs.attention_colsum) {
-          cs_item.assign(colsum.begin() + b * Hkv, colsum.begin() + (b + 1) * Hkv);
-          st.attention_colsum = &cs_item;
-        }
-        std::vector<std::vector<float>> wa_cache(Hkv);
-        std::vector<int> wa_w(Hkv, -1);
-        QueryHistory* qh = it.history;
-        st.window_attention = [&, qh, l](int h, int* w_out) -> const std::vector<float>& {
-          if (!qh || qh->q.empty()) fail("policy asked for window attention it did not declare");
-          if (wa_w[h] < 0) {
-            const int w = qh->count[l];
-            const int32_t L = cache_.length(st.seq, l, h);
-            std::vector<float>& out = wa_cache[h];
-            out.assign(static_cast<size_t>(G) * w * L, 0.0f);
-            std::vector<float> sc(L);
-            for (int g = 0; g < G; ++g)
-              for (int j = 0; j < w; ++j) {
-                // j-th oldest of the last w queries
-                const int slot = (qh->head[l] - w + j + qh->window) % qh->window;
-                const float* qv = &qh->q[l][(static_cast<size_t>(slot) * Hq + h * G + g) * D];
-                const int32_t qpos = qh->pos[l][slot];
-                float mx = -std::numeric_limits<float>::infinity();
-                for (int32_t t = 0; t < L; ++t) {
-                  sc[t] = std::as_const(cache_).position(st.seq, l, h, t) <= qpos
-                              ? dot(qv, std::as_const(cache_).key(st.seq, l, h, t), D) * scale
-                              : -std::numeric_limits<float>::infinity();
-                  mx = std::max(mx, sc[t]);
-                }
-                float sum = 0;
-                for (int32_t t = 0; t < L; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
-                float* o = &out[(static_cast<size_t>(g) * w + j) * L];
-                for (int32_t t = 0; t < L; ++t) o[t] = sc[t] / sum;
-              }
-            wa_w[h] = w;
-          }
-          if (w_out) *w_out = wa_w[h];
-          return wa_cache[h];
-        };
-        evicted += policy_driver::run_layer(*policy, st, compact);
-      }
-      policy_s += std::chrono::duration<double>(clock::now() - tp).count();
-    }
-    // Output projection + residual.
-    if (bf16_points_) round_bf16(att_.data(), T * Hq * D);
-    matmul_nt(att_.data(), w.wo, nullptr, xn_.data(), T, static_cast<int64_t>(Hq) * D, H);
-    for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
-    // MLP.
-    rms_norm(x_.data(), w.mlp_norm, xn_.data(), T, H, eps);
-    if (bf16_points_) round_bf16(xn_.data(), T * H);
-    matmul_nt(xn_.data(), w.w_gate, nullptr, gate_.data(), T, H, I);
-    matmul_nt(xn_.data(), w.w_up, nullptr, up_.data(), T, H, I);
-#pragma omp parallel for schedule(static) if (T * I > kParallelWork)
-    for (int64_t i = 0; i < T * I; ++i) {
-      const float g = gate_[i];
-      gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];
-    }
-    if (bf16_points_) round_bf16(gate_.data(), T * I);
-    matmul_nt(gate_.data(), w.w_down, nullptr, xn_.data(), T, I, H);
-    for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
+    attention_block(s, l);
+    mlp_block(s, l);
   }
 
   // Step-end hook (policies with budgets across layers, e.g. TRIM-KV's global budget).
   if (policy) {
     const auto tp = clock::now();
-    evicted += policy_driver::run_step_end(*policy, cache_, items, dims, compact);
-    policy_s += std::chrono::duration<double>(clock::now() - tp).count();
+    s.evicted += policy_driver::run_step_end(*policy, cache_, items, s.dims, s.compact);
+    s.policy_s += std::chrono::duration<double>(clock::now() - tp).count();
   }
 
   // Final norm + LM head for the last token of each item that wants logits.
   std::vector<int64_t> rows;
   for (size_t b = 0; b < items.size(); ++b)
-    if (items[b].want_logits) rows.push_back(row0[b + 1] - 1);
+    if (items[b].want_logits) rows.push_back(s.row0[b + 1] - 1);
   tmp_.resize(rows.size() * H);
   for (size_t r = 0; r < rows.size(); ++r)
     rms_norm(&x_[rows[r] * H], m_.final_norm(), &tmp_[r * H], 1, H, eps);
   if (bf16_points_) round_bf16(tmp_.data(), static_cast<int64_t>(rows.size()) * H);
   logits.resize(rows.size() * static_cast<size_t>(V));
   if (!rows.empty()) matmul_nt(tmp_.data(), m_.lm_head(), nullptr, logits.data(), rows.size(), H, V);
+  if (c.final_logit_softcap > 0) {
+    const float cap = static_cast<float>(c.final_logit_softcap);
+    for (float& z : logits) z = soft_cap(z, cap);
+  }
   if (stats) {
     stats->total_s = std::chrono::duration<double>(clock::now() - t_start).count();
-    stats->policy_s = policy_s;
-    stats->evicted = evicted;
+    stats->policy_s = s.policy_s;
+    stats->evicted = s.evicted;
   }
+}
+
+void CpuBackend::attention_block(Step& s, int l) {
+  const ModelConfig& c = m_.config();
+  const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim),
+            Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
+  const int G = Hq / Hkv;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = s.dims.attn_scale;
+  const int32_t window = c.window(l);
+  const float softcap = static_cast<float>(c.attn_logit_softcap);
+  const std::span<ForwardItem> items = s.items;
+  const std::vector<int64_t>& row0 = s.row0;
+  const int64_t T = s.T;
+  const PolicyNeeds& needs = s.needs;
+  const LayerWeights& w = m_.layers()[l];
+  rms_norm(x_.data(), w.attn_norm, xn_.data(), T, H, eps);
+  if (bf16_points_) round_bf16(xn_.data(), T * H);
+  matmul_nt(xn_.data(), w.wq, w.bq, q_.data(), T, H, static_cast<int64_t>(Hq) * D);
+  matmul_nt(xn_.data(), w.wk, w.bk, k_.data(), T, H, static_cast<int64_t>(Hkv) * D);
+  matmul_nt(xn_.data(), w.wv, w.bv, v_.data(), T, H, static_cast<int64_t>(Hkv) * D);
+  // q/k norm (qwen3), then RoPE; per token.
+#pragma omp parallel for schedule(static) if (T * (Hq + Hkv) * D > kParallelWork)
+  for (int64_t t = 0; t < T; ++t) {
+    size_t b = std::upper_bound(row0.begin(), row0.end(), t) - row0.begin() - 1;
+    const int64_t pos = items[b].start_pos + (t - row0[b]);
+    float* qt = &q_[t * Hq * D];
+    float* kt = &k_[t * Hkv * D];
+    if (w.q_norm) {
+      rms_norm(qt, w.q_norm, qt, Hq, D, eps);
+      rms_norm(kt, w.k_norm, kt, Hkv, D, eps);
+    }
+    if (needs.keys_pre_rope) std::memcpy(&kpre_[t * Hkv * D], kt, sizeof(float) * Hkv * D);
+    if (needs.queries_pre_rope) std::memcpy(&qpre_[t * Hq * D], qt, sizeof(float) * Hq * D);
+    apply_rope(qt, Hq, D, pos, m_.inv_freq().data(), m_.rope_attention_scaling());
+    apply_rope(kt, Hkv, D, pos, m_.inv_freq().data(), m_.rope_attention_scaling());
+  }
+  if (bf16_points_) {
+    round_bf16(k_.data(), T * Hkv * D);
+    round_bf16(v_.data(), T * Hkv * D);
+  }
+  // Append the new keys/values to every kv head of each sequence.
+  for (size_t b = 0; b < items.size(); ++b)
+    for (int i = 0; i < items[b].n; ++i) {
+      const int64_t t = row0[b] + i;
+      for (int h = 0; h < Hkv; ++h)
+        cache_.append(items[b].seq, l, h, &k_[(t * Hkv + h) * D], &v_[(t * Hkv + h) * D],
+                      static_cast<int32_t>(items[b].start_pos + i));
+    }
+  // Query history for window-attention policies (the shared ring, policy_driver.h).
+  if (needs.window_queries > 0) {
+    for (size_t b = 0; b < items.size(); ++b) {
+      QueryHistory& qh = policy_driver::history_of(items[b], *s.policy, needs, static_cast<int>(c.num_layers), Hq, D);
+      const int first = policy_driver::first_recorded(qh, items[b].n);
+      policy_driver::record_queries(qh, l, items[b], &q_[(row0[b] + first) * Hq * D], Hq, D);
+    }
+  }
+  // Attention: one task per (item, kv head); G query heads × n queries each.
+  if (needs.attention_colsum) {
+    s.colsum.assign(items.size() * Hkv, {});
+    for (size_t b = 0; b < items.size(); ++b)
+      for (int h = 0; h < Hkv; ++h) s.colsum[b * Hkv + h].assign(cache_.length(items[b].seq, l, h), 0.0f);
+  }
+  attn_tasks_.clear();
+  for (size_t b = 0; b < items.size(); ++b)
+    for (int h = 0; h < Hkv; ++h) {
+      const int64_t off = (row0[b] * Hq + static_cast<int64_t>(h) * G) * D;
+      attn_tasks_.push_back({.seq = items[b].seq, .head = h, .n = items[b].n, .start_pos = items[b].start_pos,
+                             .q = &q_[off], .out = &att_[off], .stride = static_cast<int64_t>(Hq) * D,
+                             .colsum = needs.attention_colsum ? s.colsum[b * Hkv + h].data() : nullptr,
+                             .ranges = {}, .window = window, .softcap = softcap});
+    }
+  paged_attention(cache_, l, G, scale, attn_tasks_);
+  if (s.policy) policy_block(s, l);
+  // Output projection + residual.
+  if (bf16_points_) round_bf16(att_.data(), T * Hq * D);
+  matmul_nt(att_.data(), w.wo, nullptr, xn_.data(), T, static_cast<int64_t>(Hq) * D, H);
+  if (w.post_attn_norm) rms_norm(xn_.data(), w.post_attn_norm, xn_.data(), T, H, eps);
+  for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
+}
+
+void CpuBackend::policy_block(Step& s, int l) {
+  using clock = std::chrono::steady_clock;
+  const ModelConfig& c = m_.config();
+  const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim),
+            Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
+  const int G = Hq / Hkv;
+  const float scale = s.dims.attn_scale;
+  const int32_t window = c.window(l);
+  const float softcap = static_cast<float>(c.attn_logit_softcap);
+  const PolicyNeeds& needs = s.needs;
+  const auto tp = clock::now();
+  for (size_t b = 0; b < s.items.size(); ++b) {
+    const ForwardItem& it = s.items[b];
+    std::vector<float> wq_buf;
+    LayerStep st = policy_driver::layer_step(cache_, it, l, s.dims, wq_buf);
+    if (needs.layer_input) st.layer_input = &xn_[s.row0[b] * H];
+    if (needs.keys_pre_rope) st.keys_pre_rope = &kpre_[s.row0[b] * Hkv * D];
+    if (needs.queries_pre_rope) st.queries_pre_rope = &qpre_[s.row0[b] * Hq * D];
+    std::vector<std::vector<float>> cs_item;
+    if (needs.attention_colsum) {
+      cs_item.assign(s.colsum.begin() + b * Hkv, s.colsum.begin() + (b + 1) * Hkv);
+      st.attention_colsum = &cs_item;
+    }
+    std::vector<std::vector<float>> wa_cache(Hkv);
+    std::vector<int> wa_w(Hkv, -1);
+    QueryHistory* qh = it.history;
+    st.window_attention = [&, qh, l](int h, int* w_out) -> const std::vector<float>& {
+      if (!qh || qh->q.empty()) fail("policy asked for window attention it did not declare");
+      if (wa_w[h] < 0) {
+        const int w = qh->count[l];
+        const int32_t L = cache_.length(st.seq, l, h);
+        std::vector<float>& out = wa_cache[h];
+        out.assign(static_cast<size_t>(G) * w * L, 0.0f);
+        std::vector<float> sc(L);
+        for (int g = 0; g < G; ++g)
+          for (int j = 0; j < w; ++j) {
+            // j-th oldest of the last w queries
+            const int slot = (qh->head[l] - w + j + qh->window) % qh->window;
+            const float* qv = &qh->q[l][(static_cast<size_t>(slot) * Hq + h * G + g) * D];
+            const int32_t qpos = qh->pos[l][slot], qlo = attention_floor(qpos, window);
+            float mx = -std::numeric_limits<float>::infinity();
+            for (int32_t t = 0; t < L; ++t) {
+              const int32_t kpos = std::as_const(cache_).position(st.seq, l, h, t);
+              sc[t] = kpos <= qpos && kpos >= qlo
+                          ? soft_cap(dot(qv, std::as_const(cache_).key(st.seq, l, h, t), D) * scale, softcap)
+                          : -std::numeric_limits<float>::infinity();
+              mx = std::max(mx, sc[t]);
+            }
+            float sum = 0;
+            for (int32_t t = 0; t < L; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+            float* o = &out[(static_cast<size_t>(g) * w + j) * L];
+            for (int32_t t = 0; t < L; ++t) o[t] = sc[t] / sum;
+          }
+        wa_w[h] = w;
+      }
+      if (w_out) *w_out = wa_w[h];
+      return wa_cache[h];
+    };
+    s.evicted += policy_driver::run_layer(*s.policy, st, s.compact);
+  }
+  s.policy_s += std::chrono::duration<double>(clock::now() - tp).count();
+}
+
+void CpuBackend::mlp_block(Step& s, int l) {
+  const ModelConfig& c = m_.config();
+  const int H = static_cast<int>(c.hidden_size), I = static_cast<int>(c.intermediate_size);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t T = s.T;
+  const LayerWeights& w = m_.layers()[l];
+  rms_norm(x_.data(), w.mlp_norm, xn_.data(), T, H, eps);
+  if (bf16_points_) round_bf16(xn_.data(), T * H);
+  matmul_nt(xn_.data(), w.w_gate, nullptr, gate_.data(), T, H, I);
+  matmul_nt(xn_.data(), w.w_up, nullptr, up_.data(), T, H, I);
+  gated_activation(activation_, gate_.data(), up_.data(), T * I);
+  if (bf16_points_) round_bf16(gate_.data(), T * I);
+  matmul_nt(gate_.data(), w.w_down, nullptr, xn_.data(), T, I, H);
+  if (w.post_mlp_norm) rms_norm(xn_.data(), w.post_mlp_norm, xn_.data(), T, H, eps);
+  for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
 }
 
 }  // namespace kvb

@@ -3,8 +3,9 @@
 // One forward() call runs a batch of sequences, each contributing n ≥ 1 new tokens (a prefill
 // chunk, or one decode token), through every layer: GEMMs over all batch tokens at once
 // (OpenBLAS sgemm), attention per (sequence, kv_head) over that head's own cached tokens with a
-// causal mask by absolute position (so ragged, evicted heads are exact), then the policy hook
-// for each (sequence, layer), then the MLP. OpenMP parallelises attention and elementwise work.
+// causal mask by absolute position (so ragged, evicted heads are exact; sliding-window layers
+// also mask keys older than the window), then the policy hook for each (sequence, layer), then
+// the MLP. Each layer is attention_block then mlp_block. OpenMP parallelises attention and elementwise work.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "engine/kernels/attention.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/model/architecture.h"
 #include "engine/model/model.h"
 #include "engine/policies/policy.h"
 
@@ -80,9 +82,22 @@ class CpuBackend {
                ForwardStats* stats = nullptr);
 
  private:
+  struct Step;
+  /// One layer's attention block over the step's rows: RMSNorm → Q/K/V (+bias) → q/k norm →
+  /// RoPE → append K/V to the cache → softmax attention per (item, kv head) over the cache
+  /// (causal by absolute position, within the layer's sliding window, scores soft-capped when
+  /// the config says so) → policy_block → Wo (→ post-attention norm), added to the residual x_.
+  void attention_block(Step& s, int l);
+  /// The policy's layer hook for each item (policy_driver::run_layer), then compaction.
+  void policy_block(Step& s, int l);
+  /// One layer's MLP block: RMSNorm → gate/up → act(gate)·up → down (→ post-MLP norm), added to
+  /// the residual x_.
+  void mlp_block(Step& s, int l);
+
   const Model& m_;
   KVCache& cache_;
   bool bf16_points_ = false;
+  Activation activation_;  ///< the MLP activation of the model's architecture
   std::vector<float> x_, xn_, q_, k_, v_, kpre_, qpre_, att_, tmp_, gate_, up_;
   std::vector<AttentionTask> attn_tasks_;  ///< this layer's (item, kv head) attention tasks
 };
@@ -90,6 +105,10 @@ class CpuBackend {
 // matmul_nt (y = x·Wᵀ on weights as stored) lives in engine/kernels/matmul.h.
 /// RMSNorm of each of the T rows of x[T, n] times weight[n], as transformers' LlamaRMSNorm.
 void rms_norm(const float* x, const float* weight, float* y, int64_t T, int64_t n, float eps);
+/// The lowest key position a query at `qpos` attends to under a sliding window of `window` tokens
+/// (qpos − window + 1, transformers' sliding_window_overlay `kv_idx > q_idx − window`);
+/// INT32_MIN when window is 0 (full causal attention).
+int32_t attention_floor(int32_t qpos, int32_t window);
 /// Applies rotate-half RoPE in place to vec[nheads, D] at `pos` (transformers' apply_rotary_pos_emb).
 void apply_rope(float* vec, int nheads, int D, int64_t pos, const float* inv_freq, float mscale);
 

@@ -238,6 +238,7 @@ struct CudaBackend::Impl {
   double roofline_gbps = 0;
 
   Impl(const Model& model, KVCache& c) : m(model), cache(c) {
+    cuda::check_model_support(m.config());  // before opening the device: the clearer error
     std::string why;
     if (!cuda_device_available(&why)) fail("--backend cuda: {}", why);
     const ModelConfig& cf = m.config();
@@ -252,7 +253,7 @@ struct CudaBackend::Impl {
     P = cache.config().page_size;
     QKV = (Hq + 2 * Hkv) * D;
     eps = static_cast<float>(cf.rms_norm_eps);
-    scale = 1.0f / std::sqrt(static_cast<float>(D));
+    scale = cf.attention_scale();
     if (D % 8 != 0 || D > 256)
       fail("--backend cuda: head_dim {} unsupported (needs a multiple of 8, at most 256)", D);
     check(cudaSetDevice(0), "set device");

@@ -3,9 +3,26 @@
 #include <algorithm>
 #include <limits>
 
+#include "engine/model/architecture.h"
+#include "engine/model/config.h"
 #include "engine/util/error.h"
 
 namespace kvb::cuda {
+
+void check_model_support(const ModelConfig& cf) {
+  const Architecture& a = architecture(cf.model_type);
+  auto refuse = [&](const char* what) {
+    fail("--backend cuda: {}: {} is not implemented by the CUDA kernels; use --backend cpu", cf.model_type, what);
+  };
+  if (a.activation != Activation::kSilu) refuse("an MLP activation other than SiLU");
+  if (a.embed_scale) refuse("embedding scaling");
+  if (has_role(a, TensorRole::kPostAttnNorm) || has_role(a, TensorRole::kPostMlpNorm)) refuse("post-block norms");
+  if (cf.attn_logit_softcap > 0 || cf.final_logit_softcap > 0) refuse("logit soft-capping");
+  for (int64_t l = 0; l < cf.num_layers; ++l)
+    if (cf.window(l) > 0)
+      fail("--backend cuda: {}: layer {} uses sliding-window attention (window {}), which the CUDA attention "
+           "kernels do not implement; use --backend cpu", cf.model_type, l, cf.window(l));
+}
 
 namespace {
 constexpr int64_t kNoSplit = int64_t(1) << 30;  // a multiple of kAttnTile longer than any head

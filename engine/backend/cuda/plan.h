@@ -18,7 +18,19 @@
 
 #include "engine/backend/cuda/plan_types.h"
 
+namespace kvb {
+struct ModelConfig;  // engine/model/config.h (not included: .cu files include this header)
+}
+
 namespace kvb::cuda {
+
+/// Throws kvb::Error ("--backend cuda: <model_type>: <what>") when the CUDA backend's block does
+/// not implement what `cfg`'s architecture (engine/model/architecture.h) needs: an MLP
+/// activation other than SiLU, embedding scaling, post-attention/post-MLP norms, logit
+/// soft-capping, or a sliding-window layer (its attention kernels are full-causal only). (1 + w)
+/// norms need nothing: Model folds them into the weights it uploads. The backend calls it before
+/// opening a device.
+void check_model_support(const ModelConfig& cfg);
 
 /// The attention launch plan of one layer of one step.
 struct AttnPlan {
