@@ -1,6 +1,7 @@
 // `kvbench bench`: prefill and decode throughput, ms per decode step, KV bytes and peak RSS at a
 // given context length, generation length, batch size, policy and budget. Random prompt tokens;
 // with --model-shape, random weights of a named architecture (no download needed).
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 
@@ -53,10 +54,11 @@ void run_bench(const BenchArgs& a) {
   eo.backend = a.backend;
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_batch = a.batch;
-  std::printf("model %s (%s, %.1fM params, %d layers, Hq=%lld Hkv=%lld D=%lld), backend %s, threads %d\n",
+  std::printf("model %s (%s, %.1fM params, %d layers, Hq=%lld Hkv=%lld D=%lld), backend %s, threads %d, OMP_WAIT_POLICY %s\n",
               id.c_str(), c.model_type.c_str(), c.num_parameters() / 1e6, static_cast<int>(c.num_layers),
               static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
-              static_cast<long long>(c.head_dim), a.backend.c_str(), omp_get_max_threads());
+              static_cast<long long>(c.head_dim), a.backend.c_str(), omp_get_max_threads(),
+              std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default (spin, then sleep)");
   std::printf("%-8s %-6s %-6s %-22s %12s %12s %10s %14s %12s %9s\n", "context", "gen", "batch", "policy",
               "prefill_tok/s", "decode_tok/s", "ms/step", "kv_bytes_peak", "peak_rss_MiB", "policy_%");
   for (int rep = 0; rep < a.repeats; ++rep) {

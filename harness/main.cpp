@@ -14,14 +14,32 @@
 
 namespace {
 
-/// OpenMP workers (attention, elementwise) and OpenBLAS's own pthreads (the GEMMs) share the
-/// cores. With libgomp's default active waiting, idle OpenMP workers spin while OpenBLAS
-/// computes: measured on the 2-core machine, SmolLM2-135M-shaped decode at batch 1 took 255 ms
-/// per step with it and 66 ms with OMP_WAIT_POLICY=PASSIVE (batch 8: 364 -> 153 ms). libgomp reads
-/// the variable when it loads, before main(), so kvbench re-executes itself once with it set,
-/// unless the user set OMP_WAIT_POLICY (then theirs stands). If the exec fails, it runs on.
-void prefer_passive_openmp_wait(char** argv) {
+/// How OpenMP's idle workers wait between parallel regions. A decode step runs a few hundred short
+/// regions; with libgomp's default (spin about 300k iterations, then sleep) a worker is awake
+/// when the next region starts, with OMP_WAIT_POLICY=PASSIVE it sleeps at once and every region
+/// pays a futex wake-up. Measured on the 2-core machine (SmolLM2-135M Q4_1, context 512):
+///   idle machine:  batch 1 decode 105-115 tok/s spinning vs 51 tok/s passive (batch 8: 140-155
+///                  vs 112 tok/s); llama.cpp's own threads spin too (108 tok/s).
+///   loaded (ctest -j2, or load average ~10): spinning workers take the cores other processes
+///                  need; one step took 510 ms spinning vs 47 ms passive.
+/// So the choice is made at start-up from the load: when the 1-minute load average leaves fewer
+/// idle CPUs than this process's threads, kvbench re-executes itself once with
+/// OMP_WAIT_POLICY=PASSIVE (libgomp reads it when it loads, before main(), and glibc resets
+/// `environ` after .preinit_array, so an exec is the only way); otherwise libgomp's default stands.
+/// A user's OMP_WAIT_POLICY always stands (set it to ACTIVE or PASSIVE to pin the behaviour; the
+/// choice changes speed only, never a result). If the exec fails, it runs on.
+void choose_openmp_wait(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY")) return;
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  long threads = cpus;
+  if (const char* t = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    const long v = std::strtol(t, &end, 10);
+    if (end != t && v > 0) threads = v;
+  }
+  double load[1] = {0.0};
+  if (cpus > 0 && getloadavg(load, 1) == 1 && static_cast<double>(cpus) - load[0] >= threads - 0.5)
+    return;  // enough idle CPUs: let the workers spin
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);  // the binary's own path
   if (n <= 0) return;
@@ -33,7 +51,7 @@ void prefer_passive_openmp_wait(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  prefer_passive_openmp_wait(argv);
+  choose_openmp_wait(argv);
   CLI::App app{"kvbench: how KV-cache policies trade accuracy for memory and speed"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(KVB_VERSION) + " (" + KVB_GIT_SHA + ")");
