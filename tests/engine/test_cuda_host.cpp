@@ -15,6 +15,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/util/error.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -162,11 +163,7 @@ TEST(CudaPlan, RejectsInconsistentInput) {
 TEST(CudaCompaction, PairsReproduceKVCacheCompact) {
   std::mt19937 rng(9);
   for (int trial = 0; trial < 50; ++trial) {
-    KVCacheConfig kc;
-    kc.num_layers = 1;
-    kc.num_kv_heads = 2;
-    kc.head_dim = 2;
-    kc.page_size = 1 + static_cast<int>(rng() % 8);
+    const KVCacheConfig kc(1, 2, 2, 1 + static_cast<int>(rng() % 8));
     KVCache cache(kc);
     const SeqId a = cache.add_sequence(), b = cache.add_sequence();
     const int32_t L = 1 + static_cast<int32_t>(rng() % 100);
@@ -235,11 +232,7 @@ TEST(CudaPlan, AttentionBoundCoversEveryPlan) {
 // coming and going, while a steady decode step copies only the new pages.
 TEST(CudaPageTables, DeviceImageTracksTheKVCache) {
   std::mt19937 rng(5);
-  KVCacheConfig kc;
-  kc.num_layers = 3;
-  kc.num_kv_heads = 2;
-  kc.head_dim = 2;
-  kc.page_size = 4;
+  const KVCacheConfig kc(3, 2, 2, 4);
   KVCache cache(kc);
   cuda::PageTableStore store(kc.num_layers, kc.num_kv_heads);
   std::vector<int32_t> device;
@@ -323,12 +316,14 @@ TEST(CudaCompaction, RejectsBadKeepSets) {
 TEST(BackendSelection, UnknownOrMissingBackendsAreClearErrors) {
   const ModelConfig cfg = model_shape("stories260k");
   auto m = Model::random(cfg, 1);
-  KVCacheConfig kc;
-  kc.num_layers = static_cast<int>(cfg.num_layers);
-  kc.num_kv_heads = static_cast<int>(cfg.num_kv_heads);
-  kc.head_dim = static_cast<int>(cfg.head_dim);
+  const KVCacheConfig kc = kv_cache_config(cfg);
   KVCache cache(kc);
   EXPECT_EQ(make_backend("cpu", *m, cache)->name(), "cpu");
+  KVCacheConfig held = kc;  // the CPU forward attends over host rows: a device-held cache is refused
+  held.payload = KVPayloadKind::kDeviceHeld;
+  KVCache held_cache(held);
+  const std::string refused = test::error_of([&] { make_backend("cpu", *m, held_cache); });
+  EXPECT_NE(refused.find("no host K/V rows"), std::string::npos) << refused;
   try {
     make_backend("metal", *m, cache);
     FAIL() << "expected kvb::Error";
@@ -358,10 +353,7 @@ namespace {
 TEST(BackendSelection, CpuBf16RoundsCachedKeysAndStaysWithinBf16Tolerance) {
   const ModelConfig cfg = model_shape("smollm2-135m");
   auto m = Model::random(cfg, 3, WeightFormat::kBF16);
-  KVCacheConfig kc;
-  kc.num_layers = static_cast<int>(cfg.num_layers);
-  kc.num_kv_heads = static_cast<int>(cfg.num_kv_heads);
-  kc.head_dim = static_cast<int>(cfg.head_dim);
+  const KVCacheConfig kc = kv_cache_config(cfg);
   std::vector<int32_t> toks(24);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919) % cfg.vocab_size);
   auto run = [&](const std::string& name, KVCache& cache) {

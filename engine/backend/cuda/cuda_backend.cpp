@@ -660,6 +660,9 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   int64_t evicted = 0;
   const PolicyNeeds needs = policy ? policy->needs() : PolicyNeeds{};
   const bool mirror = policy && needs.host_kv;
+  if (mirror && !cache.host_kv())
+    fail("--backend cuda: policy '{}' reads cached keys/values on the host, but the KV cache was built "
+         "with a device-held payload (kv_payload_for)", policy->name());
   const bool keep_logits_on_device = defer;
   defer = false;
   const int B = static_cast<int>(items.size());
@@ -1096,6 +1099,8 @@ std::string CudaBackend::report() const {
   s += fmt::format("device_weights_GiB: {:.2f}\n", d.weight_bytes / 1073741824.0);
   s += fmt::format("device_kv_pool_GiB: {:.2f} reserved, {:.2f} peak in use (bf16 K+V + positions)\n",
                    d.pool_pages * pool_page_bytes / 1073741824.0, d.peak_pool_pages * pool_page_bytes / 1073741824.0);
+  s += fmt::format("host_kv_payload_MiB: {:.2f} (f32 host mirror; 0 unless the policy reads keys on the host)\n",
+                   d.cache.host_payload_bytes() / 1048576.0);
   s += fmt::format("device_used_GiB: {:.2f} (cudaMemGetInfo total − free, whole process)\n",
                    (total_b - free_b) / 1073741824.0);
   s += fmt::format("decode: {} steps, {:.3f} ms/step, {:.1f} GB/s achieved (weights + KV read per step)", d.decode_steps,
