@@ -254,15 +254,10 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
           cs_item.assign(colsum.begin() + b * Hkv, colsum.begin() + (b + 1) * Hkv);
           st.attention_colsum = &cs_item;
         }
-        std::vector<std::vector<float>> wa_cache(Hkv);
-        std::vector<int> wa_w(Hkv, -1);
-        QueryHistory* qh = it.history;
-        st.window_attention = [&, qh, l](int h, int* w_out) -> const std::vector<float>& {
-          if (!qh || qh->q.empty()) fail("policy asked for window attention it did not declare");
-          if (wa_w[h] < 0) {
+        const QueryHistory* qh = it.history;
+        st.window_attention = policy_driver::memo_window_attention(qh, Hkv, [&, qh, l](int h, std::vector<float>& out) {
             const int w = qh->count[l];
             const int32_t L = cache_.length(st.seq, l, h);
-            std::vector<float>& out = wa_cache[h];
             out.assign(static_cast<size_t>(G) * w * L, 0.0f);
             std::vector<float> sc(L);
             for (int g = 0; g < G; ++g)
@@ -283,11 +278,8 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
                 float* o = &out[(static_cast<size_t>(g) * w + j) * L];
                 for (int32_t t = 0; t < L; ++t) o[t] = sc[t] / sum;
               }
-            wa_w[h] = w;
-          }
-          if (w_out) *w_out = wa_w[h];
-          return wa_cache[h];
-        };
+            return w;
+        });
         evicted += policy_driver::run_layer(*policy, st, compact);
       }
       policy_s += std::chrono::duration<double>(clock::now() - tp).count();
