@@ -35,14 +35,11 @@ Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::uniq
     : model_(std::move(model)), opts_(opts), policy_(std::move(policy)), impl_(new Impl) {
   if (opts_.prefill_chunk <= 0) fail("--prefill-chunk must be > 0, got {}", opts_.prefill_chunk);
   if (opts_.max_batch <= 0) fail("--batch must be > 0, got {}", opts_.max_batch);
-  const ModelConfig& c = model_->config();
-  KVCacheConfig kc;
-  kc.num_layers = static_cast<int>(c.num_layers);
-  kc.num_kv_heads = static_cast<int>(c.num_kv_heads);
-  kc.head_dim = static_cast<int>(c.head_dim);
-  kc.page_size = opts_.page_size;
-  kc.num_scalars = policy_ ? policy_->needs().num_scalars : 0;
+  KVCacheConfig kc = kv_cache_config(model_->config(), opts_.page_size);
+  const PolicyNeeds needs = policy_ ? policy_->needs() : PolicyNeeds{};
+  kc.num_scalars = needs.num_scalars;
   kc.max_pages = opts_.max_kv_pages;
+  kc.payload = kv_payload_for(opts_.backend, needs);
   cache_ = std::make_unique<KVCache>(kc);
   impl_->backend = make_backend(opts_.backend, *model_, *cache_);
 }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -322,29 +323,15 @@ class Parser {
   ex primary() {
     DepthGuard g(depth_);
     char c = peekc();
-    if (c == '(') {
+    // Grouping: ( ), [ ], { } group; | | is the absolute value.
+    static constexpr std::pair<char, char> kGroups[] = {{'(', ')'}, {'[', ']'}, {'{', '}'}, {'|', '|'}};
+    for (const auto& [open, close] : kGroups) {
+      if (c != open) continue;
       ++i_;
       ex e = expr();
-      expect(')');
+      expect(close);
+      if (open == '|') return GiNaC::abs(e);
       return e;
-    }
-    if (c == '[') {
-      ++i_;
-      ex e = expr();
-      expect(']');
-      return e;
-    }
-    if (c == '{') {
-      ++i_;
-      ex e = expr();
-      expect('}');
-      return e;
-    }
-    if (c == '|') {
-      ++i_;
-      ex e = expr();
-      expect('|');
-      return GiNaC::abs(e);
     }
     if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') return number();
     if (std::isalpha(static_cast<unsigned char>(c))) {

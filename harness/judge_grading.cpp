@@ -41,24 +41,37 @@ std::unique_ptr<graders::Judge> make_judge(const JudgeArgs& a) {
 
 namespace {
 
-results::GradeRecord rule_grade(const GradeJob& j) {
+/// The stored record of job `j` graded by `grader` (name and version) with verdict `g`; an
+/// ungraded verdict stores no score.
+results::GradeRecord record_of(const GradeJob& j, std::string grader, const graders::Grade& g) {
+  results::GradeRecord gr;
+  gr.item_key = j.item_key;
+  gr.grader = std::move(grader);
+  gr.extracted = g.extracted;
+  gr.pred_norm = g.pred_norm;
+  gr.gold_norm = g.gold_norm;
+  gr.reason = g.reason;
+  gr.ungraded = g.ungraded;
+  if (!g.ungraded) gr.score = g.score;
+  return gr;
+}
+
+/// The record of job `j` whose grader threw `e`: ungraded, with the error as its reason.
+results::GradeRecord error_record(const GradeJob& j, const Error& e) {
   results::GradeRecord gr;
   gr.item_key = j.item_key;
   gr.grader = j.ex->grader;
-  try {
-    auto gd = graders::grade(j.ex->grader, j.text, j.ex->references, j.ex->meta);
-    gr.score = gd.score;
-    gr.extracted = gd.extracted;
-    gr.pred_norm = gd.pred_norm;
-    gr.gold_norm = gd.gold_norm;
-    gr.reason = gd.reason;
-    gr.ungraded = gd.ungraded;
-    if (gd.ungraded) gr.score.reset();
-  } catch (const Error& e) {
-    gr.ungraded = true;
-    gr.reason = std::string("grader error: ") + e.what();
-  }
+  gr.ungraded = true;
+  gr.reason = std::string("grader error: ") + e.what();
   return gr;
+}
+
+results::GradeRecord rule_grade(const GradeJob& j) {
+  try {
+    return record_of(j, j.ex->grader, graders::grade(j.ex->grader, j.text, j.ex->references, j.ex->meta));
+  } catch (const Error& e) {
+    return error_record(j, e);
+  }
 }
 
 }  // namespace
@@ -153,26 +166,15 @@ std::vector<results::GradeRecord> grade_flat(const std::vector<GradeJob>& jobs, 
       lme.push_back(graders::lme_job(j.text, j.ex->references, j.ex->meta));
       judged.push_back(i);
     } catch (const Error& e) {
-      out[i].item_key = j.item_key;
-      out[i].grader = j.ex->grader;
-      out[i].ungraded = true;
-      out[i].reason = std::string("grader error: ") + e.what();
+      out[i] = error_record(j, e);
     }
   }
   if (judged.empty()) return out;
   auto res = graders::judge_longmemeval(*judge, &store, lme);
   for (size_t k = 0; k < judged.size(); ++k) {
     const GradeJob& j = jobs[judged[k]];
-    const graders::Grade& g = res[k].grade;
     results::GradeRecord& gr = out[judged[k]];
-    gr.item_key = j.item_key;
-    gr.grader = j.ex->grader + ":" + judge->id();
-    gr.extracted = g.extracted;
-    gr.pred_norm = g.pred_norm;
-    gr.gold_norm = g.gold_norm;
-    gr.reason = g.reason;
-    gr.ungraded = g.ungraded;
-    if (!g.ungraded) gr.score = g.score;
+    gr = record_of(j, j.ex->grader + ":" + judge->id(), res[k].grade);
     gr.judge_key = res[k].judge_key;
   }
   return out;

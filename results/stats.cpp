@@ -102,9 +102,12 @@ double student_t_quantile(double p, double df) {
   return 0.5 * (lo + hi);
 }
 
-MeanCI mean_ci_t(const std::vector<double>& xs, double level) {
-  if (xs.empty()) fail("confidence interval: no values");
-  if (!(level > 0 && level < 1)) fail("confidence interval: level must be in (0,1), got {}", level);
+namespace {
+/// n, mean and sample standard deviation (n − 1 denominator, 0 when n < 2) of `xs`, with
+/// lo = hi = mean. Throws kvb::Error prefixed `what` when xs is empty or level is not in (0, 1).
+MeanCI describe(const std::vector<double>& xs, double level, const char* what) {
+  if (xs.empty()) fail("{}: no values", what);
+  if (!(level > 0 && level < 1)) fail("{}: level must be in (0,1), got {}", what, level);
   MeanCI r;
   r.n = static_cast<int>(xs.size());
   double sum = 0;
@@ -115,6 +118,13 @@ MeanCI mean_ci_t(const std::vector<double>& xs, double level) {
   double ss = 0;
   for (double x : xs) ss += (x - r.mean) * (x - r.mean);
   r.sd = std::sqrt(ss / (r.n - 1));
+  return r;
+}
+}  // namespace
+
+MeanCI mean_ci_t(const std::vector<double>& xs, double level) {
+  MeanCI r = describe(xs, level, "confidence interval");
+  if (r.n < 2) return r;
   double half = student_t_quantile((1 + level) / 2, r.n - 1) * r.sd / std::sqrt(double(r.n));
   r.lo = r.mean - half;
   r.hi = r.mean + half;
@@ -185,12 +195,7 @@ MeanCI paired_bootstrap_ci(const std::vector<double>& diffs, int resamples, uint
                            double level) {
   if (diffs.empty()) fail("bootstrap: no paired values");
   if (resamples < 1) fail("bootstrap: resamples must be >= 1, got {}", resamples);
-  if (!(level > 0 && level < 1)) fail("bootstrap: level must be in (0,1), got {}", level);
-  MeanCI r;
-  r.n = static_cast<int>(diffs.size());
-  double sum = 0;
-  for (double d : diffs) sum += d;
-  r.mean = sum / r.n;
+  MeanCI r = describe(diffs, level, "bootstrap");
   SplitMix64 rng{seed};
   std::vector<double> means(resamples);
   for (int b = 0; b < resamples; ++b) {
@@ -207,9 +212,6 @@ MeanCI paired_bootstrap_ci(const std::vector<double>& diffs, int resamples, uint
   };
   r.lo = q((1 - level) / 2);
   r.hi = q((1 + level) / 2);
-  double ss = 0;
-  for (double d : diffs) ss += (d - r.mean) * (d - r.mean);
-  r.sd = r.n > 1 ? std::sqrt(ss / (r.n - 1)) : 0;
   return r;
 }
 

@@ -1,6 +1,7 @@
 // Internal: the factory of each benchmark family (tasks/<benchmark>.cpp) and helpers they share.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,21 @@ TaskFactory scbench_factory();      // tasks/scbench.cpp
 TaskFactory longbench_factory();    // tasks/longbench.cpp
 TaskFactory longbench_v2_factory(); // tasks/longbench_v2.cpp
 TaskFactory smoke_factory();        // tasks/smoke.cpp (built-in problems)
+
+/// The factory of a family whose tasks are the entries of a static spec table: the task named
+/// `name_of(spec)` is `TaskT(spec, opts)`. `specs` (an array or container of specs with static
+/// storage duration) is referenced, not copied; `name_of` maps a spec to its registry name.
+template <class TaskT, class Specs, class NameOf>
+TaskFactory table_factory(const Specs& specs, NameOf name_of) {
+  TaskFactory f;
+  for (const auto& s : specs) f.names.push_back(name_of(s));
+  f.make = [&specs, name_of](const std::string& name, const TaskOptions& opts) -> std::unique_ptr<Task> {
+    for (const auto& s : specs)
+      if (name == name_of(s)) return std::make_unique<TaskT>(s, opts);
+    return nullptr;
+  };
+  return f;
+}
 
 /// Base for the tasks: holds TaskInfo and the options, and validates option names.
 class BasicTask : public Task {

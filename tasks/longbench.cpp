@@ -139,14 +139,7 @@ class LongBenchTask : public BasicTask {
 }  // namespace
 
 TaskFactory longbench_factory() {
-  TaskFactory f;
-  for (const auto& s : kLb) f.names.push_back(std::string("longbench_") + s.name);
-  f.make = [](const std::string& name, const TaskOptions& opts) -> std::unique_ptr<Task> {
-    for (const auto& s : kLb)
-      if (name == std::string("longbench_") + s.name) return std::make_unique<LongBenchTask>(s, opts);
-    return nullptr;
-  };
-  return f;
+  return table_factory<LongBenchTask>(kLb, [](const LbSpec& s) { return std::string("longbench_") + s.name; });
 }
 
 }  // namespace kvb::tasks

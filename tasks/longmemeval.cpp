@@ -147,14 +147,7 @@ class LongMemEvalTask : public BasicTask {
 }  // namespace
 
 TaskFactory longmemeval_factory() {
-  TaskFactory f;
-  for (const auto& v : kVariants) f.names.push_back(v.name);
-  f.make = [](const std::string& name, const TaskOptions& opts) -> std::unique_ptr<Task> {
-    for (const auto& v : kVariants)
-      if (name == v.name) return std::make_unique<LongMemEvalTask>(v, opts);
-    return nullptr;
-  };
-  return f;
+  return table_factory<LongMemEvalTask>(kVariants, [](const Variant& v) { return std::string(v.name); });
 }
 
 }  // namespace kvb::tasks

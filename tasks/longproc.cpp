@@ -320,14 +320,7 @@ std::string longproc_hf_key(const std::string& task, const std::string& len) {
 std::string longproc_prompts_key(const std::string& task) { return "longproc/" + task + "/prompts.yaml"; }
 
 TaskFactory longproc_factory() {
-  TaskFactory f;
-  for (const auto& c : configs()) f.names.push_back("longproc_" + c.task + "_" + c.len);
-  f.make = [](const std::string& name, const TaskOptions& opts) -> std::unique_ptr<Task> {
-    for (const auto& c : configs())
-      if (name == "longproc_" + c.task + "_" + c.len) return std::make_unique<LongProcTask>(c, opts);
-    return nullptr;
-  };
-  return f;
+  return table_factory<LongProcTask>(configs(), [](const Config& c) { return "longproc_" + c.task + "_" + c.len; });
 }
 
 }  // namespace kvb::tasks

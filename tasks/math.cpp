@@ -125,14 +125,7 @@ class MathTask : public BasicTask {
 }  // namespace
 
 TaskFactory math_factory() {
-  TaskFactory f;
-  for (const auto& s : kSpecs) f.names.push_back(s.name);
-  f.make = [](const std::string& name, const TaskOptions& opts) -> std::unique_ptr<Task> {
-    for (const auto& s : kSpecs)
-      if (name == s.name) return std::make_unique<MathTask>(s, opts);
-    return nullptr;
-  };
-  return f;
+  return table_factory<MathTask>(kSpecs, [](const MathSpec& s) { return std::string(s.name); });
 }
 
 }  // namespace kvb::tasks

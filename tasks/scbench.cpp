@@ -237,14 +237,7 @@ class ScBenchTask : public BasicTask {
 }  // namespace
 
 TaskFactory scbench_factory() {
-  TaskFactory f;
-  for (const auto& s : kSc) f.names.push_back(std::string("scbench_") + s.name);
-  f.make = [](const std::string& name, const TaskOptions& opts) -> std::unique_ptr<Task> {
-    for (const auto& s : kSc)
-      if (name == std::string("scbench_") + s.name) return std::make_unique<ScBenchTask>(s, opts);
-    return nullptr;
-  };
-  return f;
+  return table_factory<ScBenchTask>(kSc, [](const ScSpec& s) { return std::string("scbench_") + s.name; });
 }
 
 }  // namespace kvb::tasks

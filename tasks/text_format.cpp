@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "engine/util/error.h"
+#include "engine/util/utf8.h"
 
 namespace kvb::tasks {
 
@@ -82,45 +83,14 @@ std::string py_fixed1(double x) {
 
 namespace {
 
-// Decodes one UTF-8 code point at s[i]; advances i. Invalid bytes decode as U+FFFD.
-uint32_t next_cp(const std::string& s, size_t& i) {
-  auto b = static_cast<unsigned char>(s[i]);
-  int n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-  if (n == 0 || i + n > s.size()) {
-    ++i;
-    return 0xFFFD;
-  }
-  uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
-  for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-  i += n;
-  return cp;
-}
-
+// Python json.dumps (ensure_ascii=True) of a string.
 void dump_string(const std::string& s, std::string& out) {
   out += '"';
   for (size_t i = 0; i < s.size();) {
-    uint32_t cp = next_cp(s, i);
-    switch (cp) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      default: break;
-    }
-    char buf[16];
-    if (cp < 0x20 || (cp >= 0x7F && cp < 0x10000)) {
-      std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
-      out += buf;
-    } else if (cp >= 0x10000) {
-      uint32_t v = cp - 0x10000;
-      std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
-      out += buf;
-    } else {
-      out += static_cast<char>(cp);
-    }
+    size_t len = 1;
+    const char32_t cp = utf8::decode_utf8(s, i, &len);
+    if (!utf8::append_json_escape(out, cp, /*ensure_ascii=*/true)) out.append(s, i, len);
+    i += len;
   }
   out += '"';
 }

@@ -136,6 +136,16 @@ def kvpress_window_scores(kp, press, keys, queries, L, w):
     return module, hidden, dict(position_embeddings=(cos, sin))
 
 
+def kvpress_margin_check(kp, press, L, w, n_kept):
+    """A draw() check: the kvpress press's scores of (keys, queries), or None when the n_kept - w
+    best older tokens of a head are not separated by a clear margin (margin_ok)."""
+    def chk(keys, queries):
+        module, hidden, kw = kvpress_window_scores(kp, press, keys, queries, L, w)
+        sc = press.score(module, hidden, keys, keys, None, kw)
+        return sc if margin_ok(sc[..., : L - w], n_kept - w) else None
+    return chk
+
+
 def rkv_reference(keys, queries, budget, w, lam=0.1, kernel=7, thr=0.5):
     """R-KV per seed-trimkv-and-baselines.md §3.1 (steps 1-4), in float64."""
     keys = keys[0].double()
@@ -329,12 +339,7 @@ def main():
         d = 16
         n_kept = kp["compute_n_kept"](L, ratio)
         press = kp["SnapKV"](compression_ratio=ratio, window_size=w, kernel_size=5)
-
-        def chk(keys, queries):
-            module, hidden, kw = kvpress_window_scores(kp, press, keys, queries, L, w)
-            sc = press.score(module, hidden, keys, keys, None, kw)
-            return sc if margin_ok(sc[..., : L - w], n_kept - w) else None
-        keys, queries, sc = draw(hq, hkv, d, L, w, chk)
+        keys, queries, sc = draw(hq, hkv, d, L, w, kvpress_margin_check(kp, press, L, w, n_kept))
         cases.append(make_case(f"snapkv_kvpress_L{L}_w{w}",
                                f"snapkv:window={w},kernel=5,pool=avg,gqa=mean,buffer=1", n_kept, hq, hkv, d, L, w,
                                keys, queries, keep_from_scores(sc, n_kept)))
@@ -346,12 +351,7 @@ def main():
         press = kp["PyramidKV"](compression_ratio=ratio, window_size=w, kernel_size=5, beta=20)
         module_probe = IdentityAttention(hq, hkv, d, layers, layer)
         n_kept = press.get_layer_budget(module_probe, L)
-
-        def chk(keys, queries):
-            module, hidden, kw = kvpress_window_scores(kp, press, keys, queries, L, w)
-            sc = press.score(module, hidden, keys, keys, None, kw)
-            return sc if margin_ok(sc[..., : L - w], n_kept - w) else None
-        keys, queries, sc = draw(hq, hkv, d, L, w, chk)
+        keys, queries, sc = draw(hq, hkv, d, L, w, kvpress_margin_check(kp, press, L, w, n_kept))
         cases.append(make_case(f"pyramidkv_kvpress_layer{layer}",
                                f"pyramidkv:window={w},kernel=5,pool=avg,gqa=mean,layer_budget=kvpress,buffer=1",
                                kept_mean, hq, hkv, d, L, w, keys, queries, keep_from_scores(sc, n_kept),

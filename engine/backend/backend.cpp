@@ -20,7 +20,11 @@ namespace {
 /// The CPU forward pass (CpuBackend) behind the Backend interface, behaviour unchanged.
 class CpuAdapter final : public Backend {
  public:
-  CpuAdapter(const Model& m, KVCache& c, bool bf16_points) : cpu_(m, c, bf16_points), bf16_(bf16_points) {}
+  CpuAdapter(const Model& m, KVCache& c, bool bf16_points) : cpu_(m, c, bf16_points), bf16_(bf16_points) {
+    if (!c.host_kv())
+      fail("--backend {}: the KV cache holds no host K/V rows (device-held payload); the CPU forward "
+           "attends over them", name());
+  }
   std::string name() const override { return bf16_ ? "cpu-bf16" : "cpu"; }
   void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
                ForwardStats* stats) override {
@@ -45,6 +49,15 @@ void check_backend_name(const std::string& name) {
   const auto names = compiled_backends();
   if (std::find(names.begin(), names.end(), name) == names.end())
     fail("--backend {}: not available in this build (available: {})", name, fmt::join(names, ", "));
+}
+
+KVCacheConfig kv_cache_config(const ModelConfig& model, int page_size) {
+  return KVCacheConfig(static_cast<int>(model.num_layers), static_cast<int>(model.num_kv_heads),
+                       static_cast<int>(model.head_dim), page_size);
+}
+
+KVPayloadKind kv_payload_for(const std::string& name, const PolicyNeeds& needs) {
+  return name == "cuda" && !needs.host_kv ? KVPayloadKind::kDeviceHeld : KVPayloadKind::kHost;
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, KVCache& cache) {

@@ -2,8 +2,9 @@
 // Both backends run the same host-side policy code: after every layer they fill the LayerStep
 // signals the policy declared, call Policy::on_layer_step / on_step_end, and apply the returned
 // keep-sets to the KVCache (whose host-side page tables, positions and scalars are the source of
-// truth for which tokens are kept). The CPU backend holds K/V in the KVCache pages; the CUDA
-// backend holds K/V as bf16 in a device pool addressed by the same page ids.
+// truth for which tokens are kept). The CPU backend holds K/V in the KVCache's host payload; the
+// CUDA backend holds K/V as bf16 in a device pool addressed by the same page ids, and the cache
+// then keeps no host copy unless the policy reads keys on the host (kv_payload_for).
 #pragma once
 
 #include <memory>
@@ -44,10 +45,22 @@ class Backend {
   virtual std::vector<int32_t> sample_rows(const std::vector<SamplingParams>& params, const std::vector<float>& u);
 };
 
+/// The KVCache shape of `model`: its layers, kv heads and head_dim, `page_size` tokens per page
+/// (num_scalars, max_pages and payload at their defaults, for the caller to set).
+KVCacheConfig kv_cache_config(const ModelConfig& model, int page_size = 16);
+
+/// Which payload store (engine/kv/kv_payload.h) the KVCache of backend `name` needs for a policy
+/// with `needs` (default PolicyNeeds for the full cache): host rows for the CPU backends, which
+/// attend over them, and for a policy that reads cached keys/values on the host
+/// (PolicyNeeds::host_kv, mirrored there by the CUDA backend); device-held for "cuda" otherwise,
+/// so the host keeps no K/V bytes. Checks nothing about the name (make_backend does).
+KVPayloadKind kv_payload_for(const std::string& name, const PolicyNeeds& needs);
+
 /// Builds the backend named `name`: "cpu", "cpu-bf16" (the CPU forward rounding to bf16 where the
 /// CUDA backend stores bf16: a verification reference, see CpuBackend), or "cuda" in builds with
 /// KVB_CUDA. Throws kvb::Error
-/// naming the backend when it is unknown, not compiled in, or has no device ("no CUDA device").
+/// naming the backend when it is unknown, not compiled in, or has no device ("no CUDA device"),
+/// and for a CPU backend given a cache whose K/V rows are device-held.
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, KVCache& cache);
 
 /// Throws kvb::Error ("--backend NAME: not available in this build (available: ...)") unless

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -66,22 +67,29 @@ struct Dims {
   float rope_mscale = 1.0f;              ///< the model's RoPE attention scaling
 };
 
+/// Sets the fields LayerStep and StepEnd share — the cache, the sequence, the model's layer and kv
+/// head counts, and where the step stands (n_new, seq_len, prefill, prefill_last) — for item `it`.
+template <class Step>
+void fill_step(Step& s, KVCache& cache, const ForwardItem& it, const Dims& d) {
+  s.cache = &cache;
+  s.seq = it.seq;
+  s.num_layers = d.num_layers;
+  s.num_kv_heads = d.num_kv_heads;
+  s.n_new = it.n;
+  s.seq_len = it.start_pos + it.n;
+  s.prefill = it.prefill;
+  s.prefill_last = it.prefill_last;
+}
+
 /// A LayerStep for `it` at `layer` with the fields that do not depend on the backend; the caller
 /// adds the signals and primitives. `wq_buf` backs LayerStep::window_queries (the host ring).
 inline LayerStep layer_step(KVCache& cache, const ForwardItem& it, int layer, const Dims& d,
                             std::vector<float>& wq_buf) {
   LayerStep st;
-  st.cache = &cache;
-  st.seq = it.seq;
+  fill_step(st, cache, it, d);
   st.layer = layer;
-  st.num_layers = d.num_layers;
   st.num_q_heads = d.num_q_heads;
-  st.num_kv_heads = d.num_kv_heads;
   st.head_dim = d.head_dim;
-  st.n_new = it.n;
-  st.seq_len = it.start_pos + it.n;
-  st.prefill = it.prefill;
-  st.prefill_last = it.prefill_last;
   st.hidden_size = d.hidden_size;
   st.attn_scale = d.attn_scale;
   st.rope_inv_freq = d.rope_inv_freq;
@@ -95,6 +103,29 @@ inline LayerStep layer_step(KVCache& cache, const ForwardItem& it, int layer, co
     return wq_buf.data();
   };
   return st;
+}
+
+/// LayerStep::window_attention for one (item, layer) step, memoised per kv head: the first call
+/// for head h runs `compute(h, out)`, which fills `out` with the head's [G, w, L_h] f32 window
+/// attention (see LayerStep::window_attention) and returns w; later calls return the stored
+/// result. Throws kvb::Error when the policy did not declare window queries (`qh` null or empty)
+/// or names a kv head outside [0, num_kv_heads). The returned function owns the memo.
+inline std::function<const std::vector<float>&(int, int*)> memo_window_attention(
+    const QueryHistory* qh, int num_kv_heads, std::function<int(int h, std::vector<float>& out)> compute) {
+  struct Memo {
+    std::vector<std::vector<float>> out;
+    std::vector<int> w;
+  };
+  auto m = std::make_shared<Memo>();
+  m->out.resize(num_kv_heads);
+  m->w.assign(num_kv_heads, -1);
+  return [m, qh, num_kv_heads, compute = std::move(compute)](int h, int* w_out) -> const std::vector<float>& {
+    if (!qh || qh->q.empty()) fail("policy asked for window attention it did not declare");
+    if (h < 0 || h >= num_kv_heads) fail("window_attention: kv head {} of {}", h, num_kv_heads);
+    if (m->w[h] < 0) m->w[h] = compute(h, m->out[h]);
+    if (w_out) *w_out = m->w[h];
+    return m->out[h];
+  };
 }
 
 /// Compacts head h of layer `layer` of `seq` to `keep`; returns the tokens evicted.
@@ -120,14 +151,7 @@ inline int64_t run_step_end(Policy& policy, KVCache& cache, std::span<const Forw
   int64_t evicted = 0;
   for (const ForwardItem& it : items) {
     StepEnd se;
-    se.cache = &cache;
-    se.seq = it.seq;
-    se.num_layers = d.num_layers;
-    se.num_kv_heads = d.num_kv_heads;
-    se.n_new = it.n;
-    se.seq_len = it.start_pos + it.n;
-    se.prefill = it.prefill;
-    se.prefill_last = it.prefill_last;
+    fill_step(se, cache, it, d);
     policy.on_step_end(se);
     for (auto& k : se.keeps) {
       if (k.layer < 0 || k.layer >= d.num_layers || k.head < 0 || k.head >= d.num_kv_heads)

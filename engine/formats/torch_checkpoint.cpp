@@ -115,14 +115,8 @@ class Unpickler {
                 kind_name(v.kind));
       if (!seen.insert(key.s).second) fail_at(file_, member_, "entry '{}' appears twice", key.s);
       const Obj& st = objs_[v.storage];
-      TorchTensorRecord r;
-      r.name = key.s;
-      r.storage_key = st.s;
-      r.dtype = st.dtype;
-      r.storage_numel = st.i;
-      r.offset = v.i;
-      r.shape = v.shape;
-      out.push_back(std::move(r));
+      out.push_back(TorchTensorRecord{.name = key.s, .storage_key = st.s, .dtype = st.dtype,
+                                      .storage_numel = st.i, .offset = v.i, .shape = v.shape});
     }
     return out;
   }

@@ -13,11 +13,9 @@ KVCache::KVCache(const KVCacheConfig& cfg) : cfg_(cfg) {
     fail("KV cache: invalid shape (layers={}, kv_heads={}, head_dim={}, page_size={}, scalars={})",
          cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, cfg.page_size, cfg.num_scalars);
   const size_t P = cfg.page_size, D = cfg.head_dim, S = cfg.num_scalars;
-  off_v_ = P * D;
-  off_pos_ = 2 * P * D;
-  off_scalar_ = off_pos_ + P;
-  page_floats_ = off_scalar_ + P * S;
-  page_bytes_ = page_floats_ * sizeof(float);
+  meta_words_ = P + P * S;
+  page_bytes_ = (2 * P * D + meta_words_) * sizeof(float);
+  payload_ = make_kv_payload(cfg.payload, cfg.page_size, cfg.head_dim);
 }
 
 KVCache::~KVCache() = default;
@@ -54,11 +52,16 @@ const KVCache::Head& KVCache::head(SeqId seq, int layer, int h) const {
   return seqs_[seq].heads[static_cast<size_t>(layer) * cfg_.num_kv_heads + h];
 }
 
-float* KVCache::page_base(int32_t page) {
-  return chunks_[page / kPagesPerChunk].get() + (page % kPagesPerChunk) * page_floats_;
+float* KVCache::meta_base(int32_t page) {
+  return meta_chunks_[page / kPagesPerChunk].get() + (page % kPagesPerChunk) * meta_words_;
 }
-const float* KVCache::page_base(int32_t page) const {
-  return chunks_[page / kPagesPerChunk].get() + (page % kPagesPerChunk) * page_floats_;
+const float* KVCache::meta_base(int32_t page) const {
+  return meta_chunks_[page / kPagesPerChunk].get() + (page % kPagesPerChunk) * meta_words_;
+}
+
+void KVCache::no_host_kv(const char* what) const {
+  fail("KV cache: {} read on the host, but the K/V rows are device-held (a policy that reads cached "
+       "keys/values on the host must declare PolicyNeeds::host_kv)", what);
 }
 
 int32_t KVCache::alloc_page(Sequence& s) {
@@ -72,8 +75,9 @@ int32_t KVCache::alloc_page(Sequence& s) {
                               "memory limit)", cfg_.max_pages, page_bytes_),
                   ErrorKind::kRuntime);
     if (allocated_ % kPagesPerChunk == 0)
-      chunks_.emplace_back(new float[page_floats_ * kPagesPerChunk]);
+      meta_chunks_.emplace_back(new float[meta_words_ * kPagesPerChunk]);
     page = static_cast<int32_t>(allocated_++);
+    payload_->grow(allocated_);
   }
   ++in_use_;
   peak_in_use_ = std::max(peak_in_use_, in_use_);
@@ -93,15 +97,13 @@ int32_t KVCache::append(SeqId seq, int layer, int h, const float* k, const float
   Head& hd = head(seq, layer, h);
   const int32_t P = cfg_.page_size;
   if (hd.len == static_cast<int32_t>(hd.pages.size()) * P) hd.pages.push_back(alloc_page(s));
-  float* base = page_base(hd.pages[hd.len / P]);
+  const int32_t page = hd.pages[hd.len / P];
   const int32_t slot = hd.len % P;
-  const size_t D = cfg_.head_dim;
-  if (k) std::memcpy(base + slot * D, k, D * sizeof(float));
-  if (v) std::memcpy(base + off_v_ + slot * D, v, D * sizeof(float));
-  reinterpret_cast<int32_t*>(base + off_pos_)[slot] = pos;
+  payload_->write(page, slot, k, v);
+  float* meta = meta_base(page);
+  reinterpret_cast<int32_t*>(meta)[slot] = pos;
   if (cfg_.num_scalars > 0)
-    std::memset(base + off_scalar_ + static_cast<size_t>(slot) * cfg_.num_scalars, 0,
-                cfg_.num_scalars * sizeof(float));
+    std::memset(meta + P + static_cast<size_t>(slot) * cfg_.num_scalars, 0, cfg_.num_scalars * sizeof(float));
   ++s.tokens;
   return hd.len++;
 }
@@ -115,21 +117,22 @@ int32_t KVCache::max_length(SeqId seq, int layer) const {
 }
 
 float* KVCache::key(SeqId seq, int layer, int h, int32_t i) {
-  const Head& hd = head(seq, layer, h);
-  return page_base(hd.pages[i / cfg_.page_size]) + (i % cfg_.page_size) * cfg_.head_dim;
+  float* k = payload_->keys(head(seq, layer, h).pages[i / cfg_.page_size]);
+  if (!k) no_host_kv("keys");
+  return k + static_cast<size_t>(i % cfg_.page_size) * cfg_.head_dim;
 }
 float* KVCache::value(SeqId seq, int layer, int h, int32_t i) {
-  const Head& hd = head(seq, layer, h);
-  return page_base(hd.pages[i / cfg_.page_size]) + off_v_ + (i % cfg_.page_size) * cfg_.head_dim;
+  float* v = payload_->values(head(seq, layer, h).pages[i / cfg_.page_size]);
+  if (!v) no_host_kv("values");
+  return v + static_cast<size_t>(i % cfg_.page_size) * cfg_.head_dim;
 }
 int32_t* KVCache::position_ptr(SeqId seq, int layer, int h, int32_t i) {
   const Head& hd = head(seq, layer, h);
-  return reinterpret_cast<int32_t*>(page_base(hd.pages[i / cfg_.page_size]) + off_pos_) +
-         (i % cfg_.page_size);
+  return reinterpret_cast<int32_t*>(meta_base(hd.pages[i / cfg_.page_size])) + (i % cfg_.page_size);
 }
 float* KVCache::scalars(SeqId seq, int layer, int h, int32_t i) {
   const Head& hd = head(seq, layer, h);
-  return page_base(hd.pages[i / cfg_.page_size]) + off_scalar_ +
+  return meta_base(hd.pages[i / cfg_.page_size]) + cfg_.page_size +
          static_cast<size_t>(i % cfg_.page_size) * cfg_.num_scalars;
 }
 const float* KVCache::key(SeqId seq, int layer, int h, int32_t i) const {
@@ -145,12 +148,20 @@ int32_t KVCache::position(SeqId seq, int layer, int h, int32_t i) const {
 const std::vector<int32_t>& KVCache::pages(SeqId seq, int layer, int h) const {
   return head(seq, layer, h).pages;
 }
-const float* KVCache::page_keys(int32_t page) const { return page_base(page); }
-const float* KVCache::page_values(int32_t page) const { return page_base(page) + off_v_; }
-const int32_t* KVCache::page_positions(int32_t page) const {
-  return reinterpret_cast<const int32_t*>(page_base(page) + off_pos_);
+const float* KVCache::page_keys(int32_t page) const {
+  const float* k = payload_->keys(page);
+  if (!k) no_host_kv("keys");
+  return k;
 }
-const float* KVCache::page_scalars(int32_t page) const { return page_base(page) + off_scalar_; }
+const float* KVCache::page_values(int32_t page) const {
+  const float* v = payload_->values(page);
+  if (!v) no_host_kv("values");
+  return v;
+}
+const int32_t* KVCache::page_positions(int32_t page) const {
+  return reinterpret_cast<const int32_t*>(meta_base(page));
+}
+const float* KVCache::page_scalars(int32_t page) const { return meta_base(page) + cfg_.page_size; }
 
 int32_t KVCache::compact(SeqId seq, int layer, int h, std::span<const int32_t> keep) {
   Sequence& s = seqs_[seq];
@@ -162,19 +173,19 @@ int32_t KVCache::compact(SeqId seq, int layer, int h, std::span<const int32_t> k
            "indices < {} (entry {} is {})", seq, layer, h, hd.len, j, keep[j]);
   }
   const int32_t P = cfg_.page_size;
-  const size_t D = cfg_.head_dim, S = cfg_.num_scalars;
+  const size_t S = cfg_.num_scalars;
   // dst index j <= src index keep[j], so copying forward in order never overwrites a token
   // that is still to be read.
   for (int32_t j = 0; j < n; ++j) {
     const int32_t src = keep[j];
     if (src == j) continue;
-    float* sb = page_base(hd.pages[src / P]);
-    float* db = page_base(hd.pages[j / P]);
+    const int32_t sp = hd.pages[src / P], dp = hd.pages[j / P];
     const int32_t ss = src % P, ds = j % P;
-    std::memcpy(db + ds * D, sb + ss * D, D * sizeof(float));
-    std::memcpy(db + off_v_ + ds * D, sb + off_v_ + ss * D, D * sizeof(float));
-    reinterpret_cast<int32_t*>(db + off_pos_)[ds] = reinterpret_cast<int32_t*>(sb + off_pos_)[ss];
-    if (S) std::memcpy(db + off_scalar_ + ds * S, sb + off_scalar_ + ss * S, S * sizeof(float));
+    payload_->copy(sp, ss, dp, ds);
+    float* sb = meta_base(sp);
+    float* db = meta_base(dp);
+    reinterpret_cast<int32_t*>(db)[ds] = reinterpret_cast<int32_t*>(sb)[ss];
+    if (S) std::memcpy(db + P + ds * S, sb + P + ss * S, S * sizeof(float));
   }
   const int32_t evicted = hd.len - n;
   const size_t need_pages = (static_cast<size_t>(n) + P - 1) / P;
@@ -225,5 +236,8 @@ size_t KVCache::peak_bytes_total() const { return peak_in_use_ * page_bytes_; }
 int64_t KVCache::pages_in_use() const { return in_use_; }
 int64_t KVCache::pages_allocated() const { return allocated_; }
 int64_t KVCache::evictions(SeqId seq) const { return seqs_[seq].evictions; }
+size_t KVCache::host_metadata_bytes() const {
+  return meta_chunks_.size() * kPagesPerChunk * meta_words_ * sizeof(float);
+}
 
 }  // namespace kvb

@@ -2,9 +2,11 @@
 // pages and its own length, so that eviction policies may keep different tokens, and different
 // numbers of tokens, per head ("ragged heads"; docs/architecture.md#kv-cache).
 //
-// A page holds `page_size` token slots of ONE (sequence, layer, kv_head):
-//   K      [page_size, D] f32   keys after RoPE
-//   V      [page_size, D] f32   values
+// A page holds `page_size` token slots of ONE (sequence, layer, kv_head). The cache itself is the
+// page pool and its metadata; the K/V rows live in a payload store (kv_payload.h) addressed by the
+// same page ids, so a backend that holds K/V on a device keeps no host copy:
+//   K      [page_size, D] f32   keys after RoPE          } the payload store (HostKVPayload, or
+//   V      [page_size, D] f32   values                   } none on the host: DeviceHeldKVPayload)
 //   pos    [page_size]    i32   absolute position of the token in its sequence
 //   scalar [page_size, S] f32   per-token policy scalars (TRIM-KV log β, H2O accumulated
 //                               attention, G-KV history score, ...); S = KVCacheConfig::num_scalars
@@ -19,10 +21,19 @@
 #include <span>
 #include <vector>
 
+#include "engine/kv/kv_payload.h"
+
 namespace kvb {
 
 /// Shape of a KV cache. All sizes in elements/tokens unless stated.
 struct KVCacheConfig {
+  KVCacheConfig() = default;
+  /// A cache of `layers` layers of `kv_heads` heads of dimension `head_dim`, `page_size` tokens
+  /// per page and `num_scalars` per-token scalars; no page limit, host payload.
+  KVCacheConfig(int layers, int kv_heads, int head_dim, int page_size = 16, int num_scalars = 0)
+      : num_layers(layers), num_kv_heads(kv_heads), head_dim(head_dim), page_size(page_size),
+        num_scalars(num_scalars) {}
+
   int num_layers = 0;
   int num_kv_heads = 0;  ///< Hkv
   int head_dim = 0;      ///< D
@@ -31,6 +42,9 @@ struct KVCacheConfig {
   /// Upper bound on pages in the pool (0 = unbounded). Allocation beyond it throws kvb::Error
   /// (ErrorKind::kRuntime) naming the limit.
   int64_t max_pages = 0;
+  /// Where the K/V rows live: on the host (f32, readable through key()/value()/page_keys()), or
+  /// only in a backend's device pool (no host K/V bytes; reading them throws). See kv_payload.h.
+  KVPayloadKind payload = KVPayloadKind::kHost;
 };
 
 /// Identifies a sequence inside a KVCache.
@@ -57,9 +71,8 @@ class KVCache {
 
   /// Appends one token to head (seq, layer, head): k and v are [D] f32, `pos` its absolute
   /// position; its scalars are zeroed. Returns the token's index in the head. k or v may be
-  /// null: the payload row is then left unwritten (a backend that holds K/V elsewhere, the CUDA
-  /// pool, keeps only the metadata here; the untouched host pages are never committed by the OS).
-  /// key()/value() of such a token are unspecified.
+  /// null: the payload row is then left unwritten (key()/value() of such a token are
+  /// unspecified); with a device-held payload both must be null (kvb::Error otherwise).
   int32_t append(SeqId seq, int layer, int head, const float* k, const float* v, int32_t pos);
 
   /// Tokens currently held by head (seq, layer, head).
@@ -69,6 +82,7 @@ class KVCache {
 
   /// Pointers to token `i` of head (seq, layer, head): K/V rows [D], position, scalars [S].
   /// `i` must be < length(). Rows of consecutive tokens are contiguous within a page only.
+  /// key()/value() throw kvb::Error when the payload is device-held (no host rows).
   float* key(SeqId seq, int layer, int head, int32_t i);
   float* value(SeqId seq, int layer, int head, int32_t i);
   int32_t* position_ptr(SeqId seq, int layer, int head, int32_t i);
@@ -79,8 +93,9 @@ class KVCache {
 
   /// Page-level access for kernels: the page list of a head, and base pointers of a page.
   const std::vector<int32_t>& pages(SeqId seq, int layer, int head) const;
-  const float* page_keys(int32_t page) const;    ///< [page_size, D]
-  const float* page_values(int32_t page) const;  ///< [page_size, D]
+  /// Keys / values [page_size, D] f32 of a page; throw kvb::Error when the payload is device-held.
+  const float* page_keys(int32_t page) const;
+  const float* page_values(int32_t page) const;
   const int32_t* page_positions(int32_t page) const;  ///< [page_size]
   const float* page_scalars(int32_t page) const; ///< [page_size, S]
 
@@ -97,7 +112,9 @@ class KVCache {
   /// context). Returns the number of (head, token) entries dropped.
   int64_t truncate_from(SeqId seq, int32_t pos);
 
-  /// Bytes of one page (K + V + positions + scalars).
+  /// Bytes one page accounts for: K and V as f32 + positions + scalars. This is the realised-KV
+  /// accounting every backend reports (bytes(), peak_bytes(), ...), whichever store holds the
+  /// rows, so results do not depend on the backend; host_payload_bytes() is what the host holds.
   size_t page_bytes() const { return page_bytes_; }
   /// Bytes of K and V only, per token: 2 · D · sizeof(float).
   size_t kv_bytes_per_token() const { return 2 * static_cast<size_t>(cfg_.head_dim) * sizeof(float); }
@@ -120,6 +137,15 @@ class KVCache {
   /// only needs to copy the entries past what it already holds.
   uint64_t page_list_shrinks() const { return shrinks_; }
 
+  /// The payload store (its kind says whether K/V rows are on the host).
+  const KVPayload& payload() const { return *payload_; }
+  /// True when K/V rows are held on the host (KVPayloadKind::kHost).
+  bool host_kv() const { return cfg_.payload == KVPayloadKind::kHost; }
+  /// Host bytes allocated for K/V rows (0 with a device-held payload), and for the page metadata
+  /// (positions, scalars) of every page ever allocated. Allocation granularity included.
+  size_t host_payload_bytes() const { return payload_->host_bytes(); }
+  size_t host_metadata_bytes() const;
+
  private:
   struct Head {
     std::vector<int32_t> pages;
@@ -134,15 +160,18 @@ class KVCache {
   const Head& head(SeqId seq, int layer, int h) const;
   int32_t alloc_page(Sequence& s);
   void free_page(Sequence& s, int32_t page);
-  float* page_base(int32_t page);
-  const float* page_base(int32_t page) const;
+  float* meta_base(int32_t page);
+  const float* meta_base(int32_t page) const;
+  [[noreturn]] void no_host_kv(const char* what) const;
 
   KVCacheConfig cfg_;
-  size_t page_floats_ = 0;  // page size in 4-byte words
   size_t page_bytes_ = 0;
-  size_t off_v_ = 0, off_pos_ = 0, off_scalar_ = 0;  // word offsets inside a page
+  // Page metadata: [pos: P i32][scalars: P·S f32] per page, in 4-byte words, chunks of
+  // kPagesPerChunk pages (growing never moves a page).
+  size_t meta_words_ = 0;
   static constexpr int kPagesPerChunk = 256;
-  std::vector<std::unique_ptr<float[]>> chunks_;
+  std::vector<std::unique_ptr<float[]>> meta_chunks_;
+  std::unique_ptr<KVPayload> payload_;
   std::vector<int32_t> free_;
   int64_t allocated_ = 0, in_use_ = 0, peak_in_use_ = 0;
   uint64_t shrinks_ = 0;

@@ -87,6 +87,38 @@ inline void append_utf8(std::string& out, char32_t cp) {
   }
 }
 
+/// Appends the escape of code point `cp` inside a JSON string as Python's json.dumps writes it —
+/// \" \\ \n \r \t \b \f, \uXXXX (lower-case hex) for the other characters below U+0020 and,
+/// with `ensure_ascii`, for every code point from U+007F, as a UTF-16 surrogate pair above
+/// U+FFFF — and returns true. Returns false, appending nothing, when json.dumps writes `cp` as
+/// itself (the caller encodes it). Used by the chat templates' tojson and the tasks' JSON dumps.
+inline bool append_json_escape(std::string& out, char32_t cp, bool ensure_ascii) {
+  auto u4 = [&out](uint32_t v) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    out += "\\u";
+    for (int sh = 12; sh >= 0; sh -= 4) out += kHex[(v >> sh) & 0xF];
+  };
+  switch (cp) {
+    case '"': out += "\\\""; return true;
+    case '\\': out += "\\\\"; return true;
+    case '\n': out += "\\n"; return true;
+    case '\r': out += "\\r"; return true;
+    case '\t': out += "\\t"; return true;
+    case '\b': out += "\\b"; return true;
+    case '\f': out += "\\f"; return true;
+    default: break;
+  }
+  if (cp >= 0x20 && !(ensure_ascii && cp >= 0x7F)) return false;
+  if (cp >= 0x10000) {
+    const uint32_t v = static_cast<uint32_t>(cp) - 0x10000;
+    u4(0xD800 | (v >> 10));
+    u4(0xDC00 | (v & 0x3FF));
+  } else {
+    u4(static_cast<uint32_t>(cp));
+  }
+  return true;
+}
+
 /// `s` split into characters: each well-formed UTF-8 sequence is one element, each byte of an
 /// ill-formed one an element of its own.
 inline std::vector<std::string> split_chars(std::string_view s) {

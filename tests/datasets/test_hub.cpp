@@ -20,6 +20,7 @@
 #include "datasets/hub.h"
 #include "engine/util/error.h"
 #include "engine/util/hash.h"
+#include "tests/support/local_http_server.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -61,7 +62,7 @@ class FakeHub {
       res.set_header("ETag", "\"" + small_etag_ + "\"");
       res.set_content(small_, "text/plain");
     };
-    srv_.Get("/datasets/org/small/resolve/main/data/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
+    http_.server().Get("/datasets/org/small/resolve/main/data/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
       if (fail500_) {
         res.status = 500;
@@ -69,18 +70,18 @@ class FakeHub {
       }
       serve_small(res);
     });
-    srv_.Get("/datasets/oldorg/small/resolve/main/data/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
+    http_.server().Get("/datasets/oldorg/small/resolve/main/data/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
       res.status = 307;
       res.set_header("Location", "/datasets/org/small/resolve/main/data/file.txt");
     });
-    srv_.Get("/datasets/org/small/resolve/main/missing.txt", [=](const httplib::Request& req, httplib::Response& res) {
+    http_.server().Get("/datasets/org/small/resolve/main/missing.txt", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
       res.status = 404;
       res.set_header("X-Repo-Commit", kCommit1);
       res.set_header("X-Error-Code", "EntryNotFound");
     });
-    srv_.Get("/datasets/org/private/resolve/main/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
+    http_.server().Get("/datasets/org/private/resolve/main/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
       if (req.get_header_value("Authorization") != "Bearer " + kToken) {
         res.status = 401;
@@ -89,20 +90,20 @@ class FakeHub {
       }
       serve_small(res);
     });
-    srv_.Get("/datasets/org/down/resolve/main/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
+    http_.server().Get("/datasets/org/down/resolve/main/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
       res.status = 500;
     });
     // LFS file: the resolve URL redirects (absolute) to a CDN on another host name.
-    srv_.Get("/datasets/org/big/resolve/main/blob.bin", [=](const httplib::Request& req, httplib::Response& res) {
+    http_.server().Get("/datasets/org/big/resolve/main/blob.bin", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
       res.status = 302;
       res.set_header("X-Repo-Commit", kCommit2);
       res.set_header("X-Linked-Etag", "\"" + big_sha_ + "\"");
       res.set_header("X-Linked-Size", std::to_string(big_.size()));
-      res.set_header("Location", "http://localhost:" + std::to_string(port_) + "/cdn/blob.bin?X-Amz-Signature=abc");
+      res.set_header("Location", "http://localhost:" + std::to_string(http_.port()) + "/cdn/blob.bin?X-Amz-Signature=abc");
     });
-    srv_.Get("/cdn/blob.bin", [=](const httplib::Request& req, httplib::Response& res) {
+    http_.server().Get("/cdn/blob.bin", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
       if (truncate_next_ && !req.has_header("Range")) {
         truncate_next_ = false;
@@ -117,12 +118,12 @@ class FakeHub {
       }
       res.set_content(big_, "application/octet-stream");  // httplib answers Range with 206
     });
-    srv_.Get("/api/models/org/model/revision/main", [=](const httplib::Request& req, httplib::Response& res) {
+    http_.server().Get("/api/models/org/model/revision/main", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
       res.set_content("{\"sha\": \"" + kModelCommit + "\", \"siblings\": [{\"rfilename\": \"config.json\"}, "
                       "{\"rfilename\": \"README.md\"}, {\"rfilename\": \"model.safetensors\"}]}", "application/json");
     });
-    srv_.Get(R"(/org/model/resolve/main/(config\.json|model\.safetensors|README\.md))",
+    http_.server().Get(R"(/org/model/resolve/main/(config\.json|model\.safetensors|README\.md))",
              [=](const httplib::Request& req, httplib::Response& res) {
                note(req);
                std::string body = "{\"file\": \"" + req.matches[1].str() + "\"}";
@@ -130,16 +131,10 @@ class FakeHub {
                res.set_header("ETag", "\"" + git_blob_sha1(body) + "\"");
                res.set_content(body, "application/json");
              });
-    port_ = srv_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { srv_.listen_after_bind(); });
-    while (!srv_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ~FakeHub() {
-    srv_.stop();
-    thread_.join();
+    http_.start();
   }
 
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string endpoint() const { return http_.url(); }
   std::vector<std::string> log() {
     std::lock_guard<std::mutex> g(mu_);
     return log_;
@@ -160,11 +155,9 @@ class FakeHub {
   std::atomic<bool> fail500_{false};
 
  private:
-  httplib::Server srv_;
-  int port_ = 0;
-  std::thread thread_;
   std::mutex mu_;
   std::vector<std::string> log_;
+  test::LocalHttpServer http_;  // last: stopped before the state its handlers use is destroyed
 };
 
 class HubTest : public ::testing::Test {

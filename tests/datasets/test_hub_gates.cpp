@@ -20,6 +20,7 @@
 
 #include "engine/util/hash.h"
 #include "engine/util/io.h"
+#include "tests/support/local_http_server.h"
 
 namespace fs = std::filesystem;
 
@@ -36,30 +37,22 @@ class GateHub {
     files_["/kvbench/evil/resolve/main/trimkv_weights.pth"] = kPth + "evil_os_system.pth";
     files_["/kvbench/evil/resolve/main/config.json"] = kPth + "trimkv_bf16/config.json";
     for (const auto& [url, path] : files_) {
-      srv_.Get(url, [this, path = path](const httplib::Request&, httplib::Response& res) {
+      http_.server().Get(url, [this, path = path](const httplib::Request&, httplib::Response& res) {
         ++requests_;
         res.set_header("X-Repo-Commit", kCommit);
         res.set_header("ETag", "\"" + kvb::git_blob_sha1_file(path) + "\"");
         res.set_content(kvb::read_file(path), "application/octet-stream");
       });
     }
-    port_ = srv_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { srv_.listen_after_bind(); });
-    while (!srv_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    http_.start();
   }
-  ~GateHub() {
-    srv_.stop();
-    thread_.join();
-  }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string endpoint() const { return http_.url(); }
   int requests() const { return requests_; }
 
  private:
-  httplib::Server srv_;
   std::map<std::string, std::string> files_;
-  std::thread thread_;
-  int port_ = 0;
   std::atomic<int> requests_{0};
+  kvb::test::LocalHttpServer http_;  // last: stopped before the state its handlers use is destroyed
 };
 
 std::pair<int, std::string> run(const std::string& env, const std::string& args) {

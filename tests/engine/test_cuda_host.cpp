@@ -40,16 +40,27 @@ int32_t visible_keys(int32_t L, int32_t n, int32_t last_token, std::mt19937& rng
   return static_cast<int32_t>(std::count_if(pos.begin(), pos.end(), [&](int32_t x) { return x <= qpos; }));
 }
 
+// A random batch for the planner: B items of n[b] new tokens (1, or 1 + [0, 40) when `prefill`),
+// and per (item, kv head) a cache length n[b] + [0, spread). Draws n[b], then its heads' lengths,
+// item by item.
+struct RandomBatch {
+  std::vector<int32_t> n, len;  // [B], [B * Hkv]
+};
+RandomBatch random_batch(std::mt19937& rng, int B, int Hkv, bool prefill, int32_t spread) {
+  RandomBatch r{std::vector<int32_t>(B), std::vector<int32_t>(static_cast<size_t>(B) * Hkv)};
+  for (int b = 0; b < B; ++b) {
+    r.n[b] = prefill ? 1 + static_cast<int32_t>(rng() % 40) : 1;
+    for (int h = 0; h < Hkv; ++h) r.len[b * Hkv + h] = r.n[b] + static_cast<int32_t>(rng() % spread);
+  }
+  return r;
+}
+
 TEST(CudaPlan, CoversEveryRowOnceAndSplitsPartitionTheCausalPrefix) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 200; ++trial) {
     const int Hkv = 1 + static_cast<int>(rng() % 4), G = 1 + static_cast<int>(rng() % 7);
     const int B = 1 + static_cast<int>(rng() % 5);
-    std::vector<int32_t> n(B), len(static_cast<size_t>(B) * Hkv);
-    for (int b = 0; b < B; ++b) {
-      n[b] = trial % 3 == 0 ? 1 + static_cast<int32_t>(rng() % 40) : 1;
-      for (int h = 0; h < Hkv; ++h) len[b * Hkv + h] = n[b] + static_cast<int32_t>(rng() % 3000);
-    }
+    const auto [n, len] = random_batch(rng, B, Hkv, trial % 3 == 0, 3000);
     const int64_t target = 1 + static_cast<int64_t>(rng() % 600);
     const AttnPlan p = cuda::plan_attention(n, len, Hkv, G, target, 128);
     ASSERT_EQ(p.split_len % cuda::kAttnTile, 0);
@@ -163,11 +174,7 @@ TEST(CudaPlan, RejectsInconsistentInput) {
 TEST(CudaCompaction, PairsReproduceKVCacheCompact) {
   std::mt19937 rng(9);
   for (int trial = 0; trial < 50; ++trial) {
-    KVCacheConfig kc;
-    kc.num_layers = 1;
-    kc.num_kv_heads = 2;
-    kc.head_dim = 2;
-    kc.page_size = 1 + static_cast<int>(rng() % 8);
+    const KVCacheConfig kc(1, 2, 2, 1 + static_cast<int>(rng() % 8));
     KVCache cache(kc);
     const SeqId a = cache.add_sequence(), b = cache.add_sequence();
     const int32_t L = 1 + static_cast<int32_t>(rng() % 100);
@@ -207,12 +214,7 @@ TEST(CudaPlan, AttentionBoundCoversEveryPlan) {
   for (int trial = 0; trial < 400; ++trial) {
     const int Hkv = 1 + static_cast<int>(rng() % 8), G = 1 + static_cast<int>(rng() % 20);
     const int B = 1 + static_cast<int>(rng() % 70);
-    std::vector<int32_t> n(B), len(static_cast<size_t>(B) * Hkv);
-    for (int b = 0; b < B; ++b) {
-      n[b] = trial % 4 == 0 ? 1 + static_cast<int32_t>(rng() % 40) : 1;
-      const int32_t spread = trial % 2 ? 40000 : 300;
-      for (int h = 0; h < Hkv; ++h) len[b * Hkv + h] = n[b] + static_cast<int32_t>(rng() % spread);
-    }
+    const auto [n, len] = random_batch(rng, B, Hkv, trial % 4 == 0, trial % 2 ? 40000 : 300);
     const int64_t target = 1 + static_cast<int64_t>(rng() % 1200);
     const AttnPlan p = cuda::plan_attention(n, len, Hkv, G, target);
     const cuda::AttnBound bound = cuda::attention_bound(n, Hkv, G, target);
@@ -236,11 +238,7 @@ TEST(CudaPlan, AttentionBoundCoversEveryPlan) {
 // coming and going, while a steady decode step copies only the new pages.
 TEST(CudaPageTables, DeviceImageTracksTheKVCache) {
   std::mt19937 rng(5);
-  KVCacheConfig kc;
-  kc.num_layers = 3;
-  kc.num_kv_heads = 2;
-  kc.head_dim = 2;
-  kc.page_size = 4;
+  const KVCacheConfig kc(3, 2, 2, 4);
   KVCache cache(kc);
   cuda::PageTableStore store(kc.num_layers, kc.num_kv_heads);
   std::vector<int32_t> device;
@@ -341,12 +339,14 @@ TEST(CudaModelSupport, RefusesWhatItsKernelsDoNotImplement) {
 TEST(BackendSelection, UnknownOrMissingBackendsAreClearErrors) {
   const ModelConfig cfg = model_shape("stories260k");
   auto m = Model::random(cfg, 1);
-  KVCacheConfig kc;
-  kc.num_layers = static_cast<int>(cfg.num_layers);
-  kc.num_kv_heads = static_cast<int>(cfg.num_kv_heads);
-  kc.head_dim = static_cast<int>(cfg.head_dim);
+  const KVCacheConfig kc = kv_cache_config(cfg);
   KVCache cache(kc);
   EXPECT_EQ(make_backend("cpu", *m, cache)->name(), "cpu");
+  KVCacheConfig held = kc;  // the CPU forward attends over host rows: a device-held cache is refused
+  held.payload = KVPayloadKind::kDeviceHeld;
+  KVCache held_cache(held);
+  const std::string refused = test::error_of([&] { make_backend("cpu", *m, held_cache); });
+  EXPECT_NE(refused.find("no host K/V rows"), std::string::npos) << refused;
   try {
     make_backend("metal", *m, cache);
     FAIL() << "expected kvb::Error";
@@ -376,10 +376,7 @@ namespace {
 TEST(BackendSelection, CpuBf16RoundsCachedKeysAndStaysWithinBf16Tolerance) {
   const ModelConfig cfg = model_shape("smollm2-135m");
   auto m = Model::random(cfg, 3, WeightFormat::kBF16);
-  KVCacheConfig kc;
-  kc.num_layers = static_cast<int>(cfg.num_layers);
-  kc.num_kv_heads = static_cast<int>(cfg.num_kv_heads);
-  kc.head_dim = static_cast<int>(cfg.head_dim);
+  const KVCacheConfig kc = kv_cache_config(cfg);
   std::vector<int32_t> toks(24);
   for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 7919) % cfg.vocab_size);
   auto run = [&](const std::string& name, KVCache& cache) {

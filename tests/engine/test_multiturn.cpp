@@ -8,20 +8,13 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "tests/support/stories.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
 
-KVCacheConfig small_cfg() {
-  KVCacheConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = 3;
-  c.head_dim = 4;
-  c.page_size = 4;
-  c.num_scalars = 1;
-  return c;
-}
+KVCacheConfig small_cfg() { return KVCacheConfig(2, 3, 4, /*page_size=*/4, /*num_scalars=*/1); }
 
 TEST(KVCacheTruncate, DropsTokensFromAPositionOnKeepsEvictionsAndFreesPages) {
   KVCache c(small_cfg());
@@ -67,21 +60,14 @@ TEST(KVCacheTruncate, DropsTokensFromAPositionOnKeepsEvictionsAndFreesPages) {
   EXPECT_EQ(c.truncate_from(s, 100), 0);
 }
 
-class MultiTurn : public ::testing::Test {
+class MultiTurn : public test::StoriesTest {
  protected:
-  void SetUp() override {
-    dir_ = test::shared_dir("models/stories260K-hf");
-    KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
-    model_ = Model::load_dir(dir_);
-  }
   static std::vector<int32_t> tokens(int n, uint32_t seed) {
     std::mt19937 g(seed);
     std::vector<int32_t> t{1};  // BOS
     for (int i = 1; i < n; ++i) t.push_back(static_cast<int32_t>(3 + g() % 500));
     return t;
   }
-  std::string dir_;
-  std::shared_ptr<const Model> model_;
 };
 
 TEST_F(MultiTurn, FullCacheFollowupEqualsTheConcatenatedPrompt) {

@@ -22,6 +22,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "tests/support/model_sizes.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
@@ -62,15 +63,10 @@ std::shared_ptr<std::vector<uint8_t>> random_matrix(DType t, int64_t rows, int64
 }
 
 ModelConfig small_config() {
-  ModelConfig c;
-  c.model_type = "llama";
-  c.vocab_size = 300;
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
+  ModelConfig base;
+  base.model_type = "llama";
+  ModelConfig c = test::resized(base, {.vocab = 300, .hidden = 256, .intermediate = 512, .layers = 2, .heads = 4,
+                                       .kv_heads = 2, .head_dim = 64});
   c.rope_theta = 10000;
   c.max_position_embeddings = 4096;
   c.rms_norm_eps = 1e-5;

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "engine/engine.h"
+#include "tests/support/stories.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
@@ -15,12 +16,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class Stops : public ::testing::Test {
+class Stops : public test::StoriesTest {
  protected:
   void SetUp() override {
-    dir_ = test::shared_dir("models/stories260K-hf");
-    KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
-    model_ = Model::load_dir(dir_);
+    StoriesTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     tok_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_dir(dir_));
     oracle_ = read_file(dir_ + "/expected_greedy_200.txt");
   }
@@ -29,8 +29,7 @@ class Stops : public ::testing::Test {
     Engine e(model_, {}, nullptr);
     return e.generate({r}, tok_.get())[0];
   }
-  std::string dir_, oracle_;
-  std::shared_ptr<const Model> model_;
+  std::string oracle_;
   std::unique_ptr<tok::Tokenizer> tok_;
 };
 

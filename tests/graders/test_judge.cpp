@@ -31,6 +31,7 @@
 #include "graders/judge_longmemeval.h"
 #include "results/grid.h"
 #include "results/store.h"
+#include "tests/support/local_http_server.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -68,16 +69,11 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 class FakeOpenAI {
  public:
   FakeOpenAI() {
-    srv_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); });
-    port_ = srv_.bind_to_any_port("127.0.0.1");
-    th_ = std::thread([this] { srv_.listen_after_bind(); });
-    while (!srv_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    http_.server().Post("/v1/chat/completions",
+                        [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); });
+    http_.start();
   }
-  ~FakeOpenAI() {
-    srv_.stop();
-    th_.join();
-  }
-  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
+  std::string base_url() const { return http_.url() + "/v1"; }
   int requests() {
     std::lock_guard<std::mutex> g(mu_);
     return requests_;
@@ -163,15 +159,13 @@ class FakeOpenAI {
     res.set_content(completion(has("ANSWER-NO") ? "no" : "Yes."), "application/json");
   }
 
-  httplib::Server srv_;
-  int port_ = 0;
-  std::thread th_;
   std::mutex mu_;
   int requests_ = 0;
   std::vector<std::string> prompts_, auths_;
   std::vector<nlohmann::json> bodies_;
   std::map<std::string, int> per_prompt_;
   std::atomic<int> in_flight_{0}, max_in_flight_{0};
+  test::LocalHttpServer http_;  // last: stopped before the state its handlers use is destroyed
 };
 
 JudgeOptions fast_opts() {

@@ -10,31 +10,19 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
 #include "engine/policies/policy.h"
+#include "tests/support/stories.h"
 
 namespace kvb::test {
 
-/// ../shared/models/stories260K-hf, the real tiny model the engine-level policy tests run on.
-inline const std::string kStoriesDir = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
-
-/// stories260K loaded once per test binary (f32 weights). Throws kvb::Error when it is absent:
-/// callers check KVB_REQUIRE_SHARED first.
-inline std::shared_ptr<Model> stories() {
-  static std::shared_ptr<Model> m = Model::load_dir(kStoriesDir);
-  return m;
-}
+/// stories260K loaded once per test binary (tests/support/stories.h; check KVB_REQUIRE_STORIES first).
+inline std::shared_ptr<Model> stories() { return stories_model(); }
 
 /// One sequence in a cache with `layers` layers of `hkv` heads of dim `d`; queries are held
 /// here and served through LayerStep::window_queries (oldest first, [Hq, w, D]).
 struct HandCache {
   HandCache(int layers, int hq, int hkv, int d, int scalars)
       : hq(hq), hkv(hkv), d(d), layers(layers) {
-    KVCacheConfig c;
-    c.num_layers = layers;
-    c.num_kv_heads = hkv;
-    c.head_dim = d;
-    c.page_size = 4;
-    c.num_scalars = scalars;
-    cache = std::make_unique<KVCache>(c);
+    cache = std::make_unique<KVCache>(KVCacheConfig(layers, hkv, d, /*page_size=*/4, scalars));
     seq = cache->add_sequence();
   }
   /// Appends token `pos` with keys [Hkv, D] to every head of `layer`.
@@ -67,6 +55,14 @@ struct HandCache {
   void apply(LayerStep& s) {
     for (auto& [h, keep] : s.keeps) cache->compact(seq, s.layer, h, keep);
     s.keeps.clear();
+  }
+  /// One decode step of layer 0 without signals: appends token `pos` with keys [Hkv, D], runs
+  /// the policy's layer hook and applies its keep-sets.
+  void decode_step(Policy& pol, const float* keys_hd, int32_t pos) {
+    append(0, keys_hd, pos);
+    LayerStep st = step(0, 1, pos + 1, false, false);
+    pol.on_layer_step(st);
+    apply(st);
   }
   std::vector<int32_t> positions(int layer, int h) const {
     std::vector<int32_t> p;

@@ -114,10 +114,7 @@ TEST(PolicySchedule, RatioBudgetFollowsTheContext) {
   test::HandCache hc(1, 1, 1, 4, 0);
   std::vector<float> k(4, 1.f);
   for (int t = 0; t < 40; ++t) {
-    hc.append(0, k.data(), t);
-    LayerStep st = hc.step(0, 1, t + 1, false, false);
-    pol->on_layer_step(st);
-    hc.apply(st);
+    hc.decode_step(*pol, k.data(), t);
     const int32_t budget_now = std::max<int32_t>((t + 1) / 2, 4 + 1);  // floor(0.5 · seen), ≥ sinks + 1
     EXPECT_LE(hc.cache->length(hc.seq, 0, 0), budget_now) << "t=" << t;
   }
@@ -179,12 +176,7 @@ TEST(PolicyRandom, SameSeedSameKeepSetsDifferentSeedDifferent) {
     auto pol = make_policy(PolicySpec::parse(spec, 16));
     test::HandCache hc(1, 1, 1, 4, 0);
     std::vector<float> k(4, 1.f);
-    for (int t = 0; t < 100; ++t) {
-      hc.append(0, k.data(), t);
-      LayerStep st = hc.step(0, 1, t + 1, false, false);
-      pol->on_layer_step(st);
-      hc.apply(st);
-    }
+    for (int t = 0; t < 100; ++t) hc.decode_step(*pol, k.data(), t);
     return hc.positions(0, 0);
   };
   auto a = run("random:seed=3,buffer=8"), b = run("random:seed=3,buffer=8"), c = run("random:seed=4,buffer=8");

@@ -18,6 +18,7 @@
 #include "engine/policies/snapkv.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "tests/support/model_sizes.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
@@ -34,15 +35,10 @@ std::shared_ptr<const Model> stories() {
 
 /// A small Qwen3-shaped model (q/k RMSNorm, GQA group 4) with random weights.
 std::shared_ptr<const Model> random_qwen3(int layers = 3) {
-  ModelConfig c = model_shape("qwen3-0.6b");
-  c.vocab_size = 256;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_layers = layers;
-  c.num_heads = 8;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  return Model::random(c, 7);
+  return Model::random(test::resized(model_shape("qwen3-0.6b"), {.vocab = 256, .hidden = 64, .intermediate = 128,
+                                                                 .layers = layers, .heads = 8, .kv_heads = 2,
+                                                                 .head_dim = 16}),
+                       7);
 }
 
 /// n pseudo-random token ids in [3, vocab) (a fixed LCG: the same prompt in every run).
@@ -315,14 +311,8 @@ TEST(PyramidKV, DecodeKvPeakWithinOnePercentOfSnapKVStories260K) {
 }
 
 TEST(PyramidKV, DecodeKvPeakWithinOnePercentOfSnapKV36Layers) {
-  ModelConfig c = model_shape("qwen3-0.6b");
-  c.vocab_size = 128;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_layers = 36;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
+  const ModelConfig c = test::resized(model_shape("qwen3-0.6b"), {.vocab = 128, .hidden = 32, .intermediate = 64,
+                                                                   .layers = 36, .heads = 4, .kv_heads = 2, .head_dim = 8});
   // KVCache-Factory's floored step leaves the layers' mean slightly above the budget (here
   // 36 layers, C = 512, w = 32: 481 + 32 per head on average, +0.2 %).
   expect_pyramid_like_uniform(Model::random(c, 3), 512, 32, 1100, 40);

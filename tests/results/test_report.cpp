@@ -126,12 +126,6 @@ TEST(ReportModels, HeadingsAndRunTableShowModelNameMachineAndBackend) {
             std::string::npos);
 }
 
-static int run_cmd(const std::string& cmd, std::string* out = nullptr) {
-  auto r = kvb::test::run_command(cmd);
-  if (out) *out = std::move(r.out);
-  return r.rc;
-}
-
 TEST(ReportCli, ReportMergeAndErrors) {
   KVB_REQUIRE_BINARY();
   auto items = expand_grid(small_grid(4, 2));
@@ -142,10 +136,10 @@ TEST(ReportCli, ReportMergeAndErrors) {
     fill(sb, select_shard(items, {1, 2}), run_info(), {1, 2});
   }
   std::string out;
-  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " merge " + m + " " + a + " " + b, &out), 0) << out;
+  ASSERT_EQ(kvb::test::run_cli("merge " + m + " " + a + " " + b, &out), 0) << out;
   EXPECT_NE(out.find(std::to_string(items.size()) + " generations"), std::string::npos) << out;
   auto dir = out_dir("cli");
-  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " report --db " + m + " --out " + dir, &out), 0) << out;
+  ASSERT_EQ(kvb::test::run_cli("report --db " + m + " --out " + dir, &out), 0) << out;
   EXPECT_TRUE(std::filesystem::exists(dir + "/index.html"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/cells.csv"));
   // A corrupt database is named in the error, exit code 2.
@@ -154,7 +148,7 @@ TEST(ReportCli, ReportMergeAndErrors) {
     std::ofstream f(bad);
     for (int i = 0; i < 2000; ++i) f << "garbage!";
   }
-  EXPECT_EQ(run_cmd(std::string(KVB_BINARY) + " report --db " + bad + " --out " + dir, &out), 2) << out;
+  EXPECT_EQ(kvb::test::run_cli("report --db " + bad + " --out " + dir, &out), 2) << out;
   EXPECT_NE(out.find(bad), std::string::npos) << out;
 }
 
@@ -170,7 +164,7 @@ TEST(ReportPng, HeadlessChromiumRendersIndexHtml) {
   auto files = write_report(s, opt);
   std::string png = opt.out_dir + "/report.png";
   std::string out;
-  int rc = run_cmd(std::string(KVB_SOURCE_DIR) + "/tools/render_report_png.sh " + files.html + " " + png, &out);
+  int rc = kvb::test::run_command(std::string(KVB_SOURCE_DIR) + "/tools/render_report_png.sh " + files.html + " " + png, &out);
   ASSERT_EQ(rc, 0) << out;
   std::string data = slurp(png);
   ASSERT_GT(data.size(), 1000u) << out;

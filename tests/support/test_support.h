@@ -77,6 +77,17 @@ inline CommandResult run_command(const std::string& cmd, bool merge_stderr = tru
 /// Runs `kvbench <args>` (the binary of this build, KVB_BINARY) with stdout+stderr captured.
 inline CommandResult run_cli(const std::string& args) { return run_command(std::string(KVB_BINARY) + " " + args); }
 
+/// run_command / run_cli returning the exit code and storing the captured output in `*out`
+/// (for `EXPECT_EQ(run_cli(args, &out), 0) << out;` chains that reuse one output string).
+inline int run_command(const std::string& cmd, std::string* out) {
+  CommandResult r = run_command(cmd);
+  *out = std::move(r.out);
+  return r.rc;
+}
+inline int run_cli(const std::string& args, std::string* out) {
+  return run_command(std::string(KVB_BINARY) + " " + args, out);
+}
+
 /// The message of the kvb::Error `f` throws, or "(no kvb::Error)" when it throws none.
 inline std::string error_of(const std::function<void()>& f) {
   try {

@@ -307,41 +307,33 @@ void CpuBackend::policy_block(Step& s, int l) {
       cs_item.assign(s.colsum.begin() + b * Hkv, s.colsum.begin() + (b + 1) * Hkv);
       st.attention_colsum = &cs_item;
     }
-    std::vector<std::vector<float>> wa_cache(Hkv);
-    std::vector<int> wa_w(Hkv, -1);
-    QueryHistory* qh = it.history;
-    st.window_attention = [&, qh, l](int h, int* w_out) -> const std::vector<float>& {
-      if (!qh || qh->q.empty()) fail("policy asked for window attention it did not declare");
-      if (wa_w[h] < 0) {
-        const int w = qh->count[l];
-        const int32_t L = cache_.length(st.seq, l, h);
-        std::vector<float>& out = wa_cache[h];
-        out.assign(static_cast<size_t>(G) * w * L, 0.0f);
-        std::vector<float> sc(L);
-        for (int g = 0; g < G; ++g)
-          for (int j = 0; j < w; ++j) {
-            // j-th oldest of the last w queries
-            const int slot = (qh->head[l] - w + j + qh->window) % qh->window;
-            const float* qv = &qh->q[l][(static_cast<size_t>(slot) * Hq + h * G + g) * D];
-            const int32_t qpos = qh->pos[l][slot], qlo = attention_floor(qpos, window);
-            float mx = -std::numeric_limits<float>::infinity();
-            for (int32_t t = 0; t < L; ++t) {
-              const int32_t kpos = std::as_const(cache_).position(st.seq, l, h, t);
-              sc[t] = kpos <= qpos && kpos >= qlo
-                          ? soft_cap(dot(qv, std::as_const(cache_).key(st.seq, l, h, t), D) * scale, softcap)
-                          : -std::numeric_limits<float>::infinity();
-              mx = std::max(mx, sc[t]);
-            }
-            float sum = 0;
-            for (int32_t t = 0; t < L; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
-            float* o = &out[(static_cast<size_t>(g) * w + j) * L];
-            for (int32_t t = 0; t < L; ++t) o[t] = sc[t] / sum;
+    const QueryHistory* qh = it.history;
+    st.window_attention = policy_driver::memo_window_attention(qh, Hkv, [&, qh, l](int h, std::vector<float>& out) {
+      const int w = qh->count[l];
+      const int32_t L = cache_.length(st.seq, l, h);
+      out.assign(static_cast<size_t>(G) * w * L, 0.0f);
+      std::vector<float> sc(L);
+      for (int g = 0; g < G; ++g)
+        for (int j = 0; j < w; ++j) {
+          // j-th oldest of the last w queries
+          const int slot = (qh->head[l] - w + j + qh->window) % qh->window;
+          const float* qv = &qh->q[l][(static_cast<size_t>(slot) * Hq + h * G + g) * D];
+          const int32_t qpos = qh->pos[l][slot], qlo = attention_floor(qpos, window);
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int32_t t = 0; t < L; ++t) {
+            const int32_t kpos = std::as_const(cache_).position(st.seq, l, h, t);
+            sc[t] = kpos <= qpos && kpos >= qlo
+                        ? soft_cap(dot(qv, std::as_const(cache_).key(st.seq, l, h, t), D) * scale, softcap)
+                        : -std::numeric_limits<float>::infinity();
+            mx = std::max(mx, sc[t]);
           }
-        wa_w[h] = w;
-      }
-      if (w_out) *w_out = wa_w[h];
-      return wa_cache[h];
-    };
+          float sum = 0;
+          for (int32_t t = 0; t < L; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
+          float* o = &out[(static_cast<size_t>(g) * w + j) * L];
+          for (int32_t t = 0; t < L; ++t) o[t] = sc[t] / sum;
+        }
+      return w;
+    });
     s.evicted += policy_driver::run_layer(*s.policy, st, s.compact);
   }
   s.policy_s += std::chrono::duration<double>(clock::now() - tp).count();

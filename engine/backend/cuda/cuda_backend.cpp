@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <string>
@@ -713,6 +714,9 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   int64_t evicted = 0;
   const PolicyNeeds needs = policy ? policy->needs() : PolicyNeeds{};
   const bool mirror = policy && needs.host_kv;
+  if (mirror && !cache.host_kv())
+    fail("--backend cuda: policy '{}' reads cached keys/values on the host, but the KV cache was built "
+         "with a device-held payload (kv_payload_for)", policy->name());
   const bool keep_logits_on_device = defer;
   defer = false;
   const int B = static_cast<int>(items.size());
@@ -899,28 +903,19 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
                            colsum_h.begin() + static_cast<size_t>(b + 1) * Hkv);
             st.attention_colsum = &cs_item;
           }
-          std::vector<std::vector<float>> wa_cache(Hkv);
-          std::vector<int> wa_w(Hkv, -1);
           QueryHistory* qh = it.history;
-          st.window_attention = [&, qh, l](int h, int* w_out) -> const std::vector<float>& {
-            if (!qh || qh->q.empty()) fail("policy asked for window attention it did not declare");
-            if (h < 0 || h >= Hkv) fail("window_attention: kv head {} of {}", h, Hkv);
-            if (wa_w[h] < 0) {
-              const int wq = stage_window(*qh, st.seq, l, h);
-              const int32_t Lh = cache.length(st.seq, l, h);
-              win_p.grow(std::max<size_t>(static_cast<size_t>(G) * wq * Lh, 1), "window attention");
-              cuda::window_attention(win_q.p, win_qpos.p, G * wq, win_pages.p, Lh, P, D, scale, k_pool, pos_pool,
-                                     win_p.p, stream);
-              std::vector<float>& o = wa_cache[h];
-              o.resize(static_cast<size_t>(G) * wq * Lh);
-              if (!o.empty())
-                check(cudaMemcpyAsync(o.data(), win_p.p, o.size() * 4, cudaMemcpyDeviceToHost, stream), "window attention");
-              check(cudaStreamSynchronize(stream), "window attention");
-              wa_w[h] = wq;
-            }
-            if (w_out) *w_out = wa_w[h];
-            return wa_cache[h];
-          };
+          st.window_attention = policy_driver::memo_window_attention(qh, Hkv, [&, qh, l](int h, std::vector<float>& o) {
+            const int wq = stage_window(*qh, st.seq, l, h);
+            const int32_t Lh = cache.length(st.seq, l, h);
+            win_p.grow(std::max<size_t>(static_cast<size_t>(G) * wq * Lh, 1), "window attention");
+            cuda::window_attention(win_q.p, win_qpos.p, G * wq, win_pages.p, Lh, P, D, scale, k_pool, pos_pool,
+                                   win_p.p, stream);
+            o.resize(static_cast<size_t>(G) * wq * Lh);
+            if (!o.empty())
+              check(cudaMemcpyAsync(o.data(), win_p.p, o.size() * 4, cudaMemcpyDeviceToHost, stream), "window attention");
+            check(cudaStreamSynchronize(stream), "window attention");
+            return wq;
+          });
           st.window_scores = [&, qh, l](int h, const WindowScoreSpec& sp, int* w_out) -> std::vector<float> {
             if (!qh || qh->q.empty()) fail("policy asked for window scores without declaring window_queries");
             if (h < 0 || h >= Hkv) fail("window_scores: kv head {} of {}", h, Hkv);
@@ -1044,23 +1039,11 @@ void CudaBackend::Impl::decode_graph(std::span<ForwardItem> items, const std::ve
   check(cudaMemcpyAsync(meta.p, hm, ml.total, cudaMemcpyHostToDevice, stream), "decode metadata");
 
   // Everything the captured kernels take by value or pointer.
-  std::vector<uintptr_t> key = {static_cast<uintptr_t>(B),
-                                static_cast<uintptr_t>(bound.units),
-                                static_cast<uintptr_t>(bound.groups),
-                                reinterpret_cast<uintptr_t>(meta.p),
-                                reinterpret_cast<uintptr_t>(x.p),
-                                reinterpret_cast<uintptr_t>(xn.p),
-                                reinterpret_cast<uintptr_t>(qkv.p),
-                                reinterpret_cast<uintptr_t>(att.p),
-                                reinterpret_cast<uintptr_t>(gu.p),
-                                reinterpret_cast<uintptr_t>(act.p),
-                                reinterpret_cast<uintptr_t>(logits.p),
-                                reinterpret_cast<uintptr_t>(part_o.p),
-                                reinterpret_cast<uintptr_t>(part_ml.p),
-                                reinterpret_cast<uintptr_t>(k_pool),
-                                reinterpret_cast<uintptr_t>(v_pool),
-                                reinterpret_cast<uintptr_t>(pos_pool),
-                                reinterpret_cast<uintptr_t>(pt_table.p)};
+  std::vector<uintptr_t> key = {static_cast<uintptr_t>(B), static_cast<uintptr_t>(bound.units),
+                                static_cast<uintptr_t>(bound.groups)};
+  for (const void* p : std::initializer_list<const void*>{meta.p, x.p, xn.p, qkv.p, att.p, gu.p, act.p, logits.p,
+                                                          part_o.p, part_ml.p, k_pool, v_pool, pos_pool, pt_table.p})
+    key.push_back(reinterpret_cast<uintptr_t>(p));
   for (int r : rows) key.push_back(static_cast<uintptr_t>(r));
   if (!graph_exec || key != graph_key) {
     if (capture_decode(ml, B, rows)) graph_key = key;
@@ -1149,6 +1132,8 @@ std::string CudaBackend::report() const {
   s += fmt::format("device_weights_GiB: {:.2f}\n", d.weight_bytes / 1073741824.0);
   s += fmt::format("device_kv_pool_GiB: {:.2f} reserved, {:.2f} peak in use (bf16 K+V + positions)\n",
                    d.pool_pages * pool_page_bytes / 1073741824.0, d.peak_pool_pages * pool_page_bytes / 1073741824.0);
+  s += fmt::format("host_kv_payload_MiB: {:.2f} (f32 host mirror; 0 unless the policy reads keys on the host)\n",
+                   d.cache.host_payload_bytes() / 1048576.0);
   s += fmt::format("device_used_GiB: {:.2f} (cudaMemGetInfo total − free, whole process)\n",
                    (total_b - free_b) / 1073741824.0);
   s += fmt::format("decode: {} steps, {:.3f} ms/step, {:.1f} GB/s achieved (weights + KV read per step)", d.decode_steps,

@@ -12,8 +12,9 @@
 // pooling; only L − w floats come back) and head_mlp (learned gates and scorers: cuBLAS SGEMM +
 // mlp_out). Policies that read cached keys/values through the KVCache (PolicyNeeds::host_kv:
 // keydiff, rkv, gkv, wgkv, foresightkv) see a host mirror: each step's new K/V rows (rounded to
-// bf16, i.e. exactly the device values) are copied to the host pages as they are appended; for
-// every other policy the host pages receive no payload copy. Decode steps can sample on the device
+// bf16, i.e. exactly the device values) are copied to the host payload as they are appended; for
+// every other policy the cache's payload store is device-held (kv_payload.h, Engine picks it with
+// kv_payload_for) and the host holds no K/V bytes at all. Decode steps can sample on the device
 // (Backend::device_sampling / defer_logits / sample_rows), skipping the [B, V] logits copy.
 // Page tables are device-resident (a step copies only new page ids), and decode steps that need
 // no host work between layers (the full cache) replay one captured CUDA graph per batch shape

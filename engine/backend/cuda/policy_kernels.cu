@@ -10,8 +10,9 @@
 //   n·G query rows with the rows' log-sum-exp from the attention kernel: Σ exp(q·k·scale − lse).
 //   O(n·G·D) per key — fine for decode (n = 1) and prefill chunks; only H2O asks for it.
 // set_entries_k: one thread per (index, page id) write of the device-resident page tables.
-// gather_k / scatter_k: 16-byte copies of K/V rows (D % 8 == 0) between pool slots and a scratch
-//   buffer; scatter runs after gather completes (stream order) so overlapping pairs are safe.
+// move_rows_k: 16-byte copies of K/V rows (D % 8 == 0) between pool slots and a scratch buffer,
+//   gathering (<true>) then scattering (<false>); the scatter runs after the gather completes
+//   (stream order) so overlapping pairs are safe.
 #include <cuda_bf16.h>
 
 #include <cfloat>
@@ -86,33 +87,32 @@ __global__ void colsum_k(AttnArgs a, const int32_t* len, const int64_t* off, flo
   colsum[off[bh] + t] = sum;
 }
 
-__global__ void gather_k(const int64_t* src, int n, int D, const uint16_t* k_pool, const uint16_t* v_pool,
-                         const int32_t* pos_pool, uint16_t* skv, int32_t* spos) {
+/// Moves K/V rows and positions between pool slots and the compaction scratch buffer (K rows
+/// [n, D] then V rows [n, D] bf16, positions [n]): row p <-> slot slots[p]; pool → scratch when
+/// kGather, scratch → pool otherwise. One thread per 16-byte chunk (D % 8 == 0).
+template <bool kGather>
+__global__ void move_rows_k(const int64_t* slots, int n, int D, uint16_t* k_pool, uint16_t* v_pool,
+                            int32_t* pos_pool, uint16_t* skv, int32_t* spos) {
   const int chunks = D / 8;
   const int64_t total = static_cast<int64_t>(n) * chunks;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t p = i / chunks;
     const int c = static_cast<int>(i % chunks);
-    const int64_t sl = src[p];
-    reinterpret_cast<uint4*>(skv)[p * chunks + c] = reinterpret_cast<const uint4*>(k_pool + sl * D)[c];
-    reinterpret_cast<uint4*>(skv)[(n + p) * chunks + c] = reinterpret_cast<const uint4*>(v_pool + sl * D)[c];
-    if (c == 0) spos[p] = pos_pool[sl];
-  }
-}
-
-__global__ void scatter_k(const int64_t* dst, int n, int D, uint16_t* k_pool, uint16_t* v_pool, int32_t* pos_pool,
-                          const uint16_t* skv, const int32_t* spos) {
-  const int chunks = D / 8;
-  const int64_t total = static_cast<int64_t>(n) * chunks;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t p = i / chunks;
-    const int c = static_cast<int>(i % chunks);
-    const int64_t dl = dst[p];
-    reinterpret_cast<uint4*>(k_pool + dl * D)[c] = reinterpret_cast<const uint4*>(skv)[p * chunks + c];
-    reinterpret_cast<uint4*>(v_pool + dl * D)[c] = reinterpret_cast<const uint4*>(skv)[(n + p) * chunks + c];
-    if (c == 0) pos_pool[dl] = spos[p];
+    const int64_t sl = slots[p];
+    uint4* pk = reinterpret_cast<uint4*>(k_pool + sl * D) + c;
+    uint4* pv = reinterpret_cast<uint4*>(v_pool + sl * D) + c;
+    uint4* sk = reinterpret_cast<uint4*>(skv) + p * chunks + c;
+    uint4* sv = reinterpret_cast<uint4*>(skv) + (n + p) * chunks + c;
+    if (kGather) {
+      *sk = *pk;
+      *sv = *pv;
+      if (c == 0) spos[p] = pos_pool[sl];
+    } else {
+      *pk = *sk;
+      *pv = *sv;
+      if (c == 0) pos_pool[sl] = spos[p];
+    }
   }
 }
 
@@ -165,9 +165,9 @@ void compact_pairs(const int64_t* src, const int64_t* dst, int n, int D, uint16_
                    int32_t* pos_pool, uint16_t* scratch_kv, int32_t* scratch_pos, cudaStream_t s) {
   if (n == 0) return;
   const int64_t total = static_cast<int64_t>(n) * (D / 8);
-  gather_k<<<grid_for(total, 256), 256, 0, s>>>(src, n, D, k_pool, v_pool, pos_pool, scratch_kv, scratch_pos);
+  move_rows_k<true><<<grid_for(total, 256), 256, 0, s>>>(src, n, D, k_pool, v_pool, pos_pool, scratch_kv, scratch_pos);
   check_launch("compact gather");
-  scatter_k<<<grid_for(total, 256), 256, 0, s>>>(dst, n, D, k_pool, v_pool, pos_pool, scratch_kv, scratch_pos);
+  move_rows_k<false><<<grid_for(total, 256), 256, 0, s>>>(dst, n, D, k_pool, v_pool, pos_pool, scratch_kv, scratch_pos);
   check_launch("compact scatter");
 }
 

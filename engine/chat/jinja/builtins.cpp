@@ -24,6 +24,7 @@
 #include <map>
 
 #include "engine/chat/jinja/interp.h"
+#include "engine/util/utf8.h"
 
 namespace kvb::jinja {
 namespace {
@@ -1092,32 +1093,8 @@ const std::map<std::string, TestFn>& tests() {
 
 void json_str(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
-  for (char32_t c : utf8_decode(s)) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default: {
-        char b[16];
-        if (c < 0x20 || (ensure_ascii && c >= 0x7f)) {
-          if (c >= 0x10000 && !(c >= 0xdc80 && c <= 0xdcff)) {
-            char32_t v = c - 0x10000;
-            std::snprintf(b, sizeof(b), "\\u%04x\\u%04x", static_cast<unsigned>(0xd800 | (v >> 10)),
-                          static_cast<unsigned>(0xdc00 | (v & 0x3ff)));
-          } else {
-            std::snprintf(b, sizeof(b), "\\u%04x", static_cast<unsigned>(c));
-          }
-          out += b;
-        } else {
-          utf8_append(out, c);
-        }
-      }
-    }
-  }
+  for (char32_t c : utf8_decode(s))
+    if (!utf8::append_json_escape(out, c, ensure_ascii)) utf8_append(out, c);
   out += '"';
 }
 

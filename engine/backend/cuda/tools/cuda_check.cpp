@@ -60,6 +60,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/engine.h"
 #include "engine/policies/scoring.h"
@@ -301,10 +302,8 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
     // probabilities) at u — i.e. the same distribution; misses are allowed only where u lies
     // within 1e-4 of a CDF step (f32 vs double rounding).
     {
-      KVCacheConfig kc;
-      kc.num_layers = static_cast<int>(cfg.num_layers);
-      kc.num_kv_heads = static_cast<int>(cfg.num_kv_heads);
-      kc.head_dim = static_cast<int>(cfg.head_dim);
+      KVCacheConfig kc = kv_cache_config(cfg);
+      kc.payload = kv_payload_for("cuda", PolicyNeeds{});  // full cache: no host K/V
       KVCache cache(kc);
       CudaBackend be(*m, cache);
       std::vector<int32_t> toks(64);
@@ -636,11 +635,8 @@ int decisions(const std::vector<std::string>& shapes, int64_t budget, const std:
 std::vector<std::vector<float>> graph_script(const Model& m, bool use_graphs, std::string* report) {
   setenv("KVB_CUDA_GRAPHS", use_graphs ? "1" : "0", 1);
   const ModelConfig& cfg = m.config();
-  KVCacheConfig kc;
-  kc.num_layers = static_cast<int>(cfg.num_layers);
-  kc.num_kv_heads = static_cast<int>(cfg.num_kv_heads);
-  kc.head_dim = static_cast<int>(cfg.head_dim);
-  kc.page_size = 16;
+  KVCacheConfig kc = kv_cache_config(cfg);
+  kc.payload = kv_payload_for("cuda", PolicyNeeds{});  // full cache: no host K/V
   KVCache cache(kc);
   CudaBackend be(m, cache);
   std::mt19937 rng(17);
@@ -724,10 +720,8 @@ int graphs(const std::vector<std::string>& shapes) {
 int bandwidth(size_t mib) {
   const ModelConfig cfg = model_shape("stories260k");
   auto m = Model::random(cfg, 1, WeightFormat::kBF16);
-  KVCacheConfig kc;
-  kc.num_layers = static_cast<int>(cfg.num_layers);
-  kc.num_kv_heads = static_cast<int>(cfg.num_kv_heads);
-  kc.head_dim = static_cast<int>(cfg.head_dim);
+  KVCacheConfig kc = kv_cache_config(cfg);
+  kc.payload = kv_payload_for("cuda", PolicyNeeds{});  // full cache: no host K/V
   KVCache cache(kc);
   CudaBackend be(*m, cache);
   const double gbps = be.copy_bandwidth_gbps(mib << 20, 20);
