@@ -120,6 +120,40 @@ void attend_one(const KVCache& cache, SeqId seq, int layer, int h, const float* 
 
 }  // namespace
 
+void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float* q, int32_t qpos, int D,
+                  float scale, std::span<const std::pair<int32_t, int32_t>> spans, std::vector<float>& scores,
+                  float* out) {
+  const auto& pages = cache.pages(seq, layer, h);
+  const int P = cache.config().page_size;
+  int64_t n = 0;
+  for (const auto& [b, e] : spans) n += e - b;
+  scores.resize(std::max<int64_t>(n, 1));
+  float mx = -std::numeric_limits<float>::infinity();
+  int64_t r = 0;
+  for (const auto& [b, e] : spans)
+    for (int32_t t = b; t < e; ++t, ++r) {
+      const int32_t pg = pages[t / P], j = t % P;
+      const float sc = cache.page_positions(pg)[j] <= qpos ? dot(q, cache.page_keys(pg) + static_cast<size_t>(j) * D, D) * scale
+                                                           : -std::numeric_limits<float>::infinity();
+      scores[r] = sc;
+      mx = std::max(mx, sc);
+    }
+  std::fill(out, out + D, 0.0f);
+  if (n == 0 || mx == -std::numeric_limits<float>::infinity()) return;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += (scores[i] = std::exp(scores[i] - mx));
+  const float inv = 1.0f / sum;
+  r = 0;
+  for (const auto& [b, e] : spans)
+    for (int32_t t = b; t < e; ++t, ++r) {
+      const float pr = scores[r] * inv;
+      if (pr == 0.0f) continue;
+      const float* vr = cache.page_values(pages[t / P]) + static_cast<size_t>(t % P) * D;
+#pragma omp simd
+      for (int d = 0; d < D; ++d) out[d] += pr * vr[d];
+    }
+}
+
 void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
                          ForwardStats* stats) {
   using clock = std::chrono::steady_clock;
@@ -167,6 +201,9 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     return static_cast<int64_t>(cache_.compact(s, layer, h, keep));
   };
   std::vector<std::vector<float>> colsum;  // [item * Hkv + h][L]
+  // Read selection (PolicyNeeds::read_select): spans[item][q_head] for this layer (empty: dense).
+  std::vector<std::vector<std::vector<std::pair<int32_t, int32_t>>>> spans(items.size());
+  std::vector<int64_t> kv_read(items.size(), 0);
   for (int l = 0; l < static_cast<int>(c.num_layers); ++l) {
     const LayerWeights& w = m_.layers()[l];
     rms_norm(x_.data(), w.attn_norm, xn_.data(), T, H, eps);
@@ -216,6 +253,16 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
       for (size_t b = 0; b < items.size(); ++b)
         for (int h = 0; h < Hkv; ++h) colsum[b * Hkv + h].assign(cache_.length(items[b].seq, l, h), 0.0f);
     }
+    for (size_t b = 0; b < items.size(); ++b) {
+      if (!policy_driver::is_decode(items[b])) continue;
+      if (needs.read_select) {
+        const auto tp = clock::now();
+        kv_read[b] += policy_driver::select_reads(*policy, cache_, items[b], l, dims, &q_[row0[b] * Hq * D], spans[b]);
+        policy_s += std::chrono::duration<double>(clock::now() - tp).count();
+      } else {
+        for (int h = 0; h < Hkv; ++h) kv_read[b] += cache_.length(items[b].seq, l, h);
+      }
+    }
     const int64_t tasks = static_cast<int64_t>(items.size()) * Hkv;
     int64_t attn_work = 0;
     for (size_t b = 0; b < items.size(); ++b)
@@ -233,8 +280,12 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
           const int32_t qpos = static_cast<int32_t>(items[b].start_pos + i);
           for (int g = 0; g < G; ++g) {
             const int hq = h * G + g;
-            attend_one(cache_, items[b].seq, l, h, &q_[(t * Hq + hq) * D], qpos, D, scale, scores,
-                       &att_[(t * Hq + hq) * D], cs);
+            if (!spans[b].empty())
+              attend_spans(cache_, items[b].seq, l, h, &q_[(t * Hq + hq) * D], qpos, D, scale, spans[b][hq], scores,
+                           &att_[(t * Hq + hq) * D]);
+            else
+              attend_one(cache_, items[b].seq, l, h, &q_[(t * Hq + hq) * D], qpos, D, scale, scores,
+                         &att_[(t * Hq + hq) * D], cs);
           }
         }
       }
@@ -332,6 +383,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     stats->total_s = std::chrono::duration<double>(clock::now() - t_start).count();
     stats->policy_s = policy_s;
     stats->evicted = evicted;
+    stats->kv_read_tokens = std::move(kv_read);
   }
 }
 
