@@ -13,10 +13,11 @@
 // passkey.sh run chunk_size 16 and budgets 512–4096). The repository's CUDA kernel path
 // (quest/utils/controller.py) instead always reads the last page and picks k − 1 others:
 // `last_page=true`.
-// Choices (docs/policies.md#quest): the kvbench budget is the reference's token_budget (required). Page scores are accumulated in double; ties in the top-k go to the
-// lower page index (torch.topk leaves them unspecified). `gqa=max` is the variant with one
-// selection per kv head by the max over its query heads' bounds (WG-KV's Quest composition,
-// seed note seed-wgkv.md §1.8). The page metadata is kept by the policy, per (sequence, layer,
+// Choices (docs/policies.md#quest): the kvbench budget is the reference's token_budget
+// (required). Page scores are accumulated in double; ties in the top-k go to the lower page
+// index (torch.topk leaves them unspecified). `gqa=max` is the variant with one selection per kv
+// head by the max over its query heads' bounds (WG-KV's Quest composition, its §5.4 / Fig. 9).
+// The page metadata is kept by the policy, per (sequence, layer,
 // kv head), and updated incrementally; nothing is evicted.
 #include <algorithm>
 #include <limits>
@@ -192,7 +193,8 @@ class QuestPolicy : public Policy {
     std::sort(order.begin(), order.end());
     std::vector<std::pair<int32_t, int32_t>> spans;
     for (int32_t p : order) {
-      const int32_t b = static_cast<int32_t>(p * page_), e = static_cast<int32_t>(std::min<int64_t>(L, (p + 1) * page_));
+      const auto b = static_cast<int32_t>(p * page_);
+      const auto e = static_cast<int32_t>(std::min<int64_t>(L, (p + 1) * page_));
       if (!spans.empty() && spans.back().second == b)
         spans.back().second = e;
       else

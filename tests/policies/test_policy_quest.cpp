@@ -16,6 +16,7 @@
 #include "engine/backend/cpu/forward.h"
 #include "engine/engine.h"
 #include "engine/policies/policy.h"
+#include "engine/util/error.h"
 #include "harness.h"
 #include "tests/support/test_support.h"
 

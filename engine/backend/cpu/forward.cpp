@@ -133,8 +133,9 @@ void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float
   for (const auto& [b, e] : spans)
     for (int32_t t = b; t < e; ++t, ++r) {
       const int32_t pg = pages[t / P], j = t % P;
-      const float sc = cache.page_positions(pg)[j] <= qpos ? dot(q, cache.page_keys(pg) + static_cast<size_t>(j) * D, D) * scale
-                                                           : -std::numeric_limits<float>::infinity();
+      const float sc = cache.page_positions(pg)[j] <= qpos
+                           ? dot(q, cache.page_keys(pg) + static_cast<size_t>(j) * D, D) * scale
+                           : -std::numeric_limits<float>::infinity();
       scores[r] = sc;
       mx = std::max(mx, sc);
     }
