@@ -54,6 +54,13 @@ double secs(clock_t_::time_point a, clock_t_::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// Adds decode item k's K/V rows read in the step `fs` reports to r (GenerationResult::kv_read_bytes).
+void count_reads(GenerationResult& r, const ForwardStats& fs, size_t k, size_t bytes_per_token) {
+  if (k >= fs.kv_read_tokens.size()) fail("forward: the backend reported no KV reads for item {}", k);
+  r.kv_read_bytes += fs.kv_read_tokens[k] * static_cast<int64_t>(bytes_per_token);
+  ++r.decode_steps;
+}
+
 // Forgets the recorded queries of positions >= pos: the newest entries of each layer's ring
 // (used when a turn's generated tokens are dropped).
 void forget_queries_from(QueryHistory& h, int64_t pos) {
@@ -304,6 +311,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       Active& a = *active[k];
       a.pos += 1;
       result_of(a).policy_s += fs.policy_s / active.size();
+      count_reads(result_of(a), fs, k, cache_->kv_bytes_per_token());
       track_peak(a);
       const int32_t t = on_device ? sampled[k] : sample_token(&logits[k * V], V, reqs[a.req].sampling, a.rng, scratch);
       accept(a, t);
@@ -358,6 +366,7 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
     std::vector<ForwardItem> items{it};
     impl_->backend->forward(items, policy_.get(), logits, &fs);
     r.policy_s += fs.policy_s;
+    count_reads(r, fs, 0, cache_->kv_bytes_per_token());
     r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_->token_bytes(seq));
     if (on_step) on_step(*cache_, seq);
     all.insert(all.end(), logits.begin(), logits.begin() + V);

@@ -70,6 +70,12 @@ struct GenerationResult {
   int64_t evictions = 0;
   size_t kv_bytes_peak = 0, kv_bytes_final = 0;   ///< pages held by this sequence (KVCache::bytes)
   size_t kv_token_bytes_peak = 0;                  ///< K+V bytes of held tokens (no page rounding)
+  /// K+V bytes the attention of this sequence's decode steps read, summed over the steps, layers
+  /// and kv heads (ForwardStats::kv_read_tokens × KVCache::kv_bytes_per_token: f32 rows, as
+  /// kv_token_bytes_peak), and the number of decode steps; their ratio is the bytes read per
+  /// decode step. A policy that holds N tokens in a head reads N; Quest reads its selected pages.
+  int64_t kv_read_bytes = 0;
+  int64_t decode_steps = 0;
   /// Results of GenerationRequest::followups, in order (each with its own tokens, text, finish,
   /// prompt_tokens = its appended tokens, times, and the KV bytes at its end; kv_bytes_peak is
   /// the sequence's peak so far). A turn the context could not hold finishes kContext, and the

@@ -66,13 +66,15 @@ void run_generate(const GenerateArgs& a) {
   std::fprintf(stderr,
                "[kvbench] prompt %lld tokens, prefill %.3f s (%.1f tok/s), TTFT %.3f s; generated %zu "
                "tokens, decode %.3f s (%.1f tok/s); finish=%s\n"
-               "[kvbench] policy %s budget %lld: KV bytes peak %zu, final %zu, evictions %lld, "
+               "[kvbench] policy %s budget %lld: KV bytes peak %zu, final %zu, read per decode step %.0f, "
+               "evictions %lld, "
                "policy time %.1f%%; peak RSS %.1f MiB\n"
                "[kvbench] sampling %s (from %s)\n",
                static_cast<long long>(r.prompt_tokens), r.prefill_s,
                r.prefill_s > 0 ? r.prompt_tokens / r.prefill_s : 0.0, r.ttft_s, r.tokens.size(), r.decode_s,
                r.decode_s > 0 ? (n - 1) / r.decode_s : 0.0, finish_reason_name(r.finish), a.policy.c_str(),
                static_cast<long long>(a.budget), r.kv_bytes_peak, r.kv_bytes_final,
+               r.decode_steps > 0 ? static_cast<double>(r.kv_read_bytes) / static_cast<double>(r.decode_steps) : 0.0,
                static_cast<long long>(r.evictions),
                (r.prefill_s + r.decode_s) > 0 ? 100.0 * r.policy_s / (r.prefill_s + r.decode_s) : 0.0,
                peak_rss_bytes() / 1048576.0, sampling.dump().c_str(), sampling_source.c_str());

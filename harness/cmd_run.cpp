@@ -152,6 +152,7 @@ results::GenerationRecord generation_record(const results::WorkItem& it, const t
   g.evictions = res.evictions;
   g.kv_bytes_peak = static_cast<int64_t>(res.kv_bytes_peak);
   g.kv_bytes_final = static_cast<int64_t>(res.kv_bytes_final);
+  int64_t read_bytes = res.kv_read_bytes, read_steps = res.decode_steps;
   nlohmann::json turns = nlohmann::json::array();
   for (const auto& t : res.followups) {
     turns.push_back({{"text", t.text},
@@ -166,11 +167,14 @@ results::GenerationRecord generation_record(const results::WorkItem& it, const t
     g.prefill_s += t.prefill_s;
     g.decode_s += t.decode_s;
     g.kv_bytes_peak = std::max<int64_t>(g.kv_bytes_peak, static_cast<int64_t>(t.kv_bytes_peak));
+    read_bytes += t.kv_read_bytes;
+    read_steps += t.decode_steps;
     if (!fresh_context_followups(ex)) {
       g.evictions = t.evictions;
       g.kv_bytes_final = static_cast<int64_t>(t.kv_bytes_final);
     }
   }
+  if (read_steps > 0) g.kv_bytes_read_step = static_cast<double>(read_bytes) / static_cast<double>(read_steps);
   g.device_peak_bytes = static_cast<int64_t>(peak_rss_bytes());
   g.extra = {{"policy_s", res.policy_s}, {"kv_token_bytes_peak", res.kv_token_bytes_peak}, {"policy_spec", spec_text}};
   if (b.truncated_from) g.extra["prompt_truncated_from"] = b.truncated_from;

@@ -58,7 +58,8 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
     // Per-example graded samples, in sample order (rows arrive sorted; sort again to be safe).
     std::map<std::string, std::vector<const SampleRow*>> ex;
     double gen_tok = 0, dec_s = 0, pr_tok = 0, pr_s = 0, ttft = 0, kvp = 0, kvf = 0, ev = 0,
-           evf = 0, trunc = 0;
+           evf = 0, trunc = 0, rd = 0;
+    int n_rd = 0;
     for (const auto* s : g) {
       if (s->score) {
         ++c.n_graded;
@@ -74,6 +75,10 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
       ev += static_cast<double>(s->evictions);
       evf += s->evictions > 0;
       trunc += s->finish_reason == "length";
+      if (s->kv_bytes_read_step) {
+        rd += *s->kv_bytes_read_step;
+        ++n_rd;
+      }
       c.kv_bytes_peak_max = std::max(c.kv_bytes_peak_max, s->kv_bytes_peak);
       c.device_peak_bytes = std::max(c.device_peak_bytes, s->device_peak_bytes);
     }
@@ -86,6 +91,7 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
     c.evictions_mean = ev / n;
     c.evicted_frac = evf / n;
     c.truncated_frac = trunc / n;
+    if (n_rd > 0) c.kv_bytes_read_step_mean = rd / n_rd;
     c.n_ungraded = c.n_samples - c.n_graded;
     c.n_examples = static_cast<int>(ex.size());
     if (!ex.empty()) {

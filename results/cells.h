@@ -36,6 +36,9 @@ struct Cell {
   double decode_tok_s = 0, prefill_tok_s = 0, ttft_s_mean = 0;
   double kv_bytes_peak_mean = 0, kv_bytes_final_mean = 0;
   int64_t kv_bytes_peak_max = 0, device_peak_bytes = 0;
+  /// Mean over the samples that measured it of the K+V bytes read per decode step
+  /// (SampleRow::kv_bytes_read_step); nullopt when none did (rows from before schema v3).
+  std::optional<double> kv_bytes_read_step_mean;
   double evictions_mean = 0, evicted_frac = 0, truncated_frac = 0;
   bool is_reference = false;        ///< this is the full-cache cell of its (run, model, task)
   /// Paired-bootstrap 95% CI of (this cell - reference cell) in score units, over examples,

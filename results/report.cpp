@@ -258,11 +258,11 @@ std::string cells_csv(const std::vector<Cell>& cells) {
       "pass1,pass1_lo,pass1_hi,delta_vs_full,delta_lo,delta_hi,paired_examples,pass_at_k_max_k,"
       "pass_at_k,maj_at_k,decode_tok_s,prefill_tok_s,ttft_s_mean,kv_bytes_peak_mean,"
       "kv_bytes_peak_max,kv_bytes_final_mean,device_peak_bytes,evictions_mean,evicted_frac,"
-      "truncated_frac,is_reference\n";
+      "truncated_frac,is_reference,kv_bytes_read_step_mean\n";
   for (const auto& c : cells) {
     int kmax = c.pass_at_k.empty() ? 0 : c.pass_at_k.rbegin()->first;
     o += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
         c.key.run_id, csv_field(c.key.model_id), csv_field(c.key.task), csv_field(c.policy),
         csv_field(c.key.policy_label), c.key.budget, c.n_samples, c.n_graded, c.n_ungraded,
         c.n_examples, c.pass1 ? num(c.pass1->mean) : "", c.pass1 ? num(c.pass1->lo) : "",
@@ -273,7 +273,8 @@ std::string cells_csv(const std::vector<Cell>& cells) {
         kmax ? num(c.pass_at_k.at(kmax)) : "", kmax ? num(c.maj_at_k.at(kmax)) : "",
         num(c.decode_tok_s), num(c.prefill_tok_s), num(c.ttft_s_mean), num(c.kv_bytes_peak_mean),
         c.kv_bytes_peak_max, num(c.kv_bytes_final_mean), c.device_peak_bytes,
-        num(c.evictions_mean), num(c.evicted_frac), num(c.truncated_frac), c.is_reference ? 1 : 0);
+        num(c.evictions_mean), num(c.evicted_frac), num(c.truncated_frac), c.is_reference ? 1 : 0,
+        c.kv_bytes_read_step_mean ? num(*c.kv_bytes_read_step_mean) : "");
   }
   return o;
 }
@@ -429,11 +430,12 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
     std::vector<const Cell*> acc_cells;
     for (const auto* c : gcells)
       if (c->pass1) acc_cells.push_back(c);
-    auto front = [&](auto xfn, bool lower, bool skip_unbudgeted) {
+    auto front = [&](auto xfn, bool lower, bool skip_unbudgeted, bool read_only = false) {
       std::vector<std::pair<double, double>> pts;
       std::vector<const Cell*> idx;
       for (const auto* c : acc_cells) {
         if (skip_unbudgeted && c->key.budget == kNoBudget) continue;
+        if (read_only && !c->kv_bytes_read_step_mean) continue;
         pts.push_back({xfn(c), c->pass1->mean});
         idx.push_back(c);
       }
@@ -444,6 +446,11 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
     auto f_budget = front([](const Cell* c) { return double(c->key.budget); }, true, true);
     auto f_bytes = front([](const Cell* c) { return c->kv_bytes_peak_mean; }, true, false);
     auto f_speed = front([](const Cell* c) { return c->decode_tok_s; }, false, false);
+    // Bytes read per decode step: cells stored before schema v3 have no measurement and stay out.
+    auto read_of = [](const Cell* c) { return c->kv_bytes_read_step_mean.value_or(0.0); };
+    auto f_read = front(read_of, true, false, true);
+    bool any_read = false;
+    for (const auto* c : acc_cells) any_read = any_read || c->kv_bytes_read_step_mean.has_value();
 
     auto tip = [&](const Cell* c) {
       std::string t = fmt::format("{} budget {}: pass@1 {}%", c->key.policy_label, budget_str(c->key.budget),
@@ -452,12 +459,13 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
       if (c->delta_vs_reference)
         t += fmt::format("; vs full {:+.1f} [{:+.1f}, {:+.1f}] pts", 100 * c->delta_vs_reference->mean,
                          100 * c->delta_vs_reference->lo, 100 * c->delta_vs_reference->hi);
-      t += fmt::format("; KV peak {}; {:.1f} tok/s; n={}", human_bytes(c->kv_bytes_peak_mean),
-                       c->decode_tok_s, c->n_samples);
+      t += fmt::format("; KV peak {}", human_bytes(c->kv_bytes_peak_mean));
+      if (c->kv_bytes_read_step_mean) t += fmt::format("; KV read/step {}", human_bytes(*c->kv_bytes_read_step_mean));
+      t += fmt::format("; {:.1f} tok/s; n={}", c->decode_tok_s, c->n_samples);
       return t;
     };
     auto chart = [&](const std::string& title, const std::string& xlabel, bool logx, bool bytes,
-                     auto xfn, const std::set<const Cell*>& front_set, bool budget_chart) {
+                     auto xfn, const std::set<const Cell*>& front_set, bool budget_chart, bool read_chart = false) {
       Chart ch;
       ch.title = title;
       ch.xlabel = xlabel;
@@ -477,6 +485,7 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
         for (const auto* c : by_series[name]) {
           if (!c->pass1) continue;
           if (budget_chart && c->key.budget == kNoBudget) continue;  // the reference line
+          if (read_chart && !c->kv_bytes_read_step_mean) continue;   // not measured (before v3)
           s.reference = c->key.budget == kNoBudget;
           Pt p{xfn(c), c->pass1->mean, c->pass1->n > 1 ? c->pass1->lo : NAN,
                c->pass1->n > 1 ? c->pass1->hi : NAN, tip(c), front_set.count(c) > 0};
@@ -497,6 +506,9 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
                   [](const Cell* c) { return double(c->key.budget); }, f_budget, true);
     html += chart("pass@1 vs realised KV bytes", "KV-cache bytes per sequence (mean peak)", true, true,
                   [](const Cell* c) { return c->kv_bytes_peak_mean; }, f_bytes, false);
+    if (any_read)
+      html += chart("pass@1 vs KV bytes read", "KV bytes read per decode step (mean; all layers and heads)", true,
+                    true, read_of, f_read, false, true);
     html += chart("pass@1 vs decode speed", "decode tokens/s per sequence", false, false,
                   [](const Cell* c) { return c->decode_tok_s; }, f_speed, false);
     html += "</div>\n";
@@ -504,11 +516,11 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
     // Table.
     html += "<table><tr><th class=l>policy</th><th>budget</th><th>n</th><th>pass@1 %</th>"
             "<th>95% CI</th><th>&Delta; vs full (pts)</th><th>paired 95% CI</th><th>pass@k %</th>"
-            "<th>maj@k %</th><th>tok/s</th><th>KV peak</th><th>KV final</th><th>evicted %</th>"
+            "<th>maj@k %</th><th>tok/s</th><th>KV peak</th><th>KV final</th><th>KV read/step</th><th>evicted %</th>"
             "<th>truncated %</th><th>Pareto</th></tr>\n";
     md += fmt::format("## {} — {}\n\n| policy | budget | n | pass@1 % | 95% CI | Δ vs full (pts) | paired 95% CI "
-                      "| pass@k % | maj@k % | tok/s | KV peak | Pareto |\n"
-                      "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|\n",
+                      "| pass@k % | maj@k % | tok/s | KV peak | KV read/step | Pareto |\n"
+                      "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---|\n",
                       md_esc(model_name.at(model)), md_esc(task));
     for (const auto& name : order) {
       auto cs = by_series[name];
@@ -532,17 +544,20 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
         std::string pf;
         if (f_budget.count(c)) pf += "budget ";
         if (f_bytes.count(c)) pf += "bytes ";
-        if (f_speed.count(c)) pf += "speed";
+        if (f_speed.count(c)) pf += "speed ";
+        if (f_read.count(c)) pf += "read";
+        while (!pf.empty() && pf.back() == ' ') pf.pop_back();
+        const std::string rd = c->kv_bytes_read_step_mean ? human_bytes(*c->kv_bytes_read_step_mean) : "";
         html += fmt::format(
             "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td>"
-            "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{}</td>"
+            "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{}</td><td>{}</td>"
             "<td>{:.0f}</td><td>{:.0f}</td><td class=l>{}</td></tr>\n",
             esc(name), budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci,
             dcls, d, dcls, dci, pk, mk, c->decode_tok_s, human_bytes(c->kv_bytes_peak_mean),
-            human_bytes(c->kv_bytes_final_mean), 100 * c->evicted_frac, 100 * c->truncated_frac, pf);
-        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {} |\n", md_esc(name),
+            human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac, 100 * c->truncated_frac, pf);
+        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {} | {} |\n", md_esc(name),
                           budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a",
-                          ci, d, dci, pk, mk, c->decode_tok_s, human_bytes(c->kv_bytes_peak_mean), pf);
+                          ci, d, dci, pk, mk, c->decode_tok_s, human_bytes(c->kv_bytes_peak_mean), rd, pf);
       }
     }
     html += "</table>\n";
@@ -557,8 +572,11 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
       "(splitmix64, seed {:#x}). pass@k is the unbiased estimator of Chen et al. 2021 for the largest "
       "k = 2^j &le; samples; maj@k votes on normalised answers. A cell is on a Pareto frontier when no "
       "other cell of the same model and task has at least its accuracy with at most its budget "
-      "(resp. KV bytes, or at least its tok/s) and is strictly better in one. KV bytes are per-sequence "
-      "peaks; tok/s is generated tokens over decode seconds per sequence.",
+      "(resp. KV bytes held, KV bytes read, or at least its tok/s) and is strictly better in one. KV bytes "
+      "are per-sequence peaks of what the cache holds; KV read/step is the mean over sequences and their "
+      "decode steps of the K+V bytes the attention read, summed over layers and kv heads (a policy that "
+      "holds N tokens reads N; Quest reads only its selected pages); tok/s is generated tokens over "
+      "decode seconds per sequence.",
       opt.cells.resamples, opt.cells.seed);
   html += "<h2>Methods</h2><p style=\"max-width:900px\">" + methods + "</p>\n</body></html>\n";
   std::string md_methods = methods;

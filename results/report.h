@@ -2,7 +2,9 @@
 // Markdown summary and a CSV of every cell, from a results store.
 //
 // Per (model, task) the HTML has three charts — accuracy (pass@1) vs budget, vs realised KV
-// bytes (mean per-sequence peak) and vs decode tok/s — one line per policy spec, 95% Student-t
+// bytes (mean per-sequence peak) and vs decode tok/s — plus, when any cell measured it (schema v3),
+// accuracy vs KV bytes read per decode step (what read-selection policies such as Quest save);
+// one line per policy spec, 95% Student-t
 // error bars, the Pareto frontier ringed and joined by a dashed line, and the full cache as a
 // dashed reference line with its CI band; and a table with each cell's paired-bootstrap 95% CI
 // of the difference to the full cache (kBootstrapResamples resamples over examples, seed

@@ -112,6 +112,12 @@ CREATE TABLE t975 (df INTEGER PRIMARY KEY, t REAL NOT NULL);
 ALTER TABLE judge_cache ADD COLUMN template TEXT NOT NULL DEFAULT '';
 CREATE INDEX grades_ungraded ON grades (run_id, item_key) WHERE ungraded = 1;
 )SQL",
+      // v2 -> v3: the K+V bytes a sequence's attention read per decode step (mean over its decode
+      // steps, summed over layers and kv heads; read-selection policies such as Quest read less
+      // than they hold). NULL in rows written before, and for sequences without a decode step.
+      R"SQL(
+ALTER TABLE generations ADD COLUMN kv_bytes_read_step REAL;
+)SQL",
   };
   return m;
 }
@@ -131,7 +137,7 @@ CREATE VIEW v_samples AS
 SELECT g.run_id, w.item_key, w.model_id, w.model_revision, w.task, w.policy, w.policy_label,
        w.budget, w.example_id, w.sample_index, w.seed,
        g.prompt_tokens, g.generated_tokens, g.finish_reason, g.prefill_s, g.decode_s, g.ttft_s,
-       g.evictions, g.kv_bytes_peak, g.kv_bytes_final, g.device_peak_bytes,
+       g.evictions, g.kv_bytes_peak, g.kv_bytes_final, g.device_peak_bytes, g.kv_bytes_read_step,
        CASE WHEN gr.ungraded = 0 THEN gr.score END AS score,
        CASE WHEN gr.ungraded = 0 AND gr.score IS NOT NULL
             THEN (gr.score >= 1.0 - 1e-9) END AS correct,
@@ -158,6 +164,8 @@ GROUP BY run_id, model_id, task, policy_label, budget, example_id;
 --   prefill_tok_s    prompt tokens / prefill seconds
 --   kv_bytes_*       per-sequence KV-cache bytes (mean of peaks, max of peaks, mean final)
 --   evicted_frac     share of sequences where the policy evicted at least once
+--   kv_bytes_read_step_mean  mean over sequences of the K+V bytes read per decode step (NULL when
+--                    no sequence of the cell measured it: rows from before schema v3)
 CREATE VIEW v_cells AS
 WITH acc AS (
   SELECT run_id, model_id, task, policy_label, budget,
@@ -178,7 +186,8 @@ WITH acc AS (
          AVG(kv_bytes_peak) AS kv_bytes_peak_mean, MAX(kv_bytes_peak) AS kv_bytes_peak_max,
          AVG(kv_bytes_final) AS kv_bytes_final_mean, MAX(device_peak_bytes) AS device_peak_bytes,
          AVG(evictions) AS evictions_mean, AVG(evictions > 0) AS evicted_frac,
-         AVG(finish_reason = 'length') AS truncated_frac
+         AVG(finish_reason = 'length') AS truncated_frac,
+         AVG(kv_bytes_read_step) AS kv_bytes_read_step_mean
   FROM v_samples
   GROUP BY run_id, model_id, task, policy_label, budget
 )
@@ -197,7 +206,8 @@ SELECT perf.run_id, perf.model_id, perf.task, perf.policy, perf.policy_label, pe
            / (1.0 + 3.841458820694124 / acc.n_examples)) END AS pass1_hi,
        perf.decode_tok_s, perf.prefill_tok_s, perf.ttft_s_mean, perf.generated_tokens_mean,
        perf.kv_bytes_peak_mean, perf.kv_bytes_peak_max, perf.kv_bytes_final_mean,
-       perf.device_peak_bytes, perf.evictions_mean, perf.evicted_frac, perf.truncated_frac
+       perf.device_peak_bytes, perf.evictions_mean, perf.evicted_frac, perf.truncated_frac,
+       perf.kv_bytes_read_step_mean
 FROM perf
 LEFT JOIN acc USING (run_id, model_id, task, policy_label, budget);
 

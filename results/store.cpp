@@ -490,8 +490,8 @@ void Store::write_batch(int64_t run_id, const std::vector<GenerationRecord>& gen
   Stmt ins(db_,
            "INSERT OR REPLACE INTO generations (run_id, item_key, text, prompt_tokens, "
            "generated_tokens, finish_reason, prefill_s, decode_s, ttft_s, evictions, "
-           "kv_bytes_peak, kv_bytes_final, device_peak_bytes, extra_json, created_at) "
-           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+           "kv_bytes_peak, kv_bytes_final, device_peak_bytes, extra_json, created_at, kv_bytes_read_step) "
+           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
            KVB_ERR);
   std::string now = now_iso();
   for (size_t i = 0; i < gens.size(); ++i) {
@@ -500,7 +500,7 @@ void Store::write_batch(int64_t run_id, const std::vector<GenerationRecord>& gen
         .bind(5, g.generated_tokens).bind(6, g.finish_reason).bind(7, g.prefill_s)
         .bind(8, g.decode_s).bind(9, g.ttft_s).bind(10, g.evictions).bind(11, g.kv_bytes_peak)
         .bind(12, g.kv_bytes_final).bind(13, g.device_peak_bytes).bind(14, g.extra.dump())
-        .bind(15, now);
+        .bind(15, now).bind(16, g.kv_bytes_read_step);
     ins.run();
     if (after_row_hook_for_testing) after_row_hook_for_testing(i);
   }
@@ -663,7 +663,7 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
       "SELECT run_id, item_key, model_id, task, policy, policy_label, example_id, budget, "
       "sample_index, prompt_tokens, generated_tokens, finish_reason, prefill_s, decode_s, "
       "ttft_s, evictions, kv_bytes_peak, kv_bytes_final, device_peak_bytes, score, "
-      "COALESCE(pred_norm, '') FROM v_samples";
+      "COALESCE(pred_norm, ''), kv_bytes_read_step FROM v_samples";
   if (!run_ids.empty()) {
     sql += " WHERE run_id IN (";
     for (size_t i = 0; i < run_ids.size(); ++i) sql += (i ? "," : "") + std::to_string(run_ids[i]);
@@ -695,6 +695,7 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
     s.device_peak_bytes = q.i64(18);
     s.score = q.opt_dbl(19);
     s.pred_norm = q.text(20);
+    s.kv_bytes_read_step = q.opt_dbl(21);
     out.push_back(std::move(s));
   }
   return out;
@@ -770,10 +771,13 @@ void Store::merge(const std::string& out, const std::vector<std::string>& inputs
           "ON m.src_id = p.run_id ORDER BY p.part_id");
       dst.exec("INSERT OR IGNORE INTO main.work_items SELECT * FROM src.work_items");
       dst.exec(
-          "INSERT OR IGNORE INTO main.generations SELECT m.dst_id, g.item_key, g.text, "
+          "INSERT OR IGNORE INTO main.generations (run_id, item_key, text, prompt_tokens, "
+          "generated_tokens, finish_reason, prefill_s, decode_s, ttft_s, evictions, kv_bytes_peak, "
+          "kv_bytes_final, device_peak_bytes, extra_json, created_at, kv_bytes_read_step) "
+          "SELECT m.dst_id, g.item_key, g.text, "
           "g.prompt_tokens, g.generated_tokens, g.finish_reason, g.prefill_s, g.decode_s, "
           "g.ttft_s, g.evictions, g.kv_bytes_peak, g.kv_bytes_final, g.device_peak_bytes, "
-          "g.extra_json, g.created_at FROM src.generations g JOIN temp.run_map m "
+          "g.extra_json, g.created_at, g.kv_bytes_read_step FROM src.generations g JOIN temp.run_map m "
           "ON m.src_id = g.run_id");
       dst.exec(
           "INSERT OR IGNORE INTO main.grades SELECT m.dst_id, g.item_key, g.score, g.extracted, "

@@ -80,6 +80,10 @@ struct GenerationRecord {
   int64_t kv_bytes_peak = 0;      ///< peak KV-cache bytes held by this sequence
   int64_t kv_bytes_final = 0;     ///< KV-cache bytes at the end
   int64_t device_peak_bytes = 0;  ///< peak device memory during the batch (0 if unknown)
+  /// Mean over the sequence's decode steps of the K+V bytes its attention read, summed over
+  /// layers and kv heads (GenerationResult::kv_read_bytes / decode_steps); nullopt when it had no
+  /// decode step (schema v3; NULL in rows written before).
+  std::optional<double> kv_bytes_read_step;
   nlohmann::json extra = nlohmann::json::object();  ///< anything else (free-form)
 };
 
@@ -128,6 +132,7 @@ struct SampleRow {
   std::string finish_reason;
   double prefill_s = 0, decode_s = 0, ttft_s = 0;
   int64_t evictions = 0, kv_bytes_peak = 0, kv_bytes_final = 0, device_peak_bytes = 0;
+  std::optional<double> kv_bytes_read_step;  ///< see GenerationRecord (NULL: not measured)
   std::optional<double> score;  ///< nullopt when not graded or ungraded
   std::string pred_norm;
 };
@@ -138,7 +143,7 @@ struct SampleRow {
 class Store {
  public:
   /// The schema version this build writes (PRAGMA user_version).
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
   /// PRAGMA application_id marking kvbench databases ("kvb0").
   static constexpr int kApplicationId = 0x6b766230;
 

@@ -144,6 +144,56 @@ inline int64_t run_layer(Policy& policy, LayerStep& st, const Compact& compact) 
   return evicted;
 }
 
+/// True for an item whose attention a read-selection policy chooses (a decode step: one new
+/// token, not part of a prompt).
+inline bool is_decode(const ForwardItem& it) { return it.n == 1 && !it.prefill; }
+
+/// Runs Policy::select_reads for decode item `it` at `layer` with its new token's post-RoPE
+/// queries `q` [Hq, D], validates the spans it returned (throws kvb::Error naming the policy for
+/// a span out of [0, L_h), empty, unsorted or overlapping, or a wrong head count) and returns them
+/// in `spans` (empty: dense). Returns the token rows read, summed over kv heads, each kv head
+/// counting the union of its query heads' spans.
+inline int64_t select_reads(Policy& policy, const KVCache& cache, const ForwardItem& it, int layer, const Dims& d,
+                            const float* q, std::vector<std::vector<std::pair<int32_t, int32_t>>>& spans) {
+  ReadStep rs;
+  rs.cache = &cache;
+  rs.seq = it.seq;
+  rs.layer = layer;
+  rs.num_layers = d.num_layers;
+  rs.num_q_heads = d.num_q_heads;
+  rs.num_kv_heads = d.num_kv_heads;
+  rs.head_dim = d.head_dim;
+  rs.seq_len = it.start_pos + it.n;
+  rs.queries = q;
+  policy.select_reads(rs);
+  spans = std::move(rs.spans);
+  int64_t read = 0;
+  if (spans.empty()) {
+    for (int h = 0; h < d.num_kv_heads; ++h) read += cache.length(it.seq, layer, h);
+    return read;
+  }
+  if (static_cast<int>(spans.size()) != d.num_q_heads)
+    fail("policy '{}' selected reads for {} query heads of {}", policy.name(), spans.size(), d.num_q_heads);
+  const int G = d.num_q_heads / d.num_kv_heads;
+  std::vector<uint8_t> mark;
+  for (int h = 0; h < d.num_kv_heads; ++h) {
+    const int32_t L = cache.length(it.seq, layer, h);
+    mark.assign(L, 0);
+    for (int g = 0; g < G; ++g) {
+      int32_t prev = 0;
+      for (const auto& [b, e] : spans[h * G + g]) {
+        if (b < prev || e <= b || e > L)
+          fail("policy '{}' selected reads [{}, {}) outside the {} tokens of layer {} kv head {}, or unsorted",
+               policy.name(), b, e, L, layer, h);
+        std::fill(mark.begin() + b, mark.begin() + e, uint8_t{1});
+        prev = e;
+      }
+    }
+    for (uint8_t m : mark) read += m;
+  }
+  return read;
+}
+
 /// Runs the end-of-step hook (global budgets) for every item and applies its keep-sets;
 /// `flush` (may be empty) is called after each item's compactions. Returns the tokens evicted.
 inline int64_t run_step_end(Policy& policy, KVCache& cache, std::span<const ForwardItem> items, const Dims& d,

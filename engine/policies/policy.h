@@ -64,6 +64,27 @@ struct PolicyNeeds {
   /// on_layer_step does something. False (the full cache) lets a backend skip the per-layer hook,
   /// and with it the CUDA backend's per-layer device synchronisation (a pipeline bubble per layer).
   bool layer_hook = true;
+  /// The policy keeps the whole cache but chooses, before the attention of every decode step,
+  /// which cached tokens each query head reads (Policy::select_reads; Quest). Only the CPU
+  /// backend implements it; the CUDA backend refuses such a policy.
+  bool read_select = false;
+};
+
+/// What a read-selection policy (PolicyNeeds::read_select) sees before the attention of one
+/// (sequence, layer) of a decode step (one new token), after that token's K/V were appended.
+/// Shapes: Hq query heads, Hkv kv heads, D head_dim, G = Hq / Hkv; query head hq reads kv head
+/// hq / G, whose cache holds L_h tokens (this step's included).
+struct ReadStep {
+  const KVCache* cache = nullptr;
+  SeqId seq = 0;
+  int layer = 0, num_layers = 0;
+  int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t seq_len = 0;             ///< tokens of the sequence so far, this step's included
+  const float* queries = nullptr;  ///< [Hq, D] f32: the new token's post-RoPE queries
+  /// Filled by the policy: spans[hq] = the tokens query head hq reads, as sorted, disjoint,
+  /// non-empty [begin, end) ranges of indices into its kv head's cache. Left empty (size 0): every
+  /// head reads its whole cache (dense attention).
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> spans;
 };
 
 namespace scoring {
@@ -189,6 +210,10 @@ class Policy {
   /// budgets across heads and layers: TRIM-KV's DynamicBudget variant, WG-KV's global-cache
   /// SnapKV eviction). The engine applies StepEnd::keeps with KVCache::compact.
   virtual void on_step_end(StepEnd& step) {}
+  /// Called before the attention of every (sequence, layer) of a decode step when
+  /// PolicyNeeds::read_select is set; may fill step.spans (see ReadStep). Must not change the
+  /// cache. Prefill steps attend densely and do not call it.
+  virtual void select_reads(ReadStep& step) {}
   /// Called when a sequence starts, before its first forward step, with the sampling seed of its
   /// request (GenerationRequest::seed; 0 for Engine::score). Stochastic policies derive their
   /// per-sample randomness from it (ForesightKV's eviction noise), so the samples of one example

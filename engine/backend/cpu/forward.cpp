@@ -125,7 +125,27 @@ struct CpuBackend::Step {
   std::vector<std::vector<float>> colsum;  ///< [item * Hkv + h][L] when needs.attention_colsum
   double policy_s = 0;
   int64_t evicted = 0;
+  /// Read selection (PolicyNeeds::read_select): spans[item][query head] of this layer, token
+  /// index ranges of the kv head it reads (empty: the item reads densely).
+  std::vector<std::vector<std::vector<std::pair<int32_t, int32_t>>>> spans;
+  std::vector<std::vector<TokenRange>> ranges;  ///< storage of the span tasks' TokenRanges
+  std::vector<int64_t> kv_read;  ///< [item] K/V token rows read (ForwardStats::kv_read_tokens)
 };
+
+void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float* q, int32_t qpos, int D,
+                  float scale, std::span<const std::pair<int32_t, int32_t>> spans, float* out) {
+  (void)D;  // the cache's head_dim
+  std::vector<TokenRange> ranges;
+  ranges.reserve(spans.size());
+  for (const auto& [b, e] : spans) ranges.push_back({b, e});
+  const AttentionTask t{.seq = seq, .head = h, .n = 1, .start_pos = qpos, .q = q, .out = out,
+                        .stride = static_cast<int64_t>(D), .colsum = nullptr, .ranges = ranges};
+  if (ranges.empty()) {  // no token selected: zeros, as for a query that sees no key
+    std::fill(out, out + D, 0.0f);
+    return;
+  }
+  paged_attention(cache, layer, 1, scale, std::span<const AttentionTask>(&t, 1));
+}
 
 void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
                          ForwardStats* stats) {
@@ -147,6 +167,8 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   };
 
   // Row offsets of each item in the flattened token batch.
+  s.spans.resize(items.size());
+  s.kv_read.assign(items.size(), 0);
   s.row0.assign(items.size() + 1, 0);
   for (size_t b = 0; b < items.size(); ++b) {
     if (items[b].n <= 0) fail("forward: sequence {} has no tokens in this step", items[b].seq);
@@ -202,6 +224,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
     stats->total_s = std::chrono::duration<double>(clock::now() - t_start).count();
     stats->policy_s = s.policy_s;
     stats->evicted = s.evicted;
+    stats->kv_read_tokens = std::move(s.kv_read);
   }
 }
 
@@ -266,8 +289,24 @@ void CpuBackend::attention_block(Step& s, int l) {
     for (size_t b = 0; b < items.size(); ++b)
       for (int h = 0; h < Hkv; ++h) s.colsum[b * Hkv + h].assign(cache_.length(items[b].seq, l, h), 0.0f);
   }
+  // Read selection (Quest): a decode item's query heads may each read only some of the kv head's
+  // tokens; K/V rows read are counted for every decode item (ForwardStats::kv_read_tokens).
+  for (size_t b = 0; b < items.size(); ++b) {
+    s.spans[b].clear();
+    if (!policy_driver::is_decode(items[b])) continue;
+    if (needs.read_select) {
+      const auto tp = std::chrono::steady_clock::now();
+      s.kv_read[b] += policy_driver::select_reads(*s.policy, cache_, items[b], l, s.dims, &q_[row0[b] * Hq * D],
+                                                  s.spans[b]);
+      s.policy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+    } else {
+      for (int h = 0; h < Hkv; ++h) s.kv_read[b] += cache_.length(items[b].seq, l, h);
+    }
+  }
+  // Dense items: one task per (item, kv head), its G query heads together against each page.
   attn_tasks_.clear();
-  for (size_t b = 0; b < items.size(); ++b)
+  for (size_t b = 0; b < items.size(); ++b) {
+    if (!s.spans[b].empty()) continue;
     for (int h = 0; h < Hkv; ++h) {
       const int64_t off = (row0[b] * Hq + static_cast<int64_t>(h) * G) * D;
       attn_tasks_.push_back({.seq = items[b].seq, .head = h, .n = items[b].n, .start_pos = items[b].start_pos,
@@ -275,7 +314,27 @@ void CpuBackend::attention_block(Step& s, int l) {
                              .colsum = needs.attention_colsum ? s.colsum[b * Hkv + h].data() : nullptr,
                              .ranges = {}, .window = window, .softcap = softcap});
     }
+  }
   paged_attention(cache_, l, G, scale, attn_tasks_);
+  // Read-selecting items: one task per query head over its own token ranges (G = 1 per task).
+  attn_tasks_.clear();
+  s.ranges.clear();
+  for (size_t b = 0; b < items.size(); ++b)
+    for (int hq = 0; hq < static_cast<int>(s.spans[b].size()); ++hq) {
+      std::vector<TokenRange>& rg = s.ranges.emplace_back();
+      for (const auto& [lo, hi] : s.spans[b][hq]) rg.push_back({lo, hi});
+      const int64_t off = row0[b] * Hq * D + static_cast<int64_t>(hq) * D;
+      if (rg.empty()) {  // nothing selected: zeros, as for a query that sees no key
+        std::fill(&att_[off], &att_[off] + D, 0.0f);
+        s.ranges.pop_back();
+        continue;
+      }
+      attn_tasks_.push_back({.seq = items[b].seq, .head = hq / G, .n = 1, .start_pos = items[b].start_pos,
+                             .q = &q_[off], .out = &att_[off], .stride = static_cast<int64_t>(Hq) * D,
+                             .colsum = nullptr, .ranges = {}, .window = window, .softcap = softcap});
+    }
+  for (size_t k = 0; k < attn_tasks_.size(); ++k) attn_tasks_[k].ranges = s.ranges[k];
+  if (!attn_tasks_.empty()) paged_attention(cache_, l, 1, scale, attn_tasks_);
   if (s.policy) policy_block(s, l);
   // Output projection + residual.
   if (bf16_points_) round_bf16(att_.data(), T * Hq * D);

@@ -64,6 +64,11 @@ struct ForwardItem {
 struct ForwardStats {
   double total_s = 0, policy_s = 0;
   int64_t evicted = 0;  ///< tokens evicted by policies in this call
+  /// Per item, in item order: the K/V token rows the attention of a decode item (one new token,
+  /// not prefill) read, summed over layers and kv heads (a kv head's rows count once however many
+  /// of its query heads read them); 0 for prefill items. A dense head reads its whole cache; a
+  /// read-selection policy (Quest) only the tokens it selected. Bytes: × KVCache::kv_bytes_per_token.
+  std::vector<int64_t> kv_read_tokens;
 };
 
 /// The CPU backend. Holds reusable work buffers; not thread-safe (one forward at a time).
@@ -101,6 +106,15 @@ class CpuBackend {
   std::vector<float> x_, xn_, q_, k_, v_, kpre_, qpre_, att_, tmp_, gate_, up_;
   std::vector<AttentionTask> attn_tasks_;  ///< this layer's (item, kv head) attention tasks
 };
+
+/// Softmax attention of one query q [D] f32 over the tokens of kv head (seq, layer, h) that lie
+/// in `spans` (sorted, disjoint [begin, end) ranges of token indices, within [0, length)) and have
+/// position ≤ qpos: out [D] = Σ_t p_t · v_t with p = softmax over those tokens of scale · q·k_t
+/// (f32, online softmax: paged_attention with one query head and these ranges). The read path
+/// of read-selection policies (ReadStep::spans, Quest), for tests. Writes zeros when no token
+/// qualifies.
+void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float* q, int32_t qpos, int D,
+                  float scale, std::span<const std::pair<int32_t, int32_t>> spans, float* out);
 
 // matmul_nt (y = x·Wᵀ on weights as stored) lives in engine/kernels/matmul.h.
 /// RMSNorm of each of the T rows of x[T, n] times weight[n], as transformers' LlamaRMSNorm.

@@ -560,7 +560,8 @@ struct CudaBackend::Impl {
   }
 
   void decode_graph(std::span<ForwardItem> items, const std::vector<int32_t>& toks, const std::vector<int32_t>& poss,
-                    const std::vector<int>& rows, double& kv_read_bytes);
+                    const std::vector<int>& rows, double& kv_read_bytes,
+                    std::vector<int64_t>& kv_read_items);
   void flush_compaction(std::vector<int64_t>& src, std::vector<int64_t>& dst) {
     if (src.empty()) return;
     const int n = static_cast<int>(src.size());
@@ -713,6 +714,10 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   double policy_s = 0;
   int64_t evicted = 0;
   const PolicyNeeds needs = policy ? policy->needs() : PolicyNeeds{};
+  if (needs.read_select)
+    fail("--backend cuda: policy '{}' selects the tokens each head reads at decode (Quest); only --backend cpu "
+         "implements that",
+         policy->name());
   const bool mirror = policy && needs.host_kv;
   if (mirror && !cache.host_kv())
     fail("--backend cuda: policy '{}' reads cached keys/values on the host, but the KV cache was built "
@@ -765,9 +770,10 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
     return static_cast<int64_t>(compact(s, layer, h, keep, csrc_h, cdst_h));
   };
   double kv_read_bytes = 0;
+  std::vector<int64_t> kv_read_items(B, 0);  // ForwardStats::kv_read_tokens
   const bool graph_step = graphs && graph_eligible(policy, needs, decode);
   if (graph_step) {
-    decode_graph(items, toks, poss, rows, kv_read_bytes);
+    decode_graph(items, toks, poss, rows, kv_read_bytes, kv_read_items);
   } else {
     tok.upload(toks, stream, "tokens");
     pos.upload(poss, stream, "positions");
@@ -831,6 +837,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           max_len = std::max(max_len, len_h[bh]);
           pt_store->sync(items[b].seq, l, h, cache.pages(items[b].seq, l, h), pt_writes);
           kv_read_bytes += static_cast<double>(len_h[bh]) * D * 2 * 2;
+          if (policy_driver::is_decode(items[b])) kv_read_items[b] += len_h[bh];
         }
       flush_pages();
       for (int b = 0; b < B; ++b)
@@ -963,6 +970,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
     stats->total_s = total;
     stats->policy_s = policy_s;
     stats->evicted = evicted;
+    stats->kv_read_tokens = std::move(kv_read_items);
   }
 }
 
@@ -974,7 +982,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
 /// page-table growth, another batch size or logit rows).
 void CudaBackend::Impl::decode_graph(std::span<ForwardItem> items, const std::vector<int32_t>& toks,
                                      const std::vector<int32_t>& poss, const std::vector<int>& rows,
-                                     double& kv_read_bytes) {
+                                     double& kv_read_bytes, std::vector<int64_t>& kv_read_items) {
   const int B = static_cast<int>(items.size()), T = B;
   const std::vector<int32_t> nvec(B, 1);
   const int64_t target = 4LL * prop.multiProcessorCount;
@@ -1017,6 +1025,7 @@ void CudaBackend::Impl::decode_graph(std::span<ForwardItem> items, const std::ve
         len_h[bh] = cache.length(items[b].seq, l, h);
         ptoff[static_cast<size_t>(l) * B * Hkv + bh] = pt_store->offset(items[b].seq, l, h);
         kv_read_bytes += static_cast<double>(len_h[bh]) * D * 2 * 2;
+        if (policy_driver::is_decode(items[b])) kv_read_items[b] += len_h[bh];
       }
     if (l == 0 || len_h != prev) {  // layers of a full cache share their lengths, hence their plan
       plan = cuda::plan_attention(nvec, len_h, Hkv, G, target);
