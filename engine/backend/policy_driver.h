@@ -82,6 +82,7 @@ inline LayerStep layer_step(KVCache& cache, const ForwardItem& it, int layer, co
   st.seq_len = it.start_pos + it.n;
   st.prefill = it.prefill;
   st.prefill_last = it.prefill_last;
+  st.prompt_end = it.prefill ? it.prompt_end : 0;
   st.hidden_size = d.hidden_size;
   st.attn_scale = d.attn_scale;
   st.rope_inv_freq = d.rope_inv_freq;

@@ -69,6 +69,7 @@ const std::vector<PolicyInfo>& policy_registry() {
     r.push_back(duoattention_policy_info());
     r.push_back(morphkv_policy_info());
     r.push_back(cake_policy_info());
+    r.push_back(locret_policy_info());
     return r;
   }();
   return reg;
