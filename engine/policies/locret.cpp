@@ -17,6 +17,7 @@
 //   evicts (the cache grows from budget + T).
 // Defaults are generate()'s: budget 6000 (given with --budget), chunk_size 3072, stabilizers
 // 2500, local_len 100 — TRIM-KV's LongBench setting (seed-trimkv-and-baselines.md §4.5).
+// `compress` is declared for uniformity with the other policies; only `chunked` is LocRet.
 // Engine independence: the chunking is the policy's (PolicyNeeds::prefill_chunk/prefill_tail):
 // the engine ends prefill steps at these boundaries whatever --prefill-chunk is, and the policy
 // evicts only there, so the kept tokens do not depend on --prefill-chunk.
@@ -30,7 +31,6 @@
 // model.layers.{l}.self_attn.fc2.weight. Without weights the policy refuses to run;
 // `random_heads=SEED` generates RANDOM heads (W ~ N(0, 0.02²)) for tests only — not LocRet.
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <mutex>
 
@@ -54,6 +54,8 @@ std::vector<PolicyParamInfo> params() {
                     "heads of a known model)"},
       {"random_heads", "-1", "seed of RANDOM test heads (not LocRet; -1 = off)"},
       {"head_hidden", "1024", "hidden width I of random heads (the released heads: 1024)"},
+      {"compress", "chunked", "chunked (LocRet compresses after each of its own chunk_size prompt chunks; "
+                              "prompt_end is refused)"},
   };
 }
 
@@ -76,8 +78,10 @@ class LocretPolicy : public Policy {
     hidden_ = p_.get_int("head_hidden");
     if (budget_ <= 0) fail("policy 'locret': needs a budget (--budget; the paper's setting is 6000)");
     if (chunk_ < 1 || chunk_ > (int64_t{1} << 30)) p_.fail_param("chunk_size", "must be in [1, 2^30]");
-    if (stab_ < 0 || stab_ > budget_)
-      p_.fail_param("stabilizers", "must be in [0, budget] (every stabilizer is kept)");
+    if (stab_ < 0 || stab_ > (int64_t{1} << 30)) p_.fail_param("stabilizers", "must be in [0, 2^30]");
+    if (p_.get_choice("compress", {"chunked", "prompt_end"}) != "chunked")
+      p_.fail_param("compress", "LocRet compresses after each of its prompt chunks (chunk_size); prompt_end is not "
+                                "its protocol");
     if (local_ < 0 || local_ > (int64_t{1} << 30)) p_.fail_param("local_len", "must be in [0, 2^30]");
     if (hidden_ < 1 || hidden_ > 65536) p_.fail_param("head_hidden", "must be in [1, 65536]");
     if (heads_path_.empty() && seed_ < 0)
@@ -114,16 +118,32 @@ class LocretPolicy : public Policy {
     score_new_tokens(step);
     if (end % chunk_ != 0 && end != tail_start) return;  // inside a chunk
     const bool stabilize = end < tail_start;             // not the last chunk
-    std::vector<float> s;
     for (int h = 0; h < step.num_kv_heads; ++h) {
       const int32_t L = step.cache->length(step.seq, step.layer, h);
-      if (L <= budget_) continue;
-      s.resize(L);
-      for (int32_t i = 0; i < L; ++i) s[i] = step.cache->scalars(step.seq, step.layer, h, i)[0];
-      if (stabilize)
-        for (int32_t i = std::max<int64_t>(0, L - stab_); i < L; ++i) s[i] = FLT_MAX;
-      step.keep(h, scoring::top_k_indices(s, budget_));  // ties to the earlier token
+      if (L > budget_) step.keep(h, keep_set(step, h, L, stabilize ? static_cast<int32_t>(std::min<int64_t>(stab_, L)) : 0));
     }
+  }
+
+  /// The `budget` tokens head h keeps out of its L: the last n_stab (stabilizers, +∞ in the
+  /// reference) first, then by score; ties to the earlier token. When the stabilizers alone exceed
+  /// the budget the reference's top-k among equal +∞ values is unspecified; here their own scores
+  /// rank them. Returns increasing indices.
+  std::vector<int32_t> keep_set(const LayerStep& step, int h, int32_t L, int32_t n_stab) const {
+    std::vector<float> s(L);
+    for (int32_t i = 0; i < L; ++i) s[i] = step.cache->scalars(step.seq, step.layer, h, i)[0];
+    std::vector<int32_t> order(L);
+    for (int32_t i = 0; i < L; ++i) order[i] = i;
+    const int32_t first_stab = L - n_stab;
+    const auto k = static_cast<std::ptrdiff_t>(budget_);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      const bool sa = a >= first_stab, sb = b >= first_stab;
+      if (sa != sb) return sa;
+      if (s[a] != s[b]) return s[a] > s[b];
+      return a < b;
+    });
+    order.resize(budget_);
+    std::sort(order.begin(), order.end());
+    return order;
   }
 
  private:

@@ -133,9 +133,9 @@ TEST(Locret, WithoutWeightsNamesTheHeadsParameter) {
   EXPECT_NE(e.find("random_heads="), std::string::npos) << e;
   const std::string nb = test::input_error_of([] { make_policy(PolicySpec::parse("locret:random_heads=1", 0)); });
   EXPECT_NE(nb.find("budget"), std::string::npos) << nb;
-  const std::string st =
-      test::input_error_of([] { make_policy(PolicySpec::parse("locret:random_heads=1,stabilizers=70", 64)); });
-  EXPECT_NE(st.find("'stabilizers'"), std::string::npos) << st;
+  const std::string cp =
+      test::input_error_of([] { make_policy(PolicySpec::parse("locret:random_heads=1,compress=prompt_end", 64)); });
+  EXPECT_NE(cp.find("'compress'"), std::string::npos) << cp;
 }
 
 TEST(Locret, HeadsOfTheWrongShapeAreOneClearError) {
