@@ -49,7 +49,7 @@ struct GateSource {
   bool config = false;
   /// Tensors to read (null = all); the others are skipped without being converted (LocRet's
   /// retaining heads inside a full model checkpoint).
-  std::function<bool(const std::string& name)> keep;
+  std::function<bool(const std::string& name)> keep = nullptr;
   /// The weights are tensors of a model saved with save_pretrained: a directory or a Hub repo id
   /// without a path is read through its model.safetensors.index.json (only the shards that hold
   /// kept tensors), else through `default_file`.
