@@ -107,6 +107,7 @@ class LocretPolicy : public Policy {
   void on_layer_step(LayerStep& step) override {
     if (!step.prefill) return;  // decoding never evicts (infer.py: plain forwards after the prefill)
     if (step.prompt_end <= 0) fail("policy 'locret': the engine gave no prompt end for a prefill step");
+    (void)head(step);  // checks the heads against the model at the first step, even if nothing is evicted
     const int64_t end = step.seq_len, start = end - step.n_new;
     const int64_t tail_start = step.prompt_end - local_;
     if (end > tail_start) {  // the tail (and a prompt no longer than local_len) is never evicted
