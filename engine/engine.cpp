@@ -61,6 +61,22 @@ void count_reads(GenerationResult& r, const ForwardStats& fs, size_t k, size_t b
   ++r.decode_steps;
 }
 
+// Tokens of the next prefill step of a prompt at absolute position `pos` that ends at `end`:
+// at most `chunk` (--prefill-chunk), and never across a boundary of the policy's own prompt
+// chunking (PolicyNeeds::prefill_chunk / prefill_tail: LocRet), so that a policy that evicts at
+// its chunk boundaries sees the same steps whatever --prefill-chunk is.
+int prefill_step_tokens(int64_t pos, int64_t end, int chunk, const PolicyNeeds* needs) {
+  int64_t stop = std::min<int64_t>(end, pos + chunk);
+  if (needs && needs->prefill_chunk > 0) {
+    const int64_t tail_start = end - needs->prefill_tail;
+    if (pos < tail_start) {
+      const int64_t next = (pos / needs->prefill_chunk + 1) * needs->prefill_chunk;
+      stop = std::min({stop, next, tail_start});
+    }
+  }
+  return static_cast<int>(stop - pos);
+}
+
 // Forgets the recorded queries of positions >= pos: the newest entries of each layer's ring
 // (used when a turn's generated tokens are dropped).
 void forget_queries_from(QueryHistory& h, int64_t pos) {
@@ -128,6 +144,8 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   std::vector<float> logits;
   std::vector<std::pair<float, int32_t>> scratch;
   ForwardStats fs;
+  const PolicyNeeds needs = policy_ ? policy_->needs() : PolicyNeeds{};
+  const PolicyNeeds* needs_ptr = policy_ ? &needs : nullptr;
 
   auto finish = [&](Active& a, FinishReason why) {
     GenerationResult& r = result_of(a);
@@ -241,8 +259,10 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
         ForwardItem it;
         it.seq = a->seq;
         it.tokens = p.data() + a->prompt_done;
-        it.n = static_cast<int>(std::min<size_t>(opts_.prefill_chunk, end - a->prompt_done));
+        const int64_t end_pos = a->pos + static_cast<int64_t>(end - a->prompt_done);
+        it.n = prefill_step_tokens(a->pos, end_pos, opts_.prefill_chunk, needs_ptr);
         it.start_pos = a->pos;
+        it.prompt_end = end_pos;
         it.prefill = true;
         it.prefill_last = a->prompt_done + it.n == end;
         it.want_logits = a->prompt_done + it.n == p.size();
@@ -329,6 +349,8 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
   std::vector<float> all, logits;
   ForwardStats fs;
   QueryHistory hist;
+  const PolicyNeeds needs = policy_ ? policy_->needs() : PolicyNeeds{};
+  const PolicyNeeds* needs_ptr = policy_ ? &needs : nullptr;
   const SeqId seq = cache_->add_sequence();
   if (policy_) policy_->on_sequence_begin(seq, 0);
   GenerationResult r;
@@ -339,8 +361,9 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
     ForwardItem it;
     it.seq = seq;
     it.tokens = prompt.data() + done;
-    it.n = static_cast<int>(std::min<size_t>(opts_.prefill_chunk, prompt.size() - done));
+    it.n = prefill_step_tokens(pos, static_cast<int64_t>(prompt.size()), opts_.prefill_chunk, needs_ptr);
     it.start_pos = pos;
+    it.prompt_end = static_cast<int64_t>(prompt.size());
     it.prefill = true;
     it.prefill_last = done + it.n == prompt.size();
     it.want_logits = it.prefill_last;

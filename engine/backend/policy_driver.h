@@ -90,6 +90,7 @@ inline LayerStep layer_step(KVCache& cache, const ForwardItem& it, int layer, co
   st.layer = layer;
   st.num_q_heads = d.num_q_heads;
   st.head_dim = d.head_dim;
+  st.prompt_end = it.prefill ? it.prompt_end : 0;
   st.hidden_size = d.hidden_size;
   st.attn_scale = d.attn_scale;
   st.rope_inv_freq = d.rope_inv_freq;

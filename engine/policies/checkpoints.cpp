@@ -31,6 +31,12 @@ const std::vector<KnownCheckpoint>& known_checkpoints() {
        "math gates, OpenR1-Math, M = 512"},
       {"trimkv", "ngocbh/TrimKV-Phi-3-mini-128k-instruct", "microsoft/Phi-3-mini-128k-instruct",
        "chunked-prefill gates, LongAlpaca, M = 2048"},
+      // LocRet (huangyuxiang03/Locret README "Official checkpoints"): full models saved with
+      // save_pretrained whose attention blocks carry the retaining heads (self_attn.fc1/fc2).
+      {"locret", "hyx21/Locret-phi-3-mini-128K", "microsoft/Phi-3-mini-128k-instruct",
+       "retaining heads, LongAlpaca; the paper's setting: budget 6000, chunk 3072, stabilizers 2500"},
+      {"locret", "hyx21/Locret-llama-3.1-8B-instruct", "meta-llama/Llama-3.1-8B-Instruct",
+       "retaining heads, LongAlpaca; the paper's setting: budget 6000, chunk 3072, stabilizers 2500"},
       {"wgkv", "WG-KV/checkpoints/llama-3.1-8b-instruct-0.16.pt", "meta-llama/Llama-3.1-8B-Instruct",
        "write gates, FineWeb-Edu, lambda = 0.16"},
       {"wgkv", "WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt", "Qwen/Qwen3-4B-Instruct-2507",

@@ -75,19 +75,27 @@ bool parse_hub_spec(const std::string& spec, HubSpec* out) {
   return true;
 }
 
-void read_safetensors(GateWeights& w, const std::string& path) {
-  const std::string bytes = read_file(path);
-  const uint64_t size = bytes.size();
+void read_safetensors(GateWeights& w, const std::string& path, const GateSource& source) {
+  // Streams: the header, then only the kept tensors (a model shard may hold gigabytes).
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) fail_at(path, "", "cannot read: {}", ec.message());
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_at(path, "", "cannot open");
   if (size < 8) fail_at(path, "header", "file too short for safetensors ({} bytes)", size);
   uint64_t hlen = 0;
-  std::memcpy(&hlen, bytes.data(), 8);
+  in.read(reinterpret_cast<char*>(&hlen), 8);
   if (hlen > size - 8) fail_at(path, "header", "header length {} exceeds the file", hlen);
-  const nlohmann::json header = parse_json(std::string_view(bytes.data() + 8, hlen), path + ": header");
+  std::string head(hlen, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(hlen));
+  if (!in) fail_at(path, "header", "truncated");
+  const nlohmann::json header = parse_json(std::string_view(head), path + ": header");
   if (!header.is_object()) fail_at(path, "header", "expected a JSON object");
-  const char* data = bytes.data() + 8 + hlen;
   const uint64_t data_size = size - 8 - hlen;
+  std::string bytes;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
+    if (source.keep && !source.keep(it.key())) continue;
     const auto& t = it.value();
     const std::string field = "tensor " + it.key();
     if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets") ||
@@ -109,15 +117,42 @@ void read_safetensors(GateWeights& w, const std::string& path) {
     const uint64_t b = t["data_offsets"][0].get<uint64_t>(), e = t["data_offsets"][1].get<uint64_t>();
     if (b > e || e > data_size || e - b != n * esize)
       fail_at(path, field, "data_offsets [{}, {}] do not match shape x dtype or exceed the file", b, e);
+    bytes.resize(e - b);
+    in.seekg(static_cast<std::streamoff>(8 + hlen + b));
+    in.read(bytes.data(), static_cast<std::streamsize>(e - b));
+    if (!in) fail_at(path, field, "truncated");
     g.data.resize(n);
-    for (uint64_t i = 0; i < n; ++i) g.data[i] = to_f32(data + b + esize * i, dtype.c_str());
+    for (uint64_t i = 0; i < n; ++i) g.data[i] = to_f32(bytes.data() + esize * i, dtype.c_str());
     w.tensors.emplace(it.key(), std::move(g));
   }
 }
 
-void read_torch(GateWeights& w, const std::string& path) {
+/// The shard files of a save_pretrained index (model.safetensors.index.json) that hold tensors
+/// `source.keep` accepts, sorted and unique. Throws naming the index on a malformed weight_map.
+std::vector<std::string> shards_of(const std::string& index_path, const GateSource& source) {
+  const nlohmann::json idx = parse_json_file(index_path);
+  if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
+    fail_at(index_path, "weight_map", "expected an object of tensor name -> shard file");
+  std::vector<std::string> files;
+  for (auto it = idx["weight_map"].begin(); it != idx["weight_map"].end(); ++it) {
+    if (source.keep && !source.keep(it.key())) continue;
+    if (!it.value().is_string()) fail_at(index_path, "weight_map." + it.key(), "expected a file name");
+    const std::string f = it.value().get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f.find("..") != std::string::npos)
+      fail_at(index_path, "weight_map." + it.key(), "bad shard file name '{}'", f);
+    files.push_back(f);
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  if (files.empty()) fail_at(index_path, "weight_map", "policy '{}': no {} tensors in this model", source.policy,
+                             source.param);
+  return files;
+}
+
+void read_torch(GateWeights& w, const std::string& path, const GateSource& source) {
   const TorchCheckpoint ck = read_torch_checkpoint(path);
   for (const auto& [name, t] : ck.tensors) {
+    if (source.keep && !source.keep(name)) continue;
     GateTensor g;
     g.shape = t.shape;
     const int64_t n = t.numel();
@@ -165,9 +200,16 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
   w.spec = spec;
   std::error_code ec;
   std::string dir;  // where config.json is looked for
+  std::vector<std::string> shards;  // model_shards: the shard files to read (w.path = the index)
   if (fs::is_directory(spec, ec)) {
-    w.path = pick_in_dir(spec, source);
     dir = spec;
+    if (const fs::path index = fs::path(spec) / "model.safetensors.index.json";
+        source.model_shards && fs::is_regular_file(index, ec)) {
+      w.path = index.string();
+      for (const auto& f : shards_of(w.path, source)) shards.push_back((fs::path(spec) / f).string());
+    } else {
+      w.path = pick_in_dir(spec, source);
+    }
   } else if (fs::exists(spec, ec)) {
     w.path = spec;
   } else if (HubSpec h; parse_hub_spec(spec, &h)) {
@@ -181,7 +223,19 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
                 "(see `kvbench policies --checkpoints`)", source.policy, h.repo);
       file = source.default_file;
     }
-    w.path = hub_fetcher()(h.repo, h.revision, file);
+    if (source.model_shards && h.path.empty()) {
+      // A full model: its shard index when it has one (a 404 falls back to default_file).
+      std::string index;
+      try {
+        index = hub_fetcher()(h.repo, h.revision, "model.safetensors.index.json");
+      } catch (const Error&) {
+      }
+      if (!index.empty()) {
+        w.path = index;
+        for (const auto& f : shards_of(index, source)) shards.push_back(hub_fetcher()(h.repo, h.revision, f));
+      }
+    }
+    if (shards.empty()) w.path = hub_fetcher()(h.repo, h.revision, file);
     if (source.config && h.path.empty()) w.config_path = hub_fetcher()(h.repo, h.revision, "config.json");
   } else {
     fail_at(spec, source.param, "policy '{}': not found (no such file or directory, nor a Hub id org/name[@revision][/path])",
@@ -193,10 +247,12 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
     w.config = parse_json_file(w.config_path);
     if (!w.config.is_object()) fail_at(w.config_path, "", "expected a JSON object");
   }
-  if (looks_like_zip(w.path))
-    read_torch(w, w.path);
+  if (!shards.empty())
+    for (const auto& f : shards) read_safetensors(w, f, source);
+  else if (looks_like_zip(w.path))
+    read_torch(w, w.path, source);
   else
-    read_safetensors(w, w.path);
+    read_safetensors(w, w.path, source);
   return w;
 }
 

@@ -47,6 +47,13 @@ struct GateSource {
   std::string default_file;
   /// Read config.json next to the weights (required from a Hub repo, optional in a directory).
   bool config = false;
+  /// Tensors to read (null = all); the others are skipped without being converted (LocRet's
+  /// retaining heads inside a full model checkpoint).
+  std::function<bool(const std::string& name)> keep = nullptr;
+  /// The weights are tensors of a model saved with save_pretrained: a directory or a Hub repo id
+  /// without a path is read through its model.safetensors.index.json (only the shards that hold
+  /// kept tensors), else through `default_file`.
+  bool model_shards = false;
 };
 
 /// All tensors of a gate checkpoint, plus its config.json when it has one.

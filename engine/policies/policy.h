@@ -64,6 +64,15 @@ struct PolicyNeeds {
   /// on_layer_step does something. False (the full cache) lets a backend skip the per-layer hook,
   /// and with it the CUDA backend's per-layer device synchronisation (a pipeline bubble per layer).
   bool layer_hook = true;
+  /// The policy's own prompt chunk (LocRet's chunked prefill, locret.cpp): when > 0 the engine
+  /// ends a prefill step at every absolute position that is a multiple of `prefill_chunk` and
+  /// lies below LayerStep::prompt_end − `prefill_tail`, and at prompt_end − prefill_tail itself
+  /// (when > 0); --prefill-chunk only splits further. The policy evicts at those boundaries, so
+  /// its result does not depend on --prefill-chunk (Engine: prefill_step_tokens).
+  int prefill_chunk = 0;
+  /// Tokens at the end of each prompt that form the policy's last, separate prefill step (LocRet's
+  /// local_len); used only with prefill_chunk.
+  int prefill_tail = 0;
   /// The policy keeps the whole cache but chooses, before the attention of every decode step,
   /// which cached tokens each query head reads (Policy::select_reads; Quest). Only the CPU
   /// backend implements it; the CUDA backend refuses such a policy.
@@ -148,6 +157,9 @@ struct LayerStep {
   int64_t seq_len = 0;      ///< tokens processed so far in this sequence (= next position)
   bool prefill = false;     ///< this step is (part of) the prompt
   bool prefill_last = false;///< this step ends the prompt (SnapKV compresses here)
+  /// Prefill steps: the absolute position where this prompt ends (the step with prefill_last ends
+  /// there; a query-agnostic request's context ends a prompt of its own). 0 on decode steps.
+  int64_t prompt_end = 0;
   const float* layer_input = nullptr;    ///< [n_new, H] when PolicyNeeds::layer_input
   int hidden_size = 0;
   const float* keys_pre_rope = nullptr;  ///< [n_new, Hkv, D] when PolicyNeeds::keys_pre_rope

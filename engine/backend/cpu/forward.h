@@ -56,6 +56,7 @@ struct ForwardItem {
   int64_t start_pos = 0;            ///< absolute position of tokens[0]
   bool prefill = false;             ///< tokens are prompt tokens
   bool prefill_last = false;        ///< this chunk ends the prompt
+  int64_t prompt_end = 0;           ///< prefill: absolute position where the prompt ends (LayerStep::prompt_end)
   bool want_logits = true;          ///< produce logits for the last token
   QueryHistory* history = nullptr;  ///< required when the policy needs window queries
 };

@@ -132,7 +132,7 @@ std::vector<std::string> equiv_policies() {
   for (const auto& info : policy_registry()) {
     const std::string& n = info.name;
     if (n == "oracle") continue;  // needs fidelity's two-pass trace (Engine::score has none)
-    if (n == "expected_attention") continue;  // needs LayerStep::queries_pre_rope (CPU backend only)
+    if (n == "expected_attention" || n == "locret") continue;  // need LayerStep::queries_pre_rope (CPU only)
     if (n == "duoattention") {
       out.push_back("duoattention:random_pattern=0,sinks=4,recent=60");
       continue;
