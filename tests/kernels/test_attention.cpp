@@ -28,7 +28,7 @@ struct Fixture {
   KVCache cache;
   SeqId seq;
   Fixture(const Shape& s, std::mt19937& rng, bool evict)
-      : cache(KVCacheConfig{.num_layers = 1, .num_kv_heads = s.Hkv, .head_dim = s.D, .page_size = s.P}) {
+      : cache(KVCacheConfig(1, s.Hkv, s.D, s.P)) {
     seq = add(s, rng, evict);
   }
   SeqId add(const Shape& s, std::mt19937& rng, bool evict) {
