@@ -1,8 +1,11 @@
 // kvbench — the command-line entry point. Dispatches to the sub-commands of harness/cmd_*.cpp.
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -22,12 +25,58 @@ namespace {
 ///                  vs 112 tok/s); llama.cpp's own threads spin too (108 tok/s).
 ///   loaded (ctest -j2, or load average ~10): spinning workers take the cores other processes
 ///                  need; one step took 510 ms spinning vs 47 ms passive.
-/// So the choice is made at start-up from the load: when the 1-minute load average leaves fewer
-/// idle CPUs than this process's threads, kvbench re-executes itself once with
+/// So the choice is made at start-up from what else is running: when the other runnable threads
+/// (other_runnable_threads: the least of five samples, so a kernel thread's blip is not a
+/// competitor while another busy process is there in every sample) plus this
+/// process's threads exceed the online CPUs, kvbench re-executes itself once with
 /// OMP_WAIT_POLICY=PASSIVE (libgomp reads it when it loads, before main(), and glibc resets
 /// `environ` after .preinit_array, so an exec is the only way); otherwise libgomp's default stands.
-/// A user's OMP_WAIT_POLICY always stands (set it to ACTIVE or PASSIVE to pin the behaviour; the
-/// choice changes speed only, never a result). If the exec fails, it runs on.
+/// (The load average is not used: it lags by a minute, so a benchmark started right after another
+/// tool would wrongly see a busy machine.) A user's OMP_WAIT_POLICY always stands (set it to
+/// ACTIVE or PASSIVE to pin the behaviour; the choice changes speed only, never a result). If
+/// /proc/stat cannot be read or the exec fails, it runs on with libgomp's default.
+/// Threads of this process in state R (/proc/self/task/*/stat): OpenBLAS starts its own pool
+/// when it loads, and those threads are briefly runnable at start-up.
+int own_runnable_threads() {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return 0;
+  int n = 0;
+  while (const dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char path[64], buf[512];
+    std::snprintf(path, sizeof path, "/proc/self/task/%.20s/stat", e->d_name);
+    FILE* f = std::fopen(path, "r");
+    if (!f) continue;
+    const size_t len = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[len] = '\0';
+    const char* rp = std::strrchr(buf, ')');  // "tid (comm) S ...": the state follows the name
+    if (rp && rp[1] == ' ' && rp[2] == 'R') ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+/// Runnable threads of other processes: the least of five samples 1 ms apart of /proc/stat's
+/// procs_running less this process's own runnable threads; -1 when /proc/stat is unreadable.
+int other_runnable_threads() {
+  int least = -1;
+  for (int i = 0; i < 5; ++i) {
+    if (i > 0) usleep(1000);
+    FILE* f = std::fopen("/proc/stat", "r");
+    if (!f) return -1;
+    char line[256];
+    int running = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::strncmp(line, "procs_running ", 14) == 0) running = std::atoi(line + 14);
+    std::fclose(f);
+    if (running < 0) return -1;
+    const int others = std::max(0, running - own_runnable_threads());
+    least = least < 0 ? others : std::min(least, others);
+  }
+  return least;
+}
+
 void choose_openmp_wait(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY")) return;
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -37,9 +86,8 @@ void choose_openmp_wait(char** argv) {
     const long v = std::strtol(t, &end, 10);
     if (end != t && v > 0) threads = v;
   }
-  double load[1] = {0.0};
-  if (cpus > 0 && getloadavg(load, 1) == 1 && static_cast<double>(cpus) - load[0] >= threads - 0.5)
-    return;  // enough idle CPUs: let the workers spin
+  const int others = other_runnable_threads();
+  if (cpus <= 0 || others < 0 || others + threads <= cpus) return;  // idle CPUs: let the workers spin
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);  // the binary's own path
   if (n <= 0) return;
