@@ -122,11 +122,14 @@ void check(const Shape& s, bool evict, bool ranges_on, bool colsum_on, Isa isa, 
           err = std::max(err, std::abs(out[off + e] - ref[e]));
           den = std::max(den, std::abs(ref[e]));
         }
-        ASSERT_LE(err, 2e-6 * std::max(den, 1.0)) << "head " << h << " token " << i << " member " << g;
+        // f32 against f64: a D-term dot product and an L-term weighted sum, each with relative error
+        // about (D + L)·2⁻²⁴ ≈ 1.2e-5 at D = 128, L = 77 in the worst case (2.07e-6 seen under ASan's
+        // -O1 code, 1e-6 under -O2); an indexing or masking error is off by O(1).
+        ASSERT_LE(err, 2e-5 * std::max(den, 1.0)) << "head " << h << " token " << i << " member " << g;
       }
     if (colsum_on) {
       for (size_t t = 0; t < cs_ref.size(); ++t)
-        ASSERT_NEAR(colsum[h][t], cs_ref[t], 2e-6 * std::max(1.0, cs_ref[t])) << "head " << h << " key " << t;
+        ASSERT_NEAR(colsum[h][t], cs_ref[t], 2e-5 * std::max(1.0, cs_ref[t])) << "head " << h << " key " << t;
     }
   }
 }
