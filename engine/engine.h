@@ -1,6 +1,6 @@
 // kvb::Engine — generation on top of a model, a paged KV cache, a policy and a backend:
 // continuous batching of decode steps, chunked batched prefill, sampling, stop rules and
-// per-sequence measurements (DESIGN.md, Engine / Scheduler and Measurements).
+// per-sequence measurements (docs/architecture.md, Engine / Sampling and scheduling).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ struct EngineOptions {
 };
 
 /// A follow-up turn of a multi-turn request (SCBench's shared-context protocol,
-/// datasets-graders.md §SCBench (b)): once the previous turn has finished, the KV of the tokens
+/// docs/benchmarks.md, SCBench): once the previous turn has finished, the KV of the tokens
 /// generated in it is dropped (KVCache::truncate_from; the model's own output is not part of
 /// the history), `append` is prefilled at the positions that follow the previous turn's input,
 /// and generation resumes. Whatever the policy evicted so far stays evicted: the compressed

@@ -6,7 +6,7 @@
 // |x|, trig/log functions, Greek letters, \text{} names, mixed numbers (1\frac{4}{5} = 9/5),
 // \pm (a two-element set); and structures: tuples / intervals ( (a,b], [a,b) ), unions
 // (\cup), sets ({a,b} and bare comma lists, order-insensitive), matrices (pmatrix, rows "\\",
-// cells "&"), equations (a=b). Source: Qwen2.5-Math `math_equal` (datasets-graders.md §5.4),
+// cells "&"), equations (a=b). Source: Qwen2.5-Math `math_equal` (docs/benchmarks.md, Math),
 // matched against Math-Verify's structural rules (§5.7).
 #pragma once
 

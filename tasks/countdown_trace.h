@@ -1,6 +1,6 @@
 // LongProc countdown: the verbalized depth-first search trace that the reference prompt uses
 // as its demonstration and the reference output (princeton-pli/LongProc
-// longproc/countdown_evaluator.py, build_countdown_demonstration; datasets-graders.md §6b).
+// longproc/countdown_evaluator.py, build_countdown_demonstration; docs/benchmarks.md, LongProc).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // LongProc (princeton-pli/LongProc; arXiv 2501.05414): six procedural long-output tasks ×
-// output lengths. Data, prompts and limits: docs/benchmarks.md#longproc.
+// output lengths. Data, prompts and limits: docs/benchmarks.md, LongProc.
 //
 // Two data layouts are read:
 //  * GitHub layout (the reference loader's input): longproc/<task>/<task>_<len>.json plus
@@ -7,7 +7,7 @@
 //    html_to_tsv, the webpage/*.html files. Prompts are rendered as longproc_data.py does.
 //    travel_planning differs: one file longproc/travel_planning/travel_planning_all.json holds
 //    both configs, split by estimated_output_tokens (2k = [0, 2048), 8k = [4096, 8192);
-//    docs/benchmarks.md#longproc),
+//    docs/benchmarks.md, LongProc),
 //    and the prompt's {demonstration} is built from travel_planning_icl_examples.json by the
 //    DFS trace of tasks/travel_trace.h, which also gives each example's reference output.
 //  * HF rows (PrincetonPLI/LongProc): longproc/hf/<task>_<len>.jsonl (or .json), objects
@@ -54,7 +54,7 @@ const std::vector<Config>& configs() {
       {"tom_tracking", "0.5k", 200},  {"tom_tracking", "2k", 200},   {"tom_tracking", "8k", 200},
       {"countdown", "0.5k", 200},     {"countdown", "2k", 200},      {"countdown", "8k", 200},
       // travel_planning: rows of travel_planning_all.json in the config's estimated_output_tokens
-      // range; the counts are the HF configs' row counts (datasets-graders.md §6a, U there).
+      // range; the counts are the HF configs' row counts (docs/benchmarks.md, LongProc).
       {"travel_planning", "2k", 769}, {"travel_planning", "8k", 239},
   };
   return c;

@@ -1,7 +1,7 @@
 // LongProc travel_planning: the verbalized depth-first search that the reference prompt uses as
 // its demonstrations and as each example's reference output (princeton-pli/LongProc
 // longproc/travel_planning_evaluator.py, build_travel_plan_demonstration; the prompt layout is
-// datasets-graders.md §6b: requirements + DFS approach + {demonstration} + {problem}).
+// docs/benchmarks.md, LongProc: requirements + DFS approach + {demonstration} + {problem}).
 //
 // The search, restated: cities with a fixed schedule (constraint type "fixed") are placed on
 // their arrival day; on any other day every not-yet-placed free city (constraint type

@@ -9,7 +9,7 @@ Writes tests/fixtures/graders/longbench_goldens.jsonl: {"metric", "pred", "gold"
 (Chinese metrics add "tokens" and "score_jieba", see below).
 
 Reference: THUDM/LongBench `LongBench/metrics.py` (blob 657cf77) and the LongBench-v2 `pred.py`
-extract_answer, as quoted in ../shared/reference/datasets-graders.md §9(c) and §10(c). Those files are
+extract_answer, (docs/benchmarks.md, LongBench and LongBench v2). Those files are
 not on PyPI, so their small metric functions are re-typed below from that note; the heavy parts
 call the real PyPI packages LongBench uses: `rouge` (pltrdy, Rouge().get_scores) and
 `fuzzywuzzy` (fuzz.ratio, python-Levenshtein backend). Inputs are seeded perturbations of

@@ -9,7 +9,7 @@ lists of {"metric", "pred", "gold", "meta", "expect": {...}}.
 
 Reference: princeton-pli/LongProc `longproc/*.py` (main @78e873ae; tom_tracking from the
 `rmodels` branch) and microsoft/MInference `scbench/compute_scores.py` + `repo_qa_utils.py`
-(@fb56c917), as described in ../shared/reference/datasets-graders.md §6(c) and §8(c). Neither
+(@fb56c917), as docs/benchmarks.md (LongProc, SCBench) describes them. Neither
 repository is on PyPI, so their evaluator functions are re-written below from that description;
 the heavy parts use the same PyPI libraries the references use: pandas (html_to_tsv frames),
 Python's csv module, g++ via subprocess (pseudo_to_code, 3 s timeout), rouge_score (what HF

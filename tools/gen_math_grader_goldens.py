@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the math-grader golden cases: (prediction, gold) pairs over MATH-500's answer types,
-with verdicts from Hugging Face Math-Verify (the reference; ../shared/reference/datasets-graders.md
-section 5.7).
+with verdicts from Hugging Face Math-Verify (the reference; docs/benchmarks.md,
+Math).
 
 How to run (from the repository root; needs ../shared/datasets/math500/test.jsonl):
     python3 -m venv .venv-goldens && .venv-goldens/bin/pip install math-verify==0.9.0

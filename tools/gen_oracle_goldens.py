@@ -9,7 +9,7 @@ creates ./.venv-goldens, installs them there with pip and re-runs itself inside 
 What it writes.
   "oracle": for the tiny random-weight models of tests/fixtures/models (written by
     tools/gen_engine_goldens.py) and a fixed token trace, the Golden-eviction future scores of
-    ../shared/reference/seed-foresightkv.md §1.4 / §5.3, recomputed in float64 from transformers'
+    docs/policies.md, `oracle` (ForesightKV §3.1), recomputed in float64 from transformers'
     own attention probabilities (model.double(), attn_implementation="eager",
     output_attentions=True; the softmax of the UNCOMPRESSED model over the whole trace):
         bs[l, h', j, k]    = 1/(G·L) · Σ_{h in group(h')} Σ_{q in Q_j} A_l^h[q, k]

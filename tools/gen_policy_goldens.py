@@ -22,7 +22,7 @@ expected keep-set of every kv head (sorted indices). The expected sets come from
     sin = 0), so the queries it computes are the ones in the file.
   * torch re-statements of the seed papers' formulas for policies kvpress does not implement
     (R-KV, G-KV's first compression, TRIM-KV), written from the reference notes
-    (../shared/reference/seed-trimkv-and-baselines.md §2.3, §3.1; seed-gkv.md §1.8), not from the
+    (docs/policies.md: trimkv, rkv, gkv), not from the
     C++ code.
   * float64 re-statements of MorphKV (arXiv 2503.00979 §3: recent-window attention fused by sum or
     max) and CAKE (arXiv 2503.12491 §3.2-3.3: layer preference entropy^(1/tau1) * shift^(1/tau2),
@@ -147,7 +147,7 @@ def kvpress_margin_check(kp, press, L, w, n_kept):
 
 
 def rkv_reference(keys, queries, budget, w, lam=0.1, kernel=7, thr=0.5):
-    """R-KV per seed-trimkv-and-baselines.md §3.1 (steps 1-4), in float64."""
+    """R-KV per docs/policies.md, `rkv` (R-KV §3, steps 1-4), in float64."""
     keys = keys[0].double()
     queries = queries[0].double()
     hkv, L, d = keys.shape
@@ -177,7 +177,7 @@ def rkv_reference(keys, queries, budget, w, lam=0.1, kernel=7, thr=0.5):
 
 
 def gkv_reference(keys, queries, budget, w, lam=0.5, thr=0.5):
-    """G-KV's first compression per seed-gkv.md §1.8 steps 1-6 (no history yet), float64."""
+    """G-KV's first compression per docs/policies.md, `gkv` (steps 1-6) (no history yet), float64."""
     keys = keys[0].double()
     queries = queries[0].double()
     hkv, L, d = keys.shape
@@ -210,7 +210,7 @@ def gkv_reference(keys, queries, budget, w, lam=0.5, thr=0.5):
 
 
 def trimkv_reference(x, w1, b1, w2, b, positions, seen, budget):
-    """TRIM-KV gate + score per seed-trimkv-and-baselines.md §2.1, §2.3, float64."""
+    """TRIM-KV gate + score per docs/policies.md, `trimkv` (TRIM-KV §3), float64."""
     x, w1, b1, w2, b = (t.double() for t in (x, w1, b1, w2, b))
     log_beta = F.logsigmoid(F.silu(x @ w1.T + b1) @ w2.T + b)  # [L, Hkv]
     score = (seen + 1 - positions.double())[:, None] * log_beta

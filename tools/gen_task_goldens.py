@@ -10,7 +10,7 @@ Run from the repository root (needs ../shared for the offline goldens):
     .venv-goldens/bin/python tools/gen_task_goldens.py            # everything
     .venv-goldens/bin/python tools/gen_task_goldens.py --orders   # only the sampling order
 
-Sources: ../shared/reference/datasets-graders.md (§1-§10), LongProc longproc/longproc_data.py
+Sources: docs/benchmarks.md, LongProc longproc/longproc_data.py
 (prompt assembly) and countdown_evaluator.py (search trace), HELMET longproc_addon loader,
 LongBench config/dataset2prompt.json, LongBench-v2 prompts/, SCBench eval_utils.py,
 LongMemEval run_generation.py. The countdown search below is re-written from the description
@@ -229,7 +229,7 @@ def main():
 
 
 # ---- fixtures for benchmarks without an offline copy ------------------------------------------
-# Small records written from the documented schemas (datasets-graders.md §6-§10), laid out like a
+# Small records written from the documented schemas (docs/benchmarks.md), laid out like a
 # data mirror under tests/fixtures/datasets/. They include non-ASCII text, braces and "$...$"
 # markers so the builders' escaping is exercised.
 

@@ -4,7 +4,7 @@
 1. LongProc travel_planning in its GitHub layout (princeton-pli/LongProc @78e873a,
    data/travel_planning/): travel_planning_all.json (one JSON array for both configs, split by
    `estimated_output_tokens`: 2k = [0, 2048), 8k = [4096, 8192)), travel_planning_icl_examples.json
-   and prompts.yaml (../shared/reference/datasets-graders.md §6a/§6b). The fixture rows below are
+   and prompts.yaml (docs/benchmarks.md, LongProc). The fixture rows below are
    written from the schema of the real ICL examples file (same keys); prompts.yaml and the ICL
    examples are copied from the offline mirror. Goldens: every prompt and reference output as
    longproc_data.py builds them: yaml.safe_load, two str.format passes
