@@ -9,8 +9,8 @@
 // log(A + 1e-10), unbiased variance (torch.var), indicator avg-pooled with kernel 5 and averaged
 // over the GQA group, `adjust_budgets` (integer budgets truncated, capped at L − w, the excess and
 // the remainder spread evenly over the first layers), total (B − w)·layers selected tokens; the
-// window kept; τ1 = 1.6, τ2 = 0.6, γ = 200, window 32 (seed-trimkv-and-baselines.md §5, the
-// TRIM-KV harness's CAKE defaults; seed-gkv.md §1.7 uses the shift score as a G-KV baseline).
+// window kept; τ1 = 1.6, τ2 = 0.6, γ = 200, window 32 (the TRIM-KV
+// harness's CAKE defaults; G-KV uses the shift score as a baseline; docs/policies.md, `cake`).
 // Choices: budget B is the per-layer average including the window (the reference's cache_size):
 // the layers together keep what a uniform policy keeps. The budgets are allocated ONCE, at the
 // first compression (the end of the prompt when it exceeds B, else the first decode step at which

@@ -15,9 +15,9 @@ std::string lower(std::string s) {
 }  // namespace
 
 const std::vector<KnownCheckpoint>& known_checkpoints() {
-  // TRIM-KV (ngocbh/trimkv README "Released Models", the repos' config.json base_model; seed note
-  // seed-trimkv-and-baselines.md §2.4): retention gates "rg", bf16 trimkv_weights.pth + config.json.
-  // WG-KV (WG-KV/checkpoints, {model}-{λ}.pt, seed-wgkv.md §6): λ ∈ {0.01 … 2.56}; the default is
+  // TRIM-KV (ngocbh/trimkv README "Released Models", the repos' config.json base_model;
+  // docs/policies.md, Released checkpoints): retention gates "rg", bf16 trimkv_weights.pth + config.json.
+  // WG-KV (WG-KV/checkpoints, {model}-{λ}.pt, docs/policies.md, Gate files): λ ∈ {0.01 … 2.56}; the default is
   // the release README's example λ = 0.16 for the instruct models and the paper's AIME headline
   // λ = 0.32 for the thinking model; name another file to pick another λ.
   static const std::vector<KnownCheckpoint> k = {

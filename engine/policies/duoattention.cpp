@@ -5,8 +5,8 @@
 // and `recent_size` most recent tokens, the others keep everything); released patterns
 // mit-han-lab/duo-attention attn_patterns/<model>/<run>/ (duo_attn/utils.py load_attn_pattern:
 // `full_attention_heads.tsv` = one row per layer, one tab-separated α per kv head, clipped to
-// [0, 1]; `config.json` = {"sink_size", "recent_size"}, e.g. 64 and 256; seed-wgkv.md §5 uses 128
-// sinks + 256 recent); kvpress 0.5.5 DuoAttentionPress (NVIDIA/kvpress, PyPI kvpress==0.5.5,
+// [0, 1]; `config.json` = {"sink_size", "recent_size"}, e.g. 64 and 256; WG-KV's baseline uses 128
+// sinks + 256 recent, docs/policies.md); kvpress 0.5.5 DuoAttentionPress (NVIDIA/kvpress, PyPI kvpress==0.5.5,
 // kvpress/presses/duo_attention_press.py: the round(n_heads·head_compression_ratio) heads with the
 // lowest α are streaming; at the end of the prefill their tokens [sink_size, L − recent_size) are
 // masked).
@@ -115,7 +115,7 @@ class DuoAttentionPolicy : public Policy {
       if (sinks < 0 || recent < 0)
         fail("policy 'duoattention': pattern '{}' has no config.json: pass sinks=N and recent=N", pattern);
     } else {
-      if (sinks < 0) sinks = 128;  // seed-wgkv.md §5: DuoAttention baseline, 128 sinks + 256 recent
+      if (sinks < 0) sinks = 128;  // WG-KV's DuoAttention baseline: 128 sinks + 256 recent
       if (recent < 0) recent = 256;
     }
     if (sinks > (1 << 30) || recent > (1 << 30)) params_.fail_param("sinks", "too large");

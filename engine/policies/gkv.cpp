@@ -1,8 +1,8 @@
 // `gkv`: G-KV — decode-time eviction with a decayed global (historical) attention score.
 // Sources: Liao et al., "G-KV: Decoding-Time KV Cache Eviction with Global Attention" (arXiv
 // 2512.00504): §3 Eq. 1–2 (local score), §5 Eq. 3–5 (global score), App. D (normalised R-KV
-// redundancy, F′ = λ·F − (1 − λ)·R′); seed-gkv.md §1.1–§1.8 (the code's exact order of
-// operations) and §6.3 (ambiguities). Per (layer, kv_head), at a compression with L cached tokens:
+// redundancy, F′ = λ·F − (1 − λ)·R′); docs/policies.md, `gkv` (the code's exact order
+// of operations, ambiguities). Per (layer, kv_head), at a compression with L cached tokens:
 //   S  = attention of the last w = 16 queries: softmax per query head over all L keys (causal
 //        inside the window), max over the GQA group, mean over the w queries, first L − w kept;
 //   Ŝ  = S / max S (max-normalisation; `normalize=false` is the code's --disable_norm);

@@ -2,10 +2,10 @@
 // Source: Zhang et al., "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large
 // Language Models" (arXiv 2306.14048, §3.3 / Alg. 1: a token's score is the attention it has
 // received, summed over every query since it entered the cache; keep the heavy hitters plus the
-// most recent tokens, the budget split equally between the two); seed-trimkv-and-baselines.md
-// §5.3 (the R-KV-repo H2O used by TRIM-KV is non-standard and partly broken, "treat the exact
+// most recent tokens, the budget split equally between the two); docs/policies.md, `h2o`
+// (the R-KV-repo H2O used by TRIM-KV is non-standard and partly broken, "treat the exact
 // rule as unknown… a faithful decode-time H2O would be cumulative attention plus a recent
-// window"); seed-foresightkv.md §5.2 ("H2O (cumulative attention; recent L protected)").
+// window"); ForesightKV's H2O baseline is cumulative attention with the recent L protected.
 // Choices: the score is stored per token in the cache (scalar 0) and accumulates, at every
 // forward step, LayerStep::attention_colsum (sum over the GQA group's query heads and the step's
 // queries of the token's attention probability), prefill included — the original cumulative

@@ -2,7 +2,7 @@
 // Source: Park et al., "KeyDiff: Key Similarity-Based KV Cache Eviction" (arXiv 2504.15364, §3:
 // score s_i = −cos(k_i, μ) with the anchor μ = mean of the L2-normalised keys of the head);
 // kvpress KeyDiffPress.score (anchor = F.normalize(keys).mean over tokens, including the
-// window); seed-trimkv-and-baselines.md §5.6.
+// window); docs/policies.md
 // Choices (the decode-time schedule of KeyDiff in TRIM-KV is unpublished, §5.6 "inferred"):
 // R-KV-style schedule, buffer 128, the 8 most recent tokens protected, no sinks. The anchor is
 // computed over all L cached keys of the head (as kvpress), protected ones included.

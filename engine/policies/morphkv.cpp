@@ -4,7 +4,7 @@
 // with the highest attention from those R queries, fused over the window by sum or max; eviction at
 // every decoding step keeps the cache constant); reference ghadiaravi13/MorphKV (README: LongBench
 // `-ws 32 --morph_type sum_fused`, long-response LongGenBench `-ws 200 --morph_type max_fused`);
-// seed-gkv.md §1.7 (G-KV's MorphKV baseline = "local score only": per-head softmax over all keys,
+// docs/policies.md (G-KV's MorphKV baseline = "local score only": per-head softmax over all keys,
 // max over the GQA group, mean over the window, no pooling, window 16, every 128 tokens).
 // Choices: score of an older token = fusion over the `window` newest queries (sum or max) of its
 // softmax attention (per query head over all cached keys, causal inside the window), reduced over

@@ -1,4 +1,4 @@
-// Registry entries of every policy, one function per policy file (DESIGN.md, Engine / Policy).
+// Registry entries of every policy, one function per policy file (docs/architecture.md, Policies and the policy driver).
 // The entry's `params` list is the single source of each parameter's default: the policy reads
 // its values through kvb::PolicyParams from the same list that `kvbench policies` prints.
 #pragma once

@@ -100,12 +100,12 @@ namespace scoring {
 /// How the G query heads of a GQA group are reduced into one score per kv head.
 enum class Gqa {
   kMaxLogits,  ///< max over the group of the scaled logits, BEFORE the softmax; the softmax then
-               ///< runs over the older (non-window) keys only (R-KV repo: rkv/utils.py; seed note
-               ///< seed-trimkv-and-baselines.md §3.1 step 1, §5.2)
+               ///< runs over the older (non-window) keys only (R-KV repo: rkv/utils.py;
+               ///< docs/policies.md, `rkv`)
   kMax,        ///< softmax per query head over all cached keys (causal), then max over the group
-               ///< (G-KV: seed-gkv.md §1.1 "Order of operations")
+               ///< (G-KV repo order of operations; docs/policies.md, `gkv`)
   kMean,       ///< softmax per query head over all cached keys (causal), then mean over the group
-               ///< (kvpress SnapKVPress: peers-harnesses.md §1)
+               ///< (kvpress SnapKVPress; docs/policies.md, `snapkv`)
 };
 
 /// 1-D pooling along the token axis, stride 1, "same" length (padding kernel/2).
@@ -187,7 +187,7 @@ struct LayerStep {
 
   // Optional backend primitives (null = the policy's host code computes the same thing). They
   // let one policy implementation drive both backends while the heavy math runs where the
-  // activations live (DESIGN.md: "no policy logic in kernels beyond scoring and selection").
+  // activations live (docs/architecture.md: "no policy logic in kernels beyond scoring and selection").
   /// Evaluates `mlp` (see HeadMlp) into out. head < 0: every head, out [rows, heads]; x is
   /// [rows, shared ? 1 : heads, in], or null for the step's layer inputs (shared_hidden, in ==
   /// hidden_size, rows == n_new). head ≥ 0: only that head (not shared), x [rows, in], out [rows].

@@ -1,6 +1,6 @@
 // `pyramidkv`: SnapKV scoring with layer-wise budgets that shrink linearly with depth.
 // Sources: Cai et al., "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information
-// Funneling" (arXiv 2406.02069, §3.2); seed-trimkv-and-baselines.md §5.7 (the KVCache-Factory /
+// Funneling" (arXiv 2406.02069, §3.2); docs/policies.md (the KVCache-Factory /
 // SCBench formula: C = budget, w = window, Ly = layers, β = 20: min = (C − w)/β,
 // max = 2(C − w) − min; if max ≥ P − w then max = P − w and min = 2(C − w) − max;
 // step = (max − min)/(Ly − 1); layer ℓ keeps max − ℓ·step selected tokens plus the w recent ones,

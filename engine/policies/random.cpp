@@ -1,6 +1,6 @@
 // `random`: keeps a uniformly random subset (a floor for every other policy).
-// Source: kvpress RandomPress (scores = uniform random numbers, keep the top n_kept); DESIGN.md
-// lists `random (seeded)`. Choices: the score of a token is a SplitMix64 hash of (seed, layer,
+// Source: kvpress RandomPress (scores = uniform random numbers, keep the top n_kept); docs/policies.md,
+// `random`. Choices: the score of a token is a SplitMix64 hash of (seed, layer,
 // kv_head, token position, tokens seen) mapped to [0, 1), so the same seed gives the same
 // keep-sets in every run and on every backend (kvpress draws from torch's generator, so its
 // keep-sets cannot be reproduced bit for bit). Schedule defaults as the decode-time baselines

@@ -1,4 +1,4 @@
-// Policy spec parsing and the policy registry (DESIGN.md, Engine / Policy).
+// Policy spec parsing and the policy registry (docs/architecture.md, Policies and the policy driver).
 #include <algorithm>
 
 #include "engine/policies/full.h"

@@ -1,7 +1,7 @@
 // `rkv`: R-KV — importance minus redundancy, decode-time.
 // Sources: Cai et al., "R-KV: Redundancy-aware KV Cache Compression for Reasoning Models" (arXiv
-// 2505.24133, §3); seed-trimkv-and-baselines.md §3.1 (the code's exact scoring) and §3.2 (the
-// schedule), §5.1 (TRIM-KV's configuration). Per (layer, kv_head):
+// 2505.24133, §3); docs/policies.md, `rkv` (the code's exact scoring, the
+// schedule, TRIM-KV's configuration). Per (layer, kv_head):
 //   importance I: logits of the last w = 8 queries, max over the GQA group (pre-softmax), softmax
 //     over the N − w older keys, mean over the w queries, max-pool kernel 7 (stride 1, pad 3);
 //   redundancy R: key cosine matrix, diagonal zeroed; per row i the most recent k with cos > 0.5

@@ -1,11 +1,11 @@
 // kvb::ScheduledPolicy — the shared "score + protect + top-k on a schedule" skeleton of the
-// eviction policies (DESIGN.md, Engine / Policy and Budget semantics):
+// eviction policies (docs/architecture.md, Policies and Budget):
 //   budget B  = tokens kept per (layer, kv_head) right after a compression;
 //   buffer    = tokens that may accumulate before the next compression: a head is compressed
 //               after a step in which its length reached B + buffer, so between compressions it
 //               holds B … B + buffer − 1 tokens after each step and peaks at B + buffer inside
 //               the step's attention (TRIM-KV TrimKVCache.compress; the "resident length ≥ B +
-//               buffer" rule R-KV formalises, seed-trimkv-and-baselines.md §2.3, §3.2);
+//               buffer" rule R-KV formalises, docs/policies.md);
 //               buffer = 1 evicts on every step once past B (TRIM-KV Algorithm 1);
 //   window    = most recent tokens always kept; sinks = first tokens always kept.
 // At the end of the prompt (LayerStep::prefill_last) a head longer than B is compressed to B

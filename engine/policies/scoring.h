@@ -1,4 +1,4 @@
-// Shared scoring helpers of the KV policies (DESIGN.md, Engine / Policy: "score + protect + top-k").
+// Shared scoring helpers of the KV policies (docs/architecture.md, Policies and the policy driver: "score + protect + top-k").
 // Everything here is f32, single-threaded, and works on one (sequence, layer, kv_head) at a time.
 // Sources of each formula are cited at the function; the policy files say which options they use.
 #pragma once
@@ -32,8 +32,8 @@ std::vector<float> window_probs(LayerStep& step, int h, int* w_out);
 /// SnapKV-family importance of the OLDER tokens of head h (the first L − w, i.e. all but the w
 /// window tokens), before pooling: attention of the w window queries, reduced over the GQA group
 /// by `gqa`, then averaged over the w queries. Returns L − w values (empty when L ≤ w).
-/// Sources: SnapKV (arXiv 2404.14469 §4.2), R-KV (seed-trimkv-and-baselines.md §3.1 step 1),
-/// G-KV Eq. 1–2 (seed-gkv.md §1.1), kvpress SnapKVPress.score.
+/// Sources: SnapKV (arXiv 2404.14469 §4.2), R-KV step 1 (docs/policies.md, `rkv`),
+/// G-KV Eq. 1–2 (docs/policies.md), kvpress SnapKVPress.score.
 std::vector<float> window_importance(LayerStep& step, int h, Gqa gqa, int* w_out);
 
 /// window_importance(step, h, spec.gqa) pooled with pool1d(spec.kernel, spec.pool): the score of
@@ -52,8 +52,8 @@ void head_mlp(LayerStep& step, const HeadMlp& mlp, const float* x, int rows, int
 /// x.size() as torch does for odd kernels). kernel ≤ 1 or Pool::kNone returns x unchanged.
 std::vector<float> pool1d(std::span<const float> x, int kernel, Pool type);
 
-/// R-KV / G-KV key redundancy of head h over its L cached keys (seed-trimkv-and-baselines.md §3.1
-/// step 2; seed-gkv.md §1.3): S = cosine similarity matrix (key norm eps 1e-8), diagonal zeroed;
+/// R-KV / G-KV key redundancy of head h over its L cached keys (R-KV step 2;
+/// docs/policies.md, `rkv`): S = cosine similarity matrix (key norm eps 1e-8), diagonal zeroed;
 /// for every row i the LARGEST other index k with S[i,k] > threshold has S[i,k] set to 0 (the most
 /// recent near-duplicate is not penalised); when no k qualifies, R-KV zeroes S[i,0]
 /// (`zero_first_when_no_match`, R-KV's quirk), G-KV zeroes nothing. Returns the column means

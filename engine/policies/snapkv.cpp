@@ -1,11 +1,11 @@
 // `snapkv`: observation-window attention, pooled, top-k + the window.
 // Sources: Li et al., "SnapKV: LLM Knows What You are Looking for Before Generation" (arXiv
 // 2404.14469, §4.2 Alg. 1: attention of the last `window` prompt queries over the prefix, summed
-// over the window, 1-D pooling, top-k per head, plus the window); seed-trimkv-and-baselines.md
-// §5.2 (the decode-time SnapKV of the R-KV repo, TRIM-KV's baseline: GQA max over LOGITS, softmax
+// over the window, 1-D pooling, top-k per head, plus the window); docs/policies.md,
+// `snapkv` (the decode-time SnapKV of the R-KV repo, TRIM-KV's baseline: GQA max over LOGITS, softmax
 // over the non-window keys, mean over w = 8 queries, max-pool kernel 7, keep top B − w + the w
-// newest, recompressed every 128 decoded tokens); seed-gkv.md §1.7 (the G-KV repo variant:
-// softmax per head then group max, pooling kernel 5); kvpress SnapKVPress.score (softmax per head
+// newest, recompressed every 128 decoded tokens); the G-KV repo variant
+// (softmax per head then group max, pooling kernel 5); kvpress SnapKVPress.score (softmax per head
 // over all keys with a causal mask inside the window, mean over the window, avg-pool kernel 5,
 // mean over the GQA group, window forced to the top; defaults window 64).
 // Choices: the defaults are the R-KV-repo decode-time variant that the seeds (TRIM-KV, R-KV,

@@ -1,7 +1,7 @@
 // `streamingllm`: attention sinks + the most recent tokens.
 // Source: Xiao et al., "Efficient Streaming Language Models with Attention Sinks" (arXiv
 // 2309.17453, §3.2: keep 4 initial "sink" tokens plus a rolling window of recent tokens);
-// seed-trimkv-and-baselines.md §5.4 (R-KV's version used as the TRIM-KV baseline: first_tokens =
+// docs/policies.md (R-KV's version used as the TRIM-KV baseline: first_tokens =
 // 4 sinks + the most recent B − 4, applied on the 128-token schedule); kvpress StreamingLLMPress
 // (n_sink = 4; keeps the first n_sink and the last n_kept − n_sink tokens).
 // Choices: after a compression a head holds `sinks` first tokens + the last (budget − sinks);

@@ -2,7 +2,7 @@
 // Sources: "KV Admission: Learning What to Write" (arXiv 2512.17452): §3.2 (gate), §3.3/§4.2
 // (admission g > τ, τ = 0.1), §4.1–§4.3 (dual cache: 256-token local window + per-head global
 // cache, lazy promotion), App. K.1 (optional SnapKV eviction of the global cache);
-// seed-wgkv.md §1.2–§1.9, §6 (checkpoint tensors), §7.2 (ambiguities).
+// docs/policies.md, `wgkv` and Gate files (checkpoint tensors, ambiguities).
 //   gate per (layer, kv_head), on the token's own keys:
 //     x = [RMSNorm_pre(k before RoPE) ; RMSNorm_post(k after RoPE)] (eps 1e-6, per-layer weights
 //     [D] shared by the heads), g = σ(W2_h · GELU_erf(W1_h · x + b1_h) + b2_h),
@@ -31,7 +31,7 @@
 // file or directory (GateWeights, docs/policies.md#gate-files); tensor names
 // model.layers.{l}.self_attn.g_predictors.{pre_key_norm.weight, post_key_norm.weight,
 // conv1.weight [Hkv·I, 2D, 1], conv1.bias, conv2.weight [Hkv, I, 1], conv2.bias}. The checkpoint
-// stores no config (seed-wgkv.md §6): the width I (g_expand) comes from the tensor shapes, W and
+// stores no config (docs/policies.md, Gate files): the width I (g_expand) comes from the tensor shapes, W and
 // τ from the defaults below; the layers the tensors cover must be the model's. `random_gates=SEED`
 // makes RANDOM gates of the right shapes (norms 1, W ~ U(±1/sqrt(fan_in)), biases 0) for tests only.
 #include <algorithm>
