@@ -92,6 +92,11 @@ EngineOptions engine_options(const std::vector<Reference>& refs) {
   return eo;
 }
 
+/// K+V bytes one generation's decode attention read per step (0 without decode steps).
+double read_per_step(const GenerationResult& g) {
+  return g.decode_steps > 0 ? static_cast<double>(g.kv_read_bytes) / static_cast<double>(g.decode_steps) : 0.0;
+}
+
 }  // namespace
 
 std::vector<Reference> make_references(std::shared_ptr<const Model> model, const std::vector<std::vector<int32_t>>& prompts,
@@ -115,6 +120,7 @@ std::vector<Reference> make_references(std::shared_ptr<const Model> model, const
     GenerationResult g = e.generate({q}, nullptr)[0];
     r.continuation = std::move(g.tokens);
     r.kv_token_bytes_peak = g.kv_token_bytes_peak;
+    r.kv_read_bytes_step = read_per_step(g);
     Engine s(model, eo, nullptr);
     r.full_logits = s.score(r.prompt, r.continuation);
   }
@@ -136,7 +142,7 @@ Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& r
   const int V = static_cast<int>(model->config().vocab_size);
   const EngineOptions eo = engine_options(refs);
   TeacherForced tf;
-  double full_bytes = 0;
+  double full_bytes = 0, full_read = 0;
   for (const auto& r : refs) {
     // Two instances: one per engine (an engine owns its policy).
     std::unique_ptr<Policy> gen_policy = make_policy(ps), tf_policy = make_policy(ps);
@@ -158,6 +164,8 @@ Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& r
     row.kv_bytes_peak += static_cast<double>(res.kv_token_bytes_peak);
     full_bytes += static_cast<double>(r.kv_token_bytes_peak);
     row.evictions += static_cast<double>(res.evictions);
+    row.kv_read_step += read_per_step(res);
+    full_read += r.kv_read_bytes_step;
     Engine s(model, eo, std::move(tf_policy));
     const std::vector<float> logits = s.score(r.prompt, r.continuation);
     const TeacherForced t = compare_teacher_forced(r.full_logits, logits, r.continuation, V);
@@ -180,6 +188,8 @@ Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& r
   row.overall_pct /= np;
   row.kv_bytes_ratio = full_bytes > 0 ? row.kv_bytes_peak / full_bytes : 0;
   row.kv_bytes_peak /= np;
+  row.kv_read_ratio = full_read > 0 ? row.kv_read_step / full_read : 0;
+  row.kv_read_step /= np;
   row.evictions /= np;
   return row;
 }
@@ -187,17 +197,17 @@ Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& r
 std::string markdown_table(const std::vector<Row>& rows) {
   std::string s =
       "| policy | budget | greedy prefix % | greedy overall % | top-1 % | mean KL (nats) | ΔNLL (nats/tok) | "
-      "KV peak (KiB) | KV / full | evicted | note |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+      "KV peak (KiB) | KV / full | read/step (KiB) | read / full | evicted | note |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const auto& r : rows) {
     const std::string budget = r.budget > 0 ? std::to_string(r.budget) : "-";
     if (!r.error.empty()) {
-      s += fmt::format("| {} | {} | | | | | | | | | {} |\n", r.policy, budget, r.error);
+      s += fmt::format("| {} | {} | | | | | | | | | | | {} |\n", r.policy, budget, r.error);
       continue;
     }
-    s += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.4f} | {:+.4f} | {:.1f} | {:.2f} | {:.0f} | |\n", r.policy,
-                     budget, r.prefix_pct, r.overall_pct, r.top1_pct, r.kl_mean, r.nll_delta, r.kv_bytes_peak / 1024.0,
-                     r.kv_bytes_ratio, r.evictions);
+    s += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.4f} | {:+.4f} | {:.1f} | {:.2f} | {:.1f} | {:.2f} | {:.0f} | |\n",
+                     r.policy, budget, r.prefix_pct, r.overall_pct, r.top1_pct, r.kl_mean, r.nll_delta,
+                     r.kv_bytes_peak / 1024.0, r.kv_bytes_ratio, r.kv_read_step / 1024.0, r.kv_read_ratio, r.evictions);
   }
   return s;
 }
@@ -212,6 +222,7 @@ nlohmann::json to_json(const std::vector<Row>& rows) {
                         {"nll_delta", r.nll_delta},     {"top1_pct", r.top1_pct},
                         {"greedy_prefix_pct", r.prefix_pct}, {"greedy_overall_pct", r.overall_pct},
                         {"kv_bytes_peak", r.kv_bytes_peak},  {"kv_bytes_ratio", r.kv_bytes_ratio},
+                        {"kv_read_bytes_step", r.kv_read_step}, {"kv_read_ratio", r.kv_read_ratio},
                         {"evictions", r.evictions}};
     if (!r.error.empty()) j["error"] = r.error;
     a.push_back(j);

@@ -11,7 +11,8 @@
 //     C: the common prefix (% of |C| until the first divergence) and the position-wise agreement
 //     (% of the |C| positions with the same token);
 //   * memory: the peak K+V bytes of the held tokens during that generation
-//     (GenerationResult::kv_token_bytes_peak) and the tokens evicted.
+//     (GenerationResult::kv_token_bytes_peak), the tokens evicted, and the K+V bytes the decode
+//     attention read per step (GenerationResult::kv_read_bytes; below the peak for `quest`).
 // The `oracle` policy (engine/policies/oracle.h) is run in its two-pass mode: pass 2 records the
 // future attention of prompt + C with the full cache, then both runs above follow that trace.
 // Every prompt is prefilled in one chunk (prefill_chunk = the longest prompt), so every policy
@@ -65,6 +66,7 @@ struct Reference {
   std::vector<int32_t> prompt, continuation;
   std::vector<float> full_logits;   ///< [continuation.size() + 1, V]
   size_t kv_token_bytes_peak = 0;   ///< of the full-cache generation
+  double kv_read_bytes_step = 0;    ///< K+V bytes its decode attention read per step (bytes)
 };
 
 /// Builds the references (pass 1): greedy full-cache generation of at most `max_new_tokens` per
@@ -86,6 +88,10 @@ struct Row {
   double prefix_pct = 0, overall_pct = 0;
   double kv_bytes_peak = 0, kv_bytes_ratio = 0;  ///< mean peak K+V bytes; ÷ the full cache's
   double evictions = 0;                          ///< mean tokens evicted per prompt (generation)
+  /// Mean over prompts of the K+V bytes the decode attention read per step during the greedy
+  /// generation (GenerationResult::kv_read_bytes / decode_steps), and its ratio to the full
+  /// cache's. Equal to what is held for eviction policies; less for Quest-style read selection.
+  double kv_read_step = 0, kv_read_ratio = 0;
   std::string error;
 };
 

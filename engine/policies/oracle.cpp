@@ -33,7 +33,7 @@ std::vector<PolicyParamInfo> oracle_params() {
   }
   p.push_back({"future", "max",
                "reduction of the future blocks' scores: max (Eq. 5), sum or mean (the Golden-sum variant, "
-               "seed-foresightkv.md §5.3)"});
+               "docs/policies.md, `oracle`)"});
   return p;
 }
 

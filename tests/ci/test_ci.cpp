@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "datasets/records.h"
 #include "results/store.h"
@@ -251,4 +252,40 @@ TEST(CiSlurm, RefusesToRunWithoutArrayVariables) {
   auto [rc, out] = run_command("cd " + kSrc + " && env -u SLURM_ARRAY_TASK_ID -u SLURM_ARRAY_TASK_COUNT bash ci/slurm/nightly.sbatch");
   EXPECT_NE(rc, 0);
   EXPECT_TRUE(contains(out, "SLURM_ARRAY_TASK_ID")) << out;
+}
+
+// Sources cite the repository's own docs/ pages, never the reference notes that sit beside a
+// checkout in ../shared (a clone does not carry them). Scans every shipped source, script,
+// build file and doc page; the one exception is the generator that READS a note as its input
+// data (its path is an argument, not a citation).
+TEST(RepositoryLayout, NoSourceCitesTheNotesOutsideTheRepository) {
+  static const std::regex kCitation(
+      R"((\.\./shared/(reference|DESIGN))|\bDESIGN\.md\b|\bseed-[a-z-]+\.md\b|\bdatasets-graders\.md\b|\bpeers-harnesses\.md\b)");
+  static const std::set<std::string> kExts = {".cpp", ".h", ".inc", ".cu", ".cuh", ".py", ".sh",
+                                              ".yaml", ".yml", ".md", ".txt", ".cmake"};
+  static const std::set<std::string> kReadsNoteAsData = {"tools/gen_longmemeval_judge_goldens.py"};
+  std::vector<fs::path> roots;
+  for (const char* d : {"engine", "harness", "graders", "tasks", "datasets", "results", "net", "fuzz",
+                        "tools", "docs", "ci", "cmake"})
+    if (fs::exists(fs::path(kSrc) / d)) roots.push_back(fs::path(kSrc) / d);
+  std::vector<std::string> offenders;
+  auto scan = [&](const fs::path& p) {
+    const std::string rel = fs::relative(p, kSrc).generic_string();
+    if (kReadsNoteAsData.count(rel)) return;
+    std::istringstream in(kvb::read_file(p.string()));
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++n;
+      if (std::regex_search(line, kCitation)) offenders.push_back(rel + ":" + std::to_string(n) + ": " + line);
+    }
+  };
+  size_t scanned = 0;
+  for (const auto& root : roots)
+    for (const auto& e : fs::recursive_directory_iterator(root))
+      if (e.is_regular_file() && kExts.count(e.path().extension().string())) { scan(e.path()); ++scanned; }
+  for (const char* f : {"README.md", "CMakeLists.txt"}) { scan(fs::path(kSrc) / f); ++scanned; }
+  EXPECT_GT(scanned, 200u);
+  std::string all;
+  for (const auto& o : offenders) all += o + "\n";
+  EXPECT_TRUE(offenders.empty()) << all;
 }

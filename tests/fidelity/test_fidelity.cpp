@@ -77,6 +77,8 @@ TEST(FidelityPipeline, FullIsExactAndATinyBudgetIsNot) {
   EXPECT_EQ(full.prefix_pct, 100.0);
   EXPECT_EQ(full.overall_pct, 100.0);
   EXPECT_DOUBLE_EQ(full.kv_bytes_ratio, 1.0);
+  EXPECT_DOUBLE_EQ(full.kv_read_ratio, 1.0);
+  EXPECT_GT(full.kv_read_step, 0.0);
   EXPECT_EQ(full.evictions, 0.0);
 
   const Row tiny = evaluate(model, refs, "streamingllm:sinks=1,window=2,buffer=1", 4, {});
@@ -84,8 +86,18 @@ TEST(FidelityPipeline, FullIsExactAndATinyBudgetIsNot) {
   EXPECT_GT(tiny.kl_mean, 1e-4);
   EXPECT_NE(tiny.nll_delta, 0.0);
   EXPECT_LT(tiny.kv_bytes_ratio, 0.5);
+  EXPECT_LT(tiny.kv_read_ratio, 0.5);  // an eviction policy reads what it holds
   EXPECT_GT(tiny.evictions, 30.0);
   EXPECT_LE(tiny.top1_pct, 100.0);
+
+  // Quest holds the whole cache and reads only its selected pages (no dense layer in this
+  // 2-layer model, then max(min_pages, 8 / 4) = 3 pages of 4 tokens per query head).
+  const Row quest = evaluate(model, refs, "quest:page_size=4,dense_layers=0", 8, {});
+  EXPECT_TRUE(quest.error.empty()) << quest.error;
+  EXPECT_DOUBLE_EQ(quest.kv_bytes_ratio, 1.0);
+  EXPECT_EQ(quest.evictions, 0.0);
+  EXPECT_LT(quest.kv_read_ratio, 0.9);
+  EXPECT_GT(quest.kv_read_ratio, 0.0);
 
   const Row orc = evaluate(model, refs, "oracle:buffer=2", 4, {});
   EXPECT_TRUE(orc.error.empty()) << orc.error;
