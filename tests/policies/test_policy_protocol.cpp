@@ -111,6 +111,7 @@ std::vector<ChunkCase> chunk_cases() {
       {"wgkv:random_gates=2,window=16,obs_window=16,tau=0.5", 40},
       {"foresightkv:random_scorer=1,window=16,buffer=16", 64},
       {"random:buffer=16,seed=9", 64},
+      {"seerattn_r:random_gates=1,block_size=16", 64},
   };
 }
 
@@ -194,7 +195,8 @@ TEST(CompressProtocol, ChunkedModeDependsOnTheChunkAndIsRecorded) {
   EXPECT_EQ(make_policy(PolicySpec::parse("rkv:compress=chunked", 64))->resolved_params()["compress"], "chunked");
   EXPECT_EQ(make_policy(PolicySpec::parse("wgkv:random_gates=1", 0))->resolved_params()["compress"], "prompt_end");
   for (const auto& info : policy_registry()) {
-    if (info.name == "full" || info.name == "quest") continue;  // quest never compresses: it selects reads
+    // quest and seerattn_r never compress: they select reads
+    if (info.name == "full" || info.name == "quest" || info.name == "seerattn_r") continue;
     const bool has = std::any_of(info.params.begin(), info.params.end(), [](const auto& p) { return p.key == "compress"; });
     EXPECT_TRUE(has) << info.name << " does not declare `compress`";
   }
