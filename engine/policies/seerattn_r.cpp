@@ -383,7 +383,7 @@ class SeerAttnRPolicy : public Policy {
       arch_.hidden = D;
       make_random(L, G, Hkv, D);
     } else {
-      read_arch(weights_.config, file);
+      read_arch(weights_.config, file, D);
       weights_.check_model(L, Hkv, step.hidden_size, D);
     }
     if (block_param_ > 0) arch_.block = static_cast<int>(block_param_);
@@ -412,10 +412,13 @@ class SeerAttnRPolicy : public Policy {
   }
 
   /// The gate architecture from the checkpoint's config.json (SeerAttnQwen3Config's seerattn_*
-  /// keys; block sizes 16, 32, 64 as its asserts; absent keys take the config class defaults:
-  /// block 64, hidden 128, Qproj, Kmaxminavg;
-  /// qk norm when the checkpoint holds attngate_qnorm tensors; RoPE on).
-  void read_arch(const nlohmann::json& c, const std::string& file) {
+  /// keys; block sizes 16, 32, 64 as its asserts). A key the config lacks (a bare weights file
+  /// has no config) is read from the tensors where they tell it — the gate width from
+  /// attngate_linear_k [Hkv, n_pool·D, d], Qproj/Qavgproj/Qavg from the rank of attngate_linear_q
+  /// or its absence, qk norm from attngate_qnorm, Kmaxminavg from n_pool = 3 — else it takes the
+  /// config class default (block 64, RoPE on); fewer than 3 pools cannot be told apart by shape
+  /// and need the config.
+  void read_arch(const nlohmann::json& c, const std::string& file, int D) {
     GateArch a;
     auto get_int = [&](const char* key, int def, std::initializer_list<int> allowed) {
       if (!c.contains(key)) return def;
@@ -430,12 +433,23 @@ class SeerAttnRPolicy : public Policy {
     };
     a.block = get_int("seerattn_gate_block_size", 64, {16, 32, 64});
     // The gate width only has to fit the tensors (and head_dim, for RoPE; checked in init).
+    const GateTensor* wk = weights_.find(gate_prefix(0) + "attngate_linear_k.weight");
+    const GateTensor* wq = weights_.find(gate_prefix(0) + "attngate_linear_q.weight");
     if (c.contains("seerattn_gate_hidden_size")) {
       const auto& v = c["seerattn_gate_hidden_size"];
       if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 65536)
         fail_at(file, "seerattn_gate_hidden_size", "expected an integer in [1, 65536], got {}", v.dump());
       a.hidden = v.get<int>();
+    } else if (wk && wk->shape.size() == 3) {
+      a.hidden = static_cast<int>(wk->shape[2]);
     }
+    if (!c.contains("seerattn_q_head_pooling_type"))
+      a.q = !wq ? QPool::kAvg : wq->shape.size() == 3 ? QPool::kAvgProj : QPool::kProj;
+    if (!c.contains("seerattn_k_seq_pooling_type") && wk && wk->shape.size() == 3 && wk->shape[1] != 3 * D)
+      fail_at(weights_.path, "tensor " + gate_prefix(0) + "attngate_linear_k.weight",
+              "holds {} pooled keys of head_dim {}: without the checkpoint's config.json "
+              "(seerattn_k_seq_pooling_type) their pooling functions are unknown",
+              wk->shape[1] / std::max(D, 1), D);
     if (c.contains("seerattn_q_head_pooling_type")) {
       const auto& v = c["seerattn_q_head_pooling_type"];
       const std::string q = v.is_string() ? v.get<std::string>() : v.dump();

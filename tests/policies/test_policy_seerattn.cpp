@@ -116,11 +116,21 @@ TEST_P(SeerAttnGoldens, BlocksReadAndLogitsMatchTheFloat64RestatementForEveryChu
   EXPECT_GT(with_extra, 0);
   EXPECT_GT(without_extra, 0);
   const std::string dir = test::fixture(g["gates"].get<std::string>());
-  for (const std::string& gates : {dir, dir + "/gates.safetensors"}) {
+  // Layouts: the released one (attn_gate_weights.pth + config.json), a directory holding a
+  // .safetensors file and the config, and (for the released gate type, whose architecture the
+  // shapes tell) the bare .safetensors file with the block size given.
+  const fs::path st_dir = fs::temp_directory_path() / ("kvb_seerattn_st_" + std::to_string(m->config().head_dim));
+  fs::remove_all(st_dir);
+  fs::create_directories(st_dir);
+  fs::copy_file(dir + "/gates.safetensors", st_dir / "gates.safetensors");
+  fs::copy_file(dir + "/config.json", st_dir / "config.json");
+  std::vector<std::string> specs = {"gates=" + dir, "gates=" + st_dir.string()};
+  if (GetParam() == "models/tiny-qwen3") specs.push_back("block_size=16,gates=" + dir + "/gates.safetensors");
+  for (const std::string& gates : specs) {
     for (int chunk : {7, 16, 64, P}) {
-      SCOPED_TRACE("gates " + gates + ", prefill chunk " + std::to_string(chunk));
+      SCOPED_TRACE(gates + ", prefill chunk " + std::to_string(chunk));
       Reads got;
-      const auto logits = run(m, "seerattn_r:gates=" + gates, g, chunk, &got);
+      const auto logits = run(m, "seerattn_r:" + gates, g, chunk, &got);
       ASSERT_EQ(got.size(), want.size());
       for (size_t s = 0; s < want.size(); ++s)
         for (size_t l = 0; l < want[s].size(); ++l)
@@ -257,6 +267,13 @@ TEST(SeerAttnR, CheckpointForAnotherModelOrGateTypeIsRefusedByItsConfig) {
   const std::string q = edited_copy("q_type", [](json& c) { c["seerattn_q_head_pooling_type"] = "Qavgproj"; });
   e = test::input_error_of([&] { run(m, "seerattn_r:gates=" + q, g, 64, &reads); });
   EXPECT_NE(e.find("attngate_linear_q.weight"), std::string::npos) << e;
+  // A bare weights file with two pools per key: which two only the config says.
+  const json& gl = golden("models/tiny-llama3");
+  auto ml = Model::load_dir(test::fixture("models/tiny-llama3"));
+  const std::string bare = test::fixture(gl["gates"].get<std::string>()) + "/gates.safetensors";
+  e = test::input_error_of([&] { run(ml, "seerattn_r:block_size=16,gates=" + bare, gl, 64, &reads); });
+  EXPECT_NE(e.find("seerattn_k_seq_pooling_type"), std::string::npos) << e;
+  EXPECT_NE(e.find(bare), std::string::npos) << e;
 }
 
 }  // namespace
