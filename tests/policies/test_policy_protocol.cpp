@@ -59,6 +59,7 @@ struct RunOut {
   std::vector<int32_t> tokens;  ///< greedy generation
   std::vector<float> logits;    ///< teacher-forced logits over `forced`
   int64_t evictions = 0;
+  int64_t kv_read = 0;  ///< K+V bytes the decode steps' attention read (GenerationResult::kv_read_bytes)
 };
 
 RunOut run(std::shared_ptr<const Model> m, const std::string& spec, int64_t budget, int chunk,
@@ -74,6 +75,7 @@ RunOut run(std::shared_ptr<const Model> m, const std::string& spec, int64_t budg
     auto out = e.generate({q}, nullptr);
     r.tokens = out[0].tokens;
     r.evictions = out[0].evictions;
+    r.kv_read = out[0].kv_read_bytes;
   }
   Engine e(m, eo, spec == "full" ? nullptr : make_policy(PolicySpec::parse(spec, budget)));
   r.logits = e.score(prompt, forced ? *forced : r.tokens);
@@ -136,7 +138,10 @@ class ChunkInvariance : public ::testing::TestWithParam<ChunkCase> {
     const auto prompt = prompt_of(kPrompt, m->config().vocab_size);
     const RunOut whole = run(m, c.spec, c.budget, 4096, prompt, nullptr);
     ASSERT_EQ(static_cast<int>(whole.tokens.size()), kDecode);
-    if (c.spec != "full") {
+    if (c.spec.rfind("seerattn_r", 0) == 0) {  // keeps the cache, selects reads: it must read less
+      EXPECT_LT(whole.kv_read, run(m, "full", 0, 4096, prompt, nullptr).kv_read)
+          << "the policy never selected: the check would be vacuous";
+    } else if (c.spec != "full") {
       EXPECT_GT(whole.evictions, 0) << "the policy never compressed: the check would be vacuous";
     }
     // Default threading: the same greedy tokens and evictions.
