@@ -480,9 +480,7 @@ class SeerAttnRPolicy : public Policy {
     weights_.path = "random_gates=" + std::to_string(seed_);
     uint64_t ctr = 0;
     auto normal = [&](double sd) {
-      const double u1 = std::max(scoring::hash_uniform({static_cast<uint64_t>(seed_), ctr++}), 1e-300);
-      const double u2 = scoring::hash_uniform({static_cast<uint64_t>(seed_), ctr++});
-      return static_cast<float>(sd * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      return static_cast<float>(scoring::hash_normal(static_cast<uint64_t>(seed_), ctr, sd));
     };
     const int64_t d = arch_.hidden, n_pool = static_cast<int64_t>(arch_.k.size());
     for (int l = 0; l < L; ++l) {
