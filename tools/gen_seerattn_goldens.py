@@ -46,6 +46,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
+from gen_locret_goldens import rms, rope  # float64 RMSNorm and rotate-half RoPE, shared
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 OUT_DIR = os.path.join(ROOT, "tests", "fixtures", "policies")
 # model, gate type (q pooling, k pooling, qk norm), seed
@@ -59,20 +61,6 @@ START_LAYER = 0
 MARGIN = 1e-4
 LOGIT_STEPS = list(range(0, FORCED + 1, 9)) + [FORCED]
 torch.set_grad_enabled(False)
-
-
-def rms(x, w, eps):
-    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
-
-
-def rope(x, pos, inv_freq, scale):
-    """Rotate-half RoPE of x [..., n, D] at positions pos [n] (float64)."""
-    ang = pos[:, None].double() * inv_freq[None, :]
-    emb = torch.cat([ang, ang], -1)
-    cos, sin = emb.cos() * scale, emb.sin() * scale
-    half = x.shape[-1] // 2
-    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rot * sin
 
 
 POOL = {"max": lambda k: k.max(0).values, "min": lambda k: k.min(0).values, "avg": lambda k: k.mean(0)}
