@@ -65,7 +65,8 @@ std::vector<PolicyParamInfo> params() {
        ".pth/.pt/.safetensors file; required unless random_gates (kvbench run picks the released gates of a known "
        "model)"},
       {"random_gates", "-1", "seed of RANDOM test gates (not SeerAttention-R; -1 = off)"},
-      {"start_layer", "0", "layers below it attend densely (the reference's seerattn_start_layer; TRIM-KV's setting 0)"},
+      {"start_layer", "0",
+       "layers below it attend densely (the reference's seerattn_start_layer; TRIM-KV's setting 0)"},
       {"block_size", "0",
        "tokens per key block; 0 = the checkpoint's seerattn_gate_block_size (64; random gates: 64). "
        "k = floor(budget / block_size) blocks are read plus the newest"},
@@ -110,7 +111,9 @@ std::vector<KPool> parse_k_pooling(const std::string& s, const std::string& file
   }
   if (i == std::string::npos || out.empty())
     fail_at(file, "seerattn_k_seq_pooling_type",
-            "\"{}\" is not a gate type of the reference (K followed by max, min, avg in that order, e.g. Kmaxminavg)", s);
+            "\"{}\" is not a gate type of the reference (K followed by max, min, avg in that order, e.g. "
+            "Kmaxminavg)",
+            s);
   return out;
 }
 
@@ -166,7 +169,8 @@ class SeerAttnRPolicy : public Policy {
 
   void select_reads(ReadStep& st) override {
     if (st.layer < start_layer_) return;
-    if (layers_.empty()) fail("policy 'seerattn_r': decode step before any prompt (the gates are loaded at the prompt)");
+    if (layers_.empty())
+      fail("policy 'seerattn_r': decode step before any prompt (the gates are loaded at the prompt)");
     const int Hq = st.num_q_heads, Hkv = st.num_kv_heads, D = st.head_dim, G = Hq / Hkv;
     const GateLayer& g = layers_.at(st.layer);
     Seq& s = seqs_[st.seq];
