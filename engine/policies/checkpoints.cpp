@@ -37,6 +37,14 @@ const std::vector<KnownCheckpoint>& known_checkpoints() {
        "retaining heads, LongAlpaca; the paper's setting: budget 6000, chunk 3072, stabilizers 2500"},
       {"locret", "hyx21/Locret-llama-3.1-8B-instruct", "meta-llama/Llama-3.1-8B-Instruct",
        "retaining heads, LongAlpaca; the paper's setting: budget 6000, chunk 3072, stabilizers 2500"},
+      // SeerAttention-R (microsoft/SeerAttention README, decode sparse): AttnGates only —
+      // attn_gate_weights.pth + config.json whose base_model names the frozen model.
+      {"seerattn_r", "SeerAttention/SeerAttention-Decode-Qwen3-4B-AttnGates", "Qwen/Qwen3-4B",
+       "decode AttnGates (Qproj, Kmaxminavg, block 64), self-distilled; README budgets 2048-8192"},
+      {"seerattn_r", "SeerAttention/SeerAttention-Decode-Qwen3-8B-AttnGates", "Qwen/Qwen3-8B",
+       "decode AttnGates (Qproj, Kmaxminavg, block 64), self-distilled; README budgets 2048-8192"},
+      {"seerattn_r", "SeerAttention/SeerAttention-Decode-Qwen3-14B-AttnGates", "Qwen/Qwen3-14B",
+       "decode AttnGates (Qproj, Kmaxminavg, block 64), self-distilled; README budgets 2048-8192"},
       {"wgkv", "WG-KV/checkpoints/llama-3.1-8b-instruct-0.16.pt", "meta-llama/Llama-3.1-8B-Instruct",
        "write gates, FineWeb-Edu, lambda = 0.16"},
       {"wgkv", "WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt", "Qwen/Qwen3-4B-Instruct-2507",

@@ -200,9 +200,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
         weights_.path = "random_scorer=" + std::to_string(random_seed_);
         uint64_t ctr = 0;
         auto normal = [&] {
-          const double u1 = std::max(scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++}), 1e-300);
-          const double u2 = scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++});
-          return static_cast<float>(0.02 * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+          return static_cast<float>(scoring::hash_normal(static_cast<uint64_t>(random_seed_), ctr, 0.02));
         };
         for (int l = 0; l < step.num_layers; ++l) {
           std::vector<float> w1(static_cast<size_t>(Hk) * in * hidden_), b1(Hk * hidden_), w2(Hk * hidden_), b2(Hk);

@@ -221,11 +221,7 @@ class LocretPolicy : public Policy {
   void make_random(const LayerStep& step) {
     weights_.path = "random_heads=" + std::to_string(seed_);
     uint64_t ctr = 0;
-    auto normal = [&] {
-      const double u1 = std::max(scoring::hash_uniform({static_cast<uint64_t>(seed_), ctr++}), 1e-300);
-      const double u2 = scoring::hash_uniform({static_cast<uint64_t>(seed_), ctr++});
-      return static_cast<float>(0.02 * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-    };
+    auto normal = [&] { return static_cast<float>(scoring::hash_normal(static_cast<uint64_t>(seed_), ctr, 0.02)); };
     const int64_t in = static_cast<int64_t>(step.num_q_heads + 2 * step.num_kv_heads) * step.head_dim;
     for (int l = 0; l < step.num_layers; ++l) {
       std::vector<float> w1(static_cast<size_t>(hidden_ * in)), w2(static_cast<size_t>(step.num_kv_heads * hidden_));

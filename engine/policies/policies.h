@@ -28,6 +28,7 @@ PolicyInfo morphkv_policy_info();            ///< morphkv.cpp
 PolicyInfo cake_policy_info();               ///< cake.cpp
 PolicyInfo quest_policy_info();              ///< quest.cpp
 PolicyInfo locret_policy_info();             ///< locret.cpp
+PolicyInfo seerattn_r_policy_info();         ///< seerattn_r.cpp
 
 /// CAKE's layer-budget adjustment (cake.cpp; antgroup/cakekv cake/utils.py adjust_budgets): the
 /// float budgets truncated to integers, each capped at `seq_len` with the excess spread evenly over

@@ -71,6 +71,7 @@ const std::vector<PolicyInfo>& policy_registry() {
     r.push_back(cake_policy_info());
     r.push_back(quest_policy_info());
     r.push_back(locret_policy_info());
+    r.push_back(seerattn_r_policy_info());
     return r;
   }();
   return reg;

@@ -310,4 +310,10 @@ double hash_uniform(std::initializer_list<uint64_t> words) {
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
+double hash_normal(uint64_t seed, uint64_t& ctr, double sd) {
+  const double u1 = std::max(hash_uniform({seed, ctr++}), 1e-300);
+  const double u2 = hash_uniform({seed, ctr++});
+  return sd * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
 }  // namespace kvb::scoring

@@ -199,9 +199,7 @@ class TrimKVPolicy : public ScheduledPolicy {
     weights_.path = "random_gates=" + std::to_string(random_seed_);
     uint64_t ctr = 0;
     auto normal = [&](float stdv) {
-      const double u1 = std::max(scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++}), 1e-300);
-      const double u2 = scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++});
-      return static_cast<float>(stdv * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+      return static_cast<float>(scoring::hash_normal(static_cast<uint64_t>(random_seed_), ctr, stdv));
     };
     for (int l = 0; l < step.num_layers; ++l) {
       const std::string p = layer_prefix(l);

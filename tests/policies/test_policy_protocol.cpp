@@ -59,6 +59,7 @@ struct RunOut {
   std::vector<int32_t> tokens;  ///< greedy generation
   std::vector<float> logits;    ///< teacher-forced logits over `forced`
   int64_t evictions = 0;
+  int64_t kv_read = 0;  ///< K+V bytes the decode steps' attention read (GenerationResult::kv_read_bytes)
 };
 
 RunOut run(std::shared_ptr<const Model> m, const std::string& spec, int64_t budget, int chunk,
@@ -74,6 +75,7 @@ RunOut run(std::shared_ptr<const Model> m, const std::string& spec, int64_t budg
     auto out = e.generate({q}, nullptr);
     r.tokens = out[0].tokens;
     r.evictions = out[0].evictions;
+    r.kv_read = out[0].kv_read_bytes;
   }
   Engine e(m, eo, spec == "full" ? nullptr : make_policy(PolicySpec::parse(spec, budget)));
   r.logits = e.score(prompt, forced ? *forced : r.tokens);
@@ -111,6 +113,7 @@ std::vector<ChunkCase> chunk_cases() {
       {"wgkv:random_gates=2,window=16,obs_window=16,tau=0.5", 40},
       {"foresightkv:random_scorer=1,window=16,buffer=16", 64},
       {"random:buffer=16,seed=9", 64},
+      {"seerattn_r:random_gates=1,block_size=16", 64},
   };
 }
 
@@ -135,7 +138,10 @@ class ChunkInvariance : public ::testing::TestWithParam<ChunkCase> {
     const auto prompt = prompt_of(kPrompt, m->config().vocab_size);
     const RunOut whole = run(m, c.spec, c.budget, 4096, prompt, nullptr);
     ASSERT_EQ(static_cast<int>(whole.tokens.size()), kDecode);
-    if (c.spec != "full") {
+    if (c.spec.rfind("seerattn_r", 0) == 0) {  // keeps the cache, selects reads: it must read less
+      EXPECT_LT(whole.kv_read, run(m, "full", 0, 4096, prompt, nullptr).kv_read)
+          << "the policy never selected: the check would be vacuous";
+    } else if (c.spec != "full") {
       EXPECT_GT(whole.evictions, 0) << "the policy never compressed: the check would be vacuous";
     }
     // Default threading: the same greedy tokens and evictions.
@@ -194,7 +200,8 @@ TEST(CompressProtocol, ChunkedModeDependsOnTheChunkAndIsRecorded) {
   EXPECT_EQ(make_policy(PolicySpec::parse("rkv:compress=chunked", 64))->resolved_params()["compress"], "chunked");
   EXPECT_EQ(make_policy(PolicySpec::parse("wgkv:random_gates=1", 0))->resolved_params()["compress"], "prompt_end");
   for (const auto& info : policy_registry()) {
-    if (info.name == "full" || info.name == "quest") continue;  // quest never compresses: it selects reads
+    // quest and seerattn_r never compress: they select reads
+    if (info.name == "full" || info.name == "quest" || info.name == "seerattn_r") continue;
     const bool has = std::any_of(info.params.begin(), info.params.end(), [](const auto& p) { return p.key == "compress"; });
     EXPECT_TRUE(has) << info.name << " does not declare `compress`";
   }

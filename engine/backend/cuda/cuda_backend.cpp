@@ -715,8 +715,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   int64_t evicted = 0;
   const PolicyNeeds needs = policy ? policy->needs() : PolicyNeeds{};
   if (needs.read_select)
-    fail("--backend cuda: policy '{}' selects the tokens each head reads at decode (Quest); only --backend cpu "
-         "implements that",
+    fail("--backend cuda: policy '{}' selects the tokens each head reads at decode (Quest, SeerAttention-R); only "
+         "--backend cpu implements that",
          policy->name());
   const bool mirror = policy && needs.host_kv;
   if (mirror && !cache.host_kv())
