@@ -6,7 +6,7 @@
 // (seer_attn/decode_sparse/attn_gate_inf.py `AttnGate.forward`, `get_sparse_attn_mask_from_budget`;
 // seer_attn/decode_sparse/cache_utils.py `KCompressionCache`;
 // seer_attn/decode_sparse/qwen3/modeling_qwen3_seerattn_inference.py `Qwen3SeerAttention`,
-// `Qwen3Model.forward`); TRIM-KV's comparison setting (seed-trimkv-and-baselines.md §5.5:
+// `Qwen3Model.forward`); TRIM-KV's comparison setting (
 // sparsity_method token_budget, start_layer 0); docs/policies.md#seerattn_r.
 //   gate of layer l, kv head h, group G = Hq / Hkv, block size B (64), gate width d (128):
 //     query (Qproj): q̃_h = Σ_{g<G} W_q[h, g]ᵀ q_{hG+g}, W_q [Hkv, G, D, d]  (Qavgproj: W_q [Hkv, D, d]
