@@ -33,27 +33,13 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
 namespace kvb {
 namespace {
-
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/128, /*sinks=*/0);
-  for (auto& e : p) {
-    if (e.key == "buffer") e.help = "eviction length L: tokens added between evictions (must equal window)";
-    if (e.key == "window") e.help = "eviction length L: newest tokens protected and queries used for the features";
-  }
-  p.push_back({"scorer", "", "scorer weights (.safetensors, judge_model tensors); required unless random_scorer"});
-  p.push_back({"random_scorer", "-1", "seed of a RANDOM scorer (not ForesightKV; -1 = off)"});
-  p.push_back({"hidden", "16", "scorer hidden size of a random scorer"});
-  p.push_back({"sample", "true", "top-2L multinomial sampling (false: deterministic top-L)"});
-  p.push_back({"seed", "0", "policy seed of the eviction noise, combined with each request's sampling seed"});
-  p.push_back({"decay", "0.9", "per-eviction decay of the decayed cumulative attention feature"});
-  return p;
-}
 
 
 class ForesightKVPolicy : public ScheduledPolicy {
@@ -73,12 +59,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
       weights_ = GateWeights::load(path_, GateSource{"foresightkv", "scorer", "", false});
     }
   }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.host_kv = true;
-    n.window_queries = window_;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.window_queries = window_, .host_kv = true}; }
   void on_sequence_begin(SeqId seq, uint64_t sample_seed) override { sample_seed_[seq] = sample_seed; }
   void on_sequence_end(SeqId seq) override {
     sample_seed_.erase(seq);
@@ -254,15 +235,19 @@ class ForesightKVPolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo foresightkv_policy_info() {
-  PolicyInfo info;
-  info.name = "foresightkv";
-  info.description = "ForesightKV: learned MLP scorer over [k, v, attention features], top-2L sampling (Dong et al. 2026 §3.1)";
-  info.params = params();
-  info.learned = LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV"};
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<ForesightKVPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<ForesightKVPolicy>(
+      "foresightkv",
+      "ForesightKV: learned MLP scorer over [k, v, attention features], top-2L sampling (Dong et al. 2026 §3.1)",
+      extend_params(schedule_params(/*buffer=*/128, /*window=*/128, /*sinks=*/0),
+                    {{"buffer", "eviction length L: tokens added between evictions (must equal window)"},
+                     {"window", "eviction length L: newest tokens protected and queries used for the features"}},
+                    {{"scorer", "", "scorer weights (.safetensors, judge_model tensors); required unless random_scorer"},
+                     {"random_scorer", "-1", "seed of a RANDOM scorer (not ForesightKV; -1 = off)"},
+                     {"hidden", "16", "scorer hidden size of a random scorer"},
+                     {"sample", "true", "top-2L multinomial sampling (false: deterministic top-L)"},
+                     {"seed", "0", "policy seed of the eviction noise, combined with each request's sampling seed"},
+                     {"decay", "0.9", "per-eviction decay of the decayed cumulative attention feature"}}),
+      LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV"});
 }
 
 }  // namespace kvb

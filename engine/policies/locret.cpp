@@ -37,6 +37,7 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
@@ -93,15 +94,10 @@ class LocretPolicy : public Policy {
   std::string name() const override { return "locret"; }
   nlohmann::json resolved_params() const override { return p_.resolved(); }
 
+  // host_kv: the values of the new tokens are read from the cache.
   PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.queries_pre_rope = true;
-    n.keys_pre_rope = true;
-    n.host_kv = true;  // values of the new tokens, read from the cache
-    n.num_scalars = 1;
-    n.prefill_chunk = static_cast<int>(chunk_);
-    n.prefill_tail = static_cast<int>(local_);
-    return n;
+    return {.keys_pre_rope = true, .queries_pre_rope = true, .num_scalars = 1, .host_kv = true,
+            .prefill_chunk = static_cast<int>(chunk_), .prefill_tail = static_cast<int>(local_)};
   }
 
   void on_layer_step(LayerStep& step) override {
@@ -248,26 +244,12 @@ class LocretPolicy : public Policy {
 }  // namespace
 
 PolicyInfo locret_policy_info() {
-  PolicyInfo info;
-  info.name = "locret";
-  info.description =
+  return learned_policy_entry<LocretPolicy>(
+      "locret",
       "LocRet: trained retaining heads score [q; k; v]; chunked prefill keeps top-budget + stabilizers "
-      "(Huang et al. 2024 §3.2-3.3)";
-  info.params = params();
-  info.learned = LearnedWeightsInfo{"heads", "random_heads", "retaining heads", "LocRet"};
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    (void)PolicyParams(spec, params());  // unknown keys are reported before any file is read
-    auto it = spec.params.find("heads");
-    GateWeights w;
-    if (it != spec.params.end() && !it->second.empty()) {
-      GateSource src{"locret", "heads", "model.safetensors", true};
-      src.keep = is_head_tensor;
-      src.model_shards = true;
-      w = GateWeights::load(it->second, src);
-    }
-    return std::make_unique<LocretPolicy>(PolicyParams(spec, params()), std::move(w));
-  };
-  return info;
+      "(Huang et al. 2024 §3.2-3.3)",
+      params(), LearnedWeightsInfo{"heads", "random_heads", "retaining heads", "LocRet"},
+      GateSource{"locret", "heads", "model.safetensors", true, is_head_tensor, /*model_shards=*/true});
 }
 
 }  // namespace kvb

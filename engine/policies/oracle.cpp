@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -21,20 +22,18 @@ const char* future_name(OracleFuture f) {
 }
 
 std::vector<PolicyParamInfo> oracle_params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0);
-  for (auto& e : p) {
-    if (e.key == "budget_kind") e.help = "tokens only: budget = tokens per (layer, kv_head) (the block grid needs a fixed B)";
-    if (e.key == "buffer")
-      e.help = "L: block length of the golden schedule; a head is compressed when it reaches budget + L, "
-               "and future attention is pooled over blocks of L queries";
-    if (e.key == "window") e.help = "most recent tokens always kept (-1: L = buffer, the golden's protected R_t)";
-    if (e.key == "sinks") e.help = "first tokens always kept (golden: none)";
-    if (e.key == "ratio") e.help = "unused (the oracle supports budget_kind=tokens only)";
-  }
-  p.push_back({"future", "max",
-               "reduction of the future blocks' scores: max (Eq. 5), sum or mean (the Golden-sum variant, "
-               "seed-foresightkv.md §5.3)"});
-  return p;
+  return extend_params(
+      schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0),
+      {{"budget_kind", "tokens only: budget = tokens per (layer, kv_head) (the block grid needs a fixed B)"},
+       {"ratio", "unused (the oracle supports budget_kind=tokens only)"},
+       {"buffer",
+        "L: block length of the golden schedule; a head is compressed when it reaches budget + L, and future "
+        "attention is pooled over blocks of L queries"},
+       {"window", "most recent tokens always kept (-1: L = buffer, the golden's protected R_t)"},
+       {"sinks", "first tokens always kept (golden: none)"}},
+      {{"future", "max",
+        "reduction of the future blocks' scores: max (Eq. 5), sum or mean (the Golden-sum variant, "
+        "seed-foresightkv.md §5.3)"}});
 }
 
 }  // namespace
@@ -182,16 +181,11 @@ void OraclePolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& 
 }
 
 PolicyInfo oracle_policy_info() {
-  PolicyInfo info;
-  info.name = "oracle";
-  info.description =
+  return policy_entry<OraclePolicy>(
+      "oracle",
       "Golden eviction: keep the top tokens by the future attention of a full-cache teacher-forced trace "
-      "(ForesightKV §3.2 Eq. 3-5; two-pass upper bound, runs under `kvbench fidelity`)";
-  info.params = oracle_params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<OraclePolicy>(PolicyParams(spec, oracle_params()));
-  };
-  return info;
+      "(ForesightKV §3.2 Eq. 3-5; two-pass upper bound, runs under `kvbench fidelity`)",
+      oracle_params());
 }
 
 }  // namespace kvb

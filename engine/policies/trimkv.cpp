@@ -32,23 +32,13 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
 namespace kvb {
 namespace {
-
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/true, /*global_kind=*/true);
-  p.push_back({"gates", "",
-               "retention gates: a Hub id (ngocbh/TrimKV-Qwen3-4B-Math), a directory, or a .pth/.pt/.safetensors "
-               "file; required unless random_gates (kvbench run picks the released gates of a known model)"});
-  p.push_back({"random_gates", "-1", "seed of RANDOM test gates (not TRIM-KV; -1 = off)"});
-  p.push_back({"gate_hidden", "512", "hidden width I of random gates"});
-  p.push_back({"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"});
-  return p;
-}
 
 /// The policy spec with the defaults the checkpoint's config.json gives (TRIM-KV's config
 /// fields, seed-trimkv-and-baselines.md §2.4–2.5): buffer = buffer_size unless given, budget =
@@ -89,15 +79,9 @@ class TrimKVPolicy : public ScheduledPolicy {
       fail("policy 'trimkv': no retention-gate weights for this model: pass gates=HUB_ID|DIR|FILE (the released "
            "ngocbh/TrimKV-<model> checkpoints; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
            "test gates");
-    if (hidden_ < 1) params_.fail_param("gate_hidden", "must be >= 1");
+    params_.check_min("gate_hidden", hidden_, 1);
   }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.layer_input = true;
-    n.layer_input_via_mlp = true;
-    n.num_scalars = 1;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.layer_input = true, .num_scalars = 1, .layer_input_via_mlp = true}; }
 
   void on_step_end(StepEnd& s) override {
     if (!global_kind_ || budget_ <= 0) return;
@@ -226,21 +210,18 @@ class TrimKVPolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo trimkv_policy_info() {
-  PolicyInfo info;
-  info.name = "trimkv";
-  info.description = "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)";
-  info.params = params();
-  info.learned = LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV"};
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    (void)PolicyParams(spec, params());  // unknown keys are reported before any file is read
-    auto it = spec.params.find("gates");
-    if (it == spec.params.end() || it->second.empty())
-      return std::make_unique<TrimKVPolicy>(PolicyParams(spec, params()), GateWeights{});
-    GateWeights w = GateWeights::load(it->second, GateSource{"trimkv", "gates", "trimkv_weights.pth", true});
-    const PolicySpec s = with_checkpoint_config(spec, w);
-    return std::make_unique<TrimKVPolicy>(PolicyParams(s, params()), std::move(w));
-  };
-  return info;
+  return learned_policy_entry<TrimKVPolicy>(
+      "trimkv", "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)",
+      extend_params(
+          schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/true, /*global_kind=*/true), {},
+          {{"gates", "",
+            "retention gates: a Hub id (ngocbh/TrimKV-Qwen3-4B-Math), a directory, or a .pth/.pt/.safetensors "
+            "file; required unless random_gates (kvbench run picks the released gates of a known model)"},
+           {"random_gates", "-1", "seed of RANDOM test gates (not TRIM-KV; -1 = off)"},
+           {"gate_hidden", "512", "hidden width I of random gates"},
+           {"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"}}),
+      LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV"},
+      GateSource{"trimkv", "gates", "trimkv_weights.pth", true}, with_checkpoint_config);
 }
 
 }  // namespace kvb

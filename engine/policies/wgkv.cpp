@@ -42,6 +42,7 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
@@ -79,9 +80,9 @@ class WGKVPolicy : public Policy {
     kernel_ = static_cast<int>(params_.get_int("kernel"));
     chunked_ = parse_compress(params_);
     budget_ = params_.budget();
-    if (window_ < 1) params_.fail_param("window", "must be >= 1");
+    params_.check_min("window", window_, 1);
     if (evict_ratio_ <= 0 || evict_ratio_ > 1) params_.fail_param("evict_ratio", "must be in (0, 1]");
-    if (obs_window_ < 1) params_.fail_param("obs_window", "must be >= 1");
+    params_.check_min("obs_window", obs_window_, 1);
     if (budget_ > 0 && budget_ <= window_)
       fail("policy 'wgkv': budget {} must exceed window = {} (it counts the local window)", budget_, window_);
     if (gates_path_.empty() && random_seed_ < 0)
@@ -92,12 +93,7 @@ class WGKVPolicy : public Policy {
   std::string name() const override { return "wgkv"; }
   nlohmann::json resolved_params() const override { return params_.resolved(); }
   PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.host_kv = true;
-    n.keys_pre_rope = true;
-    n.num_scalars = 1;
-    n.window_queries = budget_ > 0 ? obs_window_ : 0;
-    return n;
+    return {.window_queries = budget_ > 0 ? obs_window_ : 0, .keys_pre_rope = true, .num_scalars = 1, .host_kv = true};
   }
   void on_sequence_end(SeqId seq) override { evicting_.erase(seq); }
 
@@ -280,20 +276,9 @@ class WGKVPolicy : public Policy {
 }  // namespace
 
 PolicyInfo wgkv_policy_info() {
-  PolicyInfo info;
-  info.name = "wgkv";
-  info.description = "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0";
-  info.params = params();
-  info.learned = LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV"};
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    PolicyParams p(spec, params());  // unknown keys are reported before any file is read
-    auto it = spec.params.find("gates");
-    GateWeights w;
-    if (it != spec.params.end() && !it->second.empty())
-      w = GateWeights::load(it->second, GateSource{"wgkv", "gates", "", false});
-    return std::make_unique<WGKVPolicy>(std::move(p), std::move(w));
-  };
-  return info;
+  return learned_policy_entry<WGKVPolicy>(
+      "wgkv", "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0",
+      params(), LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV"}, GateSource{"wgkv", "gates", "", false});
 }
 
 }  // namespace kvb
