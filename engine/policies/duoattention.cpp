@@ -82,9 +82,9 @@ std::vector<std::vector<double>> read_pattern_tsv(const std::string& path) {
   return rows;
 }
 
-class DuoAttentionPolicy : public Policy {
+class DuoAttentionPolicy : public ParamPolicy {
  public:
-  explicit DuoAttentionPolicy(PolicyParams p) : params_(std::move(p)) {
+  explicit DuoAttentionPolicy(PolicyParams p) : ParamPolicy("duoattention", std::move(p)) {
     const std::string pattern = params_.get_string("pattern");
     random_seed_ = params_.get_int("random_pattern");
     sparsity_ = params_.get_double_in("sparsity", 0, 1);
@@ -126,7 +126,6 @@ class DuoAttentionPolicy : public Policy {
     resolved_["recent"] = recent_;
   }
 
-  std::string name() const override { return "duoattention"; }
   nlohmann::json resolved_params() const override { return resolved_; }
   PolicyNeeds needs() const override { return {}; }
 
@@ -176,7 +175,6 @@ class DuoAttentionPolicy : public Policy {
     for (int64_t i = 0; i < n_stream; ++i) streaming_[order[i]] = 1;
   }
 
-  PolicyParams params_;
   nlohmann::json resolved_;
   std::vector<std::vector<double>> gates_;
   std::vector<char> streaming_;

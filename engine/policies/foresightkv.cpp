@@ -179,16 +179,11 @@ class ForesightKVPolicy : public ScheduledPolicy {
       auto pfx = [](int l) { return "model.layers." + std::to_string(l) + ".self_attn.judge_model."; };
       if (random_seed_ >= 0 && !weights_.find(pfx(0) + "fc1.weight")) {
         weights_.path = "random_scorer=" + std::to_string(random_seed_);
-        uint64_t ctr = 0;
-        auto normal = [&] {
-          const double u1 = std::max(scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++}), 1e-300);
-          const double u2 = scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++});
-          return static_cast<float>(0.02 * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-        };
+        SeededDraws draw(random_seed_);
         for (int l = 0; l < step.num_layers; ++l) {
           std::vector<float> w1(static_cast<size_t>(Hk) * in * hidden_), b1(Hk * hidden_), w2(Hk * hidden_), b2(Hk);
           for (auto* v : {&w1, &b1, &w2, &b2})
-            for (auto& x : *v) x = normal();
+            for (auto& x : *v) x = draw.normal(0.02);
           weights_.add(pfx(l) + "fc1.weight", {Hk, in, hidden_}, std::move(w1));
           weights_.add(pfx(l) + "fc1.bias", {Hk, hidden_}, std::move(b1));
           weights_.add(pfx(l) + "fc2.weight", {Hk, hidden_, 1}, std::move(w2));

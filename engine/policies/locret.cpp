@@ -67,32 +67,30 @@ bool is_head_tensor(const std::string& name) {
   return name.rfind("model.layers.", 0) == 0 && name.find(".self_attn.fc") != std::string::npos;
 }
 
-class LocretPolicy : public Policy {
+class LocretPolicy : public ParamPolicy {
  public:
-  LocretPolicy(PolicyParams p, GateWeights weights) : p_(std::move(p)), weights_(std::move(weights)) {
-    budget_ = p_.budget();
-    chunk_ = p_.get_int("chunk_size");
-    stab_ = p_.get_int("stabilizers");
-    local_ = p_.get_int("local_len");
-    heads_path_ = p_.get_string("heads");
-    seed_ = p_.get_int("random_heads");
-    hidden_ = p_.get_int("head_hidden");
+  LocretPolicy(PolicyParams p, GateWeights weights)
+      : ParamPolicy("locret", std::move(p)), weights_(std::move(weights)) {
+    budget_ = params_.budget();
+    chunk_ = params_.get_int("chunk_size");
+    stab_ = params_.get_int("stabilizers");
+    local_ = params_.get_int("local_len");
+    heads_path_ = params_.get_string("heads");
+    seed_ = params_.get_int("random_heads");
+    hidden_ = params_.get_int("head_hidden");
     if (budget_ <= 0) fail("policy 'locret': needs a budget (--budget; the paper's setting is 6000)");
-    if (chunk_ < 1 || chunk_ > (int64_t{1} << 30)) p_.fail_param("chunk_size", "must be in [1, 2^30]");
-    if (stab_ < 0 || stab_ > (int64_t{1} << 30)) p_.fail_param("stabilizers", "must be in [0, 2^30]");
-    if (p_.get_choice("compress", {"chunked", "prompt_end"}) != "chunked")
-      p_.fail_param("compress", "LocRet compresses after each of its prompt chunks (chunk_size); prompt_end is not "
+    if (chunk_ < 1 || chunk_ > (int64_t{1} << 30)) params_.fail_param("chunk_size", "must be in [1, 2^30]");
+    if (stab_ < 0 || stab_ > (int64_t{1} << 30)) params_.fail_param("stabilizers", "must be in [0, 2^30]");
+    if (params_.get_choice("compress", {"chunked", "prompt_end"}) != "chunked")
+      params_.fail_param("compress", "LocRet compresses after each of its prompt chunks (chunk_size); prompt_end is not "
                                 "its protocol");
-    if (local_ < 0 || local_ > (int64_t{1} << 30)) p_.fail_param("local_len", "must be in [0, 2^30]");
-    if (hidden_ < 1 || hidden_ > 65536) p_.fail_param("head_hidden", "must be in [1, 65536]");
+    if (local_ < 0 || local_ > (int64_t{1} << 30)) params_.fail_param("local_len", "must be in [0, 2^30]");
+    if (hidden_ < 1 || hidden_ > 65536) params_.fail_param("head_hidden", "must be in [1, 65536]");
     if (heads_path_.empty() && seed_ < 0)
       fail("policy 'locret': no retaining-head weights for this model: pass heads=HUB_ID|DIR|FILE (the released "
            "hyx21/Locret-<model> checkpoints; `kvbench policies --checkpoints`), or random_heads=SEED for RANDOM "
            "test heads");
   }
-
-  std::string name() const override { return "locret"; }
-  nlohmann::json resolved_params() const override { return p_.resolved(); }
 
   // host_kv: the values of the new tokens are read from the cache.
   PolicyNeeds needs() const override {
@@ -198,13 +196,10 @@ class LocretPolicy : public Policy {
       heads_.resize(step.num_layers);
       for (int l = 0; l < step.num_layers; ++l) {
         const std::string p = layer_prefix(l);
-        const GateTensor* w1 = weights_.find(p + "fc1.weight");
-        if (!w1) fail_at(weights_.path, "tensor " + p + "fc1.weight",
-                         "missing (the retaining heads do not cover layer {} of this {}-layer model)", l,
-                         step.num_layers);
-        if (w1->shape.size() != 2 || w1->shape[0] < 1)
+        const GateTensor& w1 = weights_.layer_tensor(p + "fc1.weight", l, step.num_layers, "retaining heads");
+        if (w1.shape.size() != 2 || w1.shape[0] < 1)
           fail_at(weights_.path, "tensor " + p + "fc1.weight", "expected 2 dimensions [I, (Hq + 2 Hkv) D]");
-        const int64_t I = w1->shape[0];
+        const int64_t I = w1.shape[0];
         Head& g = heads_[l];
         g.I = static_cast<int>(I);
         g.w1 = weights_.require(p + "fc1.weight", {I, in}).data;
@@ -216,23 +211,17 @@ class LocretPolicy : public Policy {
 
   void make_random(const LayerStep& step) {
     weights_.path = "random_heads=" + std::to_string(seed_);
-    uint64_t ctr = 0;
-    auto normal = [&] {
-      const double u1 = std::max(scoring::hash_uniform({static_cast<uint64_t>(seed_), ctr++}), 1e-300);
-      const double u2 = scoring::hash_uniform({static_cast<uint64_t>(seed_), ctr++});
-      return static_cast<float>(0.02 * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-    };
+    SeededDraws draw(seed_);
     const int64_t in = static_cast<int64_t>(step.num_q_heads + 2 * step.num_kv_heads) * step.head_dim;
     for (int l = 0; l < step.num_layers; ++l) {
       std::vector<float> w1(static_cast<size_t>(hidden_ * in)), w2(static_cast<size_t>(step.num_kv_heads * hidden_));
-      for (auto& v : w1) v = normal();
-      for (auto& v : w2) v = normal();
+      for (auto& v : w1) v = draw.normal(0.02);
+      for (auto& v : w2) v = draw.normal(0.02);
       weights_.add(layer_prefix(l) + "fc1.weight", {hidden_, in}, std::move(w1));
       weights_.add(layer_prefix(l) + "fc2.weight", {step.num_kv_heads, hidden_}, std::move(w2));
     }
   }
 
-  PolicyParams p_;
   int64_t budget_ = 0, chunk_ = 3072, stab_ = 2500, local_ = 100, seed_ = -1, hidden_ = 1024;
   std::string heads_path_;
   GateWeights weights_;

@@ -69,4 +69,17 @@ class PolicyParams {
   nlohmann::json resolved_ = nlohmann::json::object();
 };
 
+/// Base of a policy that reads its parameters through PolicyParams: name() is its registry name
+/// and resolved_params() every value it read (PolicyParams::resolved(), "budget" included).
+class ParamPolicy : public Policy {
+ public:
+  ParamPolicy(std::string name, PolicyParams p) : name_(std::move(name)), params_(std::move(p)) {}
+  std::string name() const override { return name_; }
+  nlohmann::json resolved_params() const override { return params_.resolved(); }
+
+ protected:
+  std::string name_;
+  PolicyParams params_;
+};
+
 }  // namespace kvb

@@ -32,9 +32,9 @@
 namespace kvb {
 namespace {
 
-class QuestPolicy : public Policy {
+class QuestPolicy : public ParamPolicy {
  public:
-  explicit QuestPolicy(PolicyParams p) : params_(std::move(p)) {
+  explicit QuestPolicy(PolicyParams p) : ParamPolicy("quest", std::move(p)) {
     budget_ = params_.budget();
     if (budget_ <= 0)
       fail("policy 'quest' reads a budget of tokens per head at each decode step but none was given: pass "
@@ -45,8 +45,6 @@ class QuestPolicy : public Policy {
     gqa_max_ = params_.get_choice("gqa", {"query", "max"}) == "max";
     last_page_ = params_.get_bool("last_page");
   }
-  std::string name() const override { return "quest"; }
-  nlohmann::json resolved_params() const override { return params_.resolved(); }
   PolicyNeeds needs() const override { return {.read_select = true}; }
   void on_sequence_end(SeqId seq) override { seqs_.erase(seq); }
 
@@ -183,7 +181,6 @@ class QuestPolicy : public Policy {
     return spans;
   }
 
-  PolicyParams params_;
   int64_t budget_ = 0, page_ = 16, dense_layers_ = 2, min_pages_ = 3;
   bool gqa_max_ = false, last_page_ = false;
   std::map<SeqId, Seq> seqs_;

@@ -159,11 +159,9 @@ class TrimKVPolicy : public ScheduledPolicy {
       gates_.resize(step.num_layers);
       for (int l = 0; l < step.num_layers; ++l) {
         const std::string p = layer_prefix(l);
-        const GateTensor* w1t = weights_.find(p + "linear1.weight");
-        if (!w1t) fail_at(weights_.path, "tensor " + p + "linear1.weight",
-                          "missing (the gates do not cover layer {} of this {}-layer model)", l, step.num_layers);
-        if (w1t->shape.size() != 2) fail_at(weights_.path, "tensor " + p + "linear1.weight", "expected 2 dimensions");
-        const int64_t I = w1t->shape[0];
+        const GateTensor& w1t = weights_.layer_tensor(p + "linear1.weight", l, step.num_layers, "gates");
+        if (w1t.shape.size() != 2) fail_at(weights_.path, "tensor " + p + "linear1.weight", "expected 2 dimensions");
+        const int64_t I = w1t.shape[0];
         if (const auto& c = weights_.config; c.contains("retention_gate_intermediate_size") &&
                                              c["retention_gate_intermediate_size"] != I)
           fail_at(weights_.config_path, "retention_gate_intermediate_size", "{} but the gate tensors are {} wide",
@@ -181,17 +179,12 @@ class TrimKVPolicy : public ScheduledPolicy {
 
   void make_random(const LayerStep& step) {
     weights_.path = "random_gates=" + std::to_string(random_seed_);
-    uint64_t ctr = 0;
-    auto normal = [&](float stdv) {
-      const double u1 = std::max(scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++}), 1e-300);
-      const double u2 = scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++});
-      return static_cast<float>(stdv * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-    };
+    SeededDraws draw(random_seed_);
     for (int l = 0; l < step.num_layers; ++l) {
       const std::string p = layer_prefix(l);
       std::vector<float> w1(static_cast<size_t>(hidden_) * step.hidden_size), w2(static_cast<size_t>(step.num_kv_heads) * hidden_);
-      for (auto& v : w1) v = normal(0.02f);
-      for (auto& v : w2) v = normal(0.02f);
+      for (auto& v : w1) v = draw.normal(0.02f);  // the f32 0.02 of the original generator, widened
+      for (auto& v : w2) v = draw.normal(0.02f);
       weights_.add(p + "linear1.weight", {hidden_, step.hidden_size}, std::move(w1));
       weights_.add(p + "linear1.bias", {hidden_}, std::vector<float>(hidden_, 0.f));
       weights_.add(p + "linear2.weight", {step.num_kv_heads, hidden_}, std::move(w2));
