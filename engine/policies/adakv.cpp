@@ -83,9 +83,7 @@ class AdaKVPolicy : public SnapKVPolicy {
     std::partial_sort(cands.begin(), cands.begin() + take, cands.end(), better);
     for (int64_t c = 0; c < take; ++c) keep[cands[c].head][cands[c].idx] = 1;
     for (int h = 0; h < H; ++h) {
-      std::vector<int32_t> ks;
-      for (int32_t i = 0; i < len[h]; ++i)
-        if (keep[h][i]) ks.push_back(i);
+      std::vector<int32_t> ks = scoring::mask_indices(keep[h]);
       if (static_cast<int32_t>(ks.size()) < len[h]) step.keep(h, std::move(ks));
     }
   }

@@ -161,10 +161,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
     std::vector<int32_t> ev = scoring::top_k_indices(z, drop);
     std::vector<char> gone(L, 0);
     for (int32_t k : ev) gone[pool[k]] = 1;
-    std::vector<int32_t> keep;
-    for (int32_t i = 0; i < L; ++i)
-      if (!gone[i]) keep.push_back(i);
-    return keep;
+    return scoring::mask_indices(gone, /*set=*/false);
   }
 
  private:

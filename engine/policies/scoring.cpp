@@ -252,6 +252,13 @@ std::vector<float> key_redundancy_mean(const KVCache& cache, SeqId seq, int laye
   return out;
 }
 
+std::vector<int32_t> mask_indices(std::span<const char> mask, bool set) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < mask.size(); ++i)
+    if ((mask[i] != 0) == set) out.push_back(static_cast<int32_t>(i));
+  return out;
+}
+
 std::vector<int32_t> top_k_indices(std::span<const float> scores, int64_t k) {
   const int32_t n = static_cast<int32_t>(scores.size());
   std::vector<int32_t> idx(n);
