@@ -12,14 +12,13 @@ namespace kvb {
 
 namespace {
 
-const char* future_name(OracleFuture f) {
-  switch (f) {
-    case OracleFuture::kMax: return "max";
-    case OracleFuture::kSum: return "sum";
-    case OracleFuture::kMean: return "mean";
-  }
-  return "?";
+/// The `future` parameter's values, in OracleFuture order.
+const std::vector<std::string>& future_names() {
+  static const std::vector<std::string> names = {"max", "sum", "mean"};
+  return names;
 }
+
+const char* future_name(OracleFuture f) { return future_names().at(static_cast<size_t>(f)).c_str(); }
 
 std::vector<PolicyParamInfo> oracle_params() {
   return extend_params(
@@ -137,8 +136,7 @@ OraclePolicy::OraclePolicy(PolicyParams p) : ScheduledPolicy("oracle", std::move
   if (chunked_)
     params_.fail_param("compress", "the oracle's query blocks assume compress=prompt_end (compressions at the end "
                                    "of the prompt, then every buffer tokens)");
-  const std::string f = params_.get_choice("future", {"max", "sum", "mean"});
-  future_ = f == "max" ? OracleFuture::kMax : f == "sum" ? OracleFuture::kSum : OracleFuture::kMean;
+  future_ = static_cast<OracleFuture>(params_.get_choice_index("future", future_names()));
   if (window_ < 0) window_ = static_cast<int32_t>(std::min<int64_t>(buffer_, 1 << 30));
   if (budget_ > 0 && budget_ <= static_cast<int64_t>(sinks_) + window_)
     fail("policy 'oracle': budget {} must exceed sinks + window = {} (window defaults to buffer = L)", budget_,

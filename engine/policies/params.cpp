@@ -110,14 +110,19 @@ std::string PolicyParams::get_string(const std::string& key) {
 }
 
 std::string PolicyParams::get_choice(const std::string& key, const std::vector<std::string>& choices) {
+  return choices[get_choice_index(key, choices)];
+}
+
+size_t PolicyParams::get_choice_index(const std::string& key, const std::vector<std::string>& choices) {
   std::string s = raw(key);
-  if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
+  const auto it = std::find(choices.begin(), choices.end(), s);
+  if (it == choices.end()) {
     std::string list;
     for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
     fail_param(key, "expected one of " + list + ", got '" + s + "'");
   }
   resolved_[key] = s;
-  return s;
+  return static_cast<size_t>(it - choices.begin());
 }
 
 }  // namespace kvb

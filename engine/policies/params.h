@@ -39,6 +39,8 @@ class PolicyParams {
   std::string get_string(const std::string& key);
   /// get_string restricted to `choices`; throws naming the key and the allowed values.
   std::string get_choice(const std::string& key, const std::vector<std::string>& choices);
+  /// get_choice returning the position of the value in `choices` (for enums listed in order).
+  size_t get_choice_index(const std::string& key, const std::vector<std::string>& choices);
 
   /// get_double(key) that must lie in [lo, hi]; throws kvb::Error "policy '<name>': parameter
   /// '<key>': must be in [lo, hi]" otherwise (bounds printed as fmt prints them: 0, 1, 0.5).
