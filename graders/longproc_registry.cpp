@@ -33,13 +33,19 @@ Grade to_grade(const LongProcResult& r, std::string gold) {
   return g;
 }
 
+/// The grader function of an evaluator that needs only the gold answer (refs[0]):
+/// to_grade(eval(prediction, gold), gold).
+GraderFn gold_only(LongProcResult (*eval)(std::string_view, std::string_view)) {
+  return [eval](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
+    return to_grade(eval(p, refs.front()), refs.front());
+  };
+}
+
 }  // namespace
 
 void register_longproc_graders(std::vector<GraderInfo>& v) {
   v.push_back({"longproc_html_to_tsv", "LongProc html_to_tsv: row-level F1 of the ```tsv table (normalised cells)",
-               [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
-                 return to_grade(longproc_html_to_tsv(p, refs.front()), refs.front());
-               }});
+               gold_only(longproc_html_to_tsv)});
   v.push_back({"longproc_pseudo_to_code", "LongProc pseudo_to_code: g++ -std=c++11 -O, first 10 tests in a sandbox; 1 iff all pass",
                [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json& meta) {
                  CodeSandboxLimits lim;
@@ -48,13 +54,9 @@ void register_longproc_graders(std::vector<GraderInfo>& v) {
                                  refs.front());
                }});
   v.push_back({"longproc_path_traversal", "LongProc path_traversal: <Route> equals the gold route (partial in reason)",
-               [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
-                 return to_grade(longproc_path_traversal(p, refs.front()), refs.front());
-               }});
+               gold_only(longproc_path_traversal)});
   v.push_back({"longproc_tom_tracking", "LongProc tom_tracking: every '- Step N:' belief line matches (rmodels evaluator)",
-               [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
-                 return to_grade(longproc_tom_tracking(p, refs.front()), refs.front());
-               }});
+               gold_only(longproc_tom_tracking)});
   v.push_back({"longproc_countdown", "LongProc countdown: <Solution> reaches the target with the given numbers (meta nums/target)",
                [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json& meta) {
                  const auto& n = need(meta, "longproc_countdown", "nums");

@@ -10,6 +10,7 @@
 #include <map>
 #include <ctime>
 #include <thread>
+#include <type_traits>
 #include <unordered_set>
 
 #include "engine/util/error.h"
@@ -75,6 +76,13 @@ class Stmt {
     return *this;
   }
   Stmt& bind(int i, bool v) { return bind(i, static_cast<int64_t>(v ? 1 : 0)); }
+  /// Binds `v...` to parameters 1, 2, … in order (the overloads above).
+  template <class... T>
+  Stmt& bind_row(const T&... v) {
+    int i = 1;
+    (bind(i++, v), ...);
+    return *this;
+  }
   /// Steps once; true when a row is available.
   bool step() {
     int rc = sqlite3_step(st_);
@@ -104,8 +112,24 @@ class Stmt {
     return dbl(c);
   }
   int columns() { return sqlite3_column_count(st_); }
+  /// Reads the current row's columns 0, 1, … into `out...` in order, each by its C++ type:
+  /// integers (int64_t, int, uint64_t: the column's int64 cast), double, std::optional<double>
+  /// (NULL = nullopt) and std::string (NULL = ""). The caller lists the columns in SELECT order.
+  template <class... T>
+  void row(T&... out) {
+    int c = 0;
+    (column(c++, out), ...);
+  }
 
  private:
+  void column(int c, std::string& v) { v = text(c); }
+  void column(int c, double& v) { v = dbl(c); }
+  void column(int c, std::optional<double>& v) { v = opt_dbl(c); }
+  template <class I>
+    requires std::is_integral_v<I>
+  void column(int c, I& v) {
+    v = static_cast<I>(i64(c));
+  }
   void ok(int rc) {
     if (rc != SQLITE_OK) err_(rc, "binding SQL parameter");
   }
@@ -388,17 +412,11 @@ int64_t Store::begin_run(const RunInfo& info, Shard shard) {
            "INSERT OR IGNORE INTO run_models (run_id, model_id, revision, weights_sha256) "
            "VALUES (?,?,?,?)",
            KVB_ERR);
-    for (const auto& rm : info.models) {
-      m.bind(1, run_id).bind(2, rm.model_id).bind(3, rm.revision).bind(4, rm.weights_sha256);
-      m.run();
-    }
+    for (const auto& rm : info.models) m.bind_row(run_id, rm.model_id, rm.revision, rm.weights_sha256).run();
     Stmt d(db_,
            "INSERT OR IGNORE INTO run_datasets (run_id, task, source, sha256) VALUES (?,?,?,?)",
            KVB_ERR);
-    for (const auto& ds : info.datasets) {
-      d.bind(1, run_id).bind(2, ds.task).bind(3, ds.source).bind(4, ds.sha256);
-      d.run();
-    }
+    for (const auto& ds : info.datasets) d.bind_row(run_id, ds.task, ds.source, ds.sha256).run();
     Stmt p(db_,
            "INSERT INTO run_parts (run_id, shard_index, shard_count, host, pid, started_at, "
            "part_uid) VALUES (?,?,?,?,?,?,?)",
@@ -540,23 +558,13 @@ std::vector<ToGrade> Store::select_to_grade(std::optional<int64_t> run_id, const
   std::vector<ToGrade> out;
   while (q.step()) {
     ToGrade t;
-    t.run_id = q.i64(0);
-    t.text = q.text(1);
     WorkItem& w = t.item;
-    w.key = q.text(2);
-    w.model_id = q.text(3);
-    w.model_revision = q.text(4);
-    w.policy = q.text(5);
-    w.policy_params = parse_json(q.text(6), "work_items.policy_params_json");
-    w.policy_label = q.text(7);
-    w.budget = q.i64(8);
-    w.task = q.text(9);
-    w.example_id = q.text(10);
-    w.prompt_sha256 = q.text(11);
-    w.sample_index = static_cast<int>(q.i64(12));
-    w.seed = static_cast<uint64_t>(q.i64(13));
-    w.sampling = parse_json(q.text(14), "work_items.sampling_json");
-    const auto extra = nlohmann::json::parse(q.text(15), nullptr, false);
+    std::string params_json, sampling_json, extra_json;
+    q.row(t.run_id, t.text, w.key, w.model_id, w.model_revision, w.policy, params_json, w.policy_label, w.budget,
+          w.task, w.example_id, w.prompt_sha256, w.sample_index, w.seed, sampling_json, extra_json);
+    w.policy_params = parse_json(params_json, "work_items.policy_params_json");
+    w.sampling = parse_json(sampling_json, "work_items.sampling_json");
+    const auto extra = nlohmann::json::parse(extra_json, nullptr, false);
     if (extra.is_object() && extra.contains("turns") && extra["turns"].is_array())
       for (const auto& turn : extra["turns"])
         t.turn_texts.push_back(turn.is_object() ? turn.value("text", std::string()) : std::string());
@@ -573,11 +581,7 @@ std::optional<JudgeEntry> Store::judge_get(const std::string& key) {
   if (!q.step()) return std::nullopt;
   JudgeEntry e;
   e.judge_key = key;
-  e.judge_model = q.text(0);
-  e.request = q.text(1);
-  e.response = q.text(2);
-  e.score = q.opt_dbl(3);
-  e.template_name = q.text(4);
+  q.row(e.judge_model, e.request, e.response, e.score, e.template_name);
   return e;
 }
 
@@ -599,17 +603,8 @@ std::vector<RunRow> Store::runs() {
   std::vector<RunRow> out;
   while (q.step()) {
     RunRow r;
-    r.run_id = q.i64(0);
-    r.run_key = q.text(1);
-    r.name = q.text(2);
-    r.kvbench_version = q.text(3);
-    r.git_sha = q.text(4);
-    r.host = q.text(5);
-    r.backend = q.text(6);
-    r.device = q.text(7);
-    r.config_json = q.text(8);
-    r.started_at = q.text(9);
-    r.finished_at = q.text(10);
+    q.row(r.run_id, r.run_key, r.name, r.kvbench_version, r.git_sha, r.host, r.backend, r.device, r.config_json,
+          r.started_at, r.finished_at);
     out.push_back(std::move(r));
   }
   return out;
@@ -674,28 +669,10 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
   std::vector<SampleRow> out;
   while (q.step()) {
     SampleRow s;
-    s.run_id = q.i64(0);
-    s.item_key = q.text(1);
-    s.model_id = q.text(2);
-    s.task = q.text(3);
-    s.policy = q.text(4);
-    s.policy_label = q.text(5);
-    s.example_id = q.text(6);
-    s.budget = q.i64(7);
-    s.sample_index = static_cast<int>(q.i64(8));
-    s.prompt_tokens = q.i64(9);
-    s.generated_tokens = q.i64(10);
-    s.finish_reason = q.text(11);
-    s.prefill_s = q.dbl(12);
-    s.decode_s = q.dbl(13);
-    s.ttft_s = q.dbl(14);
-    s.evictions = q.i64(15);
-    s.kv_bytes_peak = q.i64(16);
-    s.kv_bytes_final = q.i64(17);
-    s.device_peak_bytes = q.i64(18);
-    s.score = q.opt_dbl(19);
-    s.pred_norm = q.text(20);
-    s.kv_bytes_read_step = q.opt_dbl(21);
+    q.row(s.run_id, s.item_key, s.model_id, s.task, s.policy, s.policy_label, s.example_id, s.budget,
+          s.sample_index, s.prompt_tokens, s.generated_tokens, s.finish_reason, s.prefill_s, s.decode_s, s.ttft_s,
+          s.evictions, s.kv_bytes_peak, s.kv_bytes_final, s.device_peak_bytes, s.score, s.pred_norm,
+          s.kv_bytes_read_step);
     out.push_back(std::move(s));
   }
   return out;

@@ -4,43 +4,27 @@
 #include <cstdio>
 
 #include "engine/util/error.h"
+#include "engine/util/py_format.h"
 #include "engine/util/utf8.h"
 
 namespace kvb::tasks {
 
 std::string py_format(const std::string& tmpl, const std::map<std::string, std::string>& fields,
                       const std::string& where) {
-  std::string out;
-  out.reserve(tmpl.size());
-  for (size_t i = 0; i < tmpl.size(); ++i) {
-    char c = tmpl[i];
-    if (c == '{') {
-      if (i + 1 < tmpl.size() && tmpl[i + 1] == '{') {
-        out += '{';
-        ++i;
-        continue;
-      }
-      size_t end = tmpl.find('}', i + 1);
-      if (end == std::string::npos) fail("{}: single '{{' in format string at byte {}", where, i);
-      std::string name = tmpl.substr(i + 1, end - i - 1);
-      if (name.empty() || name.find_first_of("!:.[{") != std::string::npos)
-        fail("{}: unsupported replacement field '{{{}}}' at byte {}", where, name, i);
-      auto it = fields.find(name);
-      if (it == fields.end()) fail("{}: no value for field '{{{}}}'", where, name);
-      out += it->second;
-      i = end;
-    } else if (c == '}') {
-      if (i + 1 < tmpl.size() && tmpl[i + 1] == '}') {
-        out += '}';
-        ++i;
-        continue;
-      }
-      fail("{}: single '}}' in format string at byte {}", where, i);
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return expand_py_format(
+      tmpl,
+      [&](std::string_view field, size_t i) -> const std::string& {
+        const std::string name(field);
+        if (name.empty() || name.find_first_of("!:.[{") != std::string::npos)
+          fail("{}: unsupported replacement field '{{{}}}' at byte {}", where, name, i);
+        auto it = fields.find(name);
+        if (it == fields.end()) fail("{}: no value for field '{{{}}}'", where, name);
+        return it->second;
+      },
+      [&](char brace, size_t i) {
+        if (brace == '{') fail("{}: single '{{' in format string at byte {}", where, i);
+        fail("{}: single '}}' in format string at byte {}", where, i);
+      });
 }
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {

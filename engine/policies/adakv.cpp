@@ -19,29 +19,17 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/snapkv.h"
 
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  auto p = snapkv_params(/*window=*/64, /*kernel=*/5, "avg", "mean", /*buffer=*/128);
-  for (auto& e : p)
-    if (e.key == "budget_kind")
-      e.help = "tokens: budget = AVERAGE tokens per kv head of a layer (the layer keeps budget x kv_heads); "
-               "ratio: floor(ratio x tokens seen)";
-  p.push_back({"alpha", "0.2",
-               "safeguard: each head keeps at least max(1, floor(alpha x budget)) of its own top tokens, the window "
-               "counted first (kvpress alpha_safeguard)"});
-  return p;
-}
-
 class AdaKVPolicy : public SnapKVPolicy {
  public:
   explicit AdaKVPolicy(PolicyParams p) : SnapKVPolicy("adakv", std::move(p)) {
-    alpha_ = params_.get_double("alpha");
-    if (!(alpha_ >= 0 && alpha_ <= 1)) params_.fail_param("alpha", "must be in [0, 1]");
+    alpha_ = params_.get_double_in("alpha", 0, 1);
   }
 
   void on_layer_step(LayerStep& step) override {
@@ -95,9 +83,7 @@ class AdaKVPolicy : public SnapKVPolicy {
     std::partial_sort(cands.begin(), cands.begin() + take, cands.end(), better);
     for (int64_t c = 0; c < take; ++c) keep[cands[c].head][cands[c].idx] = 1;
     for (int h = 0; h < H; ++h) {
-      std::vector<int32_t> ks;
-      for (int32_t i = 0; i < len[h]; ++i)
-        if (keep[h][i]) ks.push_back(i);
+      std::vector<int32_t> ks = scoring::mask_indices(keep[h]);
       if (static_cast<int32_t>(ks.size()) < len[h]) step.keep(h, std::move(ks));
     }
   }
@@ -109,16 +95,17 @@ class AdaKVPolicy : public SnapKVPolicy {
 }  // namespace
 
 PolicyInfo adakv_policy_info() {
-  PolicyInfo info;
-  info.name = "adakv";
-  info.description =
+  return policy_entry<AdaKVPolicy>(
+      "adakv",
       "SnapKV scores, one budget per layer shared among kv heads by score (Ada-KV §3.2; kvpress AdaKVPress); "
-      "ragged heads free real memory";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<AdaKVPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+      "ragged heads free real memory",
+      extend_params(snapkv_params(/*window=*/64, /*kernel=*/5, "avg", "mean", /*buffer=*/128),
+                    {{"budget_kind",
+                      "tokens: budget = AVERAGE tokens per kv head of a layer (the layer keeps budget x kv_heads); "
+                      "ratio: floor(ratio x tokens seen)"}},
+                    {{"alpha", "0.2",
+                      "safeguard: each head keeps at least max(1, floor(alpha x budget)) of its own top tokens, the "
+                      "window counted first (kvpress alpha_safeguard)"}}));
 }
 
 }  // namespace kvb

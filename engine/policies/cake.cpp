@@ -27,6 +27,7 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
@@ -65,37 +66,18 @@ std::vector<int64_t> cake_adjust_budgets(const std::vector<double>& budgets, int
 
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/32, /*sinks=*/0);
-  for (auto& e : p)
-    if (e.key == "budget_kind")
-      e.help = "tokens: budget = AVERAGE tokens per kv head over the layers (window included); ratio: floor(ratio "
-               "x tokens seen)";
-  p.push_back({"kernel", "5", "avg-pooling kernel of the eviction indicator (1 = none)"});
-  p.push_back({"tau1", "1.6", "dispersion exponent: preference = entropy^(1/tau1) x shift^(1/tau2)"});
-  p.push_back({"tau2", "0.6", "shift exponent"});
-  p.push_back({"gamma", "200", "weight of the attention variance in the indicator mean + gamma x var"});
-  return p;
-}
-
 class CakePolicy : public ScheduledPolicy {
  public:
   explicit CakePolicy(PolicyParams p) : ScheduledPolicy("cake", std::move(p)) {
-    kernel_ = static_cast<int>(params_.get_int("kernel"));
+    kernel_ = static_cast<int>(params_.get_int_min("kernel", 1));
     tau1_ = params_.get_double("tau1");
     tau2_ = params_.get_double("tau2");
-    gamma_ = params_.get_double("gamma");
-    if (kernel_ < 1) params_.fail_param("kernel", "must be >= 1");
+    gamma_ = params_.get_double("gamma");  // finite: PolicyParams refuses NaN and inf
     if (!(tau1_ > 0)) params_.fail_param("tau1", "must be > 0");
     if (!(tau2_ > 0)) params_.fail_param("tau2", "must be > 0");
-    if (!std::isfinite(gamma_)) params_.fail_param("gamma", "must be finite");
-    if (window_ < 1) params_.fail_param("window", "must be >= 1 (the observation window)");
+    params_.check_min("window", window_, 1, "the observation window");
   }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.window_queries = window_;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.window_queries = window_}; }
   void on_sequence_end(SeqId seq) override { state_.erase(seq); }
 
   void on_layer_step(LayerStep& step) override {
@@ -230,16 +212,18 @@ class CakePolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo cake_policy_info() {
-  PolicyInfo info;
-  info.name = "cake";
-  info.description =
+  return policy_entry<CakePolicy>(
+      "cake",
       "Layer budgets by attention dispersion x shift, indicator mean + gamma x var (CAKE §3.2-3.3, tau1 1.6, tau2 "
-      "0.6, gamma 200)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<CakePolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+      "0.6, gamma 200)",
+      extend_params(schedule_params(/*buffer=*/128, /*window=*/32, /*sinks=*/0),
+                    {{"budget_kind",
+                      "tokens: budget = AVERAGE tokens per kv head over the layers (window included); ratio: "
+                      "floor(ratio x tokens seen)"}},
+                    {{"kernel", "5", "avg-pooling kernel of the eviction indicator (1 = none)"},
+                     {"tau1", "1.6", "dispersion exponent: preference = entropy^(1/tau1) x shift^(1/tau2)"},
+                     {"tau2", "0.6", "shift exponent"},
+                     {"gamma", "200", "weight of the attention variance in the indicator mean + gamma x var"}}));
 }
 
 }  // namespace kvb

@@ -24,6 +24,7 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
@@ -81,18 +82,16 @@ std::vector<std::vector<double>> read_pattern_tsv(const std::string& path) {
   return rows;
 }
 
-class DuoAttentionPolicy : public Policy {
+class DuoAttentionPolicy : public ParamPolicy {
  public:
-  explicit DuoAttentionPolicy(PolicyParams p) : params_(std::move(p)) {
+  explicit DuoAttentionPolicy(PolicyParams p) : ParamPolicy("duoattention", std::move(p)) {
     const std::string pattern = params_.get_string("pattern");
     random_seed_ = params_.get_int("random_pattern");
-    sparsity_ = params_.get_double("sparsity");
+    sparsity_ = params_.get_double_in("sparsity", 0, 1);
     int64_t sinks = params_.get_int("sinks"), recent = params_.get_int("recent");
-    buffer_ = params_.get_int("buffer");
+    buffer_ = params_.get_int_min("buffer", 1, "1 = trim on every step");
     decode_ = params_.get_bool("decode");
     chunked_ = parse_compress(params_);
-    if (!(sparsity_ >= 0 && sparsity_ <= 1)) params_.fail_param("sparsity", "must be in [0, 1]");
-    if (buffer_ < 1) params_.fail_param("buffer", "must be >= 1 (1 = trim on every step)");
     if (pattern.empty() && random_seed_ < 0)
       fail("policy 'duoattention': no head pattern for this model: pass pattern=DIR (a directory of "
            "mit-han-lab/duo-attention attn_patterns/<model>/<run>/ with full_attention_heads.tsv and config.json), "
@@ -127,7 +126,6 @@ class DuoAttentionPolicy : public Policy {
     resolved_["recent"] = recent_;
   }
 
-  std::string name() const override { return "duoattention"; }
   nlohmann::json resolved_params() const override { return resolved_; }
   PolicyNeeds needs() const override { return {}; }
 
@@ -177,7 +175,6 @@ class DuoAttentionPolicy : public Policy {
     for (int64_t i = 0; i < n_stream; ++i) streaming_[order[i]] = 1;
   }
 
-  PolicyParams params_;
   nlohmann::json resolved_;
   std::vector<std::vector<double>> gates_;
   std::vector<char> streaming_;
@@ -190,17 +187,11 @@ class DuoAttentionPolicy : public Policy {
 }  // namespace
 
 PolicyInfo duoattention_policy_info() {
-  PolicyInfo info;
-  info.name = "duoattention";
-  info.description =
+  return policy_entry<DuoAttentionPolicy>(
+      "duoattention",
       "Retrieval heads keep everything, streaming heads keep sinks + recent; head pattern from the released "
-      "files (DuoAttention §3; kvpress DuoAttentionPress)";
-  info.params = params();
-  info.learned = LearnedWeightsInfo{"pattern", "random_pattern", "head pattern", "DuoAttention"};
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<DuoAttentionPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+      "files (DuoAttention §3; kvpress DuoAttentionPress)",
+      params(), LearnedWeightsInfo{"pattern", "random_pattern", "head pattern", "DuoAttention"});
 }
 
 }  // namespace kvb

@@ -24,24 +24,13 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
 namespace kvb {
 namespace {
-
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4);
-  for (auto& e : p)
-    if (e.key == "sinks")
-      e.help = "first tokens always kept and left out of the query statistics (kvpress n_sink)";
-  p.push_back({"n_future", "512", "future positions the RoPE rotation is averaged over (kvpress n_future_positions)"});
-  p.push_back({"covariance", "true", "add the query covariance term k^T S k / (2d) (kvpress use_covariance)"});
-  p.push_back({"vnorm", "true", "weight the scores by the value norm (kvpress use_vnorm)"});
-  p.push_back({"epsilon", "0", "added to the scores before the value-norm weighting (kvpress epsilon)"});
-  return p;
-}
 
 /// Running first and second moments of one layer's pre-RoPE queries, per query head (f64).
 struct QueryMoments {
@@ -53,19 +42,13 @@ struct QueryMoments {
 class ExpectedAttentionPolicy : public ScheduledPolicy {
  public:
   explicit ExpectedAttentionPolicy(PolicyParams p) : ScheduledPolicy("expected_attention", std::move(p)) {
-    n_future_ = params_.get_int("n_future");
+    n_future_ = params_.get_int_in("n_future", 1, 1 << 24);
     covariance_ = params_.get_bool("covariance");
     vnorm_ = params_.get_bool("vnorm");
-    epsilon_ = params_.get_double("epsilon");
-    if (n_future_ < 1 || n_future_ > (1 << 24)) params_.fail_param("n_future", "must be in [1, 16777216]");
-    if (!std::isfinite(epsilon_)) params_.fail_param("epsilon", "must be finite");
+    epsilon_ = params_.get_double("epsilon");  // finite: PolicyParams refuses NaN and inf
   }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.queries_pre_rope = true;
-    n.host_kv = true;  // keys and value norms are read from the cache
-    return n;
-  }
+  // Keys and value norms are read from the cache.
+  PolicyNeeds needs() const override { return {.queries_pre_rope = true, .host_kv = true}; }
   void on_sequence_end(SeqId seq) override { moments_.erase(seq); }
 
  protected:
@@ -190,16 +173,17 @@ class ExpectedAttentionPolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo expected_attention_policy_info() {
-  PolicyInfo info;
-  info.name = "expected_attention";
-  info.description =
+  return policy_entry<ExpectedAttentionPolicy>(
+      "expected_attention",
       "Expected attention of future queries from pre-RoPE query statistics, times ||v|| (Devoto et al. 2025 §3; "
-      "kvpress ExpectedAttentionPress)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<ExpectedAttentionPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+      "kvpress ExpectedAttentionPress)",
+      extend_params(
+          schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
+          {{"sinks", "first tokens always kept and left out of the query statistics (kvpress n_sink)"}},
+          {{"n_future", "512", "future positions the RoPE rotation is averaged over (kvpress n_future_positions)"},
+           {"covariance", "true", "add the query covariance term k^T S k / (2d) (kvpress use_covariance)"},
+           {"vnorm", "true", "weight the scores by the value norm (kvpress use_vnorm)"},
+           {"epsilon", "0", "added to the scores before the value-norm weighting (kvpress epsilon)"}}));
 }
 
 }  // namespace kvb

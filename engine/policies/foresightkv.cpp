@@ -2,8 +2,8 @@
 // [key, value, attention features]; the L lowest are evicted by stochastic top-2L sampling.
 // Sources: Dong et al., "ForesightKV: Optimizing KV Cache Eviction for Reasoning Models by
 // Learning Long-Term Contribution" (arXiv 2602.03203): §3.1 Eq. 1–2 (B + L schedule, sampling),
-// App. B.1 Eq. 22 (scorer), App. B.2 (top-K multinomial); docs/policies.md,
-// `foresightkv` (paper vs code).
+// App. B.1 Eq. 22 (scorer), App. B.2 (top-K multinomial); seed-foresightkv.md §1.1–§1.3, §1.7,
+// §5.1, §5.4 (paper vs code).
 //   schedule: tokens accumulate to B + L; the L newest are protected; the older B are cut to B − L
 //     (here: the shared "length ≥ B + buffer" rule with buffer = window = L);
 //   features per older token and query head of the group, over the current cache (the softmax
@@ -33,27 +33,13 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
 namespace kvb {
 namespace {
-
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/128, /*sinks=*/0);
-  for (auto& e : p) {
-    if (e.key == "buffer") e.help = "eviction length L: tokens added between evictions (must equal window)";
-    if (e.key == "window") e.help = "eviction length L: newest tokens protected and queries used for the features";
-  }
-  p.push_back({"scorer", "", "scorer weights (.safetensors, judge_model tensors); required unless random_scorer"});
-  p.push_back({"random_scorer", "-1", "seed of a RANDOM scorer (not ForesightKV; -1 = off)"});
-  p.push_back({"hidden", "16", "scorer hidden size of a random scorer"});
-  p.push_back({"sample", "true", "top-2L multinomial sampling (false: deterministic top-L)"});
-  p.push_back({"seed", "0", "policy seed of the eviction noise, combined with each request's sampling seed"});
-  p.push_back({"decay", "0.9", "per-eviction decay of the decayed cumulative attention feature"});
-  return p;
-}
 
 
 class ForesightKVPolicy : public ScheduledPolicy {
@@ -73,12 +59,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
       weights_ = GateWeights::load(path_, GateSource{"foresightkv", "scorer", "", false});
     }
   }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.host_kv = true;
-    n.window_queries = window_;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.window_queries = window_, .host_kv = true}; }
   void on_sequence_begin(SeqId seq, uint64_t sample_seed) override { sample_seed_[seq] = sample_seed; }
   void on_sequence_end(SeqId seq) override {
     sample_seed_.erase(seq);
@@ -180,10 +161,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
     std::vector<int32_t> ev = scoring::top_k_indices(z, drop);
     std::vector<char> gone(L, 0);
     for (int32_t k : ev) gone[pool[k]] = 1;
-    std::vector<int32_t> keep;
-    for (int32_t i = 0; i < L; ++i)
-      if (!gone[i]) keep.push_back(i);
-    return keep;
+    return scoring::mask_indices(gone, /*set=*/false);
   }
 
  private:
@@ -198,14 +176,11 @@ class ForesightKVPolicy : public ScheduledPolicy {
       auto pfx = [](int l) { return "model.layers." + std::to_string(l) + ".self_attn.judge_model."; };
       if (random_seed_ >= 0 && !weights_.find(pfx(0) + "fc1.weight")) {
         weights_.path = "random_scorer=" + std::to_string(random_seed_);
-        uint64_t ctr = 0;
-        auto normal = [&] {
-          return static_cast<float>(scoring::hash_normal(static_cast<uint64_t>(random_seed_), ctr, 0.02));
-        };
+        SeededDraws draw(random_seed_);
         for (int l = 0; l < step.num_layers; ++l) {
           std::vector<float> w1(static_cast<size_t>(Hk) * in * hidden_), b1(Hk * hidden_), w2(Hk * hidden_), b2(Hk);
           for (auto* v : {&w1, &b1, &w2, &b2})
-            for (auto& x : *v) x = normal();
+            for (auto& x : *v) x = draw.normal(0.02);
           weights_.add(pfx(l) + "fc1.weight", {Hk, in, hidden_}, std::move(w1));
           weights_.add(pfx(l) + "fc1.bias", {Hk, hidden_}, std::move(b1));
           weights_.add(pfx(l) + "fc2.weight", {Hk, hidden_, 1}, std::move(w2));
@@ -252,15 +227,19 @@ class ForesightKVPolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo foresightkv_policy_info() {
-  PolicyInfo info;
-  info.name = "foresightkv";
-  info.description = "ForesightKV: learned MLP scorer over [k, v, attention features], top-2L sampling (Dong et al. 2026 §3.1)";
-  info.params = params();
-  info.learned = LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV"};
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<ForesightKVPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<ForesightKVPolicy>(
+      "foresightkv",
+      "ForesightKV: learned MLP scorer over [k, v, attention features], top-2L sampling (Dong et al. 2026 §3.1)",
+      extend_params(schedule_params(/*buffer=*/128, /*window=*/128, /*sinks=*/0),
+                    {{"buffer", "eviction length L: tokens added between evictions (must equal window)"},
+                     {"window", "eviction length L: newest tokens protected and queries used for the features"}},
+                    {{"scorer", "", "scorer weights (.safetensors, judge_model tensors); required unless random_scorer"},
+                     {"random_scorer", "-1", "seed of a RANDOM scorer (not ForesightKV; -1 = off)"},
+                     {"hidden", "16", "scorer hidden size of a random scorer"},
+                     {"sample", "true", "top-2L multinomial sampling (false: deterministic top-L)"},
+                     {"seed", "0", "policy seed of the eviction noise, combined with each request's sampling seed"},
+                     {"decay", "0.9", "per-eviction decay of the decayed cumulative attention feature"}}),
+      LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV"});
 }
 
 }  // namespace kvb

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -29,10 +30,7 @@ void EvictIndicesPolicy::on_layer_step(LayerStep& step) {
       if (i < 0 || i >= len) fail("EvictIndicesPolicy: index {} out of range [0, {})", i, len);
       drop[i] = 1;
     }
-    std::vector<int32_t> keep;
-    for (int32_t i = 0; i < len; ++i)
-      if (!drop[i]) keep.push_back(i);
-    step.keep(h, std::move(keep));
+    step.keep(h, scoring::mask_indices(drop, /*set=*/false));
   }
 }
 

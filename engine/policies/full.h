@@ -10,11 +10,7 @@ class FullPolicy : public Policy {
  public:
   std::string name() const override { return "full"; }
   nlohmann::json resolved_params() const override { return nlohmann::json::object(); }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.layer_hook = false;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.layer_hook = false}; }
   void on_layer_step(LayerStep&) override {}
 };
 

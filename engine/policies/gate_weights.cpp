@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 
 #include "engine/formats/torch_checkpoint.h"
 #include "engine/model/weights.h"  // bf16_bits_to_f32, f16_bits_to_f32 (inline)
+#include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 
@@ -294,6 +296,25 @@ void GateWeights::check_model(int num_layers, int num_kv_heads, int hidden_size,
 const GateTensor* GateWeights::find(const std::string& name) const {
   auto it = tensors.find(name);
   return it == tensors.end() ? nullptr : &it->second;
+}
+
+const GateTensor& GateWeights::layer_tensor(const std::string& name, int layer, int num_layers,
+                                          const std::string& what) const {
+  const GateTensor* t = find(name);
+  if (!t)
+    fail_at(path, "tensor " + name, "missing (the {} do not cover layer {} of this {}-layer model)", what, layer,
+            num_layers);
+  return *t;
+}
+
+float SeededDraws::normal(double stdv) {
+  const double u1 = std::max(scoring::hash_uniform({seed_, ctr_++}), 1e-300);
+  const double u2 = scoring::hash_uniform({seed_, ctr_++});
+  return static_cast<float>(stdv * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+float SeededDraws::uniform(double bound) {
+  return static_cast<float>(bound * (2 * scoring::hash_uniform({seed_, ctr_++}) - 1));
 }
 
 const GateTensor& GateWeights::require(const std::string& name, const std::vector<int64_t>& shape) const {

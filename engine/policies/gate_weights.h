@@ -71,6 +71,11 @@ class GateWeights {
   /// removed also matches, e.g. Conv1d weights [O, I, 1] for [O, I]); throws kvb::Error
   /// "<path>: tensor <name>: ..." otherwise.
   const GateTensor& require(const std::string& name, const std::vector<int64_t>& shape) const;
+  /// The tensor `name` of decoder layer `layer` (a name under "model.layers.{layer}."), applied to
+  /// a `num_layers`-layer model; throws kvb::Error "<path>: tensor <name>: missing (the <what> do
+  /// not cover layer <layer> of this <num_layers>-layer model)" when absent. `what` is the plural
+  /// noun of the messages ("gates", "retaining heads").
+  const GateTensor& layer_tensor(const std::string& name, int layer, int num_layers, const std::string& what) const;
   /// Adds an owned tensor (random test gates).
   void add(const std::string& name, std::vector<int64_t> shape, std::vector<float> data);
 
@@ -88,6 +93,22 @@ class GateWeights {
   std::string config_path;            ///< the config.json read, "" if none
   nlohmann::json config = nlohmann::json::object();  ///< its content ({} if none)
   std::map<std::string, GateTensor> tensors;
+};
+
+/// Deterministic draws for RANDOM test weights (the random_gates / random_heads / random_scorer
+/// parameters): draw i depends on (seed, i) alone through scoring::hash_uniform, so one seed gives
+/// the same weights on every platform and backend. Not the papers' weights: tests only.
+class SeededDraws {
+ public:
+  explicit SeededDraws(int64_t seed) : seed_(static_cast<uint64_t>(seed)) {}
+  /// N(0, stdv²) by Box–Muller from the next two uniform draws u1 (clamped to ≥ 1e-300), u2:
+  /// stdv·sqrt(−2 ln u1)·cos(2π u2), computed in f64 and rounded to f32.
+  float normal(double stdv);
+  /// U(−bound, bound) from the next uniform draw u: bound·(2u − 1), rounded to f32.
+  float uniform(double bound);
+
+ private:
+  uint64_t seed_, ctr_ = 0;
 };
 
 /// Writes `w` as an F32 safetensors file (tests, tools). Throws kvb::Error on I/O failure.

@@ -23,47 +23,25 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/16, /*sinks=*/0);
-  for (auto& e : p) {
-    if (e.key == "window") e.help = "observation window w: queries scored and newest tokens always kept";
-    if (e.key == "buffer") e.help = "compression interval s: tokens added between compressions (peak = budget + s)";
-  }
-  p.push_back({"alpha", "0.8", "memory decay rate of the global score (0 = local score only)"});
-  p.push_back({"form", "max", "global-score merge: max (Eq. 3), mean (Eq. 4, EMA) or sum (Eq. 5)"});
-  p.push_back({"normalize", "true", "max-normalise the local score per head before merging"});
-  p.push_back({"redundancy", "true", "subtract the max-normalised R-KV key redundancy"});
-  p.push_back({"lambda", "0.5", "mix: lambda * global - (1 - lambda) * redundancy"});
-  p.push_back({"threshold", "0.5", "cosine above which the most recent similar key is excluded"});
-  return p;
-}
-
 class GKVPolicy : public ScheduledPolicy {
  public:
   explicit GKVPolicy(PolicyParams p) : ScheduledPolicy("gkv", std::move(p)) {
-    alpha_ = params_.get_double("alpha");
+    alpha_ = params_.get_double_in("alpha", 0, 1);
     form_ = params_.get_choice("form", {"max", "mean", "sum"});
     normalize_ = params_.get_bool("normalize");
     redundancy_ = params_.get_bool("redundancy");
-    lambda_ = params_.get_double("lambda");
+    lambda_ = params_.get_double_in("lambda", 0, 1);
     threshold_ = static_cast<float>(params_.get_double("threshold"));
-    if (alpha_ < 0 || alpha_ > 1) params_.fail_param("alpha", "must be in [0, 1]");
-    if (lambda_ < 0 || lambda_ > 1) params_.fail_param("lambda", "must be in [0, 1]");
-    if (window_ < 1) params_.fail_param("window", "must be >= 1");
+    params_.check_min("window", window_, 1);
   }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.host_kv = true;
-    n.window_queries = window_;
-    n.num_scalars = 2;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.window_queries = window_, .num_scalars = 2, .host_kv = true}; }
 
  protected:
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
@@ -124,14 +102,17 @@ class GKVPolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo gkv_policy_info() {
-  PolicyInfo info;
-  info.name = "gkv";
-  info.description = "G-KV: decayed global attention score + normalised redundancy (Liao et al. 2025 §5, App. D)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<GKVPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<GKVPolicy>(
+      "gkv", "G-KV: decayed global attention score + normalised redundancy (Liao et al. 2025 §5, App. D)",
+      extend_params(schedule_params(/*buffer=*/128, /*window=*/16, /*sinks=*/0),
+                    {{"buffer", "compression interval s: tokens added between compressions (peak = budget + s)"},
+                     {"window", "observation window w: queries scored and newest tokens always kept"}},
+                    {{"alpha", "0.8", "memory decay rate of the global score (0 = local score only)"},
+                     {"form", "max", "global-score merge: max (Eq. 3), mean (Eq. 4, EMA) or sum (Eq. 5)"},
+                     {"normalize", "true", "max-normalise the local score per head before merging"},
+                     {"redundancy", "true", "subtract the max-normalised R-KV key redundancy"},
+                     {"lambda", "0.5", "mix: lambda * global - (1 - lambda) * redundancy"},
+                     {"threshold", "0.5", "cosine above which the most recent similar key is excluded"}}));
 }
 
 }  // namespace kvb

@@ -13,23 +13,17 @@
 // buffer 128 puts it on the seeds' decode schedule, buffer=1 is the paper's per-step eviction.
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/util/error.h"
 
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() { return schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0); }
-
 class H2OPolicy : public ScheduledPolicy {
  public:
   explicit H2OPolicy(PolicyParams p) : ScheduledPolicy("h2o", std::move(p)) {}
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.attention_colsum = true;
-    n.num_scalars = 1;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.attention_colsum = true, .num_scalars = 1}; }
 
  protected:
   void observe(LayerStep& step) override {
@@ -50,14 +44,8 @@ class H2OPolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo h2o_policy_info() {
-  PolicyInfo info;
-  info.name = "h2o";
-  info.description = "Accumulated attention (heavy hitters) + recent window (H2O §3.3)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<H2OPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<H2OPolicy>("h2o", "Accumulated attention (heavy hitters) + recent window (H2O §3.3)",
+                                 schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0));
 }
 
 }  // namespace kvb

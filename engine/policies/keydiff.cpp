@@ -10,6 +10,7 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 
 namespace kvb {
@@ -18,11 +19,7 @@ namespace {
 class KeyDiffPolicy : public ScheduledPolicy {
  public:
   explicit KeyDiffPolicy(PolicyParams p) : ScheduledPolicy("keydiff", std::move(p)) {}
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.host_kv = true;  // key diversity is computed from the cached keys
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.host_kv = true}; }  // key diversity is computed from the cached keys
 
  protected:
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
@@ -53,19 +50,12 @@ class KeyDiffPolicy : public ScheduledPolicy {
   }
 };
 
-std::vector<PolicyParamInfo> params() { return schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0); }
-
 }  // namespace
 
 PolicyInfo keydiff_policy_info() {
-  PolicyInfo info;
-  info.name = "keydiff";
-  info.description = "-cos(key, mean normalised key): keep distinctive keys (KeyDiff §3; kvpress KeyDiffPress)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<KeyDiffPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<KeyDiffPolicy>(
+      "keydiff", "-cos(key, mean normalised key): keep distinctive keys (KeyDiff §3; kvpress KeyDiffPress)",
+      schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0));
 }
 
 }  // namespace kvb

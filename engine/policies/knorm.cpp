@@ -11,6 +11,7 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 
 namespace kvb {
@@ -19,11 +20,7 @@ namespace {
 class KnormPolicy : public ScheduledPolicy {
  public:
   explicit KnormPolicy(PolicyParams p) : ScheduledPolicy("knorm", std::move(p)) {}
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.host_kv = true;  // the score is the norm of the cached keys
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.host_kv = true}; }  // the score is the norm of the cached keys
 
  protected:
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
@@ -37,19 +34,12 @@ class KnormPolicy : public ScheduledPolicy {
   }
 };
 
-std::vector<PolicyParamInfo> params() { return schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0); }
-
 }  // namespace
 
 PolicyInfo knorm_policy_info() {
-  PolicyInfo info;
-  info.name = "knorm";
-  info.description = "-||key||: keep the lowest-norm keys (Devoto et al. 2024 §3; kvpress KnormPress)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<KnormPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<KnormPolicy>("knorm",
+                                   "-||key||: keep the lowest-norm keys (Devoto et al. 2024 §3; kvpress KnormPress)",
+                                   schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0));
 }
 
 }  // namespace kvb

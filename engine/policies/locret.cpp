@@ -16,7 +16,7 @@
 //   last one; the last T prompt tokens are then prefilled without eviction, and decoding never
 //   evicts (the cache grows from budget + T).
 // Defaults are generate()'s: budget 6000 (given with --budget), chunk_size 3072, stabilizers
-// 2500, local_len 100 — TRIM-KV's LongBench setting (docs/policies.md).
+// 2500, local_len 100 — TRIM-KV's LongBench setting (seed-trimkv-and-baselines.md §4.5).
 // `compress` is declared for uniformity with the other policies; only `chunked` is LocRet.
 // Engine independence: the chunking is the policy's (PolicyNeeds::prefill_chunk/prefill_tail):
 // the engine ends prefill steps at these boundaries whatever --prefill-chunk is, and the policy
@@ -37,6 +37,7 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
@@ -66,42 +67,35 @@ bool is_head_tensor(const std::string& name) {
   return name.rfind("model.layers.", 0) == 0 && name.find(".self_attn.fc") != std::string::npos;
 }
 
-class LocretPolicy : public Policy {
+class LocretPolicy : public ParamPolicy {
  public:
-  LocretPolicy(PolicyParams p, GateWeights weights) : p_(std::move(p)), weights_(std::move(weights)) {
-    budget_ = p_.budget();
-    chunk_ = p_.get_int("chunk_size");
-    stab_ = p_.get_int("stabilizers");
-    local_ = p_.get_int("local_len");
-    heads_path_ = p_.get_string("heads");
-    seed_ = p_.get_int("random_heads");
-    hidden_ = p_.get_int("head_hidden");
+  LocretPolicy(PolicyParams p, GateWeights weights)
+      : ParamPolicy("locret", std::move(p)), weights_(std::move(weights)) {
+    budget_ = params_.budget();
+    chunk_ = params_.get_int("chunk_size");
+    stab_ = params_.get_int("stabilizers");
+    local_ = params_.get_int("local_len");
+    heads_path_ = params_.get_string("heads");
+    seed_ = params_.get_int("random_heads");
+    hidden_ = params_.get_int("head_hidden");
     if (budget_ <= 0) fail("policy 'locret': needs a budget (--budget; the paper's setting is 6000)");
-    if (chunk_ < 1 || chunk_ > (int64_t{1} << 30)) p_.fail_param("chunk_size", "must be in [1, 2^30]");
-    if (stab_ < 0 || stab_ > (int64_t{1} << 30)) p_.fail_param("stabilizers", "must be in [0, 2^30]");
-    if (p_.get_choice("compress", {"chunked", "prompt_end"}) != "chunked")
-      p_.fail_param("compress", "LocRet compresses after each of its prompt chunks (chunk_size); prompt_end is not "
+    if (chunk_ < 1 || chunk_ > (int64_t{1} << 30)) params_.fail_param("chunk_size", "must be in [1, 2^30]");
+    if (stab_ < 0 || stab_ > (int64_t{1} << 30)) params_.fail_param("stabilizers", "must be in [0, 2^30]");
+    if (params_.get_choice("compress", {"chunked", "prompt_end"}) != "chunked")
+      params_.fail_param("compress", "LocRet compresses after each of its prompt chunks (chunk_size); prompt_end is not "
                                 "its protocol");
-    if (local_ < 0 || local_ > (int64_t{1} << 30)) p_.fail_param("local_len", "must be in [0, 2^30]");
-    if (hidden_ < 1 || hidden_ > 65536) p_.fail_param("head_hidden", "must be in [1, 65536]");
+    if (local_ < 0 || local_ > (int64_t{1} << 30)) params_.fail_param("local_len", "must be in [0, 2^30]");
+    if (hidden_ < 1 || hidden_ > 65536) params_.fail_param("head_hidden", "must be in [1, 65536]");
     if (heads_path_.empty() && seed_ < 0)
       fail("policy 'locret': no retaining-head weights for this model: pass heads=HUB_ID|DIR|FILE (the released "
            "hyx21/Locret-<model> checkpoints; `kvbench policies --checkpoints`), or random_heads=SEED for RANDOM "
            "test heads");
   }
 
-  std::string name() const override { return "locret"; }
-  nlohmann::json resolved_params() const override { return p_.resolved(); }
-
+  // host_kv: the values of the new tokens are read from the cache.
   PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.queries_pre_rope = true;
-    n.keys_pre_rope = true;
-    n.host_kv = true;  // values of the new tokens, read from the cache
-    n.num_scalars = 1;
-    n.prefill_chunk = static_cast<int>(chunk_);
-    n.prefill_tail = static_cast<int>(local_);
-    return n;
+    return {.keys_pre_rope = true, .queries_pre_rope = true, .num_scalars = 1, .host_kv = true,
+            .prefill_chunk = static_cast<int>(chunk_), .prefill_tail = static_cast<int>(local_)};
   }
 
   void on_layer_step(LayerStep& step) override {
@@ -202,13 +196,10 @@ class LocretPolicy : public Policy {
       heads_.resize(step.num_layers);
       for (int l = 0; l < step.num_layers; ++l) {
         const std::string p = layer_prefix(l);
-        const GateTensor* w1 = weights_.find(p + "fc1.weight");
-        if (!w1) fail_at(weights_.path, "tensor " + p + "fc1.weight",
-                         "missing (the retaining heads do not cover layer {} of this {}-layer model)", l,
-                         step.num_layers);
-        if (w1->shape.size() != 2 || w1->shape[0] < 1)
+        const GateTensor& w1 = weights_.layer_tensor(p + "fc1.weight", l, step.num_layers, "retaining heads");
+        if (w1.shape.size() != 2 || w1.shape[0] < 1)
           fail_at(weights_.path, "tensor " + p + "fc1.weight", "expected 2 dimensions [I, (Hq + 2 Hkv) D]");
-        const int64_t I = w1->shape[0];
+        const int64_t I = w1.shape[0];
         Head& g = heads_[l];
         g.I = static_cast<int>(I);
         g.w1 = weights_.require(p + "fc1.weight", {I, in}).data;
@@ -220,19 +211,17 @@ class LocretPolicy : public Policy {
 
   void make_random(const LayerStep& step) {
     weights_.path = "random_heads=" + std::to_string(seed_);
-    uint64_t ctr = 0;
-    auto normal = [&] { return static_cast<float>(scoring::hash_normal(static_cast<uint64_t>(seed_), ctr, 0.02)); };
+    SeededDraws draw(seed_);
     const int64_t in = static_cast<int64_t>(step.num_q_heads + 2 * step.num_kv_heads) * step.head_dim;
     for (int l = 0; l < step.num_layers; ++l) {
       std::vector<float> w1(static_cast<size_t>(hidden_ * in)), w2(static_cast<size_t>(step.num_kv_heads * hidden_));
-      for (auto& v : w1) v = normal();
-      for (auto& v : w2) v = normal();
+      for (auto& v : w1) v = draw.normal(0.02);
+      for (auto& v : w2) v = draw.normal(0.02);
       weights_.add(layer_prefix(l) + "fc1.weight", {hidden_, in}, std::move(w1));
       weights_.add(layer_prefix(l) + "fc2.weight", {step.num_kv_heads, hidden_}, std::move(w2));
     }
   }
 
-  PolicyParams p_;
   int64_t budget_ = 0, chunk_ = 3072, stab_ = 2500, local_ = 100, seed_ = -1, hidden_ = 1024;
   std::string heads_path_;
   GateWeights weights_;
@@ -244,26 +233,12 @@ class LocretPolicy : public Policy {
 }  // namespace
 
 PolicyInfo locret_policy_info() {
-  PolicyInfo info;
-  info.name = "locret";
-  info.description =
+  return learned_policy_entry<LocretPolicy>(
+      "locret",
       "LocRet: trained retaining heads score [q; k; v]; chunked prefill keeps top-budget + stabilizers "
-      "(Huang et al. 2024 §3.2-3.3)";
-  info.params = params();
-  info.learned = LearnedWeightsInfo{"heads", "random_heads", "retaining heads", "LocRet"};
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    (void)PolicyParams(spec, params());  // unknown keys are reported before any file is read
-    auto it = spec.params.find("heads");
-    GateWeights w;
-    if (it != spec.params.end() && !it->second.empty()) {
-      GateSource src{"locret", "heads", "model.safetensors", true};
-      src.keep = is_head_tensor;
-      src.model_shards = true;
-      w = GateWeights::load(it->second, src);
-    }
-    return std::make_unique<LocretPolicy>(PolicyParams(spec, params()), std::move(w));
-  };
-  return info;
+      "(Huang et al. 2024 §3.2-3.3)",
+      params(), LearnedWeightsInfo{"heads", "random_heads", "retaining heads", "LocRet"},
+      GateSource{"locret", "heads", "model.safetensors", true, is_head_tensor, /*model_shards=*/true});
 }
 
 }  // namespace kvb

@@ -17,33 +17,21 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/1, /*window=*/32, /*sinks=*/0);
-  for (auto& e : p)
-    if (e.key == "window") e.help = "recent window R: the newest queries that score the older tokens, and the tokens always kept";
-  p.push_back({"fusion", "sum", "how the window queries' attention is fused: sum (LongBench) or max (long responses)"});
-  p.push_back({"gqa", "max", "GQA reduction of the fused per-query-head scores: max or mean"});
-  return p;
-}
-
 class MorphKVPolicy : public ScheduledPolicy {
  public:
   explicit MorphKVPolicy(PolicyParams p) : ScheduledPolicy("morphkv", std::move(p)) {
     max_fusion_ = params_.get_choice("fusion", {"sum", "max"}) == "max";
     max_gqa_ = params_.get_choice("gqa", {"max", "mean"}) == "max";
-    if (window_ < 1) params_.fail_param("window", "must be >= 1 (the recent window scores the older tokens)");
+    params_.check_min("window", window_, 1, "the recent window scores the older tokens");
   }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.window_queries = window_;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.window_queries = window_}; }
 
  protected:
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
@@ -71,14 +59,13 @@ class MorphKVPolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo morphkv_policy_info() {
-  PolicyInfo info;
-  info.name = "morphkv";
-  info.description = "Recent window + older tokens it attends to (sum/max fusion), every step (MorphKV §3)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<MorphKVPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<MorphKVPolicy>(
+      "morphkv", "Recent window + older tokens it attends to (sum/max fusion), every step (MorphKV §3)",
+      extend_params(
+          schedule_params(/*buffer=*/1, /*window=*/32, /*sinks=*/0),
+          {{"window", "recent window R: the newest queries that score the older tokens, and the tokens always kept"}},
+          {{"fusion", "sum", "how the window queries' attention is fused: sum (LongBench) or max (long responses)"},
+           {"gqa", "max", "GQA reduction of the fused per-query-head scores: max or mean"}}));
 }
 
 }  // namespace kvb

@@ -1,40 +1,38 @@
 // `oracle`: ForesightKV's Golden Eviction (future attention), two-pass and teacher-forced.
-// Source and every choice: see oracle.h (docs/policies.md).
+// Source and every choice: see oracle.h (seed-foresightkv.md §1.4, §5.3).
 #include "engine/policies/oracle.h"
 
 #include <algorithm>
 
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/util/error.h"
 
 namespace kvb {
 
 namespace {
 
-const char* future_name(OracleFuture f) {
-  switch (f) {
-    case OracleFuture::kMax: return "max";
-    case OracleFuture::kSum: return "sum";
-    case OracleFuture::kMean: return "mean";
-  }
-  return "?";
+/// The `future` parameter's values, in OracleFuture order.
+const std::vector<std::string>& future_names() {
+  static const std::vector<std::string> names = {"max", "sum", "mean"};
+  return names;
 }
 
+const char* future_name(OracleFuture f) { return future_names().at(static_cast<size_t>(f)).c_str(); }
+
 std::vector<PolicyParamInfo> oracle_params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0);
-  for (auto& e : p) {
-    if (e.key == "budget_kind") e.help = "tokens only: budget = tokens per (layer, kv_head) (the block grid needs a fixed B)";
-    if (e.key == "buffer")
-      e.help = "L: block length of the golden schedule; a head is compressed when it reaches budget + L, "
-               "and future attention is pooled over blocks of L queries";
-    if (e.key == "window") e.help = "most recent tokens always kept (-1: L = buffer, the golden's protected R_t)";
-    if (e.key == "sinks") e.help = "first tokens always kept (golden: none)";
-    if (e.key == "ratio") e.help = "unused (the oracle supports budget_kind=tokens only)";
-  }
-  p.push_back({"future", "max",
-               "reduction of the future blocks' scores: max (Eq. 5), sum or mean (the Golden-sum variant, "
-               "docs/policies.md, `oracle`)"});
-  return p;
+  return extend_params(
+      schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0),
+      {{"budget_kind", "tokens only: budget = tokens per (layer, kv_head) (the block grid needs a fixed B)"},
+       {"ratio", "unused (the oracle supports budget_kind=tokens only)"},
+       {"buffer",
+        "L: block length of the golden schedule; a head is compressed when it reaches budget + L, and future "
+        "attention is pooled over blocks of L queries"},
+       {"window", "most recent tokens always kept (-1: L = buffer, the golden's protected R_t)"},
+       {"sinks", "first tokens always kept (golden: none)"}},
+      {{"future", "max",
+        "reduction of the future blocks' scores: max (Eq. 5), sum or mean (the Golden-sum variant, "
+        "docs/policies.md, `oracle`)"}});
 }
 
 }  // namespace
@@ -138,8 +136,7 @@ OraclePolicy::OraclePolicy(PolicyParams p) : ScheduledPolicy("oracle", std::move
   if (chunked_)
     params_.fail_param("compress", "the oracle's query blocks assume compress=prompt_end (compressions at the end "
                                    "of the prompt, then every buffer tokens)");
-  const std::string f = params_.get_choice("future", {"max", "sum", "mean"});
-  future_ = f == "max" ? OracleFuture::kMax : f == "sum" ? OracleFuture::kSum : OracleFuture::kMean;
+  future_ = static_cast<OracleFuture>(params_.get_choice_index("future", future_names()));
   if (window_ < 0) window_ = static_cast<int32_t>(std::min<int64_t>(buffer_, 1 << 30));
   if (budget_ > 0 && budget_ <= static_cast<int64_t>(sinks_) + window_)
     fail("policy 'oracle': budget {} must exceed sinks + window = {} (window defaults to buffer = L)", budget_,
@@ -182,16 +179,11 @@ void OraclePolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& 
 }
 
 PolicyInfo oracle_policy_info() {
-  PolicyInfo info;
-  info.name = "oracle";
-  info.description =
+  return policy_entry<OraclePolicy>(
+      "oracle",
       "Golden eviction: keep the top tokens by the future attention of a full-cache teacher-forced trace "
-      "(ForesightKV §3.2 Eq. 3-5; two-pass upper bound, runs under `kvbench fidelity`)";
-  info.params = oracle_params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<OraclePolicy>(PolicyParams(spec, oracle_params()));
-  };
-  return info;
+      "(ForesightKV §3.2 Eq. 3-5; two-pass upper bound, runs under `kvbench fidelity`)",
+      oracle_params());
 }
 
 }  // namespace kvb

@@ -25,6 +25,40 @@ PolicyParams::PolicyParams(const PolicySpec& spec, const std::vector<PolicyParam
   resolved_["budget"] = budget_;
 }
 
+std::vector<PolicyParamInfo> extend_params(std::vector<PolicyParamInfo> base,
+                                           std::initializer_list<std::pair<const char*, const char*>> help,
+                                           std::vector<PolicyParamInfo> extra) {
+  for (const auto& [key, text] : help) {
+    auto it = std::find_if(base.begin(), base.end(), [&](const PolicyParamInfo& e) { return e.key == key; });
+    if (it == base.end()) fail("extend_params: no parameter '{}' to describe", key);
+    it->help = text;
+  }
+  base.insert(base.end(), std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()));
+  return base;
+}
+
+double PolicyParams::get_double_in(const std::string& key, double lo, double hi) {
+  const double v = get_double(key);
+  if (v < lo || v > hi) fail_param(key, fmt::format("must be in [{}, {}]", lo, hi));
+  return v;
+}
+
+int64_t PolicyParams::get_int_in(const std::string& key, int64_t lo, int64_t hi) {
+  const int64_t v = get_int(key);
+  if (v < lo || v > hi) fail_param(key, fmt::format("must be in [{}, {}]", lo, hi));
+  return v;
+}
+
+int64_t PolicyParams::get_int_min(const std::string& key, int64_t lo, const std::string& why) {
+  const int64_t v = get_int(key);
+  check_min(key, v, lo, why);
+  return v;
+}
+
+void PolicyParams::check_min(const std::string& key, int64_t v, int64_t lo, const std::string& why) const {
+  if (v < lo) fail_param(key, fmt::format("must be >= {}", lo) + (why.empty() ? "" : " (" + why + ")"));
+}
+
 void PolicyParams::fail_param(const std::string& key, const std::string& msg) const {
   fail("policy '{}': parameter '{}': {}", name_, key, msg);
 }
@@ -76,14 +110,19 @@ std::string PolicyParams::get_string(const std::string& key) {
 }
 
 std::string PolicyParams::get_choice(const std::string& key, const std::vector<std::string>& choices) {
+  return choices[get_choice_index(key, choices)];
+}
+
+size_t PolicyParams::get_choice_index(const std::string& key, const std::vector<std::string>& choices) {
   std::string s = raw(key);
-  if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
+  const auto it = std::find(choices.begin(), choices.end(), s);
+  if (it == choices.end()) {
     std::string list;
     for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
     fail_param(key, "expected one of " + list + ", got '" + s + "'");
   }
   resolved_[key] = s;
-  return s;
+  return static_cast<size_t>(it - choices.begin());
 }
 
 }  // namespace kvb

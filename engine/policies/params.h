@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,13 @@
 namespace kvb {
 
 /// Parameters of one policy instance: the user's spec merged over the declared defaults.
+/// `base` with the help text of the entries named in `help` replaced and `extra` appended: the
+/// table of a policy built on a shared one (schedule_params, snapkv_params), in that order.
+/// Throws kvb::Error when a key of `help` is not in `base` (a programming error).
+std::vector<PolicyParamInfo> extend_params(std::vector<PolicyParamInfo> base,
+                                           std::initializer_list<std::pair<const char*, const char*>> help,
+                                           std::vector<PolicyParamInfo> extra = {});
+
 class PolicyParams {
  public:
   /// Validates that every key in `spec.params` is declared in `declared`; throws kvb::Error
@@ -30,6 +39,19 @@ class PolicyParams {
   std::string get_string(const std::string& key);
   /// get_string restricted to `choices`; throws naming the key and the allowed values.
   std::string get_choice(const std::string& key, const std::vector<std::string>& choices);
+  /// get_choice returning the position of the value in `choices` (for enums listed in order).
+  size_t get_choice_index(const std::string& key, const std::vector<std::string>& choices);
+
+  /// get_double(key) that must lie in [lo, hi]; throws kvb::Error "policy '<name>': parameter
+  /// '<key>': must be in [lo, hi]" otherwise (bounds printed as fmt prints them: 0, 1, 0.5).
+  double get_double_in(const std::string& key, double lo, double hi);
+  /// get_int(key) that must lie in [lo, hi]; throws "...: must be in [lo, hi]" otherwise.
+  int64_t get_int_in(const std::string& key, int64_t lo, int64_t hi);
+  /// get_int(key) that must be >= lo; throws as check_min otherwise.
+  int64_t get_int_min(const std::string& key, int64_t lo, const std::string& why = "");
+  /// Checks a resolved value: throws kvb::Error "policy '<name>': parameter '<key>': must be >=
+  /// <lo>", followed by " (<why>)" when `why` is not empty, when v < lo.
+  void check_min(const std::string& key, int64_t v, int64_t lo, const std::string& why = "") const;
 
   /// Throws kvb::Error "policy '<name>': parameter '<key>': <msg>".
   [[noreturn]] void fail_param(const std::string& key, const std::string& msg) const;
@@ -47,6 +69,19 @@ class PolicyParams {
   std::vector<PolicyParamInfo> declared_;
   std::map<std::string, std::string> user_;
   nlohmann::json resolved_ = nlohmann::json::object();
+};
+
+/// Base of a policy that reads its parameters through PolicyParams: name() is its registry name
+/// and resolved_params() every value it read (PolicyParams::resolved(), "budget" included).
+class ParamPolicy : public Policy {
+ public:
+  ParamPolicy(std::string name, PolicyParams p) : name_(std::move(name)), params_(std::move(p)) {}
+  std::string name() const override { return name_; }
+  nlohmann::json resolved_params() const override { return params_.resolved(); }
+
+ protected:
+  std::string name_;
+  PolicyParams params_;
 };
 
 }  // namespace kvb

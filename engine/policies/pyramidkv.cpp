@@ -21,6 +21,7 @@
 #include <map>
 
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/snapkv.h"
 
 namespace kvb {
@@ -61,14 +62,6 @@ int64_t pyramid_layer_budget_kvpress(int64_t B, int64_t window, int64_t P, int l
 
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  auto p = snapkv_params(32, 5, "avg", "mean", 128);
-  p.push_back({"beta", "20", "pyramid steepness beta (min layer budget = (budget - window) / beta)"});
-  p.push_back({"layer_budget", "factory",
-               "factory: KVCache-Factory/SCBench formula (window on top of the pyramid); kvpress: PyramidKVPress"});
-  return p;
-}
-
 class PyramidKVPolicy : public SnapKVPolicy {
  public:
   explicit PyramidKVPolicy(PolicyParams p) : SnapKVPolicy("pyramidkv", std::move(p)) {
@@ -102,14 +95,13 @@ class PyramidKVPolicy : public SnapKVPolicy {
 }  // namespace
 
 PolicyInfo pyramidkv_policy_info() {
-  PolicyInfo info;
-  info.name = "pyramidkv";
-  info.description = "SnapKV scoring with pyramid layer budgets (PyramidKV §3.2, beta = 20)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<PyramidKVPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<PyramidKVPolicy>(
+      "pyramidkv", "SnapKV scoring with pyramid layer budgets (PyramidKV §3.2, beta = 20)",
+      extend_params(snapkv_params(32, 5, "avg", "mean", 128), {},
+                    {{"beta", "20", "pyramid steepness beta (min layer budget = (budget - window) / beta)"},
+                     {"layer_budget", "factory",
+                      "factory: KVCache-Factory/SCBench formula (window on top of the pyramid); kvpress: "
+                      "PyramidKVPress"}}));
 }
 
 }  // namespace kvb

@@ -26,48 +26,26 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/util/error.h"
 
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  return {
-      {"page_size", "16", "tokens per page, aligned to token 0 (the reference's --chunk_size)"},
-      {"dense_layers", "2", "the first layers attend densely (the reference: layer_id < 2)"},
-      {"min_pages", "3", "pages read at least: k = min(max(min_pages, min(L, budget) / page_size), pages)"},
-      {"gqa", "query",
-       "query: every query head picks its own pages (the reference repeats kv heads); max: one pick per kv "
-       "head by the max over its query heads' bounds (WG-KV's Quest)"},
-      {"last_page", "false",
-       "true: always read the newest page and pick k - 1 others (the reference's CUDA kernel path); false: "
-       "all k by score (its evaluation path)"},
-  };
-}
-
-class QuestPolicy : public Policy {
+class QuestPolicy : public ParamPolicy {
  public:
-  explicit QuestPolicy(PolicyParams p) : params_(std::move(p)) {
+  explicit QuestPolicy(PolicyParams p) : ParamPolicy("quest", std::move(p)) {
     budget_ = params_.budget();
-    page_ = params_.get_int("page_size");
-    dense_layers_ = params_.get_int("dense_layers");
-    min_pages_ = params_.get_int("min_pages");
-    gqa_max_ = params_.get_choice("gqa", {"query", "max"}) == "max";
-    last_page_ = params_.get_bool("last_page");
     if (budget_ <= 0)
       fail("policy 'quest' reads a budget of tokens per head at each decode step but none was given: pass "
            "--budget N (the reference's token_budget, e.g. 512-4096)");
-    if (page_ < 1 || page_ > (1 << 20)) params_.fail_param("page_size", "must be in [1, 1048576]");
-    if (dense_layers_ < 0) params_.fail_param("dense_layers", "must be >= 0");
-    if (min_pages_ < 1 || min_pages_ > (1 << 20)) params_.fail_param("min_pages", "must be in [1, 1048576]");
+    page_ = params_.get_int_in("page_size", 1, 1 << 20);
+    dense_layers_ = params_.get_int_min("dense_layers", 0);
+    min_pages_ = params_.get_int_in("min_pages", 1, 1 << 20);
+    gqa_max_ = params_.get_choice("gqa", {"query", "max"}) == "max";
+    last_page_ = params_.get_bool("last_page");
   }
-  std::string name() const override { return "quest"; }
-  nlohmann::json resolved_params() const override { return params_.resolved(); }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.read_select = true;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.read_select = true}; }
   void on_sequence_end(SeqId seq) override { seqs_.erase(seq); }
 
   /// A prompt chunk may overwrite tokens the metadata saw before (the next turn of a multi-turn
@@ -203,7 +181,6 @@ class QuestPolicy : public Policy {
     return spans;
   }
 
-  PolicyParams params_;
   int64_t budget_ = 0, page_ = 16, dense_layers_ = 2, min_pages_ = 3;
   bool gqa_max_ = false, last_page_ = false;
   std::map<SeqId, Seq> seqs_;
@@ -212,16 +189,19 @@ class QuestPolicy : public Policy {
 }  // namespace
 
 PolicyInfo quest_policy_info() {
-  PolicyInfo info;
-  info.name = "quest";
-  info.description =
+  return policy_entry<QuestPolicy>(
+      "quest",
       "Full cache; each decode step every query head reads the top-k pages by the key min/max bound (Quest "
-      "ICML'24 §3; mit-han-lab/Quest evaluation/quest_attention.py); --budget = tokens read";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<QuestPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+      "ICML'24 §3; mit-han-lab/Quest evaluation/quest_attention.py); --budget = tokens read",
+      {{"page_size", "16", "tokens per page, aligned to token 0 (the reference's --chunk_size)"},
+       {"dense_layers", "2", "the first layers attend densely (the reference: layer_id < 2)"},
+       {"min_pages", "3", "pages read at least: k = min(max(min_pages, min(L, budget) / page_size), pages)"},
+       {"gqa", "query",
+        "query: every query head picks its own pages (the reference repeats kv heads); max: one pick per kv "
+        "head by the max over its query heads' bounds (WG-KV's Quest)"},
+       {"last_page", "false",
+        "true: always read the newest page and pick k - 1 others (the reference's CUDA kernel path); false: "
+        "all k by score (its evaluation path)"}});
 }
 
 }  // namespace kvb

@@ -7,6 +7,7 @@
 // (buffer 128, no window, no sinks).
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 
@@ -34,23 +35,13 @@ class RandomPolicy : public ScheduledPolicy {
   uint64_t seed_ = 0;
 };
 
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0);
-  p.push_back({"seed", "0", "random seed (same seed => same keep-sets)"});
-  return p;
-}
-
 }  // namespace
 
 PolicyInfo random_policy_info() {
-  PolicyInfo info;
-  info.name = "random";
-  info.description = "Uniformly random keep-set, seeded (kvpress RandomPress; lower bound)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<RandomPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<RandomPolicy>(
+      "random", "Uniformly random keep-set, seeded (kvpress RandomPress; lower bound)",
+      extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0), {},
+                    {{"seed", "0", "random seed (same seed => same keep-sets)"}}));
 }
 
 }  // namespace kvb

@@ -17,38 +17,22 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0);
-  for (auto& e : p)
-    if (e.key == "window") e.help = "observation window w: queries scored and newest tokens always kept";
-  p.push_back({"lambda", "0.1", "mix: lambda * importance - (1 - lambda) * redundancy"});
-  p.push_back({"kernel", "7", "max-pool kernel of the importance (1 = none)"});
-  p.push_back({"threshold", "0.5", "cosine above which the most recent similar key is not penalised"});
-  return p;
-}
-
 class RKVPolicy : public ScheduledPolicy {
  public:
   explicit RKVPolicy(PolicyParams p) : ScheduledPolicy("rkv", std::move(p)) {
-    lambda_ = params_.get_double("lambda");
-    kernel_ = static_cast<int>(params_.get_int("kernel"));
+    lambda_ = params_.get_double_in("lambda", 0, 1);
+    kernel_ = static_cast<int>(params_.get_int_min("kernel", 1));
     threshold_ = static_cast<float>(params_.get_double("threshold"));
-    if (lambda_ < 0 || lambda_ > 1) params_.fail_param("lambda", "must be in [0, 1]");
-    if (kernel_ < 1) params_.fail_param("kernel", "must be >= 1");
-    if (window_ < 1) params_.fail_param("window", "must be >= 1");
+    params_.check_min("window", window_, 1);
   }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.host_kv = true;
-    n.window_queries = window_;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.window_queries = window_, .host_kv = true}; }
 
  protected:
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
@@ -71,14 +55,13 @@ class RKVPolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo rkv_policy_info() {
-  PolicyInfo info;
-  info.name = "rkv";
-  info.description = "R-KV: lambda*importance - (1-lambda)*key redundancy, decode-time (Cai et al. 2025 §3)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<RKVPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<RKVPolicy>(
+      "rkv", "R-KV: lambda*importance - (1-lambda)*key redundancy, decode-time (Cai et al. 2025 §3)",
+      extend_params(schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0),
+                    {{"window", "observation window w: queries scored and newest tokens always kept"}},
+                    {{"lambda", "0.1", "mix: lambda * importance - (1 - lambda) * redundancy"},
+                     {"kernel", "7", "max-pool kernel of the importance (1 = none)"},
+                     {"threshold", "0.5", "cosine above which the most recent similar key is not penalised"}}));
 }
 
 }  // namespace kvb

@@ -40,7 +40,7 @@ bool parse_compress(PolicyParams& p) {
 }
 
 ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_kind)
-    : name_(std::move(name)), params_(std::move(p)) {
+    : ParamPolicy(std::move(name), std::move(p)) {
   budget_ = params_.budget();
   const std::string kind = global_kind
                                ? params_.get_choice("budget_kind", {"tokens", "ratio", "global"})

@@ -49,15 +49,13 @@ bool compress_point(bool prefill, bool prefill_last, bool chunked);
 
 /// Base class: subclasses provide score(); the base decides when to compress and which tokens are
 /// protected, and requests the keep-sets.
-class ScheduledPolicy : public Policy {
+class ScheduledPolicy : public ParamPolicy {
  public:
   /// Reads the schedule_params() keys from `p` and validates them (buffer ≥ 1, window ≥ 0,
   /// sinks ≥ 0, 0 < ratio ≤ 1, and for token budgets B > sinks + window unless B = 0); throws
   /// kvb::Error naming the parameter. Subclasses read their own keys from params_ afterwards.
   ScheduledPolicy(std::string name, PolicyParams p, bool global_kind = false);
 
-  std::string name() const override { return name_; }
-  nlohmann::json resolved_params() const override { return params_.resolved(); }
   void on_layer_step(LayerStep& step) override;
 
  protected:
@@ -82,8 +80,6 @@ class ScheduledPolicy : public Policy {
   /// True when head of length L must be compressed to B at this step.
   bool due(const LayerStep& step, int32_t L, int64_t B) const;
 
-  std::string name_;
-  PolicyParams params_;
   int64_t budget_ = 0;
   bool ratio_kind_ = false;
   bool global_kind_ = false;  ///< budget_kind=global: on_layer_step only observes

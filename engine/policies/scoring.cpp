@@ -252,6 +252,13 @@ std::vector<float> key_redundancy_mean(const KVCache& cache, SeqId seq, int laye
   return out;
 }
 
+std::vector<int32_t> mask_indices(std::span<const char> mask, bool set) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < mask.size(); ++i)
+    if ((mask[i] != 0) == set) out.push_back(static_cast<int32_t>(i));
+  return out;
+}
+
 std::vector<int32_t> top_k_indices(std::span<const float> scores, int64_t k) {
   const int32_t n = static_cast<int32_t>(scores.size());
   std::vector<int32_t> idx(n);
@@ -308,12 +315,6 @@ double hash_uniform(std::initializer_list<uint64_t> words) {
   uint64_t h = 0x243F6A8885A308D3ull;
   for (uint64_t w : words) h = splitmix64(h ^ w);
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
-}
-
-double hash_normal(uint64_t seed, uint64_t& ctr, double sd) {
-  const double u1 = std::max(hash_uniform({seed, ctr++}), 1e-300);
-  const double u2 = hash_uniform({seed, ctr++});
-  return sd * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
 }  // namespace kvb::scoring

@@ -75,14 +75,14 @@ std::vector<int32_t> select_keep(std::span<const float> scores, int32_t L, int64
 /// Indices of the `k` largest values of `scores` (ties to the lower index), sorted increasing.
 std::vector<int32_t> top_k_indices(std::span<const float> scores, int64_t k);
 
+/// The indices i with (mask[i] != 0) == `set`, increasing: the keep-set of a head from a keep
+/// mask (set = true) or a drop mask (set = false) over its L = mask.size() tokens.
+std::vector<int32_t> mask_indices(std::span<const char> mask, bool set = true);
+
 /// SplitMix64 mixing (deterministic, platform independent); used for seeded policies.
 uint64_t splitmix64(uint64_t x);
 /// A uniform double in [0, 1) from a hash of the given words.
 double hash_uniform(std::initializer_list<uint64_t> words);
-/// A normal draw of standard deviation `sd` (Box–Muller on hash_uniform({seed, ctr}) and
-/// hash_uniform({seed, ctr + 1}), the first clamped to ≥ 1e-300; advances ctr by 2): the seeded
-/// RANDOM test weights of the learned policies (random_gates=SEED and the like).
-double hash_normal(uint64_t seed, uint64_t& ctr, double sd);
 
 /// Current length of kv head h of (step.seq, step.layer).
 int32_t head_length(const LayerStep& step, int h);

@@ -51,6 +51,7 @@
 
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/policies.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
@@ -482,16 +483,13 @@ class SeerAttnRPolicy : public Policy {
 
   void make_random(int L, int G, int Hkv, int D) {
     weights_.path = "random_gates=" + std::to_string(seed_);
-    uint64_t ctr = 0;
-    auto normal = [&](double sd) {
-      return static_cast<float>(scoring::hash_normal(static_cast<uint64_t>(seed_), ctr, sd));
-    };
+    SeededDraws draw(seed_);
     const int64_t d = arch_.hidden, n_pool = static_cast<int64_t>(arch_.k.size());
     for (int l = 0; l < L; ++l) {
       const std::string p = gate_prefix(l);
       std::vector<float> wq(static_cast<size_t>(Hkv) * G * D * d), wk(static_cast<size_t>(Hkv) * n_pool * D * d);
-      for (auto& v : wq) v = normal(std::sqrt(2.0 / static_cast<double>(G * D + d)));
-      for (auto& v : wk) v = normal(std::sqrt(2.0 / static_cast<double>(n_pool * D + d)));
+      for (auto& v : wq) v = draw.normal(std::sqrt(2.0 / static_cast<double>(G * D + d)));
+      for (auto& v : wk) v = draw.normal(std::sqrt(2.0 / static_cast<double>(n_pool * D + d)));
       weights_.add(p + "attngate_linear_q.weight", {Hkv, G, D, d}, std::move(wq));
       weights_.add(p + "attngate_linear_k.weight", {Hkv, n_pool * D, d}, std::move(wk));
       weights_.add(p + "attngate_qnorm.weight", {d}, std::vector<float>(d, 1.0f));
@@ -515,25 +513,12 @@ class SeerAttnRPolicy : public Policy {
 }  // namespace
 
 PolicyInfo seerattn_r_policy_info() {
-  PolicyInfo info;
-  info.name = "seerattn_r";
-  info.description =
+  return learned_policy_entry<SeerAttnRPolicy>(
+      "seerattn_r",
       "SeerAttention-R: full cache; a learned AttnGate picks the top budget/64 key blocks per kv head each decode "
-      "step, plus the newest (Gao et al. 2025 §3; microsoft/SeerAttention decode_sparse); --budget = tokens read";
-  info.params = params();
-  info.learned = LearnedWeightsInfo{"gates", "random_gates", "AttnGates", "SeerAttention-R"};
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    (void)PolicyParams(spec, params());  // unknown keys are reported before any file is read
-    auto it = spec.params.find("gates");
-    GateWeights w;
-    if (it != spec.params.end() && !it->second.empty()) {
-      GateSource src{"seerattn_r", "gates", "attn_gate_weights.pth", true};
-      src.keep = is_gate_tensor;
-      w = GateWeights::load(it->second, src);
-    }
-    return std::make_unique<SeerAttnRPolicy>(PolicyParams(spec, params()), std::move(w));
-  };
-  return info;
+      "step, plus the newest (Gao et al. 2025 §3; microsoft/SeerAttention decode_sparse); --budget = tokens read",
+      params(), LearnedWeightsInfo{"gates", "random_gates", "AttnGates", "SeerAttention-R"},
+      GateSource{"seerattn_r", "gates", "attn_gate_weights.pth", true, is_gate_tensor});
 }
 
 }  // namespace kvb

@@ -17,36 +17,32 @@
 #include "engine/policies/snapkv.h"
 
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/util/error.h"
 
 namespace kvb {
 
 std::vector<PolicyParamInfo> snapkv_params(int64_t window, int64_t kernel, const std::string& pool,
                                            const std::string& gqa, int64_t buffer) {
-  auto p = schedule_params(buffer, window, /*sinks=*/0);
-  for (auto& e : p)
-    if (e.key == "window") e.help = "observation window: the most recent queries scored against the cache, and the recent tokens always kept";
-  p.push_back({"kernel", std::to_string(kernel), "pooling kernel along tokens (1 = none)"});
-  p.push_back({"pool", pool, "pooling type: max, avg (zero-padded, as torch avg_pool1d) or none"});
-  p.push_back({"gqa", gqa,
-               "GQA reduction: max_logits (max over the group before a softmax over older keys; R-KV repo), "
-               "max or mean (of per-head softmax probabilities; G-KV / kvpress)"});
-  return p;
+  return extend_params(
+      schedule_params(buffer, window, /*sinks=*/0),
+      {{"window",
+        "observation window: the most recent queries scored against the cache, and the recent tokens always kept"}},
+      {{"kernel", std::to_string(kernel), "pooling kernel along tokens (1 = none)"},
+       {"pool", pool, "pooling type: max, avg (zero-padded, as torch avg_pool1d) or none"},
+       {"gqa", gqa,
+        "GQA reduction: max_logits (max over the group before a softmax over older keys; R-KV repo), "
+        "max or mean (of per-head softmax probabilities; G-KV / kvpress)"}});
 }
 
 SnapKVPolicy::SnapKVPolicy(std::string name, PolicyParams p) : ScheduledPolicy(std::move(name), std::move(p)) {
-  kernel_ = static_cast<int>(params_.get_int("kernel"));
-  if (kernel_ < 1) params_.fail_param("kernel", "must be >= 1");
+  kernel_ = static_cast<int>(params_.get_int_min("kernel", 1));
   pool_ = scoring::parse_pool(params_.get_choice("pool", {"max", "avg", "none"}), "pool");
   gqa_ = scoring::parse_gqa(params_.get_choice("gqa", {"max_logits", "max", "mean"}), "gqa");
-  if (window_ < 1) params_.fail_param("window", "must be >= 1 (the observation window)");
+  params_.check_min("window", window_, 1, "the observation window");
 }
 
-PolicyNeeds SnapKVPolicy::needs() const {
-  PolicyNeeds n;
-  n.window_queries = window_;
-  return n;
-}
+PolicyNeeds SnapKVPolicy::needs() const { return {.window_queries = window_}; }
 
 void SnapKVPolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) {
   int w = 0;
@@ -55,15 +51,10 @@ void SnapKVPolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& 
 }
 
 PolicyInfo snapkv_policy_info() {
-  PolicyInfo info;
-  info.name = "snapkv";
-  info.description =
-      "Observation-window attention, pooled (SnapKV §4.2; decode-time every `buffer` tokens as in R-KV/TRIM-KV)";
-  info.params = snapkv_params(8, 7, "max", "max_logits", 128);
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<SnapKVPolicy>("snapkv", PolicyParams(spec, snapkv_params(8, 7, "max", "max_logits", 128)));
-  };
-  return info;
+  return policy_entry<SnapKVPolicy>(
+      "snapkv",
+      "Observation-window attention, pooled (SnapKV §4.2; decode-time every `buffer` tokens as in R-KV/TRIM-KV)",
+      snapkv_params(8, 7, "max", "max_logits", 128));
 }
 
 }  // namespace kvb

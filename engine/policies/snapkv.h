@@ -13,6 +13,9 @@ namespace kvb {
 /// `kernel`/`pool`; the `window` most recent tokens are always kept.
 class SnapKVPolicy : public ScheduledPolicy {
  public:
+  /// `snapkv` itself (the registry entry's constructor).
+  explicit SnapKVPolicy(PolicyParams p) : SnapKVPolicy("snapkv", std::move(p)) {}
+  /// A policy built on SnapKV scoring under its own registry `name` (pyramidkv, adakv).
   SnapKVPolicy(std::string name, PolicyParams p);
   PolicyNeeds needs() const override;
 

@@ -10,6 +10,7 @@
 // positions, as in R-KV and kvpress; the paper's in-cache re-positioning is not modelled).
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 
 namespace kvb {
@@ -32,25 +33,13 @@ class StreamingLLMPolicy : public ScheduledPolicy {
   }
 };
 
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4);
-  for (auto& e : p)
-    if (e.key == "window") e.help = "unused: the recent part is budget - sinks";
-  return p;
-}
-
 }  // namespace
 
 PolicyInfo streamingllm_policy_info() {
-  PolicyInfo info;
-  info.name = "streamingllm";
-  info.description =
-      "Attention sinks + most recent tokens (Xiao et al. 2023 §3.2; R-KV/TRIM-KV baseline schedule)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<StreamingLLMPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+  return policy_entry<StreamingLLMPolicy>(
+      "streamingllm", "Attention sinks + most recent tokens (Xiao et al. 2023 §3.2; R-KV/TRIM-KV baseline schedule)",
+      extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
+                    {{"window", "unused: the recent part is budget - sinks"}}));
 }
 
 }  // namespace kvb

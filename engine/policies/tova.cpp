@@ -16,6 +16,7 @@
 
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
@@ -26,11 +27,7 @@ namespace {
 class TovaPolicy : public ScheduledPolicy {
  public:
   explicit TovaPolicy(PolicyParams p) : ScheduledPolicy("tova", std::move(p)) {}
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.window_queries = 1;  // the newest query only
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.window_queries = 1}; }  // the newest query only
   void on_sequence_end(SeqId seq) override {
     if (std::get<0>(cached_key_) == seq) cached_key_ = {-1, -1, -1};  // a reused id must not see stale scores
   }
@@ -66,26 +63,15 @@ class TovaPolicy : public ScheduledPolicy {
   std::vector<float> layer_score_;
 };
 
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/1, /*window=*/1, /*sinks=*/0);
-  for (auto& e : p)
-    if (e.key == "window") e.help = "most recent tokens always kept (1: the current token, as kvpress TOVAPress)";
-  return p;
-}
-
 }  // namespace
 
 PolicyInfo tova_policy_info() {
-  PolicyInfo info;
-  info.name = "tova";
-  info.description =
+  return policy_entry<TovaPolicy>(
+      "tova",
       "Newest query's attention averaged over the layer's heads, one keep-set per layer (TOVA §3.3; kvpress "
-      "TOVAPress)";
-  info.params = params();
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    return std::make_unique<TovaPolicy>(PolicyParams(spec, params()));
-  };
-  return info;
+      "TOVAPress)",
+      extend_params(schedule_params(/*buffer=*/1, /*window=*/1, /*sinks=*/0),
+                    {{"window", "most recent tokens always kept (1: the current token, as kvpress TOVAPress)"}}));
 }
 
 }  // namespace kvb

@@ -1,7 +1,7 @@
 // `trimkv`: TRIM-KV — learned retention gates, score (t − i)·log β, top-M per (layer, kv_head).
 // Sources: Bui et al., "Cache What Lasts: Token Retention for Memory-Bounded KV Cache in LLMs"
-// (arXiv 2512.03324, §3 Eq. 2–3 and Algorithm 1); docs/policies.md, `trimkv`
-// (gate, TrimKVCache inference eviction, released weights, recommended defaults).
+// (arXiv 2512.03324, §3 Eq. 2–3 and Algorithm 1); seed-trimkv-and-baselines.md §2.1 (gate),
+// §2.3 (TrimKVCache: inference eviction), §2.4 (released weights), §6 (recommended defaults).
 //   gate (one per layer, on the attention block's input x = the residual stream after the input
 //   RMSNorm, [H]): log β = logsigmoid(W2 · φ(W1·x + b1) + b), W1 [I, H], b1 [I], W2 [Hkv, I] (no
 //   bias), b [Hkv]; φ = SiLU (the base model's hidden_act); I = 512 in the released gates;
@@ -32,6 +32,7 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
@@ -39,19 +40,8 @@
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  auto p = schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/true, /*global_kind=*/true);
-  p.push_back({"gates", "",
-               "retention gates: a Hub id (ngocbh/TrimKV-Qwen3-4B-Math), a directory, or a .pth/.pt/.safetensors "
-               "file; required unless random_gates (kvbench run picks the released gates of a known model)"});
-  p.push_back({"random_gates", "-1", "seed of RANDOM test gates (not TRIM-KV; -1 = off)"});
-  p.push_back({"gate_hidden", "512", "hidden width I of random gates"});
-  p.push_back({"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"});
-  return p;
-}
-
 /// The policy spec with the defaults the checkpoint's config.json gives (TRIM-KV's config
-/// fields, docs/policies.md): buffer = buffer_size unless given, budget =
+/// fields, seed-trimkv-and-baselines.md §2.4–2.5): buffer = buffer_size unless given, budget =
 /// memory_size when the spec has none. Refuses gate types and activations other than the
 /// released "rg" gates' ("silu").
 PolicySpec with_checkpoint_config(PolicySpec spec, const GateWeights& w) {
@@ -89,15 +79,9 @@ class TrimKVPolicy : public ScheduledPolicy {
       fail("policy 'trimkv': no retention-gate weights for this model: pass gates=HUB_ID|DIR|FILE (the released "
            "ngocbh/TrimKV-<model> checkpoints; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
            "test gates");
-    if (hidden_ < 1) params_.fail_param("gate_hidden", "must be >= 1");
+    params_.check_min("gate_hidden", hidden_, 1);
   }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.layer_input = true;
-    n.layer_input_via_mlp = true;
-    n.num_scalars = 1;
-    return n;
-  }
+  PolicyNeeds needs() const override { return {.layer_input = true, .num_scalars = 1, .layer_input_via_mlp = true}; }
 
   void on_step_end(StepEnd& s) override {
     if (!global_kind_ || budget_ <= 0) return;
@@ -175,11 +159,9 @@ class TrimKVPolicy : public ScheduledPolicy {
       gates_.resize(step.num_layers);
       for (int l = 0; l < step.num_layers; ++l) {
         const std::string p = layer_prefix(l);
-        const GateTensor* w1t = weights_.find(p + "linear1.weight");
-        if (!w1t) fail_at(weights_.path, "tensor " + p + "linear1.weight",
-                          "missing (the gates do not cover layer {} of this {}-layer model)", l, step.num_layers);
-        if (w1t->shape.size() != 2) fail_at(weights_.path, "tensor " + p + "linear1.weight", "expected 2 dimensions");
-        const int64_t I = w1t->shape[0];
+        const GateTensor& w1t = weights_.layer_tensor(p + "linear1.weight", l, step.num_layers, "gates");
+        if (w1t.shape.size() != 2) fail_at(weights_.path, "tensor " + p + "linear1.weight", "expected 2 dimensions");
+        const int64_t I = w1t.shape[0];
         if (const auto& c = weights_.config; c.contains("retention_gate_intermediate_size") &&
                                              c["retention_gate_intermediate_size"] != I)
           fail_at(weights_.config_path, "retention_gate_intermediate_size", "{} but the gate tensors are {} wide",
@@ -197,15 +179,12 @@ class TrimKVPolicy : public ScheduledPolicy {
 
   void make_random(const LayerStep& step) {
     weights_.path = "random_gates=" + std::to_string(random_seed_);
-    uint64_t ctr = 0;
-    auto normal = [&](float stdv) {
-      return static_cast<float>(scoring::hash_normal(static_cast<uint64_t>(random_seed_), ctr, stdv));
-    };
+    SeededDraws draw(random_seed_);
     for (int l = 0; l < step.num_layers; ++l) {
       const std::string p = layer_prefix(l);
       std::vector<float> w1(static_cast<size_t>(hidden_) * step.hidden_size), w2(static_cast<size_t>(step.num_kv_heads) * hidden_);
-      for (auto& v : w1) v = normal(0.02f);
-      for (auto& v : w2) v = normal(0.02f);
+      for (auto& v : w1) v = draw.normal(0.02f);  // the f32 0.02 of the original generator, widened
+      for (auto& v : w2) v = draw.normal(0.02f);
       weights_.add(p + "linear1.weight", {hidden_, step.hidden_size}, std::move(w1));
       weights_.add(p + "linear1.bias", {hidden_}, std::vector<float>(hidden_, 0.f));
       weights_.add(p + "linear2.weight", {step.num_kv_heads, hidden_}, std::move(w2));
@@ -224,21 +203,18 @@ class TrimKVPolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo trimkv_policy_info() {
-  PolicyInfo info;
-  info.name = "trimkv";
-  info.description = "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)";
-  info.params = params();
-  info.learned = LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV"};
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    (void)PolicyParams(spec, params());  // unknown keys are reported before any file is read
-    auto it = spec.params.find("gates");
-    if (it == spec.params.end() || it->second.empty())
-      return std::make_unique<TrimKVPolicy>(PolicyParams(spec, params()), GateWeights{});
-    GateWeights w = GateWeights::load(it->second, GateSource{"trimkv", "gates", "trimkv_weights.pth", true});
-    const PolicySpec s = with_checkpoint_config(spec, w);
-    return std::make_unique<TrimKVPolicy>(PolicyParams(s, params()), std::move(w));
-  };
-  return info;
+  return learned_policy_entry<TrimKVPolicy>(
+      "trimkv", "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)",
+      extend_params(
+          schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/true, /*global_kind=*/true), {},
+          {{"gates", "",
+            "retention gates: a Hub id (ngocbh/TrimKV-Qwen3-4B-Math), a directory, or a .pth/.pt/.safetensors "
+            "file; required unless random_gates (kvbench run picks the released gates of a known model)"},
+           {"random_gates", "-1", "seed of RANDOM test gates (not TRIM-KV; -1 = off)"},
+           {"gate_hidden", "512", "hidden width I of random gates"},
+           {"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"}}),
+      LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV"},
+      GateSource{"trimkv", "gates", "trimkv_weights.pth", true}, with_checkpoint_config);
 }
 
 }  // namespace kvb

@@ -42,6 +42,7 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
+#include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
@@ -66,9 +67,9 @@ std::vector<PolicyParamInfo> params() {
 }
 
 
-class WGKVPolicy : public Policy {
+class WGKVPolicy : public ParamPolicy {
  public:
-  WGKVPolicy(PolicyParams p, GateWeights weights) : params_(std::move(p)), weights_(std::move(weights)) {
+  WGKVPolicy(PolicyParams p, GateWeights weights) : ParamPolicy("wgkv", std::move(p)), weights_(std::move(weights)) {
     gates_path_ = params_.get_string("gates");
     random_seed_ = params_.get_int("random_gates");
     expand_ = params_.get_double("gate_expand");
@@ -79,9 +80,9 @@ class WGKVPolicy : public Policy {
     kernel_ = static_cast<int>(params_.get_int("kernel"));
     chunked_ = parse_compress(params_);
     budget_ = params_.budget();
-    if (window_ < 1) params_.fail_param("window", "must be >= 1");
+    params_.check_min("window", window_, 1);
     if (evict_ratio_ <= 0 || evict_ratio_ > 1) params_.fail_param("evict_ratio", "must be in (0, 1]");
-    if (obs_window_ < 1) params_.fail_param("obs_window", "must be >= 1");
+    params_.check_min("obs_window", obs_window_, 1);
     if (budget_ > 0 && budget_ <= window_)
       fail("policy 'wgkv': budget {} must exceed window = {} (it counts the local window)", budget_, window_);
     if (gates_path_.empty() && random_seed_ < 0)
@@ -89,15 +90,8 @@ class WGKVPolicy : public Policy {
            "WG-KV/checkpoints/<model>-<lambda>.pt; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
            "test gates");
   }
-  std::string name() const override { return "wgkv"; }
-  nlohmann::json resolved_params() const override { return params_.resolved(); }
   PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.host_kv = true;
-    n.keys_pre_rope = true;
-    n.num_scalars = 1;
-    n.window_queries = budget_ > 0 ? obs_window_ : 0;
-    return n;
+    return {.window_queries = budget_ > 0 ? obs_window_ : 0, .keys_pre_rope = true, .num_scalars = 1, .host_kv = true};
   }
   void on_sequence_end(SeqId seq) override { evicting_.erase(seq); }
 
@@ -225,14 +219,11 @@ class WGKVPolicy : public Policy {
       if (random_seed_ >= 0 && !weights_.find(pfx(0) + "conv1.weight")) {
         weights_.path = "random_gates=" + std::to_string(random_seed_);
         const int64_t I = std::max<int64_t>(1, static_cast<int64_t>(expand_ * D));
-        uint64_t ctr = 0;
-        auto uni = [&](double bound) {
-          return static_cast<float>(bound * (2 * scoring::hash_uniform({static_cast<uint64_t>(random_seed_), ctr++}) - 1));
-        };
+        SeededDraws draw(random_seed_);
         for (int l = 0; l < step.num_layers; ++l) {
           std::vector<float> w1(Hk * I * 2 * D), w2(Hk * I);
-          for (auto& v : w1) v = uni(1.0 / std::sqrt(2.0 * D));
-          for (auto& v : w2) v = uni(1.0 / std::sqrt(static_cast<double>(I)));
+          for (auto& v : w1) v = draw.uniform(1.0 / std::sqrt(2.0 * D));
+          for (auto& v : w2) v = draw.uniform(1.0 / std::sqrt(static_cast<double>(I)));
           weights_.add(pfx(l) + "pre_key_norm.weight", {D}, std::vector<float>(D, 1.f));
           weights_.add(pfx(l) + "post_key_norm.weight", {D}, std::vector<float>(D, 1.f));
           weights_.add(pfx(l) + "conv1.weight", {Hk * I, 2 * D, 1}, std::move(w1));
@@ -245,12 +236,10 @@ class WGKVPolicy : public Policy {
       gates_.resize(step.num_layers);
       for (int l = 0; l < step.num_layers; ++l) {
         const std::string p = pfx(l);
-        const GateTensor* c1 = weights_.find(p + "conv1.weight");
-        if (!c1) fail_at(weights_.path, "tensor " + p + "conv1.weight",
-                         "missing (the gates do not cover layer {} of this {}-layer model)", l, step.num_layers);
-        if (c1->shape.empty() || c1->shape[0] % Hk != 0)
+        const GateTensor& c1 = weights_.layer_tensor(p + "conv1.weight", l, step.num_layers, "gates");
+        if (c1.shape.empty() || c1.shape[0] % Hk != 0)
           fail_at(weights_.path, "tensor " + p + "conv1.weight", "first dimension is not a multiple of {} kv heads", Hk);
-        const int64_t I = c1->shape[0] / Hk;
+        const int64_t I = c1.shape[0] / Hk;
         Gate& g = gates_[l];
         g.I = static_cast<int>(I);
         g.pre = weights_.require(p + "pre_key_norm.weight", {D}).data;
@@ -264,7 +253,6 @@ class WGKVPolicy : public Policy {
     return gates_.at(step.layer);
   }
 
-  PolicyParams params_;
   std::string gates_path_;
   int64_t random_seed_ = -1, window_ = 256, budget_ = 0;
   double expand_ = 1.5, evict_ratio_ = 0.1;
@@ -280,20 +268,9 @@ class WGKVPolicy : public Policy {
 }  // namespace
 
 PolicyInfo wgkv_policy_info() {
-  PolicyInfo info;
-  info.name = "wgkv";
-  info.description = "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0";
-  info.params = params();
-  info.learned = LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV"};
-  info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
-    PolicyParams p(spec, params());  // unknown keys are reported before any file is read
-    auto it = spec.params.find("gates");
-    GateWeights w;
-    if (it != spec.params.end() && !it->second.empty())
-      w = GateWeights::load(it->second, GateSource{"wgkv", "gates", "", false});
-    return std::make_unique<WGKVPolicy>(std::move(p), std::move(w));
-  };
-  return info;
+  return learned_policy_entry<WGKVPolicy>(
+      "wgkv", "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0",
+      params(), LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV"}, GateSource{"wgkv", "gates", "", false});
 }
 
 }  // namespace kvb

@@ -82,6 +82,14 @@ std::multiset<std::string> commands(const std::vector<Invocation>& invs) {
   return s;
 }
 
+/// Expects the kvbench invocations in the shell text `shell` of `file` to be exactly the commands
+/// `want` (a multiset: a command run twice is listed twice), each with options it accepts.
+void expect_invocations(const std::string& shell, const std::string& file, const std::multiset<std::string>& want) {
+  const auto invs = kvbench_invocations(shell);
+  EXPECT_EQ(commands(invs), want) << file;
+  expect_known(invs, file);
+}
+
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 void require_binary() {
@@ -155,9 +163,7 @@ TEST(CiWorkflows, GitHubActionsNightly) {
   EXPECT_TRUE(fs::exists(kSrc + "/tools/render_report_png.sh"));
   EXPECT_TRUE(fs::exists(kSrc + "/bootstrap.sh"));
 
-  auto invs = kvbench_invocations(all_shell);
-  EXPECT_EQ(commands(invs), (std::multiset<std::string>{"compare", "datasets fetch", "report", "run"}));
-  expect_known(invs, file);
+  expect_invocations(all_shell, file, {"compare", "datasets fetch", "report", "run"});
 }
 
 TEST(CiWorkflows, GitLabNightly) {
@@ -182,17 +188,13 @@ TEST(CiWorkflows, GitLabNightly) {
     for (const auto& l : job[section]) shell += l.get<std::string>() + "\n";
   EXPECT_EQ(job["script"].back(), "exit $status") << "the job's status is compare's";
   EXPECT_TRUE(contains(shell, "tools/render_report_png.sh"));
-  auto invs = kvbench_invocations(shell);
-  EXPECT_EQ(commands(invs), (std::multiset<std::string>{"compare", "datasets fetch", "report", "run"}));
-  expect_known(invs, file);
+  expect_invocations(shell, file, {"compare", "datasets fetch", "report", "run"});
 }
 
 TEST(CiWorkflows, SlurmScriptNamesExistingOptions) {
   require_binary();
   const std::string file = kSrc + "/ci/slurm/nightly.sbatch";
-  auto invs = kvbench_invocations(kvb::read_file(file));
-  EXPECT_EQ(commands(invs), (std::multiset<std::string>{"compare", "merge", "report", "run"}));
-  expect_known(invs, file);
+  expect_invocations(kvb::read_file(file), file, {"compare", "merge", "report", "run"});
 }
 
 // Two nights of the Slurm array on the default model, each with two shards run one after the

@@ -34,20 +34,23 @@ TEST(MathExtract, Fallbacks) {
 }
 
 TEST(MathNormalize, QwenStripString) {
-  EXPECT_EQ(strip_math_string("\\dfrac{1}{2}"), "\\frac{1}{2}");
-  EXPECT_EQ(strip_math_string("30^\\circ"), "30");
-  EXPECT_EQ(strip_math_string("\\$18.90"), "18.90");
-  EXPECT_EQ(strip_math_string("50\\%"), "50");
-  EXPECT_EQ(strip_math_string("\\left( 3, \\frac{\\pi}{2} \\right)"), "(3,\\frac{\\pi}{2})");
-  EXPECT_EQ(strip_math_string("\\frac12"), "\\frac{1}{2}");
-  EXPECT_EQ(strip_math_string("3/4"), "\\frac{3}{4}");
-  EXPECT_EQ(strip_math_string("5.4 \\text{ cents}"), "5.4");
-  EXPECT_EQ(strip_math_string("10.000"), "10");
-  EXPECT_EQ(strip_math_string("twelve"), "12");
-  EXPECT_EQ(strip_math_string("x = 5"), "5");
-  EXPECT_EQ(strip_math_string("15\\mbox{ cm}^2"), "15");
-  EXPECT_EQ(strip_math_string("(a+5)(b+2)"), "(a+5)(b+2)");
-  EXPECT_EQ(strip_math_string("1 \\pm \\sqrt{19}"), "1\\pm\\sqrt{19}");
+  const std::pair<const char*, const char*> cases[] = {  // input, Qwen2.5-Math strip_string output
+      {"\\dfrac{1}{2}", "\\frac{1}{2}"},
+      {"30^\\circ", "30"},
+      {"\\$18.90", "18.90"},
+      {"50\\%", "50"},
+      {"\\left( 3, \\frac{\\pi}{2} \\right)", "(3,\\frac{\\pi}{2})"},
+      {"\\frac12", "\\frac{1}{2}"},
+      {"3/4", "\\frac{3}{4}"},
+      {"5.4 \\text{ cents}", "5.4"},
+      {"10.000", "10"},
+      {"twelve", "12"},
+      {"x = 5", "5"},
+      {"15\\mbox{ cm}^2", "15"},
+      {"(a+5)(b+2)", "(a+5)(b+2)"},
+      {"1 \\pm \\sqrt{19}", "1\\pm\\sqrt{19}"},
+  };
+  for (const auto& [in, out] : cases) EXPECT_EQ(strip_math_string(in), out) << in;
 }
 
 TEST(MathEquivalent, Stages) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -71,12 +72,17 @@ void expect_keeps(const nlohmann::json& c, const std::vector<std::vector<int32_t
   for (size_t h = 0; h < want.size(); ++h) EXPECT_EQ(want[h], got[h]) << c["name"] << " kv head " << h;
 }
 
-void check_prefix(const std::string& prefix, size_t min_cases) {
+/// Runs every golden case whose name starts with `prefix` (at least `min_cases`) through its
+/// policy spec and budget, checks the keep-sets, and calls `also(case, keep-sets)` for more checks.
+void check_prefix(const std::string& prefix, size_t min_cases,
+                  const std::function<void(const nlohmann::json&, const std::vector<std::vector<int32_t>>&)>& also = {}) {
   auto cs = cases_with_prefix(prefix);
   ASSERT_GE(cs.size(), min_cases) << prefix;
   for (const auto& c : cs) {
     auto pol = make_policy(PolicySpec::parse(c["spec"], c["budget"]));
-    expect_keeps(c, run_attention_case(c, *pol));
+    const auto keep = run_attention_case(c, *pol);
+    expect_keeps(c, keep);
+    if (also) also(c, keep);
   }
 }
 
@@ -84,14 +90,9 @@ TEST(PolicyGoldens, StreamingLLMMatchesKvpress) { check_prefix("streamingllm_kvp
 TEST(PolicyGoldens, KeyDiffMatchesKvpress) { check_prefix("keydiff_kvpress", 2); }
 TEST(PolicyGoldens, SnapKVMatchesKvpress) { check_prefix("snapkv_kvpress", 3); }
 TEST(PolicyGoldens, PyramidKVMatchesKvpressLayerBudgetsAndKeepSets) {
-  auto cs = cases_with_prefix("pyramidkv_kvpress");
-  ASSERT_EQ(cs.size(), 4u);
-  for (const auto& c : cs) {
-    auto pol = make_policy(PolicySpec::parse(c["spec"], c["budget"]));
-    auto keep = run_attention_case(c, *pol);
+  check_prefix("pyramidkv_kvpress", 4, [](const nlohmann::json& c, const std::vector<std::vector<int32_t>>& keep) {
     for (const auto& k : keep) EXPECT_EQ(static_cast<int>(k.size()), c["layer_total"].get<int>()) << c["name"];
-    expect_keeps(c, keep);
-  }
+  });
 }
 TEST(PolicyGoldens, RKVMatchesReferenceFormula) { check_prefix("rkv_reference", 3); }
 
@@ -195,14 +196,8 @@ TEST(PolicyGoldens, CakeLayerBudgetsAndKeepSetsMatchReferenceFormula) {
       pol->on_layer_step(st);
       EXPECT_TRUE(st.keeps.empty()) << "layer " << l << " compressed before the budgets were allocated";
     }
-    StepEnd se;
-    se.cache = hc.cache.get();
-    se.seq = hc.seq;
-    se.num_layers = layers;
-    se.num_kv_heads = hkv;
-    se.n_new = L;
-    se.seq_len = L;
-    se.prefill = se.prefill_last = true;
+    StepEnd se{.cache = hc.cache.get(), .seq = hc.seq, .num_layers = layers, .num_kv_heads = hkv, .n_new = L,
+               .seq_len = L, .prefill = true, .prefill_last = true};
     pol->on_step_end(se);
     const auto want = c["keep"].get<std::vector<std::vector<std::vector<int32_t>>>>();
     const auto sel = c["layer_selected"].get<std::vector<int64_t>>();

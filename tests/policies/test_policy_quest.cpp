@@ -91,17 +91,8 @@ std::set<int32_t> tokens_of(const std::vector<std::pair<int32_t, int32_t>>& span
 }
 
 ReadStep read_step(const Cache& c, int layer, int layers, int hq, const std::vector<float>& q, int L) {
-  ReadStep rs;
-  rs.cache = c.kv.get();
-  rs.seq = c.seq;
-  rs.layer = layer;
-  rs.num_layers = layers;
-  rs.num_q_heads = hq;
-  rs.num_kv_heads = c.hkv;
-  rs.head_dim = c.d;
-  rs.seq_len = L;
-  rs.queries = q.data();
-  return rs;
+  return {.cache = c.kv.get(), .seq = c.seq, .layer = layer, .num_layers = layers, .num_q_heads = hq,
+          .num_kv_heads = c.hkv, .head_dim = c.d, .seq_len = L, .queries = q.data()};
 }
 
 TEST(Quest, PageSelectionMatchesFloat64Restatement) {

@@ -18,7 +18,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -96,6 +98,20 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no kvb::Error)";
+}
+
+/// gtest assertion that `msg` contains every string of `parts`; on failure it names the first
+/// missing one and prints `msg`. Use as EXPECT_TRUE(contains_all(msg, {"field", "value"})).
+inline ::testing::AssertionResult contains_all(const std::string& msg, std::initializer_list<std::string_view> parts) {
+  for (std::string_view part : parts)
+    if (msg.find(part) == std::string::npos)
+      return ::testing::AssertionFailure() << "expected '" << part << "' in: " << msg;
+  return ::testing::AssertionSuccess();
+}
+
+/// contains_all over error_of(f): EXPECT_TRUE(error_has([&] { ... }, {"field"})).
+inline ::testing::AssertionResult error_has(const std::function<void()>& f, std::initializer_list<std::string_view> parts) {
+  return contains_all(error_of(f), parts);
 }
 
 /// error_of for bad input: also expects the error's exit code to be 2 (an input error) and

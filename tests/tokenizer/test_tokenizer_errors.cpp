@@ -15,6 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using ::kvb::test::contains_all;
 
 class TokenizerErrors : public ::testing::Test {
  protected:
@@ -63,78 +64,71 @@ TEST_F(TokenizerErrors, ValidFileLoadsAndEncodes) {
 }
 
 TEST_F(TokenizerErrors, BadJson) {
-  const std::string msg = error_of("{\"model\": {\"type\": \"BPE\", ");
-  EXPECT_NE(msg.find("JSON"), std::string::npos) << msg;
+  EXPECT_TRUE(contains_all(error_of("{\"model\": {\"type\": \"BPE\", "), {"JSON"}));
 }
 
 TEST_F(TokenizerErrors, UnknownModelType) {
   json j = valid();
   j["model"]["type"] = "Unigram";
-  const std::string msg = error_of(j.dump());
-  EXPECT_NE(msg.find("model.type"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("Unigram"), std::string::npos) << msg;
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"model.type", "Unigram"}));
 }
 
 TEST_F(TokenizerErrors, MergeNamesUnknownToken) {
   json j = valid();
   j["model"]["merges"] = {"a b", "Ġ zz"};
-  const std::string msg = error_of(j.dump());
-  EXPECT_NE(msg.find("model.merges[1]"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("zz"), std::string::npos) << msg;
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"model.merges[1]", "zz"}));
 }
 
 TEST_F(TokenizerErrors, MergeResultNotInVocab) {
   json j = valid();
   j["model"]["merges"] = {"a b", "b a"};
-  const std::string msg = error_of(j.dump());
-  EXPECT_NE(msg.find("model.merges[1]"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("ba"), std::string::npos) << msg;
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"model.merges[1]", "ba"}));
 }
 
 TEST_F(TokenizerErrors, MalformedMerge) {
   json j = valid();
   j["model"]["merges"] = {"a b", "ab"};
-  EXPECT_NE(error_of(j.dump()).find("model.merges[1]"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"model.merges[1]"}));
   j["model"]["merges"] = json::array({json::array({"a", "b"}), 7});
-  EXPECT_NE(error_of(j.dump()).find("model.merges[1]"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"model.merges[1]"}));
 }
 
 TEST_F(TokenizerErrors, MissingVocab) {
   json j = valid();
   j["model"].erase("vocab");
-  EXPECT_NE(error_of(j.dump()).find("model.vocab"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"model.vocab"}));
   j["model"]["vocab"] = json::array({"a"});
-  EXPECT_NE(error_of(j.dump()).find("model.vocab"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"model.vocab"}));
   j["model"]["vocab"] = {{"a", "zero"}};
-  EXPECT_NE(error_of(j.dump()).find("model.vocab"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"model.vocab"}));
 }
 
 TEST_F(TokenizerErrors, MissingModel) {
   json j = valid();
   j.erase("model");
-  EXPECT_NE(error_of(j.dump()).find("model"), std::string::npos);
-  EXPECT_NE(error_of("[1, 2]").find("must be an object"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"model"}));
+  EXPECT_TRUE(contains_all(error_of("[1, 2]"), {"must be an object"}));
 }
 
 TEST_F(TokenizerErrors, UnknownComponentTypes) {
   json j = valid();
   j["normalizer"] = {{"type", "BertNormalizer"}};
-  EXPECT_NE(error_of(j.dump()).find("normalizer.type"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"normalizer.type"}));
   j = valid();
   j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Nope"}}}}};
-  EXPECT_NE(error_of(j.dump()).find("pre_tokenizer.pretokenizers[0].type"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"pre_tokenizer.pretokenizers[0].type"}));
   j = valid();
   j["decoder"] = {{"type", "WordPiece"}};
-  EXPECT_NE(error_of(j.dump()).find("decoder.type"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"decoder.type"}));
   j = valid();
   j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", {{{"SpecialToken", {{"id", "<s>"}}}}}}};
-  EXPECT_NE(error_of(j.dump()).find("post_processor"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"post_processor"}));
   j = valid();
   j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a(?=b)"}}}, {"behavior", "Isolated"}};
-  EXPECT_NE(error_of(j.dump()).find("pre_tokenizer.pattern.Regex"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"pre_tokenizer.pattern.Regex"}));
   j = valid();
   j["model"]["unk_token"] = "<missing>";
-  EXPECT_NE(error_of(j.dump()).find("model.unk_token"), std::string::npos);
+  EXPECT_TRUE(contains_all(error_of(j.dump()), {"model.unk_token"}));
 }
 
 TEST_F(TokenizerErrors, FromDirWithoutTokenizerJson) {

@@ -24,6 +24,7 @@
 #include <map>
 
 #include "engine/chat/jinja/interp.h"
+#include "engine/util/py_format.h"
 #include "engine/util/utf8.h"
 
 namespace kvb::jinja {
@@ -257,52 +258,33 @@ int64_t cp_index(const std::string& s, size_t byte_off) { return static_cast<int
 
 // Python str.format with {} / {0} / {name} fields and {{ }} escapes (no format specs).
 std::string py_str_format(Interp& in, const std::string& fmt, Args& a) {
-  std::string out;
   size_t auto_idx = 0;
-  for (size_t i = 0; i < fmt.size(); ++i) {
-    char c = fmt[i];
-    if (c == '{') {
-      if (i + 1 < fmt.size() && fmt[i + 1] == '{') {
-        out += '{';
-        ++i;
-        continue;
-      }
-      size_t e = fmt.find('}', i);
-      if (e == std::string::npos) in.fail("Single '{' encountered in format string");
-      std::string field = fmt.substr(i + 1, e - i - 1);
-      std::string conv;
-      if (auto bang = field.find('!'); bang != std::string::npos) {
-        conv = field.substr(bang + 1);
-        field = field.substr(0, bang);
-      }
-      if (field.find(':') != std::string::npos) in.fail("format specs in str.format are not supported");
-      const Value* v = nullptr;
-      if (field.empty()) {
-        if (auto_idx >= a.pos.size()) in.fail("Replacement index " + std::to_string(auto_idx) + " out of range for positional args tuple");
-        v = &a.pos[auto_idx++];
-      } else if (isdigit(static_cast<unsigned char>(field[0]))) {
-        size_t k = std::stoul(field);
-        if (k >= a.pos.size()) in.fail("Replacement index " + field + " out of range for positional args tuple");
-        v = &a.pos[k];
-      } else {
-        for (auto& kv : a.kw)
-          if (kv.first == field) v = &kv.second;
-        if (!v) in.fail("KeyError: '" + field + "'");
-      }
-      out += conv == "r" ? v->repr() : v->to_str();
-      i = e;
-    } else if (c == '}') {
-      if (i + 1 < fmt.size() && fmt[i + 1] == '}') {
-        out += '}';
-        ++i;
-        continue;
-      }
-      in.fail("Single '}' encountered in format string");
-    } else {
-      out += c;
+  const auto replace = [&](std::string_view text, size_t) {
+    std::string field(text);
+    std::string conv;
+    if (auto bang = field.find('!'); bang != std::string::npos) {
+      conv = field.substr(bang + 1);
+      field = field.substr(0, bang);
     }
-  }
-  return out;
+    if (field.find(':') != std::string::npos) in.fail("format specs in str.format are not supported");
+    const Value* v = nullptr;
+    if (field.empty()) {
+      if (auto_idx >= a.pos.size()) in.fail("Replacement index " + std::to_string(auto_idx) + " out of range for positional args tuple");
+      v = &a.pos[auto_idx++];
+    } else if (isdigit(static_cast<unsigned char>(field[0]))) {
+      size_t k = std::stoul(field);
+      if (k >= a.pos.size()) in.fail("Replacement index " + field + " out of range for positional args tuple");
+      v = &a.pos[k];
+    } else {
+      for (auto& kv : a.kw)
+        if (kv.first == field) v = &kv.second;
+      if (!v) in.fail("KeyError: '" + field + "'");
+    }
+    return conv == "r" ? v->repr() : v->to_str();
+  };
+  return expand_py_format(fmt, replace, [&](char brace, size_t) {
+    in.fail(std::string("Single '") + brace + "' encountered in format string");
+  });
 }
 
 Value str_list(const std::vector<std::string>& v) {

@@ -796,32 +796,37 @@ class Parser {
     return e1;
   }
 
-  NodeP parse_or() {
-    NodeP left = parse_and();
+  // A left-associative chain `operand (op operand)*` of one precedence level: `at_op()` says
+  // whether the current token is one of the level's operators; `join(op, left, right)` builds the
+  // node from the consumed operator token. Each link counts towards the depth limit (ChainGuard).
+  template <class Operand, class AtOp, class Join>
+  NodeP left_chain(Operand operand, AtOp at_op, Join join) {
+    NodeP left = operand();
     ChainGuard cg(*this);
-    while (is_name("or")) {
+    while (at_op()) {
       cg.step();
-      int line = next().line;
-      auto n = mk(Node::K::Or, line);
-      n->a = std::move(left);
-      n->b = parse_and();
-      left = std::move(n);
+      Token t = next();
+      left = join(t, std::move(left), operand());
     }
     return left;
   }
 
+  // `a or b` / `a and b`: a node of kind `k` with a = left, b = right.
+  NodeP logical(Node::K k, const Token& t, NodeP l, NodeP r) {
+    auto n = mk(k, t.line);
+    n->a = std::move(l);
+    n->b = std::move(r);
+    return n;
+  }
+
+  NodeP parse_or() {
+    return left_chain([&] { return parse_and(); }, [&] { return is_name("or"); },
+                      [&](const Token& t, NodeP l, NodeP r) { return logical(Node::K::Or, t, std::move(l), std::move(r)); });
+  }
+
   NodeP parse_and() {
-    NodeP left = parse_not();
-    ChainGuard cg(*this);
-    while (is_name("and")) {
-      cg.step();
-      int line = next().line;
-      auto n = mk(Node::K::And, line);
-      n->a = std::move(left);
-      n->b = parse_not();
-      left = std::move(n);
-    }
-    return left;
+    return left_chain([&] { return parse_not(); }, [&] { return is_name("and"); },
+                      [&](const Token& t, NodeP l, NodeP r) { return logical(Node::K::And, t, std::move(l), std::move(r)); });
   }
 
   NodeP parse_not() {
@@ -869,15 +874,12 @@ class Parser {
     return n;
   }
 
+  // The Bin node of an arithmetic chain link.
+  NodeP bin_link(const Token& t, NodeP l, NodeP r) { return bin(t.text, std::move(l), std::move(r), t.line); }
+
   NodeP parse_math1() {
-    NodeP left = parse_concat();
-    ChainGuard cg(*this);
-    while (is_op("+") || is_op("-")) {
-      cg.step();
-      Token t = next();
-      left = bin(t.text, std::move(left), parse_concat(), t.line);
-    }
-    return left;
+    return left_chain([&] { return parse_concat(); }, [&] { return is_op("+") || is_op("-"); },
+                      [&](const Token& t, NodeP l, NodeP r) { return bin_link(t, std::move(l), std::move(r)); });
   }
 
   NodeP parse_concat() {
@@ -892,25 +894,14 @@ class Parser {
   }
 
   NodeP parse_math2() {
-    NodeP left = parse_pow();
-    ChainGuard cg(*this);
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      cg.step();
-      Token t = next();
-      left = bin(t.text, std::move(left), parse_pow(), t.line);
-    }
-    return left;
+    return left_chain([&] { return parse_pow(); },
+                      [&] { return is_op("*") || is_op("/") || is_op("//") || is_op("%"); },
+                      [&](const Token& t, NodeP l, NodeP r) { return bin_link(t, std::move(l), std::move(r)); });
   }
 
   NodeP parse_pow() {
-    NodeP left = parse_unary(true);
-    ChainGuard cg(*this);
-    while (is_op("**")) {
-      cg.step();
-      Token t = next();
-      left = bin("**", std::move(left), parse_unary(true), t.line);
-    }
-    return left;
+    return left_chain([&] { return parse_unary(true); }, [&] { return is_op("**"); },
+                      [&](const Token& t, NodeP l, NodeP r) { return bin_link(t, std::move(l), std::move(r)); });
   }
 
   NodeP parse_unary(bool with_filter) {
@@ -965,67 +956,62 @@ class Parser {
       expect_op(")");
       return n;
     }
-    if (is_op("[")) {
-      next();
-      auto n = mk(Node::K::ListLit, line);
-      while (!is_op("]")) {
-        if (!n->kids.empty()) expect_op(",");
-        if (is_op("]")) break;
-        n->kids.push_back(parse_expression(true));
-      }
-      expect_op("]");
-      return n;
-    }
-    if (is_op("{")) {
-      next();
-      auto n = mk(Node::K::DictLit, line);
-      while (!is_op("}")) {
-        if (!n->kids.empty()) expect_op(",");
-        if (is_op("}")) break;
-        n->kids.push_back(parse_expression(true));
-        expect_op(":");
-        n->kids.push_back(parse_expression(true));
-      }
-      expect_op("}");
-      return n;
-    }
+    if (is_op("[")) return parse_display(Node::K::ListLit, "]", line);
+    if (is_op("{")) return parse_display(Node::K::DictLit, "}", line);
     syntax(line, "unexpected '" + describe(t) + "'");
   }
 
-  NodeP parse_postfix(NodeP node) {
+  // One link of a postfix chain: parses it after `node` and returns the new node.
+  using Link = NodeP (Parser::*)(NodeP);
+
+  // Applies links to `node` while `link_at()` names one at the current token (null: the chain
+  // ends); each link counts towards the depth limit (ChainGuard).
+  template <class LinkAt>
+  NodeP link_chain(NodeP node, LinkAt link_at) {
     ChainGuard cg(*this);
-    while (true) {
-      if (is_op(".") || is_op("[")) {
-        cg.step();
-        node = parse_subscript(std::move(node));
-      } else if (is_op("(")) {
-        cg.step();
-        node = parse_call(std::move(node));
-      } else {
-        break;
-      }
+    while (const Link link = link_at()) {
+      cg.step();
+      node = (this->*link)(std::move(node));
     }
     return node;
   }
 
-  NodeP parse_filter_expr(NodeP node) {
-    ChainGuard cg(*this);
-    while (true) {
-      if (is_op("|")) {
-        cg.step();
-        node = parse_filter(std::move(node), false);
-      } else if (is_name("is")) {
-        cg.step();
-        node = parse_test(std::move(node));
-      } else if (is_op("(")) {
-        cg.step();
-        node = parse_call(std::move(node));
-      } else {
-        break;
+  // `.name`, `[...]` and call links.
+  // A list `[a, b]` or dict `{k: v, ...}` literal from its opening bracket (the current token) to
+  // `close`; a trailing comma is allowed. Kids: the items, or key, value, key, value, ...
+  NodeP parse_display(Node::K kind, const char* close, int line) {
+    next();
+    auto n = mk(kind, line);
+    while (!is_op(close)) {
+      if (!n->kids.empty()) expect_op(",");
+      if (is_op(close)) break;
+      n->kids.push_back(parse_expression(true));
+      if (kind == Node::K::DictLit) {
+        expect_op(":");
+        n->kids.push_back(parse_expression(true));
       }
     }
-    return node;
+    expect_op(close);
+    return n;
   }
+
+  NodeP parse_postfix(NodeP node) {
+    return link_chain(std::move(node), [&]() -> Link {
+      if (is_op(".") || is_op("[")) return &Parser::parse_subscript;
+      return is_op("(") ? &Parser::parse_call : nullptr;
+    });
+  }
+
+  // `| filter`, `is test` and call links.
+  NodeP parse_filter_expr(NodeP node) {
+    return link_chain(std::move(node), [&]() -> Link {
+      if (is_op("|")) return &Parser::parse_filter_link;
+      if (is_name("is")) return &Parser::parse_test;
+      return is_op("(") ? &Parser::parse_call : nullptr;
+    });
+  }
+
+  NodeP parse_filter_link(NodeP node) { return parse_filter(std::move(node), false); }
 
   NodeP parse_subscript(NodeP node) {
     DepthGuard g(*this);

@@ -41,38 +41,29 @@ Value Value::undefined(std::string hint) {
   if (!hint.empty()) v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
-Value Value::none() {
-  Value v;
-  v.kind_ = Kind::None;
-  return v;
-}
+Value Value::none() { return Value(Kind::None); }
 Value Value::boolean(bool b) {
-  Value v;
-  v.kind_ = Kind::Bool;
+  Value v(Kind::Bool);
   v.b_ = b;
   return v;
 }
 Value Value::integer(int64_t i) {
-  Value v;
-  v.kind_ = Kind::Int;
+  Value v(Kind::Int);
   v.i_ = i;
   return v;
 }
 Value Value::number(double d) {
-  Value v;
-  v.kind_ = Kind::Float;
+  Value v(Kind::Float);
   v.d_ = d;
   return v;
 }
 Value Value::string(std::string s) {
-  Value v;
-  v.kind_ = Kind::String;
+  Value v(Kind::String);
   v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 Value Value::list(std::vector<Value> items, bool tuple) {
-  Value v;
-  v.kind_ = Kind::List;
+  Value v(Kind::List);
   v.tuple_ = tuple;
   uint32_t d = 0;
   for (const auto& x : items) d = std::max(d, x.depth());
@@ -115,21 +106,17 @@ bool Value::reaches(const Dict* target) const {
 
 Value Value::dict(Dict d) {
   compute_depth(d);
-  Value v;
-  v.kind_ = Kind::Dict;
+  Value v(Kind::Dict);
   v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
 Value Value::ns(Dict d) {
-  compute_depth(d);
-  Value v;
+  Value v = dict(std::move(d));
   v.kind_ = Kind::Namespace;
-  v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
 Value Value::callable(std::string name, NativeFn fn) {
-  Value v;
-  v.kind_ = Kind::Callable;
+  Value v(Kind::Callable);
   v.s_ = std::make_shared<const std::string>(std::move(name));
   v.fn_ = std::make_shared<NativeFn>(std::move(fn));
   return v;
@@ -276,6 +263,14 @@ std::string py_str_repr(std::string_view s) {
   return out;
 }
 
+// Python's repr of a dict: {'k': repr(v), ...} in insertion order.
+static std::string dict_repr(const Dict& d) {
+  std::string out = "{";
+  for (size_t i = 0; i < d.items.size(); ++i)
+    out += (i ? ", " : "") + py_str_repr(d.items[i].first) + ": " + d.items[i].second.repr();
+  return out + "}";
+}
+
 std::string Value::to_str() const {
   switch (kind_) {
     case Kind::Undefined: return "";
@@ -284,16 +279,7 @@ std::string Value::to_str() const {
     case Kind::Bool: return b_ ? "True" : "False";
     case Kind::Int: return std::to_string(i_);
     case Kind::Float: return py_float_repr(d_);
-    case Kind::Namespace: {
-      std::string out = "<Namespace {";
-      bool first = true;
-      for (const auto& kv : dict_->items) {
-        if (!first) out += ", ";
-        first = false;
-        out += py_str_repr(kv.first) + ": " + kv.second.repr();
-      }
-      return out + "}>";
-    }
+    case Kind::Namespace: return "<Namespace " + dict_repr(*dict_) + ">";
     default: return repr();
   }
 }
@@ -311,16 +297,7 @@ std::string Value::repr() const {
       out += tuple_ ? ")" : "]";
       return out;
     }
-    case Kind::Dict: {
-      std::string out = "{";
-      bool first = true;
-      for (const auto& kv : dict_->items) {
-        if (!first) out += ", ";
-        first = false;
-        out += py_str_repr(kv.first) + ": " + kv.second.repr();
-      }
-      return out + "}";
-    }
+    case Kind::Dict: return dict_repr(*dict_);
     case Kind::Callable: return "<function " + str_ref() + ">";
     case Kind::Undefined: return "Undefined";
     default: return to_str();

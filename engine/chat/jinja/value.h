@@ -110,6 +110,8 @@ class Value {
   static Value from_json(const nlohmann::json& j);
 
  private:
+  /// An empty value of kind `k` (the named constructors fill its payload).
+  explicit Value(Kind k) : kind_(k) {}
   Kind kind_ = Kind::Undefined;
   bool b_ = false;
   bool tuple_ = false;

@@ -1,0 +1,64 @@
+// Building a policy's registry entry (PolicyInfo) from its class, in one call per policy file
+// (docs/architecture.md#adding-a-policy). The entry's `params` table is the single source of the
+// defaults: `kvbench policies` prints it and the factory merges the user's spec over the same
+// table (kvb::PolicyParams), so the two cannot drift apart.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/policies/gate_weights.h"
+#include "engine/policies/params.h"
+#include "engine/policies/policy.h"
+
+namespace kvb {
+
+/// The registry entry of policy class `T`, which is constructed as `T(PolicyParams)`.
+/// `description` is the one line `kvbench policies` prints (what the policy keeps, with its
+/// source); `learned` is set for a policy that needs weights the factory does not load itself
+/// (LearnedWeightsInfo). The factory throws what PolicyParams' constructor throws ("policy
+/// '<name>': unknown parameter ...", a negative budget) and then what T's constructor throws.
+template <class T>
+PolicyInfo policy_entry(std::string name, std::string description, std::vector<PolicyParamInfo> params,
+                        std::optional<LearnedWeightsInfo> learned = std::nullopt) {
+  PolicyInfo info{std::move(name), std::move(description), std::move(params), std::move(learned), nullptr};
+  info.make = [declared = info.params](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    return std::make_unique<T>(PolicyParams(spec, declared));
+  };
+  return info;
+}
+
+/// Adjusts a learned policy's spec from its loaded checkpoint (TRIM-KV: defaults from the
+/// checkpoint's config.json) before the parameters are resolved; throws kvb::Error naming the
+/// checkpoint file and field it refuses.
+using CheckpointSpecFn = PolicySpec (*)(PolicySpec spec, const GateWeights& weights);
+
+/// The registry entry of a policy with learned weights, constructed as `T(PolicyParams,
+/// GateWeights)`. The factory first checks the spec's keys against `params` (an unknown key is
+/// reported before any file is read), then, when the parameter `learned.file_param` is set and
+/// not empty, reads the weights with GateWeights::load(value, source) (a file, directory or Hub
+/// id; throws kvb::Error naming the file and tensor), applies `adjust` when given, and builds T;
+/// without that parameter T gets empty GateWeights (and decides itself: random test weights or
+/// an error naming the parameter).
+template <class T>
+PolicyInfo learned_policy_entry(std::string name, std::string description, std::vector<PolicyParamInfo> params,
+                                LearnedWeightsInfo learned, GateSource source, CheckpointSpecFn adjust = nullptr) {
+  const std::string file_param = learned.file_param;
+  PolicyInfo info{std::move(name), std::move(description), std::move(params), std::move(learned), nullptr};
+  info.make = [declared = info.params, file_param, source = std::move(source),
+               adjust](const PolicySpec& spec) -> std::unique_ptr<Policy> {
+    (void)PolicyParams(spec, declared);  // unknown keys are reported before any file is read
+    const auto it = spec.params.find(file_param);
+    if (it == spec.params.end() || it->second.empty())
+      return std::make_unique<T>(PolicyParams(spec, declared), GateWeights{});
+    GateWeights w = GateWeights::load(it->second, source);
+    const PolicySpec s = adjust ? adjust(spec, w) : spec;
+    return std::make_unique<T>(PolicyParams(s, declared), std::move(w));
+  };
+  return info;
+}
+
+}  // namespace kvb
