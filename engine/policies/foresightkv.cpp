@@ -2,8 +2,8 @@
 // [key, value, attention features]; the L lowest are evicted by stochastic top-2L sampling.
 // Sources: Dong et al., "ForesightKV: Optimizing KV Cache Eviction for Reasoning Models by
 // Learning Long-Term Contribution" (arXiv 2602.03203): §3.1 Eq. 1–2 (B + L schedule, sampling),
-// App. B.1 Eq. 22 (scorer), App. B.2 (top-K multinomial); seed-foresightkv.md §1.1–§1.3, §1.7,
-// §5.1, §5.4 (paper vs code).
+// App. B.1 Eq. 22 (scorer), App. B.2 (top-K multinomial); docs/policies.md,
+// `foresightkv` (paper vs code).
 //   schedule: tokens accumulate to B + L; the L newest are protected; the older B are cut to B − L
 //     (here: the shared "length ≥ B + buffer" rule with buffer = window = L);
 //   features per older token and query head of the group, over the current cache (the softmax

@@ -16,7 +16,7 @@
 //   last one; the last T prompt tokens are then prefilled without eviction, and decoding never
 //   evicts (the cache grows from budget + T).
 // Defaults are generate()'s: budget 6000 (given with --budget), chunk_size 3072, stabilizers
-// 2500, local_len 100 — TRIM-KV's LongBench setting (seed-trimkv-and-baselines.md §4.5).
+// 2500, local_len 100 — TRIM-KV's LongBench setting (docs/policies.md).
 // `compress` is declared for uniformity with the other policies; only `chunked` is LocRet.
 // Engine independence: the chunking is the policy's (PolicyNeeds::prefill_chunk/prefill_tail):
 // the engine ends prefill steps at these boundaries whatever --prefill-chunk is, and the policy

@@ -1,5 +1,5 @@
 // `oracle`: ForesightKV's Golden Eviction (future attention), two-pass and teacher-forced.
-// Source and every choice: see oracle.h (seed-foresightkv.md §1.4, §5.3).
+// Source and every choice: see oracle.h (docs/policies.md).
 #include "engine/policies/oracle.h"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // `trimkv`: TRIM-KV — learned retention gates, score (t − i)·log β, top-M per (layer, kv_head).
 // Sources: Bui et al., "Cache What Lasts: Token Retention for Memory-Bounded KV Cache in LLMs"
-// (arXiv 2512.03324, §3 Eq. 2–3 and Algorithm 1); seed-trimkv-and-baselines.md §2.1 (gate),
-// §2.3 (TrimKVCache: inference eviction), §2.4 (released weights), §6 (recommended defaults).
+// (arXiv 2512.03324, §3 Eq. 2–3 and Algorithm 1); docs/policies.md, `trimkv`
+// (gate, TrimKVCache inference eviction, released weights, recommended defaults).
 //   gate (one per layer, on the attention block's input x = the residual stream after the input
 //   RMSNorm, [H]): log β = logsigmoid(W2 · φ(W1·x + b1) + b), W1 [I, H], b1 [I], W2 [Hkv, I] (no
 //   bias), b [Hkv]; φ = SiLU (the base model's hidden_act); I = 512 in the released gates;
@@ -41,7 +41,7 @@ namespace kvb {
 namespace {
 
 /// The policy spec with the defaults the checkpoint's config.json gives (TRIM-KV's config
-/// fields, seed-trimkv-and-baselines.md §2.4–2.5): buffer = buffer_size unless given, budget =
+/// fields, docs/policies.md): buffer = buffer_size unless given, budget =
 /// memory_size when the spec has none. Refuses gate types and activations other than the
 /// released "rg" gates' ("silu").
 PolicySpec with_checkpoint_config(PolicySpec spec, const GateWeights& w) {
