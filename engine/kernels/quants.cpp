@@ -376,7 +376,9 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
-bool isa_supported(Isa isa) {
+namespace {
+/// isa_supported's answer, computed once (cpuid traps to the hypervisor in a VM: microseconds).
+bool isa_supported_uncached(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
@@ -394,6 +396,14 @@ bool isa_supported(Isa isa) {
 #else
   return isa == Isa::kScalar;
 #endif
+}
+}  // namespace
+
+bool isa_supported(Isa isa) {
+  static const bool has[3] = {isa_supported_uncached(Isa::kScalar), isa_supported_uncached(Isa::kAvx2),
+                              isa_supported_uncached(Isa::kAvx512Vnni)};
+  const int i = static_cast<int>(isa);
+  return i >= 0 && i < 3 && has[i];
 }
 
 Isa best_isa() {
