@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "engine/kernels/quants.h"
 
@@ -52,6 +53,21 @@ struct Mat {
 /// tokens/s on the default model); KVB_PREFILL_GEMM=dot selects the dot-product tiles instead.
 void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in,
                int64_t out);
+
+/// One product of matmul_nt_many: y[T, w.rows] = x · Wᵀ (+ bias).
+struct MatmulOut {
+  const Mat* w;
+  const float* bias;  ///< [w.rows] or nullptr
+  float* y;           ///< [T, w.rows]
+};
+
+/// matmul_nt of the same activations x[T, in] with several weights (a layer's Q, K, V; its gate
+/// and up projections), each output exactly as matmul_nt gives it, in one parallel region: the
+/// activations are quantised once per weight type and one team of threads shares the weight
+/// rows of all products (batch-1 decode of a 135M model runs 30 layers × 7 products, where each
+/// fork/join and activation quantisation costs as much as a small product). Prefill shapes
+/// (matmul_uses_sgemm) run matmul_nt per product.
+void matmul_nt_many(const float* x, int64_t T, int64_t in, std::span<const MatmulOut> outs);
 
 /// True when matmul_nt(…, w, …, T, …) multiplies f32 activations with dequantised (or f32)
 /// weight tiles through sgemm rather than quantising the activations (T rows).

@@ -186,7 +186,12 @@ inline float quant8(const float* x, int n, int8_t* q, int* sum) {
   const float id = d > 0.0f ? 1.0f / d : 0.0f;
   int s = 0;
   for (int i = 0; i < n; ++i) {
-    const int v = static_cast<int>(std::lround(x[i] * id));
+    // round half away from zero (std::lround's rounding), exact and inline: |x·id| <= 127, so
+    // the truncation and the remainder r are exact in f32.
+    const float f = x[i] * id;
+    const int ti = static_cast<int>(f);
+    const float r = f - static_cast<float>(ti);
+    const int v = ti + (r >= 0.5f) - (r <= -0.5f);
     q[i] = static_cast<int8_t>(v);
     s += v;
   }
