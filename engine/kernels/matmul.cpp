@@ -50,6 +50,7 @@ void add_bias(float* y, const float* bias, int64_t T, int64_t out) {
 void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulOut> outs, int nthreads) {
   struct Prod {
     VecDotFn dot;
+    F32TileFn tile;  ///< f32 weights: the tile kernel (dot unused); nullptr otherwise
     const uint8_t* act;
     size_t ab;
     int64_t tile0;  ///< first global tile index of this product
@@ -67,6 +68,7 @@ void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulO
     const Mat& w = *outs[p].w;
     Prod& pr = prods[p];
     pr.dot = vec_dot_fn(w.type, best_isa());
+    pr.tile = w.type == DType::F32 ? f32_tile_fn(best_isa()) : nullptr;
     pr.ab = act_row_bytes(w.type, in);
     pr.tile0 = tiles;
     tiles += (w.rows + kTileRows - 1) / kTileRows;
@@ -99,6 +101,15 @@ void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulO
     const MatmulOut& o = outs[p];
     const int64_t out = o.w->rows;
     const int64_t j0 = (tile - pr.tile0) * kTileRows, j1 = std::min(out, j0 + kTileRows);
+    if (pr.tile) {  // f32 weights: the tile's rows in register blocks (4 × 4; 1 × 8 at one row)
+      const float* rows[kTileRows];
+      for (int64_t j = j0; j < j1; ++j) rows[j - j0] = static_cast<const float*>(o.w->row(j));
+      pr.tile(in, rows, static_cast<int>(j1 - j0), x, T, in, o.y + j0, out);
+      if (o.bias)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = j0; j < j1; ++j) o.y[t * out + j] += o.bias[j];
+      continue;
+    }
     for (int64_t t = 0; t < T; ++t) {
       const uint8_t* at = pr.act + pr.ab * t;
       float* yt = o.y + t * out;
@@ -133,10 +144,10 @@ Mat Mat::of(DType type, const void* p, int64_t rows, int64_t cols, const int32_t
 }
 
 bool matmul_uses_sgemm(const Mat& w, int64_t T) {
-  // f32 weights below 32 rows (decode, batched decode) take the dot-product tiles too: OpenBLAS's
-  // sgemm packs W for every call, which at one row costs more than the product (measured on a
-  // 2-core Zen 4: 31 vs 42 decode tokens/s on SmolLM2-135M F32).
-  if (w.f32) return T >= 32;
+  // f32 weights below 64 rows (decode, batched decode) take the f32 tile kernel (quants.h
+  // F32TileFn): OpenBLAS's sgemm packs W on every call, which at a few rows costs more than the
+  // product (measured on a 2-core Zen 4, SmolLM2-135M F32: batch-1 decode 31 vs 38 tokens/s).
+  if (w.type == DType::F32) return T >= 64;
   return T >= 32 && (!dtype_is_quantised(w.type) || prefill_gemm() == PrefillGemm::kDequant);
 }
 

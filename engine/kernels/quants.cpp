@@ -434,4 +434,17 @@ VecDotFn vec_dot_fn(DType w, Isa isa) {
   return kernels_detail::scalar_dot(w);
 }
 
+F32TileFn f32_tile_fn(Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::kAvx512Vnni && isa_supported(Isa::kAvx512Vnni)) return kernels_detail::f32_tile_avx512;
+  if ((isa == Isa::kAvx2 || isa == Isa::kAvx512Vnni) && isa_supported(Isa::kAvx2))
+    return kernels_detail::f32_tile_avx2;
+#endif
+  (void)isa;
+  return kernels_detail::f32_tile_scalar;
+}
+
 }  // namespace kvb
+
+#define KVB_F32_TILE_FN f32_tile_scalar
+#include "engine/kernels/gemm_f32_impl.inc"

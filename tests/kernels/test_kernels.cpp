@@ -241,6 +241,45 @@ TEST(Kernels, F32DotOfAnyLengthMatchesF64OnEveryIsa) {
   }
 }
 
+TEST(Kernels, F32TileMatchesF64AndItsBitsDoNotDependOnBlocking) {
+  // matmul_nt's f32 kernel at decode row counts: every ISA vs an f64 reference, and each
+  // element's bits the same whether its activation row comes alone or with others (T) and
+  // whatever number of weight rows share the call (nw) — batch composition never changes a row.
+  std::mt19937 rng(23);
+  for (const int64_t in : {16, 100, 576, 1536}) {
+    const int nw = 16, T = 7;
+    std::vector<float> w(nw * in), x(T * in);
+    for (auto& v : w) v = std::normal_distribution<float>()(rng);
+    for (auto& v : x) v = std::normal_distribution<float>()(rng);
+    const float* rows[16];
+    for (int r = 0; r < nw; ++r) rows[r] = &w[r * in];
+    for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+      if (!isa_supported(isa)) continue;
+      SCOPED_TRACE(std::string(isa_name(isa)) + " in=" + std::to_string(in));
+      const F32TileFn tile = f32_tile_fn(isa);
+      std::vector<float> all(T * nw, NAN);
+      tile(in, rows, nw, x.data(), T, in, all.data(), nw);
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < nw; ++r) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < in; ++k) {
+            ref += double(w[r * in + k]) * x[t * in + k];
+            mag += std::abs(double(w[r * in + k]) * x[t * in + k]);
+          }
+          ASSERT_NEAR(all[t * nw + r], ref, 1e-6 * mag) << "t=" << t << " r=" << r;
+        }
+      // One activation row at a time, weight rows in groups of 3 (odd blocks): the same bits.
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < nw; r += 3) {
+          const int n = std::min(3, nw - r);
+          float one[3];
+          tile(in, rows + r, n, &x[t * in], 1, in, one, n);
+          for (int i = 0; i < n; ++i) ASSERT_EQ(one[i], all[t * nw + r + i]) << "t=" << t << " r=" << r + i;
+        }
+    }
+  }
+}
+
 TEST(Kernels, ActivationRoundingIsHalfAwayFromZero) {
   // amax 127 gives d = 1: the levels are x rounded, ties away from zero (std::lround).
   std::vector<float> x = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, 0.49999997f, -0.49999997f, 3.4999998f, -126.5f};
