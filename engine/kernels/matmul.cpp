@@ -173,7 +173,8 @@ void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_
                       static_cast<int>(in), 1.0f, x + t0 * in, static_cast<int>(in), w.f32, static_cast<int>(in),
                       0.0f, y + t0 * out, static_cast<int>(out));
       } else if (f32_gemm) {
-        // Decode: slices of whole 16-row groups of W, balanced across threads.
+        // Fewer than 4 rows per thread (only with more than 16 threads: below 64 rows f32 takes
+        // the tile kernel): slices of whole 16-row groups of W, balanced across threads.
         const int64_t groups = (out + 15) / 16;
         const int64_t g0 = groups * me / nt, g1 = groups * (me + 1) / nt;
         const int64_t j0 = std::min(out, g0 * 16), j1 = std::min(out, g1 * 16);

@@ -47,7 +47,9 @@ struct Mat {
 /// stored (w.rows == out, w.cols == in). Accumulation is f32;
 /// quantised weights multiply activations quantised per row to 8 bits (quants.h), so the result
 /// differs from the dequantised f32 product by the activation rounding (tests/kernels state the
-/// bounds). Kernels: vec_dot_fn(w.type, best_isa()). From 32 rows on, weights that are not f32
+/// bounds). Kernels: vec_dot_fn(w.type, best_isa()); f32 weights below 64 rows: f32_tile_fn
+/// (no activation rounding; an element's bits independent of T), from 64 rows on sgemm on each
+/// thread's share of the rows. From 32 rows on, weights that are not f32
 /// are dequantised in 64-row tiles and multiplied with sgemm (f32 activations, no activation
 /// rounding; measured faster than the dot-product tiles on a 2-core Zen 4: 60 vs 38 prefill
 /// tokens/s on the default model); KVB_PREFILL_GEMM=dot selects the dot-product tiles instead.
