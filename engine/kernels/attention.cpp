@@ -44,6 +44,13 @@ void paged_attention(const KVCache& cache, int layer, int G, float scale, std::s
   const int D = cache.config().head_dim;
   thread_local std::vector<Item> items;  // the caller's; reused across calls
   items.clear();
+  // Rows per item: kRowBlock, fewer when the call has too few rows to give every thread several
+  // items (batch-1 decode: Hkv tasks of G rows each; 3 tasks on 2 threads would leave one idle a
+  // third of the time). A row's arithmetic is the same whatever block it is in.
+  int64_t total_rows = 0;
+  for (const AttentionTask& t : tasks) total_rows += static_cast<int64_t>(t.n) * G;
+  const int block = static_cast<int>(
+      std::clamp<int64_t>(total_rows / (8 * static_cast<int64_t>(omp_get_max_threads())), 1, kRowBlock));
   int64_t work = 0;
   for (size_t k = 0; k < tasks.size(); ++k) {
     const AttentionTask& t = tasks[k];
@@ -53,8 +60,8 @@ void paged_attention(const KVCache& cache, int layer, int G, float scale, std::s
       items.push_back({static_cast<int32_t>(k), 0, rows});
       continue;
     }
-    for (int r0 = 0; r0 < rows; r0 += kRowBlock)
-      items.push_back({static_cast<int32_t>(k), r0, std::min(rows, r0 + kRowBlock)});
+    for (int r0 = 0; r0 < rows; r0 += block)
+      items.push_back({static_cast<int32_t>(k), r0, std::min(rows, r0 + block)});
   }
   const int64_t n = static_cast<int64_t>(items.size());
   const Item* it = items.data();

@@ -43,6 +43,81 @@ void add_bias(float* y, const float* bias, int64_t T, int64_t out) {
     for (int64_t j = 0; j < out; ++j) y[t * out + j] += bias[j];
 }
 
+/// The dot-product path of matmul_nt / matmul_nt_many: each activation row quantised once per
+/// weight type (quants.h), then tiles of kTileRows weight rows × all T rows, the tiles of every
+/// product in one static split over `nthreads` threads. Each y element is one vec_dot, so its
+/// bits depend neither on T, nor on the other products, nor on the thread count.
+void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulOut> outs, int nthreads) {
+  struct Prod {
+    VecDotFn dot;
+    F32TileFn tile;  ///< f32 weights: the tile kernel (dot unused); nullptr otherwise
+    const uint8_t* act;
+    size_t ab;
+    int64_t tile0;  ///< first global tile index of this product
+  };
+  thread_local std::vector<std::vector<uint8_t>> act_bufs;
+  if (act_bufs.size() < outs.size()) act_bufs.resize(outs.size());
+  Prod prods[8];
+  const size_t np = outs.size();
+  if (np > 8) {  // never in the engine (at most Q, K, V); keeps the table on the stack
+    for (const MatmulOut& o : outs) dot_products(x, T, in, std::span<const MatmulOut>(&o, 1), nthreads);
+    return;
+  }
+  int64_t tiles = 0;
+  for (size_t p = 0; p < np; ++p) {
+    const Mat& w = *outs[p].w;
+    Prod& pr = prods[p];
+    pr.dot = vec_dot_fn(w.type, best_isa());
+    pr.tile = w.type == DType::F32 ? f32_tile_fn(best_isa()) : nullptr;
+    pr.ab = act_row_bytes(w.type, in);
+    pr.tile0 = tiles;
+    tiles += (w.rows + kTileRows - 1) / kTileRows;
+    if (!dtype_is_quantised(w.type)) {
+      pr.act = reinterpret_cast<const uint8_t*>(x);  // f32 activations as they are
+      continue;
+    }
+    size_t same = p;  // an earlier product of the same weight type shares its activation rows
+    for (size_t q = 0; q < p; ++q)
+      if (outs[q].w->type == w.type) {
+        same = q;
+        break;
+      }
+    if (same != p) {
+      pr.act = prods[same].act;
+      continue;
+    }
+    std::vector<uint8_t>& buf = act_bufs[p];
+    buf.resize(pr.ab * static_cast<size_t>(T));
+    uint8_t* a = buf.data();
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (T > 1)
+    for (int64_t t = 0; t < T; ++t) quantize_act_row(w.type, x + t * in, in, a + pr.ab * t);
+    pr.act = a;
+  }
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    size_t p = 0;
+    while (p + 1 < np && prods[p + 1].tile0 <= tile) ++p;
+    const Prod& pr = prods[p];
+    const MatmulOut& o = outs[p];
+    const int64_t out = o.w->rows;
+    const int64_t j0 = (tile - pr.tile0) * kTileRows, j1 = std::min(out, j0 + kTileRows);
+    if (pr.tile) {  // f32 weights: the tile's rows in register blocks (4 × 4; 1 × 8 at one row)
+      const float* rows[kTileRows];
+      for (int64_t j = j0; j < j1; ++j) rows[j - j0] = static_cast<const float*>(o.w->row(j));
+      pr.tile(in, rows, static_cast<int>(j1 - j0), x, T, in, o.y + j0, out);
+      if (o.bias)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = j0; j < j1; ++j) o.y[t * out + j] += o.bias[j];
+      continue;
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      const uint8_t* at = pr.act + pr.ab * t;
+      float* yt = o.y + t * out;
+      for (int64_t j = j0; j < j1; ++j) yt[j] = pr.dot(in, o.w->row(j), at) + (o.bias ? o.bias[j] : 0.0f);
+    }
+  }
+}
+
 }  // namespace
 
 Mat Mat::of_f32(const float* p, int64_t rows, int64_t cols) {
@@ -69,9 +144,10 @@ Mat Mat::of(DType type, const void* p, int64_t rows, int64_t cols, const int32_t
 }
 
 bool matmul_uses_sgemm(const Mat& w, int64_t T) {
-  // f32: sgemm for every T (decode too), so that a row's result does not depend on how many rows
-  // share the call (chunked and whole prefills give the same bits: tests/policies ChunkInvariance).
-  if (w.f32) return true;
+  // f32 weights below 64 rows (decode, batched decode) take the f32 tile kernel (quants.h
+  // F32TileFn): OpenBLAS's sgemm packs W on every call, which at a few rows costs more than the
+  // product (measured on a 2-core Zen 4, SmolLM2-135M F32: batch-1 decode 31 vs 38 tokens/s).
+  if (w.type == DType::F32) return T >= 64;
   return T >= 32 && (!dtype_is_quantised(w.type) || prefill_gemm() == PrefillGemm::kDequant);
 }
 
@@ -97,7 +173,8 @@ void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_
                       static_cast<int>(in), 1.0f, x + t0 * in, static_cast<int>(in), w.f32, static_cast<int>(in),
                       0.0f, y + t0 * out, static_cast<int>(out));
       } else if (f32_gemm) {
-        // Decode: slices of whole 16-row groups of W, balanced across threads.
+        // Fewer than 4 rows per thread (only with more than 16 threads: below 64 rows f32 takes
+        // the tile kernel): slices of whole 16-row groups of W, balanced across threads.
         const int64_t groups = (out + 15) / 16;
         const int64_t g0 = groups * me / nt, g1 = groups * (me + 1) / nt;
         const int64_t j0 = std::min(out, g0 * 16), j1 = std::min(out, g1 * 16);
@@ -121,30 +198,23 @@ void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_
     add_bias(y, bias, T, out);
     return;
   }
-  // Dot-product path: quantise the activation rows once, then tiles of weight rows × all rows.
-  const VecDotFn dot = vec_dot_fn(w.type, best_isa());
-  const size_t ab = act_row_bytes(w.type, in);
-  thread_local std::vector<uint8_t> act_buf;
-  const uint8_t* act;
-  if (w.type == DType::F32 || w.type == DType::F16 || w.type == DType::BF16) {
-    act = reinterpret_cast<const uint8_t*>(x);  // f32 activations as they are
-  } else {
-    act_buf.resize(ab * static_cast<size_t>(T));
-    uint8_t* a = act_buf.data();
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (T > 1)
-    for (int64_t t = 0; t < T; ++t) quantize_act_row(w.type, x + t * in, in, a + ab * t);
-    act = a;
+  const MatmulOut one{&w, bias, y};
+  dot_products(x, T, in, std::span<const MatmulOut>(&one, 1), nthreads);
+}
+
+void matmul_nt_many(const float* x, int64_t T, int64_t in, std::span<const MatmulOut> outs) {
+  blas_single_threaded();
+  int64_t rows = 0;
+  bool sgemm = false;
+  for (const MatmulOut& o : outs) {
+    rows += o.w->rows;
+    sgemm = sgemm || matmul_uses_sgemm(*o.w, T);
   }
-  const int64_t tiles = (out + kTileRows - 1) / kTileRows;
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-  for (int64_t tile = 0; tile < tiles; ++tile) {
-    const int64_t j0 = tile * kTileRows, j1 = std::min(out, j0 + kTileRows);
-    for (int64_t t = 0; t < T; ++t) {
-      const uint8_t* at = act + ab * t;
-      float* yt = y + t * out;
-      for (int64_t j = j0; j < j1; ++j) yt[j] = dot(in, w.row(j), at) + (bias ? bias[j] : 0.0f);
-    }
+  if (sgemm) {
+    for (const MatmulOut& o : outs) matmul_nt(x, *o.w, o.bias, o.y, T, in, o.w->rows);
+    return;
   }
+  dot_products(x, T, in, outs, T * in * rows > kParallelWork ? omp_get_max_threads() : 1);
 }
 
 }  // namespace kvb

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "engine/kernels/quants.h"
 
@@ -46,12 +47,29 @@ struct Mat {
 /// stored (w.rows == out, w.cols == in). Accumulation is f32;
 /// quantised weights multiply activations quantised per row to 8 bits (quants.h), so the result
 /// differs from the dequantised f32 product by the activation rounding (tests/kernels state the
-/// bounds). Kernels: vec_dot_fn(w.type, best_isa()). From 32 rows on, weights that are not f32
+/// bounds). Kernels: vec_dot_fn(w.type, best_isa()); f32 weights below 64 rows: f32_tile_fn
+/// (no activation rounding; an element's bits independent of T), from 64 rows on sgemm on each
+/// thread's share of the rows. From 32 rows on, weights that are not f32
 /// are dequantised in 64-row tiles and multiplied with sgemm (f32 activations, no activation
 /// rounding; measured faster than the dot-product tiles on a 2-core Zen 4: 60 vs 38 prefill
 /// tokens/s on the default model); KVB_PREFILL_GEMM=dot selects the dot-product tiles instead.
 void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in,
                int64_t out);
+
+/// One product of matmul_nt_many: y[T, w.rows] = x · Wᵀ (+ bias).
+struct MatmulOut {
+  const Mat* w;
+  const float* bias;  ///< [w.rows] or nullptr
+  float* y;           ///< [T, w.rows]
+};
+
+/// matmul_nt of the same activations x[T, in] with several weights (a layer's Q, K, V; its gate
+/// and up projections), each output exactly as matmul_nt gives it, in one parallel region: the
+/// activations are quantised once per weight type and one team of threads shares the weight
+/// rows of all products (batch-1 decode of a 135M model runs 30 layers × 7 products, where each
+/// fork/join and activation quantisation costs as much as a small product). Prefill shapes
+/// (matmul_uses_sgemm) run matmul_nt per product.
+void matmul_nt_many(const float* x, int64_t T, int64_t in, std::span<const MatmulOut> outs);
 
 /// True when matmul_nt(…, w, …, T, …) multiplies f32 activations with dequantised (or f32)
 /// weight tiles through sgemm rather than quantising the activations (T rows).

@@ -186,7 +186,12 @@ inline float quant8(const float* x, int n, int8_t* q, int* sum) {
   const float id = d > 0.0f ? 1.0f / d : 0.0f;
   int s = 0;
   for (int i = 0; i < n; ++i) {
-    const int v = static_cast<int>(std::lround(x[i] * id));
+    // round half away from zero (std::lround's rounding), exact and inline: |x·id| <= 127, so
+    // the truncation and the remainder r are exact in f32.
+    const float f = x[i] * id;
+    const int ti = static_cast<int>(f);
+    const float r = f - static_cast<float>(ti);
+    const int v = ti + (r >= 0.5f) - (r <= -0.5f);
     q[i] = static_cast<int8_t>(v);
     s += v;
   }
@@ -376,7 +381,9 @@ const char* isa_name(Isa isa) {
   return "?";
 }
 
-bool isa_supported(Isa isa) {
+namespace {
+/// isa_supported's answer, computed once (cpuid traps to the hypervisor in a VM: microseconds).
+bool isa_supported_uncached(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
@@ -394,6 +401,14 @@ bool isa_supported(Isa isa) {
 #else
   return isa == Isa::kScalar;
 #endif
+}
+}  // namespace
+
+bool isa_supported(Isa isa) {
+  static const bool has[3] = {isa_supported_uncached(Isa::kScalar), isa_supported_uncached(Isa::kAvx2),
+                              isa_supported_uncached(Isa::kAvx512Vnni)};
+  const int i = static_cast<int>(isa);
+  return i >= 0 && i < 3 && has[i];
 }
 
 Isa best_isa() {
@@ -419,4 +434,17 @@ VecDotFn vec_dot_fn(DType w, Isa isa) {
   return kernels_detail::scalar_dot(w);
 }
 
+F32TileFn f32_tile_fn(Isa isa) {
+#if defined(__x86_64__)
+  if (isa == Isa::kAvx512Vnni && isa_supported(Isa::kAvx512Vnni)) return kernels_detail::f32_tile_avx512;
+  if ((isa == Isa::kAvx2 || isa == Isa::kAvx512Vnni) && isa_supported(Isa::kAvx2))
+    return kernels_detail::f32_tile_avx2;
+#endif
+  (void)isa;
+  return kernels_detail::f32_tile_scalar;
+}
+
 }  // namespace kvb
+
+#define KVB_F32_TILE_FN f32_tile_scalar
+#include "engine/kernels/gemm_f32_impl.inc"

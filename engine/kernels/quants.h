@@ -123,11 +123,23 @@ using VecDotFn = float (*)(int64_t n, const void* w_row, const void* act_row);
 /// The dot product for weights of `w` on `isa` (falls back to the best lower ISA that has one).
 VecDotFn vec_dot_fn(DType w, Isa isa);
 
+/// y[t·ystride + r] = Σ_k w[r][k]·x[t·xstride + k] in f32 for nw ≤ 16 f32 weight rows w[r][in]
+/// and T activation rows: the f32 weight kernel of matmul_nt at decode row counts
+/// (gemm_f32_impl.inc). An element's bits do not depend on T, nw or the call's blocking
+/// (16 lane sums along k, then a fixed tree), only on the ISA.
+using F32TileFn = void (*)(int64_t in, const float* const* w, int nw, const float* x, int64_t T, int64_t xstride,
+                           float* y, int64_t ystride);
+/// The f32 tile kernel for `isa` (the best lower ISA where the CPU lacks it).
+F32TileFn f32_tile_fn(Isa isa);
+
 /// Per-ISA kernel tables (internal; defined in quants_scalar.cpp / quants_x86.cpp).
 namespace kernels_detail {
 VecDotFn scalar_dot(DType w);
 VecDotFn avx2_dot(DType w);        ///< nullptr where the type has no AVX2 kernel
 VecDotFn avx512vnni_dot(DType w);  ///< nullptr where the type has no VNNI kernel
+void f32_tile_scalar(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);
+void f32_tile_avx2(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);
+void f32_tile_avx512(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);
 }  // namespace kernels_detail
 
 }  // namespace kvb

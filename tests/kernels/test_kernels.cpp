@@ -222,6 +222,108 @@ TEST(Kernels, MatmulOnStoredWeightsEqualsDequantisedProduct) {
   }
 }
 
+TEST(Kernels, F32DotOfAnyLengthMatchesF64OnEveryIsa) {
+  // The AVX-512 f32 dot runs 64-element steps, then 16-element steps with a masked tail.
+  std::mt19937 rng(5);
+  for (const int64_t n : {1, 15, 16, 17, 63, 64, 100, 577, 1536}) {
+    std::vector<float> w(n), x(n);
+    for (auto& v : w) v = std::normal_distribution<float>()(rng);
+    for (auto& v : x) v = std::normal_distribution<float>()(rng);
+    double ref = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ref += double(w[i]) * x[i];
+      mag += std::abs(double(w[i]) * x[i]);
+    }
+    for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+      if (!isa_supported(isa)) continue;
+      EXPECT_NEAR(vec_dot_fn(DType::F32, isa)(n, w.data(), x.data()), ref, 1e-6 * mag) << isa_name(isa) << " n=" << n;
+    }
+  }
+}
+
+TEST(Kernels, F32TileMatchesF64AndItsBitsDoNotDependOnBlocking) {
+  // matmul_nt's f32 kernel at decode row counts: every ISA vs an f64 reference, and each
+  // element's bits the same whether its activation row comes alone or with others (T) and
+  // whatever number of weight rows share the call (nw) — batch composition never changes a row.
+  std::mt19937 rng(23);
+  for (const int64_t in : {16, 100, 576, 1536}) {
+    const int nw = 16, T = 7;
+    std::vector<float> w(nw * in), x(T * in);
+    for (auto& v : w) v = std::normal_distribution<float>()(rng);
+    for (auto& v : x) v = std::normal_distribution<float>()(rng);
+    const float* rows[16];
+    for (int r = 0; r < nw; ++r) rows[r] = &w[r * in];
+    for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+      if (!isa_supported(isa)) continue;
+      SCOPED_TRACE(std::string(isa_name(isa)) + " in=" + std::to_string(in));
+      const F32TileFn tile = f32_tile_fn(isa);
+      std::vector<float> all(T * nw, NAN);
+      tile(in, rows, nw, x.data(), T, in, all.data(), nw);
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < nw; ++r) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < in; ++k) {
+            ref += double(w[r * in + k]) * x[t * in + k];
+            mag += std::abs(double(w[r * in + k]) * x[t * in + k]);
+          }
+          ASSERT_NEAR(all[t * nw + r], ref, 1e-6 * mag) << "t=" << t << " r=" << r;
+        }
+      // One activation row at a time, weight rows in groups of 3 (odd blocks): the same bits.
+      for (int t = 0; t < T; ++t)
+        for (int r = 0; r < nw; r += 3) {
+          const int n = std::min(3, nw - r);
+          float one[3];
+          tile(in, rows + r, n, &x[t * in], 1, in, one, n);
+          for (int i = 0; i < n; ++i) ASSERT_EQ(one[i], all[t * nw + r + i]) << "t=" << t << " r=" << r + i;
+        }
+    }
+  }
+}
+
+TEST(Kernels, ActivationRoundingIsHalfAwayFromZero) {
+  // amax 127 gives d = 1: the levels are x rounded, ties away from zero (std::lround).
+  std::vector<float> x = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, 0.49999997f, -0.49999997f, 3.4999998f, -126.5f};
+  x.resize(32, 1.5f);
+  std::vector<uint8_t> act(act_row_bytes(DType::Q8_0, 32));
+  quantize_act_row(DType::Q8_0, x.data(), 32, act.data());
+  for (int i = 0; i < 32; ++i)
+    EXPECT_EQ(static_cast<int8_t>(act[4 + i]), std::lround(x[i])) << "x = " << x[i];
+}
+
+TEST(Kernels, MatmulManyEqualsMatmulPerProductBitwise) {
+  // Q, K, V of mixed types (Q4_K_M stores V as Q6_K), bias on one: one parallel region gives
+  // each product exactly matmul_nt's bits, at decode and batched-decode row counts.
+  std::mt19937 rng(17);
+  const int64_t in = 512;
+  const DType types[] = {DType::Q4_K, DType::Q4_K, DType::Q6_K, DType::F32, DType::Q8_0};
+  const int64_t outs[] = {96, 40, 40, 33, 17};
+  std::vector<std::vector<uint8_t>> store(5);
+  std::vector<Mat> mats;
+  for (int p = 0; p < 5; ++p) {
+    for (int64_t r = 0; r < outs[p]; ++r) {
+      auto row = rand_row(types[p], in, rng, 10, 14);
+      store[p].insert(store[p].end(), row.begin(), row.end());
+    }
+    mats.push_back(Mat::of(types[p], store[p].data(), outs[p], in));
+  }
+  std::vector<float> bias(40);
+  for (auto& b : bias) b = std::normal_distribution<float>()(rng);
+  for (const int64_t T : {1, 8, 31}) {
+    std::vector<float> x(T * in);
+    for (auto& v : x) v = std::normal_distribution<float>()(rng);
+    std::vector<std::vector<float>> many(5), one(5);
+    std::vector<MatmulOut> prods;
+    for (int p = 0; p < 5; ++p) {
+      many[p].assign(T * outs[p], 0.0f);
+      one[p].assign(T * outs[p], 0.0f);
+      prods.push_back({&mats[p], p == 1 ? bias.data() : nullptr, many[p].data()});
+      matmul_nt(x.data(), mats[p], p == 1 ? bias.data() : nullptr, one[p].data(), T, in, outs[p]);
+    }
+    matmul_nt_many(x.data(), T, in, prods);
+    for (int p = 0; p < 5; ++p) EXPECT_EQ(many[p], one[p]) << "product " << p << " T=" << T;
+  }
+}
+
 TEST(Kernels, BestIsaIsSupportedAndKvbIsaLowersIt) {
   EXPECT_TRUE(isa_supported(best_isa()));
   EXPECT_TRUE(isa_supported(Isa::kScalar));

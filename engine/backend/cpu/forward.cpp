@@ -244,9 +244,8 @@ void CpuBackend::attention_block(Step& s, int l) {
   const LayerWeights& w = m_.layers()[l];
   rms_norm(x_.data(), w.attn_norm, xn_.data(), T, H, eps);
   if (bf16_points_) round_bf16(xn_.data(), T * H);
-  matmul_nt(xn_.data(), w.wq, w.bq, q_.data(), T, H, static_cast<int64_t>(Hq) * D);
-  matmul_nt(xn_.data(), w.wk, w.bk, k_.data(), T, H, static_cast<int64_t>(Hkv) * D);
-  matmul_nt(xn_.data(), w.wv, w.bv, v_.data(), T, H, static_cast<int64_t>(Hkv) * D);
+  const MatmulOut qkv[] = {{&w.wq, w.bq, q_.data()}, {&w.wk, w.bk, k_.data()}, {&w.wv, w.bv, v_.data()}};
+  matmul_nt_many(xn_.data(), T, H, qkv);
   // q/k norm (qwen3), then RoPE; per token.
 #pragma omp parallel for schedule(static) if (T * (Hq + Hkv) * D > kParallelWork)
   for (int64_t t = 0; t < T; ++t) {
@@ -406,8 +405,8 @@ void CpuBackend::mlp_block(Step& s, int l) {
   const LayerWeights& w = m_.layers()[l];
   rms_norm(x_.data(), w.mlp_norm, xn_.data(), T, H, eps);
   if (bf16_points_) round_bf16(xn_.data(), T * H);
-  matmul_nt(xn_.data(), w.w_gate, nullptr, gate_.data(), T, H, I);
-  matmul_nt(xn_.data(), w.w_up, nullptr, up_.data(), T, H, I);
+  const MatmulOut gate_up[] = {{&w.w_gate, nullptr, gate_.data()}, {&w.w_up, nullptr, up_.data()}};
+  matmul_nt_many(xn_.data(), T, H, gate_up);
   gated_activation(activation_, gate_.data(), up_.data(), T * I);
   if (bf16_points_) round_bf16(gate_.data(), T * I);
   matmul_nt(gate_.data(), w.w_down, nullptr, xn_.data(), T, I, H);
