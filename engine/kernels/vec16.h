@@ -27,11 +27,12 @@ KVB_VEC16_INL V16 ld16_tail(const float* p, int m) {
 }
 KVB_VEC16_INL void st16(float* p, V16 v) { *reinterpret_cast<V16u*>(p) = v; }
 /// Σ lanes in a fixed tree: upper half onto lower (8 + 8), then 4 + 4, 2 + 2, 1 + 1.
+/// (__builtin_shufflevector: GCC >= 12 and clang, which the fuzz build uses.)
 KVB_VEC16_INL float hsum16(V16 v) {
-  v += __builtin_shuffle(v, I16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-  v += __builtin_shuffle(v, I16{4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3});
-  v += __builtin_shuffle(v, I16{2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1});
-  v += __builtin_shuffle(v, I16{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0});
+  v += __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+  v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3);
+  v += __builtin_shufflevector(v, v, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1);
+  v += __builtin_shufflevector(v, v, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
   return v[0];
 }
 #undef KVB_VEC16_INL

@@ -12,7 +12,9 @@ namespace kvb {
 PolicyParams::PolicyParams(const PolicySpec& spec, const std::vector<PolicyParamInfo>& declared)
     : name_(spec.name), budget_(spec.budget), declared_(declared), user_(spec.params) {
   if (spec.budget < 0) fail("policy '{}': budget must be >= 0, got {}", name_, spec.budget);
-  for (const auto& [k, v] : user_) {
+  for (const auto& kv : user_) {
+    const std::string& k = kv.first;  // a named reference, not a structured binding: clang < 16
+                                      // (the fuzz build) cannot capture those in a lambda
     bool found = std::any_of(declared_.begin(), declared_.end(),
                              [&](const PolicyParamInfo& p) { return p.key == k; });
     if (!found) {
@@ -28,10 +30,11 @@ PolicyParams::PolicyParams(const PolicySpec& spec, const std::vector<PolicyParam
 std::vector<PolicyParamInfo> extend_params(std::vector<PolicyParamInfo> base,
                                            std::initializer_list<std::pair<const char*, const char*>> help,
                                            std::vector<PolicyParamInfo> extra) {
-  for (const auto& [key, text] : help) {
+  for (const auto& h : help) {
+    const char* key = h.first;
     auto it = std::find_if(base.begin(), base.end(), [&](const PolicyParamInfo& e) { return e.key == key; });
     if (it == base.end()) fail("extend_params: no parameter '{}' to describe", key);
-    it->help = text;
+    it->help = h.second;
   }
   base.insert(base.end(), std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()));
   return base;
