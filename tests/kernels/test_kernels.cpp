@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/backend/cpu/forward.h"
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/quants.h"
 
@@ -322,6 +323,40 @@ TEST(Kernels, MatmulManyEqualsMatmulPerProductBitwise) {
     matmul_nt_many(x.data(), T, in, prods);
     for (int p = 0; p < 5; ++p) EXPECT_EQ(many[p], one[p]) << "product " << p << " T=" << T;
   }
+}
+
+TEST(Kernels, PrefillRowsDoNotDependOnTheMlpPieces) {
+  // The CPU forward runs a prefill chunk's MLP in mlp_pieces(T) row pieces. Every weight type's
+  // prefill path (OpenBLAS sgemm on f32 row slices, sgemm on dequantised tiles) must give each
+  // row the same bits alone in its piece as with the whole chunk, or the split would change results.
+  std::mt19937 rng(29);
+  const int64_t in = 576, out = 160;
+  for (const DType t : {DType::F32, DType::BF16, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q6_K}) {
+    const int64_t n = dtype_traits(t).block == 256 ? 768 : in;
+    std::vector<uint8_t> store;
+    for (int64_t r = 0; r < out; ++r) {
+      auto row = rand_row(t, n, rng, 10, 14);
+      store.insert(store.end(), row.begin(), row.end());
+    }
+    const Mat w = Mat::of(t, store.data(), out, n);
+    for (const int64_t T : {129, 300, 515}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " T=" + std::to_string(T));
+      std::vector<float> x(T * n), whole(T * out), split(T * out);
+      for (auto& v : x) v = std::normal_distribution<float>()(rng);
+      matmul_nt(x.data(), w, nullptr, whole.data(), T, n, out);
+      const int64_t p = mlp_pieces(T);
+      ASSERT_GT(p, 1);
+      for (int64_t i = 0; i < p; ++i) {
+        const int64_t t0 = T * i / p, rows = T * (i + 1) / p - t0;
+        ASSERT_GE(rows, 64);
+        ASSERT_LE(rows, kMlpPieceRows);
+        matmul_nt(&x[t0 * n], w, nullptr, &split[t0 * out], rows, n, out);
+      }
+      EXPECT_EQ(split, whole);
+    }
+  }
+  EXPECT_EQ(mlp_pieces(1), 1);
+  EXPECT_EQ(mlp_pieces(kMlpPieceRows), 1);
 }
 
 TEST(Kernels, BestIsaIsSupportedAndKvbIsaLowersIt) {

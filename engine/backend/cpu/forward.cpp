@@ -109,6 +109,8 @@ inline float dot(const float* a, const float* b, int n) {
 
 }  // namespace
 
+int64_t mlp_pieces(int64_t T) { return T <= kMlpPieceRows ? 1 : (T + kMlpPieceRows - 1) / kMlpPieceRows; }
+
 int32_t attention_floor(int32_t qpos, int32_t window) {
   return window > 0 ? qpos - window + 1 : std::numeric_limits<int32_t>::min();
 }
@@ -181,8 +183,9 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   fit_buffer(k_, T * Hkv * D);
   fit_buffer(v_, T * Hkv * D);
   fit_buffer(att_, T * Hq * D);
-  fit_buffer(gate_, T * I);
-  fit_buffer(up_, T * I);
+  const int64_t mlp_rows = (T + mlp_pieces(T) - 1) / mlp_pieces(T);
+  fit_buffer(gate_, mlp_rows * I);
+  fit_buffer(up_, mlp_rows * I);
   if (s.needs.keys_pre_rope) fit_buffer(kpre_, T * Hkv * D);
   if (s.needs.queries_pre_rope) fit_buffer(qpre_, T * Hq * D);
 
@@ -405,11 +408,18 @@ void CpuBackend::mlp_block(Step& s, int l) {
   const LayerWeights& w = m_.layers()[l];
   rms_norm(x_.data(), w.mlp_norm, xn_.data(), T, H, eps);
   if (bf16_points_) round_bf16(xn_.data(), T * H);
-  const MatmulOut gate_up[] = {{&w.w_gate, nullptr, gate_.data()}, {&w.w_up, nullptr, up_.data()}};
-  matmul_nt_many(xn_.data(), T, H, gate_up);
-  gated_activation(activation_, gate_.data(), up_.data(), T * I);
-  if (bf16_points_) round_bf16(gate_.data(), T * I);
-  matmul_nt(gate_.data(), w.w_down, nullptr, xn_.data(), T, I, H);
+  // Row pieces (mlp_pieces): the gate/up buffers hold one piece, not the whole chunk. Each
+  // piece's down projection overwrites its own rows of xn_, which no later piece reads.
+  const int64_t pieces = mlp_pieces(T);
+  for (int64_t i = 0; i < pieces; ++i) {
+    const int64_t t0 = T * i / pieces, n = T * (i + 1) / pieces - t0;
+    float* xp = xn_.data() + t0 * H;
+    const MatmulOut gate_up[] = {{&w.w_gate, nullptr, gate_.data()}, {&w.w_up, nullptr, up_.data()}};
+    matmul_nt_many(xp, n, H, gate_up);
+    gated_activation(activation_, gate_.data(), up_.data(), n * I);
+    if (bf16_points_) round_bf16(gate_.data(), n * I);
+    matmul_nt(gate_.data(), w.w_down, nullptr, xp, n, I, H);
+  }
   if (w.post_mlp_norm) rms_norm(xn_.data(), w.post_mlp_norm, xn_.data(), T, H, eps);
   for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
 }

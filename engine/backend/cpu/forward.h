@@ -120,6 +120,15 @@ void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float
 // matmul_nt (y = x·Wᵀ on weights as stored) lives in engine/kernels/matmul.h.
 /// RMSNorm of each of the T rows of x[T, n] times weight[n], as transformers' LlamaRMSNorm.
 void rms_norm(const float* x, const float* weight, float* y, int64_t T, int64_t n, float eps);
+/// Rows per MLP piece at most: a prefill chunk's MLP runs in mlp_pieces(T) pieces of rows
+/// [T·i/p, T·(i+1)/p), so the gate/up buffers (2 × rows × intermediate_size f32) hold 128 rows,
+/// not the chunk (a 4096-token chunk of an 8B model would otherwise take 470 MB there).
+inline constexpr int64_t kMlpPieceRows = 128;
+/// Pieces of a T-row MLP: 1 up to kMlpPieceRows rows, else ⌈T / kMlpPieceRows⌉. Every piece of
+/// T ≥ 128 rows has at least 64 (> T/p ≥ 128·T/(T + 128)), so it takes the same matmul path
+/// (matmul_uses_sgemm: 32 and 64 rows) as the whole chunk, and rows are independent in every path:
+/// the result does not depend on the split.
+int64_t mlp_pieces(int64_t T);
 /// The lowest key position a query at `qpos` attends to under a sliding window of `window` tokens
 /// (qpos − window + 1, transformers' sliding_window_overlay `kv_idx > q_idx − window`);
 /// INT32_MIN when window is 0 (full causal attention).
