@@ -1,7 +1,8 @@
-// libcurl behind net/http.h.
+// libcurl behind net/http.h, loaded at the first request (CurlApi).
 #include "net/http.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,20 +17,66 @@ namespace kvb::net {
 
 namespace {
 
-void global_init() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+/// libcurl's entry points, resolved from the shared library at the first use (dlopen), not by
+/// the dynamic linker at start-up: a command that never makes a request (every CPU engine run
+/// without a judge or a Hub download) then does not map libcurl and the ~25 libraries it pulls
+/// in (TLS, Kerberos, LDAP, SSH), 5.3 MB of resident memory and their start-up relocations
+/// (docs/architecture.md, "Memory"). The types and constants still come from <curl/curl.h>;
+/// libcurl's ABI has been soname 4 since 7.16 (2006). Loaded once, never unloaded.
+/// Raises Error(kRuntime) naming the library when neither soname can be loaded.
+struct CurlApi {
+  decltype(&curl_easy_init) easy_init;
+  decltype(&curl_easy_cleanup) easy_cleanup;
+  decltype(&curl_easy_reset) easy_reset;
+  decltype(&curl_easy_setopt) easy_setopt;
+  decltype(&curl_easy_getinfo) easy_getinfo;
+  decltype(&curl_easy_perform) easy_perform;
+  decltype(&curl_easy_strerror) easy_strerror;
+  decltype(&curl_slist_append) slist_append;
+  decltype(&curl_slist_free_all) slist_free_all;
+  decltype(&curl_getdate) getdate;
+};
+
+const CurlApi& curl() {
+  static const CurlApi api = [] {
+    void* lib = nullptr;
+    std::string why;
+    for (const char* name : {"libcurl.so.4", "libcurl-gnutls.so.4"}) {
+      if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+      if (const char* e = dlerror()) why += std::string(why.empty() ? "" : "; ") + e;
+    }
+    if (!lib) throw Error("http: libcurl cannot be loaded (" + why + "); install libcurl4", ErrorKind::kRuntime);
+    auto sym = [lib](const char* name) {
+      void* f = dlsym(lib, name);
+      if (!f) throw Error(std::string("http: libcurl.so.4 has no ") + name, ErrorKind::kRuntime);
+      return f;
+    };
+    CurlApi a{};
+    a.easy_init = reinterpret_cast<decltype(a.easy_init)>(sym("curl_easy_init"));
+    a.easy_cleanup = reinterpret_cast<decltype(a.easy_cleanup)>(sym("curl_easy_cleanup"));
+    a.easy_reset = reinterpret_cast<decltype(a.easy_reset)>(sym("curl_easy_reset"));
+    a.easy_setopt = reinterpret_cast<decltype(a.easy_setopt)>(sym("curl_easy_setopt"));
+    a.easy_getinfo = reinterpret_cast<decltype(a.easy_getinfo)>(sym("curl_easy_getinfo"));
+    a.easy_perform = reinterpret_cast<decltype(a.easy_perform)>(sym("curl_easy_perform"));
+    a.easy_strerror = reinterpret_cast<decltype(a.easy_strerror)>(sym("curl_easy_strerror"));
+    a.slist_append = reinterpret_cast<decltype(a.slist_append)>(sym("curl_slist_append"));
+    a.slist_free_all = reinterpret_cast<decltype(a.slist_free_all)>(sym("curl_slist_free_all"));
+    a.getdate = reinterpret_cast<decltype(a.getdate)>(sym("curl_getdate"));
+    reinterpret_cast<decltype(&curl_global_init)>(sym("curl_global_init"))(CURL_GLOBAL_DEFAULT);
+    return a;
+  }();
+  return api;
 }
 
 /// This thread's easy handle, reset before each request (keeps its connection cache).
 CURL* thread_handle() {
   struct Handle {
-    CURL* h = curl_easy_init();
-    ~Handle() { curl_easy_cleanup(h); }
+    CURL* h = curl().easy_init();
+    ~Handle() { curl().easy_cleanup(h); }
   };
   thread_local Handle handle;
   if (!handle.h) throw Error("http: curl_easy_init failed", ErrorKind::kRuntime);
-  curl_easy_reset(handle.h);
+  curl().easy_reset(handle.h);
   return handle.h;
 }
 
@@ -68,7 +115,7 @@ size_t body_cb(char* buf, size_t size, size_t n, void* ud) {
     return size * n;
   }
   long status = 0;
-  curl_easy_getinfo(t->h, CURLINFO_RESPONSE_CODE, &status);
+  curl().easy_getinfo(t->h, CURLINFO_RESPONSE_CODE, &status);
   return t->req->on_body(status, std::string_view(buf, size * n)) ? size * n : 0;
 }
 
@@ -86,47 +133,47 @@ std::string Response::header(const std::string& lower_name) const {
 }
 
 Response perform(const Request& r) {
-  global_init();
+  const CurlApi& api = curl();
   Response resp;
   CURL* h = thread_handle();
   Transfer t{&r, &resp, h};
   curl_slist* hdrs = nullptr;
-  for (const auto& line : r.headers) hdrs = curl_slist_append(hdrs, line.c_str());
-  curl_easy_setopt(h, CURLOPT_URL, r.url.c_str());
-  if (r.method == "HEAD") curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  for (const auto& line : r.headers) hdrs = api.slist_append(hdrs, line.c_str());
+  api.easy_setopt(h, CURLOPT_URL, r.url.c_str());
+  if (r.method == "HEAD") api.easy_setopt(h, CURLOPT_NOBODY, 1L);
   if (r.method == "POST") {
-    curl_easy_setopt(h, CURLOPT_POST, 1L);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, r.body.c_str());
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(r.body.size()));
+    api.easy_setopt(h, CURLOPT_POST, 1L);
+    api.easy_setopt(h, CURLOPT_POSTFIELDS, r.body.c_str());
+    api.easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(r.body.size()));
   }
-  if (hdrs) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
-  curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+  if (hdrs) api.easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+  api.easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
+  api.easy_setopt(h, CURLOPT_HEADERDATA, &t);
+  api.easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
+  api.easy_setopt(h, CURLOPT_WRITEDATA, &t);
   if (r.on_progress) {
-    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, progress_cb);
-    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &t);
+    api.easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    api.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, progress_cb);
+    api.easy_setopt(h, CURLOPT_XFERINFODATA, &t);
   }
   if (r.follow_redirects) {
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
+    api.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+    api.easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
   }
-  if (r.timeout_ms > 0) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, r.timeout_ms);
-  if (r.connect_timeout_ms > 0) curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, r.connect_timeout_ms);
+  if (r.timeout_ms > 0) api.easy_setopt(h, CURLOPT_TIMEOUT_MS, r.timeout_ms);
+  if (r.connect_timeout_ms > 0) api.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, r.connect_timeout_ms);
   if (r.low_speed_time_s > 0) {
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, r.low_speed_time_s);
+    api.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    api.easy_setopt(h, CURLOPT_LOW_SPEED_TIME, r.low_speed_time_s);
   }
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_USERAGENT, r.user_agent.c_str());
-  const CURLcode rc = curl_easy_perform(h);
+  api.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  api.easy_setopt(h, CURLOPT_USERAGENT, r.user_agent.c_str());
+  const CURLcode rc = api.easy_perform(h);
   resp.curl_code = static_cast<int>(rc);
   resp.timed_out = rc == CURLE_OPERATION_TIMEDOUT;
-  if (rc != CURLE_OK) resp.error = curl_easy_strerror(rc);
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
-  curl_slist_free_all(hdrs);
+  if (rc != CURLE_OK) resp.error = api.easy_strerror(rc);
+  api.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp.status);
+  api.slist_free_all(hdrs);
   return resp;
 }
 
@@ -147,7 +194,7 @@ double parse_retry_after(std::string_view value, int64_t now_unix) {
   const bool numeric = std::all_of(v.begin(), v.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; }) &&
                        std::count(v.begin(), v.end(), '.') <= 1 && v != ".";
   if (numeric) return std::strtod(v.c_str(), nullptr);
-  const time_t t = curl_getdate(v.c_str(), nullptr);  // HTTP-date
+  const time_t t = curl().getdate(v.c_str(), nullptr);  // HTTP-date
   if (t == static_cast<time_t>(-1)) return -1;
   return std::max<double>(0.0, static_cast<double>(t - now_unix));
 }
