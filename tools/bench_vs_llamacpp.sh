@@ -11,6 +11,10 @@
 #
 # Usage: tools/bench_vs_llamacpp.sh [--kvbench PATH] [--threads N] [--context N] [--gen N]
 #                                   [--reps N] [--llama-cpp-python VERSION] [--cache DIR]
+#                                   [--openblas CORETYPE,L2_SIZE]
+# Prints tokens/s (llama.cpp's decode both from an empty cache, as `llama-bench -n` runs it, and
+# at depth CONTEXT, as kvbench decodes), peak RSS of both tools against weights + KV, and with
+# --openblas, kvbench with those OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE values and with both unset.
 # Then, with the goldens virtualenv (tools/goldens_venv.sh; or KVB_PYTHON=python), transformers
 # against kvbench at batch 1, 8 and 32 on an F32 safetensors copy (tools/bench_vs_transformers.py).
 # (llama-bench reports the mean of --reps runs, kvbench bench the last of --reps.)
@@ -26,6 +30,7 @@ gen=64
 reps=3
 version="0.3.16"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kvbench/llamacpp"
+openblas=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --kvbench) kvbench="$2"; shift 2 ;;
@@ -35,7 +40,8 @@ while [ $# -gt 0 ]; do
     --reps) reps="$2"; shift 2 ;;
     --llama-cpp-python) version="$2"; shift 2 ;;
     --cache) cache="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --openblas) openblas="$2"; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp.sh: error: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -73,24 +79,81 @@ done
 cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
 echo "machine: $cpu, $(nproc) CPUs; threads $threads; context $context, gen $gen; llama.cpp from llama-cpp-python $version"
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-unset} KVB_ISA=${KVB_ISA:-auto}"
-printf '| %-28s | %12s | %12s | %6s | %12s | %12s | %6s |\n' "model file" "llama pp t/s" "kvb pp t/s" "ratio" \
-  "llama tg t/s" "kvb tg t/s" "ratio"
-printf '|%s|%s|%s|%s|%s|%s|%s|\n' "------------------------------" "-------------:" "-------------:" "-------:" \
-  "-------------:" "-------------:" "-------:"
+# Peak RSS of a command (KiB) through GNU time, when the machine has it (Debian package `time`).
+timer=""
+[ -x /usr/bin/time ] && timer=/usr/bin/time
+rss_of() {  # rss_of OUTFILE CMD...: runs CMD, its stdout to stdout, its peak RSS KiB to OUTFILE
+  local out="$1"; shift
+  if [ -n "$timer" ]; then "$timer" -f %M -o "$out" "$@"; else echo "" > "$out"; "$@"; fi
+}
+mib() { [ -n "$1" ] && echo "$1 / 1024" | bc -l || echo ""; }
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+declare -a speed_rows rss_rows env_rows
 for f in "${files[@]}"; do
-  # llama-bench -o csv: the avg_ts column of the pp and tg rows.
-  lb="$("$bin/llama-bench" -m "$f" -p "$context" -n "$gen" -t "$threads" -r "$reps" -o csv 2>/dev/null)"
+  name="$(basename "$f" .gguf | sed 's/SmolLM2-135M-Instruct\.//')"
+  # llama-bench -o csv: the avg_ts column of the pp and tg rows. Its tg runs from an empty
+  # cache; kvbench decodes after the CONTEXT-token prompt, so a second llama-bench run decodes at
+  # depth CONTEXT (-d) for the like-for-like ratio.
+  lb="$(rss_of "$tmp/llama.rss" "$bin/llama-bench" -m "$f" -p "$context" -n "$gen" -t "$threads" -r "$reps" -o csv 2>/dev/null)"
   col="$(echo "$lb" | head -1 | tr ',' '\n' | tr -d '"' | grep -nx 'avg_ts' | cut -d: -f1)"
   [ -n "$col" ] || { echo "bench_vs_llamacpp.sh: error: $f: llama-bench printed no avg_ts column" >&2; exit 1; }
   pp_l="$(echo "$lb" | sed -n 2p | cut -d, -f"$col" | tr -d '"')"
   tg_l="$(echo "$lb" | sed -n 3p | cut -d, -f"$col" | tr -d '"')"
+  lbd="$("$bin/llama-bench" -m "$f" -p 0 -n "$gen" -d "$context" -t "$threads" -r "$reps" -o csv 2>/dev/null)"
+  tgd_l="$(echo "$lbd" | sed -n 2p | cut -d, -f"$col" | tr -d '"')"
   kb="$(OMP_NUM_THREADS="$threads" "$kvbench" bench --model "$f" --context "$context" --gen "$gen" --batch 1 \
         --repeats "$reps" | tail -1)"
   pp_k="$(echo "$kb" | awk '{print $5}')"
   tg_k="$(echo "$kb" | awk '{print $6}')"
-  printf '| %-28s | %12.1f | %12.1f | %6.2f | %12.1f | %12.1f | %6.2f |\n' "$(basename "$f" .gguf | sed 's/SmolLM2-135M-Instruct\.//')" \
-    "$pp_l" "$pp_k" "$(echo "$pp_k / $pp_l" | bc -l)" "$tg_l" "$tg_k" "$(echo "$tg_k / $tg_l" | bc -l)"
+  kv_k="$(echo "$kb" | awk '{print $8}')"
+  rss_k="$(echo "$kb" | awk '{print $9}')"
+  speed_rows+=("$(printf '| %-8s | %9.1f | %9.1f | %5.2f | %9.1f | %9.1f | %5.2f | %11.1f | %5.2f |' "$name" \
+    "$pp_l" "$pp_k" "$(echo "$pp_k / $pp_l" | bc -l)" "$tg_l" "$tg_k" "$(echo "$tg_k / $tg_l" | bc -l)" \
+    "$tgd_l" "$(echo "$tg_k / $tgd_l" | bc -l)")")
+  w_mib="$(echo "$(stat -c %s "$f") / 1048576" | bc -l)"
+  kv_mib="$(echo "$kv_k / 1048576" | bc -l)"
+  l_rss="$(mib "$(cat "$tmp/llama.rss")")"
+  rss_rows+=("$(printf '| %-8s | %8.1f | %7.1f | %9.1f | %6.2f | %s |' "$name" "$w_mib" "$kv_mib" "$rss_k" \
+    "$(echo "$rss_k / ($w_mib + $kv_mib)" | bc -l)" \
+    "$( [ -n "$l_rss" ] && printf '%9.1f' "$l_rss" || echo "      n/a")")")
+  # --openblas: kvbench again with the given OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, and with both
+  # unset, back to back (OpenBLAS runs kvbench's prefill sgemm; decode does not call it).
+  if [ -n "$openblas" ]; then
+    set_pp=() ; set_tg=()
+    for mode in set unset; do
+      if [ "$mode" = set ]; then
+        r="$(OPENBLAS_CORETYPE="${openblas%%,*}" OPENBLAS_L2_SIZE="${openblas#*,}" OMP_NUM_THREADS="$threads" \
+              "$kvbench" bench --model "$f" --context "$context" --gen "$gen" --batch 1 --repeats "$reps" | tail -1)"
+      else
+        r="$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads" \
+              "$kvbench" bench --model "$f" --context "$context" --gen "$gen" --batch 1 --repeats "$reps" | tail -1)"
+      fi
+      set_pp+=("$(echo "$r" | awk '{print $5}')"); set_tg+=("$(echo "$r" | awk '{print $6}')")
+    done
+    env_rows+=("$(printf '| %-8s | %9.1f | %9.1f | %9.1f | %9.1f |' "$name" "${set_pp[0]}" "${set_pp[1]}" "${set_tg[0]}" "${set_tg[1]}")")
+  fi
 done
+echo
+echo "Tokens/s; ratios kvbench / llama.cpp. llama tg runs from an empty cache (llama-bench -n $gen),"
+echo "llama tg@d$context after a $context-token prompt (-d $context) as kvbench's does."
+printf '| %-8s | %9s | %9s | %5s | %9s | %9s | %5s | %11s | %5s |\n' "file" "llama pp" "kvb pp" "ratio" \
+  "llama tg" "kvb tg" "ratio" "llama tg@d" "ratio"
+echo "|----------|----------:|----------:|------:|----------:|----------:|------:|------------:|------:|"
+printf '%s\n' "${speed_rows[@]}"
+echo
+echo "Peak RSS (MiB) of the same runs: kvbench's (kvbench bench peak_rss_MiB) against its weight file"
+echo "plus its KV bytes (kv_bytes_peak, f32), and llama-bench's (GNU time; f16 KV, its compute buffers)."
+printf '| %-8s | %8s | %7s | %9s | %6s | %9s |\n' "file" "weights" "kvb KV" "kvb peak" "ratio" "llama peak"
+echo "|----------|---------:|--------:|----------:|-------:|-----------:|"
+printf '%s\n' "${rss_rows[@]}"
+if [ -n "$openblas" ]; then
+  echo
+  echo "kvbench with OPENBLAS_CORETYPE=${openblas%%,*} OPENBLAS_L2_SIZE=${openblas#*,} (set) and with both unset, back to back:"
+  printf '| %-8s | %9s | %9s | %9s | %9s |\n' "file" "pp set" "pp unset" "tg set" "tg unset"
+  echo "|----------|----------:|----------:|----------:|----------:|"
+  printf '%s\n' "${env_rows[@]}"
+fi
 
 # 4. transformers (batch 1, 8, 32 on the F32 safetensors copy), when the goldens virtualenv exists.
 py="${KVB_PYTHON:-$here/.venv-goldens/bin/python}"
