@@ -36,6 +36,7 @@ void run_bench(const BenchArgs& a) {
     id = "random:" + a.shape;
   } else {
     model = load_model(a.model).model;
+    release_freed_heap();  // the tokenizer and chat template just dropped
     id = a.model;
   }
   const ModelConfig& c = model->config();

@@ -97,17 +97,13 @@ void check_model_source(const std::string& spec) {
   }
 }
 
-namespace {
-/// Returns the heap pages freed while loading to the OS. Building the tokenizer (for GGUF: vocab
-/// and merges → a tokenizer.json document → tok::Tokenizer) frees ~25 MB of small blocks that
-/// glibc would otherwise keep resident for the process's life (measured on SmolLM2-135M Q4_1:
-/// anonymous RSS after loading 29 MB, with the tokenizer then dropped still 29 MB), and the KV
-/// pages and work buffers allocated later are mmapped, so they never reuse that memory.
 void release_freed_heap() {
 #if defined(__GLIBC__)
   malloc_trim(0);
 #endif
 }
+
+namespace {
 
 /// load_model without release_freed_heap().
 LoadedModel load_model_unreleased(const std::string& spec, WeightFormat fmt, const std::string& chat_template) {
