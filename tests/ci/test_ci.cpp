@@ -256,6 +256,17 @@ TEST(CiSlurm, RefusesToRunWithoutArrayVariables) {
   EXPECT_TRUE(contains(out, "SLURM_ARRAY_TASK_ID")) << out;
 }
 
+// Libraries only some commands need are loaded with dlopen at their first use, not linked
+// (docs/architecture.md, "Memory"): GiNaC/CLN (math grading, libkvbench_symbolic.so) and libcurl
+// (net/http.cpp). `ldd` lists what the dynamic linker maps at start-up, transitively.
+TEST(BinaryFootprint, KvbenchDoesNotLinkGiNaCOrCurl) {
+  KVB_REQUIRE_BINARY();
+  std::string out;
+  ASSERT_EQ(run_command("ldd " + std::string(KVB_BINARY) + " 2>&1", &out), 0) << out;
+  EXPECT_TRUE(contains(out, "libstdc++")) << out;  // the listing is real
+  for (const char* lib : {"libginac", "libcln", "libgmp", "libcurl"}) EXPECT_FALSE(contains(out, lib)) << lib << "\n" << out;
+}
+
 // Sources cite the repository's own docs/ pages, never the reference notes that sit beside a
 // checkout in ../shared (a clone does not carry them). Scans every shipped source, script,
 // build file and doc page; the one exception is the generator that READS a note as its input

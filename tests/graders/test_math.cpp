@@ -1,8 +1,10 @@
 // Math grader tests: extraction, normalisation, and agreement with Hugging Face Math-Verify on
 // the committed golden cases (tools/gen_math_grader_goldens.py; ≥ 99 % required, every
 // disagreement must be listed in tests/fixtures/graders/math_known_disagreements.md).
+#include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -11,6 +13,7 @@
 #include "graders/grade.h"
 #include "graders/math.h"
 #include "graders/math_symbolic.h"
+#include "tests/support/test_support.h"
 
 namespace kvb::graders {
 namespace {
@@ -81,6 +84,62 @@ TEST(MathEquivalent, PathologicalInputIsCutAtTheTimeLimit) {
   EXPECT_EQ(v.reason.substr(0, 7), "timeout") << v.reason;
   Grade g = grade_math("\\boxed{9^{9^{9^{9}}}}", "9^{9^{9^{9}}}+1", opt);
   EXPECT_EQ(g.score, 0.0);
+}
+
+// The GiNaC code is a module loaded at the first symbolic comparison (graders/math_symbolic.h):
+// from a test binary in build/tests/graders/ it is the one in the build directory.
+TEST(MathSymbolicModule, LoadsFromTheBuildDirectory) {
+  SymbolicResult r = symbolic_equivalent("x\\cdot x", "x^2", 1e-4);
+  EXPECT_EQ(r.status, SymbolicStatus::kEqual) << r.reason;
+  r = symbolic_equivalent("\\frac{", "x^2", 1e-4);
+  EXPECT_EQ(r.status, SymbolicStatus::kUnparsable) << r.reason;
+  std::ifstream maps("/proc/self/maps");
+  std::stringstream text;
+  text << maps.rdbuf();
+  const std::string module = (std::filesystem::path(KVB_BINARY).parent_path() / "libkvbench_symbolic.so").string();
+  EXPECT_NE(text.str().find(module), std::string::npos) << module << " is not mapped";
+  EXPECT_NE(text.str().find("libginac"), std::string::npos);
+}
+
+// A module that cannot be loaded stops the command with one line naming the path and why, exit
+// 1 (a runtime error, not a crash and not a silent "not equal").
+TEST(MathSymbolicModule, UnloadableModuleIsAOneLineError) {
+  KVB_REQUIRE_BINARY();
+  const std::string args = " check-answer --grader math --gold 'x^2' --pred '\\boxed{x\\cdot x}'";
+  const std::string not_elf = kFixtures + "math_known_disagreements.md";
+  for (const auto& [lib, why] : {std::pair<std::string, std::string>{"/nonexistent", "No such file"},
+                                 {not_elf, "invalid ELF header"}}) {
+    std::string out;
+    const int rc = test::run_command("KVB_SYMBOLIC_LIB='" + lib + "' " + KVB_BINARY + args + " 2>&1", &out);
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_TRUE(test::contains_all(out, {"kvbench: error: math grading: the symbolic module libkvbench_symbolic.so "
+                                         "cannot be loaded (", lib, why, "KVB_SYMBOLIC_LIB"}));
+    EXPECT_EQ(out.find('\n'), out.size() - 1) << out;
+  }
+  std::string out;  // numeric answers never need the module
+  EXPECT_EQ(test::run_command("KVB_SYMBOLIC_LIB=/nonexistent " + std::string(KVB_BINARY) +
+                                  " check-answer --grader math --gold 0.5 --pred '\\boxed{1/2}' 2>&1", &out),
+            0) << out;
+}
+
+SymbolicResult fake_symbolic(const std::string& pred, const std::string& gold, double rel_tol) {
+  return {pred == gold ? SymbolicStatus::kEqual : SymbolicStatus::kNotEqual, "fake " + pred + " " + gold};
+}
+
+// A binary that links the GiNaC code itself (the fuzz target) registers it in place of the
+// module; both the direct and the forked, time-limited check then call it.
+TEST(MathSymbolicModule, RegisteredImplementationReplacesTheModule) {
+  set_symbolic_implementation(&fake_symbolic);
+  SymbolicResult a = symbolic_equivalent("x", "y", 1e-4);
+  SymbolicResult b = symbolic_equivalent_limited("x", "x", 5, 1e-4);
+  set_symbolic_implementation(nullptr);
+  EXPECT_EQ(a.status, SymbolicStatus::kNotEqual);
+  EXPECT_EQ(a.reason, "fake x y");
+  EXPECT_EQ(b.status, SymbolicStatus::kEqual);
+  EXPECT_EQ(b.reason, "fake x x");
+  SymbolicResult c = symbolic_equivalent("x", "y", 1e-4);
+  EXPECT_EQ(c.status, SymbolicStatus::kNotEqual);
+  EXPECT_NE(c.reason.find("symbolic"), std::string::npos) << c.reason;
 }
 
 TEST(MathGrade, AimeAndGsm8k) {
