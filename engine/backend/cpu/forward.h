@@ -104,7 +104,9 @@ class CpuBackend {
   KVCache& cache_;
   bool bf16_points_ = false;
   Activation activation_;  ///< the MLP activation of the model's architecture
-  std::vector<float> x_, xn_, q_, k_, v_, kpre_, qpre_, att_, tmp_, gate_, up_;
+  /// Work buffers of one forward() call. q_ and att_ also hold the MLP's gate and up products
+  /// (mlp_block runs after a layer's attention block is done with them).
+  std::vector<float> x_, xn_, q_, k_, v_, kpre_, qpre_, att_, tmp_;
   std::vector<AttentionTask> attn_tasks_;  ///< this layer's (item, kv head) attention tasks
 };
 
