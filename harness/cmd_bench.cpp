@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/util/error.h"
+#include "engine/util/memory.h"
 #include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/model_source.h"

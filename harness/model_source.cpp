@@ -1,9 +1,5 @@
 #include "harness/model_source.h"
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include <algorithm>
 
 #include <cstdlib>
@@ -12,6 +8,7 @@
 #include "engine/model/gguf.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "engine/util/memory.h"
 
 namespace kvb::cli {
 
@@ -95,12 +92,6 @@ void check_model_source(const std::string& spec) {
       ModelConfig::from_dir(spec).validate(spec + "/config.json");
       break;
   }
-}
-
-void release_freed_heap() {
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
 }
 
 namespace {

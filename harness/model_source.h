@@ -29,13 +29,6 @@ inline constexpr const char* kDefaultModelName = "smollm2-135m-instruct";
 /// ${XDG_CACHE_HOME:-~/.cache}/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
 std::string default_model_path();
 
-/// Returns the heap pages freed so far to the OS (glibc malloc_trim; nothing elsewhere). Building
-/// the tokenizer (for GGUF: vocab and merges → a tokenizer.json document → tok::Tokenizer) frees
-/// ~25 MB of small blocks that glibc would otherwise keep resident for the process's life, next
-/// to the KV cache (measured on SmolLM2-135M Q4_1: anonymous RSS after loading 29 MB, with the
-/// tokenizer then dropped still 29 MB). load_model calls it; so does a caller that drops a
-/// loaded part it does not need (kvbench bench drops the tokenizer).
-void release_freed_heap();
 
 /// Loads `spec`: a Hugging Face model directory (config.json, safetensors, tokenizer.json,
 /// tokenizer_config.json), a .gguf file (weights mapped as stored, tokenizer and chat

@@ -3,11 +3,17 @@
 #include <cstring>
 
 #include "engine/util/error.h"
+#include "engine/util/memory.h"
 
 namespace kvb {
 
 HostKVPayload::HostKVPayload(int page_size, int head_dim)
     : D_(static_cast<size_t>(head_dim)), page_floats_(2 * static_cast<size_t>(page_size) * head_dim) {}
+
+HostKVPayload::~HostKVPayload() {
+  chunks_.clear();
+  release_freed_heap();
+}
 
 void HostKVPayload::grow(int64_t pages) {
   while (static_cast<int64_t>(chunks_.size()) * kPagesPerChunk < pages)

@@ -57,6 +57,8 @@ class HostKVPayload final : public KVPayload {
  public:
   /// `page_size` tokens per page, `head_dim` D. Both > 0 (checked by KVCache).
   HostKVPayload(int page_size, int head_dim);
+  /// Frees the pages and hands them back to the OS (release_freed_heap).
+  ~HostKVPayload() override;
   KVPayloadKind kind() const override { return KVPayloadKind::kHost; }
   void grow(int64_t pages) override;
   void write(int32_t page, int32_t slot, const float* k, const float* v) override;

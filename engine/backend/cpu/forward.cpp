@@ -3,8 +3,6 @@
 #include <cblas.h>
 #include <omp.h>
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +13,7 @@
 #include "engine/backend/policy_driver.h"
 #include "engine/model/architecture.h"
 #include "engine/util/error.h"
+#include "engine/util/memory.h"
 
 namespace kvb {
 
@@ -82,16 +81,6 @@ bool fit_buffer(std::vector<float>& v, int64_t n) {
   if (release) std::vector<float>().swap(v);
   v.resize(want);
   return release;
-}
-
-/// Hands the heap pages freed by released work buffers back to the OS (glibc malloc_trim;
-/// nothing elsewhere). glibc serves blocks of this size from the heap once its mmap threshold
-/// has grown, and a freed block between live KV chunks stays resident: 3 MB through decode after
-/// a 512-token prefill of SmolLM2-135M, next to the KV cache at its largest.
-void return_freed_pages() {
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
 }
 
 /// c·tanh(x / c) (transformers' soft-capping: divide, tanh, multiply, in f32); x when c is 0.
@@ -203,7 +192,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   released |= fit_buffer(att_, std::max(T * Hq * D, mlp_rows * I));
   if (s.needs.keys_pre_rope) released |= fit_buffer(kpre_, T * Hkv * D);
   if (s.needs.queries_pre_rope) released |= fit_buffer(qpre_, T * Hq * D);
-  if (released) return_freed_pages();
+  if (released) release_freed_heap();  // a prefill chunk's buffers (engine/util/memory.h)
 
   for (size_t b = 0; b < items.size(); ++b) {
     for (int i = 0; i < items[b].n; ++i) {
