@@ -13,10 +13,13 @@
 //     ≤ 2e-2 against the f32 CPU for the full cache, and against cpu-bf16 wherever the keep-sets
 //     agree. The kept token positions of every (layer, kv head) after every step (Engine::on_step)
 //     are compared with cpu-bf16's: identical for the score-free policies; for the others the
-//     agreement at the first compression must be ≥ 95 % and over the run within 10 points of what
-//     the two CPU runs (f32 vs cpu-bf16) reach — random-weight attention is near-uniform, so the
-//     last bf16 bit flips top-k choices and the difference cascades over later compressions (both
-//     CPU runs show it). Decisions on identical inputs are compared exactly by `primitives`.
+//     agreement at the first compression must be ≥ min(95 %, the two CPU runs' (f32 vs cpu-bf16)
+//     first-compression agreement − 10) and over the run within 10 points of the two CPU runs' —
+//     random-weight attention is near-uniform, so the last bf16 bit flips top-k choices, and the
+//     difference cascades over later layers and compressions (both CPU runs show it: on the
+//     30-layer smollm2-135m shape the two CPU runs agree on 40–84 % of the sets at the first
+//     compression for the score-based policies; H200 run of 2026-11-26, docs/gpu/). Decisions on
+//     identical inputs are compared exactly by `decisions` and `primitives`.
 //     Then a batch of three unequal prompts generating 64 greedy tokens each (device sampling in
 //     the decode steps) must equal cpu-bf16's tokens, and a sampled run must reproduce itself;
 //     and the device sampler against the CPU sampler: greedy == kvb::argmax, and for four
@@ -137,6 +140,11 @@ std::vector<std::string> equiv_policies() {
       out.push_back("duoattention:random_pattern=0,sinks=4,recent=60");
       continue;
     }
+    if (n == "quest" || n == "seerattn_r") continue;  // read selection (PolicyNeeds::read_select): CPU only
+    if (n == "adakv") {  // kvpress's window 64 leaves nothing to compete for at the check's budget 64
+      out.push_back("adakv:window=16");
+      continue;
+    }
     if (n == "trimkv") out.push_back("trimkv:random_gates=0");
     else if (n == "wgkv") out.push_back("wgkv:random_gates=0,window=16,obs_window=16");
     else if (n == "foresightkv") {
@@ -213,10 +221,11 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
       "keep-sets agree). Keep-sets of every (layer, kv_head) after every step, CUDA vs cpu-bf16: 'first' at\n"
       "the first compression, 'all' over the run; 'floor' is the same agreement between the two CPU runs\n"
       "(f32 vs cpu-bf16), i.e. what storage rounding alone does to a policy on near-uniform random-weight\n"
-      "attention. Pass: 100%% for score-free policies (full, streamingllm, random); otherwise first >= 95%%\n"
-      "and all >= floor - 10. Decisions on identical inputs are checked exactly in `primitives`.\n");
-  std::printf("%-14s %-58s %6s %11s %11s %8s %8s %8s  %s\n", "shape", "policy", "prompt", "rel_vs_f32", "rel_vs_bf16",
-              "first_%", "all_%", "floor_%", "verdict");
+      "attention; 'ffirst' the same at the first compression. Pass: 100%% for score-free policies (full,\n"
+      "streamingllm, random); otherwise first >= min(95, ffirst - 10) and all >= floor - 10. Decisions on\n"
+      "identical inputs are checked exactly in `decisions` and `primitives`.\n");
+  std::printf("%-14s %-58s %6s %11s %11s %8s %8s %8s %8s  %s\n", "shape", "policy", "prompt", "rel_vs_f32",
+              "rel_vs_bf16", "first_%", "all_%", "ffirst_%", "floor_%", "verdict");
   for (const auto& shape : shapes) {
     const bool all_policies = std::find(policy_shapes.begin(), policy_shapes.end(), shape) != policy_shapes.end();
     const ModelConfig cfg = model_shape(shape);
@@ -242,12 +251,12 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
           const KeepAgreement ka = agreement(sg, sc), floor = agreement(sf, sc);
           bool pass = ka.same_steps;
           if (score_free) pass = pass && ka.all == 100.0;
-          else pass = pass && ka.first >= 95.0 && ka.all >= floor.all - 10.0;
+          else pass = pass && ka.first >= std::min(95.0, floor.first - 10.0) && ka.all >= floor.all - 10.0;
           if (ka.all == 100.0) pass = pass && eb.max_rel <= 2e-2;
           if (pol == "full") pass = pass && ef.max_rel <= 2e-2;
           ok = ok && pass;
-          std::printf("%-14s %-58s %6d %11.3e %11.3e %8.2f %8.2f %8.2f  %s\n", shape.c_str(), pol.c_str(), len,
-                      ef.max_rel, eb.max_rel, ka.first, ka.all, floor.all, pass ? "ok" : "FAIL");
+          std::printf("%-14s %-58s %6d %11.3e %11.3e %8.2f %8.2f %8.2f %8.2f  %s\n", shape.c_str(), pol.c_str(),
+                      len, ef.max_rel, eb.max_rel, ka.first, ka.all, floor.first, floor.all, pass ? "ok" : "FAIL");
         } catch (const std::exception& e) {
           ok = false;
           std::printf("%-14s %-58s %6d  FAIL: %s\n", shape.c_str(), pol.c_str(), len, e.what());
