@@ -49,8 +49,11 @@ void paged_attention(const KVCache& cache, int layer, int G, float scale, std::s
   // third of the time). A row's arithmetic is the same whatever block it is in.
   int64_t total_rows = 0;
   for (const AttentionTask& t : tasks) total_rows += static_cast<int64_t>(t.n) * G;
+  // At least a GQA group's G rows (up to kRowBlock): the row kernel reads each K/V page once per
+  // group of rows, so splitting a group over items multiplies the cache traffic.
+  const int64_t min_block = std::min<int64_t>(std::max(G, 1), kRowBlock);
   const int block = static_cast<int>(
-      std::clamp<int64_t>(total_rows / (8 * static_cast<int64_t>(omp_get_max_threads())), 1, kRowBlock));
+      std::clamp<int64_t>(total_rows / (8 * static_cast<int64_t>(omp_get_max_threads())), min_block, kRowBlock));
   int64_t work = 0;
   for (size_t k = 0; k < tasks.size(); ++k) {
     const AttentionTask& t = tasks[k];

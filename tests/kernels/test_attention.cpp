@@ -155,39 +155,49 @@ TEST(PagedAttention, MatchesF64ReferenceOnEveryIsa) {
   EXPECT_GE(checked, 1);
 }
 
+// The row kernel reads each K/V page once for a group of up to four rows (a GQA group in decode;
+// consecutive rows of a block in prefill), where a row may see no key of a page (causal mask,
+// sliding window) while others in its group do: a row's bits must still be those of the row alone.
 TEST(PagedAttention, RowBitsIndependentOfChunkAndBatch) {
+  const Shape shapes[] = {{64, 16, 3, 2, 150}, {64, 16, 2, 3, 150}, {128, 16, 2, 4, 150}, {64, 16, 1, 6, 150}};
   for (Isa isa : kIsas) {
     if (!isa_supported(isa)) continue;
-    SCOPED_TRACE(isa_name(isa));
-    const Shape s{64, 16, 2, 3, 150};
-    std::mt19937 rng(7);
-    Fixture f(s, rng, true);
-    const SeqId other = f.add(s, rng, false);
-    const int Hq = s.Hkv * s.G, n = 70;
-    const int64_t start = s.L - n;
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> q(size_t(n) * Hq * s.D), whole(q.size()), single(q.size()), oq(q.size()), oo(q.size());
-    for (float& x : q) x = nd(rng);
-    for (float& x : oq) x = nd(rng);
-    const float scale = 0.125f;
-    // The whole chunk in one call (row blocks split over threads), batched with another sequence;
-    // then each token alone, as a decode step would run it.
-    std::vector<AttentionTask> tasks;
-    for (int h = 0; h < s.Hkv; ++h) {
-      tasks.push_back({.seq = other, .head = h, .n = n, .start_pos = start, .q = &oq[h * s.G * s.D],
-                       .out = &oo[h * s.G * s.D], .stride = int64_t(Hq) * s.D, .colsum = nullptr, .ranges = {}});
-      tasks.push_back({.seq = f.seq, .head = h, .n = n, .start_pos = start, .q = &q[h * s.G * s.D],
-                       .out = &whole[h * s.G * s.D], .stride = int64_t(Hq) * s.D, .colsum = nullptr, .ranges = {}});
-    }
-    paged_attention(f.cache, 0, s.G, scale, tasks, isa);
-    for (int i = 0; i < n; ++i)
-      for (int h = 0; h < s.Hkv; ++h) {
-        const size_t off = (size_t(i) * Hq + h * s.G) * s.D;
-        const AttentionTask one{.seq = f.seq, .head = h, .n = 1, .start_pos = start + i, .q = &q[off],
-                                .out = &single[off], .stride = int64_t(Hq) * s.D, .colsum = nullptr, .ranges = {}};
-        paged_attention(f.cache, 0, s.G, scale, std::span(&one, 1), isa);
+    for (const Shape& s : shapes)
+      for (int32_t window : {0, 20}) {
+        SCOPED_TRACE(testing::Message() << isa_name(isa) << " Hkv=" << s.Hkv << " G=" << s.G << " D=" << s.D
+                                        << " window=" << window);
+        std::mt19937 rng(7);
+        Fixture f(s, rng, true);
+        const SeqId other = f.add(s, rng, false);
+        const int Hq = s.Hkv * s.G, n = 70;
+        const int64_t start = s.L - n;
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<float> q(size_t(n) * Hq * s.D), whole(q.size()), single(q.size()), oq(q.size()), oo(q.size());
+        for (float& x : q) x = nd(rng);
+        for (float& x : oq) x = nd(rng);
+        const float scale = 0.125f;
+        // The whole chunk in one call (row blocks split over threads), batched with another
+        // sequence; then each token alone, as a decode step would run it.
+        std::vector<AttentionTask> tasks;
+        for (int h = 0; h < s.Hkv; ++h) {
+          tasks.push_back({.seq = other, .head = h, .n = n, .start_pos = start, .q = &oq[h * s.G * s.D],
+                           .out = &oo[h * s.G * s.D], .stride = int64_t(Hq) * s.D, .colsum = nullptr, .ranges = {},
+                           .window = window});
+          tasks.push_back({.seq = f.seq, .head = h, .n = n, .start_pos = start, .q = &q[h * s.G * s.D],
+                           .out = &whole[h * s.G * s.D], .stride = int64_t(Hq) * s.D, .colsum = nullptr,
+                           .ranges = {}, .window = window});
+        }
+        paged_attention(f.cache, 0, s.G, scale, tasks, isa);
+        for (int i = 0; i < n; ++i)
+          for (int h = 0; h < s.Hkv; ++h) {
+            const size_t off = (size_t(i) * Hq + h * s.G) * s.D;
+            const AttentionTask one{.seq = f.seq, .head = h, .n = 1, .start_pos = start + i, .q = &q[off],
+                                    .out = &single[off], .stride = int64_t(Hq) * s.D, .colsum = nullptr,
+                                    .ranges = {}, .window = window};
+            paged_attention(f.cache, 0, s.G, scale, std::span(&one, 1), isa);
+          }
+        ASSERT_EQ(0, std::memcmp(whole.data(), single.data(), sizeof(float) * whole.size()));
       }
-    ASSERT_EQ(0, std::memcmp(whole.data(), single.data(), sizeof(float) * whole.size()));
   }
 }
 
