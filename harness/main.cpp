@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/util/error.h"
+#include "harness/build_info.h"
 #include "harness/commands.h"
 
 namespace {
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
   choose_openmp_wait(argv);
   CLI::App app{"kvbench: how KV-cache policies trade accuracy for memory and speed"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(KVB_VERSION) + " (" + KVB_GIT_SHA + ")");
+  app.set_version_flag("--version", std::string(KVB_VERSION) + " (" + kvb::kGitSha + ")");
   kvb::cli::register_all_commands(app);
   try {
     app.parse(argc, argv);

@@ -14,6 +14,7 @@
 #include "engine/util/error.h"
 #include "engine/util/hash.h"
 #include "engine/util/io.h"
+#include "harness/build_info.h"
 #include "harness/cli_checks.h"
 #include "harness/model_source.h"
 #include "harness/run_support.h"
@@ -154,7 +155,7 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
   results::RunInfo info;
   info.name = a.run_name;
   info.kvbench_version = KVB_VERSION;
-  info.git_sha = KVB_GIT_SHA;
+  info.git_sha = kGitSha;
   info.host = hostname();
   info.backend = a.backend;
   info.device = a.backend == "cpu" ? cpu_model() : a.backend;

@@ -267,6 +267,22 @@ TEST(BinaryFootprint, KvbenchDoesNotLinkGiNaCOrCurl) {
   for (const char* lib : {"libginac", "libcln", "libgmp", "libcurl"}) EXPECT_FALSE(contains(out, lib)) << lib << "\n" << out;
 }
 
+// `kvbench --version` (and every result row) carries the commit the binary was built from, taken
+// at build time with "+dirty" when tracked files differ from it (cmake/git_sha.cmake): after a
+// commit, an incremental build must not keep the configure-time sha.
+TEST(BuildInfo, VersionNamesTheCheckedOutCommit) {
+  KVB_REQUIRE_BINARY();
+  std::string head, status, out;
+  ASSERT_EQ(run_command("git -C " + std::string(kSrc) + " rev-parse --short=12 HEAD 2>&1", &head), 0) << head;
+  ASSERT_EQ(run_command("git -C " + std::string(kSrc) + " status --porcelain --untracked-files=no 2>&1", &status), 0)
+      << status;
+  ASSERT_EQ(run_command(std::string(KVB_BINARY) + " --version 2>&1", &out), 0) << out;
+  while (!head.empty() && (head.back() == '\n' || head.back() == '\r')) head.pop_back();
+  ASSERT_EQ(head.size(), 12u) << head;
+  const std::string want = "(" + head + (status.empty() ? ")" : "+dirty)");
+  EXPECT_TRUE(contains(out, want)) << "want " << want << " in: " << out;
+}
+
 // Sources cite the repository's own docs/ pages, never the reference notes that sit beside a
 // checkout in ../shared (a clone does not carry them). Scans every shipped source, script,
 // build file and doc page; the one exception is the generator that READS a note as its input
