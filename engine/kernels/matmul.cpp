@@ -50,6 +50,7 @@ void add_bias(float* y, const float* bias, int64_t T, int64_t out) {
 void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulOut> outs, int nthreads) {
   struct Prod {
     VecDotFn dot;
+    VecDot4Fn dot4;  ///< four activation rows per weight row (nullptr: dot per row)
     F32TileFn tile;  ///< f32 weights: the tile kernel (dot unused); nullptr otherwise
     const uint8_t* act;
     size_t ab;
@@ -68,6 +69,7 @@ void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulO
     const Mat& w = *outs[p].w;
     Prod& pr = prods[p];
     pr.dot = vec_dot_fn(w.type, best_isa());
+    pr.dot4 = vec_dot4_fn(w.type, best_isa());
     pr.tile = w.type == DType::F32 ? f32_tile_fn(best_isa()) : nullptr;
     pr.ab = act_row_bytes(w.type, in);
     pr.tile0 = tiles;
@@ -110,7 +112,14 @@ void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulO
           for (int64_t j = j0; j < j1; ++j) o.y[t * out + j] += o.bias[j];
       continue;
     }
-    for (int64_t t = 0; t < T; ++t) {
+    int64_t t = 0;
+    if (pr.dot4)  // batched decode: each weight block decoded once per four activation rows
+      for (; t + 4 <= T; t += 4)
+        for (int64_t j = j0; j < j1; ++j) pr.dot4(in, o.w->row(j), pr.act + pr.ab * t, pr.ab, o.y + t * out + j, out);
+    if (o.bias && t > 0)
+      for (int64_t tt = 0; tt < t; ++tt)
+        for (int64_t j = j0; j < j1; ++j) o.y[tt * out + j] += o.bias[j];
+    for (; t < T; ++t) {
       const uint8_t* at = pr.act + pr.ab * t;
       float* yt = o.y + t * out;
       for (int64_t j = j0; j < j1; ++j) yt[j] = pr.dot(in, o.w->row(j), at) + (o.bias ? o.bias[j] : 0.0f);

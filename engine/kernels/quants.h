@@ -122,6 +122,14 @@ void quantize_act_row(DType w, const float* x, int64_t n, void* out);
 using VecDotFn = float (*)(int64_t n, const void* w_row, const void* act_row);
 /// The dot product for weights of `w` on `isa` (falls back to the best lower ISA that has one).
 VecDotFn vec_dot_fn(DType w, Isa isa);
+/// Four activation rows (act_row_bytes format, `act_bytes` apart) against one weight row:
+/// y[t·ystride] = vec_dot_fn(w, isa)(n, w_row, act + t·act_bytes) for t < 4, bit for bit, with
+/// each weight block decoded once for the four rows (batched decode).
+using VecDot4Fn = void (*)(int64_t n, const void* w_row, const void* act, size_t act_bytes, float* y,
+                           int64_t ystride);
+/// The four-row kernel from the same ISA build as vec_dot_fn(w, isa), or nullptr where that
+/// build has none (then call the VecDotFn per row). x86 AVX2 / AVX-512 VNNI: Q4_0, Q4_1, Q8_0.
+VecDot4Fn vec_dot4_fn(DType w, Isa isa);
 
 /// y[t·ystride + r] = Σ_k w[r][k]·x[t·xstride + k] in f32 for nw ≤ 16 f32 weight rows w[r][in]
 /// and T activation rows: the f32 weight kernel of matmul_nt at decode row counts
@@ -137,6 +145,8 @@ namespace kernels_detail {
 VecDotFn scalar_dot(DType w);
 VecDotFn avx2_dot(DType w);        ///< nullptr where the type has no AVX2 kernel
 VecDotFn avx512vnni_dot(DType w);  ///< nullptr where the type has no VNNI kernel
+VecDot4Fn avx2_dot4(DType w);        ///< nullptr where the AVX2 build has no four-row kernel
+VecDot4Fn avx512vnni_dot4(DType w);  ///< nullptr where the VNNI build has no four-row kernel
 void f32_tile_scalar(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);
 void f32_tile_avx2(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);
 void f32_tile_avx512(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);

@@ -143,6 +143,45 @@ TEST(Kernels, EveryTypeEveryIsaMatchesScalarAndDequantisedReference) {
   }
 }
 
+// The four-row kernels (batched decode) give every row the single-row kernel's bits, for every
+// type and ISA build that has one, on all the scale cases above (a type without one returns
+// nullptr, which matmul_nt handles by calling the single-row kernel).
+TEST(Kernels, FourRowDotHasTheSingleRowBits) {
+  std::mt19937 rng(99);
+  int checked = 0;
+  for (const DType t : kAll) {
+    const int64_t n = dtype_traits(t).block == 256 ? 1024 : 576;
+    for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
+      if (!isa_supported(isa)) continue;
+      const VecDot4Fn dot4 = vec_dot4_fn(t, isa);
+      if (!dot4) continue;
+      ++checked;
+      const VecDotFn dot = vec_dot_fn(t, isa);
+      const size_t ab = act_row_bytes(t, n);
+      for (const Case& c : kCases) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " " + isa_name(isa) + " " + c.what);
+        const std::vector<uint8_t> w = rand_row(t, n, rng, c.elo, c.ehi);
+        std::vector<uint8_t> act(ab * 4);
+        std::normal_distribution<float> nd(0.0f, c.act_scale);
+        for (int r = 0; r < 4; ++r) {
+          std::vector<float> x(n);
+          for (auto& v : x) v = r == 2 ? 0.0f : nd(rng);  // one all-zero row (d = 0)
+          quantize_act_row(t, x.data(), n, act.data() + ab * r);
+        }
+        float y[4 * 3];
+        std::fill(y, y + 12, -1.0f);
+        dot4(n, w.data(), act.data(), ab, y, 3);
+        for (int r = 0; r < 4; ++r) {
+          const float one = dot(n, w.data(), act.data() + ab * r);
+          EXPECT_EQ(0, std::memcmp(&one, &y[3 * r], sizeof(float))) << "row " << r << ": " << one << " vs " << y[3 * r];
+        }
+      }
+    }
+  }
+  // Q4_0, Q4_1 and Q8_0 have one in the x86 builds.
+  if (isa_supported(Isa::kAvx2)) EXPECT_GE(checked, 3);
+}
+
 TEST(Kernels, ActivationQuantisationRoundsToNearestLevel) {
   std::mt19937 rng(7);
   for (const DType t : {DType::Q4_0, DType::Q4_1, DType::Q4_K}) {
