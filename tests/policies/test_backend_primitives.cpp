@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
@@ -76,6 +77,38 @@ TEST(HeadMlp, HostPathMatchesTheFormulaInEveryMode) {
         for (int r = 0; r < rows; ++r) EXPECT_NEAR(o1[r], ref_mlp(d.m, xs.data(), r, 1, true), 1e-4);
       }
     }
+}
+
+// At a learned gate's size (576 inputs, 40 hidden units: not a multiple of the 16-unit tiles, 70
+// rows: the hidden tiles run on the OpenMP threads) every mode matches the formula, and a row's
+// result has the same bits whether it is scored inside a 70-row prefill chunk or alone (decode),
+// so a token's retention score does not depend on how the prompt was chunked.
+TEST(HeadMlp, HostPathAtGateSizeMatchesTheFormulaAndRowBitsDoNotDependOnTheBatch) {
+  std::mt19937 g(8);
+  std::normal_distribution<float> n(0.f, 1.f);
+  test::HandCache hc(1, 4, 2, 8, 0);
+  const int rows = 70, in = 576, hidden = 40, heads = 3;
+  for (int mode = 0; mode < 3; ++mode) {  // shared hidden, per head, one head
+    const bool shared = mode == 0, single = mode == 2;
+    SCOPED_TRACE(mode);
+    MlpData d(heads, in, hidden, shared, HeadMlp::Act::kSilu, 10u + mode);
+    const int xheads = (shared || single) ? 1 : heads, oheads = single ? 1 : heads, head = single ? 2 : -1;
+    std::vector<float> x(static_cast<size_t>(rows) * xheads * in);
+    for (float& f : x) f = n(g);
+    LayerStep st = hc.step(0, rows, rows, true, true);
+    std::vector<float> out(static_cast<size_t>(rows) * oheads);
+    scoring::head_mlp(st, d.m, x.data(), rows, head, out.data());
+    for (int r = 0; r < rows; ++r)
+      for (int h = 0; h < oheads; ++h) {
+        const double ref = ref_mlp(d.m, x.data(), r, single ? head : h, single);
+        EXPECT_NEAR(out[r * oheads + h], ref, 1e-4 * std::max(1.0, std::abs(ref))) << "r" << r << " h" << h;
+      }
+    for (int r : {0, 17, 69}) {
+      std::vector<float> one(oheads);
+      scoring::head_mlp(st, d.m, x.data() + static_cast<size_t>(r) * xheads * in, 1, head, one.data());
+      EXPECT_EQ(0, std::memcmp(one.data(), &out[static_cast<size_t>(r) * oheads], sizeof(float) * oheads)) << "row " << r;
+    }
+  }
 }
 
 TEST(HeadMlp, NullInputReadsTheLayerInputAndIsCheckedAgainstTheStep) {
