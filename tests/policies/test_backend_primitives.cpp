@@ -4,6 +4,7 @@
 // route their learned MLPs and window scores through the hooks when a backend provides them (the
 // CUDA backend does; its device results are checked against the CPU by kvb_cuda_check on a GPU).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -108,6 +109,59 @@ TEST(HeadMlp, HostPathAtGateSizeMatchesTheFormulaAndRowBitsDoNotDependOnTheBatch
       scoring::head_mlp(st, d.m, x.data() + static_cast<size_t>(r) * xheads * in, 1, head, one.data());
       EXPECT_EQ(0, std::memcmp(one.data(), &out[static_cast<size_t>(r) * oheads], sizeof(float) * oheads)) << "row " << r;
     }
+  }
+}
+
+// R-KV / G-KV key redundancy (scoring.h) at a length where the blocked, threaded path runs (200
+// keys: 4 row blocks, the last partial; near-duplicate keys planted so the threshold edits bite)
+// against the formula in double, and bit-identical with one OpenMP thread and with all.
+TEST(KeyRedundancy, MatchesTheFormulaAndDoesNotDependOnTheThreadCount) {
+  const int L = 200, D = 64;
+  test::HandCache hc(1, 2, 1, D, 0);
+  std::mt19937 g(21);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<std::vector<float>> keys(L, std::vector<float>(D));
+  for (int i = 0; i < L; ++i) {
+    for (float& f : keys[i]) f = n(g);
+    if (i % 7 == 3) keys[i] = keys[i / 2], keys[i][0] += 0.05f;  // a near-duplicate of an older key
+    hc.append(0, keys[i].data(), i);
+  }
+  for (bool zero_first : {true, false}) {
+    const float thr = 0.5f;
+    // The formula in double.
+    std::vector<std::vector<double>> kn(L, std::vector<double>(D));
+    for (int i = 0; i < L; ++i) {
+      double n2 = 0;
+      for (float v : keys[i]) n2 += double(v) * v;
+      for (int d = 0; d < D; ++d) kn[i][d] = keys[i][d] / (std::sqrt(n2) + 1e-8);
+    }
+    std::vector<double> col(L, 0.0);
+    for (int i = 0; i < L; ++i) {
+      std::vector<double> row(L);
+      for (int k = 0; k < L; ++k) {
+        double dot = 0;
+        for (int d = 0; d < D; ++d) dot += kn[i][d] * kn[k][d];
+        row[k] = dot;
+      }
+      row[i] = 0;
+      int last = -1;
+      for (int k = L - 1; k >= 0; --k)
+        if (row[k] > thr) {
+          last = k;
+          break;
+        }
+      if (last >= 0) row[last] = 0;
+      else if (zero_first) row[0] = 0;
+      for (int k = 0; k < L; ++k) col[k] += row[k];
+    }
+    const std::vector<float> all = scoring::key_redundancy_mean(*hc.cache, hc.seq, 0, 0, thr, zero_first);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const std::vector<float> one = scoring::key_redundancy_mean(*hc.cache, hc.seq, 0, 0, thr, zero_first);
+    omp_set_num_threads(threads);
+    ASSERT_EQ(all.size(), size_t(L));
+    EXPECT_EQ(0, std::memcmp(all.data(), one.data(), sizeof(float) * L));
+    for (int k = 0; k < L; ++k) EXPECT_NEAR(all[k], col[k] / L, 1e-5) << "key " << k;
   }
 }
 
