@@ -375,29 +375,57 @@ void CpuBackend::policy_block(Step& s, int l) {
     }
     const QueryHistory* qh = it.history;
     st.window_attention = policy_driver::memo_window_attention(qh, Hkv, [&, qh, l](int h, std::vector<float>& out) {
+      // The last w queries of the G query heads of kv head h ([G, w] rows, g-major, j-th oldest
+      // first) against the head's L cached keys: raw scores by the f32 tile kernel a page at a
+      // time (pages split over the threads; each score one fixed-order sum, so the result does
+      // not depend on the thread count), then per row the causal / sliding-window mask, soft-cap
+      // and softmax. (A per-key scalar loop through KVCache::key made MorphKV decode ~10x slower
+      // than the full cache at 1K tokens on the 2-core machine.)
       const int w = qh->count[l];
       const int32_t L = cache_.length(st.seq, l, h);
-      out.assign(static_cast<size_t>(G) * w * L, 0.0f);
-      std::vector<float> sc(L);
+      const int R = G * w, P = cache_.config().page_size;
+      out.assign(static_cast<size_t>(R) * L, 0.0f);
+      std::vector<float> qrows(static_cast<size_t>(R) * D);
+      std::vector<int32_t> qpos(R), qlo(R);
       for (int g = 0; g < G; ++g)
         for (int j = 0; j < w; ++j) {
-          // j-th oldest of the last w queries
-          const int slot = (qh->head[l] - w + j + qh->window) % qh->window;
-          const float* qv = &qh->q[l][(static_cast<size_t>(slot) * Hq + h * G + g) * D];
-          const int32_t qpos = qh->pos[l][slot], qlo = attention_floor(qpos, window);
-          float mx = -std::numeric_limits<float>::infinity();
-          for (int32_t t = 0; t < L; ++t) {
-            const int32_t kpos = std::as_const(cache_).position(st.seq, l, h, t);
-            sc[t] = kpos <= qpos && kpos >= qlo
-                        ? soft_cap(dot(qv, std::as_const(cache_).key(st.seq, l, h, t), D) * scale, softcap)
-                        : -std::numeric_limits<float>::infinity();
-            mx = std::max(mx, sc[t]);
-          }
-          float sum = 0;
-          for (int32_t t = 0; t < L; ++t) sum += (sc[t] = std::exp(sc[t] - mx));
-          float* o = &out[(static_cast<size_t>(g) * w + j) * L];
-          for (int32_t t = 0; t < L; ++t) o[t] = sc[t] / sum;
+          const int slot = (qh->head[l] - w + j + qh->window) % qh->window, r = g * w + j;
+          std::copy_n(&qh->q[l][(static_cast<size_t>(slot) * Hq + h * G + g) * D], D, &qrows[static_cast<size_t>(r) * D]);
+          qpos[r] = qh->pos[l][slot];
+          qlo[r] = attention_floor(qpos[r], window);
         }
+      const std::vector<int32_t>& pages = std::as_const(cache_).pages(st.seq, l, h);
+      const int32_t np = (L + P - 1) / P;
+      const F32TileFn tile = f32_tile_fn(best_isa());
+      float* const o = out.data();
+      const float* const qr = qrows.data();
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(R) * L * D >= (1 << 16))
+      for (int32_t pi = 0; pi < np; ++pi) {
+        const float* kp = std::as_const(cache_).page_keys(pages[pi]);
+        for (int32_t t0 = pi * P; t0 < std::min<int32_t>(L, (pi + 1) * P); t0 += 16) {
+          const int nk = std::min<int32_t>({16, L - t0, (pi + 1) * P - t0});
+          const float* kw[16];
+          for (int k = 0; k < nk; ++k) kw[k] = kp + static_cast<size_t>(t0 - pi * P + k) * D;
+          tile(D, kw, nk, qr, R, D, o + t0, L);
+        }
+      }
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(R) * L >= (1 << 14))
+      for (int r = 0; r < R; ++r) {
+        float* row = o + static_cast<size_t>(r) * L;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int32_t pi = 0; pi < np; ++pi) {
+          const int32_t* pp = std::as_const(cache_).page_positions(pages[pi]);
+          for (int32_t t = pi * P; t < std::min<int32_t>(L, (pi + 1) * P); ++t) {
+            const int32_t kpos = pp[t - pi * P];
+            row[t] = kpos <= qpos[r] && kpos >= qlo[r] ? soft_cap(row[t] * scale, softcap)
+                                                      : -std::numeric_limits<float>::infinity();
+            mx = std::max(mx, row[t]);
+          }
+        }
+        float sum = 0;
+        for (int32_t t = 0; t < L; ++t) sum += (row[t] = std::exp(row[t] - mx));
+        for (int32_t t = 0; t < L; ++t) row[t] /= sum;
+      }
       return w;
     });
     s.evicted += policy_driver::run_layer(*s.policy, st, s.compact);
