@@ -1,8 +1,12 @@
 // `kvbench bench`: prefill and decode throughput, ms per decode step, KV bytes and peak RSS at a
 // given context length, generation length, batch size, policy and budget. Random prompt tokens;
 // with --model-shape, random weights of a named architecture (no download needed).
+// --memory GIB: the largest batch whose weights + KV + work buffers fit in GIB GiB (sized by
+// harness/bench_memory.h), run at that batch. --json FILE: the rows and the device report as JSON.
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <fstream>
 #include <random>
 
 #include <fmt/format.h>
@@ -10,6 +14,7 @@
 #include "engine/engine.h"
 #include "engine/util/error.h"
 #include "engine/util/memory.h"
+#include "harness/bench_memory.h"
 #include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/model_source.h"
@@ -24,9 +29,29 @@ struct BenchArgs {
   int context = 512, gen = 128, batch = 1, prefill_chunk = 512, repeats = 1;
   int64_t budget = 0;
   uint64_t seed = 0;
+  double memory_gib = 0;  ///< --memory: 0 = off (run --batch)
+  std::string json;       ///< --json FILE ("" = none)
 };
 
-void run_bench(const BenchArgs& a) {
+constexpr double kGiB = 1073741824.0;
+
+/// The backend report's "key: value" lines as a JSON object of strings (lines without ": " are
+/// skipped).
+nlohmann::json report_json(const std::string& report) {
+  nlohmann::json o = nlohmann::json::object();
+  size_t at = 0;
+  while (at < report.size()) {
+    size_t nl = report.find('\n', at);
+    if (nl == std::string::npos) nl = report.size();
+    const std::string line = report.substr(at, nl - at);
+    const size_t colon = line.find(": ");
+    if (colon != std::string::npos) o[line.substr(0, colon)] = line.substr(colon + 2);
+    at = nl + 1;
+  }
+  return o;
+}
+
+void run_bench(BenchArgs a) {
   if (a.model.empty() == a.shape.empty()) fail("bench: give exactly one of --model DIR or --model-shape NAME");
   std::shared_ptr<Model> model;
   std::string id;
@@ -44,6 +69,47 @@ void run_bench(const BenchArgs& a) {
   if (a.context + a.gen > c.max_position_embeddings)
     fail("bench: --context {} + --gen {} exceeds the model's max_position_embeddings {}", a.context, a.gen,
          c.max_position_embeddings);
+  nlohmann::json out = {{"model", id}, {"backend", a.backend}, {"rows", nlohmann::json::array()}};
+  BenchMemoryPlan plan;
+  if (a.memory_gib > 0) {
+    // Size the batch for the memory budget from the config and the policy's resolved schedule.
+    const auto probe = make_policy(PolicySpec::parse(a.policy, a.budget));
+    BenchMemoryInput in;
+    in.config = c;
+    in.backend = a.backend;
+    in.context = a.context;
+    in.gen = a.gen;
+    in.prefill_chunk = a.prefill_chunk;
+    in.page_size = EngineOptions{}.page_size;
+    in.host_weight_bytes = model->weight_bytes();
+    plan = plan_bench_memory(in, probe.get(), a.budget);
+    const double budget_b = a.memory_gib * kGiB;
+    const int64_t b = plan.max_batch(budget_b);
+    if (b < 1)
+      fail("--memory: {} GiB does not hold batch 1: weights {:.3f} GiB + fixed reserve {:.3f} GiB + per sequence "
+           "KV {:.3f} GiB ({} tokens per head at peak) + work buffers {:.3f} GiB = {:.3f} GiB",
+           a.memory_gib, plan.weight_bytes / kGiB, plan.fixed_bytes / kGiB, plan.kv_bytes_per_seq / kGiB,
+           plan.peak_tokens_per_head, plan.work_bytes_per_seq / kGiB, plan.bytes_for(1) / kGiB);
+    if (b > (1 << 20)) fail("--memory: {} GiB holds {} sequences of this configuration; at most 1048576 are run", a.memory_gib, b);
+    a.batch = static_cast<int>(b);
+    std::printf("memory_plan: %.2f GiB for %s: weights %.3f GiB + fixed %.3f GiB + batch %d x (KV %.2f MiB + work %.2f MiB) = %.3f GiB; batch %d would need %.3f GiB\n",
+                a.memory_gib, a.backend.c_str(), plan.weight_bytes / kGiB, plan.fixed_bytes / kGiB, a.batch,
+                plan.kv_bytes_per_seq / 1048576.0, plan.work_bytes_per_seq / 1048576.0, plan.bytes_for(b) / kGiB,
+                a.batch + 1, plan.bytes_for(b + 1) / kGiB);
+    std::printf("memory_plan_kv: %lld tokens per (layer, kv head) at peak, %lld pages of %d tokens per sequence, %zu bytes per page; %s\n",
+                static_cast<long long>(plan.peak_tokens_per_head), static_cast<long long>(plan.pages_per_seq),
+                in.page_size, plan.page_bytes, plan.footprint.c_str());
+    out["memory_plan"] = {{"memory_gib", a.memory_gib},
+                          {"batch", a.batch},
+                          {"weight_bytes", plan.weight_bytes},
+                          {"fixed_bytes", plan.fixed_bytes},
+                          {"kv_bytes_per_seq", plan.kv_bytes_per_seq},
+                          {"work_bytes_per_seq", plan.work_bytes_per_seq},
+                          {"planned_bytes", plan.bytes_for(b)},
+                          {"peak_tokens_per_head", plan.peak_tokens_per_head},
+                          {"pages_per_seq", plan.pages_per_seq},
+                          {"footprint", plan.footprint}};
+  }
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> tokd(0, static_cast<int32_t>(c.vocab_size) - 1);
   std::vector<GenerationRequest> reqs(a.batch);
@@ -56,6 +122,9 @@ void run_bench(const BenchArgs& a) {
   eo.backend = a.backend;
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_batch = a.batch;
+  // --memory: the planned pages are the pool's hard limit (a wrong plan fails with "page pool
+  // exhausted" instead of overrunning the budget), and the CUDA backend reserves them at once.
+  if (a.memory_gib > 0) eo.max_kv_pages = static_cast<int64_t>(a.batch) * plan.pages_per_seq;
   std::printf("model %s (%s, %.1fM params, %d layers, Hq=%lld Hkv=%lld D=%lld), backend %s, threads %d, OMP_WAIT_POLICY %s\n",
               id.c_str(), c.model_type.c_str(), c.num_parameters() / 1e6, static_cast<int>(c.num_layers),
               static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
@@ -85,6 +154,31 @@ void run_bench(const BenchArgs& a) {
                 (prefill + decode) > 0 ? 100.0 * policy / a.batch / (prefill + decode) : 0.0);
     const std::string dev = engine.backend_report();  // device backends: memory, bandwidth vs roofline
     if (!dev.empty()) std::printf("%s", dev.c_str());
+    const double rss_mib = peak_rss_bytes() / 1048576.0;
+    if (a.memory_gib > 0)
+      std::printf("memory_result: batch %d, decode %.1f tok/s, KV pool peak %lld pages = %.3f GiB (planned %lld), peak RSS %.3f GiB%s\n",
+                  a.batch, decode_tps, static_cast<long long>(engine.cache().pages_allocated()),
+                  engine.cache().pages_allocated() * static_cast<double>(plan.page_bytes) / kGiB,
+                  static_cast<long long>(eo.max_kv_pages), rss_mib / 1024.0,
+                  dev.empty() ? "" : " (device: device_used_GiB above)");
+    out["rows"].push_back({{"context", a.context},
+                           {"gen", a.gen},
+                           {"batch", a.batch},
+                           {"policy", a.policy},
+                           {"budget", a.budget},
+                           {"prefill_tok_s", prefill > 0 ? double(a.context) * a.batch / prefill : 0.0},
+                           {"decode_tok_s", decode_tps},
+                           {"ms_per_step", 1000.0 * decode / steps},
+                           {"kv_bytes_peak", kv_peak},
+                           {"kv_pages_peak", engine.cache().pages_allocated()},
+                           {"peak_rss_mib", rss_mib},
+                           {"policy_pct", (prefill + decode) > 0 ? 100.0 * policy / a.batch / (prefill + decode) : 0.0},
+                           {"device", report_json(dev)}});
+  }
+  if (!a.json.empty()) {
+    std::ofstream f(a.json);
+    f << out.dump(2) << "\n";
+    if (!f) fail("--json: {}: cannot write", a.json);
   }
 }
 }  // namespace
@@ -98,7 +192,13 @@ void register_bench(CLI::App& app) {
   c->add_option("--backend", a->backend, "cpu or cuda (builds with KVB_CUDA)");
   c->add_option("--context", a->context, "Prompt tokens per sequence")->check(kvb::cli::positive());
   c->add_option("--gen", a->gen, "Generated tokens per sequence")->check(kvb::cli::positive());
-  c->add_option("--batch", a->batch, "Sequences decoded together")->check(kvb::cli::positive());
+  auto* batch = c->add_option("--batch", a->batch, "Sequences decoded together")->check(kvb::cli::positive());
+  c->add_option("--memory", a->memory_gib,
+                "Memory budget in GiB (host RAM for cpu, device memory for cuda): run the largest batch whose weights, "
+                "KV cache at its peak and work buffers fit (docs/benchmarks.md)")
+      ->check(kvb::cli::positive())
+      ->excludes(batch);
+  c->add_option("--json", a->json, "Also write the rows, the memory plan and the device report to FILE as JSON");
   c->add_option("--policy", a->policy, "KV policy spec");
   c->add_option("--budget", a->budget, "KV budget per (layer, kv_head)")->check(kvb::cli::non_negative());
   c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());
