@@ -1,6 +1,6 @@
 // `kvbench bench --memory GIB`: the largest batch whose weights + KV cache + work buffers fit in a
-// memory budget, for a context, generation length, policy and budget (docs/benchmarks.md,
-// "Throughput at a fixed memory budget"). The sizing is a pure function of the model config, the
+// memory budget, for a context, generation length, policy and budget (docs/architecture.md,
+// Memory, "Throughput at a fixed memory budget"). The sizing is a pure function of the model config, the
 // backend, the page size and the policy's resolved parameters, so it is unit-tested without a run.
 //
 // What one sequence holds at its high-water mark (the search sizes for the PEAK, so the run it

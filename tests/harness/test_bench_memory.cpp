@@ -5,6 +5,7 @@
 // held against the plan's peak.
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -189,10 +190,10 @@ TEST(BenchMemoryCli, PicksTheBatchAndHoldsThePlannedPeakOnTheCpu) {
     ASSERT_EQ(j["rows"].size(), 1u);
     const auto& row = j["rows"][0];
     EXPECT_EQ(row["batch"], c.batch) << c.spec;
-    EXPECT_EQ(j["memory_plan"]["batch"], c.batch) << c.spec;
+    EXPECT_EQ(row["memory_plan"]["batch"], c.batch) << c.spec;
     EXPECT_GT(row["decode_tok_s"].get<double>(), 0) << c.spec;
     // The run held exactly the planned peak: the plan is the peak, not an over-estimate.
-    EXPECT_EQ(row["kv_pages_peak"].get<int64_t>(), c.batch * j["memory_plan"]["pages_per_seq"].get<int64_t>())
+    EXPECT_EQ(row["kv_pages_peak"].get<int64_t>(), c.batch * row["memory_plan"]["pages_per_seq"].get<int64_t>())
         << c.spec;
   }
 }
@@ -212,6 +213,132 @@ TEST(BenchMemoryCli, BadMemoryIsOneErrorLineWithExit2) {
   // --memory picks the batch: --batch with it is an error.
   EXPECT_EQ(kvb::test::run_cli("bench --model-shape stories260k --memory 1 --batch 2", &out), 2) << out;
   EXPECT_NE(out.find("kvbench: error: --memory excludes --batch"), std::string::npos) << out;
+}
+
+TEST(BenchCasesCli, CasesRunInOrderOnOneModelAndBadCasesAreErrors) {
+  KVB_REQUIRE_BINARY();
+  std::string out;
+  const auto j = bench_json("--case '48 4 2 full' --case '40 3 1 rkv 32'", &out);
+  ASSERT_TRUE(j.is_object()) << out;
+  ASSERT_EQ(j["rows"].size(), 2u) << out;
+  EXPECT_EQ(j["rows"][0]["context"], 48);
+  EXPECT_EQ(j["rows"][0]["gen"], 4);
+  EXPECT_EQ(j["rows"][0]["batch"], 2);
+  EXPECT_EQ(j["rows"][0]["policy"], "full");
+  EXPECT_EQ(j["rows"][1]["context"], 40);
+  EXPECT_EQ(j["rows"][1]["batch"], 1);
+  EXPECT_EQ(j["rows"][1]["policy"], "rkv");
+  EXPECT_EQ(j["rows"][1]["budget"], 32);
+  EXPECT_TRUE(j["rows"][1]["memory_plan"].is_null());
+  // Under --memory the batch is '-' and the search picks it, per case.
+  const std::string mem = memory_for(2, 48, 4, "full", 0);
+  const auto m = bench_json("--memory " + mem + " --case '48 4 - full'", &out);
+  ASSERT_TRUE(m.is_object()) << out;
+  EXPECT_EQ(m["rows"][0]["batch"], 2) << out;
+  for (const char* bad : {"'48 4'", "'48 4 x full'", "'0 4 1 full'", "'48 4 1 full -3'", "'48 4 1 full 1 2'"}) {
+    EXPECT_EQ(kvb::test::run_cli(std::string("bench --model-shape stories260k --case ") + bad, &out), 2) << bad;
+    EXPECT_NE(out.find("kvbench: error: --case: "), std::string::npos) << bad << ": " << out;
+  }
+  EXPECT_EQ(kvb::test::run_cli("bench --model-shape stories260k --memory 1 --case '48 4 2 full'", &out), 2);
+  EXPECT_NE(out.find("BATCH must be '-' with --memory"), std::string::npos) << out;
+}
+
+TEST(BenchCasesCli, PlanOnlyNeedsNoWeights) {
+  KVB_REQUIRE_BINARY();
+  std::string out;
+  // Qwen3-8B on CUDA, planned on a machine without either: 70 GiB, 32K context, full vs R-KV.
+  const auto d = kvb::test::temp_dir("bench_plan");
+  const std::string js = (d / "plan.json").string();
+  ASSERT_EQ(kvb::test::run_cli("bench --backend cuda --model-shape qwen3-8b --memory 70 --plan-only --json " + js +
+                                   " --case '32768 256 - full' --case '512 4096 - rkv 1024'",
+                               &out),
+            0)
+      << out;
+  std::ifstream f(js);
+  const auto j = nlohmann::json::parse(f, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  ASSERT_EQ(j["plans"].size(), 2u);
+  // Full, 32K + 256: 36 · 8 · 2064 pages of 16 · 516 B = 4.57 GiB of KV per sequence; 70 GiB less
+  // 15.26 of weights and 1 reserved leave room for 11 (work 88 MiB each).
+  EXPECT_EQ(j["plans"][0]["pages_per_seq"], 36 * 8 * 2064);
+  EXPECT_EQ(j["plans"][0]["batch"], 11) << out;
+  // R-KV at 1024 over a 512-token prompt and 4096 generated: B + buffer = 1152 tokens per head.
+  EXPECT_EQ(j["plans"][1]["peak_tokens_per_head"], 1152);
+  EXPECT_EQ(kvb::test::run_cli("bench --model-shape stories260k --plan-only", &out), 2);
+  EXPECT_NE(out.find("kvbench: error: --plan-only: needs --memory"), std::string::npos) << out;
+}
+
+// ---- tools/gpu_vs_transformers.py: the kvbench half and the TSV, without torch ----
+
+TEST(GpuVsTransformers, JoinsKvbenchJsonIntoTheTsv) {
+  KVB_REQUIRE(kvb::test::run_command("python3 --version").rc == 0, "python3 is not installed");
+  const auto d = kvb::test::temp_dir("vs_hf");
+  const std::string js = (d / "kv.json").string(), tsv = (d / "v.tsv").string();
+  {
+    // A fake kvbench --json: rows out of case order, one case missing, one without a roofline.
+    std::ofstream f(js);
+    f << R"({"rows": [
+      {"context": 2048, "batch": 64, "policy": "full", "budget": 0, "prefill_tok_s": 15077.5, "decode_tok_s": 1549.44,
+       "device": {"decode": "127 steps, 40.936 ms/step, 856.7 GB/s achieved (weights + KV read per step), roofline 2989.3 GB/s (copy kernel), 28.7%"}},
+      {"context": 8192, "batch": 1, "policy": "full", "budget": 0, "prefill_tok_s": 4618.4, "decode_tok_s": 94.2, "device": {}}
+    ]})";
+  }
+  std::string out;
+  ASSERT_EQ(kvb::test::run_command("python3 " + kvb::test::source_path("tools/gpu_vs_transformers.py") +
+                                       " --no-hf --kvbench-json " + js + " --out " + tsv +
+                                       " --cases '8192 1 full; 2048 64 full; 32768 4 trimkv:random_gates=0 1024'",
+                                   &out),
+            1)  // a case kvbench did not report is an error (exit 1), still written
+      << out;
+  std::ifstream f(tsv);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_EQ(ss.str(),
+            "context\tbatch\tpolicy\tkvbench_prefill_tok_s\thf_prefill_tok_s\tkvbench_decode_tok_s\thf_decode_tok_s\t"
+            "decode_roofline_pct\n"
+            "8192\t1\tfull\t4618.4\t-\t94.2\t-\t-\n"
+            "2048\t64\tfull\t15077.5\t-\t1549.4\t-\t28.7\n"
+            "32768\t4\ttrimkv:random_gates=0@1024\terror\t-\terror\t-\terror\n");
+  // Bad cases: argparse's usage error, exit 2.
+  EXPECT_EQ(kvb::test::run_command("python3 " + kvb::test::source_path("tools/gpu_vs_transformers.py") +
+                                       " --no-hf --kvbench-json " + js + " --out " + tsv + " --cases '8192 full'",
+                                   &out),
+            2)
+      << out;
+  EXPECT_NE(out.find("--cases: '8192 full': expected CONTEXT BATCH POLICY [BUDGET]"), std::string::npos) << out;
+}
+
+TEST(GpuVsTransformers, RunsTheRealKvbenchOnTheCpu) {
+  // --tiny: the same --case command line gpu_check runs on the GPU, on stories260K and the CPU.
+  KVB_REQUIRE_BINARY();
+  KVB_REQUIRE(kvb::test::run_command("python3 --version").rc == 0, "python3 is not installed");
+  const auto d = kvb::test::temp_dir("vs_hf_tiny");
+  const std::string tsv = (d / "v.tsv").string();
+  std::string out;
+  ASSERT_EQ(kvb::test::run_command("python3 " + kvb::test::source_path("tools/gpu_vs_transformers.py") +
+                                       " --tiny --no-hf --gen 4 --kvbench " + KVB_BINARY + " --out " + tsv +
+                                       " --cases '64 2 full; 96 1 trimkv:random_gates=0 32'",
+                                   &out),
+            0)
+      << out;
+  std::ifstream f(tsv);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(f, line);) {
+    std::vector<std::string> cells;
+    std::stringstream ls(line);
+    for (std::string c; std::getline(ls, c, '\t');) cells.push_back(c);
+    rows.push_back(cells);
+  }
+  ASSERT_EQ(rows.size(), 3u) << out;
+  ASSERT_EQ(rows[1].size(), 8u);
+  EXPECT_EQ(rows[1][0], "64");
+  EXPECT_EQ(rows[2][2], "trimkv:random_gates=0@32");
+  for (size_t r = 1; r < 3; ++r) {
+    EXPECT_GT(std::stod(rows[r][3]), 0) << out;  // kvbench prefill tok/s
+    EXPECT_GT(std::stod(rows[r][5]), 0) << out;  // kvbench decode tok/s
+    EXPECT_EQ(rows[r][4], "-");                  // no transformers
+    EXPECT_EQ(rows[r][7], "-");                  // no roofline on the CPU backend
+  }
 }
 
 }  // namespace
