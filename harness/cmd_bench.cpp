@@ -1,15 +1,21 @@
 // `kvbench bench`: prefill and decode throughput, ms per decode step, KV bytes and peak RSS at a
 // given context length, generation length, batch size, policy and budget. Random prompt tokens;
 // with --model-shape, random weights of a named architecture (no download needed).
+// --memory GIB: the largest batch whose weights + KV + work buffers fit in GIB GiB (sized by
+// harness/bench_memory.h), run at that batch. --json FILE: the rows and the device report as JSON.
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "engine/engine.h"
 #include "engine/util/error.h"
 #include "engine/util/memory.h"
+#include "harness/bench_memory.h"
 #include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/model_source.h"
@@ -24,10 +30,130 @@ struct BenchArgs {
   int context = 512, gen = 128, batch = 1, prefill_chunk = 512, repeats = 1;
   int64_t budget = 0;
   uint64_t seed = 0;
+  double memory_gib = 0;  ///< --memory: 0 = off (run --batch)
+  bool plan_only = false;  ///< --plan-only: print the --memory plan, run nothing
+  std::vector<std::string> cases;  ///< --case: configurations run one after another on one model
+  std::string json;       ///< --json FILE ("" = none)
 };
 
-void run_bench(const BenchArgs& a) {
+constexpr double kGiB = 1073741824.0;
+
+/// The backend report's "key: value" lines as a JSON object of strings (lines without ": " are
+/// skipped).
+nlohmann::json report_json(const std::string& report) {
+  nlohmann::json o = nlohmann::json::object();
+  size_t at = 0;
+  while (at < report.size()) {
+    size_t nl = report.find('\n', at);
+    if (nl == std::string::npos) nl = report.size();
+    const std::string line = report.substr(at, nl - at);
+    const size_t colon = line.find(": ");
+    if (colon != std::string::npos) o[line.substr(0, colon)] = line.substr(colon + 2);
+    at = nl + 1;
+  }
+  return o;
+}
+
+void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchArgs a, nlohmann::json& out);
+
+/// `a` with the fields of one --case "CONTEXT GEN BATCH [POLICY [BUDGET]]" (whitespace-separated;
+/// BATCH is "-" under --memory, which picks it). Throws kvb::Error ("--case: '<text>': <what>").
+BenchArgs parse_case(const std::string& text, BenchArgs a) {
+  std::istringstream in(text);
+  std::vector<std::string> f;
+  for (std::string w; in >> w;) f.push_back(w);
+  if (f.size() < 3 || f.size() > 5) fail("--case: '{}': expected CONTEXT GEN BATCH [POLICY [BUDGET]]", text);
+  auto num = [&](const std::string& w, const char* what, int64_t lo) {
+    char* end = nullptr;
+    const long long v = std::strtoll(w.c_str(), &end, 10);
+    if (w.empty() || *end != '\0' || v < lo || v > (1LL << 30)) fail("--case: '{}': {} must be an integer >= {}, got '{}'", text, what, lo, w);
+    return static_cast<int64_t>(v);
+  };
+  a.context = static_cast<int>(num(f[0], "CONTEXT", 1));
+  a.gen = static_cast<int>(num(f[1], "GEN", 1));
+  if (a.memory_gib > 0) {
+    if (f[2] != "-") fail("--case: '{}': BATCH must be '-' with --memory (the search picks it)", text);
+  } else {
+    a.batch = static_cast<int>(num(f[2], "BATCH", 1));
+  }
+  a.policy = f.size() > 3 ? f[3] : "full";
+  a.budget = f.size() > 4 ? num(f[4], "BUDGET", 0) : 0;
+  return a;
+}
+
+/// --memory: sizes the batch of run `a` on a model of config `c` whose weights take
+/// `host_weight_bytes` on the host (harness/bench_memory.h), sets a.batch, prints the plan and fills
+/// `plan_json`. Throws kvb::Error ("--memory: ...", naming the sizes) when not even batch 1 fits.
+BenchMemoryPlan size_batch(const ModelConfig& c, size_t host_weight_bytes, BenchArgs& a, nlohmann::json& plan_json) {
+  // The policy's resolved schedule decides its footprint.
+  const auto probe = make_policy(PolicySpec::parse(a.policy, a.budget));
+  BenchMemoryInput in;
+  in.config = c;
+  in.backend = a.backend;
+  in.context = a.context;
+  in.gen = a.gen;
+  in.prefill_chunk = a.prefill_chunk;
+  in.page_size = EngineOptions{}.page_size;
+  in.host_weight_bytes = host_weight_bytes;
+  const BenchMemoryPlan plan = plan_bench_memory(in, probe.get(), a.budget);
+  const int64_t b = plan.max_batch(a.memory_gib * kGiB);
+  if (b < 1)
+    fail("--memory: {} GiB does not hold batch 1: weights {:.3f} GiB + fixed reserve {:.3f} GiB + per sequence "
+         "KV {:.3f} GiB ({} tokens per head at peak) + work buffers {:.3f} GiB = {:.3f} GiB",
+         a.memory_gib, plan.weight_bytes / kGiB, plan.fixed_bytes / kGiB, plan.kv_bytes_per_seq / kGiB,
+         plan.peak_tokens_per_head, plan.work_bytes_per_seq / kGiB, plan.bytes_for(1) / kGiB);
+  if (b > (1 << 20))
+    fail("--memory: {} GiB holds {} sequences of this configuration; at most 1048576 are run", a.memory_gib, b);
+  a.batch = static_cast<int>(b);
+  std::printf("memory_plan: %.2f GiB for %s, context %d, gen %d, %s: weights %.3f GiB + fixed %.3f GiB + batch %d x "
+              "(KV %.2f MiB + work %.2f MiB) = %.3f GiB; batch %d would need %.3f GiB\n",
+              a.memory_gib, a.backend.c_str(), a.context, a.gen,
+              (a.policy + (a.budget ? "@" + std::to_string(a.budget) : "")).c_str(), plan.weight_bytes / kGiB,
+              plan.fixed_bytes / kGiB, a.batch, plan.kv_bytes_per_seq / 1048576.0, plan.work_bytes_per_seq / 1048576.0,
+              plan.bytes_for(b) / kGiB, a.batch + 1, plan.bytes_for(b + 1) / kGiB);
+  std::printf("memory_plan_kv: %lld tokens per (layer, kv head) at peak, %lld pages of %d tokens per sequence, %zu "
+              "bytes per page; %s\n",
+              static_cast<long long>(plan.peak_tokens_per_head), static_cast<long long>(plan.pages_per_seq),
+              in.page_size, plan.page_bytes, plan.footprint.c_str());
+  plan_json = {{"memory_gib", a.memory_gib},
+               {"batch", a.batch},
+               {"weight_bytes", plan.weight_bytes},
+               {"fixed_bytes", plan.fixed_bytes},
+               {"kv_bytes_per_seq", plan.kv_bytes_per_seq},
+               {"work_bytes_per_seq", plan.work_bytes_per_seq},
+               {"planned_bytes", plan.bytes_for(b)},
+               {"peak_tokens_per_head", plan.peak_tokens_per_head},
+               {"pages_per_seq", plan.pages_per_seq},
+               {"footprint", plan.footprint}};
+  return plan;
+}
+
+void run_bench(BenchArgs a) {
   if (a.model.empty() == a.shape.empty()) fail("bench: give exactly one of --model DIR or --model-shape NAME");
+  std::vector<BenchArgs> runs;  // parsed before the weights load: a bad --case fails at once
+  for (const std::string& text : a.cases) runs.push_back(parse_case(text, a));
+  if (runs.empty()) runs.push_back(a);
+  if (a.plan_only) {
+    // The plan alone: a --model-shape needs no weights (its random F32 weights are 4 B per parameter).
+    if (a.memory_gib <= 0) fail("--plan-only: needs --memory");
+    nlohmann::json out = {{"model", a.shape.empty() ? a.model : "random:" + a.shape}, {"backend", a.backend},
+                          {"plans", nlohmann::json::array()}};
+    std::shared_ptr<Model> loaded;
+    if (a.shape.empty()) loaded = load_model(a.model).model;
+    const ModelConfig c = loaded ? loaded->config() : model_shape(a.shape);
+    const size_t wb = loaded ? loaded->weight_bytes() : static_cast<size_t>(4 * c.num_parameters());
+    for (BenchArgs& r : runs) {
+      nlohmann::json pj;
+      size_batch(c, wb, r, pj);
+      out["plans"].push_back(pj);
+    }
+    if (!a.json.empty()) {
+      std::ofstream f(a.json);
+      f << out.dump(2) << "\n";
+      if (!f) fail("--json: {}: cannot write", a.json);
+    }
+    return;
+  }
   std::shared_ptr<Model> model;
   std::string id;
   if (!a.shape.empty()) {
@@ -40,10 +166,26 @@ void run_bench(const BenchArgs& a) {
     release_freed_heap();  // the tokenizer and chat template just dropped
     id = a.model;
   }
+  nlohmann::json out = {{"model", id}, {"backend", a.backend}, {"rows", nlohmann::json::array()}};
+  for (const BenchArgs& r : runs) {
+    run_case(model, id, r, out);
+    if (a.json.empty()) continue;
+    std::ofstream f(a.json);  // rewritten after every case: a run cut short keeps what it measured
+    f << out.dump(2) << "\n";
+    if (!f) fail("--json: {}: cannot write", a.json);
+  }
+}
+
+/// One bench configuration (the flags, or one --case) on `model`: prints its rows and appends them
+/// to out["rows"] (and its memory plan to out["memory_plans"] under --memory).
+void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchArgs a, nlohmann::json& out) {
   const ModelConfig& c = model->config();
   if (a.context + a.gen > c.max_position_embeddings)
     fail("bench: --context {} + --gen {} exceeds the model's max_position_embeddings {}", a.context, a.gen,
          c.max_position_embeddings);
+  BenchMemoryPlan plan;
+  nlohmann::json plan_json;
+  if (a.memory_gib > 0) plan = size_batch(c, model->weight_bytes(), a, plan_json);
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> tokd(0, static_cast<int32_t>(c.vocab_size) - 1);
   std::vector<GenerationRequest> reqs(a.batch);
@@ -56,6 +198,9 @@ void run_bench(const BenchArgs& a) {
   eo.backend = a.backend;
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_batch = a.batch;
+  // --memory: the planned pages are the pool's hard limit (a wrong plan fails with "page pool
+  // exhausted" instead of overrunning the budget), and the CUDA backend reserves them at once.
+  if (a.memory_gib > 0) eo.max_kv_pages = static_cast<int64_t>(a.batch) * plan.pages_per_seq;
   std::printf("model %s (%s, %.1fM params, %d layers, Hq=%lld Hkv=%lld D=%lld), backend %s, threads %d, OMP_WAIT_POLICY %s\n",
               id.c_str(), c.model_type.c_str(), c.num_parameters() / 1e6, static_cast<int>(c.num_layers),
               static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
@@ -85,6 +230,27 @@ void run_bench(const BenchArgs& a) {
                 (prefill + decode) > 0 ? 100.0 * policy / a.batch / (prefill + decode) : 0.0);
     const std::string dev = engine.backend_report();  // device backends: memory, bandwidth vs roofline
     if (!dev.empty()) std::printf("%s", dev.c_str());
+    const double rss_mib = peak_rss_bytes() / 1048576.0;
+    if (a.memory_gib > 0)
+      std::printf("memory_result: batch %d, decode %.1f tok/s, KV pool peak %lld pages = %.3f GiB (planned %lld), peak RSS %.3f GiB%s\n",
+                  a.batch, decode_tps, static_cast<long long>(engine.cache().pages_allocated()),
+                  engine.cache().pages_allocated() * static_cast<double>(plan.page_bytes) / kGiB,
+                  static_cast<long long>(eo.max_kv_pages), rss_mib / 1024.0,
+                  dev.empty() ? "" : " (device: device_used_GiB above)");
+    out["rows"].push_back({{"context", a.context},
+                           {"gen", a.gen},
+                           {"batch", a.batch},
+                           {"policy", a.policy},
+                           {"budget", a.budget},
+                           {"prefill_tok_s", prefill > 0 ? double(a.context) * a.batch / prefill : 0.0},
+                           {"decode_tok_s", decode_tps},
+                           {"ms_per_step", 1000.0 * decode / steps},
+                           {"kv_bytes_peak", kv_peak},
+                           {"kv_pages_peak", engine.cache().pages_allocated()},
+                           {"peak_rss_mib", rss_mib},
+                           {"policy_pct", (prefill + decode) > 0 ? 100.0 * policy / a.batch / (prefill + decode) : 0.0},
+                           {"memory_plan", plan_json},
+                           {"device", report_json(dev)}});
   }
 }
 }  // namespace
@@ -98,7 +264,18 @@ void register_bench(CLI::App& app) {
   c->add_option("--backend", a->backend, "cpu or cuda (builds with KVB_CUDA)");
   c->add_option("--context", a->context, "Prompt tokens per sequence")->check(kvb::cli::positive());
   c->add_option("--gen", a->gen, "Generated tokens per sequence")->check(kvb::cli::positive());
-  c->add_option("--batch", a->batch, "Sequences decoded together")->check(kvb::cli::positive());
+  auto* batch = c->add_option("--batch", a->batch, "Sequences decoded together")->check(kvb::cli::positive());
+  c->add_option("--memory", a->memory_gib,
+                "Memory budget in GiB (host RAM for cpu, device memory for cuda): run the largest batch whose weights, "
+                "KV cache at its peak and work buffers fit (docs/architecture.md, Memory)")
+      ->check(kvb::cli::positive())
+      ->excludes(batch);
+  c->add_option("--case", a->cases,
+                "Run this configuration instead of --context/--gen/--batch/--policy/--budget, on the same weights: "
+                "\"CONTEXT GEN BATCH [POLICY [BUDGET]]\" (BATCH '-' with --memory); repeatable, run in order")
+      ->expected(1);
+  c->add_flag("--plan-only", a->plan_only, "With --memory: print the batch and memory plan of each case, run nothing");
+  c->add_option("--json", a->json, "Also write the rows, the memory plan and the device report to FILE as JSON");
   c->add_option("--policy", a->policy, "KV policy spec");
   c->add_option("--budget", a->budget, "KV budget per (layer, kv_head)")->check(kvb::cli::non_negative());
   c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());

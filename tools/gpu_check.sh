@@ -113,5 +113,18 @@ if want speed; then
   [ "${GPU_SPEED_AB:-1}" = "1" ] &&
     step speed_previous_kernels env KVB_CUDA_PREFILL_ATTN=native KVB_CUDA_DECODE_ATTN=tiled "$KVB/bin/kvbench" "${sargs[@]}"
 fi
+# vs_transformers (only when GPU_CHECK_STEPS names it): kvbench bench --backend cuda and
+# transformers (bf16, SDPA, DynamicCache, random weights of the same Qwen3-8B shape built in Python)
+# on the same cases in one call, tools/gpu_vs_transformers.py: $OUT/vs_transformers.tsv (also in
+# the logs tarball), for docs/gpu/<device>-<date>/. GPU_VS_TRANSFORMERS_CASES ("CONTEXT BATCH
+# POLICY [BUDGET]; ...") and GPU_VS_TRANSFORMERS_GEN (default 32) override its defaults; about 3-4
+# minutes on an H100 (kvbench ~2, transformers ~1.5), so its own timeout is at least 420 s.
+want vs_transformers && {
+  GPU_CHECK_STEP_TIMEOUT="$(( ${GPU_CHECK_STEP_TIMEOUT:-300} > 420 ? ${GPU_CHECK_STEP_TIMEOUT:-300} : 420 ))" \
+    step vs_transformers python3 tools/gpu_vs_transformers.py --kvbench "$KVB/bin/kvbench" \
+    --out "$LOGS/vs_transformers.tsv" --gen "${GPU_VS_TRANSFORMERS_GEN:-32}" \
+    ${GPU_VS_TRANSFORMERS_CASES:+--cases "$GPU_VS_TRANSFORMERS_CASES"}
+  cp "$LOGS/vs_transformers.tsv" "$OUT/vs_transformers.tsv" 2>/dev/null
+}
 echo "gpu_check: $fails step(s) failed; logs in $OUT"
 [ $fails -eq 0 ]

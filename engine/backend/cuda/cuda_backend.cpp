@@ -430,6 +430,9 @@ struct CudaBackend::Impl {
     if (need <= pool_pages) return;
     int64_t cap = std::max<int64_t>(need, pool_pages + pool_pages / 2);
     cap = std::max<int64_t>(cap, 64);
+    // A page limit (EngineOptions::max_kv_pages, `bench --memory`): reserve it whole at the first
+    // allocation, so the pool never grows (a growth holds the old and the new pool at once).
+    if (cache.config().max_pages > 0) cap = std::max<int64_t>(need, cache.config().max_pages);
     const size_t slot_bytes = static_cast<size_t>(D) * 2 * 2 + 4;
     size_t free_b = 0, total_b = 0;
     check(cudaMemGetInfo(&free_b, &total_b), "memory info");
