@@ -957,6 +957,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
         stage_upload(groups_d, plan.groups, "attention plan");
         part_o.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * D, "attention partials");
         part_ml.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * 2, "attention partials");
+        aa.part_o = part_o.p;  // after the growth (attn_args() read the old pointers)
+        aa.part_ml = part_ml.p;
         aa.units = units_d.p;
         aa.num_units = static_cast<int>(plan.units.size());
         aa.groups = groups_d.p;
