@@ -90,6 +90,12 @@ TEST(BenchMemory, ChunkedCompressionBoundsThePrefill) {
   EXPECT_EQ(pl.pages_per_seq, kHeads * 11);  // ceil(175 / 16)
   pl = plan(stories(1000, 10, 16), "rkv:compress=chunked,buffer=1", 32);
   EXPECT_EQ(pl.peak_tokens_per_head, 32 + 16);
+  // A prompt shorter than B + buffer never compresses in prefill: decode's B + buffer is the peak.
+  pl = plan(stories(100, 300), "rkv:compress=chunked", 32);
+  EXPECT_EQ(pl.peak_tokens_per_head, 160);
+  // ... and a short generation stops below it.
+  pl = plan(stories(100, 20), "rkv:compress=chunked", 32);
+  EXPECT_EQ(pl.peak_tokens_per_head, 120);
 }
 
 TEST(BenchMemory, DecodeFalseAndRatioAndGlobalBudgets) {
