@@ -3,6 +3,7 @@
 // with --model-shape, random weights of a named architecture (no download needed).
 // --memory GIB: the largest batch whose weights + KV + work buffers fit in GIB GiB (sized by
 // harness/bench_memory.h), run at that batch. --json FILE: the rows and the device report as JSON.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -27,7 +28,7 @@ namespace kvb::cli {
 namespace {
 struct BenchArgs {
   std::string model, shape, backend = "cpu", policy = "full";
-  int context = 512, gen = 128, batch = 1, prefill_chunk = 512, repeats = 1;
+  int context = 512, gen = 128, batch = 1, prefill_chunk = 512, repeats = 1, warmup = 1;
   int64_t budget = 0;
   uint64_t seed = 0;
   double memory_gib = 0;  ///< --memory: 0 = off (run --batch)
@@ -210,6 +211,18 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
               "prefill_tok/s", "decode_tok/s", "ms/step", "kv_bytes_peak", "peak_rss_MiB", "policy_%");
   for (int rep = 0; rep < a.repeats; ++rep) {
     Engine engine(model, eo, make_policy(PolicySpec::parse(a.policy, a.budget)));
+    // Untimed warm-up on the same engine and batch (a prompt of at most two chunks, 2 tokens):
+    // library and kernel loading, a policy's lazily built weights (TRIM-KV's random gates take
+    // seconds on an 8B shape) and the first pool growth stay out of the measurement.
+    for (int w = 0; w < a.warmup; ++w) {
+      std::vector<GenerationRequest> wr(reqs.size());
+      for (size_t i = 0; i < wr.size(); ++i) {
+        wr[i].prompt.assign(reqs[i].prompt.begin(),
+                            reqs[i].prompt.begin() + std::min<size_t>(reqs[i].prompt.size(), 2 * a.prefill_chunk));
+        wr[i].max_new_tokens = 2;
+      }
+      engine.generate(wr, nullptr);
+    }
     auto res = engine.generate(reqs, nullptr);
     double prefill = 0, decode = 0, policy = 0;
     size_t kv_peak = 0;
@@ -281,6 +294,10 @@ void register_bench(CLI::App& app) {
   c->add_option("--budget", a->budget, "KV budget per (layer, kv_head)")->check(kvb::cli::non_negative());
   c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());
   c->add_option("--repeats", a->repeats, "Repetitions (one row each)")->check(kvb::cli::positive());
+  c->add_option("--warmup", a->warmup,
+                "Untimed warm-up generations before each timed one (same engine and batch; prompts cut to two "
+                "prefill chunks, 2 new tokens)")
+      ->check(kvb::cli::non_negative());
   c->add_option("--seed", a->seed, "Seed of the random prompt and weights")->check(kvb::cli::non_negative());
   c->callback([a] { run_bench(*a); });
 }

@@ -23,8 +23,8 @@
 #   4. kvbench bench --backend cuda on the Qwen3-8B shape (random bf16 weights): the cases below.
 # Environment: OUT (the device tool sets it; default ./gpu-check-out), GPU_CHECK_QUICK,
 #   GPU_CHECK_CASES (bench cases: "shape,context,gen,batch,policy,budget ..."),
-#   GPU_CHECK_STEPS (space-separated subset of: device primitives decisions equiv graphs bandwidth bench;
-#   default all), GPU_CHECK_STEP_TIMEOUT (seconds per step, default 300: a hung step is killed
+#   GPU_CHECK_STEPS (space-separated subset of: device primitives decisions equiv graphs bandwidth bench
+#   speed; default all but speed), GPU_CHECK_STEP_TIMEOUT (seconds per step, default 300: a hung step is killed
 #   and counted as failed, so one hang cannot eat a whole device call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -76,8 +76,10 @@ cp "$KVB/MANIFEST" "$LOGS/MANIFEST" 2>/dev/null || true
 want device && { step device nvidia-smi; step ldd ldd "$KVB/bin/kvbench"; }
 want primitives && step primitives "$KVB/bin/kvb_cuda_check" primitives
 want decisions && step decisions "$KVB/bin/kvb_cuda_check" decisions
-want equiv && step equiv "$KVB/bin/kvb_cuda_check" equiv
-want graphs && step graphs "$KVB/bin/kvb_cuda_check" graphs
+# shellcheck disable=SC2086  # GPU_CHECK_EQUIV_ARGS / GPU_CHECK_GRAPHS_ARGS: extra words, e.g. "--shapes a,b"
+want equiv && step equiv "$KVB/bin/kvb_cuda_check" equiv ${GPU_CHECK_EQUIV_ARGS:-}
+# shellcheck disable=SC2086
+want graphs && step graphs "$KVB/bin/kvb_cuda_check" graphs ${GPU_CHECK_GRAPHS_ARGS:-}
 want bandwidth && step bandwidth "$KVB/bin/kvb_cuda_check" bandwidth
 
 # The bench cases, "shape,context,gen,batch,policy,budget" each. The default is the README's GPU
@@ -96,6 +98,20 @@ if want bench; then
     [ -n "$bud" ] && args+=(--budget "$bud")
     step "bench_${shape}_${ctx}_${pol%%:*}_b${b}" "$KVB/bin/kvbench" "${args[@]}"
   done
+fi
+# speed: the prefill/decode attention kernels in use against the previous ones, each setting one
+# kvbench process over all cases (the random Qwen3-8B weights are made once per process; every
+# case runs after an untimed warm-up). GPU_SPEED_CASES: "CONTEXT GEN BATCH [POLICY [BUDGET]]"
+# cases separated by ';'; GPU_SPEED_CHUNK: --prefill-chunk (tokens per sequence per step);
+# GPU_SPEED_AB=0 skips the previous kernels (KVB_CUDA_PREFILL_ATTN=native: attention.cu for
+# prefill; KVB_CUDA_DECODE_ATTN=tiled: attention.cu's 16-row kernel for decode).
+if want speed; then
+  IFS=';' read -r -a speed_cases <<<"${GPU_SPEED_CASES:-8192 64 1 full;8192 64 1 trimkv:random_gates=0 1024;2048 32 64 full}"
+  sargs=(bench --backend cuda --model-shape qwen3-8b --prefill-chunk "${GPU_SPEED_CHUNK:-4096}")
+  for c in "${speed_cases[@]}"; do sargs+=(--case "$c"); done
+  step speed "$KVB/bin/kvbench" "${sargs[@]}"
+  [ "${GPU_SPEED_AB:-1}" = "1" ] &&
+    step speed_previous_kernels env KVB_CUDA_PREFILL_ATTN=native KVB_CUDA_DECODE_ATTN=tiled "$KVB/bin/kvbench" "${sargs[@]}"
 fi
 # vs_transformers (only when GPU_CHECK_STEPS names it): kvbench bench --backend cuda and
 # transformers (bf16, SDPA, DynamicCache, random weights of the same Qwen3-8B shape built in Python)

@@ -79,10 +79,11 @@ def policy_label(case):
     return case["policy"] + (f"@{case['budget']}" if case["budget"] else "")
 
 
-def kvbench_command(kvbench, cases, gen, tiny, json_path):
-    """The one kvbench bench invocation that runs every case."""
+def kvbench_command(kvbench, cases, gen, tiny, json_path, prefill_chunk=4096):
+    """The one kvbench bench invocation that runs every case (prompt tokens per sequence per
+    prefill step: `prefill_chunk`; transformers prefills each prompt in one forward)."""
     cmd = [kvbench, "bench", "--backend", "cpu" if tiny else "cuda", "--model-shape",
-           "stories260k" if tiny else "qwen3-8b", "--json", json_path]
+           "stories260k" if tiny else "qwen3-8b", "--json", json_path, "--prefill-chunk", str(prefill_chunk)]
     for c in cases:
         cmd += ["--case", f"{c['context']} {gen} {c['batch']} {c['policy']} {c['budget']}"]
     return cmd
@@ -130,7 +131,7 @@ def run_kvbench(a, cases):
     else:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "kvbench.json")
-            cmd = kvbench_command(a.kvbench, cases, a.gen, a.tiny, path)
+            cmd = kvbench_command(a.kvbench, cases, a.gen, a.tiny, path, a.prefill_chunk)
             print("kvbench:", " ".join(f"'{w}'" if " " in w else w for w in cmd), flush=True)
             t0 = time.time()
             r = subprocess.run(cmd)
@@ -255,6 +256,8 @@ def main(argv=None):
     ap.add_argument("--kvbench-json", help="join this kvbench bench --json output instead of running kvbench")
     ap.add_argument("--out", required=True, help="the TSV to write")
     ap.add_argument("--cases", default=DEFAULT_CASES, help=f"'CONTEXT BATCH POLICY [BUDGET]; ...' (default: {DEFAULT_CASES})")
+    ap.add_argument("--prefill-chunk", type=int, default=4096,
+                    help="kvbench's --prefill-chunk (prompt tokens per sequence per prefill step)")
     ap.add_argument("--gen", type=int, default=32, help="generated tokens per sequence (decode steps + 1)")
     ap.add_argument("--reps", type=int, default=3, help="transformers: timed runs per case (median; 1 at >= 64K tokens)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="transformers' device")

@@ -169,6 +169,50 @@ TEST(CudaPlan, RejectsInconsistentInput) {
   EXPECT_THROW(cuda::plan_attention(n0, len0, 1, 1, 10), Error);
 }
 
+// FlashInfer request arrays: checked by rebuilding each (item, kv head)'s query rows and key count
+// from the arrays the way FlashInfer reads them (rows [qo_indptr[r], qo_indptr[r+1]) of the
+// [Hkv][T][G][D] packed queries; (pages − 1)·P + last_page_len keys) and comparing with the batch
+// itself, for random ragged prefill and decode batches.
+TEST(CudaPlan, FlashInferRequestsCoverEachHeadsRowsAndKeys) {
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int B = 1 + static_cast<int>(rng() % 6), Hkv = 1 + static_cast<int>(rng() % 4);
+    const int P = trial % 3 == 0 ? 1 : 16;
+    const RandomBatch rb = random_batch(rng, B, Hkv, trial % 2 == 0, 100);
+    const cuda::FiRequests rq = cuda::fi_requests(rb.n, rb.len, Hkv, P);
+    ASSERT_EQ(rq.num_requests, B * Hkv);
+    ASSERT_EQ(rq.qo_indptr.size(), static_cast<size_t>(B * Hkv + 1));
+    int32_t T = 0;
+    for (int32_t x : rb.n) T += x;
+    EXPECT_EQ(rq.tokens, T);
+    EXPECT_EQ(rq.total_rows, static_cast<int64_t>(T) * Hkv);
+    EXPECT_EQ(rq.qo_indptr.front(), 0);
+    EXPECT_EQ(rq.qo_indptr.back(), T * Hkv);
+    EXPECT_EQ(rq.kv_indptr.front(), 0);
+    for (int h = 0; h < Hkv; ++h) {
+      int32_t first_token = 0;
+      for (int b = 0; b < B; ++b) {
+        const int r = h * B + b;
+        // Query rows: the item's tokens in kv head h's block of the packed queries.
+        EXPECT_EQ(rq.qo_indptr[r], h * T + first_token);
+        EXPECT_EQ(rq.qo_indptr[r + 1] - rq.qo_indptr[r], rb.n[b]);
+        first_token += rb.n[b];
+        // Keys: FlashInfer's length from pages and the last page's fill.
+        const int32_t pages = rq.kv_indptr[r + 1] - rq.kv_indptr[r];
+        ASSERT_GE(pages, 1);
+        ASSERT_GE(rq.last_page_len[r], 1);
+        ASSERT_LE(rq.last_page_len[r], P);
+        EXPECT_EQ((pages - 1) * P + rq.last_page_len[r], rb.len[b * Hkv + h]);
+      }
+    }
+  }
+  std::vector<int32_t> n{3}, short_len{2}, ok_len{3, 4};
+  EXPECT_THROW(cuda::fi_requests(n, short_len, 1, 16), Error);  // a head shorter than its new tokens
+  EXPECT_THROW(cuda::fi_requests(n, ok_len, 1, 16), Error);     // two lengths for one head
+  EXPECT_THROW(cuda::fi_requests(n, std::vector<int32_t>{3}, 1, 0), Error);
+  EXPECT_THROW(cuda::fi_requests(std::vector<int32_t>{0}, std::vector<int32_t>{3}, 1, 16), Error);
+}
+
 // The device compaction pairs, applied to a slot-indexed pool as gather-then-scatter, must leave
 // the pool holding exactly what KVCache::compact leaves in the host cache.
 TEST(CudaCompaction, PairsReproduceKVCacheCompact) {

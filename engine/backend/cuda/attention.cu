@@ -22,6 +22,8 @@
 
 #include <cfloat>
 #include <climits>
+#include <cstdlib>
+#include <string>
 
 #include "engine/backend/cuda/kernels.h"
 
@@ -240,13 +242,25 @@ __global__ void __launch_bounds__(kThreads) combine_k(AttnArgs a) {
   }
 }
 
+// Which kernel runs decode-shaped units (AttnArgs::max_rows ≤ 8): attention_decode.cu's by
+// default, attn_k with KVB_CUDA_DECODE_ATTN=tiled (read once).
+bool decode_kernel_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KVB_CUDA_DECODE_ATTN");
+    return !(e && std::string(e) == "tiled");
+  }();
+  return on;
+}
+
 template <int DPL>
 void launch(const AttnArgs& a, cudaStream_t s) {
   const size_t smem = smem_bytes(a.D);
   if (smem > 48 * 1024)
     check(cudaFuncSetAttribute(attn_k<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           "attention: raise shared memory limit");
-  if (a.num_units > 0) {
+  if (a.max_rows > 0 && decode_kernel_enabled() && attention_decode_supported(a.D, a.max_rows)) {
+    attention_decode_units(a, a.max_rows, s);
+  } else if (a.num_units > 0) {
     attn_k<DPL><<<a.num_units, kThreads, smem, s>>>(a);
     check_launch("attention");
   }

@@ -31,6 +31,9 @@
 #include <fmt/format.h>
 
 #include "engine/backend/cuda/kernels.h"
+#ifdef KVB_HAVE_FLASHINFER
+#include "engine/backend/cuda/attention_fi.h"
+#endif
 #include "engine/backend/cuda/plan.h"
 #include "engine/backend/policy_driver.h"
 #include "engine/model/weights.h"
@@ -132,6 +135,44 @@ struct DevBuf {
   void upload(const std::vector<T>& v, cudaStream_t s, const char* what) { upload(v.data(), v.size(), s, what); }
 };
 
+/// Pinned host staging for a step's small uploads (plans, page tables, slots). A copy from
+/// pageable memory makes cudaMemcpyAsync wait for all earlier work on the stream, which
+/// serialises the host's per-layer bookkeeping with the device's kernels; a copy from pinned
+/// memory is queued and returns at once. Bump allocation, reset at the start of each forward
+/// (the previous forward ended with a stream synchronisation); when full, the stream is
+/// synchronised and the arena starts over (grown to fit the request).
+struct PinnedStaging {
+  uint8_t* p = nullptr;
+  size_t cap = 0, used = 0;
+  PinnedStaging() = default;
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+  ~PinnedStaging() {
+    if (p) cudaFreeHost(p);
+  }
+  /// Copies `bytes` from `src` into the arena and returns the pinned copy (16-byte aligned).
+  /// Throws kvb::Error when pinned memory cannot be allocated.
+  const void* put(const void* src, size_t bytes, cudaStream_t s) {
+    const size_t at = (used + 15) & ~size_t(15);
+    if (at + bytes > cap) {
+      check(cudaStreamSynchronize(s), "staging");
+      used = 0;
+      if (bytes > cap) {
+        if (p) check(cudaFreeHost(p), "staging");
+        p = nullptr;
+        cap = 0;
+        const size_t want = std::max<size_t>(bytes * 2, size_t(8) << 20);
+        check(cudaMallocHost(reinterpret_cast<void**>(&p), want), "pinned staging");
+        cap = want;
+      }
+      return put(src, bytes, s);
+    }
+    std::memcpy(p + at, src, bytes);
+    used = at + bytes;
+    return p + at;
+  }
+};
+
 /// bf16 bits of a weight matrix (rows × cols), converting f32 or dequantising stored blocks
 /// (WeightFormat::kStored) when needed.
 std::vector<uint16_t> as_bf16(const Mat& m, int64_t rows, int64_t cols) {
@@ -229,6 +270,12 @@ struct CudaBackend::Impl {
   DevBuf<uint8_t> meta, blas_ws;
   uint8_t* meta_host = nullptr;
   size_t meta_host_n = 0;
+  PinnedStaging staging;  // eager steps' uploads (stage_upload)
+#ifdef KVB_HAVE_FLASHINFER
+  // Tensor-core prefill attention (attention_fi.h); null when the head dim is not built or
+  // KVB_CUDA_PREFILL_ATTN=native.
+  std::unique_ptr<cuda::FiPrefill> fi;
+#endif
   int rows_last = 0;  // logit rows of the last forward
   bool defer = false;  // the next forward keeps its logits on the device (Backend::defer_logits)
   // Measurements.
@@ -268,7 +315,34 @@ struct CudaBackend::Impl {
     pt_store = std::make_unique<cuda::PageTableStore>(L, Hkv);
     seen_shrinks = cache.page_list_shrinks();
     if (const char* g = std::getenv("KVB_CUDA_GRAPHS")) graphs = std::string(g) != "0";
+#ifdef KVB_HAVE_FLASHINFER
+    {
+      const char* a = std::getenv("KVB_CUDA_PREFILL_ATTN");
+      const std::string mode = a ? a : "flashinfer";
+      if (mode != "flashinfer" && mode != "native")
+        fail("KVB_CUDA_PREFILL_ATTN: '{}' is not one of flashinfer, native", mode);
+      if (mode == "flashinfer" && cuda::FiPrefill::supports_head_dim(D)) fi = std::make_unique<cuda::FiPrefill>();
+    }
+#endif
     upload_weights();
+  }
+
+  /// Uploads `v` to `d` (grown to fit) through the pinned staging arena: queued on the stream
+  /// without waiting for earlier work.
+  template <class T>
+  void stage_upload(DevBuf<T>& d, const std::vector<T>& v, const char* what) {
+    d.grow(v.size(), what);
+    if (v.empty()) return;
+    const void* src = staging.put(v.data(), v.size() * sizeof(T), stream);
+    check(cudaMemcpyAsync(d.p, src, v.size() * sizeof(T), cudaMemcpyHostToDevice, stream), what);
+  }
+
+  /// Which prefill attention kernel eager steps use: "flashinfer" or "native" (attention.cu).
+  const char* prefill_attention_name() const {
+#ifdef KVB_HAVE_FLASHINFER
+    if (fi) return "flashinfer";
+#endif
+    return "native";
   }
 
   ~Impl() {
@@ -405,9 +479,9 @@ struct CudaBackend::Impl {
   /// the store re-laid it out) to the device table, in stream order.
   void flush_pages() {
     if (pt_store->take_grew()) {
-      pt_table.upload(pt_store->image(), stream, "device page tables");
+      stage_upload(pt_table, pt_store->image(), "device page tables");
     } else if (!pt_writes.empty()) {
-      pt_writes_d.upload(pt_writes, stream, "page table writes");
+      stage_upload(pt_writes_d, pt_writes, "page table writes");
       cuda::set_entries(pt_writes_d.p, static_cast<int>(pt_writes.size() / 2), pt_table.p, stream);
     }
     pt_writes.clear();
@@ -500,6 +574,7 @@ struct CudaBackend::Impl {
       aa.num_groups = static_cast<int>(ml.cap_groups);
       aa.counts = counts_d + 4 * l;
       aa.pt_off = ptoff_d + static_cast<size_t>(l) * B * Hkv;
+      aa.max_rows = std::min(G, cuda::kAttnRows);  // one token per item: a unit holds at most G rows
       cuda::attention(aa, stream);
       mlp_block(l, T);
     }
@@ -579,6 +654,29 @@ struct CudaBackend::Impl {
   }
 
   void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& out_logits, ForwardStats* stats);
+
+  /// Runs one layer's attention of an eager step on FlashInfer's tensor-core prefill kernel when
+  /// it applies: built (KVB_HAVE_FLASHINFER) and enabled, some item has more than one new token
+  /// (T > items), and no log-sum-exp rows are wanted (H2O's column sums read attention.cu's).
+  /// `aa` carries the step's pointers (pt_off uploaded); `n`, `len` as plan_attention. Returns
+  /// false when the caller must run attention.cu instead.
+  bool attention_prefill_fast(const cuda::AttnArgs& aa, const std::vector<int32_t>& n,
+                              const std::vector<int32_t>& len, int T) {
+#ifdef KVB_HAVE_FLASHINFER
+    if (!fi || aa.lse || T <= static_cast<int>(n.size())) return false;
+    const cuda::FiRequests rq = cuda::fi_requests(n, len, Hkv, P);
+    fi->plan(rq.qo_indptr.data(), rq.kv_indptr.data(), rq.last_page_len.data(), rq.num_items, Hkv, G, P, D, rq.tokens,
+             stream);
+    fi->run(aa, stream);
+    return true;
+#else
+    (void)aa;
+    (void)n;
+    (void)len;
+    (void)T;
+    return false;
+#endif
+  }
 
   /// True when the step can run as one decode graph: every item decodes one token and the policy
   /// (if any) needs nothing between layers (no per-layer hook, host K/V mirror, query history,
@@ -778,14 +876,15 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   if (graph_step) {
     decode_graph(items, toks, poss, rows, kv_read_bytes, kv_read_items);
   } else {
-    tok.upload(toks, stream, "tokens");
-    pos.upload(poss, stream, "positions");
+    staging.used = 0;  // the previous forward ended with a stream synchronisation
+    stage_upload(tok, toks, "tokens");
+    stage_upload(pos, poss, "positions");
     cuda::embed(tok.p, embed.p, x.p, T, H, stream);
 
     std::vector<cuda::AttnItem> hitems(B);
     for (int b = 0; b < B; ++b)
       hitems[b] = {row0[b], items[b].n, static_cast<int32_t>(items[b].start_pos), 0};
-    items_d.upload(hitems, stream, "attention items");
+    stage_upload(items_d, hitems, "attention items");
 
     std::vector<float> kv_host, tmp;
     std::vector<int64_t> dst_h(static_cast<size_t>(T) * Hkv);
@@ -813,7 +912,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           }
         }
       ensure_pool();
-      dst_slot.upload(dst_h, stream, "append slots");
+      stage_upload(dst_slot, dst_h, "append slots");
       cuda::kv_append(qkv.p, T, Hq, Hkv, D, dst_slot.p, pos.p, k_pool, v_pool, pos_pool, stream);
 
       // Query history (host ring, as the CPU backend) for window-attention policies.
@@ -847,21 +946,24 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
         for (int h = 0; h < Hkv; ++h) off_h[static_cast<size_t>(b) * Hkv + h] = pt_store->offset(items[b].seq, l, h);
       std::vector<int32_t> nvec(B);
       for (int b = 0; b < B; ++b) nvec[b] = items[b].n;
-      const cuda::AttnPlan plan = cuda::plan_attention(nvec, len_h, Hkv, G, 4LL * prop.multiProcessorCount);
-      pt_off.upload(off_h, stream, "page tables");
-      units_d.upload(plan.units, stream, "attention plan");
-      groups_d.upload(plan.groups, stream, "attention plan");
-      part_o.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * D, "attention partials");
-      part_ml.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * 2, "attention partials");
+      stage_upload(pt_off, off_h, "page tables");
       cuda::AttnArgs aa = attn_args();
       aa.items = items_d.p;
-      aa.units = units_d.p;
-      aa.num_units = static_cast<int>(plan.units.size());
-      aa.groups = groups_d.p;
-      aa.num_groups = static_cast<int>(plan.groups.size());
       aa.pt_off = pt_off.p;
       aa.lse = needs.attention_colsum ? lse.p : nullptr;
-      cuda::attention(aa, stream);
+      if (!attention_prefill_fast(aa, nvec, len_h, T)) {
+        const cuda::AttnPlan plan = cuda::plan_attention(nvec, len_h, Hkv, G, 4LL * prop.multiProcessorCount);
+        stage_upload(units_d, plan.units, "attention plan");
+        stage_upload(groups_d, plan.groups, "attention plan");
+        part_o.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * D, "attention partials");
+        part_ml.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * 2, "attention partials");
+        aa.units = units_d.p;
+        aa.num_units = static_cast<int>(plan.units.size());
+        aa.groups = groups_d.p;
+        aa.num_groups = static_cast<int>(plan.groups.size());
+        for (const cuda::AttnUnit& u : plan.units) aa.max_rows = std::max(aa.max_rows, static_cast<int>(u.nrows));
+        cuda::attention(aa, stream);
+      }
 
       std::vector<std::vector<float>> colsum_h;
       if (needs.attention_colsum) {
@@ -872,8 +974,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           total += len_h[bh];
         }
         colsum.grow(std::max<int64_t>(total, 1), "colsum");
-        colsum_off.upload(coff, stream, "colsum");
-        head_len.upload(len_h, stream, "colsum");
+        stage_upload(colsum_off, coff, "colsum");
+        stage_upload(head_len, len_h, "colsum");
         cuda::attention_colsum(aa, B, head_len.p, colsum_off.p, max_len, colsum.p, stream);
         tmp.resize(total);
         check(cudaMemcpyAsync(tmp.data(), colsum.p, total * sizeof(float), cudaMemcpyDeviceToHost, stream), "colsum");
@@ -1152,7 +1254,8 @@ std::string CudaBackend::report() const {
                    ms_step, gbps);
   if (d.roofline_gbps > 0) s += fmt::format(", roofline {:.1f} GB/s (copy kernel), {:.1f}%", d.roofline_gbps, 100.0 * gbps / d.roofline_gbps);
   s += "\n";
-  s += fmt::format("prefill: {} tokens, {:.1f} tok/s\n", d.prefill_tokens, d.prefill_s > 0 ? d.prefill_tokens / d.prefill_s : 0.0);
+  s += fmt::format("prefill: {} tokens, {:.1f} tok/s, attention {} (KVB_CUDA_PREFILL_ATTN=native: attention.cu)\n",
+                   d.prefill_tokens, d.prefill_s > 0 ? d.prefill_tokens / d.prefill_s : 0.0, d.prefill_attention_name());
   s += fmt::format("decode_graphs: {} ({} captures, {} replays; KVB_CUDA_GRAPHS=0 switches them off)\n",
                    d.graphs ? "on" : "off", d.graph_captures, d.graph_replays);
   return s;

@@ -78,6 +78,10 @@ struct AttnArgs {
   float* lse = nullptr;              ///< [T, Hq] log-sum-exp of each row's scores (nullable)
   float* part_o = nullptr;           ///< [num_parts, kAttnRows, D] unnormalised partial outputs
   float* part_ml = nullptr;          ///< [num_parts, kAttnRows, 2] running max and sum
+  /// Most query rows of any unit of the launch (0: unknown). When it is at most 8 and the head
+  /// dim is 64 or 128, attention() runs attention_decode.cu's register-streaming kernel for the
+  /// units (decode steps) unless KVB_CUDA_DECODE_ATTN=tiled.
+  int max_rows = 0;
   /// Device {units, groups} actually in use (nullable). Set by CUDA-graph launches, whose grids
   /// are sized to a capacity (num_units, num_groups = plan.h attention_bound) so that one capture
   /// serves every step: blocks at or past the device count exit at once.
@@ -89,6 +93,16 @@ struct AttnArgs {
 /// through shared memory with an online softmax (flash attention); split units write partials,
 /// merged by a second kernel. Requires D % 8 == 0 and D ≤ 256 (else kvb::Error).
 void attention(const AttnArgs& a, cudaStream_t s);
+
+/// Whether attention_decode_units serves head dim D with units of at most `max_rows` rows (D 64 or
+/// 128, 1 ≤ max_rows ≤ 8).
+bool attention_decode_supported(int D, int max_rows);
+
+/// The units of `a` (not the split-KV combine) on the decode kernel of attention_decode.cu: each
+/// block streams its key range from the pool into registers, 16 bytes per lane per K and V row,
+/// four keys in flight per thread. Same outputs as attention()'s unit pass. Throws kvb::Error when
+/// !attention_decode_supported(a.D, max_rows) or on a launch failure.
+void attention_decode_units(const AttnArgs& a, int max_rows, cudaStream_t s);
 
 /// Window attention for policies: probs[r, t] = softmax_t(q[r]·K[t]·scale) over the L keys of
 /// one head (pages), with keys whose position > qpos[r] masked to probability 0. q [R, D] f32,

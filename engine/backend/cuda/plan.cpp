@@ -94,6 +94,43 @@ AttnBound attention_bound(std::span<const int32_t> n, int Hkv, int G, int64_t ta
   return {chunks + (target_units > chunks ? target_units : 0), chunks};
 }
 
+FiRequests fi_requests(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int P) {
+  const int64_t B = static_cast<int64_t>(n.size());
+  if (B < 1 || Hkv < 1 || P < 1) fail("fi_requests: {} items, Hkv={}, P={} must be ≥ 1", B, Hkv, P);
+  if (len.size() != static_cast<size_t>(B * Hkv)) fail("fi_requests: {} head lengths for {} items × {} kv heads", len.size(), B, Hkv);
+  std::vector<int64_t> row0(B + 1, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    if (n[b] < 1) fail("fi_requests: item {} has {} new tokens", b, n[b]);
+    row0[b + 1] = row0[b] + n[b];
+  }
+  const int64_t T = row0[B], R = B * Hkv;
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (T * Hkv > kMax || R + 1 > kMax) fail("fi_requests: {} rows × {} kv heads exceed 2^31 − 1", T, Hkv);
+  FiRequests r;
+  r.num_requests = static_cast<int32_t>(R);
+  r.num_items = static_cast<int32_t>(B);
+  r.tokens = static_cast<int32_t>(T);
+  r.total_rows = T * Hkv;
+  r.qo_indptr.assign(R + 1, 0);
+  r.kv_indptr.assign(R + 1, 0);
+  r.last_page_len.assign(R, 0);
+  int64_t pages_total = 0;
+  for (int h = 0; h < Hkv; ++h)
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t q = h * B + b;
+      const int32_t l = len[b * Hkv + h];
+      if (l < n[b]) fail("fi_requests: kv head {} of item {} holds {} tokens, fewer than its {} new ones", h, b, l, n[b]);
+      const int64_t pages = (static_cast<int64_t>(l) + P - 1) / P;
+      pages_total += pages;
+      if (pages_total > kMax) fail("fi_requests: more than 2^31 − 1 pages in one launch");
+      r.qo_indptr[q] = static_cast<int32_t>(h * T + row0[b]);
+      r.kv_indptr[q + 1] = static_cast<int32_t>(pages_total);
+      r.last_page_len[q] = static_cast<int32_t>(l - (pages - 1) * P);
+    }
+  r.qo_indptr[R] = static_cast<int32_t>(Hkv * T);
+  return r;
+}
+
 PageTableStore::PageTableStore(int layers, int kv_heads) : L_(layers), Hkv_(kv_heads) {
   if (layers < 1 || kv_heads < 1) fail("PageTableStore: {} layers, {} kv heads must be ≥ 1", layers, kv_heads);
 }

@@ -59,6 +59,23 @@ struct AttnBound {
 };
 AttnBound attention_bound(std::span<const int32_t> n, int Hkv, int G, int64_t target_units);
 
+/// The request arrays of one layer's FlashInfer batch-prefill launch (attention_fi.h): request
+/// r = h·B + b is (item b, kv head h), with one KV head and the G query heads of its group.
+/// qo_indptr [R + 1]: request r's query rows start at row qo_indptr[r] of the per-kv-head packed
+/// queries [Hkv][T][G][D] (= h·T + the item's first token; the last entry is Hkv·T);
+/// kv_indptr [R + 1]: prefix sums of ⌈len / P⌉ pages; last_page_len [R]: tokens on the request's
+/// last page (1 … P). `total_rows` = Hkv·T.
+struct FiRequests {
+  std::vector<int32_t> qo_indptr, kv_indptr, last_page_len;
+  int32_t num_requests = 0, num_items = 0, tokens = 0;
+  int64_t total_rows = 0;
+};
+
+/// Builds FiRequests for `n[b]` new tokens of item b (≥ 1) and head lengths `len[b·Hkv + h]`
+/// (≥ n[b], after this step's append) with P-token pages. Throws kvb::Error on inconsistent
+/// input (sizes, n < 1, len < n, Hkv or P < 1, more than 2³¹ − 1 rows or pages).
+FiRequests fi_requests(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int P);
+
 /// Host bookkeeping of the CUDA backend's device-resident page tables: an image, kept equal to
 /// the device table, of every (sequence, layer, kv head) page list, laid out
 /// [row][layer][head][capacity] i32 (row = the sequence's slot), and, per head, how many leading
