@@ -289,8 +289,7 @@ void register_bench(CLI::App& app) {
   c->add_option("--case", a->cases,
                 "Run this configuration instead of --context/--gen/--batch/--policy/--budget, on the same weights: "
                 "\"CONTEXT GEN BATCH [POLICY [BUDGET]]\" (BATCH '-' with --memory); repeatable, run in order")
-      ->expected(1)
-      ->take_all();
+      ->allow_extra_args(false);
   c->add_flag("--plan-only", a->plan_only, "With --memory: print the batch and memory plan of each case, run nothing");
   c->add_option("--json", a->json, "Also write the rows, the memory plan and the device report to FILE as JSON");
   c->add_option("--policy", a->policy, "KV policy spec");
