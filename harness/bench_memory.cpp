@@ -90,8 +90,9 @@ BenchMemoryPlan plan_bench_memory(const BenchMemoryInput& in, const Policy* poli
         peak = std::max(in.context, std::min(in.context, B) + in.gen);
         plan.footprint = "decode=false: max(context, min(context, B) + gen)";
       } else if (chunked) {
-        peak = std::min(full, B + b - 1 + chunk);
-        plan.footprint = "compress=chunked: min(context + gen, B + buffer - 1 + prefill chunk)";
+        // Prefill: a head below B + buffer gains a chunk, never beyond the prompt; decode: B + buffer.
+        peak = std::min(full, std::max(std::min(in.context, B + b - 1 + chunk), B + b));
+        plan.footprint = "compress=chunked: min(context + gen, max(min(context, B + buffer - 1 + prefill chunk), B + buffer))";
       } else {
         peak = std::max(in.context, std::min(full, B + b));
         plan.footprint = "compress=prompt_end: max(context, min(context + gen, B + buffer)) (whole prompt held before compression)";

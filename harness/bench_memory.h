@@ -11,9 +11,12 @@
 //     it is compressed, and every sequence of the batch is prefilled at the same time, so the
 //     peak is max(context, min(context + gen, B + b)): at a long prompt a compressing policy buys
 //     no batch over the full cache unless it generates far more than it reads (R-KV's setting),
-//     or runs compress=chunked, whose peak is min(context + gen, B + b − 1 + chunk) (a head is
-//     compressed after any step that brings it to B + b; a prefill step adds up to --prefill-chunk
-//     tokens first). budget_kind=ratio uses B = ceil(ratio · (context + gen)); budget_kind=global
+//     or runs compress=chunked, whose peak is min(context + gen, max(min(context, B + b − 1 +
+//     chunk), B + b)) (a head is compressed after any step that brings it to B + b; a prefill step
+//     adds up to --prefill-chunk tokens first, and decode one). These are upper bounds where a
+//     backend compresses layer by layer inside the step that ends a prompt of ONE chunk (the CPU
+//     backend then never holds every layer's whole prompt at once); for a prompt longer than a
+//     chunk every layer holds all but the last chunk before any is compressed. budget_kind=ratio uses B = ceil(ratio · (context + gen)); budget_kind=global
 //     (heads ragged, their total bounded) counts the total plus one partial page per head.
 //     Policies whose footprint is not the per-head schedule (PyramidKV, AdaKV, CAKE and any
 //     policy without a `buffer` parameter) are sized as the full cache, an upper bound;

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/backend/backend.h"
 #include "engine/engine.h"
 #include "engine/util/error.h"
 #include "engine/util/memory.h"
@@ -134,6 +135,8 @@ void run_bench(BenchArgs a) {
   std::vector<BenchArgs> runs;  // parsed before the weights load: a bad --case fails at once
   for (const std::string& text : a.cases) runs.push_back(parse_case(text, a));
   if (runs.empty()) runs.push_back(a);
+  // Before an 8B shape's weights are generated (minutes on a few cores): the backend must exist.
+  if (!a.plan_only) check_backend_name(a.backend);
   if (a.plan_only) {
     // The plan alone: a --model-shape needs no weights (its random F32 weights are 4 B per parameter).
     if (a.memory_gib <= 0) fail("--plan-only: needs --memory");

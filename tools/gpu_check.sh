@@ -126,5 +126,21 @@ want vs_transformers && {
     ${GPU_VS_TRANSFORMERS_CASES:+--cases "$GPU_VS_TRANSFORMERS_CASES"}
   cp "$LOGS/vs_transformers.tsv" "$OUT/vs_transformers.tsv" 2>/dev/null
 }
+# memory (only when GPU_CHECK_STEPS names it): throughput at a fixed memory budget, kvbench bench
+# --memory (docs/architecture.md, "Throughput at a fixed memory budget"): the largest batch whose
+# weights + peak KV + work buffers fit in GPU_MEMORY_GIB (default 24) GiB, full vs trimkv vs rkv at
+# budget 1024 on the Qwen3-8B shape, one process (weights generated once); each case prints
+# memory_plan / memory_result and the device report (device_used_GiB); $OUT/memory.json. Default
+# cases: a 256-token prompt and 2,048 generated (R-KV's setting: full peaks at 2,304 tokens per
+# head, the policies at 1,152), prefill chunk 128; about 3 minutes on an H100.
+want memory && {
+  mem_cases=()
+  IFS=';' read -ra mem_list <<<"${GPU_MEMORY_CASES:-256 2048 - full;256 2048 - trimkv:random_gates=0 1024;256 2048 - rkv 1024}"
+  for mc in "${mem_list[@]}"; do mem_cases+=(--case "$mc"); done
+  GPU_CHECK_STEP_TIMEOUT="$(( ${GPU_CHECK_STEP_TIMEOUT:-300} > 420 ? ${GPU_CHECK_STEP_TIMEOUT:-300} : 420 ))" \
+    step memory "$KVB/bin/kvbench" bench --backend cuda --model-shape qwen3-8b --memory "${GPU_MEMORY_GIB:-24}" \
+    --prefill-chunk 128 --json "$LOGS/memory.json" "${mem_cases[@]}"
+  cp "$LOGS/memory.json" "$OUT/memory.json" 2>/dev/null
+}
 echo "gpu_check: $fails step(s) failed; logs in $OUT"
 [ $fails -eq 0 ]

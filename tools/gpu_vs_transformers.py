@@ -19,8 +19,10 @@ with torch and transformers but no network. For every case "CONTEXT BATCH POLICY
    kvbench times them (decode tok/s = batch × (gen − 1) / seconds). A warm-up at the case's batch
    comes first; the median of --reps timed runs (one for cases of 64K prompt tokens or more).
    transformers always runs the full cache (it has no TRIM-KV): the policy column is kvbench's.
-   A case transformers cannot hold writes `oom` in its two cells (torch's OutOfMemoryError is
-   caught per case); a failed kvbench writes `error` in its cells.
+   A case transformers cannot hold writes `oom` in its two cells (torch's OutOfMemoryError, or a
+   RuntimeError saying out of memory, caught per case); any other failure of a case writes
+   `error` (traceback in the log) and the next case still runs; a failed kvbench writes `error`
+   in its cells (exit 1).
 3. Writes the TSV: context batch policy kvbench_prefill_tok_s hf_prefill_tok_s
    kvbench_decode_tok_s hf_decode_tok_s decode_roofline_pct, one row per case in case order.
 
@@ -39,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 DEFAULT_CASES = "8192 1 full; 2048 64 full; 32768 4 trimkv:random_gates=0 1024; 32768 1 full"
 COLUMNS = ["context", "batch", "policy", "kvbench_prefill_tok_s", "hf_prefill_tok_s", "kvbench_decode_tok_s",
@@ -242,6 +245,14 @@ class HF:
             return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
         except oom:
             return "oom"
+        except RuntimeError as e:  # cuBLAS / cuDNN allocation failures arrive as RuntimeError
+            if "out of memory" in str(e) or "ALLOC_FAILED" in str(e):
+                return "oom"
+            traceback.print_exc()
+            return "error"
+        except Exception:  # one broken case must not lose the others' cells
+            traceback.print_exc()
+            return "error"
         finally:
             import gc
             gc.collect()
@@ -286,7 +297,7 @@ def main(argv=None):
     with open(a.out) as f:
         sys.stdout.write(f.read())
     print(f"vs_transformers: {a.out} in {time.time() - t0:.0f} s", flush=True)
-    return 1 if any(k == "error" for k in kv) else 0
+    return 1 if any(k == "error" for k in kv) or any(h == "error" for h in hf) else 0
 
 
 if __name__ == "__main__":

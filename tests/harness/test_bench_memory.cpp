@@ -90,6 +90,12 @@ TEST(BenchMemory, ChunkedCompressionBoundsThePrefill) {
   EXPECT_EQ(pl.pages_per_seq, kHeads * 11);  // ceil(175 / 16)
   pl = plan(stories(1000, 10, 16), "rkv:compress=chunked,buffer=1", 32);
   EXPECT_EQ(pl.peak_tokens_per_head, 32 + 16);
+  // A prompt shorter than B + buffer never compresses in prefill: decode's B + buffer is the peak.
+  pl = plan(stories(100, 300), "rkv:compress=chunked", 32);
+  EXPECT_EQ(pl.peak_tokens_per_head, 160);
+  // ... and a short generation stops below it.
+  pl = plan(stories(100, 20), "rkv:compress=chunked", 32);
+  EXPECT_EQ(pl.peak_tokens_per_head, 120);
 }
 
 TEST(BenchMemory, DecodeFalseAndRatioAndGlobalBudgets) {
@@ -111,7 +117,7 @@ TEST(BenchMemory, DecodeFalseAndRatioAndGlobalBudgets) {
 
 TEST(BenchMemory, UnevenBudgetsAreSizedAsTheFullCache) {
   for (const char* spec : {"pyramidkv", "adakv"}) {
-    const auto pl = plan(stories(100, 300), spec, 64);
+    const auto pl = plan(stories(100, 300), spec, 128);
     EXPECT_EQ(pl.peak_tokens_per_head, 400) << spec;
     EXPECT_NE(pl.footprint.find("full cache"), std::string::npos) << spec << ": " << pl.footprint;
   }
@@ -161,8 +167,9 @@ nlohmann::json bench_json(const std::string& args, std::string* out) {
 }
 
 /// The --memory (GiB, as text) that holds exactly `batch` sequences of this configuration.
-std::string memory_for(int64_t batch, int64_t context, int64_t gen, const std::string& spec, int64_t budget) {
-  BenchMemoryInput in = stories(context, gen);
+std::string memory_for(int64_t batch, int64_t context, int64_t gen, const std::string& spec, int64_t budget,
+                       int chunk = 512) {
+  BenchMemoryInput in = stories(context, gen, chunk);
   in.host_weight_bytes = kvb::Model::random(in.config, 1)->weight_bytes();
   const auto pl = plan(in, spec, budget);
   // Half a sequence above batch `batch`: that batch fits, the next does not.
@@ -175,14 +182,17 @@ TEST(BenchMemoryCli, PicksTheBatchAndHoldsThePlannedPeakOnTheCpu) {
   struct Case {
     std::string spec;
     int64_t budget, context, gen, batch;
+    int chunk;
   };
-  // Full cache: 64 + 8 tokens → 5 pages per head. R-KV at B 32: the 200-token prompt is held whole
-  // (13 pages per head) before it is compressed.
-  for (const Case& c : {Case{"full", 0, 64, 8, 3}, Case{"rkv", 32, 200, 8, 5}}) {
+  // Full cache: 64 + 8 tokens → 5 pages per head. R-KV at B 32: the 184-token prompt, prefilled in
+  // chunks of 60, is held whole by every layer (12 pages per head: the last 4-token chunk fits the
+  // 12th page) before the layers are compressed one by one in the step that ends it. (A prompt of
+  // one chunk is compressed layer by layer as it is appended: the plan is then an upper bound.)
+  for (const Case& c : {Case{"full", 0, 64, 8, 3, 512}, Case{"rkv", 32, 184, 8, 5, 60}}) {
     std::string out;
-    const std::string mem = memory_for(c.batch, c.context, c.gen, c.spec, c.budget);
-    const auto j = bench_json(fmt::format("--context {} --gen {} --policy {} --budget {} --memory {}", c.context,
-                                          c.gen, c.spec, c.budget, mem),
+    const std::string mem = memory_for(c.batch, c.context, c.gen, c.spec, c.budget, c.chunk);
+    const auto j = bench_json(fmt::format("--context {} --gen {} --policy {} --budget {} --prefill-chunk {} --memory {}",
+                                          c.context, c.gen, c.spec, c.budget, c.chunk, mem),
                               &out);
     ASSERT_TRUE(j.is_object()) << out;
     EXPECT_NE(out.find("memory_plan:"), std::string::npos) << out;
@@ -191,6 +201,7 @@ TEST(BenchMemoryCli, PicksTheBatchAndHoldsThePlannedPeakOnTheCpu) {
     const auto& row = j["rows"][0];
     EXPECT_EQ(row["batch"], c.batch) << c.spec;
     EXPECT_EQ(row["memory_plan"]["batch"], c.batch) << c.spec;
+    EXPECT_EQ(row["memory_plan"]["pages_per_seq"], 20 * (c.spec == "full" ? 5 : 12)) << c.spec;
     EXPECT_GT(row["decode_tok_s"].get<double>(), 0) << c.spec;
     // The run held exactly the planned peak: the plan is the peak, not an over-estimate.
     EXPECT_EQ(row["kv_pages_peak"].get<int64_t>(), c.batch * row["memory_plan"]["pages_per_seq"].get<int64_t>())
@@ -212,7 +223,7 @@ TEST(BenchMemoryCli, BadMemoryIsOneErrorLineWithExit2) {
       << out;
   // --memory picks the batch: --batch with it is an error.
   EXPECT_EQ(kvb::test::run_cli("bench --model-shape stories260k --memory 1 --batch 2", &out), 2) << out;
-  EXPECT_NE(out.find("kvbench: error: --memory excludes --batch"), std::string::npos) << out;
+  EXPECT_TRUE(kvb::test::contains_all(out, {"kvbench: error: ", "--batch excludes --memory"})) << out;
 }
 
 TEST(BenchCasesCli, CasesRunInOrderOnOneModelAndBadCasesAreErrors) {
