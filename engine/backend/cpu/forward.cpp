@@ -310,6 +310,10 @@ void CpuBackend::attention_block(Step& s, int l) {
       for (int h = 0; h < Hkv; ++h) s.kv_read[b] += cache_.length(items[b].seq, l, h);
     }
   }
+  // The CUDA backend's attention kernels read the queries as bf16 (FlashInfer's tensor-core
+  // prefill needs bf16 operands; the decode kernels round the same way): so does cpu-bf16. The
+  // query history and read selection above keep f32 queries, as on the device.
+  if (bf16_points_) round_bf16(q_.data(), T * Hq * D);
   // Dense items: one task per (item, kv head), its G query heads together against each page.
   attn_tasks_.clear();
   for (size_t b = 0; b < items.size(); ++b) {

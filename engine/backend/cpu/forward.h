@@ -76,7 +76,8 @@ struct ForwardStats {
 class CpuBackend {
  public:
   /// `bf16_points`: round to bf16 where the CUDA backend holds bf16 (the GEMM inputs: normed
-  /// layer input, attention output, SiLU·up, final norm; and the cached K/V rows), accumulating
+  /// layer input, attention output, SiLU·up, final norm; the cached K/V rows; the queries as the
+  /// attention kernels read them), accumulating
   /// in f32 as it does. The `cpu-bf16` verification backend: CUDA-vs-CPU checks compare keep-sets
   /// against it so that only accumulation order, not storage precision, separates the two.
   CpuBackend(const Model& model, KVCache& cache, bool bf16_points = false);

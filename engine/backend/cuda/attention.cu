@@ -16,8 +16,8 @@
 //
 // Limits: D % 8 == 0 and D ≤ 256 (DPL = ⌈D/32⌉ ∈ {1, 2, 4, 8} registers per row per lane);
 // shared memory 64·D + 256·(D/2 + 1) + 128·D + 256 bytes (41.5 KB at D = 128, 80.5 KB at 256).
-// Scores on CUDA cores in f32 (no tensor cores yet: prefill at long context is compute-bound
-// here — see engine/backend/cuda/NOTES.md).
+// Scores on CUDA cores in f32 from bf16-rounded queries (the same operands as attention_fi.cu's
+// tensor-core prefill, which serves head dims 64 and 128; see engine/backend/cuda/NOTES.md).
 #include <cuda_bf16.h>
 
 #include <cfloat>
@@ -38,6 +38,8 @@ __device__ __forceinline__ float bf(uint16_t b) { return __uint_as_float(static_
 __device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 __device__ __forceinline__ uint16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+// Queries are read as bf16, as attention_fi.cu's tensor-core kernel reads them (and cpu-bf16).
+__device__ __forceinline__ float bf16_round(float f) { return __bfloat162float(__float2bfloat16_rn(f)); }
 
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) attn_k(AttnArgs a) {
       const int row = u.row0 + r;
       const int64_t t = it.tok0 + row / G;
       const int hq = u.head * G + row % G;
-      v = a.qkv[t * a.q_stride + static_cast<int64_t>(hq) * D + d] * a.scale;
+      v = bf16_round(a.qkv[t * a.q_stride + static_cast<int64_t>(hq) * D + d]) * a.scale;
     }
     q_s[idx] = v;
   }

@@ -14,7 +14,7 @@
 // Output contract identical to attention.cu's attn_k (AttnArgs, kernels.h): unsplit units write
 // normalised bf16 rows (and the log-sum-exp when asked), split units write (m, l, o) partials that
 // attention.cu's combine pass merges. Keys are visible iff pos ≤ the row's position (exact for
-// evicted, ragged heads). Scores and softmax in f32 from f32 q·scale and bf16 K/V, as attn_k;
+// evicted, ragged heads). Scores and softmax in f32 from bf16(q)·scale and bf16 K/V, as attn_k;
 // only the summation order differs (a tree over the 8-dim pieces instead of a serial loop).
 #include <cuda_bf16.h>
 
@@ -33,6 +33,8 @@ constexpr int kUnroll = 4;
 __device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 __device__ __forceinline__ uint16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+// Queries are read as bf16 (as attention_fi.cu's tensor-core prefill and cpu-bf16 read them).
+__device__ __forceinline__ float rq(float f) { return __bfloat162float(__float2bfloat16_rn(f)); }
 
 __device__ __forceinline__ void unpack8(const uint4& u, float* f) {
   f[0] = bf_lo(u.x);
@@ -73,14 +75,14 @@ __global__ void __launch_bounds__(kThreads) attn_dec_k(AttnArgs a) {
       const int hq = u.head * G + row % G;
       const float4* src = reinterpret_cast<const float4*>(a.qkv + t * a.q_stride + static_cast<int64_t>(hq) * D + tx * 8);
       const float4 x = src[0], y = src[1];
-      q[r][0] = x.x * a.scale;
-      q[r][1] = x.y * a.scale;
-      q[r][2] = x.z * a.scale;
-      q[r][3] = x.w * a.scale;
-      q[r][4] = y.x * a.scale;
-      q[r][5] = y.y * a.scale;
-      q[r][6] = y.z * a.scale;
-      q[r][7] = y.w * a.scale;
+      q[r][0] = rq(x.x) * a.scale;
+      q[r][1] = rq(x.y) * a.scale;
+      q[r][2] = rq(x.z) * a.scale;
+      q[r][3] = rq(x.w) * a.scale;
+      q[r][4] = rq(y.x) * a.scale;
+      q[r][5] = rq(y.y) * a.scale;
+      q[r][6] = rq(y.z) * a.scale;
+      q[r][7] = rq(y.w) * a.scale;
       qpos[r] = it.start_pos + row / G;
     }
   }

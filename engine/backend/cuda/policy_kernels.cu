@@ -80,7 +80,8 @@ __global__ void colsum_k(AttnArgs a, const int32_t* len, const int64_t* off, flo
       const int hq = h * a.G + g;
       const float* q = a.qkv + tok * a.q_stride + static_cast<int64_t>(hq) * a.D;
       float acc = 0.0f;
-      for (int d = 0; d < a.D; ++d) acc += q[d] * bf(k[d]);
+      // bf16-rounded queries, as the attention kernels that produced lse read them
+      for (int d = 0; d < a.D; ++d) acc += __bfloat162float(__float2bfloat16_rn(q[d])) * bf(k[d]);
       sum += expf(acc * a.scale - a.lse[tok * a.Hq + hq]);
     }
   }
