@@ -271,6 +271,7 @@ struct CudaBackend::Impl {
   uint8_t* meta_host = nullptr;
   size_t meta_host_n = 0;
   PinnedStaging staging;  // eager steps' uploads (stage_upload)
+  bool gemv = true;       // products of ≤ 8 rows on gemv.cu (KVB_CUDA_GEMV=0: cuBLAS for all)
 #ifdef KVB_HAVE_FLASHINFER
   // Tensor-core prefill attention (attention_fi.h); null when the head dim is not built or
   // KVB_CUDA_PREFILL_ATTN=native.
@@ -315,6 +316,7 @@ struct CudaBackend::Impl {
     pt_store = std::make_unique<cuda::PageTableStore>(L, Hkv);
     seen_shrinks = cache.page_list_shrinks();
     if (const char* g = std::getenv("KVB_CUDA_GRAPHS")) graphs = std::string(g) != "0";
+    if (const char* g = std::getenv("KVB_CUDA_GEMV")) gemv = std::string(g) != "0";
 #ifdef KVB_HAVE_FLASHINFER
     {
       const char* a = std::getenv("KVB_CUDA_PREFILL_ATTN");
@@ -417,6 +419,10 @@ struct CudaBackend::Impl {
 
   /// y[T, out] (f32) = x[T, in] (bf16) · W[out, in]ᵀ (bf16) + β·y.
   void gemm(const uint16_t* xb, const uint16_t* w, float* y, int T, int in, int out, float beta) {
+    if (gemv && cuda::gemv_supported(T, in)) {  // decode steps of up to 8 rows: gemv.cu
+      cuda::gemv_bf16(w, xb, y, T, in, out, beta, stream);
+      return;
+    }
     const float alpha = 1.0f;
     check_blas(cublas().gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha, w, CUDA_R_16BF, in, xb,
                                 CUDA_R_16BF, in, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -1260,6 +1266,11 @@ std::string CudaBackend::report() const {
                    d.prefill_tokens, d.prefill_s > 0 ? d.prefill_tokens / d.prefill_s : 0.0, d.prefill_attention_name());
   s += fmt::format("decode_graphs: {} ({} captures, {} replays; KVB_CUDA_GRAPHS=0 switches them off)\n",
                    d.graphs ? "on" : "off", d.graph_captures, d.graph_replays);
+  s += fmt::format("decode_kernels: products of <= 8 rows on {}, attention on {}\n",
+                   d.gemv ? "gemv.cu (KVB_CUDA_GEMV=0: cuBLAS)" : "cuBLAS",
+                   std::getenv("KVB_CUDA_DECODE_ATTN") && std::string(std::getenv("KVB_CUDA_DECODE_ATTN")) == "tiled"
+                       ? "attention.cu (tiled)"
+                       : "attention_decode.cu (KVB_CUDA_DECODE_ATTN=tiled: attention.cu)");
   return s;
 }
 

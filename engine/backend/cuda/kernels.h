@@ -104,6 +104,15 @@ bool attention_decode_supported(int D, int max_rows);
 /// !attention_decode_supported(a.D, max_rows) or on a launch failure.
 void attention_decode_units(const AttnArgs& a, int max_rows, cudaStream_t s);
 
+/// Whether gemv_bf16 serves T activation rows of width `in` (1 ≤ T ≤ 8, in % 8 == 0).
+bool gemv_supported(int T, int in);
+
+/// Decode-step matrix product y[t, o] = β·y[t, o] + Σ_k W[o, k]·x[t, k] (f32 accumulation) for
+/// W [out, in] bf16 row-major, x [T, in] bf16, y [T, out] f32, T ≤ 8: one warp per output row
+/// streaming the row once (gemv.cu). The same contract as the backend's cuBLAS gemm(). Throws
+/// kvb::Error when !gemv_supported(T, in) or on a launch failure.
+void gemv_bf16(const uint16_t* W, const uint16_t* x, float* y, int T, int in, int out, float beta, cudaStream_t s);
+
 /// Window attention for policies: probs[r, t] = softmax_t(q[r]·K[t]·scale) over the L keys of
 /// one head (pages), with keys whose position > qpos[r] masked to probability 0. q [R, D] f32,
 /// qpos [R], probs [R, L] f32.
