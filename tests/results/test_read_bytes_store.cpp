@@ -91,7 +91,7 @@ TEST(ReadBytesStore, V2DatabaseMigratesAndStoresBytesRead) {
   write_v2_db(p, items);
   EXPECT_THROW({ Store ro(p, Store::Mode::kReadOnly); }, kvb::Error);  // needs the migration
   Store s(p);
-  EXPECT_EQ(s.schema_version(), 3);
+  EXPECT_EQ(s.schema_version(), Store::kSchemaVersion);
   const auto old_rows = s.samples({1});
   ASSERT_EQ(old_rows.size(), items.size());
   for (const auto& r : old_rows) EXPECT_FALSE(r.kv_bytes_read_step) << "rows from v2 have no measurement";
