@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -435,6 +436,96 @@ TEST(KvPeak, PromptEndPeakIsTheFullPromptAtEveryChunkAndChunkedSavesIt) {
   EXPECT_EQ(full.kv_bytes_peak, bytes(static_cast<int64_t>(P) + 47));
   EXPECT_EQ(full.kv_bytes_steady, full.kv_bytes_peak);
   EXPECT_EQ(full.kv_bytes_final, full.kv_bytes_peak);
+}
+
+// --- Decode-time keep-sets in position order (issue 33; docs/policies.md, "Compared with kvpress") --
+
+// kvbench compresses while decoding by re-applying the policy to the cache it holds, in position
+// order: a head's slots stay in increasing position order, StreamingLLM keeps the sinks and the
+// newest tokens by age, and KNorm keeps the lowest-norm keys (the earlier of two equal norms) plus
+// its window. The reference below rebuilds every decode-time compression from what the cache held
+// after the previous step plus the new token, from positions and key norms alone.
+void expect_decode_keep_sets_in_position_order(const std::string& name, int64_t B, int sinks, int window) {
+  auto m = random_qwen3();
+  const size_t P = 120;
+  const int buffer = 8, forced_n = 60;
+  const std::string spec = name == "streamingllm"
+                               ? "streamingllm:sinks=" + std::to_string(sinks) + ",buffer=" + std::to_string(buffer)
+                               : "knorm:window=" + std::to_string(window) + ",buffer=" + std::to_string(buffer);
+  EngineOptions eo;
+  eo.prefill_chunk = 512;  // the prompt in one step
+  Engine e(m, eo, make_policy(PolicySpec::parse(spec, B)));
+  const int nl = static_cast<int>(m->config().num_layers), nh = static_cast<int>(m->config().num_kv_heads);
+  std::vector<std::vector<int32_t>> held(static_cast<size_t>(nl * nh));  // positions after the previous step
+  auto norm_key = [&](int l, int h, int32_t pos) { return (static_cast<int64_t>(l * nh + h) << 32) | pos; };
+  std::map<int64_t, float> norms;  // key norms seen (f32, as the policy scores), by (layer, head, position)
+  int step = 0, compressions = 0;
+  e.on_step = [&](const KVCache& kv, SeqId sq) {
+    ++step;
+    for (int l = 0; l < nl; ++l)
+      for (int h = 0; h < nh; ++h) {
+        std::vector<int32_t> now;
+        for (int32_t i = 0; i < kv.length(sq, l, h); ++i) {
+          const int32_t pos = kv.position(sq, l, h, i);
+          now.push_back(pos);
+          const float* k = kv.key(sq, l, h, i);
+          double n2 = 0;
+          for (int d = 0; d < kv.config().head_dim; ++d) n2 += static_cast<double>(k[d]) * k[d];
+          norms.emplace(norm_key(l, h, pos), static_cast<float>(std::sqrt(n2)));  // a key never changes once cached
+        }
+        ASSERT_TRUE(std::is_sorted(now.begin(), now.end()) &&
+                    std::adjacent_find(now.begin(), now.end()) == now.end())
+            << "slots out of position order, layer " << l << " head " << h;
+        auto& prev = held[static_cast<size_t>(l * nh + h)];
+        if (step == 1) {  // the prompt: compressed once at its end
+          if (name == "streamingllm") {
+            std::vector<int32_t> want;
+            for (int32_t p = 0; p < sinks; ++p) want.push_back(p);
+            for (int32_t p = static_cast<int32_t>(P) - static_cast<int32_t>(B - sinks); p < static_cast<int32_t>(P); ++p)
+              want.push_back(p);
+            EXPECT_EQ(now, want) << "prompt end, layer " << l << " head " << h;
+          }
+          prev = now;
+          continue;
+        }
+        std::vector<int32_t> cand = prev;
+        cand.push_back(static_cast<int32_t>(P) + step - 2);  // the token this decode step appended
+        if (now.size() == cand.size()) {
+          EXPECT_EQ(now, cand) << "step " << step;
+          prev = now;
+          continue;
+        }
+        ++compressions;
+        ASSERT_EQ(static_cast<int64_t>(cand.size()), B + buffer) << "compressed before B + buffer";
+        std::vector<int32_t> want;
+        if (name == "streamingllm") {
+          want.assign(cand.begin(), cand.begin() + sinks);  // the oldest by position...
+          want.insert(want.end(), cand.end() - (B - sinks), cand.end());  // ...and the newest by position
+        } else {
+          const size_t older = cand.size() - static_cast<size_t>(window);
+          std::vector<size_t> idx(older);
+          for (size_t i = 0; i < older; ++i) idx[i] = i;
+          std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+            return norms.at(norm_key(l, h, cand[a])) < norms.at(norm_key(l, h, cand[b]));  // ties: earlier first
+          });
+          for (int64_t i = 0; i < B - window; ++i) want.push_back(cand[idx[static_cast<size_t>(i)]]);
+          want.insert(want.end(), cand.end() - window, cand.end());
+          std::sort(want.begin(), want.end());
+        }
+        EXPECT_EQ(now, want) << name << " step " << step << " layer " << l << " head " << h;
+        prev = now;
+      }
+  };
+  e.score(prompt_of(P, m->config().vocab_size), prompt_of(forced_n + 1, m->config().vocab_size));
+  EXPECT_GE(compressions, nl * nh * 5) << "expected several decode-time compressions per head";
+}
+
+TEST(DecodeKeepSets, StreamingLLMKeepsSinksAndNewestByPosition) {
+  expect_decode_keep_sets_in_position_order("streamingllm", 24, 4, 0);
+}
+
+TEST(DecodeKeepSets, KnormKeepsLowestNormKeysAndWindowInPositionOrder) {
+  expect_decode_keep_sets_in_position_order("knorm", 24, 0, 2);
 }
 
 // --- WG-KV ------------------------------------------------------------------------------------
