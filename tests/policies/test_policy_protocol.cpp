@@ -123,11 +123,14 @@ std::vector<ChunkCase> chunk_cases() {
 /// Pins OpenBLAS to one thread for its lifetime. Multithreaded OpenBLAS (0.3.21) does not give
 /// the same bits for a row when the number of rows in the GEMM changes (up to 1.4e-5 on
 /// stories260K's logits with the FULL cache), so the tighter logits check runs single-threaded:
-/// what it checks is the compression protocol, not the BLAS library's reduction order. Even
-/// single-threaded, OpenBLAS's AVX-512 (SkylakeX/Zen 4) SGEMM kernels block by the row count,
-/// so a chunk of 64 rows and the whole prompt sum in another order: measured up to 1.7e-5 on an
-/// AMD EPYC (Zen 4), < 1e-5 on AVX2 machines. The bound is 5e-5 (logits of magnitude ~10: a few
-/// f32 ulps per layer), still half the threaded one; tokens and evictions are compared exactly.
+/// what it checks is the compression protocol, not the BLAS library's reduction order. The
+/// prefill GEMM now calls sgemm in one fixed 64-row shape (matmul.h), so rows of pieces of 64 or
+/// more rows get the same bits in a chunk as in the whole prompt on every CPU; but a prompt's
+/// last chunk can be shorter than 64 rows and then takes the f32 tile kernel (the decode path),
+/// which sums in another order than sgemm. Before the fixed shape, OpenBLAS's AVX-512 kernels
+/// blocked by the row count: up to 1.7e-5 on an AMD EPYC (Zen 4), < 1e-5 on AVX2 machines. The
+/// bound is 5e-5 (logits of magnitude ~10: a few f32 ulps per layer), still half the threaded
+/// one; tokens and evictions are compared exactly.
 struct OneBlasThread {
   OneBlasThread() : n(openblas_get_num_threads()) { openblas_set_num_threads(1); }
   ~OneBlasThread() { openblas_set_num_threads(n); }
