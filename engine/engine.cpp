@@ -150,7 +150,6 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
   auto finish = [&](Active& a, FinishReason why) {
     GenerationResult& r = result_of(a);
     r.finish = why;
-    r.decode_s = a.t_first.time_since_epoch().count() ? secs(a.t_first, clock_t_::now()) : 0;
     r.kv_bytes_final = cache_->bytes(a.seq);
     r.kv_bytes_peak = cache_->peak_bytes(a.seq);
     r.evictions = cache_->evictions(a.seq);
@@ -223,10 +222,20 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
     a.next = token;
   };
 
-  auto track_peak = [&](Active& a) {
+  // After a step of `a` (its KV step already closed): token peak, steady footprint once the
+  // turn's input is done (`after_input`), the on_step hook.
+  auto track_peak = [&](Active& a, bool after_input) {
     GenerationResult& r = result_of(a);
     r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_->token_bytes(a.seq));
+    if (after_input) r.kv_bytes_steady = std::max(r.kv_bytes_steady, cache_->bytes(a.seq));
     if (on_step) on_step(*cache_, a.seq);
+  };
+  // One forward step: its sequences' frees count toward their KV peak until it ends
+  // (KVCache::begin_step / end_step).
+  auto step = [&](std::span<ForwardItem> items) {
+    for (const auto& it : items) cache_->begin_step(it.seq);
+    impl_->backend->forward(items, policy_.get(), logits, &fs);
+    for (const auto& it : items) cache_->end_step(it.seq);
   };
 
   while (!pending.empty() || !active.empty()) {
@@ -272,7 +281,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       }
       if (items.empty()) break;
       const auto t0 = clock_t_::now();
-      impl_->backend->forward(items, policy_.get(), logits, &fs);
+      step(items);
       const double dt = secs(t0, clock_t_::now());
       size_t li = 0;
       for (size_t k = 0; k < items.size(); ++k) {
@@ -281,7 +290,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
         a->pos += items[k].n;
         result_of(*a).prefill_s += dt;
         result_of(*a).policy_s += fs.policy_s / items.size();
-        track_peak(*a);
+        track_peak(*a, items[k].want_logits);
         if (items[k].want_logits) {
           const int32_t t = sample_token(&logits[li * V], V, reqs[a->req].sampling, a->rng, scratch);
           ++li;
@@ -314,9 +323,13 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
     bool on_device = true;
     for (const auto& up : active) on_device = on_device && impl_->backend->device_sampling(reqs[up->req].sampling);
     std::vector<int32_t> sampled;
+    // The results this step's time goes to (accept() may move a sequence on to its next turn).
+    std::vector<GenerationResult*> step_results;
+    for (const auto& up : active) step_results.push_back(&result_of(*up));
+    const auto t_step = clock_t_::now();
     if (on_device) {
       impl_->backend->defer_logits();
-      impl_->backend->forward(items, policy_.get(), logits, &fs);
+      step(items);
       std::vector<SamplingParams> sp(active.size());
       std::vector<float> u(active.size(), 0.0f);
       for (size_t k = 0; k < active.size(); ++k) {
@@ -325,16 +338,21 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       }
       sampled = impl_->backend->sample_rows(sp, u);
     } else {
-      impl_->backend->forward(items, policy_.get(), logits, &fs);
+      step(items);
     }
     for (size_t k = 0; k < active.size(); ++k) {
       Active& a = *active[k];
       a.pos += 1;
       result_of(a).policy_s += fs.policy_s / active.size();
       count_reads(result_of(a), fs, k, cache_->kv_bytes_per_token());
-      track_peak(a);
+      track_peak(a, true);
       const int32_t t = on_device ? sampled[k] : sample_token(&logits[k * V], V, reqs[a.req].sampling, a.rng, scratch);
       accept(a, t);
+    }
+    const double dt = secs(t_step, clock_t_::now());
+    for (GenerationResult* r : step_results) {
+      r->decode_s += dt;
+      r->decode_share_s += dt / static_cast<double>(step_results.size());
     }
     active.erase(std::remove_if(active.begin(), active.end(), [](const auto& a) { return a->done; }),
                  active.end());
@@ -369,11 +387,14 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
     it.want_logits = it.prefill_last;
     it.history = &hist;
     std::vector<ForwardItem> items{it};
+    cache_->begin_step(seq);
     impl_->backend->forward(items, policy_.get(), logits, &fs);
+    cache_->end_step(seq);
     r.policy_s += fs.policy_s;
     done += it.n;
     pos += it.n;
     r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_->token_bytes(seq));
+    if (it.prefill_last) r.kv_bytes_steady = cache_->bytes(seq);
     if (on_step) on_step(*cache_, seq);
   }
   r.prefill_s = secs(t0, clock_t_::now());
@@ -387,14 +408,18 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
     it.start_pos = pos++;
     it.history = &hist;
     std::vector<ForwardItem> items{it};
+    cache_->begin_step(seq);
     impl_->backend->forward(items, policy_.get(), logits, &fs);
+    cache_->end_step(seq);
     r.policy_s += fs.policy_s;
     count_reads(r, fs, 0, cache_->kv_bytes_per_token());
     r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_->token_bytes(seq));
+    r.kv_bytes_steady = std::max(r.kv_bytes_steady, cache_->bytes(seq));
     if (on_step) on_step(*cache_, seq);
     all.insert(all.end(), logits.begin(), logits.begin() + V);
   }
   r.decode_s = secs(t1, clock_t_::now());
+  r.decode_share_s = r.decode_s;
   r.evictions = cache_->evictions(seq);
   r.kv_bytes_peak = cache_->peak_bytes(seq);
   r.kv_bytes_final = cache_->bytes(seq);

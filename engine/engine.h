@@ -65,10 +65,27 @@ struct GenerationResult {
   std::string text;              ///< decoded (special tokens skipped; cut at a stop string)
   FinishReason finish = FinishReason::kLength;
   int64_t prompt_tokens = 0;
-  double prefill_s = 0, decode_s = 0, ttft_s = 0;  ///< ttft: from request start to first token
+  /// prefill_s: wall seconds of the prefill steps this sequence took part in (a step batched with
+  /// other sequences counts whole for each); decode_s: likewise for its decode steps (from
+  /// forward to sampling; other sequences' prefill steps in between do not count); ttft: from
+  /// the request's start (admission) to its first sampled token.
+  double prefill_s = 0, decode_s = 0, ttft_s = 0;
+  /// This sequence's share of its decode steps' wall time: each step's seconds divided by the
+  /// sequences it decoded. Summed over the requests of a generate() call it is the decode wall
+  /// time, so Σ tokens / Σ decode_share_s is the aggregate decode throughput.
+  double decode_share_s = 0;
   double policy_s = 0;           ///< time in policy code (share of this sequence's steps)
   int64_t evictions = 0;
-  size_t kv_bytes_peak = 0, kv_bytes_final = 0;   ///< pages held by this sequence (KVCache::bytes)
+  /// Page bytes (KVCache::page_bytes) of this sequence: its high-water mark (KVCache::peak_bytes:
+  /// counted at allocation, a step's compressions taking effect at the step's end, so under
+  /// compress=prompt_end it is at least the prompt's full-cache bytes, whatever the prefill
+  /// chunk), and what it holds when the request ends.
+  size_t kv_bytes_peak = 0, kv_bytes_final = 0;
+  /// The steady footprint: the most page bytes the sequence holds at the end of any step from the
+  /// end of the turn's input on (the last prefill step, after its prompt-end compression, and
+  /// every decode step, after its compression): budget + buffer per head, page-rounded, for a
+  /// policy that compresses while decoding (docs/results.md, kv_bytes_steady).
+  size_t kv_bytes_steady = 0;
   size_t kv_token_bytes_peak = 0;                  ///< K+V bytes of held tokens (no page rounding)
   /// K+V bytes the attention of this sequence's decode steps read, summed over the steps, layers
   /// and kv heads (ForwardStats::kv_read_tokens × KVCache::kv_bytes_per_token: f32 rows, as

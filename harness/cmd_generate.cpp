@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/util/error.h"
+#include "engine/util/memory.h"
 #include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/model_source.h"
@@ -15,7 +16,7 @@ namespace kvb::cli {
 
 namespace {
 struct GenerateArgs {
-  std::string model, prompt, system, policy = "full", chat_template;
+  std::string model, prompt, system, policy = "full", chat_template, weights = "stored";
   bool chat = false, no_thinking = false;
   int max_new_tokens = 256, prefill_chunk = 512;
   // Unset: the model's generation_config.json defaults (greedy unless do_sample), else greedy.
@@ -29,7 +30,9 @@ struct GenerateArgs {
 
 void run_generate(const GenerateArgs& a) {
   auto policy = make_policy(PolicySpec::parse(a.policy, a.budget));  // a bad spec fails before loading
-  LoadedModel m = load_model(a.model, WeightFormat::kF32, a.chat_template);
+  const WeightFormat wf = parse_weights_option(a.weights);
+  LoadedModel m = load_model(a.model, wf, a.chat_template);
+  release_freed_heap();
   std::string sampling_source;
   const nlohmann::json sampling = resolve_sampling(nlohmann::json::object(), generation_defaults(a.model),
                                                    a.temperature, a.top_p, a.top_k, &sampling_source);
@@ -62,18 +65,19 @@ void run_generate(const GenerateArgs& a) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   const GenerationResult& r = res[0];
-  const double n = static_cast<double>(r.tokens.size());
   std::fprintf(stderr,
-               "[kvbench] prompt %lld tokens, prefill %.3f s (%.1f tok/s), TTFT %.3f s; generated %zu "
-               "tokens, decode %.3f s (%.1f tok/s); finish=%s\n"
-               "[kvbench] policy %s budget %lld: KV bytes peak %zu, final %zu, read per decode step %.0f, "
-               "evictions %lld, "
+               "[kvbench] prompt %lld tokens, prefill %.3f s (prefill %.1f tok/s), TTFT %.3f s; generated %zu "
+               "tokens, %lld decode steps in %.3f s (decode %.1f tok/s); finish=%s\n"
+               "[kvbench] policy %s budget %lld, weights %s: KV bytes peak %zu, steady %zu, final %zu, read per "
+               "decode step %.0f, evictions %lld, "
                "policy time %.1f%%; peak RSS %.1f MiB\n"
                "[kvbench] sampling %s (from %s)\n",
                static_cast<long long>(r.prompt_tokens), r.prefill_s,
-               r.prefill_s > 0 ? r.prompt_tokens / r.prefill_s : 0.0, r.ttft_s, r.tokens.size(), r.decode_s,
-               r.decode_s > 0 ? (n - 1) / r.decode_s : 0.0, finish_reason_name(r.finish), a.policy.c_str(),
-               static_cast<long long>(a.budget), r.kv_bytes_peak, r.kv_bytes_final,
+               r.prefill_s > 0 ? r.prompt_tokens / r.prefill_s : 0.0, r.ttft_s, r.tokens.size(),
+               static_cast<long long>(r.decode_steps), r.decode_s,
+               r.decode_s > 0 ? static_cast<double>(r.decode_steps) / r.decode_s : 0.0, finish_reason_name(r.finish),
+               a.policy.c_str(), static_cast<long long>(a.budget), a.weights.c_str(), r.kv_bytes_peak,
+               r.kv_bytes_steady, r.kv_bytes_final,
                r.decode_steps > 0 ? static_cast<double>(r.kv_read_bytes) / static_cast<double>(r.decode_steps) : 0.0,
                static_cast<long long>(r.evictions),
                (r.prefill_s + r.decode_s) > 0 ? 100.0 * r.policy_s / (r.prefill_s + r.decode_s) : 0.0,
@@ -100,6 +104,9 @@ void register_generate(CLI::App& app) {
   c->add_option("--policy", a->policy, "KV policy spec name[:key=value,...] (see `kvbench policies`)");
   c->add_option("--budget", a->budget, "KV budget: tokens kept per (layer, kv_head)")->check(kvb::cli::non_negative());
   c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());
+  c->add_option("--weights", a->weights,
+                "How weight matrices are held: stored (as the file stores them), f32 or bf16 (converted on load)")
+      ->capture_default_str();
   c->callback([a] { run_generate(*a); });
 }
 

@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "engine/util/memory.h"
 #include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/judge_grading.h"
@@ -84,7 +85,7 @@ struct RunProgress {
   void print(bool final_line) const {
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     const double eta = done ? el / done * (total - done) : 0;
-    std::string line = fmt::format("[{}/{}] {:.1f} tok/s, elapsed {:.0f} s, ETA {:.0f} s", done, total,
+    std::string line = fmt::format("[{}/{}] {:.1f} generated tok/s over the wall time (prefill included), elapsed {:.0f} s, ETA {:.0f} s", done, total,
                                    el > 0 ? gen_tokens / el : 0.0, el, eta);
     if (quiet) return;
     if (tty) std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), final_line ? "\n" : "");
@@ -100,6 +101,8 @@ void store_not_generated(const results::WorkItem& it, const tasks::Example& ex, 
   g.item_key = it.key;
   g.prompt_tokens = static_cast<int64_t>(b.request.prompt.size());
   g.finish_reason = "error: " + b.error;
+  g.kv_bytes_steady = 0;  // nothing held, nothing decoded (zeros like its other measurements)
+  g.decode_share_s = 0.0;
   gens.push_back(g);
   results::GradeRecord gr;
   gr.item_key = it.key;
@@ -152,6 +155,8 @@ results::GenerationRecord generation_record(const results::WorkItem& it, const t
   g.evictions = res.evictions;
   g.kv_bytes_peak = static_cast<int64_t>(res.kv_bytes_peak);
   g.kv_bytes_final = static_cast<int64_t>(res.kv_bytes_final);
+  int64_t steady = static_cast<int64_t>(res.kv_bytes_steady);
+  double share = res.decode_share_s;
   int64_t read_bytes = res.kv_read_bytes, read_steps = res.decode_steps;
   nlohmann::json turns = nlohmann::json::array();
   for (const auto& t : res.followups) {
@@ -161,11 +166,14 @@ results::GenerationRecord generation_record(const results::WorkItem& it, const t
                      {"generated_tokens", t.tokens.size()},
                      {"prefill_s", t.prefill_s},
                      {"decode_s", t.decode_s},
-                     {"kv_bytes_final", t.kv_bytes_final}});
+                     {"kv_bytes_final", t.kv_bytes_final},
+                     {"kv_bytes_steady", t.kv_bytes_steady}});
     turn_texts->push_back(t.text);
     g.generated_tokens += static_cast<int64_t>(t.tokens.size());
     g.prefill_s += t.prefill_s;
     g.decode_s += t.decode_s;
+    share += t.decode_share_s;
+    steady = std::max<int64_t>(steady, static_cast<int64_t>(t.kv_bytes_steady));
     g.kv_bytes_peak = std::max<int64_t>(g.kv_bytes_peak, static_cast<int64_t>(t.kv_bytes_peak));
     read_bytes += t.kv_read_bytes;
     read_steps += t.decode_steps;
@@ -174,6 +182,8 @@ results::GenerationRecord generation_record(const results::WorkItem& it, const t
       g.kv_bytes_final = static_cast<int64_t>(t.kv_bytes_final);
     }
   }
+  g.kv_bytes_steady = steady;
+  g.decode_share_s = share;
   if (read_steps > 0) g.kv_bytes_read_step = static_cast<double>(read_bytes) / static_cast<double>(read_steps);
   g.device_peak_bytes = static_cast<int64_t>(peak_rss_bytes());
   g.extra = {{"policy_s", res.policy_s}, {"kv_token_bytes_peak", res.kv_token_bytes_peak}, {"policy_spec", spec_text}};
@@ -252,7 +262,8 @@ void run_model(const RunArgs& a, const RunGrid& rg, const RunPolicies& policies,
   for (const auto& it : todo)
     if (it.model_id == model_id) groups[{it.policy_label, it.budget}].push_back(&it);
   if (groups.empty()) return;
-  LoadedModel lm = load_model(model_id, a.bf16 ? WeightFormat::kBF16 : WeightFormat::kF32);
+  LoadedModel lm = load_model(rg.spec_of.at(model_id), parse_weights_option(a.weights));
+  release_freed_heap();  // what loading freed (tokenizer build, conversions) goes back to the OS
   for (const auto& [key, group] : groups) {
     const std::string& spec_text = policies.label_to_spec.at(key.first);
     EngineOptions eo;
@@ -269,7 +280,12 @@ void run_model(const RunArgs& a, const RunGrid& rg, const RunPolicies& policies,
   }
 }
 
-void run_main(const RunArgs& a) {
+void run_main(RunArgs a) {
+  if (a.bf16) {
+    if (a.weights != "stored" && a.weights != "bf16") fail("--bf16-weights contradicts --weights {}", a.weights);
+    a.weights = "bf16";
+  }
+  parse_weights_option(a.weights);  // a bad value fails before anything is opened
   if (a.truncate != "middle" && a.truncate != "none")
     fail("--truncate: expected middle or none, got '{}'", a.truncate);
   const tasks::Suite suite = resolve_suite(a);
@@ -348,7 +364,11 @@ void register_run(CLI::App& app) {
   c->add_option("--batch", a->batch, "Sequences decoded together")->check(kvb::cli::positive());
   c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());
   c->add_option("--write-every", a->write_every, "Generations per stored batch (transaction)")->check(kvb::cli::positive());
-  c->add_flag("--bf16-weights", a->bf16, "Hold weight matrices as bf16 in memory (CPU computes in f32)");
+  c->add_option("--weights", a->weights,
+                "How weight matrices are held: stored (as the file stores them; GGUF blocks multiplied in place), "
+                "f32 or bf16 (converted on load; the CPU computes in f32)")
+      ->capture_default_str();
+  c->add_flag("--bf16-weights", a->bf16, "Same as --weights bf16 (kept for old scripts)");
   c->add_flag("--quiet", a->quiet, "No progress line");
   c->add_flag("--strict", a->strict, "Exit 1 when any sample is left ungraded (failed judge request, grader error)");
   c->add_option("--truncate", a->truncate,

@@ -197,4 +197,11 @@ std::vector<int32_t> build_prompt(const LoadedModel& m, const std::string& text,
   return m.tokenizer->encode(s, /*add_special_tokens=*/false);
 }
 
+WeightFormat parse_weights_option(const std::string& text) {
+  if (text == "stored") return WeightFormat::kStored;
+  if (text == "f32") return WeightFormat::kF32;
+  if (text == "bf16") return WeightFormat::kBF16;
+  fail("--weights: expected stored, f32 or bf16, got '{}'", text);
+}
+
 }  // namespace kvb::cli

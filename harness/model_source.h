@@ -41,6 +41,11 @@ std::string default_model_path();
 LoadedModel load_model(const std::string& spec, WeightFormat fmt = WeightFormat::kStored,
                        const std::string& chat_template = "");
 
+/// The `--weights` option of `run` and `generate`: "stored" (default: weight matrices kept as
+/// the file stores them, GGUF blocks multiplied in place, as llama.cpp does), "f32" or "bf16"
+/// (converted on load). Throws kvb::Error (exit 2) naming the option for anything else.
+WeightFormat parse_weights_option(const std::string& text);
+
 /// Checks `spec` as load_model would without loading weights: the file or directory exists, a
 /// GGUF file's header, metadata and tensor table are sound (every tensor inside the file), a
 /// directory's config.json is valid. `kvbench run` calls it before opening its database.

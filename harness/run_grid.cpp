@@ -101,7 +101,8 @@ RunGrid expand_run_grid(const RunArgs& a, const std::vector<std::string>& model_
   for (const auto& m : model_specs) {
     check_model_source(m);  // a missing or damaged model fails here, before the database is opened
     std::string sha = weights_sha256(m);
-    rg.models.push_back({m, sha});
+    rg.models.push_back({model_cell_id(m, a.weights), sha});
+    rg.spec_of[rg.models.back().id] = m;
     rg.run_models.push_back({m, sha, sha});
     model_gen.push_back(generation_defaults(m));
     if (model_gen.back().present) rg.gen_configs[m] = model_gen.back().to_json();
@@ -148,6 +149,10 @@ RunGrid expand_run_grid(const RunArgs& a, const std::vector<std::string>& model_
   return rg;
 }
 
+std::string model_cell_id(const std::string& spec, const std::string& weights) {
+  return weights == "stored" ? spec : spec + "@" + weights;
+}
+
 results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const LoadedTasks& lt,
                           const std::vector<std::string>& model_specs, const RunPolicies& policies,
                           const std::vector<int64_t>& budgets, const std::vector<std::string>& data_dirs,
@@ -165,7 +170,7 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
   info.config = {{"suite", suite.origin},  {"tasks", tasks_json},       {"models", model_specs},
                  {"policies", policies.texts}, {"budgets", budgets},    {"samples", a.samples},
                  {"seed", a.seed},           {"data_dirs", data_dirs},    {"min_p", a.min_p},
-                 {"weights", a.bf16 ? "bf16" : "f32"}, {"batch", a.batch}, {"prefill_chunk", a.prefill_chunk},
+                 {"weights", a.weights}, {"batch", a.batch}, {"prefill_chunk", a.prefill_chunk},
                  {"max_new_tokens", a.max_new_tokens ? *a.max_new_tokens : 0},
                  {"truncate", a.truncate}, {"policy_notes", policies.notes}, {"query_agnostic", a.query_agnostic},
                  {"sampling", rg.sampling_record}};
@@ -240,8 +245,9 @@ std::string cpu_model() {
 void print_cells(results::Store& store, int64_t run_id) {
   auto rows = store.samples({run_id});
   auto cells = results::compute_cells(rows);
-  std::printf("\n%-24s %-30s %-28s %7s %4s %18s %10s %14s %26s\n", "model", "task", "policy", "budget", "n",
-              "pass@1 [Wilson 95%]", "tok/s", "KV peak (B)", "Δ vs full [paired 95%]");
+  std::printf("\n%-24s %-30s %-28s %7s %4s %18s %12s %12s %13s %8s %14s %14s %26s\n", "model", "task", "policy",
+              "budget", "n", "pass@1 [Wilson 95%]", "dec tok/s/seq", "dec tok/s agg", "prefill tok/s", "TTFT s",
+              "KV peak (B)", "KV steady (B)", "Δ vs full [paired 95%]");
   bool any_sig = false;
   for (const auto& c : cells) {
     std::string model = c.key.model_id.size() > 24 ? "…" + c.key.model_id.substr(c.key.model_id.size() - 23) : c.key.model_id;
@@ -254,12 +260,20 @@ void print_cells(results::Store& store, int64_t run_id) {
       delta = d.n > 1 ? fmt::format("{:+.3f} [{:+.2f},{:+.2f}]{}", d.mean, d.lo, d.hi, sig ? "*" : " ")
                       : fmt::format("{:+.3f}", d.mean);
     }
-    std::printf("%-24s %-30s %-28s %7s %4d %18s %10.1f %14.0f %26s\n", model.c_str(), c.key.task.c_str(),
-                c.key.policy_label.c_str(), c.key.budget ? std::to_string(c.key.budget).c_str() : "-", c.n_samples,
-                acc.c_str(), c.decode_tok_s, c.kv_bytes_peak_mean, delta.c_str());
+    const std::string agg = c.decode_tok_s_agg ? fmt::format("{:.1f}", *c.decode_tok_s_agg) : "-";
+    const std::string steady = c.kv_bytes_steady_mean ? fmt::format("{:.0f}", *c.kv_bytes_steady_mean) : "-";
+    std::printf("%-24s %-30s %-28s %7s %4d %18s %12.1f %12s %13.1f %8.3f %14.0f %14s %26s\n", model.c_str(),
+                c.key.task.c_str(), c.key.policy_label.c_str(), c.key.budget ? std::to_string(c.key.budget).c_str() : "-",
+                c.n_samples, acc.c_str(), c.decode_tok_s, agg.c_str(), c.prefill_tok_s, c.ttft_s_mean,
+                c.kv_bytes_peak_mean, steady.c_str(), delta.c_str());
   }
   std::printf("pass@1: mean over examples of per-example mean scores, 95%% Wilson score interval over examples; "
-              "Δ vs full: paired by example and sample, 95%% percentile bootstrap over examples%s\n",
+              "Δ vs full: paired by example and sample, 95%% percentile bootstrap over examples%s\n"
+              "dec tok/s/seq: generated tokens / seconds of the decode steps each sequence took part in; "
+              "dec tok/s agg: generated tokens / the decode steps' wall time (a batch's sequences together); "
+              "prefill tok/s: prompt tokens / each sequence's prefill-step seconds; TTFT: mean time to first token; "
+              "KV peak: mean high-water mark of a sequence's KV pages; KV steady: mean footprint after compression "
+              "(docs/results.md)\n",
               any_sig ? "; * = the interval excludes 0" : "");
 }
 

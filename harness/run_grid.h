@@ -69,7 +69,10 @@ struct RunArgs {
   std::string config, config_profile;
   std::optional<std::string> shard;
   int batch = 8, prefill_chunk = 512, write_every = 8;
-  bool bf16 = false, quiet = false;
+  /// --weights: how weight matrices are held (parse_weights_option: stored, f32, bf16).
+  std::string weights = "stored";
+  bool bf16 = false;  // --bf16-weights, the old spelling of --weights bf16
+  bool quiet = false;
   bool strict = false;  // exit 1 when any sample is left ungraded (failed judge request, grader error)
   JudgeArgs judge;
 };
@@ -103,13 +106,21 @@ struct ExampleRef {
 /// The expanded grid: models with their revisions, work items, and what the run config records.
 /// `by_example` points into the LoadedTasks it was expanded from.
 struct RunGrid {
+  /// Models as the cells name them: the --model spec, with "@f32" / "@bf16" appended when
+  /// --weights is not the default `stored` (model_cell_id), so cells, work-item keys and report
+  /// headings say which weights produced them.
   std::vector<results::ModelRef> models;
+  std::map<std::string, std::string> spec_of;  ///< cell model id -> the --model spec to load
   std::vector<results::RunModel> run_models;
   std::vector<results::WorkItem> items;
   std::map<std::string, ExampleRef> by_example;               ///< task + "\n" + example id
   nlohmann::json sampling_record = nlohmann::json::object();  ///< task -> model -> {sampling, source}
   nlohmann::json gen_configs = nlohmann::json::object();      ///< model -> generation_config.json fields
 };
+
+/// The model id of the cells of `spec` run with `--weights weights`: `spec` for "stored", else
+/// spec + "@" + weights (e.g. "smollm2-135m-instruct@f32").
+std::string model_cell_id(const std::string& spec, const std::string& weights);
 
 /// One grid expansion (results::expand_grid) per suite task and model: samples, caps and
 /// sampling differ per task, sampling per model too when it comes from the model's
@@ -125,8 +136,9 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
                           const std::vector<int64_t>& budgets, const std::vector<std::string>& data_dirs,
                           const RunGrid& rg);
 
-/// Prints the per-cell table of run `run_id` (pass@1 with its Wilson 95% interval, decode
-/// tokens/s, KV peak bytes, the paired difference to the full cache) on stdout.
+/// Prints the per-cell table of run `run_id` on stdout: pass@1 with its Wilson 95% interval,
+/// decode tok/s per sequence and aggregate, prefill tok/s, TTFT, KV peak and steady bytes, and the
+/// paired difference to the full cache (each column defined in a footer and docs/results.md).
 void print_cells(results::Store& store, int64_t run_id);
 
 /// The end-of-run line for samples left ungraded (failed judge requests, grader errors): they

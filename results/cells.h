@@ -33,7 +33,16 @@ struct Cell {
   std::optional<MeanCI> pass1; ///< mean of per-example mean scores, 95% Wilson CI over examples
   std::map<int, double> pass_at_k;  ///< k = 1, 2, 4, ... <= max samples (examples with n >= k)
   std::map<int, double> maj_at_k;   ///< same k grid
+  /// decode_tok_s: per-sequence decode rate, Σ generated tokens / Σ decode_s (each sequence's
+  /// seconds in the decode steps it took part in); prefill_tok_s: Σ prompt tokens / Σ prefill_s
+  /// (per sequence, likewise); ttft_s_mean: mean time to first token (docs/results.md).
   double decode_tok_s = 0, prefill_tok_s = 0, ttft_s_mean = 0;
+  /// Aggregate decode rate: Σ generated tokens / Σ decode_share_s (the decode steps' wall time);
+  /// nullopt unless every sample measured its share (rows from before schema v4 did not).
+  std::optional<double> decode_tok_s_agg;
+  /// Mean steady KV footprint after compression (SampleRow::kv_bytes_steady); nullopt unless every
+  /// sample measured it.
+  std::optional<double> kv_bytes_steady_mean;
   double kv_bytes_peak_mean = 0, kv_bytes_final_mean = 0;
   int64_t kv_bytes_peak_max = 0, device_peak_bytes = 0;
   /// Mean over the samples that measured it of the K+V bytes read per decode step

@@ -258,11 +258,11 @@ std::string cells_csv(const std::vector<Cell>& cells) {
       "pass1,pass1_lo,pass1_hi,delta_vs_full,delta_lo,delta_hi,paired_examples,pass_at_k_max_k,"
       "pass_at_k,maj_at_k,decode_tok_s,prefill_tok_s,ttft_s_mean,kv_bytes_peak_mean,"
       "kv_bytes_peak_max,kv_bytes_final_mean,device_peak_bytes,evictions_mean,evicted_frac,"
-      "truncated_frac,is_reference,kv_bytes_read_step_mean\n";
+      "truncated_frac,is_reference,kv_bytes_read_step_mean,decode_tok_s_agg,kv_bytes_steady_mean\n";
   for (const auto& c : cells) {
     int kmax = c.pass_at_k.empty() ? 0 : c.pass_at_k.rbegin()->first;
     o += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
         c.key.run_id, csv_field(c.key.model_id), csv_field(c.key.task), csv_field(c.policy),
         csv_field(c.key.policy_label), c.key.budget, c.n_samples, c.n_graded, c.n_ungraded,
         c.n_examples, c.pass1 ? num(c.pass1->mean) : "", c.pass1 ? num(c.pass1->lo) : "",
@@ -274,7 +274,8 @@ std::string cells_csv(const std::vector<Cell>& cells) {
         num(c.decode_tok_s), num(c.prefill_tok_s), num(c.ttft_s_mean), num(c.kv_bytes_peak_mean),
         c.kv_bytes_peak_max, num(c.kv_bytes_final_mean), c.device_peak_bytes,
         num(c.evictions_mean), num(c.evicted_frac), num(c.truncated_frac), c.is_reference ? 1 : 0,
-        c.kv_bytes_read_step_mean ? num(*c.kv_bytes_read_step_mean) : "");
+        c.kv_bytes_read_step_mean ? num(*c.kv_bytes_read_step_mean) : "",
+        c.decode_tok_s_agg ? num(*c.decode_tok_s_agg) : "", c.kv_bytes_steady_mean ? num(*c.kv_bytes_steady_mean) : "");
   }
   return o;
 }
@@ -451,6 +452,21 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
     auto f_read = front(read_of, true, false, true);
     bool any_read = false;
     for (const auto* c : acc_cells) any_read = any_read || c->kv_bytes_read_step_mean.has_value();
+    // Steady footprint after compression: cells stored before schema v4 have none and stay out.
+    auto steady_of = [](const Cell* c) { return c->kv_bytes_steady_mean.value_or(0.0); };
+    std::set<const Cell*> f_steady;
+    bool any_steady = false;
+    {
+      std::vector<std::pair<double, double>> pts;
+      std::vector<const Cell*> idx;
+      for (const auto* c : acc_cells)
+        if (c->kv_bytes_steady_mean) {
+          pts.push_back({*c->kv_bytes_steady_mean, c->pass1->mean});
+          idx.push_back(c);
+        }
+      for (size_t i : pareto_front(pts, true)) f_steady.insert(idx[i]);
+      any_steady = !pts.empty();
+    }
 
     auto tip = [&](const Cell* c) {
       std::string t = fmt::format("{} budget {}: pass@1 {}%", c->key.policy_label, budget_str(c->key.budget),
@@ -460,12 +476,14 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
         t += fmt::format("; vs full {:+.1f} [{:+.1f}, {:+.1f}] pts", 100 * c->delta_vs_reference->mean,
                          100 * c->delta_vs_reference->lo, 100 * c->delta_vs_reference->hi);
       t += fmt::format("; KV peak {}", human_bytes(c->kv_bytes_peak_mean));
+      if (c->kv_bytes_steady_mean) t += fmt::format("; KV steady {}", human_bytes(*c->kv_bytes_steady_mean));
       if (c->kv_bytes_read_step_mean) t += fmt::format("; KV read/step {}", human_bytes(*c->kv_bytes_read_step_mean));
-      t += fmt::format("; {:.1f} tok/s; n={}", c->decode_tok_s, c->n_samples);
+      t += fmt::format("; decode {:.1f} tok/s per sequence; n={}", c->decode_tok_s, c->n_samples);
       return t;
     };
     auto chart = [&](const std::string& title, const std::string& xlabel, bool logx, bool bytes,
-                     auto xfn, const std::set<const Cell*>& front_set, bool budget_chart, bool read_chart = false) {
+                     auto xfn, const std::set<const Cell*>& front_set, bool budget_chart, bool read_chart = false,
+                     bool steady_chart = false) {
       Chart ch;
       ch.title = title;
       ch.xlabel = xlabel;
@@ -486,6 +504,7 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
           if (!c->pass1) continue;
           if (budget_chart && c->key.budget == kNoBudget) continue;  // the reference line
           if (read_chart && !c->kv_bytes_read_step_mean) continue;   // not measured (before v3)
+          if (steady_chart && !c->kv_bytes_steady_mean) continue;    // not measured (before v4)
           s.reference = c->key.budget == kNoBudget;
           Pt p{xfn(c), c->pass1->mean, c->pass1->n > 1 ? c->pass1->lo : NAN,
                c->pass1->n > 1 ? c->pass1->hi : NAN, tip(c), front_set.count(c) > 0};
@@ -504,8 +523,11 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
             "<div class=charts>\n";
     html += chart("pass@1 vs budget", "budget (tokens kept)", true, false,
                   [](const Cell* c) { return double(c->key.budget); }, f_budget, true);
-    html += chart("pass@1 vs realised KV bytes", "KV-cache bytes per sequence (mean peak)", true, true,
+    html += chart("pass@1 vs realised KV bytes", "KV-cache bytes per sequence (mean high-water mark)", true, true,
                   [](const Cell* c) { return c->kv_bytes_peak_mean; }, f_bytes, false);
+    if (any_steady)
+      html += chart("pass@1 vs steady KV bytes", "KV-cache bytes per sequence after compression (mean steady)",
+                    true, true, steady_of, f_steady, false, false, true);
     if (any_read)
       html += chart("pass@1 vs KV bytes read", "KV bytes read per decode step (mean; all layers and heads)", true,
                     true, read_of, f_read, false, true);
@@ -516,11 +538,13 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
     // Table.
     html += "<table><tr><th class=l>policy</th><th>budget</th><th>n</th><th>pass@1 %</th>"
             "<th>95% CI</th><th>&Delta; vs full (pts)</th><th>paired 95% CI</th><th>pass@k %</th>"
-            "<th>maj@k %</th><th>tok/s</th><th>KV peak</th><th>KV final</th><th>KV read/step</th><th>evicted %</th>"
+            "<th>maj@k %</th><th>decode tok/s/seq</th><th>decode tok/s agg</th><th>prefill tok/s</th><th>TTFT s</th>"
+            "<th>KV peak</th><th>KV steady</th><th>KV final</th><th>KV read/step</th><th>evicted %</th>"
             "<th>truncated %</th><th>Pareto</th></tr>\n";
     md += fmt::format("## {} — {}\n\n| policy | budget | n | pass@1 % | 95% CI | Δ vs full (pts) | paired 95% CI "
-                      "| pass@k % | maj@k % | tok/s | KV peak | KV read/step | Pareto |\n"
-                      "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---|\n",
+                      "| pass@k % | maj@k % | decode tok/s/seq | decode tok/s agg | prefill tok/s | TTFT s | KV peak "
+                      "| KV steady | KV read/step | Pareto |\n"
+                      "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
                       md_esc(model_name.at(model)), md_esc(task));
     for (const auto& name : order) {
       auto cs = by_series[name];
@@ -545,19 +569,25 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
         if (f_budget.count(c)) pf += "budget ";
         if (f_bytes.count(c)) pf += "bytes ";
         if (f_speed.count(c)) pf += "speed ";
-        if (f_read.count(c)) pf += "read";
+        if (f_read.count(c)) pf += "read ";
+        if (f_steady.count(c)) pf += "steady";
         while (!pf.empty() && pf.back() == ' ') pf.pop_back();
         const std::string rd = c->kv_bytes_read_step_mean ? human_bytes(*c->kv_bytes_read_step_mean) : "";
+        const std::string st = c->kv_bytes_steady_mean ? human_bytes(*c->kv_bytes_steady_mean) : "";
+        const std::string agg = c->decode_tok_s_agg ? fmt::format("{:.1f}", *c->decode_tok_s_agg) : "";
         html += fmt::format(
             "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td>"
-            "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{:.1f}</td><td>{:.3f}</td>"
+            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
             "<td>{:.0f}</td><td>{:.0f}</td><td class=l>{}</td></tr>\n",
             esc(name), budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci,
-            dcls, d, dcls, dci, pk, mk, c->decode_tok_s, human_bytes(c->kv_bytes_peak_mean),
-            human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac, 100 * c->truncated_frac, pf);
-        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {} | {} |\n", md_esc(name),
-                          budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a",
-                          ci, d, dci, pk, mk, c->decode_tok_s, human_bytes(c->kv_bytes_peak_mean), rd, pf);
+            dcls, d, dcls, dci, pk, mk, c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean,
+            human_bytes(c->kv_bytes_peak_mean), st, human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac,
+            100 * c->truncated_frac, pf);
+        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {:.1f} | {:.3f} | {} | {} | {} | {} |\n",
+                          md_esc(name), budget_str(c->key.budget), c->n_samples,
+                          c->pass1 ? pct(c->pass1->mean) : "n/a", ci, d, dci, pk, mk, c->decode_tok_s, agg,
+                          c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st, rd, pf);
       }
     }
     html += "</table>\n";
@@ -572,11 +602,18 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
       "(splitmix64, seed {:#x}). pass@k is the unbiased estimator of Chen et al. 2021 for the largest "
       "k = 2^j &le; samples; maj@k votes on normalised answers. A cell is on a Pareto frontier when no "
       "other cell of the same model and task has at least its accuracy with at most its budget "
-      "(resp. KV bytes held, KV bytes read, or at least its tok/s) and is strictly better in one. KV bytes "
-      "are per-sequence peaks of what the cache holds; KV read/step is the mean over sequences and their "
+      "(resp. KV peak, KV steady, KV bytes read, or at least its decode tok/s per sequence) and is strictly "
+      "better in one. KV peak is the mean per-sequence high-water mark of the KV pages held, counted at "
+      "allocation with a step's compressions taking effect at the step's end (under compress=prompt_end it "
+      "is at least the prompt's full-cache bytes, whatever the prefill chunk); KV steady is the most a "
+      "sequence holds at the end of a step from the prompt end on (budget + buffer per head after "
+      "compression, page-rounded); KV read/step is the mean over sequences and their "
       "decode steps of the K+V bytes the attention read, summed over layers and kv heads (a policy that "
-      "holds N tokens reads N; Quest reads only its selected pages); tok/s is generated tokens over "
-      "decode seconds per sequence.",
+      "holds N tokens reads N; Quest reads only its selected pages). decode tok/s/seq is generated tokens "
+      "over the seconds of the decode steps each sequence took part in; decode tok/s agg is generated "
+      "tokens over the decode steps' wall time (all sequences of a batch together); prefill tok/s is prompt "
+      "tokens over the seconds of each sequence's prefill steps; TTFT s is the mean time from a request's "
+      "start to its first token. See docs/results.md.",
       opt.cells.resamples, opt.cells.seed);
   html += "<h2>Methods</h2><p style=\"max-width:900px\">" + methods + "</p>\n</body></html>\n";
   std::string md_methods = methods;

@@ -118,6 +118,14 @@ CREATE INDEX grades_ungraded ON grades (run_id, item_key) WHERE ungraded = 1;
       R"SQL(
 ALTER TABLE generations ADD COLUMN kv_bytes_read_step REAL;
 )SQL",
+      // v3 -> v4 (issue 33): the steady KV footprint after compression (the most page bytes held
+      // at the end of a step from the prompt end on) and the sequence's share of the decode
+      // steps' wall time (aggregate decode throughput). NULL in rows written before. From v4 on
+      // kv_bytes_peak counts a step's compressions at the step's end (chunk-independent).
+      R"SQL(
+ALTER TABLE generations ADD COLUMN kv_bytes_steady INTEGER;
+ALTER TABLE generations ADD COLUMN decode_share_s REAL;
+)SQL",
   };
   return m;
 }
@@ -138,6 +146,7 @@ SELECT g.run_id, w.item_key, w.model_id, w.model_revision, w.task, w.policy, w.p
        w.budget, w.example_id, w.sample_index, w.seed,
        g.prompt_tokens, g.generated_tokens, g.finish_reason, g.prefill_s, g.decode_s, g.ttft_s,
        g.evictions, g.kv_bytes_peak, g.kv_bytes_final, g.device_peak_bytes, g.kv_bytes_read_step,
+       g.kv_bytes_steady, g.decode_share_s,
        CASE WHEN gr.ungraded = 0 THEN gr.score END AS score,
        CASE WHEN gr.ungraded = 0 AND gr.score IS NOT NULL
             THEN (gr.score >= 1.0 - 1e-9) END AS correct,
@@ -160,9 +169,16 @@ GROUP BY run_id, model_id, task, policy_label, budget, example_id;
 --   pass1_lo/hi      95% Wilson score interval of pass1 over n = n_examples (examples are the
 --                    independent units; z = 1.959963984540054, z^2 = 3.841458820694124); never
 --                    outside [0, 1]; NULL with fewer than 2 graded examples
---   decode_tok_s     generated tokens / decode seconds, summed over the cell's sequences
---   prefill_tok_s    prompt tokens / prefill seconds
+--   decode_tok_s     per-sequence decode rate: generated tokens / the seconds of the decode
+--                    steps each sequence took part in, summed over the cell's sequences
+--   decode_tok_s_agg aggregate decode rate: generated tokens / the decode steps' wall time
+--                    (sum of decode_share_s; NULL when a row predates schema v4)
+--   prefill_tok_s    per-sequence prefill rate: prompt tokens / prefill seconds (the seconds
+--                    of the prefill steps each sequence took part in)
+--   ttft_s_mean      mean time to first token (request start to first sampled token)
 --   kv_bytes_*       per-sequence KV-cache bytes (mean of peaks, max of peaks, mean final)
+--   kv_bytes_steady_mean  mean steady footprint after compression (NULL unless every row of the
+--                    cell has one: rows from before schema v4 do not)
 --   evicted_frac     share of sequences where the policy evicted at least once
 --   kv_bytes_read_step_mean  mean over sequences of the K+V bytes read per decode step (NULL when
 --                    no sequence of the cell measured it: rows from before schema v3)
@@ -187,7 +203,10 @@ WITH acc AS (
          AVG(kv_bytes_final) AS kv_bytes_final_mean, MAX(device_peak_bytes) AS device_peak_bytes,
          AVG(evictions) AS evictions_mean, AVG(evictions > 0) AS evicted_frac,
          AVG(finish_reason = 'length') AS truncated_frac,
-         AVG(kv_bytes_read_step) AS kv_bytes_read_step_mean
+         AVG(kv_bytes_read_step) AS kv_bytes_read_step_mean,
+         CASE WHEN COUNT(decode_share_s) = COUNT(*)
+              THEN SUM(generated_tokens) / NULLIF(SUM(decode_share_s), 0) END AS decode_tok_s_agg,
+         CASE WHEN COUNT(kv_bytes_steady) = COUNT(*) THEN AVG(kv_bytes_steady) END AS kv_bytes_steady_mean
   FROM v_samples
   GROUP BY run_id, model_id, task, policy_label, budget
 )
@@ -207,7 +226,7 @@ SELECT perf.run_id, perf.model_id, perf.task, perf.policy, perf.policy_label, pe
        perf.decode_tok_s, perf.prefill_tok_s, perf.ttft_s_mean, perf.generated_tokens_mean,
        perf.kv_bytes_peak_mean, perf.kv_bytes_peak_max, perf.kv_bytes_final_mean,
        perf.device_peak_bytes, perf.evictions_mean, perf.evicted_frac, perf.truncated_frac,
-       perf.kv_bytes_read_step_mean
+       perf.kv_bytes_read_step_mean, perf.decode_tok_s_agg, perf.kv_bytes_steady_mean
 FROM perf
 LEFT JOIN acc USING (run_id, model_id, task, policy_label, budget);
 

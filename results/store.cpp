@@ -70,6 +70,11 @@ class Stmt {
     ok(sqlite3_bind_null(st_, i));
     return *this;
   }
+  Stmt& bind(int i, const std::optional<int64_t>& v) {
+    if (v) return bind(i, *v);
+    ok(sqlite3_bind_null(st_, i));
+    return *this;
+  }
   Stmt& bind(int i, const std::optional<std::string>& v) {
     if (v) return bind(i, *v);
     ok(sqlite3_bind_null(st_, i));
@@ -114,7 +119,7 @@ class Stmt {
   int columns() { return sqlite3_column_count(st_); }
   /// Reads the current row's columns 0, 1, … into `out...` in order, each by its C++ type:
   /// integers (int64_t, int, uint64_t: the column's int64 cast), double, std::optional<double>
-  /// (NULL = nullopt) and std::string (NULL = ""). The caller lists the columns in SELECT order.
+  /// and std::optional<int64_t> (NULL = nullopt) and std::string (NULL = ""). The caller lists the columns in SELECT order.
   template <class... T>
   void row(T&... out) {
     int c = 0;
@@ -125,6 +130,10 @@ class Stmt {
   void column(int c, std::string& v) { v = text(c); }
   void column(int c, double& v) { v = dbl(c); }
   void column(int c, std::optional<double>& v) { v = opt_dbl(c); }
+  void column(int c, std::optional<int64_t>& v) {
+    if (is_null(c)) v = std::nullopt;
+    else v = i64(c);
+  }
   template <class I>
     requires std::is_integral_v<I>
   void column(int c, I& v) {
@@ -508,8 +517,8 @@ void Store::write_batch(int64_t run_id, const std::vector<GenerationRecord>& gen
   Stmt ins(db_,
            "INSERT OR REPLACE INTO generations (run_id, item_key, text, prompt_tokens, "
            "generated_tokens, finish_reason, prefill_s, decode_s, ttft_s, evictions, "
-           "kv_bytes_peak, kv_bytes_final, device_peak_bytes, extra_json, created_at, kv_bytes_read_step) "
-           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+           "kv_bytes_peak, kv_bytes_final, device_peak_bytes, extra_json, created_at, kv_bytes_read_step, "
+           "kv_bytes_steady, decode_share_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
            KVB_ERR);
   std::string now = now_iso();
   for (size_t i = 0; i < gens.size(); ++i) {
@@ -518,7 +527,7 @@ void Store::write_batch(int64_t run_id, const std::vector<GenerationRecord>& gen
         .bind(5, g.generated_tokens).bind(6, g.finish_reason).bind(7, g.prefill_s)
         .bind(8, g.decode_s).bind(9, g.ttft_s).bind(10, g.evictions).bind(11, g.kv_bytes_peak)
         .bind(12, g.kv_bytes_final).bind(13, g.device_peak_bytes).bind(14, g.extra.dump())
-        .bind(15, now).bind(16, g.kv_bytes_read_step);
+        .bind(15, now).bind(16, g.kv_bytes_read_step).bind(17, g.kv_bytes_steady).bind(18, g.decode_share_s);
     ins.run();
     if (after_row_hook_for_testing) after_row_hook_for_testing(i);
   }
@@ -658,7 +667,7 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
       "SELECT run_id, item_key, model_id, task, policy, policy_label, example_id, budget, "
       "sample_index, prompt_tokens, generated_tokens, finish_reason, prefill_s, decode_s, "
       "ttft_s, evictions, kv_bytes_peak, kv_bytes_final, device_peak_bytes, score, "
-      "COALESCE(pred_norm, ''), kv_bytes_read_step FROM v_samples";
+      "COALESCE(pred_norm, ''), kv_bytes_read_step, kv_bytes_steady, decode_share_s FROM v_samples";
   if (!run_ids.empty()) {
     sql += " WHERE run_id IN (";
     for (size_t i = 0; i < run_ids.size(); ++i) sql += (i ? "," : "") + std::to_string(run_ids[i]);
@@ -672,7 +681,7 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
     q.row(s.run_id, s.item_key, s.model_id, s.task, s.policy, s.policy_label, s.example_id, s.budget,
           s.sample_index, s.prompt_tokens, s.generated_tokens, s.finish_reason, s.prefill_s, s.decode_s, s.ttft_s,
           s.evictions, s.kv_bytes_peak, s.kv_bytes_final, s.device_peak_bytes, s.score, s.pred_norm,
-          s.kv_bytes_read_step);
+          s.kv_bytes_read_step, s.kv_bytes_steady, s.decode_share_s);
     out.push_back(std::move(s));
   }
   return out;
@@ -750,11 +759,12 @@ void Store::merge(const std::string& out, const std::vector<std::string>& inputs
       dst.exec(
           "INSERT OR IGNORE INTO main.generations (run_id, item_key, text, prompt_tokens, "
           "generated_tokens, finish_reason, prefill_s, decode_s, ttft_s, evictions, kv_bytes_peak, "
-          "kv_bytes_final, device_peak_bytes, extra_json, created_at, kv_bytes_read_step) "
-          "SELECT m.dst_id, g.item_key, g.text, "
+          "kv_bytes_final, device_peak_bytes, extra_json, created_at, kv_bytes_read_step, kv_bytes_steady, "
+          "decode_share_s) SELECT m.dst_id, g.item_key, g.text, "
           "g.prompt_tokens, g.generated_tokens, g.finish_reason, g.prefill_s, g.decode_s, "
           "g.ttft_s, g.evictions, g.kv_bytes_peak, g.kv_bytes_final, g.device_peak_bytes, "
-          "g.extra_json, g.created_at, g.kv_bytes_read_step FROM src.generations g JOIN temp.run_map m "
+          "g.extra_json, g.created_at, g.kv_bytes_read_step, g.kv_bytes_steady, g.decode_share_s "
+          "FROM src.generations g JOIN temp.run_map m "
           "ON m.src_id = g.run_id");
       dst.exec(
           "INSERT OR IGNORE INTO main.grades SELECT m.dst_id, g.item_key, g.score, g.extracted, "

@@ -77,13 +77,25 @@ struct GenerationRecord {
   double decode_s = 0;
   double ttft_s = 0;              ///< time to first token
   int64_t evictions = 0;          ///< eviction/compaction events for this sequence
-  int64_t kv_bytes_peak = 0;      ///< peak KV-cache bytes held by this sequence
+  /// High-water mark of the KV pages held by this sequence, in bytes (GenerationResult::
+  /// kv_bytes_peak; schema v4 semantics: counted at allocation, a step's compressions taking
+  /// effect at its end, so it does not depend on the prefill chunk under compress=prompt_end;
+  /// rows written before v4 sampled it with per-layer compressions inside a step).
+  int64_t kv_bytes_peak = 0;
   int64_t kv_bytes_final = 0;     ///< KV-cache bytes at the end
   int64_t device_peak_bytes = 0;  ///< peak device memory during the batch (0 if unknown)
   /// Mean over the sequence's decode steps of the K+V bytes its attention read, summed over
   /// layers and kv heads (GenerationResult::kv_read_bytes / decode_steps); nullopt when it had no
   /// decode step (schema v3; NULL in rows written before).
   std::optional<double> kv_bytes_read_step;
+  /// Steady footprint: the most KV page bytes held at the end of any step from the end of the
+  /// prompt on (GenerationResult::kv_bytes_steady; schema v4, NULL in rows written before).
+  std::optional<int64_t> kv_bytes_steady;
+  /// This sequence's share of the wall time of the decode steps it took part in (each step's
+  /// seconds divided by the sequences it decoded): summed over a cell it is the cell's decode
+  /// wall time, so Σ generated / Σ share is the aggregate decode throughput (schema v4, NULL
+  /// before).
+  std::optional<double> decode_share_s;
   nlohmann::json extra = nlohmann::json::object();  ///< anything else (free-form)
 };
 
@@ -133,6 +145,8 @@ struct SampleRow {
   double prefill_s = 0, decode_s = 0, ttft_s = 0;
   int64_t evictions = 0, kv_bytes_peak = 0, kv_bytes_final = 0, device_peak_bytes = 0;
   std::optional<double> kv_bytes_read_step;  ///< see GenerationRecord (NULL: not measured)
+  std::optional<int64_t> kv_bytes_steady;    ///< see GenerationRecord (NULL: before schema v4)
+  std::optional<double> decode_share_s;      ///< see GenerationRecord (NULL: before schema v4)
   std::optional<double> score;  ///< nullopt when not graded or ungraded
   std::string pred_norm;
 };
@@ -143,7 +157,7 @@ struct SampleRow {
 class Store {
  public:
   /// The schema version this build writes (PRAGMA user_version).
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   /// PRAGMA application_id marking kvbench databases ("kvb0").
   static constexpr int kApplicationId = 0x6b766230;
 

@@ -353,7 +353,7 @@ def main():
         n_kept = press.get_layer_budget(module_probe, L)
         keys, queries, sc = draw(hq, hkv, d, L, w, kvpress_margin_check(kp, press, L, w, n_kept))
         cases.append(make_case(f"pyramidkv_kvpress_layer{layer}",
-                               f"pyramidkv:window={w},kernel=5,pool=avg,gqa=mean,layer_budget=kvpress,buffer=1",
+                               f"pyramidkv:window={w},kernel=5,pool=avg,gqa=mean,layer_budget=kvpress,align=1,buffer=1",
                                kept_mean, hq, hkv, d, L, w, keys, queries, keep_from_scores(sc, n_kept),
                                layers=layers, layer=layer, extra=dict(layer_total=n_kept)))
 

@@ -38,7 +38,7 @@ Each case records the kvbench spec and budget that mirror the press (docs/polici
                                      -> snapkv:window=w,kernel=5,pool=avg,gqa=mean,decode=false
                                         at budget n_kept (window counted inside the budget)
   * PyramidKVPress(window_size, kernel_size=5, beta)
-                                     -> pyramidkv:...,beta=b,layer_budget=kvpress,decode=false at
+                                     -> pyramidkv:...,beta=b,layer_budget=kvpress,align=1,decode=false at
                                         budget L * (1 - ratio); layer totals in `layer_total`
 AdaKVPress and DuoAttentionPress only mask keys (`module.masked_key_indices`, read back here) and
 refuse eager attention, so they run on an sdpa instance of the same model; kvpress's
@@ -135,7 +135,7 @@ def cases_for(kp, L):
         B = int(L * (1 - ratio))
         out.append((f"pyramidkv_r{ratio}_w{w}_beta{beta}",
                     kp["PyramidKVPress"](compression_ratio=ratio, window_size=w, kernel_size=5, beta=beta),
-                    f"pyramidkv:window={w},kernel=5,pool=avg,gqa=mean,beta={beta},layer_budget=kvpress,decode=false",
+                    f"pyramidkv:window={w},kernel=5,pool=avg,gqa=mean,beta={beta},layer_budget=kvpress,align=1,decode=false",
                     B, w))
     for ratio in (0.5, 0.75):
         n = kp["compute_n_kept"](L, ratio)

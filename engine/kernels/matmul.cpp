@@ -37,6 +37,33 @@ PrefillGemm prefill_gemm() {
   return g;
 }
 
+/// Activation rows per sgemm call of the prefill paths (matmul_nt). Every call multiplies exactly
+/// this many rows (a shorter last piece is zero-padded), so a row's bits never depend on how many
+/// rows share a matmul_nt call: OpenBLAS chooses its blocking and its edge kernels from the call
+/// shape, and on some CPUs (a 2-core AVX-512 EPYC, issue 33) a row came out with different bits
+/// in a 64–128-row call than in a 515-row one.
+constexpr int64_t kSgemmRows = 64;
+
+/// y[rows, ldy-strided, n columns] = x[rows, in] · W[n, in]ᵀ as ONE cblas_sgemm call of shape
+/// [kSgemmRows, n, in] (rows ≤ kSgemmRows; fewer rows are copied into a zero-padded buffer and
+/// the padding's outputs dropped).
+void sgemm_rows(const float* x, int64_t rows, int64_t in, const float* w, int64_t n, float* y, int64_t ldy) {
+  if (rows == kSgemmRows) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(kSgemmRows), static_cast<int>(n),
+                static_cast<int>(in), 1.0f, x, static_cast<int>(in), w, static_cast<int>(in), 0.0f, y,
+                static_cast<int>(ldy));
+    return;
+  }
+  thread_local std::vector<float> xp, yp;
+  xp.assign(static_cast<size_t>(kSgemmRows) * in, 0.0f);
+  yp.resize(static_cast<size_t>(kSgemmRows) * n);
+  std::memcpy(xp.data(), x, sizeof(float) * rows * in);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(kSgemmRows), static_cast<int>(n),
+              static_cast<int>(in), 1.0f, xp.data(), static_cast<int>(in), w, static_cast<int>(in), 0.0f, yp.data(),
+              static_cast<int>(n));
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(y + r * ldy, yp.data() + r * n, sizeof(float) * n);
+}
+
 void add_bias(float* y, const float* bias, int64_t T, int64_t out) {
   if (!bias) return;
   for (int64_t t = 0; t < T; ++t)
@@ -165,43 +192,30 @@ void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_
   blas_single_threaded();
   const bool parallel = T * in * out > kParallelWork;
   const int nthreads = parallel ? omp_get_max_threads() : 1;
-  // f32 weights with several rows (prefill, batched decode): sgemm on each thread's row slice;
-  // other types in prefill: sgemm on dequantised tiles.
+  // Prefill shapes (matmul_uses_sgemm): sgemm on f32 / dequantised weight tiles in fixed-shape
+  // row pieces (sgemm_rows).
   const bool f32_gemm = w.f32 != nullptr;
   if (matmul_uses_sgemm(w, T)) {
     constexpr int64_t kDeqRows = 64;
+    const int64_t pieces = (T + kSgemmRows - 1) / kSgemmRows;
 #pragma omp parallel num_threads(nthreads)
     {
-      const int nt = omp_get_num_threads(), me = omp_get_thread_num();
-      if (f32_gemm && T >= 4 * nt) {
-        // Prefill: each thread multiplies its share of the activation rows with all of W, so a
-        // row's bits do not depend on how many rows share the call (chunked prefill == whole).
-        const int64_t t0 = T * me / nt, t1 = T * (me + 1) / nt;
-        if (t1 > t0)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t1 - t0), static_cast<int>(out),
-                      static_cast<int>(in), 1.0f, x + t0 * in, static_cast<int>(in), w.f32, static_cast<int>(in),
-                      0.0f, y + t0 * out, static_cast<int>(out));
-      } else if (f32_gemm) {
-        // Fewer than 4 rows per thread (only with more than 16 threads: below 64 rows f32 takes
-        // the tile kernel): slices of whole 16-row groups of W, balanced across threads.
-        const int64_t groups = (out + 15) / 16;
-        const int64_t g0 = groups * me / nt, g1 = groups * (me + 1) / nt;
-        const int64_t j0 = std::min(out, g0 * 16), j1 = std::min(out, g1 * 16);
-        if (j1 > j0)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(j1 - j0),
-                      static_cast<int>(in), 1.0f, x, static_cast<int>(in), w.f32 + j0 * in, static_cast<int>(in),
-                      0.0f, y + j0, static_cast<int>(out));
-      } else {
-        thread_local std::vector<float> tile;
-        tile.resize(static_cast<size_t>(kDeqRows) * in);
+      thread_local std::vector<float> tile;
+      if (!f32_gemm) tile.resize(static_cast<size_t>(kDeqRows) * in);
+      // Tiles of kDeqRows weight rows (f32 rows used in place, others dequantised once per tile)
+      // × pieces of kSgemmRows activation rows: every sgemm call has the shape
+      // [kSgemmRows, nb, in], nb fixed per tile, so a row's bits depend neither on how many rows
+      // share the matmul_nt call (chunked prefill == whole prompt == MLP pieces) nor on the
+      // thread count.
 #pragma omp for schedule(dynamic)
-        for (int64_t j0 = 0; j0 < out; j0 += kDeqRows) {
-          const int64_t nb = std::min(kDeqRows, out - j0);
+      for (int64_t j0 = 0; j0 < out; j0 += kDeqRows) {
+        const int64_t nb = std::min(kDeqRows, out - j0);
+        const float* wt = w.f32 ? w.f32 + j0 * in : tile.data();
+        if (!f32_gemm)
           for (int64_t r = 0; r < nb; ++r) dequantize_row(w.type, w.row(j0 + r), in, tile.data() + r * in);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(nb),
-                      static_cast<int>(in), 1.0f, x, static_cast<int>(in), tile.data(), static_cast<int>(in), 0.0f,
-                      y + j0, static_cast<int>(out));
-        }
+        for (int64_t p = 0; p < pieces; ++p)
+          sgemm_rows(x + p * kSgemmRows * in, std::min(kSgemmRows, T - p * kSgemmRows), in, wt, nb,
+                     y + p * kSgemmRows * out + j0, out);
       }
     }
     add_bias(y, bias, T, out);

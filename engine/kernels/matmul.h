@@ -5,8 +5,8 @@
 // partner format (quants.h), then every output row j is one dot product of W's row j with it;
 // the output rows are split between the OpenMP threads (the matrix is read once per step, which
 // bounds decode by memory bandwidth, as in llama.cpp's ggml_compute_forward_mul_mat).
-// Prefill (many rows): OpenBLAS sgemm on each thread's slice of W's rows (f32 weights) or on
-// dequantised 64-row tiles (other types); optionally the dot-product kernels over tiles of 16
+// Prefill (many rows): OpenBLAS sgemm on 64-row tiles of W (f32 in place, other types
+// dequantised) in fixed 64-row pieces of the activations; optionally the dot-product kernels over tiles of 16
 // weight rows × all activation rows. OpenBLAS itself runs single-threaded
 // (openblas_set_num_threads(1) on first use) so that only OpenMP's threads exist.
 #pragma once
@@ -48,11 +48,15 @@ struct Mat {
 /// quantised weights multiply activations quantised per row to 8 bits (quants.h), so the result
 /// differs from the dequantised f32 product by the activation rounding (tests/kernels state the
 /// bounds). Kernels: vec_dot_fn(w.type, best_isa()); f32 weights below 64 rows: f32_tile_fn
-/// (no activation rounding; an element's bits independent of T), from 64 rows on sgemm on each
-/// thread's share of the rows. From 32 rows on, weights that are not f32
+/// (no activation rounding; an element's bits independent of T), from 64 rows on sgemm on
+/// 64-row weight tiles. From 32 rows on, weights that are not f32
 /// are dequantised in 64-row tiles and multiplied with sgemm (f32 activations, no activation
 /// rounding; measured faster than the dot-product tiles on a 2-core Zen 4: 60 vs 38 prefill
 /// tokens/s on the default model); KVB_PREFILL_GEMM=dot selects the dot-product tiles instead.
+/// Every sgemm call multiplies exactly 64 activation rows (the last piece zero-padded) with one
+/// weight tile, so on the sgemm path a row's bits depend only on its values and W, never on T,
+/// on where the row sits in x, or on the thread count (issue 33: OpenBLAS picks its blocking
+/// from the call shape, and some CPUs gave a row different bits at different T).
 void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in,
                int64_t out);
 

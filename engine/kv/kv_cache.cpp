@@ -35,6 +35,8 @@ bool KVCache::has_sequence(SeqId seq) const {
 void KVCache::remove_sequence(SeqId seq) {
   if (!has_sequence(seq)) fail("KV cache: unknown sequence {}", seq);
   Sequence& s = seqs_[seq];
+  s.in_step = false;
+  s.held = 0;
   for (Head& h : s.heads) {
     if (!h.pages.empty()) ++shrinks_;
     for (int32_t p : h.pages) free_page(s, p);
@@ -82,7 +84,7 @@ int32_t KVCache::alloc_page(Sequence& s) {
   ++in_use_;
   peak_in_use_ = std::max(peak_in_use_, in_use_);
   ++s.pages;
-  s.peak_pages = std::max(s.peak_pages, s.pages);
+  s.peak_pages = std::max(s.peak_pages, s.pages + s.held);
   return page;
 }
 
@@ -90,6 +92,21 @@ void KVCache::free_page(Sequence& s, int32_t page) {
   free_.push_back(page);
   --in_use_;
   --s.pages;
+  if (s.in_step) ++s.held;
+}
+
+void KVCache::begin_step(SeqId seq) {
+  if (!has_sequence(seq)) fail("KV cache: unknown sequence {}", seq);
+  Sequence& s = seqs_[seq];
+  s.in_step = true;
+  s.held = 0;
+}
+
+void KVCache::end_step(SeqId seq) {
+  if (!has_sequence(seq)) fail("KV cache: unknown sequence {}", seq);
+  Sequence& s = seqs_[seq];
+  s.in_step = false;
+  s.held = 0;
 }
 
 int32_t KVCache::append(SeqId seq, int layer, int h, const float* k, const float* v, int32_t pos) {

@@ -118,9 +118,22 @@ class KVCache {
   size_t page_bytes() const { return page_bytes_; }
   /// Bytes of K and V only, per token: 2 · D · sizeof(float).
   size_t kv_bytes_per_token() const { return 2 * static_cast<size_t>(cfg_.head_dim) * sizeof(float); }
-  /// Bytes held by the pages of `seq` now, and the peak since the sequence was added.
+  /// Bytes held by the pages of `seq` now.
   size_t bytes(SeqId seq) const;
+  /// High-water mark of `seq` since it was added, in bytes (pages × page_bytes()), updated at
+  /// every page allocation (not sampled). Pages that compact() frees between begin_step(seq) and
+  /// end_step(seq) still count as held until end_step: a step (one forward: a prefill chunk or a
+  /// decode step) is accounted as if its compressions ran once every layer holds the step's
+  /// tokens. So the peak does not depend on how the backend interleaves appends and
+  /// compressions across layers inside a step: under compress=prompt_end it is the whole
+  /// prompt's full-cache bytes whatever --prefill-chunk is (issue 33; docs/results.md,
+  /// kv_bytes_peak).
   size_t peak_bytes(SeqId seq) const;
+  /// Opens / closes a step of `seq` (see peak_bytes); kvb::Error for an unknown sequence id.
+  /// Steps do not nest (begin_step restarts the count). Only frees between the two calls are
+  /// deferred; compact() or truncate_from() outside a step, and remove_sequence(), free at once.
+  void begin_step(SeqId seq);
+  void end_step(SeqId seq);
   /// K+V bytes of the tokens `seq` holds now (no page rounding; comparable across page sizes).
   size_t token_bytes(SeqId seq) const;
   /// Bytes of all pages in use now, and the peak over the cache's life.
@@ -155,6 +168,8 @@ class KVCache {
     bool alive = false;
     std::vector<Head> heads;  // [layer * Hkv + head]
     int64_t pages = 0, peak_pages = 0, tokens = 0, evictions = 0;
+    int64_t held = 0;      // pages freed inside the open step (still counted by peak_pages)
+    bool in_step = false;  // between begin_step and end_step
   };
   Head& head(SeqId seq, int layer, int h);
   const Head& head(SeqId seq, int layer, int h) const;

@@ -39,4 +39,16 @@ int64_t pyramid_layer_budget(int64_t C, int64_t w, int64_t P, int layer, int num
 int64_t pyramid_layer_budget_kvpress(int64_t budget, int64_t window, int64_t P, int layer, int num_layers,
                                      double beta);
 
+/// Page-aware layer budgets (issue 33): each exact budget `exact[l]` (tokens per head of layer l)
+/// becomes B + align·d_l with d_l = floor((exact[l] − B)/align), never below `min_budget` (nor
+/// below exact[l] when that is smaller); then, while Σ d_l > 0, the largest budget (the lowest
+/// layer among equals) loses `align` tokens, as long as it stays ≥ min_budget. So every layer differs from the uniform
+/// budget B by a multiple of `align` and the budgets sum to at most n·B (exactly as the exact
+/// ones do when they sum to at most n·B). With a KV page size that divides `align`, a head of
+/// layer l holding b_l + k tokens takes (b_l − B)/page + ⌈(B + k)/page⌉ pages, so the layers
+/// together never hold more pages than a uniform budget B at the same k. align ≤ 1 returns
+/// `exact`. Budgets above B are only ever lowered, those below B only lowered by the floor.
+std::vector<int64_t> pyramid_page_aligned(const std::vector<int64_t>& exact, int64_t B, int64_t align,
+                                          int64_t min_budget);
+
 }  // namespace kvb

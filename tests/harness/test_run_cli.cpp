@@ -330,6 +330,32 @@ TEST(RunCli, QueryAgnosticIsItsOwnWorkItem) {
   fs::remove_all(d);
 }
 
+TEST(RunCli, WeightsOptionIsRecordedAndNamesTheCells) {
+  // --weights stored (default) | f32 | bf16: recorded in the run's config; a non-default choice
+  // names the cells' model "<model>@f32", so its items never mix with the stored-weight ones. The
+  // summary names its throughput columns; every row stores its steady KV bytes and decode share.
+  REQUIRE_INPUTS();
+  fs::path d = tmp_dir("weights");
+  const std::string db = (d / "w.db").string();
+  const std::string base = std::string(KVB_BINARY) + " run --task gsm8k --data-dir " + kData + " --model " + kModel +
+                           " --policies snapkv --budgets 32 --limit 1 --max-new-tokens 4 --quiet --db " + db;
+  std::string out;
+  ASSERT_EQ(run_cmd(base, &out), 0) << out;
+  for (const char* col : {"dec tok/s/seq", "dec tok/s agg", "prefill tok/s", "TTFT s", "KV peak (B)", "KV steady (B)"})
+    EXPECT_NE(out.find(col), std::string::npos) << col << "\n" << out;
+  ASSERT_EQ(run_cmd(base + " --weights f32", &out), 0) << out;
+  EXPECT_NE(out.find("0 already stored, 1 to generate"), std::string::npos) << out;
+  EXPECT_EQ(query(db, "SELECT json_extract(config_json, '$.weights') FROM runs ORDER BY run_id"),
+            (Rows{{"stored"}, {"f32"}}));
+  EXPECT_EQ(query(db, "SELECT DISTINCT model_id FROM work_items ORDER BY 1"), (Rows{{kModel}, {kModel + "@f32"}}));
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations WHERE kv_bytes_steady > 0 AND decode_share_s > 0 AND "
+                      "kv_bytes_steady < kv_bytes_peak"),
+            2);
+  EXPECT_EQ(run_cmd(base + " --weights f16", &out), 2) << out;
+  EXPECT_NE(out.find("kvbench: error: --weights: expected stored, f32 or bf16, got 'f16'"), std::string::npos) << out;
+  fs::remove_all(d);
+}
+
 TEST(CheckAnswerCli, VerdictOnTheLastLineWithTheFormsAndReason) {
   KVB_REQUIRE_BINARY();
   auto last_line = [](std::string s) {

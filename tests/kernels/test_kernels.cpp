@@ -8,6 +8,7 @@
 //  4. matmul_nt (decode and prefill tilings, row index, bias) == dequantise-then-f64 matmul.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -366,8 +367,9 @@ TEST(Kernels, MatmulManyEqualsMatmulPerProductBitwise) {
 
 TEST(Kernels, PrefillRowsDoNotDependOnTheMlpPieces) {
   // The CPU forward runs a prefill chunk's MLP in mlp_pieces(T) row pieces. Every weight type's
-  // prefill path (OpenBLAS sgemm on f32 row slices, sgemm on dequantised tiles) must give each
-  // row the same bits alone in its piece as with the whole chunk, or the split would change results.
+  // prefill path (sgemm on f32 or dequantised weight tiles, always in fixed 64-row activation
+  // pieces) must give each row the same bits alone in its piece as with the whole chunk, or the
+  // split would change results. Holds by construction (one sgemm call shape), on every CPU.
   std::mt19937 rng(29);
   const int64_t in = 576, out = 160;
   for (const DType t : {DType::F32, DType::BF16, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q6_K}) {
@@ -392,6 +394,13 @@ TEST(Kernels, PrefillRowsDoNotDependOnTheMlpPieces) {
         matmul_nt(&x[t0 * n], w, nullptr, &split[t0 * out], rows, n, out);
       }
       EXPECT_EQ(split, whole);
+      // Any run of rows the sgemm path takes (here 77 rows from row 13: not aligned to the 64-row
+      // pieces, a padded last piece) gives those rows the whole call's bits.
+      const int64_t r0 = 13, nr = 77;
+      ASSERT_TRUE(matmul_uses_sgemm(w, nr));
+      std::vector<float> part(nr * out);
+      matmul_nt(&x[r0 * n], w, nullptr, part.data(), nr, n, out);
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + r0 * out));
     }
   }
   EXPECT_EQ(mlp_pieces(1), 1);

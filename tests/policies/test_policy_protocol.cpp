@@ -11,6 +11,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
 #include <set>
 
 #include "engine/engine.h"
@@ -120,11 +123,14 @@ std::vector<ChunkCase> chunk_cases() {
 /// Pins OpenBLAS to one thread for its lifetime. Multithreaded OpenBLAS (0.3.21) does not give
 /// the same bits for a row when the number of rows in the GEMM changes (up to 1.4e-5 on
 /// stories260K's logits with the FULL cache), so the tighter logits check runs single-threaded:
-/// what it checks is the compression protocol, not the BLAS library's reduction order. Even
-/// single-threaded, OpenBLAS's AVX-512 (SkylakeX/Zen 4) SGEMM kernels block by the row count,
-/// so a chunk of 64 rows and the whole prompt sum in another order: measured up to 1.7e-5 on an
-/// AMD EPYC (Zen 4), < 1e-5 on AVX2 machines. The bound is 5e-5 (logits of magnitude ~10: a few
-/// f32 ulps per layer), still half the threaded one; tokens and evictions are compared exactly.
+/// what it checks is the compression protocol, not the BLAS library's reduction order. The
+/// prefill GEMM now calls sgemm in one fixed 64-row shape (matmul.h), so rows of pieces of 64 or
+/// more rows get the same bits in a chunk as in the whole prompt on every CPU; but a prompt's
+/// last chunk can be shorter than 64 rows and then takes the f32 tile kernel (the decode path),
+/// which sums in another order than sgemm. Before the fixed shape, OpenBLAS's AVX-512 kernels
+/// blocked by the row count: up to 1.7e-5 on an AMD EPYC (Zen 4), < 1e-5 on AVX2 machines. The
+/// bound is 5e-5 (logits of magnitude ~10: a few f32 ulps per layer), still half the threaded
+/// one; tokens and evictions are compared exactly.
 struct OneBlasThread {
   OneBlasThread() : n(openblas_get_num_threads()) { openblas_set_num_threads(1); }
   ~OneBlasThread() { openblas_set_num_threads(n); }
@@ -269,6 +275,7 @@ TEST(PyramidKV, LayerBudgetsFollowKVCacheFactory) {
 /// Per-step total tokens of one sequence over every (layer, kv head); the decode-time maximum.
 struct KvTrace {
   int64_t decode_max = 0, after_prompt = -1;
+  int64_t decode_max_pages = 0;  ///< the most pages (Σ ⌈length / page_size⌉) at a decode step's end
   std::vector<std::vector<int32_t>> layer_len_after_prompt;  // [layer] head 0 length
 };
 
@@ -281,14 +288,19 @@ KvTrace trace(std::shared_ptr<const Model> m, const std::string& spec, int64_t b
   const int prefill_steps = static_cast<int>((prompt_len + 127) / 128);
   e.on_step = [&](const KVCache& kv, SeqId s) {
     ++step;
-    int64_t total = 0;
+    int64_t total = 0, pages = 0;
+    const int64_t ps = kv.config().page_size;
     for (int l = 0; l < kv.config().num_layers; ++l)
-      for (int h = 0; h < kv.config().num_kv_heads; ++h) total += kv.length(s, l, h);
+      for (int h = 0; h < kv.config().num_kv_heads; ++h) {
+        total += kv.length(s, l, h);
+        pages += (kv.length(s, l, h) + ps - 1) / ps;
+      }
     if (step == prefill_steps) {
       t.after_prompt = total;
       for (int l = 0; l < kv.config().num_layers; ++l) t.layer_len_after_prompt.push_back({kv.length(s, l, 0)});
     } else if (step > prefill_steps) {
       t.decode_max = std::max(t.decode_max, total);
+      t.decode_max_pages = std::max(t.decode_max_pages, pages);
     }
   };
   GenerationRequest q;
@@ -298,18 +310,64 @@ KvTrace trace(std::shared_ptr<const Model> m, const std::string& spec, int64_t b
   return t;
 }
 
-void expect_pyramid_like_uniform(std::shared_ptr<const Model> m, int64_t B, int w, size_t prompt_len, int decode) {
+void expect_pyramid_like_uniform(std::shared_ptr<const Model> m, int64_t B, int w, size_t prompt_len, int decode,
+                                 std::vector<int> buffers = {16, 128}) {
   const int nl = static_cast<int>(m->config().num_layers);
   const std::string win = ",window=" + std::to_string(w);
-  const KvTrace pyr = trace(m, "pyramidkv:buffer=16" + win, B, prompt_len, decode);
-  const KvTrace snap = trace(m, "snapkv:buffer=16" + win, B, prompt_len, decode);
-  ASSERT_GT(snap.decode_max, 0);
-  // Per-layer budgets after the prompt are KVCache-Factory's.
-  for (int l = 0; l < nl; ++l)
-    EXPECT_EQ(pyr.layer_len_after_prompt[l][0], pyramid_layer_budget(B, w, static_cast<int64_t>(prompt_len), l, nl, 20))
-        << "layer " << l;
-  const double ratio = static_cast<double>(pyr.decode_max) / static_cast<double>(snap.decode_max);
-  EXPECT_NEAR(ratio, 1.0, 0.01) << "pyramidkv " << pyr.decode_max << " vs snapkv " << snap.decode_max;
+  for (const int buffer : buffers) {
+    SCOPED_TRACE("buffer " + std::to_string(buffer));
+    const std::string buf = "buffer=" + std::to_string(buffer);
+    const KvTrace exact = trace(m, "pyramidkv:align=1," + buf + win, B, prompt_len, decode);
+    const KvTrace pyr = trace(m, "pyramidkv:" + buf + win, B, prompt_len, decode);  // page-aware (align=16)
+    const KvTrace snap = trace(m, "snapkv:" + buf + win, B, prompt_len, decode);
+    ASSERT_GT(snap.decode_max, 0);
+    // align=1: per-layer budgets after the prompt are KVCache-Factory's, and the tokens match a
+    // uniform policy's to within the floor in KVCache-Factory's step.
+    std::vector<int64_t> factory;
+    for (int l = 0; l < nl; ++l) {
+      factory.push_back(pyramid_layer_budget(B, w, static_cast<int64_t>(prompt_len), l, nl, 20));
+      EXPECT_EQ(exact.layer_len_after_prompt[l][0], factory.back()) << "layer " << l;
+    }
+    const double ratio = static_cast<double>(exact.decode_max) / static_cast<double>(snap.decode_max);
+    EXPECT_NEAR(ratio, 1.0, 0.01) << "pyramidkv " << exact.decode_max << " vs snapkv " << snap.decode_max;
+    // Page-aware (default): the layers keep the aligned budgets, never more tokens nor more pages
+    // than the uniform policy at any decode step, and still a pyramid (first layer > last).
+    const auto aligned = pyramid_page_aligned(factory, B, 16, w + 1);
+    for (int l = 0; l < nl; ++l) EXPECT_EQ(pyr.layer_len_after_prompt[l][0], aligned[l]) << "layer " << l;
+    EXPECT_GT(aligned.front(), aligned.back());
+    EXPECT_LE(pyr.decode_max, snap.decode_max);
+    EXPECT_LE(pyr.decode_max_pages, snap.decode_max_pages) << "pyramidkv pages " << pyr.decode_max_pages
+                                                           << " vs snapkv " << snap.decode_max_pages;
+  }
+}
+
+TEST(PyramidKV, PageAlignedBudgetsStayOnTheUniformPageGrid) {
+  // Against the definition: each budget is B + 16·d, Σ d ≤ 0, no budget below min(exact, floor),
+  // budgets above B never raised; at every k the pages of the aligned budgets ≤ the uniform ones'.
+  for (const int64_t B : {64, 100, 128, 512})
+    for (const int n : {5, 12, 36})
+      for (const int64_t P : {400, 1100, 5000}) {
+        std::vector<int64_t> exact;
+        for (int l = 0; l < n; ++l) exact.push_back(pyramid_layer_budget(B, 8, P, l, n, 20));
+        const auto a = pyramid_page_aligned(exact, B, 16, 9);
+        ASSERT_EQ(a.size(), exact.size());
+        int64_t sum_d = 0;
+        for (int l = 0; l < n; ++l) {
+          EXPECT_EQ((a[l] - B) % 16, 0) << B << " " << n << " " << P << " layer " << l;
+          sum_d += (a[l] - B) / 16;
+          EXPECT_GE(a[l], std::min<int64_t>(exact[l], 9));
+          if (exact[l] >= B) {
+            EXPECT_LE(a[l], exact[l]);
+          }
+        }
+        EXPECT_LE(sum_d, 0);
+        for (int64_t k = 0; k < 128; ++k) {
+          int64_t pages = 0;
+          for (int l = 0; l < n; ++l) pages += (a[l] + k + 15) / 16;
+          EXPECT_LE(pages, n * ((B + k + 15) / 16)) << "k " << k;
+        }
+      }
+  EXPECT_EQ(pyramid_page_aligned({70, 50}, 64, 1, 9), (std::vector<int64_t>{70, 50}));  // align 1: exact
 }
 
 TEST(PyramidKV, DecodeKvPeakWithinOnePercentOfSnapKVStories260K) {
@@ -322,7 +380,160 @@ TEST(PyramidKV, DecodeKvPeakWithinOnePercentOfSnapKV36Layers) {
                                                                    .layers = 36, .heads = 4, .kv_heads = 2, .head_dim = 8});
   // KVCache-Factory's floored step leaves the layers' mean slightly above the budget (here
   // 36 layers, C = 512, w = 32: 481 + 32 per head on average, +0.2 %).
-  expect_pyramid_like_uniform(Model::random(c, 3), 512, 32, 1100, 40);
+  expect_pyramid_like_uniform(Model::random(c, 3), 512, 32, 1100, 40, {16});
+}
+
+// --- KV peak and steady footprint (issue 33) ----------------------------------------------------
+
+/// Page bytes of every (layer, kv head) holding `tokens` tokens: the reference, from the shape.
+size_t cache_bytes(const KVCache& kv, int64_t tokens) {
+  const auto& c = kv.config();
+  const int64_t pages = (tokens + c.page_size - 1) / c.page_size;
+  return static_cast<size_t>(c.num_layers) * c.num_kv_heads * pages * kv.page_bytes();
+}
+
+// Under compress=prompt_end the whole prompt is in the cache before it is compressed, so the
+// high-water mark is the prompt's full-cache bytes at every --prefill-chunk (the backend
+// compresses layer by layer inside the last prompt step; the peak counts a step's compressions
+// at its end). compress=chunked keeps the cache bounded during the prompt and shows it. The steady
+// footprint is budget + buffer − 1 tokens per head (page-rounded).
+TEST(KvPeak, PromptEndPeakIsTheFullPromptAtEveryChunkAndChunkedSavesIt) {
+  auto m = random_qwen3();
+  const size_t P = 401;
+  const int64_t B = 32, buffer = 16;
+  GenerationRequest q;
+  q.prompt = prompt_of(P, m->config().vocab_size);
+  q.max_new_tokens = 48;
+  // One greedy generation; `bytes(t)` then gives the reference bytes of t tokens per head in the
+  // run's own cache (page bytes include the policy's per-token scalars).
+  std::function<size_t(int64_t)> bytes;
+  auto run = [&](const std::string& spec, int chunk) {
+    EngineOptions eo;
+    eo.prefill_chunk = chunk;
+    auto e = std::make_shared<Engine>(m, eo, make_policy(PolicySpec::parse(spec, B)));
+    bytes = [e](int64_t t) { return cache_bytes(e->cache(), t); };
+    const auto r = e->generate({q}, nullptr);
+    EXPECT_EQ(r[0].tokens.size(), 48u);
+    return r[0];
+  };
+  for (const std::string name : {"snapkv", "pyramidkv", "streamingllm", "h2o", "tova", "knorm"}) {
+    SCOPED_TRACE(name);
+    const std::string spec = name + ":buffer=" + std::to_string(buffer) + (name == "pyramidkv" ? ",window=8" : "");
+    const GenerationResult whole = run(spec, 4096);
+    EXPECT_EQ(whole.kv_bytes_peak, bytes(static_cast<int64_t>(P)));
+    if (name != "pyramidkv") {
+      EXPECT_EQ(whole.kv_bytes_steady, bytes(B + buffer - 1));  // uniform budgets
+    }
+    EXPECT_LT(whole.kv_bytes_steady, whole.kv_bytes_peak);
+    for (int chunk : {64, 100, 256}) {
+      const GenerationResult r = run(spec, chunk);
+      EXPECT_EQ(r.kv_bytes_peak, whole.kv_bytes_peak) << "chunk " << chunk;
+      EXPECT_EQ(r.kv_bytes_steady, whole.kv_bytes_steady) << "chunk " << chunk;
+    }
+    if (name == "snapkv" || name == "streamingllm") {
+      // Chunked compression holds at most B + buffer − 1 tokens per head between 64-token chunks:
+      // at most B + buffer − 1 + 64 inside one.
+      const GenerationResult c = run(spec + ",compress=chunked", 64);
+      EXPECT_LE(c.kv_bytes_peak, bytes(B + buffer - 1 + 64));
+      EXPECT_LT(c.kv_bytes_peak, whole.kv_bytes_peak / 2);
+    }
+  }
+  // The full cache: the peak is the prompt plus the generated tokens but the last (sampled, never
+  // appended), reached at the end, so steady = peak = final.
+  const GenerationResult full = run("full", 64);
+  EXPECT_EQ(full.kv_bytes_peak, bytes(static_cast<int64_t>(P) + 47));
+  EXPECT_EQ(full.kv_bytes_steady, full.kv_bytes_peak);
+  EXPECT_EQ(full.kv_bytes_final, full.kv_bytes_peak);
+}
+
+// --- Decode-time keep-sets in position order (issue 33; docs/policies.md, "Compared with kvpress") --
+
+// kvbench compresses while decoding by re-applying the policy to the cache it holds, in position
+// order: a head's slots stay in increasing position order, StreamingLLM keeps the sinks and the
+// newest tokens by age, and KNorm keeps the lowest-norm keys (the earlier of two equal norms) plus
+// its window. The reference below rebuilds every decode-time compression from what the cache held
+// after the previous step plus the new token, from positions and key norms alone.
+void expect_decode_keep_sets_in_position_order(const std::string& name, int64_t B, int sinks, int window) {
+  auto m = random_qwen3();
+  const size_t P = 120;
+  const int buffer = 8, forced_n = 60;
+  const std::string spec = name == "streamingllm"
+                               ? "streamingllm:sinks=" + std::to_string(sinks) + ",buffer=" + std::to_string(buffer)
+                               : "knorm:window=" + std::to_string(window) + ",buffer=" + std::to_string(buffer);
+  EngineOptions eo;
+  eo.prefill_chunk = 512;  // the prompt in one step
+  Engine e(m, eo, make_policy(PolicySpec::parse(spec, B)));
+  const int nl = static_cast<int>(m->config().num_layers), nh = static_cast<int>(m->config().num_kv_heads);
+  std::vector<std::vector<int32_t>> held(static_cast<size_t>(nl * nh));  // positions after the previous step
+  auto norm_key = [&](int l, int h, int32_t pos) { return (static_cast<int64_t>(l * nh + h) << 32) | pos; };
+  std::map<int64_t, float> norms;  // key norms seen (f32, as the policy scores), by (layer, head, position)
+  int step = 0, compressions = 0;
+  e.on_step = [&](const KVCache& kv, SeqId sq) {
+    ++step;
+    for (int l = 0; l < nl; ++l)
+      for (int h = 0; h < nh; ++h) {
+        std::vector<int32_t> now;
+        for (int32_t i = 0; i < kv.length(sq, l, h); ++i) {
+          const int32_t pos = kv.position(sq, l, h, i);
+          now.push_back(pos);
+          const float* k = kv.key(sq, l, h, i);
+          double n2 = 0;
+          for (int d = 0; d < kv.config().head_dim; ++d) n2 += static_cast<double>(k[d]) * k[d];
+          norms.emplace(norm_key(l, h, pos), static_cast<float>(std::sqrt(n2)));  // a key never changes once cached
+        }
+        ASSERT_TRUE(std::is_sorted(now.begin(), now.end()) &&
+                    std::adjacent_find(now.begin(), now.end()) == now.end())
+            << "slots out of position order, layer " << l << " head " << h;
+        auto& prev = held[static_cast<size_t>(l * nh + h)];
+        if (step == 1) {  // the prompt: compressed once at its end
+          if (name == "streamingllm") {
+            std::vector<int32_t> want;
+            for (int32_t p = 0; p < sinks; ++p) want.push_back(p);
+            for (int32_t p = static_cast<int32_t>(P) - static_cast<int32_t>(B - sinks); p < static_cast<int32_t>(P); ++p)
+              want.push_back(p);
+            EXPECT_EQ(now, want) << "prompt end, layer " << l << " head " << h;
+          }
+          prev = now;
+          continue;
+        }
+        std::vector<int32_t> cand = prev;
+        cand.push_back(static_cast<int32_t>(P) + step - 2);  // the token this decode step appended
+        if (now.size() == cand.size()) {
+          EXPECT_EQ(now, cand) << "step " << step;
+          prev = now;
+          continue;
+        }
+        ++compressions;
+        ASSERT_EQ(static_cast<int64_t>(cand.size()), B + buffer) << "compressed before B + buffer";
+        std::vector<int32_t> want;
+        if (name == "streamingllm") {
+          want.assign(cand.begin(), cand.begin() + sinks);  // the oldest by position...
+          want.insert(want.end(), cand.end() - (B - sinks), cand.end());  // ...and the newest by position
+        } else {
+          const size_t older = cand.size() - static_cast<size_t>(window);
+          std::vector<size_t> idx(older);
+          for (size_t i = 0; i < older; ++i) idx[i] = i;
+          std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+            return norms.at(norm_key(l, h, cand[a])) < norms.at(norm_key(l, h, cand[b]));  // ties: earlier first
+          });
+          for (int64_t i = 0; i < B - window; ++i) want.push_back(cand[idx[static_cast<size_t>(i)]]);
+          want.insert(want.end(), cand.end() - window, cand.end());
+          std::sort(want.begin(), want.end());
+        }
+        EXPECT_EQ(now, want) << name << " step " << step << " layer " << l << " head " << h;
+        prev = now;
+      }
+  };
+  e.score(prompt_of(P, m->config().vocab_size), prompt_of(forced_n + 1, m->config().vocab_size));
+  EXPECT_GE(compressions, nl * nh * 5) << "expected several decode-time compressions per head";
+}
+
+TEST(DecodeKeepSets, StreamingLLMKeepsSinksAndNewestByPosition) {
+  expect_decode_keep_sets_in_position_order("streamingllm", 24, 4, 0);
+}
+
+TEST(DecodeKeepSets, KnormKeepsLowestNormKeysAndWindowInPositionOrder) {
+  expect_decode_keep_sets_in_position_order("knorm", 24, 0, 2);
 }
 
 // --- WG-KV ------------------------------------------------------------------------------------

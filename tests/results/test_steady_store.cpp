@@ -1,0 +1,168 @@
+// Schema v4 (issue 33): the steady KV footprint after compression and each sequence's share of the
+// decode steps' wall time. A database written by the schema-v3 kvbench migrates keeping its rows
+// (both NULL); new rows store them; v_cells and compute_cells agree on the aggregate decode rate
+// (Σ generated / Σ share, computed here independently) and on the mean steady bytes; the report
+// names the throughput columns and plots either KV measure.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/util/error.h"
+#include "results/report.h"
+#include "results/schema.h"
+#include "results/store.h"
+#include "synth.h"
+
+using namespace kvb::results;
+using namespace kvb::results::testing;
+
+namespace {
+
+std::string q(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) o += c == '\'' ? std::string("''") : std::string(1, c);
+  return o + "'";
+}
+
+// A database exactly as the schema-v3 kvbench wrote it: migrations 0..2, user_version 3, one
+// finished run "old" with every item generated (the v3 generations columns) and graded.
+void write_v3_db(const std::string& path, const std::vector<WorkItem>& items) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  auto exec = [&](const std::string& sql) {
+    char* err = nullptr;
+    int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+    ASSERT_EQ(rc, SQLITE_OK) << (err ? err : "") << "\n" << sql;
+    sqlite3_free(err);
+  };
+  exec("BEGIN");
+  for (int v = 0; v < 3; ++v) exec(migrations().at(v));
+  exec("PRAGMA application_id = " + std::to_string(Store::kApplicationId));
+  exec("INSERT INTO runs (run_id, run_key, name, kvbench_version, git_sha, host, backend, device, config_json, "
+       "started_at, finished_at) VALUES (1, 'old-key', 'old', '0.1.0', 'abc', 'h', 'cpu', 'cpu', '{}', "
+       "'2026-01-01T00:00:00Z', '2026-01-01T01:00:00Z')");
+  for (const auto& it : items) {
+    exec("INSERT INTO work_items VALUES (" + q(it.key) + "," + q(it.model_id) + "," + q(it.model_revision) + "," +
+         q(it.policy) + "," + q(it.policy_params.dump()) + "," + q(it.policy_label) + "," +
+         std::to_string(it.budget) + "," + q(it.task) + "," + q(it.example_id) + "," + q(it.prompt_sha256) + "," +
+         std::to_string(it.sample_index) + "," + std::to_string(it.seed) + "," + q(it.sampling.dump()) + ")");
+    const GenerationRecord g = fake_generation(it);
+    exec("INSERT INTO generations (run_id, item_key, text, prompt_tokens, generated_tokens, finish_reason, "
+         "prefill_s, decode_s, ttft_s, evictions, kv_bytes_peak, kv_bytes_final, device_peak_bytes, extra_json, "
+         "created_at, kv_bytes_read_step) VALUES (1," + q(it.key) + "," + q(g.text) + "," +
+         std::to_string(g.prompt_tokens) + "," + std::to_string(g.generated_tokens) + ",'stop',0.01,0.1,0.012," +
+         std::to_string(g.evictions) + "," + std::to_string(g.kv_bytes_peak) + "," +
+         std::to_string(g.kv_bytes_final) + ",1,'{}','2026-01-01T00:30:00Z',1000.0)");
+    const GradeRecord r = fake_grade(it);
+    exec("INSERT INTO grades (run_id, item_key, score, extracted, pred_norm, gold_norm, grader, graded_at) VALUES (1," +
+         q(it.key) + "," + std::to_string(*r.score) + "," + q(r.extracted) + "," + q(r.pred_norm) + "," +
+         q(r.gold_norm) + ",'fake/1','2026-01-01T00:40:00Z')");
+  }
+  exec("PRAGMA user_version = 3");
+  exec("COMMIT");
+  sqlite3_close(db);
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
+  ASSERT_EQ(migrations().size(), 4u);
+  auto p = temp_db("steady_v3");
+  const auto items = expand_grid(small_grid(4, 2));
+  write_v3_db(p, items);
+  EXPECT_THROW({ Store ro(p, Store::Mode::kReadOnly); }, kvb::Error);  // needs the migration
+  Store s(p);
+  EXPECT_EQ(s.schema_version(), 4);
+  for (const auto& r : s.samples({1})) {
+    EXPECT_FALSE(r.kv_bytes_steady) << "rows from v3 have no steady footprint";
+    EXPECT_FALSE(r.decode_share_s);
+    ASSERT_TRUE(r.kv_bytes_read_step);  // the v3 column survives the migration
+    EXPECT_EQ(*r.kv_bytes_read_step, 1000.0);
+  }
+
+  const int64_t run = s.begin_run(run_info("new"));
+  std::vector<GenerationRecord> gens;
+  std::vector<GradeRecord> grades;
+  std::map<std::string, std::pair<int64_t, double>> written;  // key -> (steady, share)
+  for (size_t i = 0; i < items.size(); ++i) {
+    gens.push_back(fake_generation(items[i]));
+    gens.back().kv_bytes_steady = gens.back().kv_bytes_final + static_cast<int64_t>(i);
+    gens.back().decode_share_s = 0.025 + 0.001 * static_cast<double>(i);
+    written[items[i].key] = {*gens.back().kv_bytes_steady, *gens.back().decode_share_s};
+    grades.push_back(fake_grade(items[i]));
+  }
+  s.write_batch(run, gens, grades);
+  s.end_run(run);
+  const auto rows = s.samples({run});
+  ASSERT_EQ(rows.size(), items.size());
+  for (const auto& r : rows) {
+    ASSERT_TRUE(r.kv_bytes_steady && r.decode_share_s);
+    EXPECT_EQ(*r.kv_bytes_steady, written.at(r.item_key).first);
+    EXPECT_EQ(*r.decode_share_s, written.at(r.item_key).second);
+  }
+
+  int checked = 0;
+  for (const auto& c : compute_cells(s.samples({}))) {
+    if (c.key.run_id == 1) {
+      EXPECT_FALSE(c.decode_tok_s_agg);
+      EXPECT_FALSE(c.kv_bytes_steady_mean);
+      continue;
+    }
+    double gen = 0, share = 0, steady = 0, dec = 0;
+    int n = 0;
+    for (const auto& r : rows)
+      if (r.policy_label == c.key.policy_label && r.budget == c.key.budget) {
+        gen += static_cast<double>(r.generated_tokens);
+        share += *r.decode_share_s;
+        dec += r.decode_s;
+        steady += static_cast<double>(*r.kv_bytes_steady);
+        ++n;
+      }
+    ASSERT_GT(n, 0);
+    ASSERT_TRUE(c.decode_tok_s_agg && c.kv_bytes_steady_mean);
+    EXPECT_DOUBLE_EQ(*c.decode_tok_s_agg, gen / share);
+    EXPECT_DOUBLE_EQ(c.decode_tok_s, gen / dec);
+    EXPECT_DOUBLE_EQ(*c.kv_bytes_steady_mean, steady / n);
+    const auto v = s.query("SELECT decode_tok_s_agg, kv_bytes_steady_mean FROM v_cells WHERE run_id = " +
+                           std::to_string(run) + " AND policy_label = " + q(c.key.policy_label) +
+                           " AND budget = " + std::to_string(c.key.budget));
+    ASSERT_EQ(v.size(), 1u);
+    EXPECT_NEAR(std::stod(v[0][0]), gen / share, 1e-6 * gen / share);
+    EXPECT_NEAR(std::stod(v[0][1]), steady / n, 1e-6);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);
+  EXPECT_EQ(s.query("SELECT COUNT(*) FROM v_cells WHERE run_id = 1 AND decode_tok_s_agg IS NULL AND "
+                    "kv_bytes_steady_mean IS NULL")[0][0], "5");
+
+  ReportOptions opt;
+  opt.out_dir = ::testing::TempDir() + "kvb_steady_report_" + std::to_string(getpid());
+  opt.cells.resamples = 200;
+  const auto files = write_report(s, opt);
+  const std::string html = slurp(files.html), md = slurp(files.markdown), csv = slurp(files.csv);
+  EXPECT_NE(html.find("pass@1 vs steady KV bytes"), std::string::npos);
+  EXPECT_NE(html.find("pass@1 vs realised KV bytes"), std::string::npos);
+  for (const char* col : {"decode tok/s/seq", "decode tok/s agg", "prefill tok/s", "TTFT s", "KV steady"}) {
+    EXPECT_NE(html.find(std::string("<th>") + col + "</th>"), std::string::npos) << col;
+    EXPECT_NE(md.find(std::string("| ") + col + " |"), std::string::npos) << col;
+  }
+  EXPECT_NE(csv.find(",decode_tok_s_agg,kv_bytes_steady_mean\n"), std::string::npos);
+  std::filesystem::remove_all(opt.out_dir);
+
+  // A report over the v3 run alone has no steady footprint to plot.
+  opt.run_ids = {1};
+  const auto f1 = write_report(s, opt);
+  EXPECT_EQ(slurp(f1.html).find("pass@1 vs steady KV bytes"), std::string::npos);
+  std::filesystem::remove_all(opt.out_dir);
+}
