@@ -101,7 +101,7 @@ PolicyInfo pyramidkv_policy_info() {
                     {{"beta", "20", "pyramid steepness beta (min layer budget = (budget - window) / beta)"},
                      {"layer_budget", "factory",
                       "factory: KVCache-Factory/SCBench formula (window on top of the pyramid); kvpress: "
-                      "PyramidKVPress"}}));
+                      "PyramidKVPress"}})).with_tests({.min_budget = 33});
 }
 
 }  // namespace kvb
