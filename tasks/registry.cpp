@@ -124,12 +124,12 @@ std::pair<std::string, TaskOptions> parse_task_spec(const std::string& spec) {
   return {std::move(n.name), std::move(n.params)};
 }
 
-namespace {
-
 // Every task file's factory (KVB_TASK_FAMILY in tasks/*.cpp), listed by the build.
 #define KVB_TASK_FAMILY_ENTRY(family) TaskFactory kvb_task_family_##family();
 #include "tasks/task_families.inc"
 #undef KVB_TASK_FAMILY_ENTRY
+
+namespace {
 
 const std::vector<TaskFactory>& factories() {
   static const std::vector<TaskFactory> f = [] {
