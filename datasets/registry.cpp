@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 
 #include "datasets/hub.h"
 #include "engine/util/error.h"
@@ -90,9 +91,37 @@ std::vector<SourceFile> build() {
 
 }  // namespace
 
-const std::vector<SourceFile>& sources() {
-  static const std::vector<SourceFile> v = build();
+namespace {
+std::deque<SourceFile>& table() {
+  static std::deque<SourceFile> v = [] {
+    std::vector<SourceFile> b = build();
+    return std::deque<SourceFile>(b.begin(), b.end());
+  }();
   return v;
+}
+std::mutex& table_mutex() {
+  static std::mutex m;
+  return m;
+}
+}  // namespace
+
+const std::deque<SourceFile>& sources() { return table(); }
+
+void add_sources(const std::vector<SourceFile>& files) {
+  std::lock_guard<std::mutex> lock(table_mutex());
+  auto& t = table();
+  for (const auto& f : files) {
+    const SourceFile* have = nullptr;
+    for (const auto& s : t)
+      if (s.key == f.key) have = &s;
+    if (!have) {
+      t.push_back(f);
+      continue;
+    }
+    if (have->repo != f.repo || have->revision != f.revision || have->path != f.path || have->host != f.host)
+      fail("{}: registered twice with different sources ({} {}@{} and {} {}@{})", f.key, have->host, have->repo,
+           have->revision, f.host, f.repo, f.revision);
+  }
 }
 
 const SourceFile* find_source(const std::string& key) {

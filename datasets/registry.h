@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,8 +28,16 @@ struct SourceFile {
   std::string note;       ///< provenance / caveats
 };
 
-/// Every registered file, in benchmark order.
-const std::vector<SourceFile>& sources();
+/// Every registered file: the built-in table (datasets/registry.cpp) in benchmark order, then
+/// the files benchmark task files declared (TaskFactory::sources, added by the task registry
+/// through add_sources when it is first used). Entries never move once added.
+const std::deque<SourceFile>& sources();
+
+/// Adds files to the registry (the task registry does this for each task file's declared
+/// sources, so a new benchmark registers its data next to its task). A key already registered
+/// with the same repo, revision and path is ignored; with different ones it throws kvb::Error
+/// naming the key. Thread-safe; intended to run once at start-up.
+void add_sources(const std::vector<SourceFile>& files);
 
 /// The entry with this key, or nullptr.
 const SourceFile* find_source(const std::string& key);

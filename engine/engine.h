@@ -19,7 +19,7 @@ namespace kvb {
 
 /// Engine-wide settings.
 struct EngineOptions {
-  std::string backend = "cpu";  ///< cpu | cuda (engine/backend/backend.h; cuda needs a KVB_CUDA build)
+  std::string backend = "cpu";  ///< cpu | cpu-bf16 | cuda (backend_registry(), engine/backend/backend.h; cuda needs a KVB_CUDA build)
   int prefill_chunk = 512;       ///< prompt tokens per sequence per forward step
   int max_batch = 8;             ///< sequences decoded together (continuous batching)
   int page_size = 16;            ///< KV page size in tokens

@@ -163,7 +163,7 @@ void run_bench(BenchArgs a) {
   if (!a.shape.empty()) {
     // The CUDA backend holds bf16 weights: generate them as bf16 (half the host memory).
     model = Model::random(model_shape(a.shape), a.seed + 1,
-                          a.backend == "cuda" ? WeightFormat::kBF16 : WeightFormat::kF32);
+                          backend_info(a.backend).bf16_weights ? WeightFormat::kBF16 : WeightFormat::kF32);
     id = "random:" + a.shape;
   } else {
     model = load_model(a.model).model;

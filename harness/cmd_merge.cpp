@@ -15,10 +15,9 @@ void register_merge(CLI::App& app) {
   cmd->callback([out, ins] {
     results::Store::merge(*out, *ins);
     results::Store s(*out, results::Store::Mode::kReadOnly);
-    auto n = s.query("SELECT (SELECT COUNT(*) FROM runs), (SELECT COUNT(*) FROM generations), "
-                     "(SELECT COUNT(*) FROM grades)");
-    fmt::print("merged {} file(s) into {}: {} run(s), {} generations, {} grades\n", ins->size(), *out,
-               n[0][0], n[0][1], n[0][2]);
+    const results::Store::Totals n = s.totals();
+    fmt::print("merged {} file(s) into {}: {} run(s), {} generations, {} grades\n", ins->size(), *out, n.runs,
+               n.generations, n.grades);
   });
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "datasets/registry.h"
+#include "engine/backend/backend.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 #include "engine/util/hash.h"
@@ -163,7 +164,8 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
   info.git_sha = kGitSha;
   info.host = hostname();
   info.backend = a.backend;
-  info.device = a.backend == "cpu" ? cpu_model() : a.backend;
+  const BackendInfo* backend = find_backend(a.backend);
+  info.device = backend && backend->on_device ? a.backend : cpu_model();  // the GPU, or the host's CPU model
   nlohmann::json tasks_json = nlohmann::json::array();
   for (const auto& st : lt.suite_tasks)
     tasks_json.push_back({{"spec", st.spec}, {"limit", a.limit ? a.limit : st.limit}});

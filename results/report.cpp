@@ -343,6 +343,275 @@ std::map<std::string, std::string> display_model_names(const std::set<std::strin
   return out;
 }
 
+namespace {
+
+/// The "Runs" section: one row per run that has cells (provenance: version, git, host, device,
+/// backend, times, models with revision and weights hash, datasets with hash), HTML and Markdown.
+void render_runs(Store& store, const std::vector<RunRow>& all_runs, const std::set<int64_t>& used_runs,
+                 const std::map<std::string, std::string>& model_name, std::string& html, std::string& md) {
+  html += "<h2>Runs</h2>\n<table><tr><th>id</th><th class=l>name</th><th class=l>kvbench</th>"
+          "<th class=l>git</th><th class=l>machine (host: device)</th><th class=l>backend</th>"
+          "<th class=l>started</th><th class=l>finished</th><th class=l>models (revision, weights sha256)</th>"
+          "<th class=l>datasets (sha256)</th></tr>\n";
+  md += "## Runs\n\n| id | name | kvbench | git | machine (host: device) | backend | started | finished | models |\n"
+        "|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : all_runs) {
+    if (!used_runs.count(r.run_id)) continue;
+    std::string models, md_models, datasets;
+    for (const auto& m : store.query(fmt::format(
+             "SELECT model_id, revision, weights_sha256 FROM run_models WHERE run_id={} ORDER BY 1", r.run_id))) {
+      models += "<span title=\"" + esc(m[0]) + "\">" + esc(model_name.at(m[0])) + "</span> (<code>" +
+                esc(m[1].substr(0, 12)) + "</code>, <code>" + esc(m[2].substr(0, 12)) + "</code>)<br>";
+      md_models += (md_models.empty() ? "" : ", ") + md_esc(model_name.at(m[0]));
+    }
+    for (const auto& d : store.query(fmt::format(
+             "SELECT task, sha256 FROM run_datasets WHERE run_id={} ORDER BY 1", r.run_id)))
+      datasets += esc(d[0]) + " <code>" + esc(d[1].substr(0, 12)) + "</code><br>";
+    html += fmt::format("<tr><td>{}</td><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td>"
+                        "<td class=l>{}: {}</td><td class=l>{}</td><td class=l>{}</td>"
+                        "<td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>\n",
+                        r.run_id, esc(r.name), esc(r.kvbench_version), esc(r.git_sha), esc(r.host),
+                        esc(r.device), esc(r.backend), esc(r.started_at),
+                        r.finished_at.empty() ? "(unfinished)" : esc(r.finished_at), models, datasets);
+    md += fmt::format("| {} | {} | {} | {} | {}: {} | {} | {} | {} | {} |\n", r.run_id, md_esc(r.name),
+                      md_esc(r.kvbench_version), md_esc(r.git_sha), md_esc(r.host), md_esc(r.device),
+                      md_esc(r.backend), r.started_at, r.finished_at.empty() ? "(unfinished)" : r.finished_at,
+                      md_models);
+  }
+  html += "</table>\n";
+  md += "\n";
+
+}
+
+/// One (model, task) group of cells arranged for its charts and its table: a series per policy
+/// label (and run, when several runs are shown) in first-seen order with its colour, the
+/// full-cache reference cell, and the Pareto frontier of each chart.
+struct GroupView {
+  std::map<std::string, std::vector<const Cell*>> by_series;
+  std::vector<std::string> order;
+  std::map<std::string, std::string> color;
+  const Cell* ref = nullptr;
+  std::set<const Cell*> f_budget, f_bytes, f_speed, f_read, f_steady;
+  bool any_read = false;    ///< some cell measured its KV bytes read per decode step
+  bool any_steady = false;  ///< some cell measured its steady KV footprint (schema v4)
+};
+
+/// The mean K+V bytes read per decode step of a cell (0 when not measured: stored before schema v3).
+double read_of(const Cell* c) { return c->kv_bytes_read_step_mean.value_or(0.0); }
+/// The mean steady KV bytes after compression of a cell (0 when not measured: stored before v4).
+double steady_of(const Cell* c) { return c->kv_bytes_steady_mean.value_or(0.0); }
+
+GroupView group_view(const std::vector<const Cell*>& gcells, bool multi_run, std::map<int64_t, std::string>& run_name) {
+  GroupView v;
+  // Series per (policy label [, run]).
+  for (const auto* c : gcells) {
+    std::string name = c->key.policy_label + (multi_run ? " [" + run_name[c->key.run_id] + "]" : "");
+    if (!v.by_series.count(name)) v.order.push_back(name);
+    v.by_series[name].push_back(c);
+  }
+  for (size_t i = 0; i < v.order.size(); ++i) v.color[v.order[i]] = kPalette[i % 10];
+
+  for (const auto* c : gcells)
+    if (c->is_reference && !v.ref) v.ref = c;
+
+  // Pareto flags per chart, over cells with accuracy.
+  std::vector<const Cell*> acc_cells;
+  for (const auto* c : gcells)
+    if (c->pass1) acc_cells.push_back(c);
+  auto front = [&](auto xfn, bool lower, bool skip_unbudgeted, bool read_only = false) {
+    std::vector<std::pair<double, double>> pts;
+    std::vector<const Cell*> idx;
+    for (const auto* c : acc_cells) {
+      if (skip_unbudgeted && c->key.budget == kNoBudget) continue;
+      if (read_only && !c->kv_bytes_read_step_mean) continue;
+      pts.push_back({xfn(c), c->pass1->mean});
+      idx.push_back(c);
+    }
+    std::set<const Cell*> on;
+    for (size_t i : pareto_front(pts, lower)) on.insert(idx[i]);
+    return on;
+  };
+  v.f_budget = front([](const Cell* c) { return double(c->key.budget); }, true, true);
+  v.f_bytes = front([](const Cell* c) { return c->kv_bytes_peak_mean; }, true, false);
+  v.f_speed = front([](const Cell* c) { return c->decode_tok_s; }, false, false);
+  // Bytes read per decode step: cells stored before schema v3 have no measurement and stay out.
+  v.f_read = front(read_of, true, false, true);
+  for (const auto* c : acc_cells) v.any_read = v.any_read || c->kv_bytes_read_step_mean.has_value();
+  // Steady footprint after compression: cells stored before schema v4 have none and stay out.
+  std::vector<std::pair<double, double>> pts;
+  std::vector<const Cell*> idx;
+  for (const auto* c : acc_cells)
+    if (c->kv_bytes_steady_mean) {
+      pts.push_back({*c->kv_bytes_steady_mean, c->pass1->mean});
+      idx.push_back(c);
+    }
+  for (size_t i : pareto_front(pts, true)) v.f_steady.insert(idx[i]);
+  v.any_steady = !pts.empty();
+  return v;
+}
+
+/// A group's heading, legend and charts (pass@1 against budget, KV bytes held, KV bytes read
+/// when measured, decode speed) as inline SVG.
+void render_group_charts(const GroupView& v, const std::string& model, const std::string& task,
+                         const std::map<std::string, std::string>& model_name, std::string& html) {
+  auto tip = [&](const Cell* c) {
+    std::string t = fmt::format("{} budget {}: pass@1 {}%", c->key.policy_label, budget_str(c->key.budget),
+                                c->pass1 ? pct(c->pass1->mean) : "n/a");
+    if (c->pass1) t += fmt::format(" [{}, {}]", pct(c->pass1->lo), pct(c->pass1->hi));
+    if (c->delta_vs_reference)
+      t += fmt::format("; vs full {:+.1f} [{:+.1f}, {:+.1f}] pts", 100 * c->delta_vs_reference->mean,
+                       100 * c->delta_vs_reference->lo, 100 * c->delta_vs_reference->hi);
+    t += fmt::format("; KV peak {}", human_bytes(c->kv_bytes_peak_mean));
+    if (c->kv_bytes_steady_mean) t += fmt::format("; KV steady {}", human_bytes(*c->kv_bytes_steady_mean));
+    if (c->kv_bytes_read_step_mean) t += fmt::format("; KV read/step {}", human_bytes(*c->kv_bytes_read_step_mean));
+    t += fmt::format("; decode {:.1f} tok/s per sequence; n={}", c->decode_tok_s, c->n_samples);
+    return t;
+  };
+  auto chart = [&](const std::string& title, const std::string& xlabel, bool logx, bool bytes,
+                   auto xfn, const std::set<const Cell*>& front_set, bool budget_chart, bool read_chart = false,
+                   bool steady_chart = false) {
+    Chart ch;
+    ch.title = title;
+    ch.xlabel = xlabel;
+    ch.log_x = logx;
+    ch.bytes_x = bytes;
+    if (v.ref && v.ref->pass1) {
+      ch.ref_y = v.ref->pass1->mean;
+      if (v.ref->pass1->n > 1) {
+        ch.ref_lo = v.ref->pass1->lo;
+        ch.ref_hi = v.ref->pass1->hi;
+      }
+    }
+    for (const auto& name : v.order) {
+      Series s;
+      s.name = name;
+      s.color = v.color.at(name);
+      for (const auto* c : v.by_series.at(name)) {
+        if (!c->pass1) continue;
+        if (budget_chart && c->key.budget == kNoBudget) continue;  // the reference line
+        if (read_chart && !c->kv_bytes_read_step_mean) continue;   // not measured (before v3)
+        if (steady_chart && !c->kv_bytes_steady_mean) continue;    // not measured (before v4)
+        s.reference = c->key.budget == kNoBudget;
+        Pt p{xfn(c), c->pass1->mean, c->pass1->n > 1 ? c->pass1->lo : NAN,
+             c->pass1->n > 1 ? c->pass1->hi : NAN, tip(c), front_set.count(c) > 0};
+        s.pts.push_back(p);
+      }
+      if (!s.pts.empty()) ch.series.push_back(std::move(s));
+    }
+    return render_svg(ch);
+  };
+
+  html += fmt::format("<h2 title=\"{}\">{} &mdash; {}</h2>\n<div class=legend>", esc(model),
+                      esc(model_name.at(model)), esc(task));
+  for (const auto& name : v.order)
+    html += fmt::format("<span><i class=sw style=\"background:{}\"></i>{}</span>", v.color.at(name), esc(name));
+  html += "<span>&#9711; Pareto frontier</span><span>- - full cache (band: 95% CI)</span></div>\n"
+          "<div class=charts>\n";
+  html += chart("pass@1 vs budget", "budget (tokens kept)", true, false,
+                [](const Cell* c) { return double(c->key.budget); }, v.f_budget, true);
+  html += chart("pass@1 vs realised KV bytes", "KV-cache bytes per sequence (mean high-water mark)", true, true,
+                [](const Cell* c) { return c->kv_bytes_peak_mean; }, v.f_bytes, false);
+  if (v.any_steady)
+    html += chart("pass@1 vs steady KV bytes", "KV-cache bytes per sequence after compression (mean steady)", true,
+                  true, steady_of, v.f_steady, false, false, true);
+  if (v.any_read)
+    html += chart("pass@1 vs KV bytes read", "KV bytes read per decode step (mean; all layers and heads)", true,
+                  true, read_of, v.f_read, false, true);
+  html += chart("pass@1 vs decode speed", "decode tokens/s per sequence", false, false,
+                [](const Cell* c) { return c->decode_tok_s; }, v.f_speed, false);
+  html += "</div>\n";
+}
+
+/// A group's table of cells (accuracy with CIs, the paired difference from the full cache,
+/// pass@k, maj@k, speed, KV bytes, Pareto membership), HTML and Markdown.
+void render_group_table(const GroupView& v, const std::string& model, const std::string& task,
+                        const std::map<std::string, std::string>& model_name, std::string& html, std::string& md) {
+  html += "<table><tr><th class=l>policy</th><th>budget</th><th>n</th><th>pass@1 %</th>"
+          "<th>95% CI</th><th>&Delta; vs full (pts)</th><th>paired 95% CI</th><th>pass@k %</th>"
+          "<th>maj@k %</th><th>decode tok/s/seq</th><th>decode tok/s agg</th><th>prefill tok/s</th><th>TTFT s</th>"
+          "<th>KV peak</th><th>KV steady</th><th>KV final</th><th>KV read/step</th><th>evicted %</th>"
+          "<th>truncated %</th><th>Pareto</th></tr>\n";
+  md += fmt::format("## {} — {}\n\n| policy | budget | n | pass@1 % | 95% CI | Δ vs full (pts) | paired 95% CI "
+                    "| pass@k % | maj@k % | decode tok/s/seq | decode tok/s agg | prefill tok/s | TTFT s | KV peak "
+                    "| KV steady | KV read/step | Pareto |\n"
+                    "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+                    md_esc(model_name.at(model)), md_esc(task));
+  for (const auto& name : v.order) {
+    auto cs = v.by_series.at(name);
+    std::sort(cs.begin(), cs.end(), [](auto* a, auto* b) { return a->key.budget < b->key.budget; });
+    for (const auto* c : cs) {
+      std::string ci = c->pass1 && c->pass1->n > 1 ? fmt::format("[{}, {}]", pct(c->pass1->lo), pct(c->pass1->hi)) : "";
+      std::string d, dci, dcls;
+      if (c->delta_vs_reference) {
+        d = fmt::format("{:+.1f}", 100 * c->delta_vs_reference->mean);
+        dci = fmt::format("[{:+.1f}, {:+.1f}]", 100 * c->delta_vs_reference->lo, 100 * c->delta_vs_reference->hi);
+        dcls = c->delta_vs_reference->hi < 0 ? "neg" : c->delta_vs_reference->lo > 0 ? "pos" : "";
+      } else if (c->is_reference) {
+        d = "ref";
+      }
+      std::string pk, mk;
+      if (!c->pass_at_k.empty()) {
+        auto [k, v] = *c->pass_at_k.rbegin();
+        pk = fmt::format("{} (k={})", pct(v), k);
+        mk = fmt::format("{} (k={})", pct(c->maj_at_k.at(k)), k);
+      }
+      std::string pf;
+      if (v.f_budget.count(c)) pf += "budget ";
+      if (v.f_bytes.count(c)) pf += "bytes ";
+      if (v.f_speed.count(c)) pf += "speed ";
+      if (v.f_read.count(c)) pf += "read ";
+      if (v.f_steady.count(c)) pf += "steady";
+      while (!pf.empty() && pf.back() == ' ') pf.pop_back();
+      const std::string rd = c->kv_bytes_read_step_mean ? human_bytes(*c->kv_bytes_read_step_mean) : "";
+      const std::string st = c->kv_bytes_steady_mean ? human_bytes(*c->kv_bytes_steady_mean) : "";
+      const std::string agg = c->decode_tok_s_agg ? fmt::format("{:.1f}", *c->decode_tok_s_agg) : "";
+      html += fmt::format(
+          "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td>"
+          "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{:.1f}</td><td>{:.3f}</td>"
+          "<td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+          "<td>{:.0f}</td><td>{:.0f}</td><td class=l>{}</td></tr>\n",
+          esc(name), budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci,
+          dcls, d, dcls, dci, pk, mk, c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean,
+          human_bytes(c->kv_bytes_peak_mean), st, human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac,
+          100 * c->truncated_frac, pf);
+      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {:.1f} | {:.3f} | {} | {} | {} | {} |\n",
+                        md_esc(name), budget_str(c->key.budget), c->n_samples,
+                        c->pass1 ? pct(c->pass1->mean) : "n/a", ci, d, dci, pk, mk, c->decode_tok_s, agg,
+                        c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st, rd, pf);
+    }
+  }
+  html += "</table>\n";
+  md += "\n";
+}
+
+/// The "Methods" paragraph (HTML entities): how every number of the report is computed.
+std::string methods_text(const CellOptions& cells) {
+  return fmt::format(
+      "pass@1 is the mean over examples of each example's mean score over its samples; its 95% CI is "
+      "the Wilson score interval of that mean over n = the number of examples (examples are the independent "
+      "units; it never leaves [0, 1]). &Delta; vs full is the mean over examples of "
+      "(cell score &minus; full-cache score) on samples paired by example and sample index (same prompt "
+      "and seed); its 95% CI is a percentile paired bootstrap over examples with {} resamples "
+      "(splitmix64, seed {:#x}). pass@k is the unbiased estimator of Chen et al. 2021 for the largest "
+      "k = 2^j &le; samples; maj@k votes on normalised answers. A cell is on a Pareto frontier when no "
+      "other cell of the same model and task has at least its accuracy with at most its budget "
+      "(resp. KV peak, KV steady, KV bytes read, or at least its decode tok/s per sequence) and is strictly "
+      "better in one. KV peak is the mean per-sequence high-water mark of the KV pages held, counted at "
+      "allocation with a step's compressions taking effect at the step's end (under compress=prompt_end it "
+      "is at least the prompt's full-cache bytes, whatever the prefill chunk); KV steady is the most a "
+      "sequence holds at the end of a step from the prompt end on (budget + buffer per head after "
+      "compression, page-rounded); KV read/step is the mean over sequences and their "
+      "decode steps of the K+V bytes the attention read, summed over layers and kv heads (a policy that "
+      "holds N tokens reads N; Quest reads only its selected pages). decode tok/s/seq is generated tokens "
+      "over the seconds of the decode steps each sequence took part in; decode tok/s agg is generated "
+      "tokens over the decode steps' wall time (all sequences of a batch together); prefill tok/s is prompt "
+      "tokens over the seconds of each sequence's prefill steps; TTFT s is the mean time from a request's "
+      "start to its first token. See docs/results.md.",
+      cells.resamples, cells.seed);
+}
+
+}  // namespace
+
 ReportFiles write_report(Store& store, const ReportOptions& opt) {
   if (opt.out_dir.empty()) fail("report: --out DIR is required");
   std::error_code ec;
@@ -377,244 +646,14 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
       esc(opt.title));
   std::string md = "# " + opt.title + "\n\n";
 
-  // Provenance.
-  html += "<h2>Runs</h2>\n<table><tr><th>id</th><th class=l>name</th><th class=l>kvbench</th>"
-          "<th class=l>git</th><th class=l>machine (host: device)</th><th class=l>backend</th>"
-          "<th class=l>started</th><th class=l>finished</th><th class=l>models (revision, weights sha256)</th>"
-          "<th class=l>datasets (sha256)</th></tr>\n";
-  md += "## Runs\n\n| id | name | kvbench | git | machine (host: device) | backend | started | finished | models |\n"
-        "|---|---|---|---|---|---|---|---|---|\n";
-  for (const auto& r : all_runs) {
-    if (!used_runs.count(r.run_id)) continue;
-    std::string models, md_models, datasets;
-    for (const auto& m : store.query(fmt::format(
-             "SELECT model_id, revision, weights_sha256 FROM run_models WHERE run_id={} ORDER BY 1", r.run_id))) {
-      models += "<span title=\"" + esc(m[0]) + "\">" + esc(model_name.at(m[0])) + "</span> (<code>" +
-                esc(m[1].substr(0, 12)) + "</code>, <code>" + esc(m[2].substr(0, 12)) + "</code>)<br>";
-      md_models += (md_models.empty() ? "" : ", ") + md_esc(model_name.at(m[0]));
-    }
-    for (const auto& d : store.query(fmt::format(
-             "SELECT task, sha256 FROM run_datasets WHERE run_id={} ORDER BY 1", r.run_id)))
-      datasets += esc(d[0]) + " <code>" + esc(d[1].substr(0, 12)) + "</code><br>";
-    html += fmt::format("<tr><td>{}</td><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td>"
-                        "<td class=l>{}: {}</td><td class=l>{}</td><td class=l>{}</td>"
-                        "<td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>\n",
-                        r.run_id, esc(r.name), esc(r.kvbench_version), esc(r.git_sha), esc(r.host),
-                        esc(r.device), esc(r.backend), esc(r.started_at),
-                        r.finished_at.empty() ? "(unfinished)" : esc(r.finished_at), models, datasets);
-    md += fmt::format("| {} | {} | {} | {} | {}: {} | {} | {} | {} | {} |\n", r.run_id, md_esc(r.name),
-                      md_esc(r.kvbench_version), md_esc(r.git_sha), md_esc(r.host), md_esc(r.device),
-                      md_esc(r.backend), r.started_at, r.finished_at.empty() ? "(unfinished)" : r.finished_at,
-                      md_models);
-  }
-  html += "</table>\n";
-  md += "\n";
-
+  render_runs(store, all_runs, used_runs, model_name, html, md);
   for (const auto& [gk, gcells] : groups) {
     const auto& [model, task] = gk;
-    // Series per (policy label [, run]).
-    std::map<std::string, std::vector<const Cell*>> by_series;
-    std::vector<std::string> order;
-    for (const auto* c : gcells) {
-      std::string name = c->key.policy_label + (multi_run ? " [" + run_name[c->key.run_id] + "]" : "");
-      if (!by_series.count(name)) order.push_back(name);
-      by_series[name].push_back(c);
-    }
-    std::map<std::string, std::string> color;
-    for (size_t i = 0; i < order.size(); ++i) color[order[i]] = kPalette[i % 10];
-
-    const Cell* ref = nullptr;
-    for (const auto* c : gcells)
-      if (c->is_reference && !ref) ref = c;
-
-    // Pareto flags per chart, over cells with accuracy.
-    std::vector<const Cell*> acc_cells;
-    for (const auto* c : gcells)
-      if (c->pass1) acc_cells.push_back(c);
-    auto front = [&](auto xfn, bool lower, bool skip_unbudgeted, bool read_only = false) {
-      std::vector<std::pair<double, double>> pts;
-      std::vector<const Cell*> idx;
-      for (const auto* c : acc_cells) {
-        if (skip_unbudgeted && c->key.budget == kNoBudget) continue;
-        if (read_only && !c->kv_bytes_read_step_mean) continue;
-        pts.push_back({xfn(c), c->pass1->mean});
-        idx.push_back(c);
-      }
-      std::set<const Cell*> on;
-      for (size_t i : pareto_front(pts, lower)) on.insert(idx[i]);
-      return on;
-    };
-    auto f_budget = front([](const Cell* c) { return double(c->key.budget); }, true, true);
-    auto f_bytes = front([](const Cell* c) { return c->kv_bytes_peak_mean; }, true, false);
-    auto f_speed = front([](const Cell* c) { return c->decode_tok_s; }, false, false);
-    // Bytes read per decode step: cells stored before schema v3 have no measurement and stay out.
-    auto read_of = [](const Cell* c) { return c->kv_bytes_read_step_mean.value_or(0.0); };
-    auto f_read = front(read_of, true, false, true);
-    bool any_read = false;
-    for (const auto* c : acc_cells) any_read = any_read || c->kv_bytes_read_step_mean.has_value();
-    // Steady footprint after compression: cells stored before schema v4 have none and stay out.
-    auto steady_of = [](const Cell* c) { return c->kv_bytes_steady_mean.value_or(0.0); };
-    std::set<const Cell*> f_steady;
-    bool any_steady = false;
-    {
-      std::vector<std::pair<double, double>> pts;
-      std::vector<const Cell*> idx;
-      for (const auto* c : acc_cells)
-        if (c->kv_bytes_steady_mean) {
-          pts.push_back({*c->kv_bytes_steady_mean, c->pass1->mean});
-          idx.push_back(c);
-        }
-      for (size_t i : pareto_front(pts, true)) f_steady.insert(idx[i]);
-      any_steady = !pts.empty();
-    }
-
-    auto tip = [&](const Cell* c) {
-      std::string t = fmt::format("{} budget {}: pass@1 {}%", c->key.policy_label, budget_str(c->key.budget),
-                                  c->pass1 ? pct(c->pass1->mean) : "n/a");
-      if (c->pass1) t += fmt::format(" [{}, {}]", pct(c->pass1->lo), pct(c->pass1->hi));
-      if (c->delta_vs_reference)
-        t += fmt::format("; vs full {:+.1f} [{:+.1f}, {:+.1f}] pts", 100 * c->delta_vs_reference->mean,
-                         100 * c->delta_vs_reference->lo, 100 * c->delta_vs_reference->hi);
-      t += fmt::format("; KV peak {}", human_bytes(c->kv_bytes_peak_mean));
-      if (c->kv_bytes_steady_mean) t += fmt::format("; KV steady {}", human_bytes(*c->kv_bytes_steady_mean));
-      if (c->kv_bytes_read_step_mean) t += fmt::format("; KV read/step {}", human_bytes(*c->kv_bytes_read_step_mean));
-      t += fmt::format("; decode {:.1f} tok/s per sequence; n={}", c->decode_tok_s, c->n_samples);
-      return t;
-    };
-    auto chart = [&](const std::string& title, const std::string& xlabel, bool logx, bool bytes,
-                     auto xfn, const std::set<const Cell*>& front_set, bool budget_chart, bool read_chart = false,
-                     bool steady_chart = false) {
-      Chart ch;
-      ch.title = title;
-      ch.xlabel = xlabel;
-      ch.log_x = logx;
-      ch.bytes_x = bytes;
-      if (ref && ref->pass1) {
-        ch.ref_y = ref->pass1->mean;
-        if (ref->pass1->n > 1) {
-          ch.ref_lo = ref->pass1->lo;
-          ch.ref_hi = ref->pass1->hi;
-        }
-      }
-      for (const auto& name : order) {
-        Series s;
-        s.name = name;
-        s.color = color[name];
-        for (const auto* c : by_series[name]) {
-          if (!c->pass1) continue;
-          if (budget_chart && c->key.budget == kNoBudget) continue;  // the reference line
-          if (read_chart && !c->kv_bytes_read_step_mean) continue;   // not measured (before v3)
-          if (steady_chart && !c->kv_bytes_steady_mean) continue;    // not measured (before v4)
-          s.reference = c->key.budget == kNoBudget;
-          Pt p{xfn(c), c->pass1->mean, c->pass1->n > 1 ? c->pass1->lo : NAN,
-               c->pass1->n > 1 ? c->pass1->hi : NAN, tip(c), front_set.count(c) > 0};
-          s.pts.push_back(p);
-        }
-        if (!s.pts.empty()) ch.series.push_back(std::move(s));
-      }
-      return render_svg(ch);
-    };
-
-    html += fmt::format("<h2 title=\"{}\">{} &mdash; {}</h2>\n<div class=legend>", esc(model),
-                        esc(model_name.at(model)), esc(task));
-    for (const auto& name : order)
-      html += fmt::format("<span><i class=sw style=\"background:{}\"></i>{}</span>", color[name], esc(name));
-    html += "<span>&#9711; Pareto frontier</span><span>- - full cache (band: 95% CI)</span></div>\n"
-            "<div class=charts>\n";
-    html += chart("pass@1 vs budget", "budget (tokens kept)", true, false,
-                  [](const Cell* c) { return double(c->key.budget); }, f_budget, true);
-    html += chart("pass@1 vs realised KV bytes", "KV-cache bytes per sequence (mean high-water mark)", true, true,
-                  [](const Cell* c) { return c->kv_bytes_peak_mean; }, f_bytes, false);
-    if (any_steady)
-      html += chart("pass@1 vs steady KV bytes", "KV-cache bytes per sequence after compression (mean steady)",
-                    true, true, steady_of, f_steady, false, false, true);
-    if (any_read)
-      html += chart("pass@1 vs KV bytes read", "KV bytes read per decode step (mean; all layers and heads)", true,
-                    true, read_of, f_read, false, true);
-    html += chart("pass@1 vs decode speed", "decode tokens/s per sequence", false, false,
-                  [](const Cell* c) { return c->decode_tok_s; }, f_speed, false);
-    html += "</div>\n";
-
-    // Table.
-    html += "<table><tr><th class=l>policy</th><th>budget</th><th>n</th><th>pass@1 %</th>"
-            "<th>95% CI</th><th>&Delta; vs full (pts)</th><th>paired 95% CI</th><th>pass@k %</th>"
-            "<th>maj@k %</th><th>decode tok/s/seq</th><th>decode tok/s agg</th><th>prefill tok/s</th><th>TTFT s</th>"
-            "<th>KV peak</th><th>KV steady</th><th>KV final</th><th>KV read/step</th><th>evicted %</th>"
-            "<th>truncated %</th><th>Pareto</th></tr>\n";
-    md += fmt::format("## {} — {}\n\n| policy | budget | n | pass@1 % | 95% CI | Δ vs full (pts) | paired 95% CI "
-                      "| pass@k % | maj@k % | decode tok/s/seq | decode tok/s agg | prefill tok/s | TTFT s | KV peak "
-                      "| KV steady | KV read/step | Pareto |\n"
-                      "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
-                      md_esc(model_name.at(model)), md_esc(task));
-    for (const auto& name : order) {
-      auto cs = by_series[name];
-      std::sort(cs.begin(), cs.end(), [](auto* a, auto* b) { return a->key.budget < b->key.budget; });
-      for (const auto* c : cs) {
-        std::string ci = c->pass1 && c->pass1->n > 1 ? fmt::format("[{}, {}]", pct(c->pass1->lo), pct(c->pass1->hi)) : "";
-        std::string d, dci, dcls;
-        if (c->delta_vs_reference) {
-          d = fmt::format("{:+.1f}", 100 * c->delta_vs_reference->mean);
-          dci = fmt::format("[{:+.1f}, {:+.1f}]", 100 * c->delta_vs_reference->lo, 100 * c->delta_vs_reference->hi);
-          dcls = c->delta_vs_reference->hi < 0 ? "neg" : c->delta_vs_reference->lo > 0 ? "pos" : "";
-        } else if (c->is_reference) {
-          d = "ref";
-        }
-        std::string pk, mk;
-        if (!c->pass_at_k.empty()) {
-          auto [k, v] = *c->pass_at_k.rbegin();
-          pk = fmt::format("{} (k={})", pct(v), k);
-          mk = fmt::format("{} (k={})", pct(c->maj_at_k.at(k)), k);
-        }
-        std::string pf;
-        if (f_budget.count(c)) pf += "budget ";
-        if (f_bytes.count(c)) pf += "bytes ";
-        if (f_speed.count(c)) pf += "speed ";
-        if (f_read.count(c)) pf += "read ";
-        if (f_steady.count(c)) pf += "steady";
-        while (!pf.empty() && pf.back() == ' ') pf.pop_back();
-        const std::string rd = c->kv_bytes_read_step_mean ? human_bytes(*c->kv_bytes_read_step_mean) : "";
-        const std::string st = c->kv_bytes_steady_mean ? human_bytes(*c->kv_bytes_steady_mean) : "";
-        const std::string agg = c->decode_tok_s_agg ? fmt::format("{:.1f}", *c->decode_tok_s_agg) : "";
-        html += fmt::format(
-            "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td>"
-            "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{:.1f}</td><td>{:.3f}</td>"
-            "<td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-            "<td>{:.0f}</td><td>{:.0f}</td><td class=l>{}</td></tr>\n",
-            esc(name), budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci,
-            dcls, d, dcls, dci, pk, mk, c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean,
-            human_bytes(c->kv_bytes_peak_mean), st, human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac,
-            100 * c->truncated_frac, pf);
-        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {:.1f} | {:.3f} | {} | {} | {} | {} |\n",
-                          md_esc(name), budget_str(c->key.budget), c->n_samples,
-                          c->pass1 ? pct(c->pass1->mean) : "n/a", ci, d, dci, pk, mk, c->decode_tok_s, agg,
-                          c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st, rd, pf);
-      }
-    }
-    html += "</table>\n";
-    md += "\n";
+    const GroupView v = group_view(gcells, multi_run, run_name);
+    render_group_charts(v, model, task, model_name, html);
+    render_group_table(v, model, task, model_name, html, md);
   }
-  std::string methods = fmt::format(
-      "pass@1 is the mean over examples of each example's mean score over its samples; its 95% CI is "
-      "the Wilson score interval of that mean over n = the number of examples (examples are the independent "
-      "units; it never leaves [0, 1]). &Delta; vs full is the mean over examples of "
-      "(cell score &minus; full-cache score) on samples paired by example and sample index (same prompt "
-      "and seed); its 95% CI is a percentile paired bootstrap over examples with {} resamples "
-      "(splitmix64, seed {:#x}). pass@k is the unbiased estimator of Chen et al. 2021 for the largest "
-      "k = 2^j &le; samples; maj@k votes on normalised answers. A cell is on a Pareto frontier when no "
-      "other cell of the same model and task has at least its accuracy with at most its budget "
-      "(resp. KV peak, KV steady, KV bytes read, or at least its decode tok/s per sequence) and is strictly "
-      "better in one. KV peak is the mean per-sequence high-water mark of the KV pages held, counted at "
-      "allocation with a step's compressions taking effect at the step's end (under compress=prompt_end it "
-      "is at least the prompt's full-cache bytes, whatever the prefill chunk); KV steady is the most a "
-      "sequence holds at the end of a step from the prompt end on (budget + buffer per head after "
-      "compression, page-rounded); KV read/step is the mean over sequences and their "
-      "decode steps of the K+V bytes the attention read, summed over layers and kv heads (a policy that "
-      "holds N tokens reads N; Quest reads only its selected pages). decode tok/s/seq is generated tokens "
-      "over the seconds of the decode steps each sequence took part in; decode tok/s agg is generated "
-      "tokens over the decode steps' wall time (all sequences of a batch together); prefill tok/s is prompt "
-      "tokens over the seconds of each sequence's prefill steps; TTFT s is the mean time from a request's "
-      "start to its first token. See docs/results.md.",
-      opt.cells.resamples, opt.cells.seed);
+  const std::string methods = methods_text(opt.cells);
   html += "<h2>Methods</h2><p style=\"max-width:900px\">" + methods + "</p>\n</body></html>\n";
   std::string md_methods = methods;
   for (auto [from, to] : {std::pair<std::string, std::string>{"&Delta;", "Δ"}, {"&minus;", "−"}, {"&le;", "≤"}}) {

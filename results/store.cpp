@@ -216,7 +216,11 @@ class Txn {
     done_ = true;
   }
   ~Txn() {
-    if (!done_) sqlite3_exec(s_.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+    if (done_) return;
+    try {
+      s_.exec("ROLLBACK");
+    } catch (...) {  // nothing to roll back (the failed statement ended the transaction)
+    }
   }
 
  private:
@@ -700,6 +704,12 @@ std::vector<std::vector<std::string>> Store::query(const std::string& sql) {
 
 void Store::set_max_page_count_for_testing(int64_t pages) {
   exec("PRAGMA max_page_count = " + std::to_string(pages));
+}
+
+Store::Totals Store::totals() {
+  const auto n = query("SELECT (SELECT COUNT(*) FROM runs), (SELECT COUNT(*) FROM generations), "
+                       "(SELECT COUNT(*) FROM grades)");
+  return {std::stoll(n.at(0).at(0)), std::stoll(n.at(0).at(1)), std::stoll(n.at(0).at(2))};
 }
 
 void Store::merge(const std::string& out, const std::vector<std::string>& inputs) {

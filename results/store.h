@@ -46,8 +46,8 @@ struct RunInfo {
   std::string kvbench_version;
   std::string git_sha;
   std::string host;
-  std::string backend;          ///< "cpu" | "cuda"
-  std::string device;           ///< e.g. "NVIDIA H100 80GB HBM3" or the CPU model
+  std::string backend;          ///< "cpu" | "cpu-bf16" | "cuda" (engine/backend/backend.h, backend_registry)
+  std::string device;           ///< the host's CPU model (/proc/cpuinfo) for the CPU backends, else the backend name ("cuda")
   nlohmann::json config = nlohmann::json::object();
   std::vector<RunModel> models;
   std::vector<RunDataset> datasets;
@@ -108,7 +108,7 @@ struct GradeRecord {
   std::string pred_norm;     ///< normalised prediction (maj@k votes on this)
   std::string gold_norm;     ///< normalised reference
   std::string reason;        ///< short human-readable explanation
-  std::string grader;        ///< grader name and version, e.g. "math-verify/1"
+  std::string grader;        ///< grader registry name (graders/grade.h), e.g. "math"; no version is stored
   bool ungraded = false;
   std::optional<std::string> judge_key;  ///< judge_cache key when an LLM judge was used
 };
@@ -230,15 +230,21 @@ class Store {
   /// one transaction. Throws kvb::Error naming the input on a schema mismatch or a bad file.
   static void merge(const std::string& out, const std::vector<std::string>& inputs);
 
-  /// Test hooks: cap the file size in pages (to provoke SQLITE_FULL), and a callback run after
-  /// each generation row is written inside write_batch (to kill a writer mid-batch).
+  /// Row counts of the whole file (what `kvbench merge` reports after merging).
+  struct Totals {
+    int64_t runs = 0, generations = 0, grades = 0;
+  };
+  /// The numbers of runs, generations and grades stored. Throws kvb::Error naming the file.
+  Totals totals();
+
+ private:
+  /// Test hooks, reached only through StoreTestAccess (tests/support/store_test_access.h): a
+  /// cap on the file size in pages (to provoke SQLITE_FULL), and a callback run after each
+  /// generation row is written inside write_batch (to kill a writer mid-batch).
+  friend struct StoreTestAccess;
   void set_max_page_count_for_testing(int64_t pages);
   std::function<void(size_t row)> after_row_hook_for_testing;
 
-  /// The raw handle (for the views' tests). Owned by the Store.
-  sqlite3* handle() { return db_; }
-
- private:
   void init(Mode mode);
   void migrate();
   /// The views this build creates (views_sql()) and the ones the file holds: name -> SQL text.

@@ -9,13 +9,11 @@
 
 namespace kvb::tasks {
 
-TaskFactory math_factory();         // tasks/math.cpp: aime24, aime25, gsm8k, math500
-TaskFactory longproc_factory();     // tasks/longproc.cpp
-TaskFactory longmemeval_factory();  // tasks/longmemeval.cpp
-TaskFactory scbench_factory();      // tasks/scbench.cpp
-TaskFactory longbench_factory();    // tasks/longbench.cpp
-TaskFactory longbench_v2_factory(); // tasks/longbench_v2.cpp
-TaskFactory smoke_factory();        // tasks/smoke.cpp (built-in problems)
+/// Starts the definition of a task file's factory: `KVB_TASK_FAMILY(mybench) { TaskFactory f; ...
+/// return f; }` defines `TaskFactory kvb_task_family_mybench()`. The line must start the line
+/// (column 0): the build lists every tasks/*.cpp with one (tasks/gen_task_registry.cmake) and the
+/// registry calls them all (registry.cpp), so a new task file needs no other registration.
+#define KVB_TASK_FAMILY(family) TaskFactory kvb_task_family_##family()
 
 /// The factory of a family whose tasks are the entries of a static spec table: the task named
 /// `name_of(spec)` is `TaskT(spec, opts)`. `specs` (an array or container of specs with static

@@ -138,7 +138,7 @@ class LongBenchTask : public BasicTask {
 
 }  // namespace
 
-TaskFactory longbench_factory() {
+KVB_TASK_FAMILY(longbench) {
   return table_factory<LongBenchTask>(kLb, [](const LbSpec& s) { return std::string("longbench_") + s.name; });
 }
 

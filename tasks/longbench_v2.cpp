@@ -83,7 +83,7 @@ class LongBenchV2Task : public BasicTask {
 
 }  // namespace
 
-TaskFactory longbench_v2_factory() {
+KVB_TASK_FAMILY(longbench_v2) {
   TaskFactory f;
   f.names = {"longbench_v2"};
   f.make = [](const std::string&, const TaskOptions& opts) -> std::unique_ptr<Task> {

@@ -146,7 +146,7 @@ class LongMemEvalTask : public BasicTask {
 
 }  // namespace
 
-TaskFactory longmemeval_factory() {
+KVB_TASK_FAMILY(longmemeval) {
   return table_factory<LongMemEvalTask>(kVariants, [](const Variant& v) { return std::string(v.name); });
 }
 

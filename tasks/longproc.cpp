@@ -319,7 +319,7 @@ std::string longproc_hf_key(const std::string& task, const std::string& len) {
 }
 std::string longproc_prompts_key(const std::string& task) { return "longproc/" + task + "/prompts.yaml"; }
 
-TaskFactory longproc_factory() {
+KVB_TASK_FAMILY(longproc) {
   return table_factory<LongProcTask>(configs(), [](const Config& c) { return "longproc_" + c.task + "_" + c.len; });
 }
 

@@ -124,7 +124,7 @@ class MathTask : public BasicTask {
 
 }  // namespace
 
-TaskFactory math_factory() {
+KVB_TASK_FAMILY(math) {
   return table_factory<MathTask>(kSpecs, [](const MathSpec& s) { return std::string(s.name); });
 }
 

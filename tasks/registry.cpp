@@ -1,7 +1,11 @@
 #include <algorithm>
 #include <exception>
+#include <set>
+
+#include "datasets/registry.h"
 
 #include "engine/util/error.h"
+#include "engine/util/spec.h"
 #include "tasks/families.h"
 
 namespace kvb::tasks {
@@ -116,34 +120,32 @@ size_t emit_records(const TaskContext& ctx, const RecordReader& read,
 }
 
 std::pair<std::string, TaskOptions> parse_task_spec(const std::string& spec) {
-  size_t colon = spec.find(':');
-  std::string name = spec.substr(0, colon);
-  if (name.empty()) fail("task spec '{}': empty task name", spec);
-  TaskOptions opts;
-  if (colon != std::string::npos) {
-    std::string rest = spec.substr(colon + 1);
-    size_t pos = 0;
-    while (pos <= rest.size()) {
-      size_t comma = rest.find(',', pos);
-      std::string kv = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-      size_t eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0)
-        fail("task spec '{}': expected key=value, got '{}'", spec, kv);
-      opts[kv.substr(0, eq)] = kv.substr(eq + 1);
-      if (comma == std::string::npos) break;
-      pos = comma + 1;
-    }
-  }
-  return {name, opts};
+  NamedSpec n = parse_named_spec(spec, "task spec");
+  return {std::move(n.name), std::move(n.params)};
 }
+
+// Every task file's factory (KVB_TASK_FAMILY in tasks/*.cpp), listed by the build.
+#define KVB_TASK_FAMILY_ENTRY(family) TaskFactory kvb_task_family_##family();
+#include "tasks/task_families.inc"
+#undef KVB_TASK_FAMILY_ENTRY
 
 namespace {
 
 const std::vector<TaskFactory>& factories() {
-  static const std::vector<TaskFactory> f = {math_factory(),        longproc_factory(),
-                                             longmemeval_factory(), scbench_factory(),
-                                             longbench_factory(),   longbench_v2_factory(),
-                                             smoke_factory()};
+  static const std::vector<TaskFactory> f = [] {
+    std::vector<TaskFactory> all = {
+#define KVB_TASK_FAMILY_ENTRY(family) kvb_task_family_##family(),
+#include "tasks/task_families.inc"
+#undef KVB_TASK_FAMILY_ENTRY
+    };
+    std::set<std::string> seen;
+    for (const auto& fam : all) {
+      for (const auto& n : fam.names)
+        if (!seen.insert(n).second) fail("task registry: task '{}' is registered twice", n);
+      datasets::add_sources(fam.sources);  // the files a task file declares next to its task
+    }
+    return all;
+  }();
   return f;
 }
 

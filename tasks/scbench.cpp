@@ -236,7 +236,7 @@ class ScBenchTask : public BasicTask {
 
 }  // namespace
 
-TaskFactory scbench_factory() {
+KVB_TASK_FAMILY(scbench) {
   return table_factory<ScBenchTask>(kSc, [](const ScSpec& s) { return std::string("scbench_") + s.name; });
 }
 

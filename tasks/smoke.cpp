@@ -136,7 +136,7 @@ class SmokeTask : public Task {
 
 }  // namespace
 
-TaskFactory smoke_factory() {
+KVB_TASK_FAMILY(smoke) {
   TaskFactory f;
   f.names = {"smoke"};
   f.make = [](const std::string& name, const TaskOptions& opts) -> std::unique_ptr<Task> {

@@ -2,13 +2,9 @@
 // harness needs to generate and grade them (references, generation limits, stop strings and the
 // grader name). Sources, schemas and prompt templates: docs/benchmarks.md.
 //
-// Flow: make_task("gsm8k:template=rkv") → Task::load(ctx, sink) streams Examples. Task names:
-//   aime24, aime25, gsm8k, math500,
-//   longproc_<task>_<len> (html_to_tsv 0.5k/2k/8k, pseudo_to_code 0.5k/2k, path_traversal,
-//     tom_tracking, countdown 0.5k/2k/8k, travel_planning 2k/8k),
-//   longmemeval_s, longmemeval_m, longmemeval_oracle,
-//   scbench_<task> (12 tasks), longbench_<task> (21 tasks; option e=1 for LongBench-E),
-//   longbench_v2.
+// Flow: make_task("gsm8k:template=rkv") → Task::load(ctx, sink) streams Examples. Every task
+// file registers its own tasks (KVB_TASK_FAMILY, tasks/families.h); `kvbench tasks` and
+// task_names() list them. Adding one: docs/benchmarks.md#adding-a-benchmark-task.
 // A spec may carry options: "name:key=value,key=value" (see each task's TaskInfo::options).
 #pragma once
 
@@ -23,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/records.h"
+#include "datasets/registry.h"
 
 namespace kvb::tasks {
 
@@ -125,7 +122,8 @@ using TaskOptions = std::map<std::string, std::string>;
 /// `kvbench tasks --show` prints and what a harness may store.
 nlohmann::json to_json(const Example& e);
 
-/// Splits "name:k=v,k2=v2" into name and options. Throws kvb::Error on a malformed spec.
+/// Splits "name:k=v,k2=v2" into name and options with the one spec parser (engine/util/spec.h,
+/// parse_named_spec: a key given twice, a stray comma or a parameter without '=' is an error).
 std::pair<std::string, TaskOptions> parse_task_spec(const std::string& spec);
 
 /// Creates the task named by `spec` (with options). Throws kvb::Error("unknown task ...",
@@ -135,11 +133,16 @@ std::unique_ptr<Task> make_task(const std::string& spec);
 /// Every registered task name, sorted.
 std::vector<std::string> task_names();
 
-/// Registration hook used by the task files (one call per benchmark family at static init is
-/// avoided: the registry calls each family's factory explicitly, see registry.cpp).
+/// What one task file registers (KVB_TASK_FAMILY, tasks/families.h): the task names it makes,
+/// the factory, and the data files it reads that the built-in datasets table does not list.
+/// The registry calls every task file's factory once, at its first use (no static-init order).
 struct TaskFactory {
-  std::vector<std::string> names;  ///< names this factory makes
+  std::vector<std::string> names;  ///< names this factory makes (unique over all task files)
   std::function<std::unique_ptr<Task>(const std::string& name, const TaskOptions& opts)> make;
+  /// Data files of these tasks, added to datasets::sources() when the registry is first used
+  /// (where `kvbench datasets fetch` downloads them from, their sha256); TaskInfo::data_files
+  /// names them by key.
+  std::vector<datasets::SourceFile> sources;
 };
 
 }  // namespace kvb::tasks

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Goldens for "a model directory saved by current transformers chats as transformers does"
-(tests/harness/test_hf_dir_chat.cpp, docs/models.md#model-directories):
+(tests/hf_dir/test_hf_dir_chat.cpp, docs/testing.md "Model directories", docs/usage.md "Models"):
 
 1. transformers loads the default model, SmolLM2-135M-Instruct Q4_1 GGUF (bootstrap.sh /
    tools/fetch_default_model.sh fetch it), dequantising it to float32 with gguf-py, and

@@ -20,12 +20,13 @@ namespace {
 /// The CPU forward pass (CpuBackend) behind the Backend interface, behaviour unchanged.
 class CpuAdapter final : public Backend {
  public:
-  CpuAdapter(const Model& m, KVCache& c, bool bf16_points) : cpu_(m, c, bf16_points), bf16_(bf16_points) {
+  CpuAdapter(const Model& m, KVCache& c, const BackendInfo& info)
+      : cpu_(m, c, info.kind == BackendKind::kCpuBf16), info_(info) {
     if (!c.host_kv())
       fail("--backend {}: the KV cache holds no host K/V rows (device-held payload); the CPU forward "
            "attends over them", name());
   }
-  std::string name() const override { return bf16_ ? "cpu-bf16" : "cpu"; }
+  std::string name() const override { return info_.name; }
   void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
                ForwardStats* stats) override {
     cpu_.forward(items, policy, logits, stats);
@@ -33,23 +34,47 @@ class CpuAdapter final : public Backend {
 
  private:
   CpuBackend cpu_;
-  bool bf16_;
+  const BackendInfo& info_;
 };
+
+#ifdef KVB_HAVE_CUDA
+constexpr bool kCudaCompiled = true;
+#else
+constexpr bool kCudaCompiled = false;
+#endif
 }  // namespace
 
-std::vector<std::string> compiled_backends() {
-#ifdef KVB_HAVE_CUDA
-  return {"cpu", "cpu-bf16", "cuda"};
-#else
-  return {"cpu", "cpu-bf16"};
-#endif
+const std::vector<BackendInfo>& backend_registry() {
+  static const std::vector<BackendInfo> reg = {
+      {BackendKind::kCpu, "cpu", "f32 activations over weights as stored, f32 K/V, OpenMP", true, false, false},
+      {BackendKind::kCpuBf16, "cpu-bf16", "the CPU forward rounding to bf16 where the CUDA backend stores bf16",
+       true, false, false},
+      {BackendKind::kCuda, "cuda", "bf16 weights and K/V on an NVIDIA GPU", kCudaCompiled, true, true},
+  };
+  return reg;
 }
 
-void check_backend_name(const std::string& name) {
-  const auto names = compiled_backends();
-  if (std::find(names.begin(), names.end(), name) == names.end())
-    fail("--backend {}: not available in this build (available: {})", name, fmt::join(names, ", "));
+const BackendInfo* find_backend(const std::string& name) {
+  for (const auto& b : backend_registry())
+    if (name == b.name) return &b;
+  return nullptr;
 }
+
+std::vector<std::string> compiled_backends() {
+  std::vector<std::string> out;
+  for (const auto& b : backend_registry())
+    if (b.compiled) out.push_back(b.name);
+  return out;
+}
+
+const BackendInfo& backend_info(const std::string& name) {
+  const BackendInfo* b = find_backend(name);
+  if (!b || !b->compiled)
+    fail("--backend {}: not available in this build (available: {})", name, fmt::join(compiled_backends(), ", "));
+  return *b;
+}
+
+void check_backend_name(const std::string& name) { (void)backend_info(name); }
 
 KVCacheConfig kv_cache_config(const ModelConfig& model, int page_size) {
   return KVCacheConfig(static_cast<int>(model.num_layers), static_cast<int>(model.num_kv_heads),
@@ -57,16 +82,24 @@ KVCacheConfig kv_cache_config(const ModelConfig& model, int page_size) {
 }
 
 KVPayloadKind kv_payload_for(const std::string& name, const PolicyNeeds& needs) {
-  return name == "cuda" && !needs.host_kv ? KVPayloadKind::kDeviceHeld : KVPayloadKind::kHost;
+  const BackendInfo* b = find_backend(name);
+  return b && b->on_device && !needs.host_kv ? KVPayloadKind::kDeviceHeld : KVPayloadKind::kHost;
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, KVCache& cache) {
-  if (name == "cpu" || name == "cpu-bf16") return std::make_unique<CpuAdapter>(model, cache, name == "cpu-bf16");
+  const BackendInfo& b = backend_info(name);
+  switch (b.kind) {
+    case BackendKind::kCpu:
+    case BackendKind::kCpuBf16:
+      return std::make_unique<CpuAdapter>(model, cache, b);
+    case BackendKind::kCuda:
 #ifdef KVB_HAVE_CUDA
-  if (name == "cuda") return make_cuda_backend(model, cache);
+      return make_cuda_backend(model, cache);
+#else
+      break;  // not compiled: backend_info refused it above
 #endif
-  check_backend_name(name);
-  fail("--backend {}: not available in this build", name);  // unreachable: compiled_backends() lists it
+  }
+  fail("--backend {}: not available in this build", name);
 }
 
 }  // namespace kvb

@@ -21,7 +21,7 @@ namespace kvb {
 class Backend {
  public:
   virtual ~Backend() = default;
-  /// "cpu" or "cuda".
+  /// Its registry name: "cpu", "cpu-bf16" or "cuda" (BackendInfo::name).
   virtual std::string name() const = 0;
   /// Runs one step for `items` (see CpuBackend::forward for the contract): writes logits [k, V]
   /// f32 for the k items with want_logits, in item order. `policy` may be null (full cache).
@@ -45,6 +45,35 @@ class Backend {
   virtual std::vector<int32_t> sample_rows(const std::vector<SamplingParams>& params, const std::vector<float>& u);
 };
 
+/// The backends kvbench knows (`--backend NAME`), whether compiled into this build or not.
+enum class BackendKind {
+  kCpu,      ///< "cpu": f32 activations over weights as stored, f32 K/V (engine/backend/cpu)
+  kCpuBf16,  ///< "cpu-bf16": the CPU forward rounding to bf16 where the CUDA backend stores bf16
+  kCuda,     ///< "cuda": bf16 weights and K/V on an NVIDIA GPU (engine/backend/cuda)
+};
+
+/// One row of the backend registry: every place that needs to know something about a backend
+/// reads it here instead of comparing names.
+struct BackendInfo {
+  BackendKind kind;
+  const char* name;         ///< the `--backend` value
+  const char* description;  ///< one line for help texts and docs
+  bool compiled;            ///< built into this binary (cuda: only with KVB_CUDA)
+  bool on_device;           ///< runs on a GPU: K/V may be held on the device (kv_payload_for) and
+                            ///< the run's device is the GPU, not the host CPU
+  bool bf16_weights;        ///< holds weights as bf16 (random test weights are made as bf16)
+};
+
+/// Every backend, "cpu" first, compiled or not.
+const std::vector<BackendInfo>& backend_registry();
+
+/// The registry row named `name`, or nullptr when kvbench has no such backend.
+const BackendInfo* find_backend(const std::string& name);
+
+/// The registry row named `name` when it is compiled into this build; throws kvb::Error
+/// ("--backend NAME: not available in this build (available: ...)") otherwise.
+const BackendInfo& backend_info(const std::string& name);
+
 /// The KVCache shape of `model`: its layers, kv heads and head_dim, `page_size` tokens per page
 /// (num_scalars, max_pages and payload at their defaults, for the caller to set).
 KVCacheConfig kv_cache_config(const ModelConfig& model, int page_size = 16);
@@ -52,22 +81,22 @@ KVCacheConfig kv_cache_config(const ModelConfig& model, int page_size = 16);
 /// Which payload store (engine/kv/kv_payload.h) the KVCache of backend `name` needs for a policy
 /// with `needs` (default PolicyNeeds for the full cache): host rows for the CPU backends, which
 /// attend over them, and for a policy that reads cached keys/values on the host
-/// (PolicyNeeds::host_kv, mirrored there by the CUDA backend); device-held for "cuda" otherwise,
-/// so the host keeps no K/V bytes. Checks nothing about the name (make_backend does).
+/// (PolicyNeeds::host_kv, mirrored there by the CUDA backend); device-held for an on-device
+/// backend (BackendInfo::on_device) otherwise, so the host keeps no K/V bytes. Checks nothing
+/// about the name (an unknown one gets host rows; make_backend refuses it).
 KVPayloadKind kv_payload_for(const std::string& name, const PolicyNeeds& needs);
 
 /// Builds the backend named `name`: "cpu", "cpu-bf16" (the CPU forward rounding to bf16 where the
 /// CUDA backend stores bf16: a verification reference, see CpuBackend), or "cuda" in builds with
-/// KVB_CUDA. Throws kvb::Error
-/// naming the backend when it is unknown, not compiled in, or has no device ("no CUDA device"),
-/// and for a CPU backend given a cache whose K/V rows are device-held.
+/// KVB_CUDA. Throws kvb::Error naming the backend when it is unknown, not compiled in, or has no
+/// device ("no CUDA device"), and for a CPU backend given a cache whose K/V rows are device-held.
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, KVCache& cache);
 
 /// Throws kvb::Error ("--backend NAME: not available in this build (available: ...)") unless
 /// `name` is one of compiled_backends(). Checks the name only (no device is opened).
 void check_backend_name(const std::string& name);
 
-/// Names of the backends compiled into this build ("cpu" first).
+/// Names of the backends compiled into this build ("cpu" first), from backend_registry().
 std::vector<std::string> compiled_backends();
 
 }  // namespace kvb

@@ -3,7 +3,7 @@
 // forward multiplies quantised weights with, dispatched on the running CPU's features.
 //
 // Block formats (bytes per block / elements per block) are ggml's (ggml/src/ggml-common.h; see
-// docs/engine.md "Quantised weights"):
+// docs/architecture.md, "Quantised weights"):
 //   Q4_0 18/32  {f16 d; u8 qs[16]}                 x = d·(q − 8)
 //   Q4_1 20/32  {f16 d, m; u8 qs[16]}              x = d·q + m
 //   Q5_0 22/32  {f16 d; u8 qh[4]; u8 qs[16]}       x = d·(q − 16), q = nibble | bit·16

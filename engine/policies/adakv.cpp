@@ -105,7 +105,7 @@ PolicyInfo adakv_policy_info() {
                       "ratio: floor(ratio x tokens seen)"}},
                     {{"alpha", "0.2",
                       "safeguard: each head keeps at least max(1, floor(alpha x budget)) of its own top tokens, the "
-                      "window counted first (kvpress alpha_safeguard)"}}));
+                      "window counted first (kvpress alpha_safeguard)"}})).with_tests({.min_budget = 65});
 }
 
 }  // namespace kvb

@@ -223,7 +223,8 @@ PolicyInfo cake_policy_info() {
                     {{"kernel", "5", "avg-pooling kernel of the eviction indicator (1 = none)"},
                      {"tau1", "1.6", "dispersion exponent: preference = entropy^(1/tau1) x shift^(1/tau2)"},
                      {"tau2", "0.6", "shift exponent"},
-                     {"gamma", "200", "weight of the attention variance in the indicator mean + gamma x var"}}));
+                     {"gamma", "200", "weight of the attention variance in the indicator mean + gamma x var"}}))
+      .with_tests({.min_budget = 33});
 }
 
 }  // namespace kvb

@@ -191,7 +191,8 @@ PolicyInfo duoattention_policy_info() {
       "duoattention",
       "Retrieval heads keep everything, streaming heads keep sinks + recent; head pattern from the released "
       "files (DuoAttention §3; kvpress DuoAttentionPress)",
-      params(), LearnedWeightsInfo{"pattern", "random_pattern", "head pattern", "DuoAttention"});
+      params(), LearnedWeightsInfo{"pattern", "random_pattern", "head pattern", "DuoAttention"})
+      .with_tests({.min_budget = 0, .params = "random_pattern=1", .needs_weights = true});
 }
 
 }  // namespace kvb

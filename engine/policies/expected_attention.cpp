@@ -183,7 +183,8 @@ PolicyInfo expected_attention_policy_info() {
           {{"n_future", "512", "future positions the RoPE rotation is averaged over (kvpress n_future_positions)"},
            {"covariance", "true", "add the query covariance term k^T S k / (2d) (kvpress use_covariance)"},
            {"vnorm", "true", "weight the scores by the value norm (kvpress use_vnorm)"},
-           {"epsilon", "0", "added to the scores before the value-norm weighting (kvpress epsilon)"}}));
+           {"epsilon", "0", "added to the scores before the value-norm weighting (kvpress epsilon)"}}))
+      .with_tests({.min_budget = 5});
 }
 
 }  // namespace kvb

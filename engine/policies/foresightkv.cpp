@@ -239,7 +239,8 @@ PolicyInfo foresightkv_policy_info() {
                      {"sample", "true", "top-2L multinomial sampling (false: deterministic top-L)"},
                      {"seed", "0", "policy seed of the eviction noise, combined with each request's sampling seed"},
                      {"decay", "0.9", "per-eviction decay of the decayed cumulative attention feature"}}),
-      LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV"});
+      LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV"})
+      .with_tests({.min_budget = 129, .params = "random_scorer=1", .needs_weights = true});
 }
 
 }  // namespace kvb

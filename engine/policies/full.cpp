@@ -16,6 +16,7 @@ PolicyInfo full_policy_info() {
       fail("policy 'full': unknown parameter '{}' (full takes none)", spec.params.begin()->first);
     return std::make_unique<FullPolicy>();
   };
+  info.tests = {.min_budget = 0, .evicts = false};
   return info;
 }
 

@@ -112,7 +112,8 @@ PolicyInfo gkv_policy_info() {
                      {"normalize", "true", "max-normalise the local score per head before merging"},
                      {"redundancy", "true", "subtract the max-normalised R-KV key redundancy"},
                      {"lambda", "0.5", "mix: lambda * global - (1 - lambda) * redundancy"},
-                     {"threshold", "0.5", "cosine above which the most recent similar key is excluded"}}));
+                     {"threshold", "0.5", "cosine above which the most recent similar key is excluded"}}))
+      .with_tests({.min_budget = 17});
 }
 
 }  // namespace kvb

@@ -39,7 +39,8 @@ class KnormPolicy : public ScheduledPolicy {
 PolicyInfo knorm_policy_info() {
   return policy_entry<KnormPolicy>("knorm",
                                    "-||key||: keep the lowest-norm keys (Devoto et al. 2024 §3; kvpress KnormPress)",
-                                   schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0));
+                                   schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0))
+      .with_tests({.min_budget = 1});
 }
 
 }  // namespace kvb

@@ -238,7 +238,8 @@ PolicyInfo locret_policy_info() {
       "LocRet: trained retaining heads score [q; k; v]; chunked prefill keeps top-budget + stabilizers "
       "(Huang et al. 2024 §3.2-3.3)",
       params(), LearnedWeightsInfo{"heads", "random_heads", "retaining heads", "LocRet"},
-      GateSource{"locret", "heads", "model.safetensors", true, is_head_tensor, /*model_shards=*/true});
+      GateSource{"locret", "heads", "model.safetensors", true, is_head_tensor, /*model_shards=*/true})
+      .with_tests({.min_budget = 1, .params = "random_heads=1", .needs_weights = true});
 }
 
 }  // namespace kvb

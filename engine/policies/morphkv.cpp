@@ -65,7 +65,8 @@ PolicyInfo morphkv_policy_info() {
           schedule_params(/*buffer=*/1, /*window=*/32, /*sinks=*/0),
           {{"window", "recent window R: the newest queries that score the older tokens, and the tokens always kept"}},
           {{"fusion", "sum", "how the window queries' attention is fused: sum (LongBench) or max (long responses)"},
-           {"gqa", "max", "GQA reduction of the fused per-query-head scores: max or mean"}}));
+           {"gqa", "max", "GQA reduction of the fused per-query-head scores: max or mean"}}))
+      .with_tests({.min_budget = 33});
 }
 
 }  // namespace kvb

@@ -183,7 +183,7 @@ PolicyInfo oracle_policy_info() {
       "oracle",
       "Golden eviction: keep the top tokens by the future attention of a full-cache teacher-forced trace "
       "(ForesightKV §3.2 Eq. 3-5; two-pass upper bound, runs under `kvbench fidelity`)",
-      oracle_params());
+      oracle_params()).with_tests({.min_budget = 129, .needs_trace = true});
 }
 
 }  // namespace kvb

@@ -29,7 +29,8 @@ struct PolicySpec {
   std::map<std::string, std::string> params;  ///< as written by the user
   int64_t budget = 0;  ///< tokens kept per (layer, kv_head) right after a compression; 0 = none
 
-  /// Parses "name[:k=v,k=v]". Throws kvb::Error naming the spec on bad syntax.
+  /// Parses "name[:k=v,k=v]" with the one spec parser (engine/util/spec.h, parse_named_spec).
+  /// Throws kvb::Error naming the spec on bad syntax or a key given twice.
   static PolicySpec parse(const std::string& text, int64_t budget = 0);
   /// "name:k=v,..." with keys sorted (canonical form; used in content hashes).
   std::string to_string() const;
@@ -187,7 +188,8 @@ struct LayerStep {
 
   // Optional backend primitives (null = the policy's host code computes the same thing). They
   // let one policy implementation drive both backends while the heavy math runs where the
-  // activations live (docs/architecture.md: "no policy logic in kernels beyond scoring and selection").
+  // activations live; kernels hold no policy logic beyond scoring and selection primitives
+  // (the GPU issue's rule; engine/backend/cuda/NOTES.md, "Why top-k stays on the host").
   /// Evaluates `mlp` (see HeadMlp) into out. head < 0: every head, out [rows, heads]; x is
   /// [rows, shared ? 1 : heads, in], or null for the step's layer inputs (shared_hidden, in ==
   /// hidden_size, rows == n_new). head ≥ 0: only that head (not shared), x [rows, in], out [rows].
@@ -260,18 +262,47 @@ struct PolicyParamInfo {
   std::string key, default_value, help;
 };
 
-/// Registry entry: name, one-line description with source, parameters, factory.
-/// A policy that needs learned weights (TRIM-KV, WG-KV, ForesightKV): which parameter names the
-/// checkpoint, which one asks for RANDOM test weights instead, and how to name them in messages.
-/// `kvbench run` fills a missing checkpoint from known_checkpoints() (checkpoints.h) for the
-/// model, else falls back to random weights with a loud warning (docs/policies.md#released-checkpoints).
+/// A policy that needs learned weights (TRIM-KV, WG-KV, ForesightKV, LocRet, SeerAttention-R):
+/// which parameter names the checkpoint, which one asks for RANDOM test weights instead, and how
+/// to name them in messages. `kvbench run` fills a missing checkpoint from known_checkpoints()
+/// (checkpoints.h) for the model, else falls back to random weights with a loud warning
+/// (docs/policies.md#released-checkpoints).
 struct LearnedWeightsInfo {
-  std::string file_param;    ///< "gates" / "scorer"
-  std::string random_param;  ///< "random_gates" / "random_scorer"
+  std::string file_param;    ///< "gates" / "scorer" / "heads"
+  std::string random_param;  ///< "random_gates" / "random_scorer" / "random_heads"
   std::string what;          ///< "gates" / "scorer weights" (plural noun phrase for messages)
   std::string paper;         ///< "TRIM-KV"
 };
 
+/// What registry-wide tests and the device check (`kvb_cuda_check`) need to build and run a policy
+/// without knowing its name, so that a new policy is covered by them without editing them
+/// (docs/policies.md#adding-a-policy). tests/policies/test_policy_registry.cpp checks every field
+/// against the policy itself.
+struct PolicyTestInfo {
+  /// The smallest token budget (`--budget`, tokens per (layer, kv_head)) the policy accepts with
+  /// its default parameters plus `params`; one less is refused with an error naming the budget.
+  /// 0: the policy takes no token budget (full, wgkv's admission gate, duoattention's spans).
+  int64_t min_budget = 0;
+  /// Parameters, as spec text "key=value,...", that let the policy build and run with no file:
+  /// RANDOM weights for learned policies (LearnedWeightsInfo::random_param), a random head
+  /// pattern; "" when the defaults run as they are.
+  std::string params{};
+  /// True when it cannot run without weights or a pattern the user supplies (then `params` names
+  /// the random stand-in).
+  bool needs_weights = false;
+  /// True when it evicts tokens; false when the whole cache is kept (full; quest and seerattn_r
+  /// choose what a decode step reads instead).
+  bool evicts = true;
+  /// True when it needs the two-pass trace of `kvbench fidelity` (oracle: the future's attention);
+  /// Engine::generate and Engine::score alone do not provide it.
+  bool needs_trace = false;
+  /// True when its result depends on the sample seed (stochastic eviction: random, foresightkv's
+  /// default `sample=true`); such runs are compared seed for seed.
+  bool stochastic = false;
+};
+
+/// Registry entry: name, one-line description with source, parameters, learned weights, what
+/// tests need, factory.
 struct PolicyInfo {
   std::string name;
   std::string description;
@@ -281,6 +312,22 @@ struct PolicyInfo {
   /// Builds the policy from a spec; throws kvb::Error naming the parameter on unknown keys or
   /// bad values.
   std::function<std::unique_ptr<Policy>(const PolicySpec&)> make;
+  /// What registry-wide tests and the device check need (see PolicyTestInfo).
+  PolicyTestInfo tests;
+
+  /// This entry with `t` as its test information (chained on policy_entry(...) in the policy's file).
+  PolicyInfo with_tests(PolicyTestInfo t) && {
+    tests = std::move(t);
+    return std::move(*this);
+  }
+  /// The spec registry-wide tests build: the name, PolicyTestInfo::params, and `extra` ("k=v,..."
+  /// appended; a key given twice is an error), at `budget` (PolicySpec::parse's errors).
+  PolicySpec test_spec(int64_t budget, const std::string& extra = "") const;
+  /// The budget a test that wants `want` tokens uses: 0 for a policy that takes no budget
+  /// (PolicyTestInfo::min_budget == 0), else at least PolicyTestInfo::min_budget.
+  int64_t test_budget(int64_t want) const {
+    return tests.min_budget == 0 ? 0 : (want > tests.min_budget ? want : tests.min_budget);
+  }
 };
 
 /// All registered policies, in a fixed order.

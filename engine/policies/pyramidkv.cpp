@@ -141,7 +141,8 @@ PolicyInfo pyramidkv_policy_info() {
                      {"align", "16",
                       "page-aware budgets: each layer's budget differs from the uniform one by a multiple of align "
                       "tokens and they never sum above it, so with the 16-token KV pages pyramidkv never holds more "
-                      "pages than snapkv at the same budget; 1 = the formula's exact token budgets"}}));
+                      "pages than snapkv at the same budget; 1 = the formula's exact token budgets"}}))
+      .with_tests({.min_budget = 33});
 }
 
 }  // namespace kvb

@@ -41,7 +41,7 @@ PolicyInfo random_policy_info() {
   return policy_entry<RandomPolicy>(
       "random", "Uniformly random keep-set, seeded (kvpress RandomPress; lower bound)",
       extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0), {},
-                    {{"seed", "0", "random seed (same seed => same keep-sets)"}}));
+                    {{"seed", "0", "random seed (same seed => same keep-sets)"}})).with_tests({.min_budget = 1});
 }
 
 }  // namespace kvb

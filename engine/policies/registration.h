@@ -24,7 +24,7 @@ namespace kvb {
 template <class T>
 PolicyInfo policy_entry(std::string name, std::string description, std::vector<PolicyParamInfo> params,
                         std::optional<LearnedWeightsInfo> learned = std::nullopt) {
-  PolicyInfo info{std::move(name), std::move(description), std::move(params), std::move(learned), nullptr};
+  PolicyInfo info{std::move(name), std::move(description), std::move(params), std::move(learned), nullptr, {}};
   info.make = [declared = info.params](const PolicySpec& spec) -> std::unique_ptr<Policy> {
     return std::make_unique<T>(PolicyParams(spec, declared));
   };
@@ -47,7 +47,7 @@ template <class T>
 PolicyInfo learned_policy_entry(std::string name, std::string description, std::vector<PolicyParamInfo> params,
                                 LearnedWeightsInfo learned, GateSource source, CheckpointSpecFn adjust = nullptr) {
   const std::string file_param = learned.file_param;
-  PolicyInfo info{std::move(name), std::move(description), std::move(params), std::move(learned), nullptr};
+  PolicyInfo info{std::move(name), std::move(description), std::move(params), std::move(learned), nullptr, {}};
   info.make = [declared = info.params, file_param, source = std::move(source),
                adjust](const PolicySpec& spec) -> std::unique_ptr<Policy> {
     (void)PolicyParams(spec, declared);  // unknown keys are reported before any file is read

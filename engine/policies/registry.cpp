@@ -5,33 +5,16 @@
 #include "engine/policies/policies.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
+#include "engine/util/spec.h"
 
 namespace kvb {
 
 PolicySpec PolicySpec::parse(const std::string& text, int64_t budget) {
+  NamedSpec n = parse_named_spec(text, "policy spec");
   PolicySpec s;
+  s.name = std::move(n.name);
+  s.params = std::move(n.params);
   s.budget = budget;
-  auto colon = text.find(':');
-  s.name = text.substr(0, colon);
-  if (s.name.empty()) fail("policy spec '{}': empty policy name", text);
-  if (colon == std::string::npos) return s;
-  std::string rest = text.substr(colon + 1);
-  size_t start = 0;
-  while (start <= rest.size()) {
-    size_t comma = rest.find(',', start);
-    std::string kv = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (kv.empty() && !rest.empty()) fail("policy spec '{}': empty parameter (a stray comma?)", text);
-    if (!kv.empty()) {
-      auto eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0)
-        fail("policy spec '{}': expected key=value, got '{}'", text, kv);
-      std::string key = kv.substr(0, eq);
-      if (s.params.count(key)) fail("policy spec '{}': parameter '{}' given twice", text, key);
-      s.params[key] = kv.substr(eq + 1);
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
   return s;
 }
 
@@ -44,6 +27,12 @@ std::string PolicySpec::to_string() const {
     sep = ',';
   }
   return out;
+}
+
+PolicySpec PolicyInfo::test_spec(int64_t budget, const std::string& extra) const {
+  std::string params = tests.params;
+  if (!extra.empty()) params += (params.empty() ? "" : ",") + extra;
+  return PolicySpec::parse(params.empty() ? name : name + ":" + params, budget);
 }
 
 const std::vector<PolicyInfo>& policy_registry() {

@@ -61,7 +61,8 @@ PolicyInfo rkv_policy_info() {
                     {{"window", "observation window w: queries scored and newest tokens always kept"}},
                     {{"lambda", "0.1", "mix: lambda * importance - (1 - lambda) * redundancy"},
                      {"kernel", "7", "max-pool kernel of the importance (1 = none)"},
-                     {"threshold", "0.5", "cosine above which the most recent similar key is not penalised"}}));
+                     {"threshold", "0.5", "cosine above which the most recent similar key is not penalised"}}))
+      .with_tests({.min_budget = 9});
 }
 
 }  // namespace kvb

@@ -1,5 +1,8 @@
 // Shared scoring helpers of the KV policies (docs/architecture.md, Policies and the policy driver: "score + protect + top-k").
-// Everything here is f32, single-threaded, and works on one (sequence, layer, kv_head) at a time.
+// Everything here is f32 and works on one (sequence, layer, kv_head) at a time. head_mlp and
+// key_redundancy_mean run their products on the f32 tile kernel over the OpenMP threads (window
+// attention does too, in the CPU backend that provides step.window_attention), each value one
+// fixed-order sum, so results do not depend on the thread count; the rest is single-threaded.
 // Sources of each formula are cited at the function; the policy files say which options they use.
 #pragma once
 

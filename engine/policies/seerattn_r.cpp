@@ -518,7 +518,8 @@ PolicyInfo seerattn_r_policy_info() {
       "SeerAttention-R: full cache; a learned AttnGate picks the top budget/64 key blocks per kv head each decode "
       "step, plus the newest (Gao et al. 2025 §3; microsoft/SeerAttention decode_sparse); --budget = tokens read",
       params(), LearnedWeightsInfo{"gates", "random_gates", "AttnGates", "SeerAttention-R"},
-      GateSource{"seerattn_r", "gates", "attn_gate_weights.pth", true, is_gate_tensor});
+      GateSource{"seerattn_r", "gates", "attn_gate_weights.pth", true, is_gate_tensor})
+      .with_tests({.min_budget = 1, .params = "random_gates=1", .needs_weights = true, .evicts = false});
 }
 
 }  // namespace kvb

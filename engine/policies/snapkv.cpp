@@ -54,7 +54,7 @@ PolicyInfo snapkv_policy_info() {
   return policy_entry<SnapKVPolicy>(
       "snapkv",
       "Observation-window attention, pooled (SnapKV §4.2; decode-time every `buffer` tokens as in R-KV/TRIM-KV)",
-      snapkv_params(8, 7, "max", "max_logits", 128));
+      snapkv_params(8, 7, "max", "max_logits", 128)).with_tests({.min_budget = 9});
 }
 
 }  // namespace kvb

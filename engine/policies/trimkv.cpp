@@ -214,7 +214,8 @@ PolicyInfo trimkv_policy_info() {
            {"gate_hidden", "512", "hidden width I of random gates"},
            {"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"}}),
       LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV"},
-      GateSource{"trimkv", "gates", "trimkv_weights.pth", true}, with_checkpoint_config);
+      GateSource{"trimkv", "gates", "trimkv_weights.pth", true}, with_checkpoint_config)
+      .with_tests({.min_budget = 1, .params = "random_gates=1", .needs_weights = true});
 }
 
 }  // namespace kvb

@@ -270,7 +270,8 @@ class WGKVPolicy : public ParamPolicy {
 PolicyInfo wgkv_policy_info() {
   return learned_policy_entry<WGKVPolicy>(
       "wgkv", "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0",
-      params(), LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV"}, GateSource{"wgkv", "gates", "", false});
+      params(), LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV"}, GateSource{"wgkv", "gates", "", false})
+      .with_tests({.min_budget = 0, .params = "random_gates=1", .needs_weights = true});
 }
 
 }  // namespace kvb

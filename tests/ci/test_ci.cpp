@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -317,4 +318,100 @@ TEST(RepositoryLayout, NoSourceCitesTheNotesOutsideTheRepository) {
   std::string all;
   for (const auto& o : offenders) all += o + "\n";
   EXPECT_TRUE(offenders.empty()) << all;
+}
+
+// --- The README as a front door (issue 32) ----------------------------------------------------
+
+namespace {
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+/// The lines of the fenced ```sh blocks of a Markdown text, in order.
+std::vector<std::string> sh_block_lines(const std::string& md) {
+  std::vector<std::string> out;
+  bool in = false;
+  for (const auto& l : lines_of(md)) {
+    if (l.rfind("```", 0) == 0) {
+      in = !in && l == "```sh";
+      continue;
+    }
+    if (in) out.push_back(l);
+  }
+  return out;
+}
+
+/// GitHub's anchor of a Markdown heading: lower case, spaces to '-', punctuation other than '-'
+/// and '_' dropped.
+std::string anchor_of(const std::string& heading) {
+  std::string a;
+  for (unsigned char c : heading) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c >= 0x80) a += static_cast<char>(std::tolower(c));
+    else if (c == ' ') a += '-';
+  }
+  return a;
+}
+
+}  // namespace
+
+TEST(FrontDoor, ReadmeIsShortAndItsTestCommandIsWhatCiRuns) {
+  const std::string readme = kvb::read_file(kSrc + "/README.md");
+  EXPECT_LE(lines_of(readme).size(), 250u) << "README.md is the front door: measurements and history go to docs/";
+  const auto sh = sh_block_lines(readme);
+  ASSERT_GE(sh.size(), 2u);
+  EXPECT_EQ(sh[0], "./bootstrap.sh && ./build/kvbench run") << "the main-job command";
+  const std::string test_cmd = sh[1];
+  EXPECT_NE(test_cmd.find("ctest"), std::string::npos) << test_cmd;
+  bool found = false;
+  for (const auto& l : lines_of(kvb::read_file(kSrc + "/.ci/run"))) found = found || l == test_cmd;
+  EXPECT_TRUE(found) << "README's test command is not a line of .ci/run: " << test_cmd;
+  // bootstrap.sh's options the two commands use exist.
+  const std::string boot = kvb::read_file(kSrc + "/bootstrap.sh");
+  EXPECT_NE(boot.find("--tests) TESTS=1"), std::string::npos);
+  EXPECT_NE(boot.find("--target kvbench"), std::string::npos) << "the main job builds kvbench first";
+}
+
+// Every relative link of the README and of docs/*.md names a file that exists, and an anchor
+// into a Markdown file names one of its headings.
+TEST(FrontDoor, RelativeLinksAndAnchorsResolve) {
+  std::vector<fs::path> pages = {fs::path(kSrc) / "README.md"};
+  for (const auto& e : fs::directory_iterator(fs::path(kSrc) / "docs"))
+    if (e.path().extension() == ".md") pages.push_back(e.path());
+  static const std::regex kLink(R"(\]\(([^)\s]+)\))");
+  size_t checked = 0;
+  for (const auto& page : pages) {
+    const std::string text = kvb::read_file(page.string());
+    for (std::sregex_iterator m(text.begin(), text.end(), kLink), end; m != end; ++m) {
+      std::string target = (*m)[1].str();
+      if (target.rfind("http", 0) == 0 || target.rfind("mailto:", 0) == 0) continue;
+      std::string anchor;
+      if (auto h = target.find('#'); h != std::string::npos) {
+        anchor = target.substr(h + 1);
+        target = target.substr(0, h);
+      }
+      const fs::path file = target.empty() ? page : page.parent_path() / target;
+      ++checked;
+      ASSERT_TRUE(fs::exists(file)) << page.filename() << ": link to missing " << (*m)[1].str();
+      if (anchor.empty() || file.extension() != ".md") continue;
+      std::set<std::string> anchors;
+      for (const auto& l : lines_of(kvb::read_file(file.string())))
+        if (l.rfind("#", 0) == 0) anchors.insert(anchor_of(l.substr(l.find_first_not_of('#') + 1)).substr(1));
+      EXPECT_TRUE(anchors.count(anchor)) << page.filename() << ": no heading for #" << anchor << " in " << target;
+    }
+  }
+  EXPECT_GT(checked, 20u);
+}
+
+// The README's tour names only commands and options the binary has.
+TEST(FrontDoor, ReadmeTourNamesExistingCommandsAndOptions) {
+  require_binary();
+  std::string shell;
+  for (const auto& l : sh_block_lines(kvb::read_file(kSrc + "/README.md"))) shell += l + "\n";
+  const auto invs = kvbench_invocations(shell);
+  EXPECT_GE(invs.size(), 10u);
+  expect_known(invs, "README.md");
 }

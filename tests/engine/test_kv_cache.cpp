@@ -308,8 +308,7 @@ TEST(KVCachePayload, CudaCachesHoldNoHostKvUnlessThePolicyReadsKeysOnTheHost) {
   int device_held = 0, host = 0;
   for (const auto& info : policy_registry()) {
     SCOPED_TRACE(info.name);
-    PolicySpec sp = PolicySpec::parse(info.name, info.name == "wgkv" ? 0 : 256);
-    if (info.learned) sp.params[info.learned->random_param] = "1";
+    const PolicySpec sp = info.test_spec(info.test_budget(256));
     const PolicyNeeds n = make_policy(sp)->needs();
     EXPECT_EQ(kv_payload_for("cpu", n), KVPayloadKind::kHost);
     const KVPayloadKind kind = kv_payload_for("cuda", n);

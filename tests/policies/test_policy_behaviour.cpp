@@ -23,8 +23,7 @@ using ::kvb::test::error_of;
 
 TEST(PolicyParams, EveryPolicyBuildsWithDefaultsAndReportsThem) {
   for (const auto& info : policy_registry()) {
-    PolicySpec s = PolicySpec::parse(info.name, info.name == "wgkv" ? 0 : (info.name == "foresightkv" || info.name == "oracle" || info.name == "adakv") ? 256 : 64);
-    if (info.learned) s.params[info.learned->random_param] = "1";  // every learned policy, by metadata
+    const PolicySpec s = info.test_spec(info.test_budget(64));  // registry metadata, no names
     auto p = make_policy(s);
     ASSERT_TRUE(p) << info.name;
     EXPECT_EQ(p->name(), info.name);

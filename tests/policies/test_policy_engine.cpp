@@ -1,7 +1,9 @@
 // Every policy inside the real engine on stories260K (../shared/models/stories260K-hf), 200 decode
 // steps each (issue 4, "Checks"): per (layer, kv_head) length ≤ budget + buffer after every step,
 // the K+V byte peak within the bound from the shapes, budget ≥ sequence length ⇒ tokens identical
-// to `full`, and the same seed ⇒ identical sampled output twice.
+// to `full`, and the same seed ⇒ identical sampled output twice. The Registry* tests run every
+// registered policy from its registry entry alone (PolicyInfo::tests), so a new policy is covered
+// without editing this file; cases() adds parameter variants with policy-specific bounds.
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
@@ -124,6 +126,63 @@ TEST(PolicyEngine, SameSeedSameSampledOutput) {
       outs.push_back(e.generate({request(42, 1.0f)}, nullptr)[0].tokens);
     }
     EXPECT_EQ(outs[0], outs[1]);
+  }
+}
+
+// Every registered policy (except those needing fidelity's two-pass trace: test_policy_oracle)
+// at a small budget: it runs 200 steps, evicts exactly when its entry says so, keeps the whole
+// cache's token count bounded by layers × kv_heads × (budget + buffer + 1) when it takes a budget,
+// and repeats its sampled output for the same seed.
+TEST(PolicyEngine, RegistryEveryPolicyRunsEvictsAsDeclaredAndRepeatsItsSamples) {
+  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  int ran = 0;
+  for (const auto& info : policy_registry()) {
+    if (info.tests.needs_trace) continue;
+    SCOPED_TRACE(info.name);
+    const int64_t budget = info.test_budget(32);
+    bool has_buffer = false;
+    for (const auto& p : info.params) has_buffer |= p.key == "buffer";
+    const bool set_buffer = has_buffer && info.tests.params.find("buffer=") == std::string::npos;
+    const PolicySpec spec = info.test_spec(budget, set_buffer ? "buffer=16" : "");
+    const int64_t buffer = set_buffer ? 16 : make_policy(spec)->resolved_params().value("buffer", int64_t{0});
+    Engine e(stories(), {}, make_policy(spec));
+    int64_t max_total = 0;
+    e.on_step = [&](const KVCache& kv, SeqId s) {
+      int64_t total = 0;
+      for (int l = 0; l < kv.config().num_layers; ++l)
+        for (int h = 0; h < kv.config().num_kv_heads; ++h) total += kv.length(s, l, h);
+      max_total = std::max(max_total, total);
+    };
+    const auto res = e.generate({request(0, 0.0f)}, nullptr);
+    ASSERT_EQ(res[0].tokens.size(), 200u);
+    if (!info.tests.evicts) {
+      EXPECT_EQ(res[0].evictions, 0);
+    } else if (budget > 0 && budget + buffer < 200) {
+      EXPECT_GT(res[0].evictions, 0);
+    }
+    if (budget > 0 && info.tests.evicts) {
+      const auto& c = stories()->config();
+      EXPECT_LE(max_total, int64_t{c.num_layers} * c.num_kv_heads * (budget + buffer + 1));
+    }
+    Engine e1(stories(), {}, make_policy(spec)), e2(stories(), {}, make_policy(spec));
+    EXPECT_EQ(e1.generate({request(42, 1.0f)}, nullptr)[0].tokens, e2.generate({request(42, 1.0f)}, nullptr)[0].tokens);
+    ++ran;
+  }
+  EXPECT_GE(ran, 22);
+}
+
+// A budget above the sequence length changes nothing for any registered policy that takes one.
+TEST(PolicyEngine, RegistryBudgetAboveSequenceLengthGivesFullCacheTokens) {
+  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  Engine full(stories(), {}, nullptr);
+  const auto ref = full.generate({request(0, 0.0f)}, nullptr)[0].tokens;
+  for (const auto& info : policy_registry()) {
+    if (info.tests.needs_trace || info.tests.min_budget == 0) continue;
+    SCOPED_TRACE(info.name);
+    Engine e(stories(), {}, make_policy(info.test_spec(1024)));
+    const auto res = e.generate({request(0, 0.0f)}, nullptr);
+    EXPECT_EQ(res[0].tokens, ref);
+    EXPECT_EQ(res[0].evictions, 0);
   }
 }
 

@@ -206,8 +206,7 @@ TEST(CompressProtocol, ChunkedModeDependsOnTheChunkAndIsRecorded) {
   EXPECT_EQ(make_policy(PolicySpec::parse("rkv:compress=chunked", 64))->resolved_params()["compress"], "chunked");
   EXPECT_EQ(make_policy(PolicySpec::parse("wgkv:random_gates=1", 0))->resolved_params()["compress"], "prompt_end");
   for (const auto& info : policy_registry()) {
-    // quest and seerattn_r never compress: they select reads
-    if (info.name == "full" || info.name == "quest" || info.name == "seerattn_r") continue;
+    if (!info.tests.evicts) continue;  // full; quest and seerattn_r select reads, never compress
     const bool has = std::any_of(info.params.begin(), info.params.end(), [](const auto& p) { return p.key == "compress"; });
     EXPECT_TRUE(has) << info.name << " does not declare `compress`";
   }
@@ -606,10 +605,9 @@ TEST(ForesightKV, EvictionNoiseFollowsTheSampleSeed) {
 
 TEST(CompressProtocol, CompressingPolicyWithoutBudgetIsAnError) {
   for (const auto& info : policy_registry()) {
-    if (info.name == "full" || info.name == "wgkv" || info.name == "duoattention") continue;  // no budget needed
+    if (info.tests.min_budget == 0) continue;  // takes no budget (full, wgkv, duoattention)
     SCOPED_TRACE(info.name);
-    PolicySpec s = PolicySpec::parse(info.name, 0);
-    if (info.learned) s.params[info.learned->random_param] = "1";
+    const PolicySpec s = info.test_spec(0);
     try {
       make_policy(s);
       ADD_FAILURE() << "expected an error for a missing budget";

@@ -17,6 +17,7 @@
 #include "results/cells.h"
 #include "results/store.h"
 #include "synth.h"
+#include "tests/support/store_test_access.h"
 #include "tests/support/test_support.h"
 
 using namespace kvb::results;
@@ -142,13 +143,13 @@ TEST(Store, KilledWriterLeavesWholeBatchesAndResumes) {
       int64_t run = s.begin_run(info);
       s.add_work_items(items);
       size_t batch_no = 0;
-      s.after_row_hook_for_testing = [&](size_t row) {
+      StoreTestAccess::set_after_row_hook(s, [&](size_t row) {
         if (batch_no == 2 && row == 3) {
           char c = 'k';
           (void)!write(fds[1], &c, 1);
           for (;;) pause();
         }
-      };
+      });
       for (size_t i = 0; i < items.size(); i += batch, ++batch_no) {
         std::vector<GenerationRecord> gens;
         std::vector<GradeRecord> grades;
@@ -230,7 +231,7 @@ TEST(Store, ReadOnlyAndFullDiskErrors) {
   }
   Store s(p);
   int64_t run = s.begin_run(run_info("big"));
-  s.set_max_page_count_for_testing(std::stoll(one(s, "PRAGMA page_count")) + 2);
+  StoreTestAccess::set_max_page_count(s, std::stoll(one(s, "PRAGMA page_count")) + 2);
   GenerationRecord g = fake_generation(items[0]);
   g.text.assign(200000, 'x');
   try {
@@ -340,6 +341,12 @@ TEST(Store, MergeOfShardsEqualsUnshardedRun) {
   Store merged(m_p), whole(whole_p);
   EXPECT_EQ(content(merged), content(whole));
   EXPECT_EQ(one(merged, "SELECT COUNT(*) FROM run_parts"), "2");
+  const Store::Totals mt = merged.totals(), wt = whole.totals();  // what `kvbench merge` prints
+  EXPECT_EQ(mt.runs, 1);
+  EXPECT_GT(mt.generations, 0);
+  EXPECT_EQ(mt.generations, wt.generations);
+  EXPECT_EQ(mt.grades, wt.grades);
+  EXPECT_EQ(std::to_string(mt.grades), one(merged, "SELECT COUNT(*) FROM grades"));
   EXPECT_EQ(one(merged, "SELECT COUNT(*) FROM runs WHERE finished_at IS NOT NULL"), "1");
   // Merging again is idempotent.
   Store::merge(m_p, {a_p, b_p});

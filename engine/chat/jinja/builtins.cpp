@@ -312,8 +312,9 @@ bool starts_or_ends(Interp& in, const std::string& s, const Value& pat, bool sta
 
 Value make_method(const std::string& name, std::function<Value(Interp&, Args&)> f) { return Value::callable(name, std::move(f)); }
 
-Value str_method(const Value& obj, const std::string& name) {
-  const Value sv = obj;  // shares the text
+/// str methods that search: startswith, endswith, find, rfind, index, rindex, count, partition,
+/// rpartition. Undefined for any other name.
+Value str_search_method(const Value& sv, const std::string& name) {
   if (name == "startswith" || name == "endswith") {
     bool start = name == "startswith";
     return make_method(name, [sv, start](Interp& in, Args& a) {
@@ -322,6 +323,52 @@ Value str_method(const Value& obj, const std::string& name) {
       return Value::boolean(starts_or_ends(in, s, a.pos[0], start));
     });
   }
+  if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
+    bool right = name[0] == 'r';
+    bool raise = name.find("index") != std::string::npos;
+    return make_method(name, [sv, right, raise](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
+      if (a.pos.empty()) in.fail("find() takes at least 1 argument");
+      const std::string& sub = need_str(in, a.pos[0], "find arg");
+      size_t p = right ? s.rfind(sub) : s.find(sub);
+      if (p == std::string::npos) {
+        if (raise) in.fail("substring not found");
+        return Value::integer(-1);
+      }
+      return Value::integer(cp_index(s, p));
+    });
+  }
+  if (name == "count") {
+    return make_method(name, [sv](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
+      if (a.pos.empty()) in.fail("count() takes at least 1 argument");
+      const std::string& sub = need_str(in, a.pos[0], "count arg");
+      if (sub.empty()) return Value::integer(static_cast<int64_t>(utf8_length(s)) + 1);
+      int64_t n = 0;
+      for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+      return Value::integer(n);
+    });
+  }
+  if (name == "partition" || name == "rpartition") {
+    bool right = name == "rpartition";
+    return make_method(name, [sv, right](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
+      if (a.pos.empty()) in.fail("partition() takes exactly one argument");
+      const std::string& sep = need_str(in, a.pos[0], "sep");
+      if (sep.empty()) in.fail("empty separator");
+      size_t p = right ? s.rfind(sep) : s.find(sep);
+      if (p == std::string::npos)
+        return right ? Value::list({Value::string(""), Value::string(""), Value::string(s)}, true)
+                     : Value::list({Value::string(s), Value::string(""), Value::string("")}, true);
+      return Value::list({Value::string(s.substr(0, p)), Value::string(sep), Value::string(s.substr(p + sep.size()))}, true);
+    });
+  }
+  return Value::undefined();
+}
+
+/// str methods that build new strings or lists: split, rsplit, strip, lstrip, rstrip, replace,
+/// upper, lower, title, capitalize, format, join, splitlines, zfill. Undefined for any other name.
+Value str_edit_method(const Value& sv, const std::string& name) {
   if (name == "split" || name == "rsplit") {
     bool right = name == "rsplit";
     return make_method(name, [sv, right](Interp& in, Args& a) {
@@ -364,32 +411,6 @@ Value str_method(const Value& obj, const std::string& name) {
       const std::string& s = sv.str_ref(); return Value::string(py_title(s)); });
   if (name == "capitalize") return make_method(name, [sv](Interp&, Args&) {
       const std::string& s = sv.str_ref(); return Value::string(py_capitalize(s)); });
-  if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
-    bool right = name[0] == 'r';
-    bool raise = name.find("index") != std::string::npos;
-    return make_method(name, [sv, right, raise](Interp& in, Args& a) {
-      const std::string& s = sv.str_ref();
-      if (a.pos.empty()) in.fail("find() takes at least 1 argument");
-      const std::string& sub = need_str(in, a.pos[0], "find arg");
-      size_t p = right ? s.rfind(sub) : s.find(sub);
-      if (p == std::string::npos) {
-        if (raise) in.fail("substring not found");
-        return Value::integer(-1);
-      }
-      return Value::integer(cp_index(s, p));
-    });
-  }
-  if (name == "count") {
-    return make_method(name, [sv](Interp& in, Args& a) {
-      const std::string& s = sv.str_ref();
-      if (a.pos.empty()) in.fail("count() takes at least 1 argument");
-      const std::string& sub = need_str(in, a.pos[0], "count arg");
-      if (sub.empty()) return Value::integer(static_cast<int64_t>(utf8_length(s)) + 1);
-      int64_t n = 0;
-      for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
-      return Value::integer(n);
-    });
-  }
   if (name == "format") return make_method(name, [sv](Interp& in, Args& a) {
       const std::string& s = sv.str_ref(); return Value::string(py_str_format(in, s, a)); });
   if (name == "join") {
@@ -408,6 +429,26 @@ Value str_method(const Value& obj, const std::string& name) {
       return Value::string(std::move(out));
     });
   }
+  if (name == "splitlines") return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref(); return str_list(py_splitlines(s)); });
+  if (name == "zfill") {
+    return make_method(name, [sv](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
+      if (a.pos.empty()) in.fail("zfill() takes exactly one argument");
+      int64_t w = need_int(in, a.pos[0], "width");
+      int64_t n = static_cast<int64_t>(utf8_length(s));
+      if (w <= n) return Value::string(s);
+      std::string pad(static_cast<size_t>(w - n), '0');
+      if (!s.empty() && (s[0] == '-' || s[0] == '+')) return Value::string(s.substr(0, 1) + pad + s.substr(1));
+      return Value::string(pad + s);
+    });
+  }
+  return Value::undefined();
+}
+
+/// str predicates on character classes: isdigit, isalpha, isalnum, isspace, islower, isupper.
+/// Undefined for any other name.
+Value str_class_method(const Value& sv, const std::string& name) {
   if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" ||
       name == "isupper") {
     return make_method(name, [sv, name](Interp&, Args&) {
@@ -437,33 +478,14 @@ Value str_method(const Value& obj, const std::string& name) {
       return Value::boolean(true);
     });
   }
-  if (name == "splitlines") return make_method(name, [sv](Interp&, Args&) {
-      const std::string& s = sv.str_ref(); return str_list(py_splitlines(s)); });
-  if (name == "zfill") {
-    return make_method(name, [sv](Interp& in, Args& a) {
-      const std::string& s = sv.str_ref();
-      if (a.pos.empty()) in.fail("zfill() takes exactly one argument");
-      int64_t w = need_int(in, a.pos[0], "width");
-      int64_t n = static_cast<int64_t>(utf8_length(s));
-      if (w <= n) return Value::string(s);
-      std::string pad(static_cast<size_t>(w - n), '0');
-      if (!s.empty() && (s[0] == '-' || s[0] == '+')) return Value::string(s.substr(0, 1) + pad + s.substr(1));
-      return Value::string(pad + s);
-    });
-  }
-  if (name == "partition" || name == "rpartition") {
-    bool right = name == "rpartition";
-    return make_method(name, [sv, right](Interp& in, Args& a) {
-      const std::string& s = sv.str_ref();
-      if (a.pos.empty()) in.fail("partition() takes exactly one argument");
-      const std::string& sep = need_str(in, a.pos[0], "sep");
-      if (sep.empty()) in.fail("empty separator");
-      size_t p = right ? s.rfind(sep) : s.find(sep);
-      if (p == std::string::npos)
-        return right ? Value::list({Value::string(""), Value::string(""), Value::string(s)}, true)
-                     : Value::list({Value::string(s), Value::string(""), Value::string("")}, true);
-      return Value::list({Value::string(s.substr(0, p)), Value::string(sep), Value::string(s.substr(p + sep.size()))}, true);
-    });
+  return Value::undefined();
+}
+
+Value str_method(const Value& obj, const std::string& name) {
+  const Value sv = obj;  // shares the text
+  for (auto group : {str_search_method, str_edit_method, str_class_method}) {
+    Value m = group(sv, name);
+    if (!m.is_undefined()) return m;
   }
   return Value::undefined();
 }
