@@ -896,17 +896,9 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
     std::vector<int64_t> dst_h(static_cast<size_t>(T) * Hkv);
     std::vector<int32_t> len_h(static_cast<size_t>(B) * Hkv), off_h(static_cast<size_t>(B) * Hkv);
 
-    for (int l = 0; l < L; ++l) {
-      qkv_block(l, T, pos.p, needs.keys_pre_rope ? kpre.p : nullptr);
-      // Host metadata append (and the K/V mirror for policies that read cached keys).
-      if (mirror) {
-        kv_host.resize(static_cast<size_t>(T) * 2 * Hkv * D);
-        check(cudaMemcpy2DAsync(kv_host.data(), 2 * Hkv * D * sizeof(float), qkv.p + static_cast<size_t>(Hq) * D,
-                                QKV * sizeof(float), 2 * Hkv * D * sizeof(float), T, cudaMemcpyDeviceToHost, stream),
-              "copy new K/V to host");
-        check(cudaStreamSynchronize(stream), "copy new K/V to host");
-        for (float& f : kv_host) f = bf16_round(f);
-      }
+    // Host metadata append of layer l's new tokens (and the K/V mirror for policies that read
+    // cached keys): the slots the device append writes.
+    auto host_append = [&](int l) {
       for (int b = 0; b < B; ++b)
         for (int i = 0; i < items[b].n; ++i) {
           const int t = row0[b] + i;
@@ -919,6 +911,22 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
         }
       ensure_pool();
       stage_upload(dst_slot, dst_h, "append slots");
+    };
+    for (int l = 0; l < L; ++l) {
+      // Without a mirror the host bookkeeping needs nothing from the device: it runs before this
+      // layer's kernels are queued, while the device still works on the previous layer (a policy
+      // hook that waits for the device then finds this host work already done).
+      if (!mirror) host_append(l);
+      qkv_block(l, T, pos.p, needs.keys_pre_rope ? kpre.p : nullptr);
+      if (mirror) {
+        kv_host.resize(static_cast<size_t>(T) * 2 * Hkv * D);
+        check(cudaMemcpy2DAsync(kv_host.data(), 2 * Hkv * D * sizeof(float), qkv.p + static_cast<size_t>(Hq) * D,
+                                QKV * sizeof(float), 2 * Hkv * D * sizeof(float), T, cudaMemcpyDeviceToHost, stream),
+              "copy new K/V to host");
+        check(cudaStreamSynchronize(stream), "copy new K/V to host");
+        for (float& f : kv_host) f = bf16_round(f);
+        host_append(l);
+      }
       cuda::kv_append(qkv.p, T, Hq, Hkv, D, dst_slot.p, pos.p, k_pool, v_pool, pos_pool, stream);
 
       // Query history (host ring, as the CPU backend) for window-attention policies.
