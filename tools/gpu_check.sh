@@ -122,9 +122,9 @@ fi
 want vs_transformers && {
   GPU_CHECK_STEP_TIMEOUT="$(( ${GPU_CHECK_STEP_TIMEOUT:-300} > 420 ? ${GPU_CHECK_STEP_TIMEOUT:-300} : 420 ))" \
     step vs_transformers python3 tools/gpu_vs_transformers.py --kvbench "$KVB/bin/kvbench" \
-    --out "$LOGS/vs_transformers.tsv" --gen "${GPU_VS_TRANSFORMERS_GEN:-32}" \
+    --out "$OUT/vs_transformers.tsv" --gen "${GPU_VS_TRANSFORMERS_GEN:-32}" \
     ${GPU_VS_TRANSFORMERS_CASES:+--cases "$GPU_VS_TRANSFORMERS_CASES"}
-  cp "$LOGS/vs_transformers.tsv" "$OUT/vs_transformers.tsv" 2>/dev/null
+  cp "$OUT/vs_transformers.tsv" "$LOGS/vs_transformers.tsv" 2>/dev/null  # written row by row into $OUT
 }
 # memory (only when GPU_CHECK_STEPS names it): throughput at a fixed memory budget, kvbench bench
 # --memory (docs/architecture.md, "Throughput at a fixed memory budget"): the largest batch whose
