@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "datasets/registry.h"
+#include "engine/backend/backend.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 #include "engine/util/hash.h"
@@ -158,7 +159,7 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
   info.git_sha = kGitSha;
   info.host = hostname();
   info.backend = a.backend;
-  info.device = a.backend == "cpu" ? cpu_model() : a.backend;
+  info.device = device_description(a.backend);  // GPU name, memory, driver, CUDA; or CPU model, threads, memory
   nlohmann::json tasks_json = nlohmann::json::array();
   for (const auto& st : lt.suite_tasks)
     tasks_json.push_back({{"spec", st.spec}, {"limit", a.limit ? a.limit : st.limit}});
