@@ -164,8 +164,7 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
   info.git_sha = kGitSha;
   info.host = hostname();
   info.backend = a.backend;
-  const BackendInfo* backend = find_backend(a.backend);
-  info.device = backend && backend->on_device ? a.backend : cpu_model();  // the GPU, or the host's CPU model
+  info.device = device_description(a.backend);  // GPU name, memory, driver, CUDA; or CPU model, threads, memory
   nlohmann::json tasks_json = nlohmann::json::array();
   for (const auto& st : lt.suite_tasks)
     tasks_json.push_back({{"spec", st.spec}, {"limit", a.limit ? a.limit : st.limit}});

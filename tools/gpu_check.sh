@@ -19,13 +19,23 @@
 #      their host fallbacks on identical inputs inside a CUDA forward pass (max rel err <= 1e-3);
 #   2c. kvb_cuda_check graphs: decode steps as CUDA graphs against the same steps launched
 #      directly (batch changes, page-table growth, a sequence leaving, a rollback);
+#   2d. grid: `kvbench run` end to end on the real stories260K model (carried in the tarball), the
+#      built-in smoke suite, the full cache plus four policies (GPU_CHECK_GRID_POLICIES), greedy,
+#      2 samples, once with --backend cuda and once with --backend cpu-bf16; tools/grid_compare.py
+#      then requires identical generations, evictions and KV byte counts in the two result DBs
+#      (both DBs are kept in the logs);
 #   3. kvb_cuda_check bandwidth: the device-copy roofline that bench's GB/s is measured against;
 #   4. kvbench bench --backend cuda on the Qwen3-8B shape (random bf16 weights): the cases below.
 # Environment: OUT (the device tool sets it; default ./gpu-check-out), GPU_CHECK_QUICK,
 #   GPU_CHECK_CASES (bench cases: "shape,context,gen,batch,policy,budget ..."),
-#   GPU_CHECK_STEPS (space-separated subset of: device primitives decisions equiv graphs bandwidth bench
-#   speed; default all but speed), GPU_CHECK_STEP_TIMEOUT (seconds per step, default 300: a hung step is killed
-#   and counted as failed, so one hang cannot eat a whole device call).
+#   GPU_CHECK_STEPS (space-separated subset of: device primitives decisions equiv graphs grid bandwidth
+#   bench speed vs_transformers memory; default all but speed, vs_transformers and memory), GPU_CHECK_STEP_TIMEOUT (seconds per step, default 300: a hung step is killed
+#   and counted as failed, so one hang cannot eat a whole device call), GPU_CHECK_GRID_POLICIES
+#   (the grid step's policies after `full`, comma-separated specs; default below),
+#   GPU_CHECK_ARGS_<step> for step primitives, decisions, equiv or graphs (extra kvb_cuda_check
+#   arguments, e.g. GPU_CHECK_ARGS_decisions="--shapes stories260k,smollm2-135m" to save time).
+# Every step ends with one line "STEP <name>: PASS|FAIL (exit N, S s)", and the script with a
+# summary of them all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-check-out}"
@@ -57,6 +67,7 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 export LD_LIBRARY_PATH="$KVB/lib:/usr/local/cuda/lib64:${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 fails=0
+summary=""
 step() {  # step NAME COMMAND...: runs, logs to $LOGS/NAME.txt, keeps going on failure
   local name="$1"
   shift
@@ -66,20 +77,43 @@ step() {  # step NAME COMMAND...: runs, logs to $LOGS/NAME.txt, keeps going on f
   local rc=$?
   echo "== $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$LOGS/$name.txt"
   tail -n 40 "$LOGS/$name.txt"
-  [ $rc -eq 0 ] || fails=$((fails + 1))
+  local verdict=PASS
+  [ $rc -eq 0 ] || { verdict=FAIL; fails=$((fails + 1)); }
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && verdict="FAIL (timed out)"
+  local line="STEP $name: $verdict (exit $rc, $((SECONDS - t0)) s)"
+  echo "$line" | tee -a "$LOGS/$name.txt"
+  summary+="$line"$'\n'
   tar -C "$(dirname "$LOGS")" -czf "$OUT/gpu_check_logs.tar.gz" logs
 }
 
-steps="${GPU_CHECK_STEPS:-device primitives decisions equiv graphs bandwidth bench}"
+steps="${GPU_CHECK_STEPS:-device primitives decisions equiv graphs grid bandwidth bench}"
 want() { [[ " $steps " == *" $1 "* ]]; }
 cp "$KVB/MANIFEST" "$LOGS/MANIFEST" 2>/dev/null || true
 want device && { step device nvidia-smi; step ldd ldd "$KVB/bin/kvbench"; }
-want primitives && step primitives "$KVB/bin/kvb_cuda_check" primitives
-want decisions && step decisions "$KVB/bin/kvb_cuda_check" decisions
-# shellcheck disable=SC2086  # GPU_CHECK_EQUIV_ARGS / GPU_CHECK_GRAPHS_ARGS: extra words, e.g. "--shapes a,b"
-want equiv && step equiv "$KVB/bin/kvb_cuda_check" equiv ${GPU_CHECK_EQUIV_ARGS:-}
+# shellcheck disable=SC2086 # GPU_CHECK_ARGS_<step> is a word list on purpose
+want primitives && step primitives "$KVB/bin/kvb_cuda_check" primitives ${GPU_CHECK_ARGS_primitives:-}
 # shellcheck disable=SC2086
-want graphs && step graphs "$KVB/bin/kvb_cuda_check" graphs ${GPU_CHECK_GRAPHS_ARGS:-}
+want decisions && step decisions "$KVB/bin/kvb_cuda_check" decisions ${GPU_CHECK_ARGS_decisions:-}
+# shellcheck disable=SC2086
+want equiv && step equiv "$KVB/bin/kvb_cuda_check" equiv ${GPU_CHECK_ARGS_equiv:-}
+# shellcheck disable=SC2086
+want graphs && step graphs "$KVB/bin/kvb_cuda_check" graphs ${GPU_CHECK_ARGS_graphs:-}
+
+# End to end: the same `kvbench run` grid on the device and on cpu-bf16 (the CPU forward rounding
+# where the device stores bf16), greedy so that the two samplers cannot differ; budget 24 is below
+# the smoke prompts' length, so every policy compresses (locret in chunks of 16) and quest reads
+# 3 of its 16-token pages. Policies: snapkv (device window scores), expected_attention and locret
+# (the device's pre-RoPE queries, issue 30), quest (read selection: ranged device attention).
+grid_policies="${GPU_CHECK_GRID_POLICIES:-snapkv,expected_attention,locret:random_heads=0,chunk_size=16,stabilizers=4,local_len=4,head_hidden=32,quest}"
+if want grid; then
+  model="$KVB/models/stories260K-hf"
+  grid_args=(run --model "$model" --suite smoke --policies "full,$grid_policies" --budgets 24 --samples 2
+             --temperature 0 --quiet)
+  rm -f "$LOGS/grid_cuda.db" "$LOGS/grid_cpu-bf16.db"
+  step grid_cuda "$KVB/bin/kvbench" "${grid_args[@]}" --backend cuda --db "$LOGS/grid_cuda.db"
+  step grid_cpu-bf16 "$KVB/bin/kvbench" "${grid_args[@]}" --backend cpu-bf16 --db "$LOGS/grid_cpu-bf16.db"
+  step grid python3 tools/grid_compare.py "$LOGS/grid_cuda.db" "$LOGS/grid_cpu-bf16.db"
+fi
 want bandwidth && step bandwidth "$KVB/bin/kvb_cuda_check" bandwidth
 
 # The bench cases, "shape,context,gen,batch,policy,budget" each. The default is the README's GPU
@@ -142,5 +176,7 @@ want memory && {
     --prefill-chunk 128 --json "$LOGS/memory.json" "${mem_cases[@]}"
   cp "$LOGS/memory.json" "$OUT/memory.json" 2>/dev/null
 }
+echo "== summary"
+printf '%s' "$summary"
 echo "gpu_check: $fails step(s) failed; logs in $OUT"
 [ $fails -eq 0 ]

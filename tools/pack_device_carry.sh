@@ -5,7 +5,8 @@
 # network, and a call carries at most 64 MiB: so the stripped binaries (kvbench, kvb_cuda_check)
 # and every `ldd`-resolved shared library except glibc's, libstdc++/libgcc_s (the machine's newer
 # ones serve) and CUDA's own (libcudart, libcublas, libcublasLt: found on the machine) go into one
-# xz-compressed tarball, device-carry/kvbench-cuda.tar.xz, with a MANIFEST of what is inside.
+# xz-compressed tarball, device-carry/kvbench-cuda.tar.xz, with a MANIFEST of what is inside, plus
+# the stories260K model (models/stories260K-hf) that gpu_check.sh's end-to-end `grid` step runs.
 #
 # Usage: tools/pack_device_carry.sh [BUILD_DIR]   (default build-cuda; configured if missing)
 # Then:  run(command="bash tools/gpu_check.sh", carry=["device-carry"])
@@ -32,6 +33,14 @@ ldd "$BUILD/kvbench" "$BUILD/kvb_cuda_check" | awk '/=> \//{print $3}' | sort -u
   while read -r lib; do
     cp -L "$lib" "$stage/kvb/lib/$(basename "$lib")"
   done
+# The real model of gpu_check.sh's `grid` step (1.1 MiB): stories260K in Hugging Face layout.
+grid_model="${KVB_GRID_MODEL:-../shared/models/stories260K-hf}"
+if [ -f "$grid_model/config.json" ]; then
+  mkdir -p "$stage/kvb/models"
+  cp -rL "$grid_model" "$stage/kvb/models/stories260K-hf"
+else
+  echo "pack_device_carry: warning: $grid_model not found (set KVB_GRID_MODEL): gpu_check.sh's grid step will fail" >&2
+fi
 if ldd "$BUILD/kvbench" | grep -q "not found"; then
   echo "pack_device_carry: unresolved libraries:" >&2
   ldd "$BUILD/kvbench" | grep "not found" >&2

@@ -1,6 +1,9 @@
 #include "engine/backend/backend.h"
 
 #include <algorithm>
+#include <fstream>
+#include <limits>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -100,6 +103,37 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const Model& mode
 #endif
   }
   fail("--backend {}: not available in this build", name);
+}
+
+std::string device_description(const std::string& name) {
+#ifdef KVB_HAVE_CUDA
+  if (name == "cuda") return cuda_device_description();
+#endif
+  if (name != "cpu" && name != "cpu-bf16") return name;
+  std::string model = "cpu";
+  if (std::ifstream f("/proc/cpuinfo"); f) {
+    for (std::string line; std::getline(f, line);)
+      if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+        model = line.substr(line.find(':') + 1);
+        model.erase(0, model.find_first_not_of(" \t"));
+        break;
+      }
+  }
+  double gib = 0;
+  if (std::ifstream f("/proc/meminfo"); f) {
+    std::string key;
+    int64_t kib = 0;
+    while (f >> key >> kib) {
+      if (key == "MemTotal:") {
+        gib = static_cast<double>(kib) / 1048576.0;
+        break;
+      }
+      f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+  }
+  std::string out = model + fmt::format(" ({} threads", std::thread::hardware_concurrency());
+  if (gib > 0) out += fmt::format(", {:.1f} GiB", gib);
+  return out + ")";
 }
 
 }  // namespace kvb

@@ -92,6 +92,14 @@ KVPayloadKind kv_payload_for(const std::string& name, const PolicyNeeds& needs);
 /// device ("no CUDA device"), and for a CPU backend given a cache whose K/V rows are device-held.
 std::unique_ptr<Backend> make_backend(const std::string& name, const Model& model, KVCache& cache);
 
+/// What `name`'s forward pass runs on, for the results' runs.device column: for "cuda" the GPU's
+/// name, memory, driver and CUDA runtime version ("NVIDIA H100 80GB HBM3 (79.1 GiB, driver
+/// 580.159.04, CUDA 13.0)"; cuda_backend.h cuda_device_description), for "cpu" / "cpu-bf16" the
+/// CPU model, hardware threads and memory ("AMD EPYC 7763 64-Core Processor (16 threads, 125.8 GiB)",
+/// from /proc/cpuinfo and /proc/meminfo; "cpu" when unreadable). Never throws: a missing device is
+/// described ("cuda (no CUDA device: ...)"), and an unknown name is returned unchanged.
+std::string device_description(const std::string& name);
+
 /// Throws kvb::Error ("--backend NAME: not available in this build (available: ...)") unless
 /// `name` is one of compiled_backends(). Checks the name only (no device is opened).
 void check_backend_name(const std::string& name);

@@ -50,8 +50,8 @@ struct PolicyNeeds {
   /// LayerStep::keys_pre_rope: keys of the new tokens before RoPE, [n_new, Hkv, D] (WG-KV).
   bool keys_pre_rope = false;
   /// LayerStep::queries_pre_rope: queries of the new tokens before RoPE (after the q norm of
-  /// Qwen3-style models), [n_new, Hq, D] (Expected Attention's query statistics). Only the CPU
-  /// backend provides it; a policy that needs it fails on a backend that leaves it null.
+  /// Qwen3-style models), [n_new, Hq, D] (Expected Attention's query statistics, LocRet's
+  /// retaining heads). Both backends provide it (CUDA: a device→host copy of the step's rows).
   bool queries_pre_rope = false;
   /// Per-token scalars the policy stores in the cache pages (KVCache::scalars).
   int num_scalars = 0;
@@ -75,8 +75,8 @@ struct PolicyNeeds {
   /// local_len); used only with prefill_chunk.
   int prefill_tail = 0;
   /// The policy keeps the whole cache but chooses, before the attention of every decode step,
-  /// which cached tokens each query head reads (Policy::select_reads; Quest). Only the CPU
-  /// backend implements it; the CUDA backend refuses such a policy.
+  /// which cached tokens each query head reads (Policy::select_reads; Quest, SeerAttention-R).
+  /// Both backends attend over exactly the selected ranges (CUDA: plan.h plan_attention_ranged).
   bool read_select = false;
 };
 

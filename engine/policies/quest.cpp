@@ -45,7 +45,9 @@ class QuestPolicy : public ParamPolicy {
     gqa_max_ = params_.get_choice("gqa", {"query", "max"}) == "max";
     last_page_ = params_.get_bool("last_page");
   }
-  PolicyNeeds needs() const override { return {.read_select = true}; }
+  // host_kv: the page key min/max are folded from cached keys (KVCache::key; the CUDA backend
+  // then mirrors each step's new K/V rows to the host).
+  PolicyNeeds needs() const override { return {.host_kv = true, .read_select = true}; }
   void on_sequence_end(SeqId seq) override { seqs_.erase(seq); }
 
   /// A prompt chunk may overwrite tokens the metadata saw before (the next turn of a multi-turn

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <random>
+#include <string>
+#include <thread>
 #include <tuple>
 
 #include "engine/backend/backend.h"
@@ -363,21 +366,158 @@ TEST(CudaCompaction, RejectsBadKeepSets) {
   EXPECT_THROW(cuda::compaction_pairs(pages, 9, 4, std::vector<int32_t>{0}, src, dst), Error);  // 2 pages < 9 tokens
 }
 
-// The CUDA backend refuses, before opening a device, the architecture choices its kernels do
-// not implement (sliding-window layers, Gemma 2's block) and accepts the rest.
-TEST(CudaModelSupport, RefusesWhatItsKernelsDoNotImplement) {
+// Read selection (Quest, SeerAttention-R) on the device: the ranged planner must make every ranged
+// query head one single-row chunk whose units, in order, cover exactly its ranges (pieces of at most
+// the split granularity), each with one partial slot when there are several (a combine group) and
+// none when there is one; dense items keep plan_attention's plan; a head without ranges gets one
+// empty unit (zeros out).
+TEST(CudaPlan, RangedItemsReadExactlyTheirSpans) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int Hkv = 1 + static_cast<int>(rng() % 3), G = 1 + static_cast<int>(rng() % 4);
+    const int B = 1 + static_cast<int>(rng() % 4);
+    auto [n, len] = random_batch(rng, B, Hkv, false, 2000);
+    std::vector<std::vector<cuda::TokenSpans>> spans(B);
+    for (int b = 0; b < B; ++b) {
+      if (rng() % 3 == 0) {  // dense, maybe a prompt chunk
+        n[b] = 1 + static_cast<int32_t>(rng() % 30);
+        for (int h = 0; h < Hkv; ++h) len[b * Hkv + h] += n[b];
+        continue;
+      }
+      spans[b].resize(static_cast<size_t>(Hkv) * G);
+      for (int hq = 0; hq < Hkv * G; ++hq) {
+        const int32_t L = len[b * Hkv + hq / G];
+        for (int32_t t = static_cast<int32_t>(rng() % 50); t < L;) {  // maybe no range at all
+          const int32_t e = std::min<int32_t>(L, t + 1 + static_cast<int32_t>(rng() % 700));
+          spans[b][hq].emplace_back(t, e);
+          t = e + 1 + static_cast<int32_t>(rng() % 400);
+        }
+      }
+    }
+    const int32_t min_split = 64 * (1 + static_cast<int32_t>(rng() % 5));
+    const AttnPlan p = cuda::plan_attention_ranged(n, len, Hkv, G, 500, spans, min_split);
+    // dense items: the same units as plan_attention over them alone
+    std::vector<int32_t> dn, dl, which;
+    for (int b = 0; b < B; ++b)
+      if (spans[b].empty()) {
+        which.push_back(b);
+        dn.push_back(n[b]);
+        for (int h = 0; h < Hkv; ++h) dl.push_back(len[b * Hkv + h]);
+      }
+    const AttnPlan d = cuda::plan_attention(dn, dl, Hkv, G, 500, min_split);
+    ASSERT_GE(p.units.size(), d.units.size());
+    for (size_t i = 0; i < d.units.size(); ++i) {
+      AttnUnit u = d.units[i];
+      u.item = which[u.item];
+      EXPECT_EQ(std::tie(p.units[i].item, p.units[i].head, p.units[i].row0, p.units[i].nrows, p.units[i].kbeg,
+                         p.units[i].kend, p.units[i].part),
+                std::tie(u.item, u.head, u.row0, u.nrows, u.kbeg, u.kend, u.part));
+    }
+    // ranged query heads: units in order reproduce the ranges
+    std::map<std::pair<int, int>, std::vector<const AttnUnit*>> by_head;  // (item, hq)
+    for (size_t i = d.units.size(); i < p.units.size(); ++i) {
+      const AttnUnit& u = p.units[i];
+      ASSERT_FALSE(spans[u.item].empty());
+      ASSERT_EQ(u.nrows, 1);
+      by_head[{u.item, u.head * G + u.row0}].push_back(&u);
+    }
+    int32_t parts = d.num_parts;
+    for (int b = 0; b < B; ++b)
+      for (int hq = 0; b < B && !spans[b].empty() && hq < Hkv * G; ++hq) {
+        const auto& us = by_head[{b, hq}];
+        ASSERT_FALSE(us.empty());
+        std::vector<int32_t> covered, want;
+        for (const AttnUnit* u : us) {
+          EXPECT_LE(u->kend - u->kbeg, std::max(min_split, cuda::kAttnTile));
+          for (int32_t t = u->kbeg; t < u->kend; ++t) covered.push_back(t);
+          if (us.size() == 1) EXPECT_EQ(u->part, -1);
+          else EXPECT_EQ(u->part, parts++);
+        }
+        for (const auto& [lo, hi] : spans[b][hq])
+          for (int32_t t = lo; t < hi; ++t) want.push_back(t);
+        EXPECT_EQ(covered, want) << "item " << b << " query head " << hq;
+        if (want.empty()) EXPECT_EQ(us.front()->kbeg, us.front()->kend);
+      }
+    EXPECT_EQ(parts, p.num_parts);
+    int32_t grouped = 0;
+    for (const auto& g : p.groups) {
+      ASSERT_GT(g.count, 1);
+      for (int s = 1; s < g.count; ++s) {  // one chunk: same item, head and row
+        EXPECT_EQ(p.units[g.first + s].item, p.units[g.first].item);
+        EXPECT_EQ(p.units[g.first + s].head, p.units[g.first].head);
+        EXPECT_EQ(p.units[g.first + s].row0, p.units[g.first].row0);
+      }
+      grouped += g.count;
+    }
+    EXPECT_EQ(grouped, p.num_parts);
+  }
+  // errors: a ranged prompt chunk, a wrong head count, a bad range
+  const std::vector<int32_t> n1{1}, n2{2}, len{100};
+  const std::vector<std::vector<cuda::TokenSpans>> ok{{{{0, 10}}}}, bad{{{{10, 5}}}}, outside{{{{90, 101}}}},
+      two_heads{{{{0, 10}}, {{0, 10}}}};
+  EXPECT_NO_THROW(cuda::plan_attention_ranged(n1, len, 1, 1, 10, ok));
+  EXPECT_THROW(cuda::plan_attention_ranged(n2, std::vector<int32_t>{101}, 1, 1, 10, ok), Error);
+  EXPECT_THROW(cuda::plan_attention_ranged(n1, len, 1, 1, 10, bad), Error);
+  EXPECT_THROW(cuda::plan_attention_ranged(n1, len, 1, 1, 10, outside), Error);
+  EXPECT_THROW(cuda::plan_attention_ranged(n1, len, 1, 1, 10, two_heads), Error);
+}
+
+// The CUDA backend implements every architecture choice of the supported architectures (issue 30:
+// sliding-window layers, Gemma 2's GeLU-tanh, post-block norms, soft-capping, √H embedding scale,
+// query_pre_attn_scalar) and refuses, before opening a device, configurations its kernels cannot
+// run: negative windows or soft-caps (the loaders never produce them; a hand-built config can).
+TEST(CudaModelSupport, AcceptsEveryArchitectureRefusesBrokenConfigs) {
   for (const char* name : {"stories260k", "qwen3-0.6b", "llama-3.1-8b"})
     EXPECT_NO_THROW(cuda::check_model_support(model_shape(name))) << name;
-  const ModelConfig mistral = ModelConfig::from_dir(test::fixture("models/tiny-mistral"));
-  EXPECT_EQ(test::input_error_of([&] { cuda::check_model_support(mistral); }),
-            "--backend cuda: mistral: layer 0 uses sliding-window attention (window 8), which the CUDA attention "
-            "kernels do not implement; use --backend cpu");
-  const ModelConfig ministral = ModelConfig::from_dir(test::fixture("models/tiny-ministral"));
-  EXPECT_NE(test::input_error_of([&] { cuda::check_model_support(ministral); }).find("layer 0"), std::string::npos);
+  for (const char* dir : {"models/tiny-mistral", "models/tiny-ministral", "models/tiny-gemma2", "models/tiny-qwen2",
+                          "models/tiny-qwen3", "models/tiny-llama3"}) {
+    const ModelConfig c = ModelConfig::from_dir(test::fixture(dir));
+    EXPECT_NO_THROW(cuda::check_model_support(c)) << dir;
+  }
   const ModelConfig gemma = ModelConfig::from_dir(test::fixture("models/tiny-gemma2"));
-  EXPECT_EQ(test::input_error_of([&] { cuda::check_model_support(gemma); }),
-            "--backend cuda: gemma2: an MLP activation other than SiLU is not implemented by the CUDA kernels; use "
+  ASSERT_TRUE(gemma.has_sliding_window());  // the fixture exercises what the CUDA kernels now implement
+  ASSERT_GT(gemma.attn_logit_softcap, 0);
+  ASSERT_GT(gemma.final_logit_softcap, 0);
+  ASSERT_GT(gemma.query_pre_attn_scalar, 0);
+  ModelConfig bad = gemma;
+  bad.attn_logit_softcap = -1;
+  EXPECT_EQ(test::input_error_of([&] { cuda::check_model_support(bad); }),
+            "--backend cuda: gemma2: a negative or NaN logit soft-cap is not implemented by the CUDA kernels; use "
             "--backend cpu");
+  bad = ModelConfig::from_dir(test::fixture("models/tiny-mistral"));
+  ASSERT_FALSE(bad.layer_window.empty());
+  bad.layer_window[1] = -3;
+  EXPECT_EQ(test::input_error_of([&] { cuda::check_model_support(bad); }),
+            "--backend cuda: mistral: layer 1's negative sliding window -3 is not implemented by the CUDA kernels; "
+            "use --backend cpu");
+}
+
+// runs.device (issue 30): the CPU backends record the CPU model (as /proc/cpuinfo names it), the
+// hardware threads and the memory; the CUDA backend the GPU, or why there is none.
+TEST(DeviceDescription, NamesTheCpuModelThreadsAndMemoryOrTheMissingGpu) {
+  std::string model;
+  {
+    std::ifstream f("/proc/cpuinfo");
+    for (std::string line; model.empty() && std::getline(f, line);)
+      if (line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
+  }
+  const std::string d = device_description("cpu");
+  if (!model.empty()) EXPECT_EQ(d.rfind(model + " (", 0), 0u) << d;
+  EXPECT_NE(d.find("(" + std::to_string(std::thread::hardware_concurrency()) + " threads, "), std::string::npos) << d;
+  EXPECT_EQ(d.back(), ')');
+  EXPECT_NE(d.find(" GiB)"), std::string::npos) << d;
+  EXPECT_EQ(device_description("cpu-bf16"), d);
+  EXPECT_EQ(device_description("tpu"), "tpu");
+  const auto names = compiled_backends();
+  if (std::find(names.begin(), names.end(), "cuda") != names.end()) {
+    const std::string c = device_description("cuda");
+    if (c.rfind("cuda (", 0) == 0) {  // no usable device here: the reason is recorded
+      EXPECT_NE(c.find("no CUDA device"), std::string::npos) << c;
+    } else {  // a GPU: "<name> (<x> GiB, driver <v>, CUDA <m.n>)"
+      EXPECT_NE(c.find(" GiB, driver "), std::string::npos) << c;
+      EXPECT_NE(c.find(", CUDA "), std::string::npos) << c;
+    }
+  }
 }
 
 TEST(BackendSelection, UnknownOrMissingBackendsAreClearErrors) {

@@ -7,8 +7,11 @@
 // Keys/values stream through shared memory in tiles of 64 (16-byte global loads; K rows padded to
 // an odd number of 4-byte words so the per-lane score loop is bank-conflict free), positions
 // alongside for the causal mask (key visible iff its absolute position ≤ the row's position: exact
-// for evicted, ragged heads). Each lane scores keys lane and lane+32 of the tile, the warp keeps
-// an online softmax (running max m, sum l, f32 accumulator of D/32 dims per lane), and P·V reads V
+// for evicted, ragged heads; with AttnArgs::window > 0 also pos > qpos − window, the sliding window
+// of Mistral / Gemma 2's local layers, and tiles wholly before every row's window are skipped
+// without loading). Scores are q·k·scale, soft-capped to cap·tanh(s / cap) when AttnArgs::softcap
+// > 0 (Gemma 2), as the CPU kernel (engine/kernels/attention_impl.inc). Each lane scores keys
+// lane and lane+32 of the tile, the warp keeps an online softmax (running max m, sum l, f32 accumulator of D/32 dims per lane), and P·V reads V
 // rows with consecutive lanes on consecutive elements. Unsplit units normalise and write bf16
 // output (and the row's log-sum-exp when asked, for H2O column sums); split units write (m, l, o)
 // partials that combine_k merges (flash-decoding). With AttnArgs::counts set (CUDA-graph launches),
@@ -111,11 +114,19 @@ __global__ void __launch_bounds__(kThreads) attn_k(AttnArgs a) {
     for (int c = 0; c < DPL; ++c) acc[k][c] = 0.0f;
   }
   const int maxq = it.start_pos + (u.row0 + u.nrows - 1) / G;
+  // Sliding window: a row sees keys at positions ≥ its qpos − window + 1; the block's lowest floor
+  // is its first row's.
+  const int minlo = a.window > 0 ? it.start_pos + u.row0 / G - a.window + 1 : INT_MIN;
   const int32_t* pt = a.pages + a.pt_off[u.item * a.Hkv + u.head];
   const int chunks = D / 8;
+  const float cap = a.softcap;
 
   for (int kt = u.kbeg; kt < u.kend; kt += kAttnTile) {
     const int nk = min(kAttnTile, u.kend - kt);
+    if (a.window > 0) {  // positions increase along a head: a tile ending before every row's window is skipped
+      const int last = kt + nk - 1;
+      if (a.pos_pool[static_cast<int64_t>(pt[last / a.P]) * a.P + last % a.P] < minlo) continue;
+    }
     __syncthreads();  // the previous tile is consumed (and q_s is complete on the first pass)
     for (int idx = tid; idx < nk * chunks; idx += kThreads) {
       const int j = idx / chunks, c = idx % chunks;
@@ -154,8 +165,14 @@ __global__ void __launch_bounds__(kThreads) attn_k(AttnArgs a) {
     const int pos0 = j0 < nk ? pos_s[j0] : INT_MAX, pos1 = j1 < nk ? pos_s[j1] : INT_MAX;
 #pragma unroll
     for (int k = 0; k < kRowsPerWarp; ++k) {
-      const float s0 = pos0 <= qpos[k] ? s[k][0] : -INFINITY;
-      const float s1 = pos1 <= qpos[k] ? s[k][1] : -INFINITY;
+      float c0 = s[k][0], c1 = s[k][1];
+      if (cap > 0.0f) {  // transformers' Gemma 2: divide, tanh, multiply (f32)
+        c0 = tanhf(c0 / cap) * cap;
+        c1 = tanhf(c1 / cap) * cap;
+      }
+      const int qlo = a.window > 0 ? qpos[k] - a.window + 1 : INT_MIN;  // the row's window floor
+      const float s0 = pos0 <= qpos[k] && pos0 >= qlo ? c0 : -INFINITY;
+      const float s1 = pos1 <= qpos[k] && pos1 >= qlo ? c1 : -INFINITY;
       const float mn = fmaxf(m[k], warp_max(fmaxf(s0, s1)));
       if (mn == -INFINITY) {
         p[k][0] = p[k][1] = 0.0f;
@@ -260,7 +277,8 @@ void launch(const AttnArgs& a, cudaStream_t s) {
   if (smem > 48 * 1024)
     check(cudaFuncSetAttribute(attn_k<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
           "attention: raise shared memory limit");
-  if (a.max_rows > 0 && decode_kernel_enabled() && attention_decode_supported(a.D, a.max_rows)) {
+  if (a.max_rows > 0 && a.window == 0 && a.softcap == 0.0f && decode_kernel_enabled() &&
+      attention_decode_supported(a.D, a.max_rows)) {  // windows and soft-caps: attn_k
     attention_decode_units(a, a.max_rows, s);
   } else if (a.num_units > 0) {
     attn_k<DPL><<<a.num_units, kThreads, smem, s>>>(a);

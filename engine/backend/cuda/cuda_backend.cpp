@@ -36,6 +36,7 @@
 #endif
 #include "engine/backend/cuda/plan.h"
 #include "engine/backend/policy_driver.h"
+#include "engine/model/architecture.h"
 #include "engine/model/weights.h"
 #include "engine/util/error.h"
 
@@ -195,7 +196,9 @@ std::vector<uint16_t> as_bf16(const Mat& m, int64_t rows, int64_t cols) {
 struct DevLayer {
   DevBuf<uint16_t> wqkv, wo, wgu, wd;
   DevBuf<float> bqkv, attn_norm, mlp_norm, q_norm, k_norm;
-  bool has_bias = false, has_qk_norm = false;
+  DevBuf<float> post_attn_norm, post_mlp_norm;  ///< Gemma 2's norms of the block outputs (else empty)
+  bool has_bias = false, has_qk_norm = false, has_post_norms = false;
+  int32_t window = 0;  ///< sliding window of the layer (ModelConfig::window; 0 = full causal)
 };
 
 /// A policy MLP (policy.h HeadMlp) uploaded once, keyed by its host W1 pointer; `probe` holds the
@@ -222,11 +225,46 @@ bool cuda_device_available(std::string* why) {
   return true;
 }
 
+std::string cuda_device_description() {
+  std::string why;
+  if (!cuda_device_available(&why)) return "cuda (" + why + ")";
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return "cuda (device properties unavailable)";
+  }
+  std::string driver;
+  if (std::FILE* f = std::fopen("/proc/driver/nvidia/version", "r")) {  // "NVRM version: ... Kernel Module  580.159.04  ..."
+    char line[512];
+    if (std::fgets(line, sizeof line, f)) {
+      const std::string l = line;
+      const size_t at = l.find("Kernel Module");
+      if (at != std::string::npos) {
+        size_t b = l.find_first_not_of(' ', at + 13);
+        size_t e = b == std::string::npos ? b : l.find(' ', b);
+        if (b != std::string::npos) driver = l.substr(b, e == std::string::npos ? std::string::npos : e - b);
+      }
+    }
+    std::fclose(f);
+  }
+  int drv = 0, rt = 0;
+  cudaDriverGetVersion(&drv);
+  cudaRuntimeGetVersion(&rt);
+  if (driver.empty()) driver = fmt::format("CUDA {}.{}", drv / 1000, drv % 1000 / 10);
+  return fmt::format("{} ({:.1f} GiB, driver {}, CUDA {}.{})", p.name, p.totalGlobalMem / 1073741824.0, driver,
+                     rt / 1000, rt % 1000 / 10);
+}
+
 struct CudaBackend::Impl {
   const Model& m;
   KVCache& cache;
   int H, D, Hq, Hkv, I, V, L, G, P, QKV;
   float eps, scale;
+  // Architecture choices (engine/model/architecture.h) the kernels apply, as the CPU forward does:
+  // the embedding scale (Gemma 2's √H, else 1), the MLP activation, the attention-logit and final
+  // logit soft-caps (0 = none). Per-layer windows and post-block norms are in DevLayer.
+  float embed_scale = 1.0f, attn_softcap = 0.0f, final_softcap = 0.0f;
+  bool gelu_tanh = false;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   cudaDeviceProp prop{};
@@ -235,7 +273,7 @@ struct CudaBackend::Impl {
   const uint16_t* lm_head = nullptr;
   DevBuf<float> final_norm, inv_freq;
   // Activations (grown to the step's T).
-  DevBuf<float> x, qkv, gu, kpre, lse, logits, part_o, part_ml, colsum, win_q, win_p;
+  DevBuf<float> x, qkv, gu, kpre, qpre, blk, lse, logits, part_o, part_ml, colsum, win_q, win_p;
   DevBuf<uint16_t> xn, att, act, scratch_kv;
   DevBuf<int32_t> tok, pos, pt_off, win_qpos, win_pages, scratch_pos, head_len, sample_out;
   DevBuf<int64_t> dst_slot, csrc, cdst, colsum_off;
@@ -302,7 +340,11 @@ struct CudaBackend::Impl {
     P = cache.config().page_size;
     QKV = (Hq + 2 * Hkv) * D;
     eps = static_cast<float>(cf.rms_norm_eps);
-    scale = cf.attention_scale();
+    scale = cf.attention_scale();  // 1/√D, or query_pre_attn_scalar^(−1/2) (Gemma 2)
+    embed_scale = m.embed_scale();
+    attn_softcap = static_cast<float>(cf.attn_logit_softcap);
+    final_softcap = static_cast<float>(cf.final_logit_softcap);
+    gelu_tanh = architecture(cf.model_type).activation == Activation::kGeluTanh;
     if (D % 8 != 0 || D > 256)
       fail("--backend cuda: head_dim {} unsupported (needs a multiple of 8, at most 256)", D);
     check(cudaSetDevice(0), "set device");
@@ -394,6 +436,13 @@ struct CudaBackend::Impl {
       }
       up_vec(d.attn_norm, w.attn_norm, H, "upload attn_norm");
       up_vec(d.mlp_norm, w.mlp_norm, H, "upload mlp_norm");
+      if (w.post_attn_norm || w.post_mlp_norm) {
+        if (!w.post_attn_norm || !w.post_mlp_norm) fail("--backend cuda: layer {} has only one of the post-block norms", l);
+        up_vec(d.post_attn_norm, w.post_attn_norm, H, "upload post_attn_norm");
+        up_vec(d.post_mlp_norm, w.post_mlp_norm, H, "upload post_mlp_norm");
+        d.has_post_norms = true;
+      }
+      d.window = m.config().window(l);
       if (w.q_norm) {
         up_vec(d.q_norm, w.q_norm, D, "upload q_norm");
         up_vec(d.k_norm, w.k_norm, D, "upload k_norm");
@@ -493,34 +542,50 @@ struct CudaBackend::Impl {
     pt_writes.clear();
   }
 
-  /// rmsnorm → fused QKV GEMM (+ bias) → q/k norm + RoPE of layer l for the step's T rows.
-  void qkv_block(int l, int T, const int32_t* pos_d, float* kpre_d) {
+  /// rmsnorm → fused QKV GEMM (+ bias) → q/k norm + RoPE of layer l for the step's T rows; kpre_d
+  /// and qpre_d (nullable) receive k and q before RoPE.
+  void qkv_block(int l, int T, const int32_t* pos_d, float* kpre_d, float* qpre_d = nullptr) {
     const DevLayer& w = layers[l];
     cuda::rmsnorm_bf16(x.p, H, w.attn_norm.p, xn.p, T, H, eps, stream);
     gemm(xn.p, w.wqkv.p, qkv.p, T, H, QKV, 0.0f);
     if (w.has_bias) cuda::add_bias(qkv.p, w.bqkv.p, T, QKV, stream);
     cuda::qk_norm_rope(qkv.p, T, Hq, Hkv, D, pos_d, w.has_qk_norm ? w.q_norm.p : nullptr,
                        w.has_qk_norm ? w.k_norm.p : nullptr, eps, inv_freq.p, m.rope_attention_scaling(), kpre_d,
-                       stream);
+                       stream, qpre_d);
   }
 
-  /// Wo GEMM accumulated into the residual (β = 1) → rmsnorm → gate|up GEMM → SiLU·mul → down
-  /// GEMM (β = 1) of layer l.
+  /// Wo GEMM accumulated into the residual (β = 1) → rmsnorm → gate|up GEMM → SiLU·mul (GeLU-tanh
+  /// for Gemma 2) → down GEMM (β = 1) of layer l. With post-block norms (Gemma 2) the Wo and down
+  /// GEMMs write `blk` instead, which is normed and added to the residual (kernels.h rmsnorm_add).
   void mlp_block(int l, int T) {
     const DevLayer& w = layers[l];
-    gemm(att.p, w.wo.p, x.p, T, Hq * D, H, 1.0f);
+    if (w.has_post_norms) {
+      blk.grow(static_cast<size_t>(T) * H, "activations");
+      gemm(att.p, w.wo.p, blk.p, T, Hq * D, H, 0.0f);
+      cuda::rmsnorm_add(blk.p, w.post_attn_norm.p, x.p, T, H, eps, stream);
+    } else {
+      gemm(att.p, w.wo.p, x.p, T, Hq * D, H, 1.0f);
+    }
     cuda::rmsnorm_bf16(x.p, H, w.mlp_norm.p, xn.p, T, H, eps, stream);
     gemm(xn.p, w.wgu.p, gu.p, T, H, 2 * I, 0.0f);
-    cuda::silu_mul(gu.p, act.p, T, I, stream);
-    gemm(act.p, w.wd.p, x.p, T, I, H, 1.0f);
+    if (gelu_tanh) cuda::gelu_tanh_mul(gu.p, act.p, T, I, stream);
+    else cuda::silu_mul(gu.p, act.p, T, I, stream);
+    if (w.has_post_norms) {
+      gemm(act.p, w.wd.p, blk.p, T, I, H, 0.0f);
+      cuda::rmsnorm_add(blk.p, w.post_mlp_norm.p, x.p, T, H, eps, stream);
+    } else {
+      gemm(act.p, w.wd.p, x.p, T, I, H, 1.0f);
+    }
   }
 
-  /// Final norm of the given activation rows and the LM head into logits [rows, V] f32.
+  /// Final norm of the given activation rows and the LM head into logits [rows, V] f32, soft-capped
+  /// when the model has final_logit_softcapping (Gemma 2).
   void logits_block(const std::vector<int>& rows) {
     if (rows.empty()) return;
     for (size_t r = 0; r < rows.size(); ++r)
       cuda::rmsnorm_bf16(x.p + static_cast<size_t>(rows[r]) * H, H, final_norm.p, xn.p + r * H, 1, H, eps, stream);
     gemm(xn.p, lm_head, logits.p, static_cast<int>(rows.size()), H, V, 0.0f);
+    if (final_softcap > 0) cuda::soft_cap(logits.p, static_cast<int64_t>(rows.size()) * V, final_softcap, stream);
   }
 
   /// Byte offsets of the per-step metadata of a graph decode step in `meta` (16-byte aligned):
@@ -567,12 +632,12 @@ struct CudaBackend::Impl {
     const auto* ptoff_d = reinterpret_cast<const int32_t*>(md + ml.ptoff);
     const auto* units_d0 = reinterpret_cast<const cuda::AttnUnit*>(md + ml.units);
     const auto* groups_d0 = reinterpret_cast<const cuda::AttnGroup*>(md + ml.groups);
-    cuda::embed(tok_d, embed.p, x.p, T, H, stream);
+    cuda::embed(tok_d, embed.p, x.p, T, H, stream, embed_scale);
     for (int l = 0; l < L; ++l) {
       qkv_block(l, T, pos_d, nullptr);
       cuda::kv_append(qkv.p, T, Hq, Hkv, D, dst_d + static_cast<size_t>(l) * T * Hkv, pos_d, k_pool, v_pool, pos_pool,
                       stream);
-      cuda::AttnArgs aa = attn_args();
+      cuda::AttnArgs aa = attn_args(l);
       aa.items = reinterpret_cast<const cuda::AttnItem*>(md + ml.items);
       aa.units = units_d0 + static_cast<size_t>(l) * ml.cap_units;
       aa.num_units = static_cast<int>(ml.cap_units);
@@ -587,8 +652,9 @@ struct CudaBackend::Impl {
     logits_block(rows);
   }
 
-  /// The fields of an attention launch that do not depend on the step's plan.
-  cuda::AttnArgs attn_args() const {
+  /// The fields of an attention launch of layer l that do not depend on the step's plan (the
+  /// layer's sliding window and the model's attention soft-cap included).
+  cuda::AttnArgs attn_args(int l) const {
     cuda::AttnArgs aa;
     aa.qkv = qkv.p;
     aa.q_stride = QKV;
@@ -598,6 +664,8 @@ struct CudaBackend::Impl {
     aa.G = G;
     aa.P = P;
     aa.scale = scale;
+    aa.window = layers[l].window;
+    aa.softcap = attn_softcap;
     aa.pages = pt_table.p;
     aa.k_pool = k_pool;
     aa.v_pool = v_pool;
@@ -663,13 +731,14 @@ struct CudaBackend::Impl {
 
   /// Runs one layer's attention of an eager step on FlashInfer's tensor-core prefill kernel when
   /// it applies: built (KVB_HAVE_FLASHINFER) and enabled, some item has more than one new token
-  /// (T > items), and no log-sum-exp rows are wanted (H2O's column sums read attention.cu's).
+  /// (T > items), no log-sum-exp rows are wanted (H2O's column sums read attention.cu's), and the
+  /// layer has no sliding window or logit soft-cap (attention.cu implements those).
   /// `aa` carries the step's pointers (pt_off uploaded); `n`, `len` as plan_attention. Returns
   /// false when the caller must run attention.cu instead.
   bool attention_prefill_fast(const cuda::AttnArgs& aa, const std::vector<int32_t>& n,
                               const std::vector<int32_t>& len, int T) {
 #ifdef KVB_HAVE_FLASHINFER
-    if (!fi || aa.lse || T <= static_cast<int>(n.size())) return false;
+    if (!fi || aa.lse || aa.window > 0 || aa.softcap > 0.0f || T <= static_cast<int>(n.size())) return false;
     const cuda::FiRequests rq = cuda::fi_requests(n, len, Hkv, P);
     fi->plan(rq.qo_indptr.data(), rq.kv_indptr.data(), rq.last_page_len.data(), rq.num_items, Hkv, G, P, D, rq.tokens,
              stream);
@@ -684,6 +753,30 @@ struct CudaBackend::Impl {
 #endif
   }
 
+  /// Read selection of layer l (PolicyNeeds::read_select) for every decode item: copies the new
+  /// token's post-RoPE queries [Hq, D] to the host, runs policy_driver::select_reads (validated
+  /// spans; the policy reads the host K/V mirror) and fills spans[b] (empty: dense). Adds the
+  /// token rows read to kv_read_items[b] and their K+V bytes (bf16) to kv_read_bytes, sets
+  /// `ranged` when some item reads selected ranges, and adds the host time to policy_s.
+  void read_selection(std::span<ForwardItem> items, int l, const std::vector<int32_t>& row0,
+                      const policy_driver::Dims& dims, Policy& policy, std::vector<std::vector<cuda::TokenSpans>>& spans,
+                      bool& ranged, std::vector<int64_t>& kv_read_items, double& kv_read_bytes, double& policy_s) {
+    std::vector<float> q(static_cast<size_t>(Hq) * D);
+    for (size_t b = 0; b < items.size(); ++b) {
+      if (!policy_driver::is_decode(items[b])) continue;
+      check(cudaMemcpyAsync(q.data(), qkv.p + static_cast<size_t>(row0[b]) * QKV, q.size() * 4, cudaMemcpyDeviceToHost,
+                            stream),
+            "queries for read selection");
+      check(cudaStreamSynchronize(stream), "queries for read selection");
+      const auto tp = std::chrono::steady_clock::now();
+      const int64_t read = policy_driver::select_reads(policy, cache, items[b], l, dims, q.data(), spans[b]);
+      policy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+      kv_read_items[b] += read;
+      kv_read_bytes += static_cast<double>(read) * D * 2 * 2;
+      ranged = ranged || !spans[b].empty();
+    }
+  }
+
   /// True when the step can run as one decode graph: every item decodes one token and the policy
   /// (if any) needs nothing between layers (no per-layer hook, host K/V mirror, query history,
   /// pre-RoPE keys or column sums).
@@ -691,7 +784,7 @@ struct CudaBackend::Impl {
     if (!decode) return false;
     if (!policy) return true;
     return !needs.layer_hook && !needs.host_kv && needs.window_queries == 0 && !needs.keys_pre_rope &&
-           !needs.attention_colsum && !needs.layer_input;
+           !needs.queries_pre_rope && !needs.attention_colsum && !needs.layer_input && !needs.read_select;
   }
 
   /// The device copy of `m` (uploaded on first use; see DevMlp).
@@ -792,13 +885,17 @@ struct CudaBackend::Impl {
     win_p.grow(static_cast<size_t>(R) * Lh, "window attention");
     win_s.grow(n, "window scores");
     if (sp.gqa == scoring::Gqa::kMaxLogits) {
-      cuda::window_logits(win_q.p, win_qpos.p, R, win_pages.p, Lh, P, D, scale, k_pool, pos_pool, win_p.p, stream);
+      // No window or soft-cap here: the CPU backend computes R-KV's max-logits reduction with the
+      // host scoring::window_logits, which applies neither (NOTES.md, "Issue 30").
+      cuda::window_logits(win_q.p, win_qpos.p, R, win_pages.p, Lh, P, D, scale, 0, 0.0f, k_pool, pos_pool, win_p.p,
+                          stream);
       win_r.grow(static_cast<size_t>(wq) * n, "window scores");
       cuda::gqa_max_rows(win_p.p, G, wq, Lh, n, win_r.p, stream);
       cuda::softmax_rows(win_r.p, wq, n, stream);
       cuda::window_col_reduce(win_r.p, n, 1, wq, n, 0, win_s.p, stream);
     } else {
-      cuda::window_attention(win_q.p, win_qpos.p, R, win_pages.p, Lh, P, D, scale, k_pool, pos_pool, win_p.p, stream);
+      cuda::window_attention(win_q.p, win_qpos.p, R, win_pages.p, Lh, P, D, scale, layers[l].window, attn_softcap,
+                             k_pool, pos_pool, win_p.p, stream);
       cuda::window_col_reduce(win_p.p, Lh, G, wq, n, sp.gqa == scoring::Gqa::kMax ? 0 : 1, win_s.p, stream);
     }
     const float* res = win_s.p;
@@ -821,10 +918,6 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   double policy_s = 0;
   int64_t evicted = 0;
   const PolicyNeeds needs = policy ? policy->needs() : PolicyNeeds{};
-  if (needs.read_select)
-    fail("--backend cuda: policy '{}' selects the tokens each head reads at decode (Quest, SeerAttention-R); only "
-         "--backend cpu implements that",
-         policy->name());
   const bool mirror = policy && needs.host_kv;
   if (mirror && !cache.host_kv())
     fail("--backend cuda: policy '{}' reads cached keys/values on the host, but the KV cache was built "
@@ -857,6 +950,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   gu.grow(static_cast<size_t>(T) * 2 * I, "activations");
   act.grow(static_cast<size_t>(T) * I, "activations");
   if (needs.keys_pre_rope) kpre.grow(static_cast<size_t>(T) * Hkv * D, "activations");
+  if (needs.queries_pre_rope) qpre.grow(static_cast<size_t>(T) * Hq * D, "activations");
+  if (layers.front().has_post_norms) blk.grow(static_cast<size_t>(T) * H, "activations");  // before any graph capture
   if (needs.attention_colsum) lse.grow(static_cast<size_t>(T) * Hq, "activations");
   std::vector<int> rows;  // activation rows whose logits are wanted
   for (int b = 0; b < B; ++b)
@@ -885,7 +980,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
     staging.used = 0;  // the previous forward ended with a stream synchronisation
     stage_upload(tok, toks, "tokens");
     stage_upload(pos, poss, "positions");
-    cuda::embed(tok.p, embed.p, x.p, T, H, stream);
+    cuda::embed(tok.p, embed.p, x.p, T, H, stream, embed_scale);
 
     std::vector<cuda::AttnItem> hitems(B);
     for (int b = 0; b < B; ++b)
@@ -917,7 +1012,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
       // layer's kernels are queued, while the device still works on the previous layer (a policy
       // hook that waits for the device then finds this host work already done).
       if (!mirror) host_append(l);
-      qkv_block(l, T, pos.p, needs.keys_pre_rope ? kpre.p : nullptr);
+      qkv_block(l, T, pos.p, needs.keys_pre_rope ? kpre.p : nullptr, needs.queries_pre_rope ? qpre.p : nullptr);
       if (mirror) {
         kv_host.resize(static_cast<size_t>(T) * 2 * Hkv * D);
         check(cudaMemcpy2DAsync(kv_host.data(), 2 * Hkv * D * sizeof(float), qkv.p + static_cast<size_t>(Hq) * D,
@@ -944,6 +1039,13 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
         }
       }
 
+      // Read selection (Quest, SeerAttention-R): each decode item's query heads read the token
+      // ranges the policy picks from the new token's post-RoPE queries (as the CPU backend);
+      // reads are counted per item as the CPU counts them (policy_driver::select_reads).
+      std::vector<std::vector<cuda::TokenSpans>> spans(B);
+      bool ranged = false;
+      if (needs.read_select) read_selection(items, l, row0, dims, *policy, spans, ranged, kv_read_items, kv_read_bytes,
+                                            policy_s);
       // Attention over the paged pool (page tables: the device-resident store, new pages only).
       int max_len = 0;
       for (int b = 0; b < B; ++b)
@@ -952,6 +1054,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           len_h[bh] = cache.length(items[b].seq, l, h);
           max_len = std::max(max_len, len_h[bh]);
           pt_store->sync(items[b].seq, l, h, cache.pages(items[b].seq, l, h), pt_writes);
+          if (needs.read_select && policy_driver::is_decode(items[b])) continue;  // counted by read_selection
           kv_read_bytes += static_cast<double>(len_h[bh]) * D * 2 * 2;
           if (policy_driver::is_decode(items[b])) kv_read_items[b] += len_h[bh];
         }
@@ -961,12 +1064,14 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
       std::vector<int32_t> nvec(B);
       for (int b = 0; b < B; ++b) nvec[b] = items[b].n;
       stage_upload(pt_off, off_h, "page tables");
-      cuda::AttnArgs aa = attn_args();
+      cuda::AttnArgs aa = attn_args(l);
       aa.items = items_d.p;
       aa.pt_off = pt_off.p;
       aa.lse = needs.attention_colsum ? lse.p : nullptr;
-      if (!attention_prefill_fast(aa, nvec, len_h, T)) {
-        const cuda::AttnPlan plan = cuda::plan_attention(nvec, len_h, Hkv, G, 4LL * prop.multiProcessorCount);
+      if (ranged || !attention_prefill_fast(aa, nvec, len_h, T)) {
+        const cuda::AttnPlan plan =
+            ranged ? cuda::plan_attention_ranged(nvec, len_h, Hkv, G, 4LL * prop.multiProcessorCount, spans)
+                   : cuda::plan_attention(nvec, len_h, Hkv, G, 4LL * prop.multiProcessorCount);
         stage_upload(units_d, plan.units, "attention plan");
         stage_upload(groups_d, plan.groups, "attention plan");
         part_o.grow(static_cast<size_t>(std::max(plan.num_parts, 1)) * cuda::kAttnRows * D, "attention partials");
@@ -1008,7 +1113,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           const ForwardItem& it = items[b];
           std::vector<float> wq_buf;
           LayerStep st = policy_driver::layer_step(cache, it, l, dims, wq_buf);
-          std::vector<float> li, kp;
+          std::vector<float> li, kp, qp;
           if (needs.layer_input && !needs.layer_input_via_mlp) {
             std::vector<uint16_t> bits(static_cast<size_t>(it.n) * H);
             check(cudaMemcpyAsync(bits.data(), xn.p + static_cast<size_t>(row0[b]) * H, bits.size() * 2,
@@ -1025,6 +1130,13 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
             check(cudaStreamSynchronize(stream), "keys before RoPE");
             st.keys_pre_rope = kp.data();
           }
+          if (needs.queries_pre_rope) {  // LocRet's retaining heads, Expected Attention's query statistics
+            qp.resize(static_cast<size_t>(it.n) * Hq * D);
+            check(cudaMemcpyAsync(qp.data(), qpre.p + static_cast<size_t>(row0[b]) * Hq * D, qp.size() * 4,
+                                  cudaMemcpyDeviceToHost, stream), "queries before RoPE");
+            check(cudaStreamSynchronize(stream), "queries before RoPE");
+            st.queries_pre_rope = qp.data();
+          }
           std::vector<std::vector<float>> cs_item;
           if (needs.attention_colsum) {
             cs_item.assign(colsum_h.begin() + static_cast<size_t>(b) * Hkv,
@@ -1036,8 +1148,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
             const int wq = stage_window(*qh, st.seq, l, h);
             const int32_t Lh = cache.length(st.seq, l, h);
             win_p.grow(std::max<size_t>(static_cast<size_t>(G) * wq * Lh, 1), "window attention");
-            cuda::window_attention(win_q.p, win_qpos.p, G * wq, win_pages.p, Lh, P, D, scale, k_pool, pos_pool,
-                                   win_p.p, stream);
+            cuda::window_attention(win_q.p, win_qpos.p, G * wq, win_pages.p, Lh, P, D, scale, layers[l].window,
+                                   attn_softcap, k_pool, pos_pool, win_p.p, stream);
             o.resize(static_cast<size_t>(G) * wq * Lh);
             if (!o.empty())
               check(cudaMemcpyAsync(o.data(), win_p.p, o.size() * 4, cudaMemcpyDeviceToHost, stream), "window attention");
@@ -1172,7 +1284,8 @@ void CudaBackend::Impl::decode_graph(std::span<ForwardItem> items, const std::ve
   std::vector<uintptr_t> key = {static_cast<uintptr_t>(B), static_cast<uintptr_t>(bound.units),
                                 static_cast<uintptr_t>(bound.groups)};
   for (const void* p : std::initializer_list<const void*>{meta.p, x.p, xn.p, qkv.p, att.p, gu.p, act.p, logits.p,
-                                                          part_o.p, part_ml.p, k_pool, v_pool, pos_pool, pt_table.p})
+                                                          part_o.p, part_ml.p, k_pool, v_pool, pos_pool, pt_table.p,
+                                                          blk.p})
     key.push_back(reinterpret_cast<uintptr_t>(p));
   for (int r : rows) key.push_back(static_cast<uintptr_t>(r));
   if (!graph_exec || key != graph_key) {

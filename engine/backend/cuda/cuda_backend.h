@@ -73,4 +73,11 @@ std::unique_ptr<Backend> make_cuda_backend(const Model& model, KVCache& cache);
 /// device: CUDA driver version is insufficient for CUDA runtime version").
 bool cuda_device_available(std::string* why = nullptr);
 
+/// Device 0 as the results' runs.device column records it: "<name> (<memory> GiB, driver
+/// <version>, CUDA <runtime major.minor>)", e.g. "NVIDIA H100 80GB HBM3 (79.1 GiB, driver
+/// 580.159.04, CUDA 13.0)". The driver version is the kernel module's (/proc/driver/nvidia/version),
+/// else the CUDA version the driver supports ("driver CUDA 13.0"). Never throws: without a usable
+/// device, "cuda (no CUDA device: <reason>)".
+std::string cuda_device_description();
+
 }  // namespace kvb

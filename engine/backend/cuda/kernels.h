@@ -23,13 +23,19 @@ void check_launch(const char* what);
 /// Throws kvb::Error(msg) (lets .cu files raise without including fmt).
 [[noreturn]] void raise_error(const char* msg);
 
-/// x[t, :] = f32(table[tok[t], :]). tok [T] i32, table [V, H] bf16, x [T, H] f32.
-void embed(const int32_t* tok, const uint16_t* table, float* x, int T, int H, cudaStream_t s);
+/// x[t, :] = f32(table[tok[t], :]) · scale (an f32 product; scale = Model::embed_scale(), √H
+/// rounded to f32 for Gemma 2, else 1, as Model::embed_row). tok [T] i32, table [V, H] bf16, x [T, H] f32.
+void embed(const int32_t* tok, const uint16_t* table, float* x, int T, int H, cudaStream_t s, float scale = 1.0f);
 
 /// y[t, :] = bf16(w ⊙ x[t, :] / sqrt(mean(x[t, :]²) + eps)) (transformers' LlamaRMSNorm, f32
 /// math). x [T, n] f32 with row stride ldx, w [n] f32, y [T, n] bf16 (stride n).
 void rmsnorm_bf16(const float* x, int64_t ldx, const float* w, uint16_t* y, int T, int n, float eps,
                   cudaStream_t s);
+
+/// x[t, :] += w ⊙ y[t, :] / sqrt(mean(y[t, :]²) + eps), all f32: Gemma 2's post-attention and
+/// post-feedforward RMSNorm of a block output y [T, n] before the residual add into x [T, n] (the
+/// CPU backend: rms_norm of the projection, then x += it). w [n] f32 (the (1 + w) fold included).
+void rmsnorm_add(const float* y, const float* w, float* x, int T, int n, float eps, cudaStream_t s);
 
 /// y[t, j] += b[j] for y [T, n] f32.
 void add_bias(float* y, const float* b, int T, int n, cudaStream_t s);
@@ -37,10 +43,11 @@ void add_bias(float* y, const float* b, int T, int n, cudaStream_t s);
 /// In-place on the fused projection qkv [T, (Hq + 2·Hkv)·D] f32 (q | k | v per row): optional
 /// per-head RMSNorm of q and k (qn, kn [D], Qwen3; null = none), then rotate-half RoPE of q and k at
 /// pos[t] with cos/sin(pos·inv_freq[i]) · mscale (angles as f32 products, cos/sin in double, as the
-/// CPU backend). k_pre (nullable) [T, Hkv, D] f32 receives k after the norm, before RoPE.
+/// CPU backend). k_pre (nullable) [T, Hkv, D] f32 receives k after the norm, before RoPE; q_pre
+/// (nullable) [T, Hq, D] f32 the same for q (LayerStep::queries_pre_rope: LocRet, Expected Attention).
 void qk_norm_rope(float* qkv, int T, int Hq, int Hkv, int D, const int32_t* pos, const float* qn,
                   const float* kn, float eps, const float* inv_freq, float mscale, float* k_pre,
-                  cudaStream_t s);
+                  cudaStream_t s, float* q_pre = nullptr);
 
 /// Appends the step's keys/values to the pool: for t < T, h < Hkv the K and V rows of token t,
 /// head h (from qkv) go to slot dst[t·Hkv + h] as bf16, and pos_pool[slot] = pos[t]. D % 8 == 0.
@@ -49,6 +56,14 @@ void kv_append(const float* qkv, int T, int Hq, int Hkv, int D, const int64_t* d
 
 /// out[t, j] = bf16(silu(gu[t, j]) · gu[t, I + j]) for gu [T, 2I] f32 (gate | up), out [T, I].
 void silu_mul(const float* gu, uint16_t* out, int T, int I, cudaStream_t s);
+
+/// out[t, j] = bf16(gelu_tanh(gu[t, j]) · gu[t, I + j]), gelu_tanh(g) = g/2·(1 + tanh(√(2/π)(g +
+/// 0.044715g³))) in f32 (torch's gelu(approximate="tanh"); Gemma 2's hidden_activation). Shapes as silu_mul.
+void gelu_tanh_mul(const float* gu, uint16_t* out, int T, int I, cudaStream_t s);
+
+/// In place x[i] = cap · tanh(x[i] / cap) for i < n (f32; Gemma 2's final_logit_softcapping on the
+/// LM-head logits). Does nothing when cap ≤ 0.
+void soft_cap(float* x, int64_t n, float cap, cudaStream_t s);
 
 /// Per-item data of an attention launch (device copy of a host array).
 struct AttnItem {
@@ -64,6 +79,12 @@ struct AttnArgs {
   int64_t q_stride = 0;
   int Hq = 0, Hkv = 0, D = 0, G = 0, P = 0;  ///< P: page size
   float scale = 0;
+  /// Sliding window in tokens (0 = full causal): a row at position p sees keys at positions
+  /// p − window + 1 … p (ModelConfig::window, the CPU's attention_floor).
+  int32_t window = 0;
+  /// Attention-logit soft-cap (0 = none): scaled scores s become softcap·tanh(s / softcap) before
+  /// the mask and softmax (ModelConfig::attn_logit_softcap, Gemma 2).
+  float softcap = 0;
   const AttnItem* items = nullptr;
   const AttnUnit* units = nullptr;
   int num_units = 0;
@@ -113,17 +134,21 @@ bool gemv_supported(int T, int in);
 /// kvb::Error when !gemv_supported(T, in) or on a launch failure.
 void gemv_bf16(const uint16_t* W, const uint16_t* x, float* y, int T, int in, int out, float beta, cudaStream_t s);
 
-/// Window attention for policies: probs[r, t] = softmax_t(q[r]·K[t]·scale) over the L keys of
-/// one head (pages), with keys whose position > qpos[r] masked to probability 0. q [R, D] f32,
-/// qpos [R], probs [R, L] f32.
+/// Window attention for policies: probs[r, t] = softmax_t(cap(q[r]·K[t]·scale)) over the L keys
+/// of one head (pages), with keys whose position > qpos[r] — or, with window > 0, ≤ qpos[r] −
+/// window — masked to probability 0; cap(s) = softcap·tanh(s / softcap) when softcap > 0, else s
+/// (the CPU backend's policy_block window attention). q [R, D] f32, qpos [R], probs [R, L] f32.
 void window_attention(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P,
-                      int D, float scale, const uint16_t* k_pool, const int32_t* pos_pool, float* probs,
-                      cudaStream_t s);
+                      int D, float scale, int32_t window, float softcap, const uint16_t* k_pool,
+                      const int32_t* pos_pool, float* probs, cudaStream_t s);
 
-/// The scaled logits of window_attention before the softmax: logits[r, t] = q[r]·K[t]·scale, −inf
-/// where pos[t] > qpos[r]. Shapes as window_attention.
+/// The scaled logits of window_attention before the softmax: logits[r, t] = cap(q[r]·K[t]·scale),
+/// −inf where masked (window, softcap as window_attention; the CUDA backend passes 0, 0 for R-KV's
+/// max-logits reduction, as the host scoring::window_logits the CPU backend uses there).
+/// Shapes as window_attention.
 void window_logits(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D,
-                   float scale, const uint16_t* k_pool, const int32_t* pos_pool, float* logits, cudaStream_t s);
+                   float scale, int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool,
+                   float* logits, cudaStream_t s);
 
 /// R-KV's GQA reduction before the softmax: out[j, i] = max_g x[(g·w + j)·L + i] for j < w, i < n
 /// (the n = L − w older keys). x [G·w, L] f32 logits, out [w, n] f32.

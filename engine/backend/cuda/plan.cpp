@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "engine/model/architecture.h"
 #include "engine/model/config.h"
@@ -11,17 +14,19 @@ namespace kvb::cuda {
 
 void check_model_support(const ModelConfig& cf) {
   const Architecture& a = architecture(cf.model_type);
-  auto refuse = [&](const char* what) {
+  auto refuse = [&](const std::string& what) {
     fail("--backend cuda: {}: {} is not implemented by the CUDA kernels; use --backend cpu", cf.model_type, what);
   };
-  if (a.activation != Activation::kSilu) refuse("an MLP activation other than SiLU");
-  if (a.embed_scale) refuse("embedding scaling");
-  if (has_role(a, TensorRole::kPostAttnNorm) || has_role(a, TensorRole::kPostMlpNorm)) refuse("post-block norms");
-  if (cf.attn_logit_softcap > 0 || cf.final_logit_softcap > 0) refuse("logit soft-capping");
+  switch (a.activation) {
+    case Activation::kSilu:
+    case Activation::kGeluTanh: break;
+    default: refuse(fmt::format("MLP activation '{}'", hidden_act_name(a.activation)));
+  }
+  if (has_role(a, TensorRole::kPostAttnNorm) != has_role(a, TensorRole::kPostMlpNorm))
+    refuse("a post-attention norm without a post-MLP norm (or the reverse)");
+  if (!(cf.attn_logit_softcap >= 0) || !(cf.final_logit_softcap >= 0)) refuse("a negative or NaN logit soft-cap");
   for (int64_t l = 0; l < cf.num_layers; ++l)
-    if (cf.window(l) > 0)
-      fail("--backend cuda: {}: layer {} uses sliding-window attention (window {}), which the CUDA attention "
-           "kernels do not implement; use --backend cpu", cf.model_type, l, cf.window(l));
+    if (cf.window(l) < 0) refuse(fmt::format("layer {}'s negative sliding window {}", l, cf.window(l)));
 }
 
 namespace {
@@ -78,6 +83,61 @@ AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len
           p.units.push_back({static_cast<int32_t>(b), h, r0, nr, kb, std::min(kend, kb + p.split_len),
                              p.num_parts++, 0});
         }
+      }
+    }
+  }
+  return p;
+}
+
+AttnPlan plan_attention_ranged(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int G,
+                               int64_t target_units, const std::vector<std::vector<TokenSpans>>& spans,
+                               int32_t min_split) {
+  if (Hkv < 1 || G < 1) fail("plan_attention_ranged: Hkv={} G={} must be ≥ 1", Hkv, G);
+  if (spans.size() != n.size()) fail("plan_attention_ranged: spans for {} items, {} items", spans.size(), n.size());
+  if (len.size() != n.size() * static_cast<size_t>(Hkv))
+    fail("plan_attention_ranged: {} lengths for {} items × {} kv heads", len.size(), n.size(), Hkv);
+  // The dense items through plan_attention, their item indices mapped back.
+  std::vector<int32_t> dn, dl, which;
+  for (size_t b = 0; b < n.size(); ++b) {
+    if (!spans[b].empty()) continue;
+    which.push_back(static_cast<int32_t>(b));
+    dn.push_back(n[b]);
+    for (int h = 0; h < Hkv; ++h) dl.push_back(len[b * Hkv + h]);
+  }
+  AttnPlan p = plan_attention(dn, dl, Hkv, G, target_units, min_split);
+  for (AttnUnit& u : p.units) u.item = which[u.item];
+  const int32_t piece = (std::max<int32_t>(min_split, kAttnTile) + kAttnTile - 1) / kAttnTile * kAttnTile;
+  for (size_t b = 0; b < n.size(); ++b) {
+    if (spans[b].empty()) continue;
+    if (n[b] != 1) fail("plan_attention_ranged: item {} reads selected ranges but has {} new tokens (decode only)", b, n[b]);
+    if (spans[b].size() != static_cast<size_t>(Hkv) * G)
+      fail("plan_attention_ranged: item {} has spans for {} query heads of {}", b, spans[b].size(), Hkv * G);
+    for (int hq = 0; hq < Hkv * G; ++hq) {
+      const int h = hq / G;
+      const int32_t L = len[b * Hkv + h];
+      std::vector<std::pair<int32_t, int32_t>> pieces;
+      int32_t prev = 0;
+      for (const auto& [lo, hi] : spans[b][hq]) {
+        if (lo < prev || hi <= lo || hi > L)
+          fail("plan_attention_ranged: item {} query head {}: range [{}, {}) empty, unsorted or outside the {} keys", b,
+               hq, lo, hi, L);
+        for (int32_t k = lo; k < hi; k += piece) pieces.emplace_back(k, std::min(hi, k + piece));
+        prev = hi;
+      }
+      const AttnUnit base{static_cast<int32_t>(b), h, hq % G, 1, 0, 0, -1, 0};
+      if (pieces.size() <= 1) {
+        AttnUnit u = base;
+        if (!pieces.empty()) std::tie(u.kbeg, u.kend) = std::tie(pieces[0].first, pieces[0].second);
+        p.units.push_back(u);
+        continue;
+      }
+      p.groups.push_back({static_cast<int32_t>(p.units.size()), static_cast<int32_t>(pieces.size())});
+      for (const auto& [lo, hi] : pieces) {
+        AttnUnit u = base;
+        u.kbeg = lo;
+        u.kend = hi;
+        u.part = p.num_parts++;
+        p.units.push_back(u);
       }
     }
   }

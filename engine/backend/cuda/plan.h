@@ -14,6 +14,7 @@
 #include <functional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/cuda/plan_types.h"
@@ -24,12 +25,13 @@ struct ModelConfig;  // engine/model/config.h (not included: .cu files include t
 
 namespace kvb::cuda {
 
-/// Throws kvb::Error ("--backend cuda: <model_type>: <what>") when the CUDA backend's block does
-/// not implement what `cfg`'s architecture (engine/model/architecture.h) needs: an MLP
-/// activation other than SiLU, embedding scaling, post-attention/post-MLP norms, logit
-/// soft-capping, or a sliding-window layer (its attention kernels are full-causal only). (1 + w)
-/// norms need nothing: Model folds them into the weights it uploads. The backend calls it before
-/// opening a device.
+/// Throws kvb::Error ("--backend cuda: <model_type>: <what> is not implemented by the CUDA kernels;
+/// use --backend cpu") when the CUDA backend's block does not implement what `cfg`'s architecture
+/// (engine/model/architecture.h) needs. Implemented: SiLU and GeLU-tanh MLPs, the √H embedding
+/// scale, post-attention/post-MLP norms (both or neither), attention-logit and final-logit
+/// soft-capping (≥ 0), sliding-window layers (windows ≥ 0) and query_pre_attn_scalar (through
+/// ModelConfig::attention_scale); (1 + w) norms need nothing (Model folds them into the weights it
+/// uploads). The backend calls it before opening a device.
 void check_model_support(const ModelConfig& cfg);
 
 /// The attention launch plan of one layer of one step.
@@ -47,6 +49,25 @@ struct AttnPlan {
 /// target_units. Throws kvb::Error on inconsistent input (len < n, G < 1, sizes mismatch).
 AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int G,
                         int64_t target_units, int32_t min_split = 256);
+
+/// Token ranges [begin, end) of one query head's keys (indices into its kv head's cache list).
+using TokenSpans = std::vector<std::pair<int32_t, int32_t>>;
+
+/// Plans one layer's attention when some decode items read only selected token ranges (read
+/// selection, PolicyNeeds::read_select: Quest, SeerAttention-R; policy_driver::select_reads).
+/// `spans[b]` empty: item b attends densely (as plan_attention; n[b] tokens, lengths len[b·Hkv +
+/// h]); else item b is a decode item (n[b] == 1) and spans[b][hq] (Hkv·G query heads) are the
+/// sorted, disjoint ranges query head hq reads of kv head hq / G. A ranged query head becomes one
+/// chunk of one row (row0 = hq % G, nrows = 1) split into units of at most max(min_split,
+/// kAttnTile) keys, one or more per range: a single unit writes the output directly (part −1),
+/// several are a group merged by the combine pass, exactly as split-KV units (the attention
+/// kernel needs nothing else). A query head with no range gets one empty unit [0, 0), whose output
+/// is zeros (the CPU backend's convention for a query that reads nothing). Throws kvb::Error on
+/// inconsistent input (as plan_attention; a ranged item with n ≠ 1, a span count ≠ Hkv·G, or a
+/// range that is empty, unsorted, overlapping or outside [0, len)).
+AttnPlan plan_attention_ranged(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int G,
+                               int64_t target_units, const std::vector<std::vector<TokenSpans>>& spans,
+                               int32_t min_split = 256);
 
 /// Upper bounds on what plan_attention(n, len, Hkv, G, target_units, ·) returns, for any lengths:
 /// `units` bounds units.size() and num_parts, `groups` bounds groups.size(). With

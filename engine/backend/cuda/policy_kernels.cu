@@ -3,12 +3,15 @@
 //
 // window_attention_k: one block (256 threads) per query row r of [R = G·w rows]; the query is
 //   staged in shared memory, each thread scores keys t ≡ tid (mod 256) of the head (page list),
-//   masking keys after the row's position, then block max / sum reductions and normalisation.
+//   masking keys after the row's position (and, with window > 0, keys at positions ≤ qpos − window:
+//   the layer's sliding window), soft-capping scores to cap·tanh(s / cap) when softcap > 0 (Gemma 2;
+//   the CPU's policy_block order: scale, cap, mask), then block max / sum reductions and normalisation.
 //   Output [R, L] f32 is written completely (masked keys get 0). D ≤ 1024.
 //   With do_softmax = false it stops after writing the scaled, masked (−inf) logits.
 // colsum_k: one thread per cached key t of one (item, kv head) (grid.y); loops over the item's
 //   n·G query rows with the rows' log-sum-exp from the attention kernel: Σ exp(q·k·scale − lse).
-//   O(n·G·D) per key — fine for decode (n = 1) and prefill chunks; only H2O asks for it.
+//   O(n·G·D) per key — fine for decode (n = 1) and prefill chunks; only H2O asks for it. The
+//   attention kernel's window and soft-cap (AttnArgs::window, softcap) apply as there.
 // set_entries_k: one thread per (index, page id) write of the device-resident page tables.
 // move_rows_k: 16-byte copies of K/V rows (D % 8 == 0) between pool slots and a scratch buffer,
 //   gathering (<true>) then scattering (<false>); the scatter runs after the gather completes
@@ -16,6 +19,7 @@
 #include <cuda_bf16.h>
 
 #include <cfloat>
+#include <climits>
 
 #include "engine/backend/cuda/block_reduce.cuh"
 #include "engine/backend/cuda/kernels.h"
@@ -27,24 +31,27 @@ namespace {
 __device__ __forceinline__ float bf(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
 __global__ void window_attention_k(const float* q, const int32_t* qpos, const int32_t* pages, int L, int P,
-                                   int D, float scale, const uint16_t* k_pool, const int32_t* pos_pool,
-                                   float* probs, bool do_softmax) {
+                                   int D, float scale, int32_t window, float softcap, const uint16_t* k_pool,
+                                   const int32_t* pos_pool, float* probs, bool do_softmax) {
   extern __shared__ float qs[];
   __shared__ float red[32];
   const int r = blockIdx.x;
   for (int d = threadIdx.x; d < D; d += blockDim.x) qs[d] = q[static_cast<int64_t>(r) * D + d];
   __syncthreads();
   const int32_t qp = qpos[r];
+  const int32_t qlo = window > 0 ? qp - window + 1 : INT_MIN;
   float* out = probs + static_cast<int64_t>(r) * L;
   float mx = -INFINITY;
   for (int t = threadIdx.x; t < L; t += blockDim.x) {
     const int64_t slot = static_cast<int64_t>(pages[t / P]) * P + t % P;
     float s = -INFINITY;
-    if (pos_pool[slot] <= qp) {
+    const int32_t kp = pos_pool[slot];
+    if (kp <= qp && kp >= qlo) {
       const uint16_t* k = k_pool + slot * D;
       float acc = 0.0f;
       for (int d = 0; d < D; ++d) acc += qs[d] * bf(k[d]);
       s = acc * scale;
+      if (softcap > 0.0f) s = tanhf(s / softcap) * softcap;
     }
     out[t] = s;
     mx = fmaxf(mx, s);
@@ -75,6 +82,7 @@ __global__ void colsum_k(AttnArgs a, const int32_t* len, const int64_t* off, flo
   float sum = 0.0f;
   for (int i = 0; i < it.n; ++i) {
     if (kpos > it.start_pos + i) continue;
+    if (a.window > 0 && kpos < it.start_pos + i - a.window + 1) continue;
     const int64_t tok = it.tok0 + i;
     for (int g = 0; g < a.G; ++g) {
       const int hq = h * a.G + g;
@@ -82,7 +90,9 @@ __global__ void colsum_k(AttnArgs a, const int32_t* len, const int64_t* off, flo
       float acc = 0.0f;
       // bf16-rounded queries, as the attention kernels that produced lse read them
       for (int d = 0; d < a.D; ++d) acc += __bfloat162float(__float2bfloat16_rn(q[d])) * bf(k[d]);
-      sum += expf(acc * a.scale - a.lse[tok * a.Hq + hq]);
+      float sc = acc * a.scale;
+      if (a.softcap > 0.0f) sc = tanhf(sc / a.softcap) * a.softcap;
+      sum += expf(sc - a.lse[tok * a.Hq + hq]);
     }
   }
   colsum[off[bh] + t] = sum;
@@ -130,21 +140,22 @@ int grid_for(int64_t total, int threads) {
 }  // namespace
 
 void window_attention(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D,
-                      float scale, const uint16_t* k_pool, const int32_t* pos_pool, float* probs,
-                      cudaStream_t s) {
+                      float scale, int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool,
+                      float* probs, cudaStream_t s) {
   if (R == 0 || L == 0) return;
   if (D > 1024) raise_error("CUDA window attention: head_dim above 1024");
-  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, k_pool, pos_pool, probs,
-                                                      true);
+  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, window, softcap, k_pool,
+                                                      pos_pool, probs, true);
   check_launch("window_attention");
 }
 
 void window_logits(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D,
-                   float scale, const uint16_t* k_pool, const int32_t* pos_pool, float* logits, cudaStream_t s) {
+                   float scale, int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool,
+                   float* logits, cudaStream_t s) {
   if (R == 0 || L == 0) return;
   if (D > 1024) raise_error("CUDA window logits: head_dim above 1024");
-  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, k_pool, pos_pool, logits,
-                                                      false);
+  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, window, softcap, k_pool,
+                                                      pos_pool, logits, false);
   check_launch("window_logits");
 }
 

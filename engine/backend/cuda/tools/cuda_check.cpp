@@ -2,7 +2,10 @@
 //
 //   kvb_cuda_check equiv  [--shapes a,b,...] [--policy-shapes a,b,...] [--budget N]
 //     For each random-weight model shape (Model::random, bf16 weights so both backends multiply
-//     the same numbers; default shapes stories260k, smollm2-135m, qwen3-0.6b), scores random
+//     the same numbers; default shapes stories260k, smollm2-135m, qwen3-0.6b, and the issue-30
+//     shapes mistral-w160 (every layer a 160-token sliding window) and gemma2-w96 (Gemma 2's block:
+//     alternating 96-token windows, soft-caps, √H embedding scale, query_pre_attn_scalar; see
+//     check_shape)), scores random
 //     prompts (lengths 37, 300 and 700 with --prefill-chunk 256, so multi-chunk prefill and
 //     split-KV decode both run) plus 12 teacher-forced decode tokens with Engine::score on
 //     `--backend cpu` (f32), `cpu-bf16` (the CPU forward rounding where the device stores bf16)
@@ -25,8 +28,15 @@
 //     and the device sampler against the CPU sampler: greedy == kvb::argmax, and for four
 //     (temperature, top-p) settings a stratified grid of 2000 uniforms must pick the id-order
 //     inverse CDF of kvb::sample_token's distribution (same kept set, same probabilities).
+//     Read-selection policies (quest, seerattn_r) evict nothing (keep-sets 100 % required); their
+//     logits are printed only, since their reads come from near-tied scores; the row
+//     `readsel-probe` (a fixed selection, every shape) checks the ranged attention to <= 2e-2.
+//   (equiv, decisions: --policies a,b restricts the policies to these registry names; default all.
+//   equiv --backend cpu-bf16 is a dry run of the checks' own logic without a GPU: the backend under
+//   test is the CPU, the device sampler part is skipped.)
 //   kvb_cuda_check decisions [--shapes a,b,...] [--budget N] [--backend cuda|cpu]
-//     Every registered policy's decisions on identical inputs: the engine runs the policy inside a
+//     Every registered policy but full and oracle (policy_registry()), decisions on identical inputs
+//     (read selections included): the engine runs the policy inside a
 //     shadow wrapper that, at every call, also runs a second instance of the same spec on a copy of
 //     the LayerStep without the device primitives, so that the host code computes the signals from
 //     the host mirror of the same K/V, the same query ring and the same layer input (per-token
@@ -39,7 +49,10 @@
 //     LayerStep::window_scores for every GQA reduction × pooling (vs scoring::window_importance +
 //     pool1d on the host K/V mirror and query ring) and LayerStep::head_mlp in its three modes
 //     (shared hidden on the layer input, per head, one head) vs the host loop. Pass: max |dev −
-//     host| / max |host| ≤ 1e-3 for every call (both are f32 on the same numbers).
+//     host| / max |host| ≤ 1e-3 for every call (both are f32 on the same numbers). Also the
+//     pre-RoPE queries and keys (LayerStep::queries_pre_rope / keys_pre_rope: LocRet, Expected
+//     Attention): host RoPE of the newest token's must give its post-RoPE q in the query ring
+//     (≤ 1e-5) and its K row in the host mirror (≤ 1e-2, bf16).
 //   kvb_cuda_check graphs [--shapes a,b,...]
 //     Decode steps as CUDA graphs (the default for steps with no per-layer host work) against the
 //     same steps launched directly (KVB_CUDA_GRAPHS=0), on one CudaBackend per mode driven by
@@ -106,13 +119,60 @@ Err compare(const std::vector<float>& a, const std::vector<float>& ref, int V) {
 
 using Snapshot = std::vector<std::vector<int32_t>>;  // [layer * Hkv + h] kept positions
 
+/// A deterministic read-selection policy (PolicyNeeds::read_select) for `equiv`: every decode step,
+/// query head hq of layer l reads fixed ranges of its kv head's L keys that depend only on (l, hq,
+/// L) — the first 8 keys, a long range from 32 (over 300 keys: several attention units and a
+/// combine), every third 16-key block from 16·(hq % 3) and the last 5 keys — and in odd layers
+/// query heads hq ≡ 3 (mod 4) read nothing (zero output). Unlike Quest or SeerAttention-R its
+/// reads cannot differ between backends, so the logits test the ranged attention path exactly.
+class ReadProbePolicy final : public Policy {
+ public:
+  std::string name() const override { return "readsel-probe"; }
+  nlohmann::json resolved_params() const override { return nlohmann::json::object(); }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.read_select = true;
+    n.layer_hook = false;
+    return n;
+  }
+  void on_layer_step(LayerStep&) override {}
+  void select_reads(ReadStep& st) override {
+    const int G = st.num_q_heads / st.num_kv_heads;
+    st.spans.assign(st.num_q_heads, {});
+    for (int hq = 0; hq < st.num_q_heads; ++hq) {
+      if (st.layer % 2 == 1 && hq % 4 == 3) continue;
+      const int32_t L = st.cache->length(st.seq, st.layer, hq / G);
+      std::vector<uint8_t> mark(L, 0);
+      auto take = [&](int32_t lo, int32_t hi) {
+        for (int32_t t = std::max(lo, 0); t < std::min(hi, L); ++t) mark[t] = 1;
+      };
+      take(0, 8);
+      take(32, 32 + 300 + 7 * hq);
+      for (int32_t b = 16 * (hq % 3); b < L; b += 48) take(b, b + 16);
+      take(L - 5, L);
+      auto& sp = st.spans[hq];
+      for (int32_t t = 0; t < L; ++t) {
+        if (!mark[t]) continue;
+        if (!sp.empty() && sp.back().second == t) sp.back().second = t + 1;
+        else sp.emplace_back(t, t + 1);
+      }
+    }
+  }
+};
+
+/// The policy of a spec, or the read-selection probe for "readsel-probe".
+std::unique_ptr<Policy> check_policy(const std::string& spec, int64_t budget) {
+  if (spec == "readsel-probe") return std::make_unique<ReadProbePolicy>();
+  return make_policy(PolicySpec::parse(spec, budget));
+}
+
 std::vector<float> run_score(const std::shared_ptr<Model>& m, const std::string& backend, const std::string& policy,
                              int64_t budget, const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced,
                              std::vector<Snapshot>* snaps) {
   EngineOptions eo;
   eo.backend = backend;
   eo.prefill_chunk = 256;
-  Engine e(m, eo, make_policy(PolicySpec::parse(policy, budget)));
+  Engine e(m, eo, check_policy(policy, budget));
   const ModelConfig& c = m->config();
   if (snaps)
     e.on_step = [&](const KVCache& kv, SeqId seq) {
@@ -128,32 +188,89 @@ std::vector<float> run_score(const std::shared_ptr<Model>& m, const std::string&
   return e.score(prompt, forced);
 }
 
-/// The policy specs `equiv` runs: every registered policy (learned ones with random gates,
-/// deterministic settings where the policy offers them) plus the SnapKV GQA/pooling variant.
+/// Check-scale parameters of some policies (appended to the registry's spec): settings that make a
+/// policy act within the checks' short prompts (budget 64, prompts 300/700, 12–40 decode tokens).
+/// Every policy of the registry runs whether or not it is listed here.
+const char* check_params(const std::string& name) {
+  if (name == "duoattention") return "sinks=4,recent=60";
+  if (name == "adakv") return "window=16";  // kvpress's window 64 leaves nothing to compete for at budget 64
+  if (name == "wgkv") return "window=16,obs_window=16";
+  if (name == "foresightkv") return "sample=false,window=32,buffer=32";
+  if (name == "locret") return "chunk_size=128,stabilizers=32,local_len=16,head_hidden=64";  // several chunks
+  return "";
+}
+
+/// The policy specs `equiv` and `decisions` run: every registered policy but `oracle` (it needs
+/// fidelity's two-pass trace, which Engine::score has none of), from policy_registry() — learned
+/// ones with their random-weights parameter (LearnedWeightsInfo::random_param = 0), check-scale
+/// settings from check_params — plus the SnapKV GQA/pooling variant and ForesightKV's seeded
+/// sampling.
+std::vector<std::string> only_policies;  // --policies: restrict equiv/decisions to these names (empty: all)
+
 std::vector<std::string> equiv_policies() {
   std::vector<std::string> out;
   for (const auto& info : policy_registry()) {
     const std::string& n = info.name;
-    if (n == "oracle") continue;  // needs fidelity's two-pass trace (Engine::score has none)
-    if (n == "expected_attention" || n == "locret") continue;  // need LayerStep::queries_pre_rope (CPU only)
-    if (n == "duoattention") {
-      out.push_back("duoattention:random_pattern=0,sinks=4,recent=60");
+    if (n == "oracle") continue;
+    if (!only_policies.empty() && n != "full" &&
+        std::find(only_policies.begin(), only_policies.end(), n) == only_policies.end())
       continue;
+    std::string spec = n, sep = ":";
+    if (info.learned) {
+      spec += sep + info.learned->random_param + "=0";
+      sep = ",";
     }
-    if (n == "quest" || n == "seerattn_r") continue;  // read selection (PolicyNeeds::read_select): CPU only
-    if (n == "adakv") {  // kvpress's window 64 leaves nothing to compete for at the check's budget 64
-      out.push_back("adakv:window=16");
-      continue;
-    }
-    if (n == "trimkv") out.push_back("trimkv:random_gates=0");
-    else if (n == "wgkv") out.push_back("wgkv:random_gates=0,window=16,obs_window=16");
-    else if (n == "foresightkv") {
-      out.push_back("foresightkv:random_scorer=0,sample=false,window=32,buffer=32");
-      out.push_back("foresightkv:random_scorer=0,sample=true,seed=3,window=32,buffer=32");
-    } else out.push_back(n);
+    if (const std::string extra = check_params(n); !extra.empty()) spec += sep + extra;
+    out.push_back(spec);
     if (n == "snapkv") out.push_back("snapkv:gqa=mean,pool=avg");
+    if (n == "foresightkv") out.push_back("foresightkv:random_scorer=0,sample=true,seed=3,window=32,buffer=32");
   }
   return out;
+}
+
+/// True for a spec whose policy selects reads at decode (PolicyNeeds::read_select).
+bool reads_selected(const std::string& spec) { return check_policy(spec, 64)->needs().read_select; }
+
+/// A model shape of the checks: kvb::model_shape's names, plus random-weight shapes of the
+/// sliding-window and Gemma 2 architectures (issue 30):
+///   mistral-w160: Mistral block, D = 128, every layer slides with window 160 (so prompts of 300
+///     and 700 tokens, and split-KV decode with 256-key splits, see keys outside the window);
+///   gemma2-w96: Gemma 2 block (GeLU-tanh, post-attention/post-MLP norms, √H embedding scale,
+///     (1 + w) norms), D = 256, even layers slide with window 96, query_pre_attn_scalar 144 (a scale
+///     that differs from 1/√D), attention-logit soft-cap 1 and final-logit soft-cap 5 (small
+///     enough to bite on random weights, whose scores are O(1)).
+ModelConfig check_shape(const std::string& name) {
+  auto base = [](const char* type, int64_t V, int64_t H, int64_t I, int64_t L, int64_t Hq, int64_t Hkv, int64_t D) {
+    ModelConfig c;
+    c.model_type = type;
+    c.vocab_size = V;
+    c.hidden_size = H;
+    c.intermediate_size = I;
+    c.num_layers = L;
+    c.num_heads = Hq;
+    c.num_kv_heads = Hkv;
+    c.head_dim = D;
+    c.rope_theta = 10000;
+    c.tie_word_embeddings = true;
+    c.max_position_embeddings = 131072;
+    c.rms_norm_eps = 1e-6;
+    return c;
+  };
+  if (name == "mistral-w160") {
+    ModelConfig c = base("mistral", 2048, 512, 1024, 4, 4, 2, 128);
+    c.layer_window.assign(static_cast<size_t>(c.num_layers), 160);
+    return c;
+  }
+  if (name == "gemma2-w96") {
+    ModelConfig c = base("gemma2", 2048, 512, 1024, 4, 4, 2, 256);
+    c.layer_window.assign(static_cast<size_t>(c.num_layers), 0);
+    for (size_t l = 0; l < c.layer_window.size(); l += 2) c.layer_window[l] = 96;
+    c.query_pre_attn_scalar = 144;
+    c.attn_logit_softcap = 1.0;
+    c.final_logit_softcap = 5.0;
+    return c;
+  }
+  return model_shape(name);
 }
 
 /// The CPU sampler's distribution (kvb::sample_token: softmax(logits / T) in double, the smallest
@@ -212,9 +329,11 @@ KeepAgreement agreement(const std::vector<Snapshot>& a, const std::vector<Snapsh
   return r;
 }
 
-int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vector<std::string>& policy_shapes) {
+int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vector<std::string>& policy_shapes,
+          const std::string& dev) {
   bool ok = true;
-  const auto policies = equiv_policies();
+  auto policies = equiv_policies();
+  policies.push_back("readsel-probe");
   std::printf(
       "Logits: CUDA vs the f32 CPU engine (bf16 weights and KV on the device; pass max_rel <= 2e-2 for the full\n"
       "cache) and vs cpu-bf16 (the CPU engine rounding where the device stores bf16; pass <= 2e-2 where the\n"
@@ -223,12 +342,14 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
       "(f32 vs cpu-bf16), i.e. what storage rounding alone does to a policy on near-uniform random-weight\n"
       "attention; 'ffirst' the same at the first compression. Pass: 100%% for score-free policies (full,\n"
       "streamingllm, random); otherwise first >= min(95, ffirst - 10) and all >= floor - 10. Decisions on\n"
-      "identical inputs are checked exactly in `decisions` and `primitives`.\n");
+      "identical inputs are checked exactly in `decisions` and `primitives`. Read-selection policies (quest,\n"
+      "seerattn_r) keep every token: keep-sets 100%%; their logits are informational (their reads come from\n"
+      "near-tied scores on random weights); 'readsel-probe' reads fixed ranges and must match <= 2e-2.\n");
   std::printf("%-14s %-58s %6s %11s %11s %8s %8s %8s %8s  %s\n", "shape", "policy", "prompt", "rel_vs_f32",
               "rel_vs_bf16", "first_%", "all_%", "ffirst_%", "floor_%", "verdict");
   for (const auto& shape : shapes) {
     const bool all_policies = std::find(policy_shapes.begin(), policy_shapes.end(), shape) != policy_shapes.end();
-    const ModelConfig cfg = model_shape(shape);
+    const ModelConfig cfg = check_shape(shape);
     auto m = Model::random(cfg, 7, WeightFormat::kBF16);
     const int V = static_cast<int>(cfg.vocab_size);
     std::mt19937 rng(11);
@@ -239,20 +360,24 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
       for (auto& t : prompt) t = tokd(rng);
       for (auto& t : forced) t = tokd(rng);
       for (const std::string& pol : policies) {
-        if (pol != "full" && (len < 300 || !all_policies)) continue;  // policies compress only beyond the budget
+        // Policies compress only beyond the budget; the read-selection probe runs on every shape
+        // (sliding windows and soft-caps with ranged reads).
+        if (pol != "full" && (len < 300 || (!all_policies && pol != "readsel-probe"))) continue;
         const int64_t b = pol == "full" ? 0 : budget;
         const bool score_free = pol == "full" || pol == "streamingllm" || pol == "random";
+        const bool selects = pol != "readsel-probe" && reads_selected(pol);
         try {
           std::vector<Snapshot> sc, sg, sf;
           const auto f32 = run_score(m, "cpu", pol, b, prompt, forced, &sf);
           const auto ref = run_score(m, "cpu-bf16", pol, b, prompt, forced, &sc);
-          const auto got = run_score(m, "cuda", pol, b, prompt, forced, &sg);
+          const auto got = run_score(m, dev, pol, b, prompt, forced, &sg);
           const Err ef = compare(got, f32, V), eb = compare(got, ref, V);
           const KeepAgreement ka = agreement(sg, sc), floor = agreement(sf, sc);
           bool pass = ka.same_steps;
           if (score_free) pass = pass && ka.all == 100.0;
           else pass = pass && ka.first >= std::min(95.0, floor.first - 10.0) && ka.all >= floor.all - 10.0;
-          if (ka.all == 100.0) pass = pass && eb.max_rel <= 2e-2;
+          if (selects) pass = ka.same_steps && ka.all == 100.0;  // nothing is evicted; reads: see the header
+          else if (ka.all == 100.0) pass = pass && eb.max_rel <= 2e-2;
           if (pol == "full") pass = pass && ef.max_rel <= 2e-2;
           ok = ok && pass;
           std::printf("%-14s %-58s %6d %11.3e %11.3e %8.2f %8.2f %8.2f %8.2f  %s\n", shape.c_str(), pol.c_str(),
@@ -285,8 +410,8 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
       };
       const auto f32 = gen("cpu");
       const auto ref = gen("cpu-bf16");
-      const auto got = gen("cuda");
-      const auto again = gen("cuda");
+      const auto got = gen(dev);
+      const auto again = gen(dev);
       size_t lead = 0, lead32 = 0, n = 0;
       for (size_t r = 0; r < 3; ++r) {
         auto common = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
@@ -305,6 +430,7 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
                   "for %zu (info); sampled run reproducible: %s  %s\n",
                   shape.c_str(), lead, n, lead32, repro ? "yes" : "NO", repro && same ? "ok" : "FAIL");
     }
+    if (dev != "cuda") continue;  // a dry run of the checks on a CPU backend (--backend): no device sampler
     // Device sampling against the CPU sampler: greedy against kvb::argmax of the same logits;
     // temperature + top-p: for a stratified grid of uniforms u, the device's pick must be the
     // id-order inverse CDF of the CPU sampler's distribution (kvb::sample_token's kept set and
@@ -372,8 +498,8 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
 /// The probe policy of `primitives`: keeps everything, compares device and host primitives.
 class ProbePolicy final : public Policy {
  public:
-  double worst_scores = 0, worst_mlp = 0;
-  int64_t calls = 0, select_calls = 0, select_same = 0;
+  double worst_scores = 0, worst_mlp = 0, worst_qpre = 0, worst_kpre = 0;
+  int64_t calls = 0, select_calls = 0, select_same = 0, pre_rope_calls = 0;
   std::string name() const override { return "probe"; }
   nlohmann::json resolved_params() const override { return nlohmann::json::object(); }
   PolicyNeeds needs() const override {
@@ -381,10 +507,14 @@ class ProbePolicy final : public Policy {
     n.window_queries = 8;
     n.layer_input = true;
     n.host_kv = true;
+    n.keys_pre_rope = true;     // LocRet
+    n.queries_pre_rope = true;  // LocRet, Expected Attention
     return n;
   }
   void on_layer_step(LayerStep& st) override {
     if (!st.window_scores || !st.head_mlp) kvb::fail("probe: the backend provides no device primitives");
+    if (!st.queries_pre_rope || !st.keys_pre_rope) kvb::fail("probe: the backend provides no pre-RoPE queries/keys");
+    check_pre_rope(st);
     LayerStep host = st;
     host.window_scores = nullptr;
     host.head_mlp = nullptr;
@@ -458,6 +588,34 @@ class ProbePolicy final : public Policy {
   }
 
  private:
+  /// The pre-RoPE signals (LayerStep::queries_pre_rope / keys_pre_rope, device copies) against
+  /// what the forward stored after RoPE: the host RoPE (kvb::apply_rope) of the newest token's
+  /// pre-RoPE query must give its post-RoPE query in the query ring (f32 on both sides), and of
+  /// its pre-RoPE key the K row in the host mirror (bf16-rounded there).
+  void check_pre_rope(LayerStep& st) {
+    const int Hq = st.num_q_heads, Hk = st.num_kv_heads, D = st.head_dim, n = st.n_new;
+    int w = 0;
+    const float* ring = st.window_queries(&w);  // [Hq, w, D], newest query last
+    if (w < 1) return;
+    std::vector<float> q(st.queries_pre_rope + static_cast<size_t>(n - 1) * Hq * D,
+                         st.queries_pre_rope + static_cast<size_t>(n) * Hq * D);
+    std::vector<float> k(st.keys_pre_rope + static_cast<size_t>(n - 1) * Hk * D,
+                         st.keys_pre_rope + static_cast<size_t>(n) * Hk * D);
+    const int64_t pos = st.seq_len - 1;
+    kvb::apply_rope(q.data(), Hq, D, pos, st.rope_inv_freq, st.rope_mscale);
+    kvb::apply_rope(k.data(), Hk, D, pos, st.rope_inv_freq, st.rope_mscale);
+    std::vector<float> ref_q(q.size()), ref_k(k.size());
+    for (int hq = 0; hq < Hq; ++hq)
+      std::copy_n(ring + (static_cast<size_t>(hq) * w + (w - 1)) * D, D, &ref_q[static_cast<size_t>(hq) * D]);
+    for (int h = 0; h < Hk; ++h) {
+      const int32_t L = st.cache->length(st.seq, st.layer, h);
+      std::copy_n(st.cache->key(st.seq, st.layer, h, L - 1), D, &ref_k[static_cast<size_t>(h) * D]);
+    }
+    worst_qpre = std::max(worst_qpre, rel(q, ref_q));
+    worst_kpre = std::max(worst_kpre, rel(k, ref_k));
+    ++pre_rope_calls;
+  }
+
   static double rel(const std::vector<float>& a, const std::vector<float>& b) {
     double mx = 0, md = 0;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -476,7 +634,7 @@ class ProbePolicy final : public Policy {
 int primitives(const std::vector<std::string>& shapes) {
   bool ok = true;
   for (const auto& shape : shapes) {
-    const ModelConfig cfg = model_shape(shape);
+    const ModelConfig cfg = check_shape(shape);
     auto m = Model::random(cfg, 7, WeightFormat::kBF16);
     std::mt19937 rng(13);
     std::uniform_int_distribution<int32_t> tokd(0, static_cast<int32_t>(cfg.vocab_size) - 1);
@@ -491,12 +649,15 @@ int primitives(const std::vector<std::string>& shapes) {
     Engine e(m, eo, std::move(probe));
     e.score(prompt, forced);
     const double same_pct = p->select_calls ? 100.0 * p->select_same / p->select_calls : 0.0;
-    const bool pass = p->calls > 0 && p->worst_scores <= 1e-3 && p->worst_mlp <= 1e-3 && same_pct >= 99.0;
+    const bool pass = p->calls > 0 && p->worst_scores <= 1e-3 && p->worst_mlp <= 1e-3 && same_pct >= 99.0 &&
+                      p->pre_rope_calls > 0 && p->worst_qpre <= 1e-5 && p->worst_kpre <= 1e-2;
     ok = ok && pass;
     std::printf("%-14s primitives: %lld calls, window_scores max rel err %.3e, head_mlp max rel err %.3e, top-25%% "
-                "keep-sets from device vs host scores identical in %lld/%lld  %s\n",
+                "keep-sets from device vs host scores identical in %lld/%lld; pre-RoPE q/k (%lld calls) vs host RoPE "
+                "of the stored q/k: max rel err %.3e (<= 1e-5) / %.3e (<= 1e-2, bf16 K)  %s\n",
                 shape.c_str(), static_cast<long long>(p->calls), p->worst_scores, p->worst_mlp,
-                static_cast<long long>(p->select_same), static_cast<long long>(p->select_calls), pass ? "ok" : "FAIL");
+                static_cast<long long>(p->select_same), static_cast<long long>(p->select_calls),
+                static_cast<long long>(p->pre_rope_calls), p->worst_qpre, p->worst_kpre, pass ? "ok" : "FAIL");
     std::fflush(stdout);
   }
   std::printf("primitives: %s\n", ok ? "PASS" : "FAIL");
@@ -576,6 +737,13 @@ class ShadowPolicy final : public Policy {
     };
     compare_keeps(flat(se.keeps), flat(other.keeps), "step end");
   }
+  void select_reads(ReadStep& rs) override {
+    ++calls;
+    ReadStep other = rs;
+    b_->select_reads(other);
+    a_->select_reads(rs);
+    compare_keeps(rs.spans, other.spans, "reads, layer " + std::to_string(rs.layer));
+  }
   void on_sequence_begin(SeqId seq, uint64_t sample_seed) override {
     a_->on_sequence_begin(seq, sample_seed);
     b_->on_sequence_begin(seq, sample_seed);
@@ -604,7 +772,7 @@ int decisions(const std::vector<std::string>& shapes, int64_t budget, const std:
   std::printf("%-14s %-58s %6s %8s %12s %12s  %s\n", "shape", "policy", "prompt", "calls", "keep_same", "scalar_err",
               "verdict");
   for (const auto& shape : shapes) {
-    const ModelConfig cfg = model_shape(shape);
+    const ModelConfig cfg = check_shape(shape);
     auto m = Model::random(cfg, 7, WeightFormat::kBF16);
     std::mt19937 rng(19);
     std::uniform_int_distribution<int32_t> tokd(0, static_cast<int32_t>(cfg.vocab_size) - 1);
@@ -699,7 +867,7 @@ std::vector<std::vector<float>> graph_script(const Model& m, bool use_graphs, st
 int graphs(const std::vector<std::string>& shapes) {
   bool ok = true;
   for (const auto& shape : shapes) {
-    const ModelConfig cfg = model_shape(shape);
+    const ModelConfig cfg = check_shape(shape);
     if (cfg.max_position_embeddings < 1300) continue;
     auto m = Model::random(cfg, 7, WeightFormat::kBF16);
     std::string rep_g, rep_d;
@@ -727,7 +895,7 @@ int graphs(const std::vector<std::string>& shapes) {
 }
 
 int bandwidth(size_t mib) {
-  const ModelConfig cfg = model_shape("stories260k");
+  const ModelConfig cfg = check_shape("stories260k");
   auto m = Model::random(cfg, 1, WeightFormat::kBF16);
   KVCacheConfig kc = kv_cache_config(cfg);
   kc.payload = kv_payload_for("cuda", PolicyNeeds{});  // full cache: no host K/V
@@ -743,11 +911,14 @@ int bandwidth(size_t mib) {
 int main(int argc, char** argv) {
   try {
     if (argc < 2) {
-      std::fprintf(stderr, "usage: kvb_cuda_check equiv [--shapes a,b] [--policy-shapes a,b] [--budget N] | primitives [--shapes a,b] | graphs [--shapes a,b] | bandwidth [--mib N]\n");
+      std::fprintf(stderr, "usage: kvb_cuda_check equiv [--shapes a,b] [--policy-shapes a,b] [--budget N] [--policies a,b] | "
+                           "decisions [--shapes a,b] [--budget N] [--policies a,b] [--backend cuda|cpu] | primitives "
+                           "[--shapes a,b] | graphs [--shapes a,b] | bandwidth [--mib N]\n");
       return 2;
     }
     const std::string cmd = argv[1];
     std::vector<std::string> shapes = {"stories260k", "smollm2-135m", "qwen3-0.6b"};
+    if (cmd == "equiv") shapes.insert(shapes.end(), {"mistral-w160", "gemma2-w96"});
     std::vector<std::string> policy_shapes = {"stories260k", "smollm2-135m"};
     int64_t budget = 64;
     size_t mib = 2048;
@@ -757,6 +928,7 @@ int main(int argc, char** argv) {
       else if (k == "--policy-shapes") policy_shapes = split(v);
       else if (k == "--backend") continue;
       else if (k == "--budget") budget = std::stoll(v);
+      else if (k == "--policies") only_policies = split(v);
       else if (k == "--mib") mib = std::stoull(v);
       else kvb::fail("kvb_cuda_check: unknown option {}", k);
     }
@@ -766,8 +938,8 @@ int main(int argc, char** argv) {
     std::string why;
     if (backend == "cuda" && !kvb::cuda_device_available(&why)) kvb::fail("{}", why);
     if (cmd == "decisions") return decisions(shapes, budget, backend);
-    if (backend != "cuda") kvb::fail("kvb_cuda_check: --backend applies to `decisions` only");
-    if (cmd == "equiv") return equiv(shapes, budget, policy_shapes);
+    if (cmd == "equiv") return equiv(shapes, budget, policy_shapes, backend);
+    if (backend != "cuda") kvb::fail("kvb_cuda_check: --backend applies to `decisions` and `equiv` only");
     if (cmd == "bandwidth") return bandwidth(mib);
     if (cmd == "primitives") return primitives(shapes);
     if (cmd == "graphs") return graphs(shapes);
