@@ -171,13 +171,15 @@ TEST(PolicyEngine, RegistryEveryPolicyRunsEvictsAsDeclaredAndRepeatsItsSamples) 
   EXPECT_GE(ran, 22);
 }
 
-// A budget above the sequence length changes nothing for any registered policy that takes one.
+// A budget above the sequence length changes nothing for any registered evicting policy that
+// takes one (quest keeps the whole cache and reads whole pages only: it departs by design,
+// docs/fidelity.md).
 TEST(PolicyEngine, RegistryBudgetAboveSequenceLengthGivesFullCacheTokens) {
   KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   Engine full(stories(), {}, nullptr);
   const auto ref = full.generate({request(0, 0.0f)}, nullptr)[0].tokens;
   for (const auto& info : policy_registry()) {
-    if (info.tests.needs_trace || info.tests.min_budget == 0) continue;
+    if (info.tests.needs_trace || info.tests.min_budget == 0 || !info.tests.evicts) continue;
     SCOPED_TRACE(info.name);
     Engine e(stories(), {}, make_policy(info.test_spec(1024)));
     const auto res = e.generate({request(0, 0.0f)}, nullptr);
