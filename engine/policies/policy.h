@@ -293,6 +293,9 @@ struct PolicyTestInfo {
   /// True when it evicts tokens; false when the whole cache is kept (full; quest and seerattn_r
   /// choose what a decode step reads instead).
   bool evicts = true;
+  /// True when it also evicts while decoding; false when it compresses only while prefilling a
+  /// long prompt (locret's chunked prefill), so a short-prompt decode test sees no eviction.
+  bool decode_evicts = true;
   /// True when it needs the two-pass trace of `kvbench fidelity` (oracle: the future's attention);
   /// Engine::generate and Engine::score alone do not provide it.
   bool needs_trace = false;

@@ -155,12 +155,12 @@ TEST(PolicyEngine, RegistryEveryPolicyRunsEvictsAsDeclaredAndRepeatsItsSamples) 
     };
     const auto res = e.generate({request(0, 0.0f)}, nullptr);
     ASSERT_EQ(res[0].tokens.size(), 200u);
-    if (!info.tests.evicts) {
-      EXPECT_EQ(res[0].evictions, 0);
+    if (!info.tests.evicts || !info.tests.decode_evicts) {
+      EXPECT_EQ(res[0].evictions, 0);  // a 20-token prompt: locret's chunked prefill never compresses it
     } else if (budget > 0 && budget + buffer < 200) {
       EXPECT_GT(res[0].evictions, 0);
     }
-    if (budget > 0 && info.tests.evicts) {
+    if (budget > 0 && info.tests.evicts && info.tests.decode_evicts) {
       const auto& c = stories()->config();
       EXPECT_LE(max_total, int64_t{c.num_layers} * c.num_kv_heads * (budget + buffer + 1));
     }
