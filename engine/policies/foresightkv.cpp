@@ -240,7 +240,7 @@ PolicyInfo foresightkv_policy_info() {
                      {"seed", "0", "policy seed of the eviction noise, combined with each request's sampling seed"},
                      {"decay", "0.9", "per-eviction decay of the decayed cumulative attention feature"}}),
       LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV"})
-      .with_tests({.min_budget = 129, .params = "random_scorer=1,buffer=128", .needs_weights = true});
+      .with_tests({.min_budget = 17, .params = "random_scorer=1,window=16,buffer=16", .needs_weights = true});
 }
 
 }  // namespace kvb

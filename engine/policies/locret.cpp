@@ -239,7 +239,10 @@ PolicyInfo locret_policy_info() {
       "(Huang et al. 2024 §3.2-3.3)",
       params(), LearnedWeightsInfo{"heads", "random_heads", "retaining heads", "LocRet"},
       GateSource{"locret", "heads", "model.safetensors", true, is_head_tensor, /*model_shards=*/true})
-      .with_tests({.min_budget = 1, .params = "random_heads=1", .needs_weights = true, .evicts_in_decode = false});
+      .with_tests({.min_budget = 1,
+                   .params = "random_heads=1,chunk_size=16,stabilizers=8,local_len=4",
+                   .needs_weights = true,
+                   .decode_evicts = false});
 }
 
 }  // namespace kvb

@@ -293,19 +293,15 @@ struct PolicyTestInfo {
   /// True when it evicts tokens; false when the whole cache is kept (full; quest and seerattn_r
   /// choose what a decode step reads instead).
   bool evicts = true;
+  /// True when it also evicts while decoding; false when it compresses only while prefilling a
+  /// long prompt (locret's chunked prefill), so a short-prompt decode test sees no eviction.
+  bool decode_evicts = true;
   /// True when it needs the two-pass trace of `kvbench fidelity` (oracle: the future's attention);
   /// Engine::generate and Engine::score alone do not provide it.
   bool needs_trace = false;
   /// True when its result depends on the sample seed (stochastic eviction: random, foresightkv's
   /// default `sample=true`); such runs are compared seed for seed.
   bool stochastic = false;
-  /// False when a budget above the sequence length still changes what it does (Quest: its
-  /// reference reads ⌊budget/page⌋ pages with budget = min(budget, length), so a length that is
-  /// not a multiple of the page size leaves one page unread however large the budget).
-  bool full_above_length = true;
-  /// False when it evicts only while the prompt is prefilled (Locret's chunked prefill), so a
-  /// short prompt followed by a long generation keeps every token.
-  bool evicts_in_decode = true;
 };
 
 /// Registry entry: name, one-line description with source, parameters, learned weights, what

@@ -203,7 +203,7 @@ PolicyInfo quest_policy_info() {
         "head by the max over its query heads' bounds (WG-KV's Quest)"},
        {"last_page", "false",
         "true: always read the newest page and pick k - 1 others (the reference's CUDA kernel path); false: "
-        "all k by score (its evaluation path)"}}).with_tests({.min_budget = 1, .evicts = false, .full_above_length = false});
+        "all k by score (its evaluation path)"}}).with_tests({.min_budget = 1, .evicts = false});
 }
 
 }  // namespace kvb

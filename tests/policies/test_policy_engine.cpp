@@ -155,12 +155,12 @@ TEST(PolicyEngine, RegistryEveryPolicyRunsEvictsAsDeclaredAndRepeatsItsSamples) 
     };
     const auto res = e.generate({request(0, 0.0f)}, nullptr);
     ASSERT_EQ(res[0].tokens.size(), 200u);
-    if (!info.tests.evicts) {
-      EXPECT_EQ(res[0].evictions, 0);
-    } else if (budget > 0 && budget + buffer < 200 && info.tests.evicts_in_decode) {
+    if (!info.tests.evicts || !info.tests.decode_evicts) {
+      EXPECT_EQ(res[0].evictions, 0);  // a 20-token prompt: locret's chunked prefill never compresses it
+    } else if (budget > 0 && budget + buffer < 200) {
       EXPECT_GT(res[0].evictions, 0);
     }
-    if (budget > 0 && info.tests.evicts && info.tests.evicts_in_decode) {
+    if (budget > 0 && info.tests.evicts && info.tests.decode_evicts) {
       const auto& c = stories()->config();
       EXPECT_LE(max_total, int64_t{c.num_layers} * c.num_kv_heads * (budget + buffer + 1));
     }
@@ -171,13 +171,15 @@ TEST(PolicyEngine, RegistryEveryPolicyRunsEvictsAsDeclaredAndRepeatsItsSamples) 
   EXPECT_GE(ran, 22);
 }
 
-// A budget above the sequence length changes nothing for any registered policy that takes one.
+// A budget above the sequence length changes nothing for any registered evicting policy that
+// takes one (quest keeps the whole cache and reads whole pages only: it departs by design,
+// docs/fidelity.md).
 TEST(PolicyEngine, RegistryBudgetAboveSequenceLengthGivesFullCacheTokens) {
   KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   Engine full(stories(), {}, nullptr);
   const auto ref = full.generate({request(0, 0.0f)}, nullptr)[0].tokens;
   for (const auto& info : policy_registry()) {
-    if (info.tests.needs_trace || info.tests.min_budget == 0 || !info.tests.full_above_length) continue;
+    if (info.tests.needs_trace || info.tests.min_budget == 0 || !info.tests.evicts) continue;
     SCOPED_TRACE(info.name);
     Engine e(stories(), {}, make_policy(info.test_spec(1024)));
     const auto res = e.generate({request(0, 0.0f)}, nullptr);
