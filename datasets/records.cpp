@@ -342,7 +342,11 @@ json yaml_to_json(const YAML::Node& n, YamlBudget& b, int depth) {
       for (const auto& kv : n) {
         if (!kv.first.IsScalar()) yaml_fail(b, kv.first, "a mapping key must be a scalar");
         if (!utf8::is_valid(kv.first.Scalar())) yaml_fail(b, kv.first, "a mapping key is not valid UTF-8");
-        o[kv.first.as<std::string>()] = yaml_to_json(kv.second, b, depth + 1);
+        const std::string key = kv.first.as<std::string>();
+        // yaml-cpp keeps both entries and the later would silently win: a setting given twice is
+        // an error, as in PyYAML's strict loaders.
+        if (o.contains(key)) yaml_fail(b, kv.first, "duplicate key '" + key + "'");
+        o[key] = yaml_to_json(kv.second, b, depth + 1);
       }
       return o;
     }
@@ -378,7 +382,15 @@ json yaml_to_json(const YAML::Node& n, YamlBudget& b, int depth) {
 json parse_yaml(const std::string& text, const std::string& name) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // Every document is parsed so that a second one ("---" after the first) is refused rather
+    // than silently ignored.
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1) {
+      const YAML::Mark m = docs[1].Mark();
+      if (m.line >= 0) fail("{}: line {}: a second YAML document: one document per file", name, m.line + 1);
+      fail("{}: a second YAML document: one document per file", name);
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::Exception& e) {
     fail("{}: line {}: invalid YAML: {}", name, e.mark.line + 1, e.msg);
   }
