@@ -131,6 +131,8 @@ void check_endpoint(const OpenAIEndpoint& ep) {
   const std::string& u = ep.base_url;
   std::string lower;
   for (char c : u) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // ("http://" arrives as "http:": trailing slashes are dropped before.)
+  if (lower == "http:" || lower == "https:") fail("OPENAI_BASE_URL: '{}//': no host name", u);
   const size_t scheme_end = lower.rfind("https://", 0) == 0 ? 8 : lower.rfind("http://", 0) == 0 ? 7 : 0;
   if (!scheme_end) fail("OPENAI_BASE_URL: '{}': must be an http:// or https:// URL", snippet(u, 100));
   for (char c : u)

@@ -340,6 +340,8 @@ std::map<std::string, std::string> display_model_names(const std::set<std::strin
 ReportFiles write_report(Store& store, const ReportOptions& opt) {
   if (opt.out_dir.empty()) fail("report: --out DIR is required");
   std::error_code ec;
+  if (std::filesystem::exists(opt.out_dir, ec) && !std::filesystem::is_directory(opt.out_dir, ec))
+    fail("--out {}: exists and is not a directory", opt.out_dir);
   std::filesystem::create_directories(opt.out_dir, ec);
   if (ec) throw Error(opt.out_dir + ": cannot create directory: " + ec.message(), ErrorKind::kRuntime);
   // The files are replaced by a rename inside --out (a symlink there is replaced, never written

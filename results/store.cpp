@@ -227,7 +227,7 @@ Store::Store(const std::string& path, Mode mode) : path_(path), mode_(mode) {
   if (path.empty()) throw Error("--db: empty path (name a results database file)", ErrorKind::kInput);
   if (path == ":memory:" || path.rfind("file:", 0) == 0)
     throw Error(path + ": not a file path (in-memory databases and SQLite URIs are not results "
-                       "databases; name a file)",
+                       "databases; name a file, e.g. ./" + path + " for a file of that name)",
                 ErrorKind::kInput);
   if (mode == Mode::kReadOnly && access(path.c_str(), F_OK) != 0)
     throw Error(path + ": no such results database", ErrorKind::kInput);

@@ -213,7 +213,12 @@ GenerationDefaults GenerationDefaults::from_file(const std::string& path) {
     g.top_k = static_cast<int>(k);
   }
   if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], g.eos_token_ids, path, "eos_token_id");
-  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) g.bos_token_id = j["bos_token_id"].get<int32_t>();
+  if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
+    const json& b = j["bos_token_id"];
+    if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > INT32_MAX)
+      fail_at(path, "bos_token_id", "expected a token id (an integer in [0, 2^31-1]) or null, got {}", b.dump());
+    g.bos_token_id = b.get<int32_t>();
+  }
   return g;
 }
 

@@ -26,6 +26,9 @@
 
 #include "tests/results/synth.h"
 
+// Cases omit the trailing fields (prefix, exit_code) that most of them leave at their defaults.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -152,7 +155,7 @@ const std::map<std::string, std::function<void(std::string&)>>& gguf_mutations()
 /// graded samples), "newer" (the same with a schema version from the future), "uv_negative" /
 /// "uv_zero" (the same with user_version -1 / 0), "truncated" (its first 3000 bytes), "foreign"
 /// (a SQLite DB of another program), "other_app" (a different application_id), "empty_sqlite"
-/// (a SQLite header and no tables).
+/// (a SQLite header and no tables), "results_rollback" (the results DB in rollback-journal mode).
 void make_db(const fs::path& p, const std::string& kind) {
   using namespace kvb::results;
   using namespace kvb::results::testing;
@@ -171,6 +174,7 @@ void make_db(const fs::path& p, const std::string& kind) {
     fill(s, expand_grid(small_grid(2, 1)), run_info("hostile"));
   }
   if (kind == "newer") return sql("PRAGMA user_version = 99");
+  if (kind == "results_rollback") return sql("PRAGMA journal_mode = DELETE");  // opened without -wal/-shm
   if (kind == "uv_negative") return sql("PRAGMA user_version = -1");
   if (kind == "uv_zero") return sql("PRAGMA user_version = 0");
   if (kind == "truncated") return fs::resize_file(p, 3000);
@@ -533,7 +537,8 @@ std::vector<Case> cases() {
   v.push_back({"db31_run_empty_name", {}, run_smoke + " --db ''", "--db: empty path", ""});
   v.push_back({"db31_run_memory_uri", {}, run_smoke + " --db 'file:$D/m.db?mode=memory'", "not a file path", "m.db"});
   v.push_back({"db31_run_memory", {}, run_smoke + " --db :memory:", ":memory:: not a file path", ""});
-  v.push_back({"db31_grade_uri", {}, "grade --db 'file:$D/x.db'", "not a file path", "x.db"});
+  v.push_back({"db31_grade_uri", {}, "grade --db 'file:$D/x.db'", "x.db: no such results database", "x.db"});
+  v.push_back({"db31_merge_memory_out", {{"r.db", "@db:results"}}, "merge :memory: $D/r.db", ":memory:: not a file path", ""});
   // Outputs that are inputs; writes through a symlink out of --out.
   v.push_back({"out31_fidelity_json_is_prompts", {{"p.txt", "Once upon a time\n"}},
                "fidelity --model $S/models/stories260K-hf --prompts $D/p.txt --json $D/p.txt --policies full",
@@ -551,8 +556,10 @@ std::vector<Case> cases() {
                "--out " , "rep/index.html"});
   v.push_back({"out31_report_symlink_out_of_out", {{"outside.txt", "keep me\n"}, {"rep/index.html", "@symlink:../outside.txt"}, {"r.db", "@db:results"}},
                "report --db $D/r.db --out $D/rep", "rep/index.html: a symbolic link", "rep/report.md"});
+  v.push_back({"out31_report_out_is_db", {{"r.db", "@db:results"}}, "report --db $D/r.db --out $D/r.db", "--out ", ""});
   // A file-size limit: the write fails with EFBIG (a runtime failure, exit 1), never SIGXFSZ.
-  v.push_back({"xfsz31_report", {{"r.db", "@db:results"}}, "report --db $D/r.db --out $D/rep", "rep/index.html: write failed", "rep/index.html", "ulimit -f 1;", 1});
+  // (A database in rollback-journal mode: opening a WAL one needs a 32 KiB -shm file first.)
+  v.push_back({"xfsz31_report", {{"r.db", "@db:results_rollback"}}, "report --db $D/r.db --out $D/rep", "rep/index.html: write failed (File too large)", "rep/index.html", "ulimit -f 4;", 1});
   v.push_back({"xfsz31_run_new_db", {}, run_smoke + " --db $D/new.db", "new.db: ", "new.db", "ulimit -f 8;", 1});
   // Run configs: values out of range, empty lists, unknown keys in profiles.
   const std::vector<std::tuple<std::string, std::string, std::string>> configs31 = {
@@ -605,6 +612,10 @@ std::vector<Case> cases() {
            {"run_top_k_huge", run_smoke + " --db $D/r.db --top-k 1099511627776", "--top-k"},
            {"run_limit_2_64", run_smoke + " --db $D/r.db --limit 18446744073709551616", "--limit: out of range"},
            {"bench_batch_huge", "bench --model-shape stories260k --batch 2000000000", "--batch 2000000000: "},
+           {"judge_concurrency_huge", "grade --db $D/r.db --judge openai:m --judge-concurrency 1000000", "--judge-concurrency"},
+           {"judge_timeout_huge", "grade --db $D/r.db --judge openai:m --judge-timeout 1e300", "--judge-timeout"},
+           {"judge_backoff_huge", "grade --db $D/r.db --judge openai:m --judge-backoff 1e300", "--judge-backoff"},
+           {"judge_retries_huge", "grade --db $D/r.db --judge openai:m --judge-retries 2000000000", "--judge-retries"},
            {"bench_context_huge", "bench --model-shape stories260k --context 2147483647 --gen 2147483647", "max_position_embeddings"}})
     v.push_back({"cli31_" + tag, {{"r.db", "@db:results"}}, args, err, ""});
   // config.json: RoPE settings that are not mappings, token ids out of range.
@@ -621,6 +632,16 @@ std::vector<Case> cases() {
     std::string c = cfg_with(extra);
     if (tag == "layers_huge_int") c = with("num_hidden_layers", "1099511627776");
     v.push_back({"config31_" + tag, {{"model/config.json", c}}, gen, err, ""});
+  }
+  // generation_config.json beside a model: token ids out of range are named, not truncated.
+  for (const auto& [tag, text] : std::vector<std::pair<std::string, std::string>>{
+           {"bos_huge", R"({"bos_token_id": 99999999999})"}, {"eos_huge", R"({"eos_token_id": [2, 4294967298]})"},
+           {"top_k_huge", R"({"top_k": 1099511627776})"}}) {
+    auto files = std::map<std::string, std::string>{{"model/config.json", "@config"},
+                                                    {"model/model.safetensors", "@shared:models/stories260K-hf/model.safetensors"},
+                                                    {"model/tokenizer.json", "@shared:models/stories260K-hf/tokenizer.json"},
+                                                    {"model/generation_config.json", text}};
+    v.push_back({"genconfig31_" + tag, files, gen, "generation_config.json: ", ""});
   }
   // Dataset golds that can never be matched (every sample would score 0).
   for (const auto& [tag, gold] : std::vector<std::pair<std::string, std::string>>{
