@@ -579,7 +579,7 @@ std::vector<Case> cases() {
       {"policy_empty_string", "run: {policies: ['']}\n", "c.yaml: run.policies[0]: empty string"},
       {"profile_typo_key", "run: {limit: 1}\ngpu_run: {budget: [8]}\n", "c.yaml: gpu_run.budget: unknown key"},
       {"report_typo_key", "run: {limit: 1}\nreport: {outdir: x}\n", "c.yaml: report.outdir: unknown key"},
-      {"second_document", "run: {limit: 1}\n---\nrun: {limit: 2}\n", "c.yaml: line 3: a second YAML document"},
+      {"second_document", "run: {limit: 1}\n---\nrun: {limit: 2}\n", "c.yaml: line 2: a second YAML document"},
       {"duplicate_key", "run: {limit: 1}\nrun: {limit: 2}\n", "c.yaml: line 2: duplicate key 'run'"},
       {"duplicate_inner_key", "run: {limit: 1, limit: 2}\n", "duplicate key 'limit'"},
   };
@@ -594,7 +594,7 @@ std::vector<Case> cases() {
       {"budget_typo", "budget: [8]\ntasks: [smoke]\n", "s.yaml: budget: unknown key"},
       {"budgets_empty", "budgets: []\ntasks: [smoke]\n", "s.yaml: budgets: expected at least one budget"},
       {"budgets_huge", "budgets: [99999999999]\ntasks: [smoke]\n", "s.yaml: budgets: expected integers in [1, 2147483647]"},
-      {"second_document", "tasks: [smoke]\n---\ntasks: [gsm8k]\n", "s.yaml: line 3: a second YAML document"},
+      {"second_document", "tasks: [smoke]\n---\ntasks: [gsm8k]\n", "s.yaml: line 2: a second YAML document"},
       {"duplicate_tasks", "tasks: [smoke]\ntasks: [gsm8k]\n", "s.yaml: line 2: duplicate key 'tasks'"},
       {"task_samples_huge", "tasks: [{task: smoke, samples: 99999999999}]\n", "s.yaml: tasks[0]: samples"},
       {"task_limit_huge", "tasks: [{task: smoke, limit: 99999999999999999999}]\n", "s.yaml: tasks[0]: limit"},
