@@ -342,7 +342,11 @@ json yaml_to_json(const YAML::Node& n, YamlBudget& b, int depth) {
       for (const auto& kv : n) {
         if (!kv.first.IsScalar()) yaml_fail(b, kv.first, "a mapping key must be a scalar");
         if (!utf8::is_valid(kv.first.Scalar())) yaml_fail(b, kv.first, "a mapping key is not valid UTF-8");
-        o[kv.first.as<std::string>()] = yaml_to_json(kv.second, b, depth + 1);
+        const std::string key = kv.first.as<std::string>();
+        // yaml-cpp keeps both entries and the later would silently win: a setting given twice is
+        // an error, as in PyYAML's strict loaders.
+        if (o.contains(key)) yaml_fail(b, kv.first, "duplicate key '" + key + "'");
+        o[key] = yaml_to_json(kv.second, b, depth + 1);
       }
       return o;
     }
@@ -381,6 +385,34 @@ json parse_yaml(const std::string& text, const std::string& name) {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     fail("{}: line {}: invalid YAML: {}", name, e.mark.line + 1, e.msg);
+  }
+  // A second document ("---" at the start of a line after content, or content after a "..."
+  // end marker) would be ignored by YAML::Load: refused. (Found by scanning the lines: yaml-cpp
+  // 0.7's LoadAll can loop without end on malformed input, fuzz_suite_config found one.)
+  {
+    bool content = false, ended = false;
+    size_t line_no = 0;
+    for (size_t at = 0; at <= text.size();) {
+      size_t nl = text.find('\n', at);
+      if (nl == std::string::npos) nl = text.size();
+      const std::string_view line(text.data() + at, nl - at);
+      ++line_no;
+      auto marker = [&](std::string_view m) {
+        return line.substr(0, 3) == m && (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+      };
+      const size_t first = line.find_first_not_of(" \t\r");
+      const bool blank = first == std::string_view::npos || line[first] == '#';
+      if (marker("---")) {
+        if (content || ended) fail("{}: line {}: a second YAML document: one document per file", name, line_no);
+        content = line.find_first_not_of(" \t\r", 3) != std::string_view::npos && line[line.find_first_not_of(" \t\r", 3)] != '#';
+      } else if (marker("...")) {
+        ended = content || ended;
+      } else if (!blank && line[0] != '%') {
+        if (ended) fail("{}: line {}: a second YAML document: one document per file", name, line_no);
+        content = true;
+      }
+      at = nl + 1;
+    }
   }
   // A document may repeat an anchored subtree through aliases; allow a generous expansion
   // (64 nodes per input byte, at least a million) and no more.

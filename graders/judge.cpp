@@ -3,6 +3,7 @@
 #include "graders/judge.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -22,7 +23,9 @@ namespace kvb::graders {
 
 namespace {
 
-// One line, at most `max` bytes, for error messages quoting a response body.
+// One line, at most `max` bytes, for error messages quoting a response body. Bytes outside
+// printable ASCII (a compressed or binary body, control characters) are written as \xNN, so
+// what is stored in grades.reason or printed is always text.
 std::string snippet(const std::string& s, size_t max = 200) {
   std::string out;
   for (char c : s) {
@@ -30,7 +33,10 @@ std::string snippet(const std::string& s, size_t max = 200) {
       out += "...";
       break;
     }
-    out += (c == '\n' || c == '\r' || c == '\t') ? ' ' : c;
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n' || c == '\r' || c == '\t') out += ' ';
+    else if (u < 0x20 || u >= 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
   }
   return out;
 }
@@ -113,6 +119,35 @@ OpenAIJudge::OpenAIJudge(std::string model, OpenAIEndpoint endpoint, JudgeOption
   if (opts_.max_tokens < 1) fail("judge max_tokens: must be >= 1 (got {})", opts_.max_tokens);
   while (!ep_.base_url.empty() && ep_.base_url.back() == '/') ep_.base_url.pop_back();
   if (ep_.base_url.empty()) fail("OPENAI_BASE_URL: empty URL");
+  check_endpoint(ep_);
+}
+
+void check_endpoint(const OpenAIEndpoint& ep) {
+  // The key goes into an HTTP header line: CR/LF (or any control character) would let it add
+  // headers of its own.
+  for (char c : ep.api_key)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      fail("OPENAI_API_KEY: contains a control character (CR, LF, ...): refused (it would inject HTTP headers)");
+  const std::string& u = ep.base_url;
+  std::string lower;
+  for (char c : u) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // ("http://" arrives as "http:": trailing slashes are dropped before.)
+  if (lower == "http:" || lower == "https:") fail("OPENAI_BASE_URL: '{}//': no host name", u);
+  const size_t scheme_end = lower.rfind("https://", 0) == 0 ? 8 : lower.rfind("http://", 0) == 0 ? 7 : 0;
+  if (!scheme_end) fail("OPENAI_BASE_URL: '{}': must be an http:// or https:// URL", snippet(u, 100));
+  for (char c : u)
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
+      fail("OPENAI_BASE_URL: '{}': contains a space or control character", snippet(u, 100));
+  const size_t host_end = u.find_first_of("/?#", scheme_end);
+  const std::string authority = u.substr(scheme_end, host_end == std::string::npos ? std::string::npos : host_end - scheme_end);
+  const std::string host = authority.substr(authority.rfind('@') == std::string::npos ? 0 : authority.rfind('@') + 1);
+  if (host.empty() || host[0] == ':') fail("OPENAI_BASE_URL: '{}': no host name", snippet(u, 100));
+  if (const size_t colon = host.rfind(':'); colon != std::string::npos && host.back() != ']') {
+    const std::string port = host.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+        std::stol(port) < 1 || std::stol(port) > 65535)
+      fail("OPENAI_BASE_URL: '{}': bad port '{}'", snippet(u, 100), port);
+  }
 }
 
 std::string OpenAIJudge::request_json(const std::string& prompt) const {
@@ -141,6 +176,7 @@ JudgeReply OpenAIJudge::ask_one(const std::string& prompt, uint64_t jitter_state
   req.timeout_ms = static_cast<long>(std::ceil(opts_.timeout_s * 1000));
   req.connect_timeout_ms = static_cast<long>(std::ceil(opts_.connect_timeout_s * 1000));
   req.user_agent = "kvbench-judge";
+  req.decode_content = true;
   net::Backoff backoff;
   backoff.max_retries = opts_.max_retries;
   backoff.base_s = opts_.backoff_base_s;
@@ -169,7 +205,7 @@ JudgeReply OpenAIJudge::ask_one(const std::string& prompt, uint64_t jitter_state
           std::string content, perr;
           if (parse_chat_completion(resp.body, content, perr)) {
             r.ok = true;
-            r.text = std::move(content);
+            r.text = redact(std::move(content));  // a reply echoing the key is stored without it
             return {};
           }
           last_error = perr;

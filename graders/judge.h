@@ -79,6 +79,12 @@ struct OpenAIEndpoint {
   static OpenAIEndpoint from_env();
 };
 
+/// Checks an endpoint before any request (OpenAIJudge's constructor calls it): the base URL
+/// must be http:// or https:// with a host (and a port in 1..65535 when given), without spaces
+/// or control characters; the API key must hold no control character (a CR/LF would inject HTTP
+/// headers). Throws kvb::Error naming OPENAI_BASE_URL or OPENAI_API_KEY (never quoting the key).
+void check_endpoint(const OpenAIEndpoint& ep);
+
 /// Chat-completions client (POST <base>/chat/completions with {"model", "messages":[{"role":
 /// "user","content":prompt}], "temperature", "max_tokens", "n":1}) on libcurl, `concurrency`
 /// worker threads (net/http.h: one connection-keeping handle per thread). Retries 408, 429,
@@ -88,7 +94,9 @@ struct OpenAIEndpoint {
 /// that request at once with a message saying which.
 class OpenAIJudge : public Judge {
  public:
-  /// Throws kvb::Error when `model` is empty or an option is out of range.
+  /// Throws kvb::Error when `model` is empty, an option is out of range or the endpoint is
+  /// refused by check_endpoint. Replies are redacted: the API key never appears in
+  /// JudgeReply::text or JudgeReply::error (so never in judge_cache or grades).
   OpenAIJudge(std::string model, OpenAIEndpoint endpoint, JudgeOptions opts = {});
   std::string id() const override { return "openai:" + model_; }
   std::string request_json(const std::string& prompt) const override;

@@ -4,6 +4,7 @@
 // with exit status 2. Also the `--policies` and `--budgets` list parsers of run and fidelity.
 #pragma once
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -26,6 +27,24 @@ inline bool finite_number(const std::string& s, double& out) {
   return end && *end == '\0' && std::isfinite(out);
 }
 inline std::string fmt_num(double v) { return fmt::format("{}", v); }
+/// An integer literal (optional sign, digits) that does not fit 64 bits (signed for a leading
+/// '-', unsigned otherwise): CLI11 would saturate it (2^64 becomes 2^64-1) instead of refusing.
+inline bool integer_overflows(const std::string& s) {
+  size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+  if (i == s.size()) return false;
+  for (size_t j = i; j < s.size(); ++j)
+    if (s[j] < '0' || s[j] > '9') return false;
+  errno = 0;
+  if (s[0] == '-') (void)std::strtoll(s.c_str(), nullptr, 10);
+  else (void)std::strtoull(s.c_str(), nullptr, 10);
+  return errno == ERANGE;
+}
+/// The validators' common first check: a finite number whose integer spelling fits 64 bits.
+inline std::string number_problem(const std::string& s, double& v) {
+  if (!finite_number(s, v)) return "must be a finite number, got '" + s + "'";
+  if (integer_overflows(s)) return "out of range, got " + s;
+  return {};
+}
 }  // namespace detail
 
 /// A finite number ≥ lo.
@@ -33,7 +52,7 @@ inline CLI::Validator at_least(double lo) {
   return CLI::Validator(
       [lo](std::string& s) -> std::string {
         double v = 0;
-        if (!detail::finite_number(s, v)) return "must be a finite number, got '" + s + "'";
+        if (auto p = detail::number_problem(s, v); !p.empty()) return p;
         if (v < lo) return "must be >= " + detail::fmt_num(lo) + ", got " + s;
         return {};
       },
@@ -45,7 +64,7 @@ inline CLI::Validator positive() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
         double v = 0;
-        if (!detail::finite_number(s, v)) return "must be a finite number, got '" + s + "'";
+        if (auto p = detail::number_problem(s, v); !p.empty()) return p;
         if (!(v > 0)) return "must be > 0, got " + s;
         return {};
       },
@@ -60,7 +79,7 @@ inline CLI::Validator in_range(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& s) -> std::string {
         double v = 0;
-        if (!detail::finite_number(s, v)) return "must be a finite number, got '" + s + "'";
+        if (auto p = detail::number_problem(s, v); !p.empty()) return p;
         if (v < lo || v > hi) return "must be in [" + detail::fmt_num(lo) + ", " + detail::fmt_num(hi) + "], got " + s;
         return {};
       },

@@ -5,6 +5,8 @@
 // harness/bench_memory.h), run at that batch. --json FILE: the rows and the device report as JSON.
 #include <algorithm>
 #include <cmath>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstdio>
 #include <fstream>
@@ -184,12 +186,25 @@ void run_bench(BenchArgs a) {
 /// to out["rows"] (and its memory plan to out["memory_plans"] under --memory).
 void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchArgs a, nlohmann::json& out) {
   const ModelConfig& c = model->config();
-  if (a.context + a.gen > c.max_position_embeddings)
+  const int64_t positions = int64_t{a.context} + a.gen;  // both <= INT_MAX: no overflow in 64 bits
+  if (positions > c.max_position_embeddings)
     fail("bench: --context {} + --gen {} exceeds the model's max_position_embeddings {}", a.context, a.gen,
          c.max_position_embeddings);
   BenchMemoryPlan plan;
   nlohmann::json plan_json;
   if (a.memory_gib > 0) plan = size_batch(c, model->weight_bytes(), a, plan_json);
+  // Sized before anything is allocated: the prompts and a full f32 KV cache of every sequence
+  // must fit this machine's memory, or the answer would be a bare "out of memory" (or the OOM
+  // killer) minutes into the run.
+  if (a.backend == "cpu") {
+    const double kv = double(a.batch) * double(positions) * double(c.num_layers) * double(c.num_kv_heads) *
+                      double(c.head_dim) * 2.0 * sizeof(float);
+    const double prompts = double(a.batch) * double(a.context) * sizeof(int32_t);
+    const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    if (ram > 0 && kv + prompts > ram)
+      fail("--batch {}: {} sequences of {} positions need {:.1f} GiB of KV cache, more than this machine's {:.1f} GiB "
+           "of memory", a.batch, a.batch, positions, (kv + prompts) / 1073741824.0, ram / 1073741824.0);
+  }
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> tokd(0, static_cast<int32_t>(c.vocab_size) - 1);
   std::vector<GenerationRequest> reqs(a.batch);

@@ -3,6 +3,7 @@
 // Protocol and metric definitions: harness/fidelity.h. Prompts come from --prompts FILE (one per
 // line; `.jsonl`: a "prompt" or "text" field per line), --text FILE (the whole file is one
 // prompt) or --task T --limit K (the task's prompts, chat-rendered as `kvbench run` does).
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -87,6 +88,19 @@ void run_fidelity(const FidelityArgs& a) {
   const std::vector<std::string> specs = fidelity::split_policy_list(a.policies);
   const std::vector<int64_t> budgets = parse_budget_list(a.budgets);
   for (const auto& s : specs) PolicySpec::parse(s);  // syntax errors before loading anything
+  if (!a.json_out.empty()) {
+    // The output must not be any file this command reads: the prompts, the text, the model (a
+    // .gguf file or any file of the model directory).
+    std::vector<std::string> inputs = {a.prompts_file, a.text_file, a.model};
+    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                          "model.safetensors", "model.safetensors.index.json", "special_tokens_map.json"})
+      inputs.push_back(a.model + "/" + f);
+    const std::filesystem::path parent = std::filesystem::path(a.json_out).parent_path();
+    if (same_file(parent.empty() ? "." : parent.string(), a.model) && file_exists(a.json_out))
+      fail("--json {}: is a file of the model directory {}; name another file", a.json_out, a.model);
+    for (const auto& d : a.data_dirs) inputs.push_back(d);
+    check_output_not_input(a.json_out, "--json", inputs);
+  }
   LoadedModel m = load_model(a.model, WeightFormat::kF32, a.chat_template);
   const auto prompts = load_prompts(a, m);
   std::fprintf(stderr, "[kvbench] fidelity: %zu prompts, full-cache greedy references of up to %d tokens\n",
@@ -110,10 +124,7 @@ void run_fidelity(const FidelityArgs& a) {
                         {"reference_tokens", positions},
                         {"max_new_tokens", a.max_new_tokens},
                         {"rows", fidelity::to_json(rows)}};
-    std::ofstream f(a.json_out, std::ios::binary);
-    f << j.dump(2) << "\n";
-    f.close();
-    if (!f) fail("--json {}: cannot write the file", a.json_out);
+    write_output_file(a.json_out, j.dump(2) + "\n");
   }
 }
 }  // namespace

@@ -17,15 +17,18 @@ void add_judge_options(CLI::App* c, JudgeArgs& a) {
   c->add_option("--judge", a.spec,
                 "LLM judge for judge-graded tasks (LongMemEval): openai:MODEL (OPENAI_BASE_URL, OPENAI_API_KEY "
                 "from the environment) or local:MODEL (a model kvbench loads)");
-  c->add_option("--judge-concurrency", a.opts.concurrency, "Judge requests in flight at once")
-      ->check(kvb::cli::positive());
-  c->add_option("--judge-timeout", a.opts.timeout_s, "Seconds one judge request may take")
-      ->check(kvb::cli::positive());
-  c->add_option("--judge-retries", a.opts.max_retries, "Retries of a judge request on 429/5xx/timeouts")
-      ->check(kvb::cli::non_negative());
+  // Upper bounds too: each request in flight is a thread (a million would fail to start long
+  // after the generations), and a timeout or backoff of 1e300 s is a hang, not a setting.
+  c->add_option("--judge-concurrency", a.opts.concurrency, "Judge requests in flight at once (1 to 256)")
+      ->check(kvb::cli::in_range(1, 256));
+  c->add_option("--judge-timeout", a.opts.timeout_s, "Seconds one judge request may take (at most a day)")
+      ->check(kvb::cli::positive())->check(kvb::cli::in_range(0, 86400));
+  c->add_option("--judge-retries", a.opts.max_retries, "Retries of a judge request on 429/5xx/timeouts (0 to 100)")
+      ->check(kvb::cli::in_range(0, 100));
   c->add_option("--judge-backoff", a.opts.backoff_base_s,
-                "Base delay (s) of the exponential backoff between judge retries (doubles each retry, jittered)")
-      ->check(kvb::cli::non_negative());
+                "Base delay (s) of the exponential backoff between judge retries (doubles each retry, jittered; "
+                "at most 3600)")
+      ->check(kvb::cli::in_range(0, 3600));
 }
 
 std::unique_ptr<graders::Judge> make_judge(const JudgeArgs& a) {

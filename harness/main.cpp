@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
@@ -100,6 +101,9 @@ void choose_openmp_wait(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Past a file-size limit (ulimit -f) the kernel's default for SIGXFSZ kills the process with no
+  // message; ignored, the write fails with EFBIG and is reported like a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
   choose_openmp_wait(argv);
   CLI::App app{"kvbench: how KV-cache policies trade accuracy for memory and speed"};
   app.require_subcommand(1);

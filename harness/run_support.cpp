@@ -1,6 +1,10 @@
 #include "harness/run_support.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <set>
 
 #include "datasets/records.h"
@@ -10,99 +14,6 @@
 #include "engine/util/io.h"
 
 namespace kvb::cli {
-
-namespace {
-
-std::string type_name(const nlohmann::json& v) { return v.type_name(); }
-
-std::string get_string(const nlohmann::json& v, const std::string& where) {
-  if (!v.is_string()) fail("{}: expected a string, got {}", where, type_name(v));
-  return v.get<std::string>();
-}
-
-double get_number(const nlohmann::json& v, const std::string& where) {
-  if (!v.is_number()) fail("{}: expected a number, got {}", where, type_name(v));
-  return v.get<double>();
-}
-
-int64_t get_int(const nlohmann::json& v, const std::string& where, int64_t min_value) {
-  if (!v.is_number_integer()) fail("{}: expected an integer, got {}", where, v.dump());
-  const int64_t x = v.get<int64_t>();
-  if (x < min_value) fail("{}: must be >= {}, got {}", where, min_value, x);
-  return x;
-}
-
-/// A string or a list of strings (a single scalar is a one-element list).
-std::vector<std::string> get_strings(const nlohmann::json& v, const std::string& where) {
-  std::vector<std::string> out;
-  if (v.is_string()) return {v.get<std::string>()};
-  if (!v.is_array()) fail("{}: expected a list of strings, got {}", where, type_name(v));
-  for (size_t i = 0; i < v.size(); ++i) out.push_back(get_string(v[i], where + "[" + std::to_string(i) + "]"));
-  return out;
-}
-
-void apply_run_section(RunConfigFile& c, const nlohmann::json& run, const std::string& where) {
-  if (!run.is_object()) fail("{}: expected a mapping, got {}", where, type_name(run));
-  for (const auto& [k, v] : run.items()) {
-    const std::string w = where + "." + k;
-    if (k == "models") c.models = get_strings(v, w);
-    else if (k == "policies") c.policies = get_strings(v, w);
-    else if (k == "budgets") {
-      c.budgets.clear();
-      if (!v.is_array()) fail("{}: expected a list of integers, got {}", w, type_name(v));
-      for (size_t i = 0; i < v.size(); ++i) c.budgets.push_back(get_int(v[i], w + "[" + std::to_string(i) + "]", 1));
-    } else if (k == "samples") c.samples = static_cast<int>(get_int(v, w, 1));
-    else if (k == "limit") c.limit = static_cast<size_t>(get_int(v, w, 0));
-    else if (k == "temperature") c.temperature = get_number(v, w);
-    else if (k == "top_p") c.top_p = get_number(v, w);
-    else if (k == "top_k") c.top_k = static_cast<int>(get_int(v, w, 0));
-    else if (k == "min_p") c.min_p = get_number(v, w);
-    else if (k == "max_new_tokens") c.max_new_tokens = static_cast<int>(get_int(v, w, 1));
-    else if (k == "seed") c.seed = static_cast<uint64_t>(get_int(v, w, 0));
-    else if (k == "backend") c.backend = get_string(v, w);
-    else if (k == "suite") c.suite = get_string(v, w);
-    else
-      fail("{}: unknown key (known: suite, models, policies, budgets, samples, limit, temperature, top_p, "
-           "top_k, min_p, max_new_tokens, seed, backend)", w);
-  }
-}
-
-}  // namespace
-
-RunConfigFile load_run_config(const std::string& path, const std::string& profile) {
-  if (!file_exists(path)) fail("--config {}: no such file", path);
-  const nlohmann::json doc = datasets::load_yaml_file(path);
-  if (!doc.is_object()) fail("{}: expected a mapping at the top level", path);
-  RunConfigFile c;
-  c.path = path;
-  // Top-level keys: the known scalars/sections, and any mapping (a profile such as gpu_run, or
-  // a section another tool reads such as report). A scalar with another name is a typo.
-  static const std::set<std::string> kTop = {"suite", "db", "data_dir", "data_dirs", "run", "thresholds"};
-  for (const auto& [k, v] : doc.items())
-    if (!kTop.count(k) && !v.is_object())
-      fail("{}: {}: unknown top-level key (known: suite, data_dir, data_dirs, db, run, thresholds, and mappings "
-           "such as gpu_run or report)", path, k);
-  if (doc.contains("suite")) c.suite = get_string(doc["suite"], path + ": suite");
-  if (doc.contains("db")) c.db = get_string(doc["db"], path + ": db");
-  if (doc.contains("data_dir")) c.data_dirs = get_strings(doc["data_dir"], path + ": data_dir");
-  if (doc.contains("data_dirs")) c.data_dirs = get_strings(doc["data_dirs"], path + ": data_dirs");
-  if (doc.contains("run")) apply_run_section(c, doc["run"], path + ": run");
-  if (!profile.empty()) {
-    if (!doc.contains(profile))
-      fail("{}: no section '{}' (--config-profile names a top-level mapping such as gpu_run)", path, profile);
-    apply_run_section(c, doc[profile], path + ": " + profile);
-  }
-  if (doc.contains("thresholds")) {
-    const auto& t = doc["thresholds"];
-    if (!t.is_object()) fail("{}: thresholds: expected a mapping", path);
-    for (const auto& [k, v] : t.items()) {
-      if (k == "alpha") c.alpha = get_number(v, path + ": thresholds.alpha");
-      else if (k == "min_drop_points") c.min_drop_points = get_number(v, path + ": thresholds.min_drop_points");
-      else fail("{}: thresholds.{}: unknown key (known: alpha, min_drop_points)", path, k);
-    }
-  }
-  return c;
-}
 
 std::vector<int32_t> truncate_middle(const std::vector<int32_t>& ids, size_t limit) {
   if (limit < 2) fail("prompt truncation: the token limit must be >= 2, got {}", limit);

@@ -35,9 +35,14 @@ struct RunConfigFile {
 /// seed, backend; its `suite` wins over the top-level one) and `thresholds` (alpha,
 /// min_drop_points). With `profile` (e.g. "gpu_run") the keys
 /// of that top-level mapping override those of `run` (as ci/nightly.yaml's gpu_run does). Other
-/// top-level mappings (report, gpu_run, ...) are allowed and ignored. Throws kvb::Error naming
-/// the file and the key for a missing file, an unknown top-level scalar key, an unknown key
-/// inside run/thresholds, a wrong type, a non-positive budget/sample count, or an unknown profile.
+/// top-level mappings are profiles, checked as run sections whether selected or not; `report`
+/// may hold only `out` (a string). Throws kvb::Error naming the file and the key for a missing
+/// file, an unknown top-level scalar key, an unknown key inside run/thresholds/report/a profile,
+/// a wrong type, an integer outside its field's range (budgets, samples, top_k, max_new_tokens
+/// in [1 or 0, 2^31-1]; seed in [0, 2^64-1]: never truncated), a non-finite number, top_p or
+/// min_p outside [0, 1], a negative temperature, an empty models/policies/budgets/data_dirs list
+/// or empty string (they would silently mean "the default"), or an unknown profile. (Defined in
+/// harness/run_config.cpp.)
 RunConfigFile load_run_config(const std::string& path, const std::string& profile = "");
 
 /// Middle truncation of a prompt that is too long, at the token level as LongBench

@@ -168,6 +168,13 @@ Response perform(const Request& r) {
   }
   api.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   api.easy_setopt(h, CURLOPT_USERAGENT, r.user_agent.c_str());
+  // Only HTTP(S), also after a redirect: a file://, ftp:// or gopher:// URL (from an environment
+  // variable such as OPENAI_BASE_URL) must never read a local file or reach another service.
+  api.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  api.easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  // Advertise and decode the encodings this libcurl supports (gzip, deflate, ...): a compressed
+  // reply is then given as the text it encodes, never as its raw bytes.
+  if (r.decode_content) api.easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
   const CURLcode rc = api.easy_perform(h);
   resp.curl_code = static_cast<int>(rc);
   resp.timed_out = rc == CURLE_OPERATION_TIMEDOUT;

@@ -24,6 +24,9 @@ struct Request {
   bool follow_redirects = false;     ///< up to 10 hops
   long low_speed_time_s = 0;         ///< abort a transfer slower than 1 byte/s for this long (0: off)
   std::string user_agent = "kvbench";
+  /// Ask for and decode compressed replies (Accept-Encoding: every encoding libcurl supports);
+  /// off for downloads whose bytes are checked against a hash as served.
+  bool decode_content = false;
   /// When set, body bytes are passed here (with the status of the response they belong to)
   /// instead of being collected in Response::body; returning false aborts the transfer.
   std::function<bool(long status, std::string_view chunk)> on_body;
@@ -46,7 +49,8 @@ struct Response {
 };
 
 /// Performs `r` on this thread's reusable libcurl handle (connections are kept alive between
-/// calls). Never throws for network or HTTP errors: they are in the Response.
+/// calls). Only http:// and https:// URLs are followed (any other scheme is a transport error).
+/// Never throws for network or HTTP errors: they are in the Response.
 Response perform(const Request& r);
 
 /// Whether a failed exchange is worth retrying: a connection, resolution, send/receive, partial

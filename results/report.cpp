@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 
 namespace kvb::results {
 
@@ -211,13 +212,7 @@ std::string render_svg(const Chart& c) {
   return svg;
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw Error(path + ": cannot open for writing", ErrorKind::kRuntime);
-  f << text;
-  f.flush();
-  if (!f) throw Error(path + ": write failed (disk full?)", ErrorKind::kRuntime);
-}
+void write_text(const std::string& path, const std::string& text) { write_output_file(path, text); }
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
@@ -615,8 +610,20 @@ std::string methods_text(const CellOptions& cells) {
 ReportFiles write_report(Store& store, const ReportOptions& opt) {
   if (opt.out_dir.empty()) fail("report: --out DIR is required");
   std::error_code ec;
+  if (std::filesystem::exists(opt.out_dir, ec) && !std::filesystem::is_directory(opt.out_dir, ec))
+    fail("--out {}: exists and is not a directory", opt.out_dir);
   std::filesystem::create_directories(opt.out_dir, ec);
   if (ec) throw Error(opt.out_dir + ": cannot create directory: " + ec.message(), ErrorKind::kRuntime);
+  // The files are replaced by a rename inside --out (a symlink there is replaced, never written
+  // through to a file elsewhere); none may be the database being read.
+  for (const char* name : {"index.html", "report.md", "cells.csv"}) {
+    const std::string path = opt.out_dir + "/" + name;
+    check_output_not_input(path, "--out", {store.path()});
+    std::error_code lec;
+    if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, lec)))
+      fail("{}: a symbolic link (to {}): kvbench writes only regular files inside --out; remove it or name "
+           "another --out", path, std::filesystem::read_symlink(path, lec).string());
+  }
   auto rows = store.samples(opt.run_ids);
   if (rows.empty()) fail("{}: no generations stored for the selected runs", store.path());
   auto cells = compute_cells(rows, opt.cells);

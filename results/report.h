@@ -36,8 +36,11 @@ struct ReportFiles {
   std::string html, markdown, csv;
 };
 
-/// Writes index.html, report.md and cells.csv into opt.out_dir. Throws kvb::Error naming the
-/// file on I/O failure, or the database when it holds no generations for the selected runs.
+/// Writes index.html, report.md and cells.csv into opt.out_dir, each through a temporary file
+/// and a rename (write_output_file). Throws kvb::Error (exit 2) before writing anything when one
+/// of them is the database read or a symbolic link (a write must not leave --out), kvb::Error
+/// (exit 1) naming the file on I/O failure (disk full, EFBIG), and kvb::Error naming the
+/// database when it holds no generations for the selected runs.
 ReportFiles write_report(Store& store, const ReportOptions& opt);
 
 /// Indices of the Pareto-optimal points among (x, y): y is better higher; x is better lower

@@ -1,7 +1,12 @@
 #include "results/store.h"
 
 #include <sqlite3.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -230,16 +235,59 @@ class Txn {
 }  // namespace
 
 Store::Store(const std::string& path, Mode mode) : path_(path), mode_(mode) {
+  // SQLite gives special meanings to these names (a private temporary or in-memory database, a
+  // URI with options): a run would "succeed" and store nothing anywhere the user can read.
+  if (path.empty()) throw Error("--db: empty path (name a results database file)", ErrorKind::kInput);
+  if (path == ":memory:" || path.rfind("file:", 0) == 0)
+    throw Error(path + ": not a file path (in-memory databases and SQLite URIs are not results "
+                       "databases; name a file, e.g. ./" + path + " for a file of that name)",
+                ErrorKind::kInput);
+  if (mode == Mode::kReadOnly && access(path.c_str(), F_OK) != 0)
+    throw Error(path + ": no such results database", ErrorKind::kInput);
+  if (mode == Mode::kReadWrite) create_if_missing();
+  open(path);
+}
+
+Store::Store(const std::string& display, const std::string& file, CreateTag)
+    : path_(display), mode_(Mode::kReadWrite), creating_(true) {
+  open(file);
+}
+
+void Store::create_if_missing() {
+  struct stat st {};
+  if (lstat(path_.c_str(), &st) == 0) return;
+  if (errno != ENOENT)
+    throw Error(path_ + ": cannot open the database (" + std::strerror(errno) + ")", ErrorKind::kRuntime);
+  // Built under a temporary name and hard-linked into place: link() fails when another shard
+  // got there first (then its whole database is used), and nobody ever sees a half-made file —
+  // so an empty file at `path` is never taken for a new database.
+  static std::atomic<int> counter{0};
+  const std::string tmp = path_ + ".kvbench-new." + std::to_string(::getpid()) + "." +
+                          std::to_string(counter++);
+  struct Cleanup {
+    std::string p;
+    ~Cleanup() {
+      ::unlink(p.c_str());
+      for (const char* suffix : {"-wal", "-shm", "-journal"}) ::unlink((p + suffix).c_str());
+    }
+  } cleanup{tmp};
+  { Store fresh(path_, tmp, CreateTag{}); }  // closed: the WAL is checkpointed and removed
+  if (::link(tmp.c_str(), path_.c_str()) == 0 || errno == EEXIST) return;
+  const int link_errno = errno;
+  // File systems without hard links: rename without replacing (fails when the file appeared).
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) == 0 || errno == EEXIST)
+    return;
+  throw Error(path_ + ": cannot create the database (" + std::strerror(link_errno) + ")", ErrorKind::kRuntime);
+}
+
+void Store::open(const std::string& file) {
   // Readers open read-write without CREATE and set query_only: a SQLITE_OPEN_READONLY
   // connection to a WAL file creates its -wal/-shm files but cannot remove them when it closes,
   // so every `report`/`compare` would leave them behind. (SQLite still opens a write-protected
-  // file read-only.)
-  int flags = mode == Mode::kReadOnly ? SQLITE_OPEN_READWRITE
-                                      : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  // file read-only.) Only the temporary file of create_if_missing() is created here.
+  int flags = creating_ ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READWRITE;
   flags |= SQLITE_OPEN_NOMUTEX;
-  if (mode == Mode::kReadOnly && access(path.c_str(), F_OK) != 0)
-    throw Error(path + ": no such results database", ErrorKind::kInput);
-  int rc = sqlite3_open_v2(path.c_str(), &db_, flags, nullptr);
+  int rc = sqlite3_open_v2(file.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close(db_);
@@ -256,7 +304,7 @@ Store::Store(const std::string& path, Mode mode) : path_(path), mode_(mode) {
   for (int attempt = 0;; ++attempt) {
     last_rc_ = SQLITE_OK;
     try {
-      init(mode);
+      init(mode_);
       return;
     } catch (...) {
       const int primary = last_rc_ & 0xff;
@@ -289,9 +337,25 @@ void Store::init(Mode mode) {
            [this](int rc, const std::string& w) { raise(rc, w); });
     if (t.step()) ntables = t.i64(0);
   }
-  if (app_id != kApplicationId && (app_id != 0 || version != 0 || ntables != 0))
+  const bool fresh = app_id == 0 && version == 0 && ntables == 0;
+  if (creating_ && !fresh) throw Error(path_ + ": cannot create the database (its temporary file is not empty)", ErrorKind::kRuntime);
+  if (!creating_ && fresh) {
+    struct stat st {};
+    const bool empty = ::stat(path_.c_str(), &st) == 0 && st.st_size == 0;
+    throw Error(path_ + (empty ? ": an empty file, not a kvbench results database (kvbench creates "
+                                 "the database itself: remove the file or name a new one)"
+                               : ": is a SQLite database but not a kvbench results database (it holds "
+                                 "no tables and no kvbench application_id)"),
+                ErrorKind::kInput);
+  }
+  if (app_id != kApplicationId && !fresh)
     throw Error(path_ + ": is a SQLite database but not a kvbench results database "
                         "(application_id " + std::to_string(app_id) + ")",
+                ErrorKind::kInput);
+  if (!creating_ && version < 1)
+    throw Error(path_ + ": schema version " + std::to_string(version) +
+                    " is not one kvbench writes (valid: 1 to " + std::to_string(kSchemaVersion) +
+                    "); the file was changed outside kvbench: restore it from a copy",
                 ErrorKind::kInput);
   if (version > kSchemaVersion)
     throw Error(path_ + ": written by a newer kvbench (schema version " + std::to_string(version) +
@@ -350,6 +414,7 @@ void Store::migrate() {
   for (;;) {
     Txn txn(*this);
     int v = schema_version();  // re-read inside the write lock: another process may have migrated
+    if (v < 0) fail("{}: schema version {} is not one kvbench writes", path_, v);  // init() refuses it first
     if (v >= static_cast<int>(m.size())) break;  // Txn rolls back (nothing written)
     exec(m[v]);
     if (v == 0) {

@@ -165,6 +165,11 @@ class Store {
 
   /// Opens (kReadWrite: creating it when missing) and migrates `path` to kSchemaVersion.
   /// kReadOnly opens an existing file without migrating it and fails if its version differs.
+  /// A new database is built in a temporary file beside `path` and linked into place whole, so
+  /// an existing file at `path` is always either a kvbench database or refused: an empty file,
+  /// a SQLite database of another program (also one with no tables), a kvbench database whose
+  /// schema version is outside [1, kSchemaVersion], "", ":memory:" and "file:" URIs all throw
+  /// kvb::Error (ErrorKind::kInput) before anything is written.
   explicit Store(const std::string& path, Mode mode = Mode::kReadWrite);
   ~Store();
   Store(Store&&) noexcept;
@@ -245,6 +250,13 @@ class Store {
   void set_max_page_count_for_testing(int64_t pages);
   std::function<void(size_t row)> after_row_hook_for_testing;
 
+  struct CreateTag {};
+  /// Builds a new database in `file` (which must not exist) with errors naming `display`.
+  Store(const std::string& display, const std::string& file, CreateTag);
+  /// Creates `path_` atomically when it does not exist (see the public constructor).
+  void create_if_missing();
+  /// Opens `file` and runs init() with the busy retries (shared by both constructors).
+  void open(const std::string& file);
   void init(Mode mode);
   void migrate();
   /// The views this build creates (views_sql()) and the ones the file holds: name -> SQL text.
@@ -259,6 +271,7 @@ class Store {
   sqlite3* db_ = nullptr;
   int64_t part_id_ = 0;
   int last_rc_ = 0;  ///< the SQLite code of the last raise() (the constructor retries BUSY opens)
+  bool creating_ = false;  ///< the file is a fresh temporary one: an empty database is expected
 };
 
 }  // namespace kvb::results

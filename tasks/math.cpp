@@ -1,6 +1,7 @@
 // Math reasoning tasks: AIME 2024, AIME 2025, GSM8K (test), MATH-500.
 // Data and prompts: docs/benchmarks.md#math; R-KV's template: Zefan-Cai/R-KV run_math.py
 // (R-KV, arXiv 2505.24133), as TRIM-KV's math runs use it (docs/benchmarks.md#math).
+#include <regex>
 #include <algorithm>
 
 #include "engine/util/error.h"
@@ -93,9 +94,18 @@ class MathTask : public BasicTask {
         size_t h = a.rfind("####");
         if (h == std::string::npos) fail("{}: field 'answer': no '####' final answer", pos.where());
         gold = replace_all(py_strip(a.substr(h + 4)), ",", "");
+        // GSM8K's finals are plain decimal numbers; anything else ("", "nan", "inf") could never
+        // be matched and would score every sample 0 as if the model were wrong.
+        static const std::regex kNumber(R"(-?[0-9]+(\.[0-9]+)?)");
+        if (!std::regex_match(gold, kNumber))
+          fail("{}: field 'answer': the final answer after '####' is {:?}, not a number", pos.where(), gold);
         ex.meta["solution"] = a;
       } else {
         gold = str_or_int_field(rec, "answer", pos);
+        static const std::regex kInteger(R"(-?[0-9]+)");
+        if (spec_.grader == std::string("aime") && !std::regex_match(gold, kInteger))
+          fail("{}: field 'answer': {:?} is not an integer (AIME answers are integers)", pos.where(), gold);
+        if (py_strip(gold).empty()) fail("{}: field 'answer': empty", pos.where());
       }
       std::string id = std::to_string(pos.index);
       if (spec_.name == std::string("math500")) {

@@ -73,16 +73,29 @@ void check_sampling(const nlohmann::json& s, const std::string& where) {
 Suite parse_suite(const std::string& text, const std::string& origin) {
   nlohmann::json y = datasets::parse_yaml(text, origin);
   if (!y.is_object()) fail("{}: a suite is a YAML mapping with a 'tasks' list", origin);
+  // A misspelt or misplaced key (`budget: [8]`, a task's `limit: 1` at the top) would otherwise
+  // be dropped and the full default grid run: every key must be one of these.
+  for (const auto& [k, v] : y.items()) {
+    (void)v;
+    if (k != "name" && k != "description" && k != "sampling" && k != "budgets" && k != "tasks")
+      fail("{}: {}: unknown key (name, description, sampling, budgets, tasks; a task's samples, "
+           "limit, max_new_tokens go under its tasks entry)", origin, k);
+  }
   Suite s;
   s.origin = origin;
-  s.name = y.value("name", std::string());
-  s.description = y.value("description", std::string());
+  for (const char* k : {"name", "description"}) {
+    if (!y.contains(k)) continue;
+    if (!y[k].is_string()) fail("{}: {}: expected a string, got {}", origin, k, y[k].dump());
+    (std::string(k) == "name" ? s.name : s.description) = y[k].get<std::string>();
+  }
   nlohmann::json base = y.value("sampling", nlohmann::json::object());
   check_sampling(base, origin);
   if (y.contains("budgets")) {
     if (!y["budgets"].is_array()) fail("{}: budgets: expected a list of integers", origin);
+    if (y["budgets"].empty()) fail("{}: budgets: expected at least one budget (leave the key out for the default)", origin);
     for (const auto& b : y["budgets"]) {
-      if (!b.is_number_integer() || b.get<long long>() <= 0) fail("{}: budgets: expected positive integers", origin);
+      if (!b.is_number_integer() || b.get<long long>() <= 0 || b.get<long long>() > INT_MAX)
+        fail("{}: budgets: expected integers in [1, {}], got {}", origin, INT_MAX, b.dump());
       s.budgets.push_back(b.get<long long>());
     }
   }

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 SECS="${1:-60}"
 shift || true
 ALL=(fuzz_json fuzz_yaml fuzz_safetensors fuzz_torch_checkpoint fuzz_gguf fuzz_config fuzz_tokenizer fuzz_jinja
-     fuzz_math_answer fuzz_records fuzz_results_db fuzz_judge_reply)
+     fuzz_math_answer fuzz_records fuzz_results_db fuzz_judge_reply fuzz_suite_config)
 TARGETS=("${@:-${ALL[@]}}")
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
 if [ ! -f build-fuzz/build.ninja ]; then
@@ -68,6 +68,10 @@ for i, line in enumerate(open("tests/fixtures/graders/math_goldens.jsonl")):
     pathlib.Path(sys.argv[1], f"g{i}").write_bytes(pred.encode() + b"\0" + gold.encode())
 PY
       ;;
+    fuzz_suite_config)  # byte 0: 0 = a suite, 1 = a run config, 3 = a run config with --config-profile gpu_run
+      local i=0 f
+      for f in tasks/suites/*.yaml ci/nightly-suite.yaml; do [ -f "$f" ] && { printf '\0'; cat "$f"; } > "$d/s$i" && i=$((i + 1)); done
+      for f in ci/nightly.yaml; do [ -f "$f" ] && { printf '\1'; cat "$f"; } > "$d/r$i" && { printf '\3'; cat "$f"; } > "$d/p$i"; i=$((i + 1)); done ;;
     fuzz_records) find tests/fixtures/datasets -name '*.jsonl' -size -64k 2>/dev/null | head -20 | cp_all "$d" ;;
     fuzz_results_db) ;;  # the target writes a valid results database into an empty corpus itself
     fuzz_judge_reply)

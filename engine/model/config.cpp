@@ -40,7 +40,8 @@ bool get_bool(const json& j, const char* key, const std::string& origin, bool df
 
 void add_ids(const json& v, std::vector<int32_t>& out, const std::string& origin, const char* key) {
   auto push = [&](const json& x) {
-    if (!x.is_number_integer()) fail_at(origin, key, "expected integer token ids, got {}", x.dump());
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)
+      fail_at(origin, key, "expected integer token ids in [0, 2^31-1], got {}", x.dump());
     int32_t id = x.get<int32_t>();
     for (int32_t e : out)
       if (e == id) return;
@@ -144,15 +145,21 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
   std::string f;
   // transformers 5 writes rope_parameters ({rope_type, rope_theta, ...}); older files
   // rope_scaling (+ top-level rope_theta). When both are present rope_parameters wins.
+  // Either may be null (no scaling); any other non-mapping is an error, as in transformers
+  // (an ignored `"rope_scaling": 5` would silently run unscaled RoPE).
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     auto it = j.find(key);
-    if (!rs && it != j.end() && it->is_object()) {
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_object()) fail_at(origin, key, "expected a mapping or null, got {}", it->dump());
+    if (!rs) {
       rs = &*it;
       f = key;
     }
   }
   if (rs) {
     const json& r = *rs;
+    for (const char* k : {"rope_type", "type"})
+      if (r.contains(k) && !r[k].is_string()) fail_at(origin, f + "." + k, "expected a string, got {}", r[k].dump());
     std::string type = r.value("rope_type", r.value("type", std::string("default")));
     if (type != "default" && type != "linear" && type != "llama3" && type != "yarn")
       fail_at(origin, f + ".rope_type", "unsupported RoPE scaling '{}' (default, linear, llama3, yarn)", type);
@@ -175,8 +182,12 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
       fail_at(origin, f + ".original_max_position_embeddings", "required for llama3 RoPE");
   }
   if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], c.eos_token_ids, origin, "eos_token_id");
-  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
-    c.bos_token_id = j["bos_token_id"].get<int32_t>();
+  if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
+    const json& b = j["bos_token_id"];
+    if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > INT32_MAX)
+      fail_at(origin, "bos_token_id", "expected a token id (an integer in [0, 2^31-1]) or null, got {}", b.dump());
+    c.bos_token_id = b.get<int32_t>();
+  }
   c.validate(origin);
   return c;
 }
@@ -202,7 +213,12 @@ GenerationDefaults GenerationDefaults::from_file(const std::string& path) {
     g.top_k = static_cast<int>(k);
   }
   if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], g.eos_token_ids, path, "eos_token_id");
-  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) g.bos_token_id = j["bos_token_id"].get<int32_t>();
+  if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
+    const json& b = j["bos_token_id"];
+    if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > INT32_MAX)
+      fail_at(path, "bos_token_id", "expected a token id (an integer in [0, 2^31-1]) or null, got {}", b.dump());
+    g.bos_token_id = b.get<int32_t>();
+  }
   return g;
 }
 
@@ -250,11 +266,37 @@ void ModelConfig::validate(const std::string& origin) const {
     fail_at(origin, "num_key_value_heads", "{} does not divide num_attention_heads {}", num_kv_heads,
             num_heads);
   if (head_dim % 2 != 0) fail_at(origin, "head_dim", "must be even for RoPE, got {}", head_dim);
-  if (rms_norm_eps <= 0) fail_at(origin, "rms_norm_eps", "must be > 0");
-  if (rope_theta <= 0) fail_at(origin, "rope_theta", "must be > 0");
-  if (query_pre_attn_scalar < 0) fail_at(origin, "query_pre_attn_scalar", "must be > 0");
-  if (attn_logit_softcap < 0) fail_at(origin, "attn_logit_softcapping", "must be > 0 or null");
-  if (final_logit_softcap < 0) fail_at(origin, "final_logit_softcapping", "must be > 0 or null");
+  // Written as !(x > 0) so that NaN (possible in GGUF metadata) fails too.
+  if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps)) fail_at(origin, "rms_norm_eps", "must be > 0, got {}", rms_norm_eps);
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail_at(origin, "rope_theta", "must be > 0, got {}", rope_theta);
+  if (!(query_pre_attn_scalar >= 0) || !std::isfinite(query_pre_attn_scalar)) fail_at(origin, "query_pre_attn_scalar", "must be > 0");
+  if (!(attn_logit_softcap >= 0) || !std::isfinite(attn_logit_softcap)) fail_at(origin, "attn_logit_softcapping", "must be > 0 or null");
+  if (!(final_logit_softcap >= 0) || !std::isfinite(final_logit_softcap)) fail_at(origin, "final_logit_softcapping", "must be > 0 or null");
+  for (const auto& [v, f] : {std::pair<double, const char*>{rope_scaling.factor, "rope_scaling.factor"},
+                             {rope_scaling.low_freq_factor, "rope_scaling.low_freq_factor"},
+                             {rope_scaling.high_freq_factor, "rope_scaling.high_freq_factor"},
+                             {rope_scaling.beta_fast, "rope_scaling.beta_fast"},
+                             {rope_scaling.beta_slow, "rope_scaling.beta_slow"},
+                             {rope_scaling.attention_factor, "rope_scaling.attention_factor"},
+                             {rope_scaling.mscale, "rope_scaling.mscale"},
+                             {rope_scaling.mscale_all_dim, "rope_scaling.mscale_all_dim"}})
+    if (!std::isfinite(v)) fail_at(origin, f, "must be a finite number, got {}", v);
+  if (rope_scaling.original_max_position_embeddings < 0 || rope_scaling.original_max_position_embeddings > INT32_MAX)
+    fail_at(origin, "rope_scaling.original_max_position_embeddings", "must be in [0, 2^31-1], got {}",
+            rope_scaling.original_max_position_embeddings);
+  // Sizes index int32 tables and are multiplied together when buffers are sized: each must fit
+  // int32 (num_hidden_layers far less) so an absurd value is named here, not met as "out of memory".
+  auto fits = [&](int64_t v, const char* f, int64_t hi) {
+    if (v > hi) fail_at(origin, f, "{} is absurdly large (at most {})", v, hi);
+  };
+  fits(vocab_size, "vocab_size", INT32_MAX);
+  fits(hidden_size, "hidden_size", 1 << 20);
+  fits(intermediate_size, "intermediate_size", 1 << 22);
+  fits(num_layers, "num_hidden_layers", 1 << 16);
+  fits(num_heads, "num_attention_heads", 1 << 16);
+  fits(num_kv_heads, "num_key_value_heads", 1 << 16);
+  fits(head_dim, "head_dim", 1 << 16);
+  fits(max_position_embeddings, "max_position_embeddings", INT32_MAX);
   if (!layer_window.empty() && static_cast<int64_t>(layer_window.size()) != num_layers)
     fail_at(origin, "sliding_window", "{} layer windows for num_hidden_layers {}", layer_window.size(), num_layers);
 }

@@ -9,6 +9,7 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
+#include <cmath>
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -373,6 +374,20 @@ GgufFile GgufFile::open(const std::string& path) {
               "{} bytes at data offset {} run past the end of the file ({} bytes of tensor data)",
               t.nbytes, t.offset, avail);
   }
+  // Two tensors sharing bytes (one offset given twice, or overlapping ranges) would alias each
+  // other's weights: refused, as safetensors headers are (empty tensors excepted).
+  std::vector<const GgufTensorInfo*> by_offset;
+  for (const auto& t : g.tensors_)
+    if (t.nbytes > 0) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensorInfo* a, const GgufTensorInfo* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensorInfo& prev = *by_offset[i - 1];
+    const GgufTensorInfo& t = *by_offset[i];
+    if (t.offset < prev.offset + prev.nbytes)
+      fail_at(path, "tensor '" + t.name + "'.offset", "{} overlaps tensor '{}' (bytes {}..{} of the data)", t.offset,
+              prev.name, prev.offset, prev.offset + prev.nbytes);
+  }
   return g;
 }
 
@@ -417,7 +432,10 @@ int64_t GgufFile::get_int_or(const std::string& key, int64_t dflt) const {
 double GgufFile::get_float_or(const std::string& key, double dflt) const {
   const GgufValue* v = find(key);
   if (!v) return dflt;
-  if (v->type == GgufValueType::FLOAT32 || v->type == GgufValueType::FLOAT64) return v->f;
+  if (v->type == GgufValueType::FLOAT32 || v->type == GgufValueType::FLOAT64) {
+    if (!std::isfinite(v->f)) fail_at(path_, "metadata '" + key + "'", "must be a finite number, got {}", v->f);
+    return v->f;
+  }
   if (v->is_integer()) return static_cast<double>(get_int(key));
   fail_at(path_, "metadata '" + key + "'", "expected a number, got {}", gguf_value_type_name(v->type));
 }
@@ -457,6 +475,11 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.model_type = a->model_type;
   const std::string p = arch + ".";
   c.num_layers = f.get_int(p + "block_count");
+  // Every block has tensors of its own: a count beyond the file's tensors is corrupt (and would
+  // size per-layer tables before any tensor is looked up).
+  if (c.num_layers > static_cast<int64_t>(f.tensors().size()))
+    fail_at(f.path(), "metadata '" + p + "block_count'", "{} blocks but the file has {} tensors", c.num_layers,
+            f.tensors().size());
   c.hidden_size = f.get_int(p + "embedding_length");
   c.intermediate_size = f.get_int(p + "feed_forward_length");
   c.num_heads = f.get_int(p + "attention.head_count");

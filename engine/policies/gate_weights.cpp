@@ -77,6 +77,13 @@ bool parse_hub_spec(const std::string& spec, HubSpec* out) {
   return true;
 }
 
+/// True when the file starts with a pickle PROTO opcode (0x80): what legacy torch.save writes.
+bool starts_with_pickle(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char b = 0;
+  return in.get(b) && static_cast<unsigned char>(b) == 0x80;
+}
+
 void read_safetensors(GateWeights& w, const std::string& path, const GateSource& source) {
   // Streams: the header, then only the kept tensors (a model shard may hold gigabytes).
   std::error_code ec;
@@ -253,6 +260,11 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
     for (const auto& f : shards) read_safetensors(w, f, source);
   else if (looks_like_zip(w.path))
     read_torch(w, w.path, source);
+  else if (ends_with(w.path, ".pth") || ends_with(w.path, ".pt") || starts_with_pickle(w.path))
+    // torch.save before PyTorch 1.6 (or with _use_new_zipfile_serialization=False) writes a bare
+    // pickle stream, not the ZIP archive read here; it is not a safetensors file either.
+    fail_at(w.path, "", "a legacy (non-ZIP) PyTorch checkpoint: only the ZIP format of torch.save (PyTorch >= 1.6) "
+            "is read; re-save it with torch.save(state_dict, path) on a current PyTorch, or as safetensors");
   else
     read_safetensors(w, w.path, source);
   return w;

@@ -678,8 +678,22 @@ Tokenizer Tokenizer::from_json(const json& tj, const std::string& origin, const 
       });
 
   int32_t max_id = -1;
-  for (const auto& [tok, id] : impl->model->vocab()) max_id = std::max(max_id, id);
-  for (const AddedToken& t : impl->added) max_id = std::max(max_id, t.id);
+  std::string max_token;
+  bool max_is_added = false;
+  for (const auto& [tok, id] : impl->model->vocab())
+    if (id > max_id) max_id = id, max_token = tok;
+  for (const AddedToken& t : impl->added)
+    if (t.id > max_id) max_id = t.id, max_token = t.content, max_is_added = true;
+  // The id -> token tables below are indexed by id, so their size is the largest id: an id far
+  // beyond the number of tokens the file defines (2147483647 in a 10 KB file) would allocate
+  // gigabytes for nothing. Real vocabularies are dense (ids 0..n-1, a few reserved gaps); four
+  // times the token count plus 65536 leaves room for any of those.
+  const int64_t n_tokens = static_cast<int64_t>(impl->model->vocab().size() + impl->added.size());
+  const int64_t id_limit = 4 * n_tokens + 65536;
+  if (max_id >= id_limit)
+    fail_at(origin, max_is_added ? "added_tokens" : "model.vocab",
+            "token {:?} has id {}, beyond what {} tokens can use (ids must be below {}; the id -> token table is "
+            "sized by the largest id)", max_token, max_id, n_tokens, id_limit);
   impl->pieces.assign(static_cast<size_t>(max_id + 1), std::string());
   impl->special.assign(static_cast<size_t>(max_id + 1), 0);
   impl->present.assign(static_cast<size_t>(max_id + 1), 0);

@@ -62,6 +62,43 @@ nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::stri
 
 nlohmann::json parse_json_file(const std::string& path) { return parse_json(read_file(path), path); }
 
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+void check_output_not_input(const std::string& out, const std::string& option, const std::vector<std::string>& inputs) {
+  for (const auto& in : inputs) {
+    if (in.empty()) continue;
+    if (in == out || same_file(in, out))
+      throw Error(option + " " + out + ": is also an input (" + in + "); name another file", ErrorKind::kInput);
+  }
+}
+
+void write_output_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".kvbench-tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(path + ": cannot open for writing (" + std::strerror(errno) + ")", ErrorKind::kRuntime);
+  size_t done = 0;
+  int err = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0 && !err) err = errno;
+  if (!err && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err) {
+    ::unlink(tmp.c_str());
+    throw Error(path + ": write failed (" + std::strerror(err) + ")", ErrorKind::kRuntime);
+  }
+}
+
 bool file_exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);

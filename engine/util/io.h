@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +35,21 @@ nlohmann::json parse_json_file(const std::string& path);
 
 /// True when `path` names an existing regular file.
 bool file_exists(const std::string& path);
+
+/// True when `a` and `b` name the same existing file or directory (any spelling: relative,
+/// through symlinks, hard links). False when either does not exist.
+bool same_file(const std::string& a, const std::string& b);
+
+/// Refuses (kvb::Error, exit 2) an output path that names one of `inputs` (same_file, or the
+/// same spelling when neither exists yet): "<option> <out>: is also an input (<input>); name
+/// another file". Called before any work starts, so an input is never overwritten.
+void check_output_not_input(const std::string& out, const std::string& option, const std::vector<std::string>& inputs);
+
+/// Writes `text` to `path` through a temporary file in the same directory and a rename, so a
+/// failed write (disk full, EFBIG under `ulimit -f`) leaves any old file whole, and a symlink at
+/// `path` is replaced rather than written through (the write stays in the directory named).
+/// Throws kvb::Error (ErrorKind::kRuntime) naming `path` on failure; no temporary file remains.
+void write_output_file(const std::string& path, const std::string& text);
 
 /// A read-only memory map of a whole file (used for safetensors and GGUF weights).
 /// Move-only; unmaps on destruction. Throws kvb::Error naming the file on failure.

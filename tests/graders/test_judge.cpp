@@ -156,6 +156,20 @@ class FakeOpenAI {
       res.set_content(R"({"id":"x","choices":[]})", "application/json");
       return;
     }
+    if (has("ECHO-KEY")) {  // a reply quoting the request's credentials back
+      res.set_content(completion("yes " + req.get_header_value("Authorization")), "application/json");
+      return;
+    }
+    if (has("GZIP-REPLY")) {  // a gzip body (the completion "Yes.") whether or not it was asked for
+      static const char kGz[] = "\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03\x1d\x8c\xc1\x0a\x83\x40\x0c\x44\x7f\x45\x72\x2e\xd2\x73\xff\xa4\x94\x52\xd2\x98\x76\x23\x9a\x88\xc9\x41\x58\xf6\xdf\xcd\x7a\x9b\x99\xc7\xbc\x0a\x32\xc1\x63\x80\x03\x6e\x03\xd8\x77\x66\x8a\x5e\xa9\x60\x8c\x64\xeb\xb6\x70\x88\x69\x87\x54\x4c\x88\x3d\xe9\xab\x82\xe8\xc4\x47\xc6\x7b\x82\x95\xdd\xf1\xcf\xd9\x2a\xec\xb6\xf4\x00\xe8\x2e\x1e\xa8\x71\x3d\x4d\x83\xf5\xf2\x3e\xd9\x47\x68\xb9\xfd\x44\xc5\xcb\x67\x67\xf4\xd4\x27\xf1\xb0\x0d\xda\xbb\x9d\xfd\x79\xb4\x67\x91\x00\x00\x00";
+      res.set_header("Content-Encoding", "gzip");
+      res.set_content(std::string(kGz, sizeof kGz - 1), "application/json");
+      return;
+    }
+    if (has("BINARY-REPLY")) {  // raw binary that is not JSON
+      res.set_content(std::string("\x1f\x8b\x08\x00\xff\xfe\x01garbage", 14), "application/octet-stream");
+      return;
+    }
     res.set_content(completion(has("ANSWER-NO") ? "no" : "Yes."), "application/json");
   }
 
@@ -393,6 +407,46 @@ TEST(JudgeClient, MalformedEmptyAndUnauthorizedFailAtOnce) {
   EXPECT_NE(u[0].error.find("Incorrect API key"), std::string::npos) << u[0].error;
   EXPECT_EQ(u[0].error.find(wrong), std::string::npos) << "the key leaked: " << u[0].error;
   EXPECT_EQ(srv.requests(), 3);
+}
+
+TEST(JudgeClient, EchoedKeyIsRedactedGzipDecodedBinaryEscaped) {
+  FakeOpenAI srv;
+  auto cl = make_client(srv);
+  auto r = cl.ask({"ECHO-KEY please", "GZIP-REPLY please", "BINARY-REPLY please"});
+  ASSERT_TRUE(r[0].ok) << r[0].error;
+  EXPECT_EQ(r[0].text.find(kKey), std::string::npos) << "the key is in the stored reply: " << r[0].text;
+  EXPECT_NE(r[0].text.find("yes Bearer ***"), std::string::npos) << r[0].text;
+  ASSERT_TRUE(r[1].ok) << r[1].error;
+  EXPECT_EQ(r[1].text, "Yes.");  // decoded, not the gzip bytes
+  EXPECT_FALSE(r[2].ok);
+  for (char c : r[2].error) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "non-printable byte in: " << r[2].error;
+  EXPECT_NE(r[2].error.find("\\x8b"), std::string::npos) << r[2].error;
+}
+
+TEST(JudgeClient, EndpointIsCheckedBeforeAnyRequest) {
+  auto refused = [](const std::string& url, const std::string& key, const std::string& what) {
+    OpenAIEndpoint ep;
+    ep.base_url = url;
+    ep.api_key = key;
+    try {
+      OpenAIJudge j("m", ep, fast_opts());
+      ADD_FAILURE() << url << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("sk-secret"), std::string::npos) << e.what();
+    }
+  };
+  refused("file:///etc/passwd", "", "OPENAI_BASE_URL: 'file:///etc/passwd': must be an http:// or https:// URL");
+  refused("ftp://example.com/v1", "", "must be an http:// or https://");
+  refused("http://", "", "no host name");
+  refused("https://:443/v1", "", "no host name");
+  refused("http://host:99999/v1", "", "bad port");
+  refused("http://ho st/v1", "", "space or control character");
+  refused("http://localhost/v1", "sk-secret\r\nX-Injected: 1", "OPENAI_API_KEY: contains a control character");
+  OpenAIEndpoint ok;
+  ok.base_url = "HTTPS://user@example.com:8443/v1";
+  ok.api_key = "sk-secret";
+  EXPECT_NO_THROW(OpenAIJudge("m", ok, fast_opts()));
 }
 
 TEST(JudgeClient, ConnectionRefusedIsAFailedReplyNotAThrow) {

@@ -26,6 +26,9 @@
 
 #include "tests/results/synth.h"
 
+// Cases omit the trailing fields (prefix, exit_code) that most of them leave at their defaults.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -40,6 +43,8 @@ struct Case {
   std::string args;                          // kvbench arguments; $D = the case's directory, $S = ../shared
   std::string expect;                        // substring of the error line (names the file/field)
   std::string must_not_exist;                // a path under $D the command must not create
+  std::string prefix;                        // shell words before the command (env settings, ulimit)
+  int exit_code = 2;                         // 2 for bad input, 1 for a runtime failure
 };
 
 std::string repeat(const std::string& s, int n) {
@@ -90,8 +95,21 @@ const std::map<std::string, std::function<void(nlohmann::json&)>>& tokenizer_mut
       {"vocab_empty", [](nlohmann::json& t) { t["model"]["vocab"] = nlohmann::json::object(); }},
       {"merges_unknown_token", [](nlohmann::json& t) { t["model"]["merges"].push_back("qqq zzz"); }},
       {"not_object", [](nlohmann::json& t) { t = nlohmann::json::array({1, 2}); }},
+      // Ids that would size the id -> token tables far beyond the file (issue 31).
+      {"vocab_id_int_max", [](nlohmann::json& t) { t["model"]["vocab"]["<s>"] = 2147483647; }},
+      {"vocab_id_300m", [](nlohmann::json& t) { t["model"]["vocab"]["<s>"] = 300000000; }},
+      {"vocab_id_1e9", [](nlohmann::json& t) { t["model"]["vocab"]["<s>"] = 1000000000; }},
   };
   return m;
+}
+
+/// Where the value of GGUF metadata key `key` starts: after its name and its u32 value type (the
+/// first occurrence of the name's bytes; the fixture's names are unique). For a tensor name the
+/// same position is past the name and its u32 n_dims.
+size_t value_at(const std::string& b, const std::string& key) {
+  const size_t at = b.find(key);
+  if (at == std::string::npos) throw std::runtime_error("fixture has no " + key);
+  return at + key.size() + 4;
 }
 
 /// Mutations of tests/fixtures/gguf/stories260K.gguf ("@gguf:NAME"). Its layout: magic (4 bytes),
@@ -121,14 +139,23 @@ const std::map<std::string, std::function<void(std::string&)>>& gguf_mutations()
       {"value_type_99", [=](std::string& b) { put_u32(b, 52, 99); }},
       {"value_type_array", [=](std::string& b) { put_u32(b, 52, 9); }},
       {"arch_length_huge", [=](std::string& b) { put_u64(b, 56, 1ull << 60); }},
+      // Metadata values (issue 31): a key's value follows its name and a u32 type.
+      {"freq_base_nan", [=](std::string& b) { put_u32(b, value_at(b, "llama.rope.freq_base"), 0x7fc00000u); }},
+      {"rms_epsilon_nan", [=](std::string& b) { put_u32(b, value_at(b, "llama.attention.layer_norm_rms_epsilon"), 0x7fc00000u); }},
+      {"freq_base_inf", [=](std::string& b) { put_u32(b, value_at(b, "llama.rope.freq_base"), 0x7f800000u); }},
+      {"block_count_huge", [=](std::string& b) { put_u32(b, value_at(b, "llama.block_count"), 0xffffffffu); }},
+      // blk.0.attn_q.weight (2 dims) moved to token_embd.weight's offset 0: after the name come
+      // n_dims (u32), two u64 dims, the type (u32), then the offset (u64).
+      {"tensors_same_offset", [=](std::string& b) { put_u64(b, value_at(b, "blk.0.attn_q.weight") + 16 + 4, 0); }},
   };
   return m;
 }
 
 /// A SQLite file for "@db:NAME": "results" (a kvbench results DB with one finished run of 8
-/// graded samples), "newer" (the same with a schema version from the future), "truncated"
-/// (its first 3000 bytes), "foreign" (a SQLite DB of another program), "other_app" (a
-/// different application_id).
+/// graded samples), "newer" (the same with a schema version from the future), "uv_negative" /
+/// "uv_zero" (the same with user_version -1 / 0), "truncated" (its first 3000 bytes), "foreign"
+/// (a SQLite DB of another program), "other_app" (a different application_id), "empty_sqlite"
+/// (a SQLite header and no tables), "results_rollback" (the results DB in rollback-journal mode).
 void make_db(const fs::path& p, const std::string& kind) {
   using namespace kvb::results;
   using namespace kvb::results::testing;
@@ -140,11 +167,16 @@ void make_db(const fs::path& p, const std::string& kind) {
   };
   if (kind == "foreign") return sql("CREATE TABLE songs (title TEXT, year INTEGER); INSERT INTO songs VALUES ('x', 1999)");
   if (kind == "other_app") return sql("PRAGMA application_id = 1234; CREATE TABLE t (a)");
+  // A SQLite file with a header and no tables: application_id 0, user_version 0.
+  if (kind == "empty_sqlite") return sql("CREATE TABLE t (a); DROP TABLE t");
   {
     Store s(p.string());
     fill(s, expand_grid(small_grid(2, 1)), run_info("hostile"));
   }
   if (kind == "newer") return sql("PRAGMA user_version = 99");
+  if (kind == "results_rollback") return sql("PRAGMA journal_mode = DELETE");  // opened without -wal/-shm
+  if (kind == "uv_negative") return sql("PRAGMA user_version = -1");
+  if (kind == "uv_zero") return sql("PRAGMA user_version = 0");
   if (kind == "truncated") return fs::resize_file(p, 3000);
   ASSERT_EQ(kind, "results");
 }
@@ -488,7 +520,169 @@ std::vector<Case> cases() {
   };
   for (const auto& [tag, args, err] : opts) v.push_back({"opt_" + tag, {}, args, err, ""});
 
-  // --- More tokenizer.json mutations (see tokenizer_mutations).
+  // --- Issue 31: a second probe. Results databases that are not (or no longer) kvbench's.
+  for (const auto& [tag, content, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"uv_negative", "@db:uv_negative", "x.db: schema version -1 is not one kvbench writes"},
+           {"uv_zero", "@db:uv_zero", "x.db: schema version 0 is not one kvbench writes"},
+           {"empty_file", "", "x.db: an empty file, not a kvbench results database"},
+           {"empty_sqlite", "@db:empty_sqlite", "x.db: is a SQLite database but not a kvbench results database"}}) {
+    v.push_back({"db31_grade_" + tag, {{"x.db", content}}, "grade --db $D/x.db", err, ""});
+    v.push_back({"db31_report_" + tag, {{"x.db", content}}, "report --db $D/x.db --out $D/rep", err, "rep"});
+    v.push_back({"db31_compare_" + tag, {{"x.db", content}}, "compare --db $D/x.db --baseline latest --candidate latest", err, ""});
+    v.push_back({"db31_run_" + tag, {{"x.db", content}}, run_smoke + " --db $D/x.db", err, ""});
+    v.push_back({"db31_merge_in_" + tag, {{"x.db", content}, {"out.db", "@db:results"}}, "merge $D/out.db $D/x.db", err, ""});
+    v.push_back({"db31_merge_out_" + tag, {{"x.db", content}, {"r.db", "@db:results"}}, "merge $D/x.db $D/r.db", err, ""});
+  }
+  // Database names SQLite would take as a private temporary / in-memory database or a URI.
+  v.push_back({"db31_run_empty_name", {}, run_smoke + " --db ''", "--db: empty path", ""});
+  v.push_back({"db31_run_memory_uri", {}, run_smoke + " --db 'file:$D/m.db?mode=memory'", "not a file path", "m.db"});
+  v.push_back({"db31_run_memory", {}, run_smoke + " --db :memory:", ":memory:: not a file path", ""});
+  v.push_back({"db31_grade_uri", {}, "grade --db 'file:$D/x.db'", "x.db: no such results database", "x.db"});
+  v.push_back({"db31_merge_memory_out", {{"r.db", "@db:results"}}, "merge :memory: $D/r.db", ":memory:: not a file path", ""});
+  // Outputs that are inputs; writes through a symlink out of --out.
+  v.push_back({"out31_fidelity_json_is_prompts", {{"p.txt", "Once upon a time\n"}},
+               "fidelity --model $S/models/stories260K-hf --prompts $D/p.txt --json $D/p.txt --policies full",
+               "--json " , ""});
+  v.push_back({"out31_fidelity_json_is_prompts_other_spelling", {{"p.txt", "Once upon a time\n"}},
+               "fidelity --model $S/models/stories260K-hf --prompts $D/p.txt --json $D/./p.txt --policies full",
+               "is also an input", ""});
+  v.push_back({"out31_fidelity_json_is_model_config", {{"model/config.json", "@config"},
+                                                        {"model/model.safetensors", "@shared:models/stories260K-hf/model.safetensors"},
+                                                        {"model/tokenizer.json", "@shared:models/stories260K-hf/tokenizer.json"},
+                                                        {"p.txt", "Once upon a time\n"}},
+               "fidelity --model $D/model --prompts $D/p.txt --json $D/model/config.json --policies full",
+               "is a file of the model directory", ""});
+  v.push_back({"out31_report_db_is_output", {{"rep/cells.csv", "@db:results"}}, "report --db $D/rep/cells.csv --out $D/rep",
+               "--out " , "rep/index.html"});
+  v.push_back({"out31_report_symlink_out_of_out", {{"outside.txt", "keep me\n"}, {"rep/index.html", "@symlink:../outside.txt"}, {"r.db", "@db:results"}},
+               "report --db $D/r.db --out $D/rep", "rep/index.html: a symbolic link", "rep/report.md"});
+  v.push_back({"out31_report_out_is_db", {{"r.db", "@db:results"}}, "report --db $D/r.db --out $D/r.db", "--out ", ""});
+  // A file-size limit: the write fails with EFBIG (a runtime failure, exit 1), never SIGXFSZ.
+  // (A database in rollback-journal mode: opening a WAL one needs a 32 KiB -shm file first.)
+  v.push_back({"xfsz31_report", {{"r.db", "@db:results_rollback"}}, "report --db $D/r.db --out $D/rep", "rep/index.html: write failed (File too large)", "rep/index.html", "ulimit -f 4;", 1});
+  v.push_back({"xfsz31_run_new_db", {}, run_smoke + " --db $D/new.db", "new.db: ", "new.db", "ulimit -f 8;", 1});
+  // Run configs: values out of range, empty lists, unknown keys in profiles.
+  const std::vector<std::tuple<std::string, std::string, std::string>> configs31 = {
+      {"max_new_tokens_huge", "run: {max_new_tokens: 99999999999}\n", "c.yaml: run.max_new_tokens: must be <= 2147483647"},
+      {"top_k_huge", "run: {top_k: 1099511627776}\n", "c.yaml: run.top_k: must be <= 2147483647"},
+      {"samples_huge", "run: {samples: 4294967297}\n", "c.yaml: run.samples: must be <= 2147483647"},
+      {"seed_huge", "run: {seed: 18446744073709551616}\n", "c.yaml: run.seed"},
+      {"seed_negative", "run: {seed: -1}\n", "c.yaml: run.seed"},
+      {"top_p_range", "run: {top_p: 1.5}\n", "c.yaml: run.top_p: must be in [0, 1]"},
+      {"min_p_nan", "run: {min_p: .nan}\n", "c.yaml: run.min_p"},
+      {"temperature_inf", "run: {temperature: .inf}\n", "c.yaml: run.temperature"},
+      {"models_empty", "run: {models: []}\n", "c.yaml: run.models: empty list"},
+      {"policies_empty", "run: {policies: []}\n", "c.yaml: run.policies: empty list"},
+      {"budgets_empty", "run: {budgets: []}\n", "c.yaml: run.budgets: empty list"},
+      {"budget_huge", "run: {budgets: [99999999999]}\n", "c.yaml: run.budgets[0]: must be <= 2147483647"},
+      {"data_dirs_empty", "data_dirs: []\nrun: {limit: 1}\n", "c.yaml: data_dirs: empty list"},
+      {"policy_empty_string", "run: {policies: ['']}\n", "c.yaml: run.policies[0]: empty string"},
+      {"profile_typo_key", "run: {limit: 1}\ngpu_run: {budget: [8]}\n", "c.yaml: gpu_run.budget: unknown key"},
+      {"report_typo_key", "run: {limit: 1}\nreport: {outdir: x}\n", "c.yaml: report.outdir: unknown key"},
+      {"second_document", "run: {limit: 1}\n---\nrun: {limit: 2}\n", "c.yaml: line 2: a second YAML document"},
+      {"duplicate_key", "run: {limit: 1}\nrun: {limit: 2}\n", "c.yaml: line 2: duplicate key 'run'"},
+      {"duplicate_inner_key", "run: {limit: 1, limit: 2}\n", "duplicate key 'limit'"},
+  };
+  for (const auto& [tag, text, err] : configs31)
+    v.push_back({"runconfig31_" + tag, {{"c.yaml", text}, {"r.db", "@db:results"}},
+                 "run --config $D/c.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db", err, ""});
+  // Suites: wrong types, unknown or misplaced top-level keys, a second document.
+  const std::vector<std::tuple<std::string, std::string, std::string>> suites31 = {
+      {"name_number", "name: 5\ntasks: [smoke]\n", "s.yaml: name: expected a string, got 5"},
+      {"description_list", "description: [a]\ntasks: [smoke]\n", "s.yaml: description: expected a string"},
+      {"limit_top_level", "limit: 1\ntasks: [smoke]\n", "s.yaml: limit: unknown key"},
+      {"budget_typo", "budget: [8]\ntasks: [smoke]\n", "s.yaml: budget: unknown key"},
+      {"budgets_empty", "budgets: []\ntasks: [smoke]\n", "s.yaml: budgets: expected at least one budget"},
+      {"budgets_huge", "budgets: [99999999999]\ntasks: [smoke]\n", "s.yaml: budgets: expected integers in [1, 2147483647]"},
+      {"second_document", "tasks: [smoke]\n---\ntasks: [gsm8k]\n", "s.yaml: line 2: a second YAML document"},
+      {"duplicate_tasks", "tasks: [smoke]\ntasks: [gsm8k]\n", "s.yaml: line 2: duplicate key 'tasks'"},
+      {"task_samples_huge", "tasks: [{task: smoke, samples: 99999999999}]\n", "s.yaml: tasks[0]: samples"},
+      {"task_limit_huge", "tasks: [{task: smoke, limit: 99999999999999999999}]\n", "s.yaml: tasks[0]: limit"},
+  };
+  for (const auto& [tag, text, err] : suites31) {
+    v.push_back({"suite31_run_" + tag, {{"s.yaml", text}, {"r.db", "@db:results"}},
+                 "run --suite $D/s.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db", err, ""});
+    v.push_back({"suite31_tasks_" + tag, {{"s.yaml", text}}, "tasks --suite $D/s.yaml", err, ""});
+  }
+  // Numbers on the command line beyond 64 bits are refused, not saturated.
+  for (const auto& [tag, args, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"run_seed_2_64", run_smoke + " --db $D/r.db --seed 18446744073709551616", "--seed: out of range"},
+           {"generate_seed_2_64", "generate --model $S/models/stories260K-hf --prompt x --seed 18446744073709551616", "--seed: out of range"},
+           {"run_max_new_tokens_huge", run_smoke + " --db $D/r.db --max-new-tokens 99999999999", "--max-new-tokens"},
+           {"run_top_k_huge", run_smoke + " --db $D/r.db --top-k 1099511627776", "--top-k"},
+           {"run_limit_2_64", run_smoke + " --db $D/r.db --limit 18446744073709551616", "--limit: out of range"},
+           {"bench_batch_huge", "bench --model-shape stories260k --batch 2000000000", "--batch 2000000000: "},
+           {"judge_concurrency_huge", "grade --db $D/r.db --judge openai:m --judge-concurrency 1000000", "--judge-concurrency"},
+           {"judge_timeout_huge", "grade --db $D/r.db --judge openai:m --judge-timeout 1e300", "--judge-timeout"},
+           {"judge_backoff_huge", "grade --db $D/r.db --judge openai:m --judge-backoff 1e300", "--judge-backoff"},
+           {"judge_retries_huge", "grade --db $D/r.db --judge openai:m --judge-retries 2000000000", "--judge-retries"},
+           {"bench_context_huge", "bench --model-shape stories260k --context 2147483647 --gen 2147483647", "max_position_embeddings"}})
+    v.push_back({"cli31_" + tag, {{"r.db", "@db:results"}}, args, err, ""});
+  // config.json: RoPE settings that are not mappings, token ids out of range.
+  auto cfg_with = [&](const std::string& extra) { return base.substr(0, base.size() - 1) + "," + extra + "}"; };
+  for (const auto& [tag, extra, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"rope_scaling_number", R"("rope_scaling": 5)", "config.json: rope_scaling: expected a mapping or null, got 5"},
+           {"rope_parameters_list", R"("rope_parameters": [1])", "config.json: rope_parameters: expected a mapping or null"},
+           {"rope_type_number", R"("rope_scaling": {"rope_type": 3})", "config.json: rope_scaling.rope_type: expected a string"},
+           {"eos_huge", R"("eos_token_id": 4294967296)", "config.json: eos_token_id"},
+           {"eos_negative", R"("eos_token_id": [2, -1])", "config.json: eos_token_id"},
+           {"bos_huge", R"("bos_token_id": 99999999999)", "config.json: bos_token_id"},
+           {"bos_string", R"("bos_token_id": "1")", "config.json: bos_token_id"},
+           {"layers_huge_int", R"("num_hidden_layers": 1099511627776)", "config.json: num_hidden_layers"}}) {
+    std::string c = cfg_with(extra);
+    if (tag == "layers_huge_int") c = with("num_hidden_layers", "1099511627776");
+    v.push_back({"config31_" + tag, {{"model/config.json", c}}, gen, err, ""});
+  }
+  // generation_config.json beside a model: token ids out of range are named, not truncated.
+  for (const auto& [tag, text] : std::vector<std::pair<std::string, std::string>>{
+           {"bos_huge", R"({"bos_token_id": 99999999999})"}, {"eos_huge", R"({"eos_token_id": [2, 4294967298]})"},
+           {"top_k_huge", R"({"top_k": 1099511627776})"}}) {
+    auto files = std::map<std::string, std::string>{{"model/config.json", "@config"},
+                                                    {"model/model.safetensors", "@shared:models/stories260K-hf/model.safetensors"},
+                                                    {"model/tokenizer.json", "@shared:models/stories260K-hf/tokenizer.json"},
+                                                    {"model/generation_config.json", text}};
+    v.push_back({"genconfig31_" + tag, files, gen, "generation_config.json: ", ""});
+  }
+  // Dataset golds that can never be matched (every sample would score 0).
+  for (const auto& [tag, gold] : std::vector<std::pair<std::string, std::string>>{
+           {"gold_empty", "#### "}, {"gold_nan", "#### nan"}, {"gold_inf", "#### inf"}, {"gold_word", "#### four"}}) {
+    const std::string rec = "{\"question\": \"q\", \"answer\": \"" + gold + "\"}\n";
+    v.push_back({"records31_run_" + tag, {{"data/gsm8k/test.jsonl", rec}, {"r.db", "@db:results"}},
+                 "run --task gsm8k --data-dir $D/data --model $S/models/stories260K-hf --limit 2 --on-bad-example fail --quiet --db $D/r.db",
+                 "test.jsonl: line 1: field 'answer': the final answer after '####'", ""});
+    v.push_back({"records31_count_" + tag, {{"data/gsm8k/test.jsonl", rec}}, "tasks gsm8k --data-dir $D/data --count",
+                 "not a number", ""});
+  }
+  // Chat templates that grow a list without bound (string growth is capped already).
+  for (const auto& [tag, tmpl] : std::vector<std::pair<std::string, std::string>>{
+           {"list_doubling_ns", "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}"},
+           {"list_nesting_ns", "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l|tojson }}"},
+           {"list_doubling_macro", "{% macro f(l, n) %}{% if n > 0 %}{{ f(l + l, n - 1) }}{% else %}{{ l|length }}{% endif %}{% endmacro %}{{ f([1], 60) }}"},
+           {"list_repeat_chain", "{% set a = [1] * 100000 %}{% set b = [a] * 100000 %}{{ b|tojson }}"},
+           {"list_doubling_unrolled", [] {
+              std::string t = "{% set a = [1, 2, 3, 4] %}";
+              for (int i = 0; i < 64; ++i) t += "{% set a = a + a %}";
+              return t + "{{ a|length }}";
+            }()}}) {
+    auto files = model_files;
+    files["model/tokenizer_config.json"] = nlohmann::json{{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"chat_template", tmpl}}.dump();
+    v.push_back({"chat31_" + tag, files, "generate --model $D/model --chat --prompt hi --max-new-tokens 2", "value too large", ""});
+  }
+  // A legacy (pickle, non-ZIP) .pth checkpoint: named as such, not as a bad safetensors header.
+  v.push_back({"pth31_legacy", {{"g.pth", std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.", 15)}},
+               "generate --model $S/models/stories260K-hf --prompt x --policy trimkv:gates=$D/g.pth --budget 8",
+               "g.pth: a legacy (non-ZIP) PyTorch checkpoint", ""});
+  // The judge's endpoint and key, checked before anything is read or written.
+  const std::string grade_judge = "grade --db $D/r.db --judge openai:m";
+  for (const auto& [tag, env, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"base_url_file", "OPENAI_BASE_URL=file:///etc/passwd", "OPENAI_BASE_URL: 'file:///etc/passwd': must be an http:// or https:// URL"},
+           {"base_url_no_host", "OPENAI_BASE_URL=http://", "OPENAI_BASE_URL: 'http://': no host name"},
+           {"base_url_garbage", "OPENAI_BASE_URL=not-a-url", "must be an http:// or https:// URL"},
+           {"base_url_bad_port", "OPENAI_BASE_URL=http://localhost:0/v1", "bad port"},
+           {"key_crlf", "OPENAI_API_KEY=\"$(printf 'sk-x\\r\\nX-Injected: 1')\"", "OPENAI_API_KEY: contains a control character"}}) {
+    v.push_back({"judge31_grade_" + tag, {{"r.db", "@db:results"}}, grade_judge, err, "", "env " + env});
+    v.push_back({"judge31_run_" + tag, {{"r.db", "@db:results"}}, run_smoke + " --db $D/r.db --judge openai:m", err, "", "env " + env});
+  }
   return v;
 }
 
@@ -520,6 +714,8 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
       ASSERT_GT(b.size(), 100000u);
       gguf_mutations().at(content.substr(6))(b);
       std::ofstream(p, std::ios::binary) << b;
+    } else if (content.rfind("@symlink:", 0) == 0) {  // a symbolic link to the given target
+      fs::create_symlink(content.substr(9), p);
     } else if (content.rfind("@db:", 0) == 0) {
       make_db(p, content.substr(4));
       if (HasFatalFailure()) return;
@@ -536,7 +732,10 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
   const std::string out_file = (dir / "stderr.txt").string();  // stdout may hold a table; not checked
   // Under the sanitizer build LeakSanitizer would append its "Suppressions used" table (CLN's
   // static allocations) to stderr; the one-line contract is about kvbench's own output.
-  const std::string cmd = "LSAN_OPTIONS=print_suppressions=0 timeout 60 " + std::string(KVB_BINARY) + " " + args + " > /dev/null 2> " + out_file;
+  std::string prefix = c.prefix;
+  for (size_t at; (at = prefix.find("$D")) != std::string::npos;) prefix.replace(at, 2, dir.string());
+  const std::string cmd = prefix + (prefix.empty() ? "" : " ") + "LSAN_OPTIONS=print_suppressions=0 timeout 60 " +
+                          std::string(KVB_BINARY) + " " + args + " > /dev/null 2> " + out_file;
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status)) << cmd;
   const int rc = WEXITSTATUS(status);
@@ -546,7 +745,7 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
     if (!l.empty()) lines.push_back(l);
   std::string all;
   for (const auto& l : lines) all += l + "\n";
-  EXPECT_EQ(rc, 2) << cmd << "\n" << all;
+  EXPECT_EQ(rc, c.exit_code) << cmd << "\n" << all;
   ASSERT_EQ(lines.size(), 1u) << all;
   if (std::getenv("KVB_HOSTILE_SHOW")) std::printf("%-40s %s\n", c.name.c_str(), lines[0].c_str());  // for review
   EXPECT_EQ(lines[0].rfind("kvbench: error: ", 0), 0u) << lines[0];

@@ -32,6 +32,8 @@ class Interp {
   Value call(const Value& fn, Args& args);
   /// Python str() with the output-size limit enforced.
   void check_size(size_t n) const;
+  /// Throws TemplateError when a value of Value::weight() `w` exceeds RenderLimits::max_value_weight.
+  void check_weight(uint64_t w) const;
   int line() const { return line_; }
   const RenderLimits& limits() const { return limits_; }
 
@@ -60,7 +62,9 @@ class Interp {
   Flow exec(const NodeList& body, std::string& out);
   Flow exec_node(const Node& n, std::string& out);
   void exec_for(const Node& n, std::string& out);
+  /// Evaluates an expression (eval_node) and refuses a result heavier than max_value_weight.
   Value eval(const Node& n);
+  Value eval_node(const Node& n);
   Value eval_bin(const Node& n, const Value& l, const Value& r);
   Value eval_compare(const Node& n);
   void eval_args(const Node& n, Args& args);

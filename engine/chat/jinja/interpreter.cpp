@@ -507,6 +507,7 @@ Value py_add(Interp& in, const Value& a, const Value& b) {
     return Value::string(a.str_ref() + b.str_ref());
   }
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    in.check_weight(a.weight() > UINT64_MAX - b.weight() ? UINT64_MAX : a.weight() + b.weight());  // before copying
     std::vector<Value> v = a.list_ref();
     v.insert(v.end(), b.list_ref().begin(), b.list_ref().end());
     return Value::list(std::move(v), a.is_tuple());
@@ -577,6 +578,7 @@ Value Interp::eval_bin(const Node& n, const Value& l, const Value& r) {
     int64_t k = std::max<int64_t>(0, cnt->as_int());
     size_t unit = seq->is_string() ? seq->str_ref().size() : seq->list_ref().size() * sizeof(Value);
     if (unit && static_cast<uint64_t>(k) > limits_.max_output_bytes / unit) fail("repetition result too large");
+    if (seq->is_list() && k > 0) check_weight(seq->weight() > UINT64_MAX / static_cast<uint64_t>(k) ? UINT64_MAX : seq->weight() * static_cast<uint64_t>(k));
     if (seq->is_string()) {
       std::string s;
       for (int64_t i = 0; i < k; ++i) s += seq->str_ref();
@@ -712,7 +714,19 @@ Value Interp::eval_compare(const Node& n) {
   return Value::boolean(true);
 }
 
+void Interp::check_weight(uint64_t w) const {
+  if (w > limits_.max_value_weight)
+    fail("value too large: more than " + std::to_string(limits_.max_value_weight) +
+         " elements (counting shared parts each time; a list doubled again and again)");
+}
+
 Value Interp::eval(const Node& n) {
+  Value v = eval_node(n);
+  check_weight(v.weight());
+  return v;
+}
+
+Value Interp::eval_node(const Node& n) {
   line_ = n.line;
   switch (n.k) {
     case Node::K::Const: return n.value;

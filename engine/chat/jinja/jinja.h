@@ -33,6 +33,10 @@ struct RenderLimits {
   /// Total loop iterations per render. Real chat templates loop over the messages and tools (a
   /// few thousand at most); an adversarial nested loop reaches the bound in about 1.5 s.
   int64_t max_loop_iterations = 1000000;
+  /// Largest Value::weight() of any value an expression yields: elements of lists and dicts,
+  /// shared parts counted every time (a list doubled 64 times by `l + l` or `[l, l]` is refused
+  /// at about 2^22), strings as 1 per 64 bytes. Real chat templates stay below a few thousand.
+  uint64_t max_value_weight = 1u << 22;
 };
 
 /// A parsed template. Thread-safe to render concurrently (rendering does not mutate it).

@@ -25,8 +25,13 @@ Value* Dict::find(std::string_view key) {
   return nullptr;
 }
 
+namespace {
+uint64_t sat_add(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+}  // namespace
+
 void Dict::set(const std::string& key, Value v) {
   depth = std::max<uint32_t>(depth, 1 + v.depth());
+  weight = sat_add(weight, v.weight());
   if (Value* p = find(key)) {
     *p = std::move(v);
     return;
@@ -66,15 +71,26 @@ Value Value::list(std::vector<Value> items, bool tuple) {
   Value v(Kind::List);
   v.tuple_ = tuple;
   uint32_t d = 0;
-  for (const auto& x : items) d = std::max(d, x.depth());
+  uint64_t w = 1;
+  for (const auto& x : items) d = std::max(d, x.depth()), w = sat_add(w, x.weight());
   v.depth_ = d + 1;
+  v.weight_ = w;
   v.list_ = std::make_shared<std::vector<Value>>(std::move(items));
   return v;
 }
 static void compute_depth(Dict& d) {
   uint32_t m = 0;
-  for (const auto& kv : d.items) m = std::max(m, kv.second.depth());
+  uint64_t w = 1;
+  for (const auto& kv : d.items) m = std::max(m, kv.second.depth()), w = sat_add(w, kv.second.weight());
   d.depth = m + 1;
+  d.weight = w;
+}
+
+uint64_t Value::weight() const {
+  if (kind_ == Kind::List) return weight_;
+  if (kind_ == Kind::Dict || kind_ == Kind::Namespace) return dict_->weight;
+  if (kind_ == Kind::String) return 1 + str_ref().size() / 64;
+  return 1;
 }
 
 uint32_t Value::depth() const {

@@ -36,6 +36,8 @@ struct Dict {
   std::vector<std::pair<std::string, Value>> items;
   /// Upper bound of the nesting depth of the values stored (maintained by set()).
   uint32_t depth = 1;
+  /// Upper bound of Value::weight() of the values stored, plus one (maintained by set()).
+  uint64_t weight = 1;
   /// Pointer to the value under `key`, or nullptr.
   const Value* find(std::string_view key) const;
   Value* find(std::string_view key);
@@ -91,6 +93,12 @@ class Value {
   /// Nesting depth: 0 for scalars, 1 + deepest element for containers (an upper bound for
   /// dicts/namespaces, which are mutable). Used to refuse runaway nesting.
   uint32_t depth() const;
+  /// Logical size, counting shared parts every time they are reachable (saturating at 2^64-1):
+  /// 1 for a scalar, 1 + bytes/64 for a string, 1 + the elements' weights for a container (an
+  /// upper bound for dicts/namespaces). A list doubled 64 times (`l + l`, or `[l, l]`) has a
+  /// weight of 2^64 while its storage stays small; the interpreter refuses any value whose weight
+  /// exceeds RenderLimits::max_value_weight, so printing or converting it can never run away.
+  uint64_t weight() const;
   /// True when `target`'s storage is reachable from this value (cycle check before storing).
   bool reaches(const Dict* target) const;
   /// For Undefined: the name or description used in "... is undefined" errors.
@@ -116,6 +124,7 @@ class Value {
   bool b_ = false;
   bool tuple_ = false;
   uint32_t depth_ = 0;
+  uint64_t weight_ = 1;
   int64_t i_ = 0;
   double d_ = 0;
   static const std::string& empty_string();
