@@ -653,10 +653,15 @@ Tokenizer Tokenizer::from_json(const json& tj, const std::string& origin, const 
       } else if (auto mid = impl->model->token_to_id(t.content)) {
         t.id = *mid;
       } else {
-        const int32_t vsize = static_cast<int32_t>(impl->model->vocab().size());
-        int32_t max_added = -1;
-        for (const AddedToken& o : impl->added) max_added = std::max(max_added, o.id);
-        t.id = max_added < 0 ? vsize : (max_added >= vsize || vsize == 0 ? max_added + 1 : vsize);
+        const int64_t vsize = static_cast<int64_t>(impl->model->vocab().size());
+        int64_t max_added = -1;
+        for (const AddedToken& o : impl->added) max_added = std::max<int64_t>(max_added, o.id);
+        const int64_t id = max_added < 0 ? vsize : (max_added >= vsize || vsize == 0 ? max_added + 1 : vsize);
+        // The next id after an added token at INT32_MAX does not fit a token id.
+        if (id > INT32_MAX)
+          fail_at(origin, fmt::format("added_tokens[{}]", i), "token {:?} would get id {}, beyond the largest token id {}",
+                  t.content, id, INT32_MAX);
+        t.id = static_cast<int32_t>(id);
       }
       impl->added_by_content[t.content] = t.id;
       if (auto it = impl->added_by_id.find(t.id); it != impl->added_by_id.end()) {
