@@ -47,11 +47,14 @@ std::string strip(std::string s) {
 }
 
 bool is_commit(const std::string& rev) {
-  return rev.size() == 40 && std::all_of(rev.begin(), rev.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) && !std::isupper(static_cast<unsigned char>(c)); });
+  return rev.size() == 40 && std::all_of(rev.begin(), rev.end(), [](char c) {
+           return std::isxdigit(static_cast<unsigned char>(c)) && !std::isupper(static_cast<unsigned char>(c));
+         });
 }
 
 bool is_hex(const std::string& s, size_t n) {
-  return s.size() == n && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  return s.size() == n &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
 
 // "scheme://host[:port]" of a URL.
@@ -123,7 +126,8 @@ bool retryable(const net::Response& r) { return !r.transport_ok() || r.status ==
 std::string percent_encode(const std::string& s, const std::string& safe) {
   std::string out;
   for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || safe.find(static_cast<char>(c)) != std::string::npos) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
+        safe.find(static_cast<char>(c)) != std::string::npos) {
       out += static_cast<char>(c);
     } else {
       out += fmt::format("%{:02X}", c);
@@ -167,8 +171,8 @@ HubConfig HubConfig::from_env() {
 struct HubClient::Meta {
   bool ok = false;
   long status = 0;
-  std::string error;        // why it failed (no token inside)
-  bool input_error = false; // 401/403/404: the user's fault
+  std::string error;         // why it failed (no token inside)
+  bool input_error = false;  // 401/403/404: the user's fault
   bool entry_missing = false;
   std::string commit, etag, location;
   uint64_t size = 0;
@@ -239,8 +243,10 @@ HubClient::Meta HubClient::head(const std::string& first_url) {
   std::string code = hv("x-error-code");
   if (r.status == 401 || r.status == 403) {
     m.input_error = true;
-    m.error = fmt::format("{}: {}{}: gated or private repository, or a bad token: set HF_TOKEN (and accept the "
-                          "repository's terms on the Hub)", url, human_status(r.status), code.empty() ? "" : " " + code);
+    m.error = fmt::format(
+        "{}: {}{}: gated or private repository, or a bad token: set HF_TOKEN (and accept the "
+        "repository's terms on the Hub)",
+        url, human_status(r.status), code.empty() ? "" : " " + code);
     return m;
   }
   if (r.status == 404) {
@@ -407,10 +413,11 @@ std::string HubClient::download_impl(const HubFile& f) {
   fs::create_directories(cfg_.cache_dir);
   fs::path tag = fs::path(cfg_.cache_dir) / "CACHEDIR.TAG";
   if (!fs::exists(tag))
-    write_atomic(tag, "Signature: 8a477f597d28d172789f06886806bc55\n"
-                      "# This file is a cache directory tag created by huggingface_hub.\n"
-                      "# For information about cache directory tags, see:\n"
-                      "#\thttps://bford.info/cachedir/\n");
+    write_atomic(tag,
+                 "Signature: 8a477f597d28d172789f06886806bc55\n"
+                 "# This file is a cache directory tag created by huggingface_hub.\n"
+                 "# For information about cache directory tags, see:\n"
+                 "#\thttps://bford.info/cachedir/\n");
   if (f.revision != m.commit) write_atomic(fs::path(folder) / "refs" / f.revision, m.commit);
   fs::path snap = fs::path(folder) / "snapshots" / m.commit / f.path;
   if (fs::exists(snap)) return snap.string();
@@ -427,7 +434,8 @@ std::string HubClient::download_impl(const HubFile& f) {
       else if (is_hex(m.etag, 40)) got = git_blob_sha1_file(part);
       if (!got.empty() && got != m.etag) {
         fs::remove(part);
-        throw Error(fmt::format("{}: content hash {} does not match the ETag {}", what, got, m.etag), ErrorKind::kRuntime);
+        throw Error(fmt::format("{}: content hash {} does not match the ETag {}", what, got, m.etag),
+                    ErrorKind::kRuntime);
       }
       fs::rename(part, blob);
     }
@@ -445,8 +453,7 @@ std::string HubClient::download_impl(const HubFile& f) {
   return snap.string();
 }
 
-void HubClient::download_url(const std::string& url, const std::string& dest, const std::string& sha256,
-                             uint64_t size) {
+void HubClient::download_url(const std::string& url, const std::string& dest, const std::string& sha256, uint64_t size) {
   if (cfg_.offline) fail("{}: cannot download {}: HF_HUB_OFFLINE is set", dest, url);
   fs::path d(dest);
   if (d.has_parent_path()) fs::create_directories(d.parent_path());
@@ -476,9 +483,11 @@ std::string HubClient::api_get(const std::string& url) {
     return {retryable(r), "", ""};
   });
   if (!r.transport_ok()) throw Error(fmt::format("{}: network error: {}", url, r.error), ErrorKind::kRuntime);
-  if (r.status == 401 || r.status == 403) fail("{}: {}: gated or private repository: set HF_TOKEN", url, human_status(r.status));
+  if (r.status == 401 || r.status == 403)
+    fail("{}: {}: gated or private repository: set HF_TOKEN", url, human_status(r.status));
   if (r.status >= 400)
-    throw Error(fmt::format("{}: HTTP {}", url, human_status(r.status)), r.status == 404 ? ErrorKind::kInput : ErrorKind::kRuntime);
+    throw Error(fmt::format("{}: HTTP {}", url, human_status(r.status)),
+                r.status == 404 ? ErrorKind::kInput : ErrorKind::kRuntime);
   return r.body;
 }
 
@@ -493,8 +502,8 @@ std::string HubClient::resolve_model(const std::string& spec) {
   if (repo.empty() || rev.empty()) fail("--model '{}': expected org/name[@revision] or a local directory", spec);
   std::string folder = repo_folder(RepoType::kModel, repo);
   auto wanted = [](const std::string& name) {
-    static const char* exact[] = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                                  "special_tokens_map.json", "model.safetensors.index.json"};
+    static const char* exact[] = {"config.json",           "generation_config.json",  "tokenizer.json",
+                                  "tokenizer_config.json", "special_tokens_map.json", "model.safetensors.index.json"};
     for (const char* e : exact)
       if (name == e) return true;
     return name.find('/') == std::string::npos && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";
@@ -507,7 +516,8 @@ std::string HubClient::resolve_model(const std::string& spec) {
       commit = strip(read_small(ref));
     }
     fs::path snap = fs::path(folder) / "snapshots" / commit;
-    if (!fs::exists(snap / "config.json")) fail("--model {}: cached snapshot {} has no config.json", spec, snap.string());
+    if (!fs::exists(snap / "config.json"))
+      fail("--model {}: cached snapshot {} has no config.json", spec, snap.string());
     return snap.string();
   }
   std::string body = api_get(cfg_.endpoint + "/api/models/" + repo + "/revision/" + percent_encode(rev, ""));

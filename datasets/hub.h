@@ -26,22 +26,22 @@ enum class RepoType { kModel, kDataset, kSpace };
 /// One file in a Hub repository at a revision (branch, tag, "refs/pr/N" or 40-hex commit).
 struct HubFile {
   RepoType type = RepoType::kDataset;
-  std::string repo_id;            ///< "org/name"
+  std::string repo_id;  ///< "org/name"
   std::string revision = "main";
-  std::string path;               ///< path inside the repo, "/"-separated
+  std::string path;  ///< path inside the repo, "/"-separated
 };
 
 /// Client settings; from_env() reads the variables huggingface_hub reads.
 struct HubConfig {
   std::string endpoint = "https://huggingface.co";  ///< HF_ENDPOINT (trailing "/" dropped)
-  std::string cache_dir;        ///< HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub
-  std::string token;            ///< HF_TOKEN / HUGGING_FACE_HUB_TOKEN / $HF_HOME/token
-  bool offline = false;         ///< HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE = 1/true/yes/on
-  bool symlinks = true;         ///< false with HF_HUB_DISABLE_SYMLINKS: copy blobs into snapshots
-  long etag_timeout_s = 10;     ///< HF_HUB_ETAG_TIMEOUT: timeout of the metadata (HEAD) request
-  int max_retries = 4;          ///< retries of 429 / 5xx / transfer errors (exponential backoff)
-  long retry_base_ms = 1000;    ///< first backoff delay; doubles each retry
-  bool progress = true;         ///< progress line on stderr for files ≥ 16 MiB
+  std::string cache_dir;                            ///< HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub
+  std::string token;                                ///< HF_TOKEN / HUGGING_FACE_HUB_TOKEN / $HF_HOME/token
+  bool offline = false;                             ///< HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE = 1/true/yes/on
+  bool symlinks = true;                             ///< false with HF_HUB_DISABLE_SYMLINKS: copy blobs into snapshots
+  long etag_timeout_s = 10;                         ///< HF_HUB_ETAG_TIMEOUT: timeout of the metadata (HEAD) request
+  int max_retries = 4;                              ///< retries of 429 / 5xx / transfer errors (exponential backoff)
+  long retry_base_ms = 1000;                        ///< first backoff delay; doubles each retry
+  bool progress = true;                             ///< progress line on stderr for files ≥ 16 MiB
   std::string user_agent = "kvbench/0.1; hf_hub-compatible";
 
   /// Settings from the environment (see the field comments).
@@ -94,8 +94,7 @@ class HubClient {
   net::Backoff backoff() const;  ///< cfg_.max_retries retries, retry_base_ms doubling
   std::string download_impl(const HubFile& f);
   Meta head(const std::string& url);
-  void get_to_file(const std::string& url, const std::string& part_path, uint64_t expected_size,
-                   bool send_auth);
+  void get_to_file(const std::string& url, const std::string& part_path, uint64_t expected_size, bool send_auth);
   std::string api_get(const std::string& url);
   std::string cached_path(const HubFile& f, const std::string& folder, std::string* commit_out) const;
 

@@ -83,8 +83,7 @@ class ArrayElementSax : public nlohmann::json_sax<json> {
   using typename nlohmann::json_sax<json>::number_float_t;
   using typename nlohmann::json_sax<json>::string_t;
   using typename nlohmann::json_sax<json>::binary_t;
-  ArrayElementSax(const std::string& path, const Fn& fn, BadRecords& bad)
-      : path_(path), fn_(fn), bad_(bad) {}
+  ArrayElementSax(const std::string& path, const Fn& fn, BadRecords& bad) : path_(path), fn_(fn), bad_(bad) {}
 
   size_t delivered() const { return delivered_; }
   size_t elements() const { return index_; }
@@ -123,8 +122,7 @@ class ArrayElementSax : public nlohmann::json_sax<json> {
     return close();
   }
   bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& ex) override {
-    fail("{}: line {}, byte {}: invalid JSON: {}", path_, line_of_byte(path_, pos ? pos - 1 : 0), pos,
-         ex.what());
+    fail("{}: line {}, byte {}: invalid JSON: {}", path_, line_of_byte(path_, pos ? pos - 1 : 0), pos, ex.what());
   }
 
  private:
@@ -269,7 +267,8 @@ struct JsonlStream::Impl {
   BadRecords* bad;
   JsonlLines<json, RecordFn> lines;
   std::string partial;
-  Impl(std::string n, RecordFn f, BadRecords& b) : name(std::move(n)), fn(std::move(f)), bad(&b), lines{name, fn, *bad} {}
+  Impl(std::string n, RecordFn f, BadRecords& b)
+      : name(std::move(n)), fn(std::move(f)), bad(&b), lines{name, fn, *bad} {}
 };
 
 JsonlStream::JsonlStream(std::string name, RecordFn fn, BadRecords& bad)
@@ -330,8 +329,7 @@ json yaml_to_json(const YAML::Node& n, YamlBudget& b, int depth) {
     yaml_fail(b, n, "YAML expands to too many nodes (aliases repeated beyond the document's size: refused)");
   switch (n.Type()) {
     case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return nullptr;
+    case YAML::NodeType::Undefined: return nullptr;
     case YAML::NodeType::Sequence: {
       json a = json::array();
       for (const auto& x : n) a.push_back(yaml_to_json(x, b, depth + 1));
@@ -404,7 +402,8 @@ json parse_yaml(const std::string& text, const std::string& name) {
       const bool blank = first == std::string_view::npos || line[first] == '#';
       if (marker("---")) {
         if (content || ended) fail("{}: line {}: a second YAML document: one document per file", name, line_no);
-        content = line.find_first_not_of(" \t\r", 3) != std::string_view::npos && line[line.find_first_not_of(" \t\r", 3)] != '#';
+        content = line.find_first_not_of(" \t\r", 3) != std::string_view::npos &&
+                  line[line.find_first_not_of(" \t\r", 3)] != '#';
       } else if (marker("...")) {
         ended = content || ended;
       } else if (!blank && line[0] != '%') {

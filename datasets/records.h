@@ -39,9 +39,9 @@ struct BadRecords {
 
 /// Where a record came from, for error messages.
 struct RecordPos {
-  std::string file;   ///< path of the file
-  size_t index = 0;   ///< 0-based record index (JSONL: among non-blank lines; arrays: element)
-  size_t line = 0;    ///< 1-based line where the record starts (JSONL); 0 when unknown
+  std::string file;  ///< path of the file
+  size_t index = 0;  ///< 0-based record index (JSONL: among non-blank lines; arrays: element)
+  size_t line = 0;   ///< 1-based line where the record starts (JSONL); 0 when unknown
   /// "file: line N" for JSONL records, "file: element N" otherwise.
   std::string where() const;
 };
@@ -89,8 +89,7 @@ size_t read_records(const std::string& path, const RecordFn& fn, BadRecords& bad
 
 /// Like RecordFn, but objects keep the key order of the file (needed where the reference
 /// re-serializes records with Python's json.dumps, e.g. LongMemEval sessions).
-using OrderedRecordFn =
-    std::function<void(nlohmann::ordered_json&& record, const RecordPos& pos)>;
+using OrderedRecordFn = std::function<void(nlohmann::ordered_json&& record, const RecordPos& pos)>;
 
 /// read_records with insertion-ordered objects.
 size_t read_records_ordered(const std::string& path, const OrderedRecordFn& fn, BadRecords& bad);

@@ -2,9 +2,7 @@
 
 namespace kvb::datasets {
 
-std::string zip_member_name(const std::string& zip_path, const std::string& member) {
-  return zip_path + "!" + member;
-}
+std::string zip_member_name(const std::string& zip_path, const std::string& member) { return zip_path + "!" + member; }
 
 size_t read_jsonl_zip(const std::string& zip_path, const std::string& member, const RecordFn& fn, BadRecords& bad) {
   ZipArchive z(zip_path);

@@ -50,9 +50,7 @@ std::string Engine::backend_report() const { return impl_->backend->report(); }
 
 namespace {
 using clock_t_ = std::chrono::steady_clock;
-double secs(clock_t_::time_point a, clock_t_::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+double secs(clock_t_::time_point a, clock_t_::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 // Adds decode item k's K/V rows read in the step `fs` reports to r (GenerationResult::kv_read_bytes).
 void count_reads(GenerationResult& r, const ForwardStats& fs, size_t k, size_t bytes_per_token) {
@@ -96,20 +94,20 @@ void forget_queries_from(QueryHistory& h, int64_t pos) {
 struct Active {
   size_t req = 0;
   SeqId seq = 0;
-  int64_t pos = 0;           // tokens in the sequence so far
-  size_t prompt_done = 0;    // tokens of the current turn's input already prefilled
-  size_t turn = 0;           // 0: the request's prompt; k: followups[k - 1]
-  int64_t gen_start = 0;     // position of the current turn's first generated token
+  int64_t pos = 0;         // tokens in the sequence so far
+  size_t prompt_done = 0;  // tokens of the current turn's input already prefilled
+  size_t turn = 0;         // 0: the request's prompt; k: followups[k - 1]
+  int64_t gen_start = 0;   // position of the current turn's first generated token
   QueryHistory history;
   Rng rng{0};
-  int32_t next = -1;         // sampled, not yet fed
+  int32_t next = -1;  // sampled, not yet fed
   clock_t_::time_point t0, t_first;
   bool done = false;
 };
 }  // namespace
 
-std::vector<GenerationResult> Engine::generate(const std::vector<GenerationRequest>& reqs,
-                                               const tok::Tokenizer* tok, const TokenCallback& cb) {
+std::vector<GenerationResult> Engine::generate(const std::vector<GenerationRequest>& reqs, const tok::Tokenizer* tok,
+                                               const TokenCallback& cb) {
   std::vector<GenerationResult> out(reqs.size());
   const int V = static_cast<int>(model_->config().vocab_size);
   const int64_t max_ctx = model_->config().max_position_embeddings;
@@ -301,8 +299,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
         }
       }
     }
-    active.erase(std::remove_if(active.begin(), active.end(), [](const auto& a) { return a->done; }),
-                 active.end());
+    active.erase(std::remove_if(active.begin(), active.end(), [](const auto& a) { return a->done; }), active.end());
     if (active.empty()) continue;
     // One batched decode step over every active sequence.
     std::vector<ForwardItem> items;
@@ -354,8 +351,7 @@ std::vector<GenerationResult> Engine::generate(const std::vector<GenerationReque
       r->decode_s += dt;
       r->decode_share_s += dt / static_cast<double>(step_results.size());
     }
-    active.erase(std::remove_if(active.begin(), active.end(), [](const auto& a) { return a->done; }),
-                 active.end());
+    active.erase(std::remove_if(active.begin(), active.end(), [](const auto& a) { return a->done; }), active.end());
   }
   return out;
 }

@@ -19,11 +19,12 @@ namespace kvb {
 
 /// Engine-wide settings.
 struct EngineOptions {
-  std::string backend = "cpu";  ///< cpu | cpu-bf16 | cuda (backend_registry(), engine/backend/backend.h; cuda needs a KVB_CUDA build)
-  int prefill_chunk = 512;       ///< prompt tokens per sequence per forward step
-  int max_batch = 8;             ///< sequences decoded together (continuous batching)
-  int page_size = 16;            ///< KV page size in tokens
-  int64_t max_kv_pages = 0;      ///< page-pool limit (0 = unbounded)
+  std::string backend =
+      "cpu";  ///< cpu | cpu-bf16 | cuda (backend_registry(), engine/backend/backend.h; cuda needs a KVB_CUDA build)
+  int prefill_chunk = 512;   ///< prompt tokens per sequence per forward step
+  int max_batch = 8;         ///< sequences decoded together (continuous batching)
+  int page_size = 16;        ///< KV page size in tokens
+  int64_t max_kv_pages = 0;  ///< page-pool limit (0 = unbounded)
 };
 
 /// A follow-up turn of a multi-turn request (SCBench's shared-context protocol,
@@ -33,20 +34,20 @@ struct EngineOptions {
 /// and generation resumes. Whatever the policy evicted so far stays evicted: the compressed
 /// cache is what the next turn reuses.
 struct FollowupTurn {
-  std::vector<int32_t> append;            ///< token ids: previous gold answer + next user message (+ assistant header)
+  std::vector<int32_t> append;  ///< token ids: previous gold answer + next user message (+ assistant header)
   int max_new_tokens = 256;
   std::vector<std::string> stop_strings;  ///< this turn's stop strings (the request's stop_ids apply too)
 };
 
 /// One generation request.
 struct GenerationRequest {
-  std::vector<int32_t> prompt;        ///< token ids (BOS included if the model wants it)
+  std::vector<int32_t> prompt;  ///< token ids (BOS included if the model wants it)
   SamplingParams sampling;
   int max_new_tokens = 256;
-  std::vector<int32_t> stop_ids;      ///< EOS ids; generation stops after emitting one
+  std::vector<int32_t> stop_ids;          ///< EOS ids; generation stops after emitting one
   std::vector<std::string> stop_strings;  ///< needs a tokenizer; text is cut before the match
-  uint64_t seed = 0;                  ///< RNG seed of this sample (one RNG across all turns)
-  std::vector<FollowupTurn> followups;  ///< further turns on the same sequence (empty: single turn)
+  uint64_t seed = 0;                      ///< RNG seed of this sample (one RNG across all turns)
+  std::vector<FollowupTurn> followups;    ///< further turns on the same sequence (empty: single turn)
   /// Query-agnostic compression: when 0 < context_tokens < prompt.size(), the first
   /// context_tokens prompt tokens (the shared context: document, chat history) are prefilled as
   /// a prompt of their own — the policy sees the end of a prompt there and compresses — before
@@ -61,8 +62,8 @@ const char* finish_reason_name(FinishReason r);
 
 /// Output and measurements of one request. Times in seconds, sizes in bytes.
 struct GenerationResult {
-  std::vector<int32_t> tokens;   ///< generated ids (an EOS that ended generation is included)
-  std::string text;              ///< decoded (special tokens skipped; cut at a stop string)
+  std::vector<int32_t> tokens;  ///< generated ids (an EOS that ended generation is included)
+  std::string text;             ///< decoded (special tokens skipped; cut at a stop string)
   FinishReason finish = FinishReason::kLength;
   int64_t prompt_tokens = 0;
   /// prefill_s: wall seconds of the prefill steps this sequence took part in (a step batched with
@@ -74,7 +75,7 @@ struct GenerationResult {
   /// sequences it decoded. Summed over the requests of a generate() call it is the decode wall
   /// time, so Σ tokens / Σ decode_share_s is the aggregate decode throughput.
   double decode_share_s = 0;
-  double policy_s = 0;           ///< time in policy code (share of this sequence's steps)
+  double policy_s = 0;  ///< time in policy code (share of this sequence's steps)
   int64_t evictions = 0;
   /// Page bytes (KVCache::page_bytes) of this sequence: its high-water mark (KVCache::peak_bytes:
   /// counted at allocation, a step's compressions taking effect at the step's end, so under
@@ -86,7 +87,7 @@ struct GenerationResult {
   /// every decode step, after its compression): budget + buffer per head, page-rounded, for a
   /// policy that compresses while decoding (docs/results.md, kv_bytes_steady).
   size_t kv_bytes_steady = 0;
-  size_t kv_token_bytes_peak = 0;                  ///< K+V bytes of held tokens (no page rounding)
+  size_t kv_token_bytes_peak = 0;  ///< K+V bytes of held tokens (no page rounding)
   /// K+V bytes the attention of this sequence's decode steps read, summed over the steps, layers
   /// and kv heads (ForwardStats::kv_read_tokens × KVCache::kv_bytes_per_token: f32 rows, as
   /// kv_token_bytes_peak), and the number of decode steps; their ratio is the bytes read per
@@ -112,8 +113,8 @@ class Engine {
 
   /// Generates for every request with continuous batching (at most max_batch at once).
   /// `tok` is needed for stop strings and result text (may be null: text stays empty).
-  std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& reqs,
-                                         const tok::Tokenizer* tok, const TokenCallback& cb = {});
+  std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& reqs, const tok::Tokenizer* tok,
+                                         const TokenCallback& cb = {});
 
   /// Teacher-forced scoring: runs `prompt` as a prefill, then feeds `forced` one token per decode
   /// step, returning the logits [forced.size() + 1, V] predicted after the prompt and after each

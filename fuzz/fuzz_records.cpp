@@ -8,7 +8,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = kvb::fuzz::scratch_file(data, size, "records.jsonl");
   kvb::fuzz::expect_ok_or_error([&] {
     kvb::datasets::BadRecords bad;
-    kvb::datasets::read_records(path, [](nlohmann::json rec, const kvb::datasets::RecordPos&) { (void)rec.dump(); }, bad);
+    kvb::datasets::read_records(
+        path, [](nlohmann::json rec, const kvb::datasets::RecordPos&) { (void)rec.dump(); }, bad);
   });
   return kvb::fuzz::expect_ok_or_error([&] {
     kvb::datasets::BadRecords bad;

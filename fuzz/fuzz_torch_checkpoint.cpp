@@ -8,7 +8,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   if (data[0] == 0) {
     const std::string_view pkl(reinterpret_cast<const char*>(data + 1), size - 1);
-    return kvb::fuzz::expect_ok_or_error([&] { (void)kvb::parse_torch_state_dict_pickle(pkl, "f.pth", "archive/data.pkl"); });
+    return kvb::fuzz::expect_ok_or_error(
+        [&] { (void)kvb::parse_torch_state_dict_pickle(pkl, "f.pth", "archive/data.pkl"); });
   }
   const std::string path = kvb::fuzz::scratch_file(data + 1, size - 1, "gates.pth");
   return kvb::fuzz::expect_ok_or_error([&] {

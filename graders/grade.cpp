@@ -10,8 +10,8 @@ namespace {
 
 std::vector<GraderInfo> make_registry() {
   std::vector<GraderInfo> v;
-  for (auto* add : {detail::register_math_graders, detail::register_longbench_graders, detail::register_longproc_graders,
-                    detail::register_scbench_graders, detail::register_judge_graders})
+  for (auto* add : {detail::register_math_graders, detail::register_longbench_graders,
+                    detail::register_longproc_graders, detail::register_scbench_graders, detail::register_judge_graders})
     add(v);
   std::sort(v.begin(), v.end(), [](const GraderInfo& a, const GraderInfo& b) { return a.name < b.name; });
   return v;
@@ -19,7 +19,8 @@ std::vector<GraderInfo> make_registry() {
 
 }  // namespace
 
-Grade detail::best_of_references(const std::vector<std::string>& refs, const std::function<Grade(const std::string&)>& one) {
+Grade detail::best_of_references(const std::vector<std::string>& refs,
+                                 const std::function<Grade(const std::string&)>& one) {
   Grade best;
   bool first = true;
   for (const auto& r : refs) {

@@ -37,9 +37,8 @@ struct Grade {
 /// gold answers (at least one); `meta` carries per-example extras (e.g. LongBench's
 /// all_classes, LongProc's test cases); it may be null. Throws kvb::Error on malformed
 /// references or metadata (e.g. a missing required field), never on a malformed prediction.
-using GraderFn = std::function<Grade(std::string_view prediction,
-                                     const std::vector<std::string>& references,
-                                     const nlohmann::json& meta)>;
+using GraderFn =
+    std::function<Grade(std::string_view prediction, const std::vector<std::string>& references, const nlohmann::json& meta)>;
 
 /// Registered grader description.
 struct GraderInfo {
@@ -56,18 +55,18 @@ const GraderInfo* find_grader(std::string_view name);
 
 /// Grades with the grader called `name`. Throws kvb::Error naming the unknown grader (and
 /// listing the known ones), or when `references` is empty.
-Grade grade(std::string_view name, std::string_view prediction,
-            const std::vector<std::string>& references, const nlohmann::json& meta = nullptr);
+Grade grade(std::string_view name, std::string_view prediction, const std::vector<std::string>& references,
+            const nlohmann::json& meta = nullptr);
 
 namespace detail {
 /// The one registration mechanism: each grader module defines one function that appends its
 /// graders to the registry, and graders/grade.cpp calls every function listed here, once.
 /// Internal to the registry.
-void register_math_graders(std::vector<GraderInfo>& v);       ///< math, aime, gsm8k (graders/math.cpp)
+void register_math_graders(std::vector<GraderInfo>& v);  ///< math, aime, gsm8k (graders/math.cpp)
 void register_longbench_graders(std::vector<GraderInfo>& v);  ///< longbench.*, longbench_v2.* (graders/longbench_registry.cpp)
-void register_longproc_graders(std::vector<GraderInfo>& v);   ///< longproc_* (graders/longproc_registry.cpp)
-void register_scbench_graders(std::vector<GraderInfo>& v);    ///< scbench_* (graders/scbench.cpp)
-void register_judge_graders(std::vector<GraderInfo>& v);      ///< judge_longmemeval (graders/judge_longmemeval.cpp)
+void register_longproc_graders(std::vector<GraderInfo>& v);  ///< longproc_* (graders/longproc_registry.cpp)
+void register_scbench_graders(std::vector<GraderInfo>& v);   ///< scbench_* (graders/scbench.cpp)
+void register_judge_graders(std::vector<GraderInfo>& v);     ///< judge_longmemeval (graders/judge_longmemeval.cpp)
 
 /// The best grade over several references: `one` grades against each; the highest score wins,
 /// the first of equal scores (LongBench eval.py's max over answers).

@@ -51,7 +51,8 @@ std::string body_message(const std::string& body) {
   }
   if (j.is_object() && j.contains("error")) {
     const auto& e = j["error"];
-    if (e.is_object() && e.contains("message") && e["message"].is_string()) return snippet(e["message"].get<std::string>());
+    if (e.is_object() && e.contains("message") && e["message"].is_string())
+      return snippet(e["message"].get<std::string>());
     if (e.is_string()) return snippet(e.get<std::string>());
   }
   return snippet(body);
@@ -61,8 +62,7 @@ std::string body_message(const std::string& body) {
 
 JudgeSpec JudgeSpec::parse(const std::string& text) {
   auto c = text.find(':');
-  if (c == std::string::npos)
-    fail("--judge: '{}': expected openai:MODEL or local:MODEL", text);
+  if (c == std::string::npos) fail("--judge: '{}': expected openai:MODEL or local:MODEL", text);
   JudgeSpec s{text.substr(0, c), text.substr(c + 1)};
   if (s.kind != "openai" && s.kind != "local")
     fail("--judge: '{}': unknown judge kind '{}' (expected openai or local)", text, s.kind);
@@ -99,8 +99,8 @@ bool parse_chat_completion(const std::string& body, std::string& content, std::s
     return false;
   }
   const auto& c0 = j["choices"][0];
-  if (!c0.is_object() || !c0.contains("message") || !c0["message"].is_object() ||
-      !c0["message"].contains("content") || !c0["message"]["content"].is_string()) {
+  if (!c0.is_object() || !c0.contains("message") || !c0["message"].is_object() || !c0["message"].contains("content") ||
+      !c0["message"]["content"].is_string()) {
     error = "choices[0].message.content missing or not a string";
     return false;
   }
@@ -139,7 +139,8 @@ void check_endpoint(const OpenAIEndpoint& ep) {
     if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
       fail("OPENAI_BASE_URL: '{}': contains a space or control character", snippet(u, 100));
   const size_t host_end = u.find_first_of("/?#", scheme_end);
-  const std::string authority = u.substr(scheme_end, host_end == std::string::npos ? std::string::npos : host_end - scheme_end);
+  const std::string authority =
+      u.substr(scheme_end, host_end == std::string::npos ? std::string::npos : host_end - scheme_end);
   const std::string host = authority.substr(authority.rfind('@') == std::string::npos ? 0 : authority.rfind('@') + 1);
   if (host.empty() || host[0] == ':') fail("OPENAI_BASE_URL: '{}': no host name", snippet(u, 100));
   if (const size_t colon = host.rfind(':'); colon != std::string::npos && host.back() != ']') {
@@ -187,32 +188,32 @@ JudgeReply OpenAIJudge::ask_one(const std::string& prompt, uint64_t jitter_state
   bool retryable = false;
   try {
     r.attempts = net::with_retries(
-      backoff,
-      [&](int) -> net::Attempt {
-        ++requests_;
-        const net::Response resp = net::perform(req);
-        r.http_status = resp.status;
-        retryable = net::transient(resp);
-        if (resp.timed_out) {
-          last_error = fmt::format("timeout after {:g} s", opts_.timeout_s);
-        } else if (!resp.transport_ok()) {
-          last_error = fmt::format("request failed: {}", resp.error);
-        } else if (retryable) {
-          last_error = fmt::format("HTTP {}: {}", resp.status, body_message(resp.body));
-        } else if (resp.status < 200 || resp.status >= 300) {
-          last_error = fmt::format("HTTP {} (not retried): {}", resp.status, body_message(resp.body));
-        } else {
-          std::string content, perr;
-          if (parse_chat_completion(resp.body, content, perr)) {
-            r.ok = true;
-            r.text = redact(std::move(content));  // a reply echoing the key is stored without it
-            return {};
+        backoff,
+        [&](int) -> net::Attempt {
+          ++requests_;
+          const net::Response resp = net::perform(req);
+          r.http_status = resp.status;
+          retryable = net::transient(resp);
+          if (resp.timed_out) {
+            last_error = fmt::format("timeout after {:g} s", opts_.timeout_s);
+          } else if (!resp.transport_ok()) {
+            last_error = fmt::format("request failed: {}", resp.error);
+          } else if (retryable) {
+            last_error = fmt::format("HTTP {}: {}", resp.status, body_message(resp.body));
+          } else if (resp.status < 200 || resp.status >= 300) {
+            last_error = fmt::format("HTTP {} (not retried): {}", resp.status, body_message(resp.body));
+          } else {
+            std::string content, perr;
+            if (parse_chat_completion(resp.body, content, perr)) {
+              r.ok = true;
+              r.text = redact(std::move(content));  // a reply echoing the key is stored without it
+              return {};
+            }
+            last_error = perr;
           }
-          last_error = perr;
-        }
-        return {retryable, resp.header("retry-after"), last_error};
-      },
-      {}, jitter_state);
+          return {retryable, resp.header("retry-after"), last_error};
+        },
+        {}, jitter_state);
   } catch (const Error& e) {  // no curl handle: reported per request, never thrown from a worker
     last_error = e.what();
   }
@@ -231,7 +232,8 @@ std::vector<JudgeReply> OpenAIJudge::ask(const std::vector<std::string>& prompts
   seed += 0x9E3779B97F4A7C15ull * ++ask_calls_;
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < prompts.size();) out[i] = ask_one(prompts[i], seed ^ (i * 0xBF58476D1CE4E5B9ull));
+    for (size_t i; (i = next.fetch_add(1)) < prompts.size();)
+      out[i] = ask_one(prompts[i], seed ^ (i * 0xBF58476D1CE4E5B9ull));
   };
   const size_t n_threads = std::min(prompts.size(), static_cast<size_t>(opts_.concurrency));
   if (n_threads <= 1) {

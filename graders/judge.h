@@ -22,28 +22,28 @@ namespace kvb::graders {
 
 /// How a judge is called. Seconds are wall-clock.
 struct JudgeOptions {
-  int concurrency = 8;            ///< requests in flight at once (worker threads; >= 1)
-  double timeout_s = 60.0;        ///< limit of one HTTP request (connect + transfer)
+  int concurrency = 8;      ///< requests in flight at once (worker threads; >= 1)
+  double timeout_s = 60.0;  ///< limit of one HTTP request (connect + transfer)
   double connect_timeout_s = 10.0;
-  int max_retries = 5;            ///< extra attempts after the first on 429 / 5xx / timeout / connection failure
+  int max_retries = 5;  ///< extra attempts after the first on 429 / 5xx / timeout / connection failure
   /// Delay before retry r (r = 0, 1, ...): min(backoff_max_s, backoff_base_s * 2^r) scaled by a
   /// uniform jitter factor in [0.5, 1). A Retry-After header (seconds or HTTP-date) raises the
   /// delay to at least its value, capped at retry_after_max_s.
   double backoff_base_s = 1.0;
   double backoff_max_s = 30.0;
   double retry_after_max_s = 120.0;
-  int max_tokens = 10;            ///< reply cap (LongMemEval: 10)
-  double temperature = 0.0;       ///< LongMemEval: 0
-  uint64_t jitter_seed = 0;       ///< 0: seeded from the clock
+  int max_tokens = 10;       ///< reply cap (LongMemEval: 10)
+  double temperature = 0.0;  ///< LongMemEval: 0
+  uint64_t jitter_seed = 0;  ///< 0: seeded from the clock
 };
 
 /// The outcome of one judge request.
 struct JudgeReply {
-  bool ok = false;        ///< true when `text` holds the judge's reply
-  std::string text;       ///< choices[0].message.content (ok only)
-  std::string error;      ///< one line why not (not ok only); never contains the API key
-  int attempts = 0;       ///< requests made for this prompt (1 + retries)
-  long http_status = 0;   ///< status of the last response (0: none, e.g. a timeout)
+  bool ok = false;       ///< true when `text` holds the judge's reply
+  std::string text;      ///< choices[0].message.content (ok only)
+  std::string error;     ///< one line why not (not ok only); never contains the API key
+  int attempts = 0;      ///< requests made for this prompt (1 + retries)
+  long http_status = 0;  ///< status of the last response (0: none, e.g. a timeout)
 };
 
 /// An LLM judge. Implementations are used from one thread at a time (ask() may use threads
@@ -73,7 +73,7 @@ struct JudgeSpec {
 /// Where and as whom the OpenAI-compatible client connects.
 struct OpenAIEndpoint {
   std::string base_url = "https://api.openai.com/v1";  ///< requests go to <base_url>/chat/completions
-  std::string api_key;                                  ///< sent as "Authorization: Bearer <key>"; may be empty
+  std::string api_key;                                 ///< sent as "Authorization: Bearer <key>"; may be empty
   /// OPENAI_BASE_URL (default https://api.openai.com/v1; a trailing '/' is dropped) and
   /// OPENAI_API_KEY from the environment.
   static OpenAIEndpoint from_env();

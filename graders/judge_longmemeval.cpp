@@ -93,9 +93,10 @@ LmeTemplate lme_template_for(std::string_view question_type, bool abstention) {
   if (question_type == "temporal-reasoning") return LmeTemplate::kTemporalReasoning;
   if (question_type == "knowledge-update") return LmeTemplate::kKnowledgeUpdate;
   if (question_type == "single-session-preference") return LmeTemplate::kPreference;
-  fail("longmemeval judge: question_type '{}' is not one of single-session-user, single-session-assistant, "
-       "multi-session, temporal-reasoning, knowledge-update, single-session-preference",
-       question_type);
+  fail(
+      "longmemeval judge: question_type '{}' is not one of single-session-user, single-session-assistant, "
+      "multi-session, temporal-reasoning, knowledge-update, single-session-preference",
+      question_type);
 }
 
 std::string lme_judge_prompt(LmeTemplate t, std::string_view question, std::string_view answer,
@@ -122,8 +123,8 @@ bool lme_verdict(std::string_view reply) {
 
 LmeJob lme_job(std::string_view prediction, const std::vector<std::string>& references, const nlohmann::json& meta) {
   if (references.empty()) fail("{}: no reference answer", kLongMemEvalJudgeGrader);
-  if (!meta.is_object()) fail("{}: example metadata: expected an object with question_type, question, abstention",
-                              kLongMemEvalJudgeGrader);
+  if (!meta.is_object())
+    fail("{}: example metadata: expected an object with question_type, question, abstention", kLongMemEvalJudgeGrader);
   auto str = [&](const char* k) {
     if (!meta.contains(k) || !meta[k].is_string())
       fail("{}: example metadata: field '{}': missing or not a string", kLongMemEvalJudgeGrader, k);
@@ -227,18 +228,19 @@ std::vector<JudgedGrade> judge_longmemeval(Judge& judge, results::Store* cache, 
 
 namespace detail {
 void register_judge_graders(std::vector<GraderInfo>& v) {
-  v.push_back({kLongMemEvalJudgeGrader,
-               "LongMemEval: LLM judge, 5 templates by question type, 'yes' in reply (needs --judge openai:MODEL|local:MODEL)",
-               [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json& meta) {
-                 LmeJob j = lme_job(p, refs, meta);
-                 Grade g;
-                 g.pred_norm = trim(j.prediction);
-                 g.gold_norm = j.answer;
-                 g.ungraded = true;
-                 g.reason = fmt::format("needs an LLM judge (template {}): pass --judge openai:MODEL or local:MODEL",
-                                        lme_template_name(lme_template_for(j.question_type, j.abstention)));
-                 return g;
-               }});
+  v.push_back(
+      {kLongMemEvalJudgeGrader,
+       "LongMemEval: LLM judge, 5 templates by question type, 'yes' in reply (needs --judge openai:MODEL|local:MODEL)",
+       [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json& meta) {
+         LmeJob j = lme_job(p, refs, meta);
+         Grade g;
+         g.pred_norm = trim(j.prediction);
+         g.gold_norm = j.answer;
+         g.ungraded = true;
+         g.reason = fmt::format("needs an LLM judge (template {}): pass --judge openai:MODEL or local:MODEL",
+                                lme_template_name(lme_template_for(j.question_type, j.abstention)));
+         return g;
+       }});
 }
 }  // namespace detail
 

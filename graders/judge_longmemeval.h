@@ -85,7 +85,7 @@ struct JudgedGrade {
   Grade grade;
   std::optional<std::string> judge_key;  ///< set for verdicts (cached or new), not for failures
   bool cache_hit = false;
-  int attempts = 0;                      ///< HTTP requests made for it (0 on a cache hit)
+  int attempts = 0;  ///< HTTP requests made for it (0 on a cache hit)
 };
 
 /// Judges every job: verdicts found in `cache` (judge_cache table; may be null) are reused

@@ -32,8 +32,8 @@ std::vector<std::string> splitlines(std::string_view s) {
   size_t b = 0, i = 0;
   while (i < u.size()) {
     char32_t c = u[i];
-    bool br = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
-              c == 0x85 || c == 0x2028 || c == 0x2029;
+    bool br = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E || c == 0x85 ||
+              c == 0x2028 || c == 0x2029;
     if (!br) {
       ++i;
       continue;
@@ -233,8 +233,8 @@ LongProcResult longproc_html_to_tsv(std::string_view prediction, std::string_vie
   std::vector<std::string> flat;
   for (const auto& row : *pr) flat.push_back(py::join(row, "\t"));
   r.normalized = py::join(flat, "\n");
-  r.reason = fmt::format("F1 {:.4f}: {}/{} predicted rows in gold (P {:.4f}), {}/{} gold rows found (R {:.4f})", r.accuracy,
-                         hit_p, pr->size(), r.precision, hit_r, gt->size(), r.recall);
+  r.reason = fmt::format("F1 {:.4f}: {}/{} predicted rows in gold (P {:.4f}), {}/{} gold rows found (R {:.4f})",
+                         r.accuracy, hit_p, pr->size(), r.precision, hit_r, gt->size(), r.recall);
   return r;
 }
 
@@ -259,8 +259,8 @@ LongProcResult longproc_path_traversal(std::string_view prediction, std::string_
   while (i < n && gl[i] == pl[i]) ++i;
   if (i < n) {
     r.partial = static_cast<double>(i + 1) / static_cast<double>(gl.size());
-    r.reason = fmt::format("route differs at line {}: '{}' vs gold '{}'; partial {:.4f}", i + 1, clip(pl[i]), clip(gl[i]),
-                           r.partial);
+    r.reason = fmt::format("route differs at line {}: '{}' vs gold '{}'; partial {:.4f}", i + 1, clip(pl[i]),
+                           clip(gl[i]), r.partial);
   } else {
     r.partial = static_cast<double>(n) / static_cast<double>(gl.size());
     r.reason = fmt::format("route has {} lines, gold {} (common prefix matches); partial {:.4f}", pl.size(), gl.size(),
@@ -272,9 +272,9 @@ LongProcResult longproc_path_traversal(std::string_view prediction, std::string_
 namespace {
 
 std::string tom_norm(const std::string& s) {
-  static const std::vector<std::string> words = {"a",     "an",     "the",      "on",      "in",     "at",
-                                                 "step",  "thinks", "think",    "believes", "believe", "is",
-                                                 "are",   "of",     "location", "know",    "knows",  "belief"};
+  static const std::vector<std::string> words = {"a",    "an",     "the",      "on",       "in",      "at",
+                                                 "step", "thinks", "think",    "believes", "believe", "is",
+                                                 "are",  "of",     "location", "know",     "knows",   "belief"};
   return py::collapse_ws(py::replace_words(py::remove_punct(py::lower(s), "\u2019"), words));
 }
 

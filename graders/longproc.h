@@ -70,8 +70,8 @@ LongProcResult longproc_travel_planning(std::string_view prediction, std::string
 
 /// Limits of the pseudo_to_code sandbox.
 struct CodeSandboxLimits {
-  double run_seconds = 3.0;          ///< wall-clock limit per test case (LongProc: 3 s)
-  double compile_seconds = 120.0;    ///< wall-clock limit for g++
+  double run_seconds = 3.0;              ///< wall-clock limit per test case (LongProc: 3 s)
+  double compile_seconds = 120.0;        ///< wall-clock limit for g++
   uint64_t memory_bytes = 512ull << 20;  ///< RLIMIT_AS of the program
   uint64_t file_bytes = 16ull << 20;     ///< RLIMIT_FSIZE (files the program writes)
   uint64_t output_bytes = 16ull << 20;   ///< stdout captured at most (more → failure)

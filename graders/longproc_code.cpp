@@ -62,7 +62,8 @@ struct TempDir {
     std::vector<char> b(tmpl.begin(), tmpl.end());
     b.push_back('\0');
     if (!mkdtemp(b.data()))
-      throw Error(fmt::format("pseudo_to_code sandbox: mkdtemp({}): {}", tmpl, std::strerror(errno)), ErrorKind::kRuntime);
+      throw Error(fmt::format("pseudo_to_code sandbox: mkdtemp({}): {}", tmpl, std::strerror(errno)),
+                  ErrorKind::kRuntime);
     path = b.data();
   }
   ~TempDir() {

@@ -46,10 +46,12 @@ GraderFn gold_only(LongProcResult (*eval)(std::string_view, std::string_view)) {
 void register_longproc_graders(std::vector<GraderInfo>& v) {
   v.push_back({"longproc_html_to_tsv", "LongProc html_to_tsv: row-level F1 of the ```tsv table (normalised cells)",
                gold_only(longproc_html_to_tsv)});
-  v.push_back({"longproc_pseudo_to_code", "LongProc pseudo_to_code: g++ -std=c++11 -O, first 10 tests in a sandbox; 1 iff all pass",
+  v.push_back({"longproc_pseudo_to_code",
+               "LongProc pseudo_to_code: g++ -std=c++11 -O, first 10 tests in a sandbox; 1 iff all pass",
                [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json& meta) {
                  CodeSandboxLimits lim;
-                 if (const auto* t = meta_field(meta, "time_limit_s"); t && t->is_number()) lim.run_seconds = t->get<double>();
+                 if (const auto* t = meta_field(meta, "time_limit_s"); t && t->is_number())
+                   lim.run_seconds = t->get<double>();
                  return to_grade(longproc_pseudo_to_code(p, need(meta, "longproc_pseudo_to_code", "testcases"), lim),
                                  refs.front());
                }});
@@ -57,7 +59,8 @@ void register_longproc_graders(std::vector<GraderInfo>& v) {
                gold_only(longproc_path_traversal)});
   v.push_back({"longproc_tom_tracking", "LongProc tom_tracking: every '- Step N:' belief line matches (rmodels evaluator)",
                gold_only(longproc_tom_tracking)});
-  v.push_back({"longproc_countdown", "LongProc countdown: <Solution> reaches the target with the given numbers (meta nums/target)",
+  v.push_back({"longproc_countdown",
+               "LongProc countdown: <Solution> reaches the target with the given numbers (meta nums/target)",
                [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json& meta) {
                  const auto& n = need(meta, "longproc_countdown", "nums");
                  const auto& t = need(meta, "longproc_countdown", "target");

@@ -49,16 +49,17 @@ std::string after_last(std::string_view s, std::string_view key) {
 const std::vector<std::string>& unit_words() {
   static const std::vector<std::string> words = [] {
     std::vector<std::string> base = {
-        "east", "degree", "mph", "kmph", "ft", "m sqaure", " m east", "sq m", "deg", "mile",
-        "monkey", "prime", "ratio", "profit of rs", "rd", "gm", "p . m", "lb", "tile", "per",
-        "dm", "lt", "gain", "way", "west", "no change", "men", "soldier", "pie", "excess", "st",
-        "inches", "noon", "percent", "by", "gal", "kmh", "acre", "rise", "a . m", "π r 2", "sq",
-        "mark", "toy", "coin", "sq . m", "gallon", "° f", "profit", "minw", "yr", "women",
-        "feet", "am", "hr", "cu cm", "square", "are", "rupee", "rounds", "cubic", "cc", "mtr",
-        "ohm", "number", "day", "hour", "minute", "min", "second", "man", "woman", "sec", "cube",
-        "mt", "sq inch", "mp", "hectare", "more", "unit", "cu . m", "cm 2", "rs .", "rs", "kg",
-        "month", "km", "cm", "mm", "apple", "liter", "loss", "yard", "pure", "year", "increase",
-        "decrease", "less", "Surface", "litre", "pi sq m", "metre", "meter", "inch"};
+        "east",    "degree", "mph",   "kmph",         "ft",     "m sqaure",  " m east",  "sq m",    "deg",     "mile",
+        "monkey",  "prime",  "ratio", "profit of rs", "rd",     "gm",        "p . m",    "lb",      "tile",    "per",
+        "dm",      "lt",     "gain",  "way",          "west",   "no change", "men",      "soldier", "pie",     "excess",
+        "st",      "inches", "noon",  "percent",      "by",     "gal",       "kmh",      "acre",    "rise",    "a . m",
+        "π r 2",   "sq",     "mark",  "toy",          "coin",   "sq . m",    "gallon",   "° f",     "profit",  "minw",
+        "yr",      "women",  "feet",  "am",           "hr",     "cu cm",     "square",   "are",     "rupee",   "rounds",
+        "cubic",   "cc",     "mtr",   "ohm",          "number", "day",       "hour",     "minute",  "min",     "second",
+        "man",     "woman",  "sec",   "cube",         "mt",     "sq inch",   "mp",       "hectare", "more",    "unit",
+        "cu . m",  "cm 2",   "rs .",  "rs",           "kg",     "month",     "km",       "cm",      "mm",      "apple",
+        "liter",   "loss",   "yard",  "pure",         "year",   "increase",  "decrease", "less",    "Surface", "litre",
+        "pi sq m", "metre",  "meter", "inch"};
     std::vector<std::string> all = base;
     for (const auto& w : base) all.push_back(w + "s");
     return all;
@@ -81,11 +82,11 @@ const std::vector<std::unique_ptr<RE2>>& unit_regexes() {
 // word2number for a whole string made only of English number words ("twenty five" → 25).
 std::optional<long long> words_to_number(const std::string& text) {
   static const std::map<std::string, long long> small = {
-      {"zero", 0}, {"one", 1}, {"two", 2}, {"three", 3}, {"four", 4}, {"five", 5}, {"six", 6},
-      {"seven", 7}, {"eight", 8}, {"nine", 9}, {"ten", 10}, {"eleven", 11}, {"twelve", 12},
-      {"thirteen", 13}, {"fourteen", 14}, {"fifteen", 15}, {"sixteen", 16}, {"seventeen", 17},
-      {"eighteen", 18}, {"nineteen", 19}, {"twenty", 20}, {"thirty", 30}, {"forty", 40},
-      {"fifty", 50}, {"sixty", 60}, {"seventy", 70}, {"eighty", 80}, {"ninety", 90}};
+      {"zero", 0},      {"one", 1},       {"two", 2},       {"three", 3},    {"four", 4},     {"five", 5},
+      {"six", 6},       {"seven", 7},     {"eight", 8},     {"nine", 9},     {"ten", 10},     {"eleven", 11},
+      {"twelve", 12},   {"thirteen", 13}, {"fourteen", 14}, {"fifteen", 15}, {"sixteen", 16}, {"seventeen", 17},
+      {"eighteen", 18}, {"nineteen", 19}, {"twenty", 20},   {"thirty", 30},  {"forty", 40},   {"fifty", 50},
+      {"sixty", 60},    {"seventy", 70},  {"eighty", 80},   {"ninety", 90}};
   std::string t = lower(text);
   for (auto& c : t)
     if (c == '-') c = ' ';

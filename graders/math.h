@@ -41,9 +41,9 @@ std::string strip_math_string(std::string_view s, bool drop_short_lhs = true);
 
 /// Options of the math equivalence check.
 struct MathOptions {
-  double rel_tol = 1e-4;     ///< numeric relative tolerance (Qwen `math.isclose(rel_tol=1e-4)`)
-  double time_limit_s = 3.0; ///< wall-clock limit of the structural/symbolic stage (Qwen: 3 s)
-  bool percent = true;       ///< also accept gold×100 and gold/100 (Qwen include_percentage)
+  double rel_tol = 1e-4;      ///< numeric relative tolerance (Qwen `math.isclose(rel_tol=1e-4)`)
+  double time_limit_s = 3.0;  ///< wall-clock limit of the structural/symbolic stage (Qwen: 3 s)
+  bool percent = true;        ///< also accept gold×100 and gold/100 (Qwen include_percentage)
 };
 
 /// Verdict of `math_equivalent`: equal or not, and the stage that decided.
@@ -55,8 +55,7 @@ struct MathVerdict {
 /// Whether two *normalised* answers (outputs of strip_math_string) are equivalent:
 /// exact (case-insensitive) → numeric → structural/symbolic (GiNaC, forked child under
 /// opt.time_limit_s). Asymmetric only in the percent rule (variants of the gold are tried).
-MathVerdict math_equivalent(const std::string& pred_norm, const std::string& gold_norm,
-                            const MathOptions& opt = {});
+MathVerdict math_equivalent(const std::string& pred_norm, const std::string& gold_norm, const MathOptions& opt = {});
 
 /// Parses a plain number: integer/decimal with optional thousands commas, scientific notation
 /// (1.5e3, 1.5\times10^{3}), a fraction a/b or \frac{a}{b} with integer parts, leading sign.

@@ -101,8 +101,8 @@ SymbolicResult symbolic_equivalent(const std::string& pred, const std::string& g
   return compare(pred, gold, rel_tol, in_process, in_process ? nullptr : module_compare());
 }
 
-SymbolicResult symbolic_equivalent_limited(const std::string& pred, const std::string& gold,
-                                           double time_limit_s, double rel_tol) {
+SymbolicResult symbolic_equivalent_limited(const std::string& pred, const std::string& gold, double time_limit_s,
+                                           double rel_tol) {
   // The module is loaded here, in the parent, once: a missing module is an error of this process
   // (not a child's crash), and the children forked below do not load GiNaC again.
   const SymbolicFn in_process = g_in_process.load();

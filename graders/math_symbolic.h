@@ -40,8 +40,8 @@ SymbolicResult symbolic_equivalent(const std::string& pred, const std::string& g
 /// As symbolic_equivalent, but in a forked child process killed after `time_limit_s` seconds of
 /// wall clock (result kTimeout, reason "timeout after X s"). A child that crashes gives kError.
 /// The module is loaded in the calling process before the fork (same Error when it cannot be).
-SymbolicResult symbolic_equivalent_limited(const std::string& pred, const std::string& gold,
-                                           double time_limit_s, double rel_tol);
+SymbolicResult symbolic_equivalent_limited(const std::string& pred, const std::string& gold, double time_limit_s,
+                                           double rel_tol);
 
 /// A comparison with symbolic_equivalent's contract, run in the calling process.
 using SymbolicFn = SymbolicResult (*)(const std::string& pred, const std::string& gold, double rel_tol);

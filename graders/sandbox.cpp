@@ -83,8 +83,7 @@ struct SandboxPipes {
   lim(RLIMIT_CORE, 0);
   int code = 0;
   if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) code = 1;
-  if (!code && setup.drop && (setgroups(0, nullptr) != 0 || setgid(setup.gid) != 0 || setuid(setup.uid) != 0))
-    code = 2;
+  if (!code && setup.drop && (setgroups(0, nullptr) != 0 || setgid(setup.gid) != 0 || setuid(setup.uid) != 0)) code = 2;
   if (!code && (dup2(p.in[0], 0) < 0 || dup2(p.out[1], 1) < 0 || dup2(p.err[1], 2) < 0)) code = 3;
   if (!code && spec.child) {
     // Function mode: a backstop alarm in case the parent dies, then the function's bytes on
@@ -143,7 +142,8 @@ void exchange_io(const SandboxSpec& spec, std::chrono::steady_clock::time_point 
       if (fd == in_fd) {
         ssize_t w = write(in_fd, spec.stdin_data.data() + written, spec.stdin_data.size() - written);
         if (w > 0) written += static_cast<size_t>(w);
-        if (w < 0 && errno != EAGAIN && errno != EINTR) written = spec.stdin_data.size();  // EPIPE: program closed stdin
+        if (w < 0 && errno != EAGAIN && errno != EINTR)
+          written = spec.stdin_data.size();  // EPIPE: program closed stdin
         if (written >= spec.stdin_data.size()) {
           close(in_fd);
           in_fd = -1;
@@ -226,8 +226,9 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
     fcntl(in_fd, F_SETFL, fcntl(in_fd, F_GETFL) | O_NONBLOCK);
   }
   int out_fd = p.out[0], err_fd = p.err[0];
-  exchange_io(spec, t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                             std::chrono::duration<double>(spec.wall_seconds)),
+  exchange_io(spec,
+              t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                       std::chrono::duration<double>(spec.wall_seconds)),
               in_fd, out_fd, err_fd, res);
   const int status = kill_and_reap(pid);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -241,9 +242,9 @@ SandboxResult run_sandboxed(const SandboxSpec& spec) {
   ssize_t er = read(p.exec[0], eb, 2);
   close(p.exec[0]);
   if (er == 2)
-    throw Error(fmt::format("sandbox: could not start '{}' (step {}: {})", spec.argv.at(0), int(eb[0]),
-                            std::strerror(eb[1])),
-                ErrorKind::kRuntime);
+    throw Error(
+        fmt::format("sandbox: could not start '{}' (step {}: {})", spec.argv.at(0), int(eb[0]), std::strerror(eb[1])),
+        ErrorKind::kRuntime);
   if (!res.timed_out && !res.output_overflow) {
     if (WIFEXITED(status)) res.exit_code = WEXITSTATUS(status);
     else if (WIFSIGNALED(status)) res.signal = WTERMSIG(status);

@@ -29,16 +29,16 @@ namespace kvb::graders {
 struct SandboxSpec {
   std::vector<std::string> argv;
   std::function<std::string()> child;
-  std::string cwd;               ///< working directory ("" = inherited; exec mode wants a fresh one)
-  std::string stdin_data;        ///< bytes fed to stdin, then EOF
-  double wall_seconds = 3;       ///< wall-clock limit (s), from fork to kill
-  rlim_t cpu_seconds = 4;        ///< RLIMIT_CPU (s)
+  std::string cwd;          ///< working directory ("" = inherited; exec mode wants a fresh one)
+  std::string stdin_data;   ///< bytes fed to stdin, then EOF
+  double wall_seconds = 3;  ///< wall-clock limit (s), from fork to kill
+  rlim_t cpu_seconds = 4;   ///< RLIMIT_CPU (s)
   rlim_t as_bytes = RLIM_INFINITY;
   rlim_t fsize_bytes = RLIM_INFINITY;
   rlim_t nproc = RLIM_INFINITY;
-  bool drop_root = false;        ///< run as 'nobody' when the caller is root
-  size_t max_stdout = 16u << 20; ///< bytes kept; reaching it ends the run (output_overflow)
-  size_t max_stderr = 64u << 10; ///< bytes kept; the rest is drained and dropped
+  bool drop_root = false;         ///< run as 'nobody' when the caller is root
+  size_t max_stdout = 16u << 20;  ///< bytes kept; reaching it ends the run (output_overflow)
+  size_t max_stderr = 64u << 10;  ///< bytes kept; the rest is drained and dropped
 };
 
 /// How the child ended and what it wrote.
@@ -48,7 +48,7 @@ struct SandboxResult {
   int exit_code = -1;            ///< when it exited normally (not timed out or overflowing)
   int signal = 0;                ///< when a signal ended it (e.g. SIGXCPU, SIGSEGV)
   std::string out, err;
-  double seconds = 0;            ///< wall clock from fork to reaped
+  double seconds = 0;  ///< wall clock from fork to reaped
 };
 
 /// Runs `spec` (see the file comment). Throws kvb::Error(kRuntime) when a pipe or fork fails,

@@ -40,10 +40,12 @@ double scbench_choice_eng(std::string_view prediction, const std::vector<std::st
   auto in_labels = [&](const std::string& x) { return std::find(labels.begin(), labels.end(), x) != labels.end(); };
   std::u32string p = py::decode(py::strip(prediction));
   if (p.empty()) return 0.0;
-  if (p[0] == 'A' || p[0] == 'B' || p[0] == 'C' || p[0] == 'D') return in_labels(std::string(1, static_cast<char>(p[0])));
+  if (p[0] == 'A' || p[0] == 'B' || p[0] == 'C' || p[0] == 'D')
+    return in_labels(std::string(1, static_cast<char>(p[0])));
   if (in_labels(py::encode(p))) return 1.0;
   for (auto& c : p)
-    if (c == '\n' || c == '"' || c == '\'' || c == '.' || c == ',' || c == '?' || c == '!' || c == '{' || c == '}') c = ' ';
+    if (c == '\n' || c == '"' || c == '\'' || c == '.' || c == ',' || c == '?' || c == '!' || c == '{' || c == '}')
+      c = ' ';
   for (size_t at; (at = p.find(U"  ")) != std::u32string::npos;) p.erase(at, 1);
   for (std::u32string prefix : {U"answer is:", U"answer:", U"answer is", U"option is"}) {
     size_t idx = p.find(prefix);
@@ -328,18 +330,22 @@ void register_scbench_graders(std::vector<GraderInfo>& v) {
                  } else {
                    char* end = nullptr;
                    label = std::strtod(refs.front().c_str(), &end);
-                   if (end == refs.front().c_str()) fail("scbench_math_find: reference '{}' is not a number", refs.front());
+                   if (end == refs.front().c_str())
+                     fail("scbench_math_find: reference '{}' is not a number", refs.front());
                    is_int = refs.front().find_first_of(".eE") == std::string::npos;
                  }
                  Grade g = simple(scbench_math_find(p, label, is_int), p, refs, "math_find");
-                 g.reason = fmt::format("first number of the output vs label {:g}: {}", label, g.score ? "equal" : "different/none");
+                 g.reason = fmt::format("first number of the output vs label {:g}: {}", label,
+                                        g.score ? "equal" : "different/none");
                  return g;
                }});
   v.push_back({"scbench_passkey", "SCBench passkey (summary_with_needles): first digit run equals the label",
                [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json&) {
                  Grade g = simple(scbench_passkey(p, refs.front()), p, refs, "passkey");
                  size_t i = p.find_first_of("0123456789");
-                 g.extracted = i == std::string_view::npos ? "" : std::string(p.substr(i, p.find_first_not_of("0123456789", i) - i));
+                 g.extracted = i == std::string_view::npos
+                                   ? ""
+                                   : std::string(p.substr(i, p.find_first_not_of("0123456789", i) - i));
                  g.pred_norm = g.extracted;
                  return g;
                }});
@@ -349,10 +355,12 @@ void register_scbench_graders(std::vector<GraderInfo>& v) {
                  for (const auto& r : refs) best = std::max(best, scbench_rouge_lsum(p, r));
                  return simple(best, p, refs, "rougeLsum F");
                }});
-  v.push_back({"scbench_repoqa", "SCBench repoqa: BLEU (nltk method4) vs every needle; target best and >= 0.8 (meta.name, meta.needles)",
+  v.push_back({"scbench_repoqa",
+               "SCBench repoqa: BLEU (nltk method4) vs every needle; target best and >= 0.8 (meta.name, meta.needles)",
                [](std::string_view p, const std::vector<std::string>& refs, const nlohmann::json& meta) {
                  std::string target = meta.is_object() && meta.contains("name") && meta["name"].is_string()
-                                          ? meta["name"].get<std::string>() : "";
+                                          ? meta["name"].get<std::string>()
+                                          : "";
                  std::vector<RepoQaNeedle> needles;
                  if (meta.is_object() && meta.contains("needles")) {
                    const auto& ns = meta["needles"];

@@ -63,10 +63,10 @@ struct RepoQaNeedle {
 
 /// RepoQA verdict for one output.
 struct RepoQaResult {
-  bool pass = false;            ///< best-matching needle is the target and BLEU ≥ threshold
-  std::string best_name;        ///< needle with the highest BLEU (first on ties; "" if all 0)
-  double best_similarity = 0;   ///< its BLEU
-  std::string sanitized;        ///< the code compared
+  bool pass = false;           ///< best-matching needle is the target and BLEU ≥ threshold
+  std::string best_name;       ///< needle with the highest BLEU (first on ties; "" if all 0)
+  double best_similarity = 0;  ///< its BLEU
+  std::string sanitized;       ///< the code compared
 };
 
 /// needle_evaluator + pass@1 at `threshold` (0.8): BLEU of the sanitized output against every

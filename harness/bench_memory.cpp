@@ -92,10 +92,12 @@ BenchMemoryPlan plan_bench_memory(const BenchMemoryInput& in, const Policy* poli
       } else if (chunked) {
         // Prefill: a head below B + buffer gains a chunk, never beyond the prompt; decode: B + buffer.
         peak = std::min(full, std::max(std::min(in.context, B + b - 1 + chunk), B + b));
-        plan.footprint = "compress=chunked: min(context + gen, max(min(context, B + buffer - 1 + prefill chunk), B + buffer))";
+        plan.footprint =
+            "compress=chunked: min(context + gen, max(min(context, B + buffer - 1 + prefill chunk), B + buffer))";
       } else {
         peak = std::max(in.context, std::min(full, B + b));
-        plan.footprint = "compress=prompt_end: max(context, min(context + gen, B + buffer)) (whole prompt held before compression)";
+        plan.footprint =
+            "compress=prompt_end: max(context, min(context + gen, B + buffer)) (whole prompt held before compression)";
       }
       plan.peak_tokens_per_head = peak;
       plan.pages_per_seq = heads * ceil_div(peak, P);
@@ -107,12 +109,13 @@ BenchMemoryPlan plan_bench_memory(const BenchMemoryInput& in, const Policy* poli
       plan.footprint = fmt::format("{} (B {}, buffer {})", plan.footprint, B, b);
     }
   } else if (name != "full") {
-    plan.footprint = fmt::format("{}: no per-head schedule known to the search, sized as the full cache (context + gen)", name);
+    plan.footprint =
+        fmt::format("{}: no per-head schedule known to the search, sized as the full cache (context + gen)", name);
   }
 
   // Bytes of one page as the backend stores it.
-  plan.page_bytes = cuda ? static_cast<size_t>(P * (2 * D * 2 + 4))
-                         : static_cast<size_t>(P * (2 * D + 1 + needs.num_scalars) * 4);
+  plan.page_bytes =
+      cuda ? static_cast<size_t>(P * (2 * D * 2 + 4)) : static_cast<size_t>(P * (2 * D + 1 + needs.num_scalars) * 4);
   plan.kv_bytes_per_seq = static_cast<size_t>(plan.pages_per_seq) * plan.page_bytes;
 
   // Work buffers per prompt token of a prefill step (every sequence of the batch prefills at once).

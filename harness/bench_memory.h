@@ -43,12 +43,12 @@ namespace kvb::cli {
 
 /// What the memory search needs to know about one bench configuration.
 struct BenchMemoryInput {
-  ModelConfig config;          ///< the model's architecture
-  std::string backend = "cpu"; ///< "cpu", "cpu-bf16" or "cuda" (page and weight bytes depend on it)
-  int64_t context = 0;         ///< prompt tokens per sequence (> 0)
-  int64_t gen = 0;             ///< generated tokens per sequence (> 0)
-  int prefill_chunk = 512;     ///< prompt tokens per sequence per prefill step (> 0)
-  int page_size = 16;          ///< KV page size in tokens (> 0)
+  ModelConfig config;            ///< the model's architecture
+  std::string backend = "cpu";   ///< "cpu", "cpu-bf16" or "cuda" (page and weight bytes depend on it)
+  int64_t context = 0;           ///< prompt tokens per sequence (> 0)
+  int64_t gen = 0;               ///< generated tokens per sequence (> 0)
+  int prefill_chunk = 512;       ///< prompt tokens per sequence per prefill step (> 0)
+  int page_size = 16;            ///< KV page size in tokens (> 0)
   size_t host_weight_bytes = 0;  ///< Model::weight_bytes() (the CPU backends hold these)
 };
 

@@ -34,10 +34,10 @@ struct BenchArgs {
   int context = 512, gen = 128, batch = 1, prefill_chunk = 512, repeats = 1, warmup = 1;
   int64_t budget = 0;
   uint64_t seed = 0;
-  double memory_gib = 0;  ///< --memory: 0 = off (run --batch)
-  bool plan_only = false;  ///< --plan-only: print the --memory plan, run nothing
+  double memory_gib = 0;           ///< --memory: 0 = off (run --batch)
+  bool plan_only = false;          ///< --plan-only: print the --memory plan, run nothing
   std::vector<std::string> cases;  ///< --case: configurations run one after another on one model
-  std::string json;       ///< --json FILE ("" = none)
+  std::string json;                ///< --json FILE ("" = none)
 };
 
 constexpr double kGiB = 1073741824.0;
@@ -70,7 +70,8 @@ BenchArgs parse_case(const std::string& text, BenchArgs a) {
   auto num = [&](const std::string& w, const char* what, int64_t lo) {
     char* end = nullptr;
     const long long v = std::strtoll(w.c_str(), &end, 10);
-    if (w.empty() || *end != '\0' || v < lo || v > (1LL << 30)) fail("--case: '{}': {} must be an integer >= {}, got '{}'", text, what, lo, w);
+    if (w.empty() || *end != '\0' || v < lo || v > (1LL << 30))
+      fail("--case: '{}': {} must be an integer >= {}, got '{}'", text, what, lo, w);
     return static_cast<int64_t>(v);
   };
   a.context = static_cast<int>(num(f[0], "CONTEXT", 1));
@@ -102,23 +103,26 @@ BenchMemoryPlan size_batch(const ModelConfig& c, size_t host_weight_bytes, Bench
   const BenchMemoryPlan plan = plan_bench_memory(in, probe.get(), a.budget);
   const int64_t b = plan.max_batch(a.memory_gib * kGiB);
   if (b < 1)
-    fail("--memory: {} GiB does not hold batch 1: weights {:.3f} GiB + fixed reserve {:.3f} GiB + per sequence "
-         "KV {:.3f} GiB ({} tokens per head at peak) + work buffers {:.3f} GiB = {:.3f} GiB",
-         a.memory_gib, plan.weight_bytes / kGiB, plan.fixed_bytes / kGiB, plan.kv_bytes_per_seq / kGiB,
-         plan.peak_tokens_per_head, plan.work_bytes_per_seq / kGiB, plan.bytes_for(1) / kGiB);
+    fail(
+        "--memory: {} GiB does not hold batch 1: weights {:.3f} GiB + fixed reserve {:.3f} GiB + per sequence "
+        "KV {:.3f} GiB ({} tokens per head at peak) + work buffers {:.3f} GiB = {:.3f} GiB",
+        a.memory_gib, plan.weight_bytes / kGiB, plan.fixed_bytes / kGiB, plan.kv_bytes_per_seq / kGiB,
+        plan.peak_tokens_per_head, plan.work_bytes_per_seq / kGiB, plan.bytes_for(1) / kGiB);
   if (b > (1 << 20))
     fail("--memory: {} GiB holds {} sequences of this configuration; at most 1048576 are run", a.memory_gib, b);
   a.batch = static_cast<int>(b);
-  std::printf("memory_plan: %.2f GiB for %s, context %d, gen %d, %s: weights %.3f GiB + fixed %.3f GiB + batch %d x "
-              "(KV %.2f MiB + work %.2f MiB) = %.3f GiB; batch %d would need %.3f GiB\n",
-              a.memory_gib, a.backend.c_str(), a.context, a.gen,
-              (a.policy + (a.budget ? "@" + std::to_string(a.budget) : "")).c_str(), plan.weight_bytes / kGiB,
-              plan.fixed_bytes / kGiB, a.batch, plan.kv_bytes_per_seq / 1048576.0, plan.work_bytes_per_seq / 1048576.0,
-              plan.bytes_for(b) / kGiB, a.batch + 1, plan.bytes_for(b + 1) / kGiB);
-  std::printf("memory_plan_kv: %lld tokens per (layer, kv head) at peak, %lld pages of %d tokens per sequence, %zu "
-              "bytes per page; %s\n",
-              static_cast<long long>(plan.peak_tokens_per_head), static_cast<long long>(plan.pages_per_seq),
-              in.page_size, plan.page_bytes, plan.footprint.c_str());
+  std::printf(
+      "memory_plan: %.2f GiB for %s, context %d, gen %d, %s: weights %.3f GiB + fixed %.3f GiB + batch %d x "
+      "(KV %.2f MiB + work %.2f MiB) = %.3f GiB; batch %d would need %.3f GiB\n",
+      a.memory_gib, a.backend.c_str(), a.context, a.gen,
+      (a.policy + (a.budget ? "@" + std::to_string(a.budget) : "")).c_str(), plan.weight_bytes / kGiB,
+      plan.fixed_bytes / kGiB, a.batch, plan.kv_bytes_per_seq / 1048576.0, plan.work_bytes_per_seq / 1048576.0,
+      plan.bytes_for(b) / kGiB, a.batch + 1, plan.bytes_for(b + 1) / kGiB);
+  std::printf(
+      "memory_plan_kv: %lld tokens per (layer, kv head) at peak, %lld pages of %d tokens per sequence, %zu "
+      "bytes per page; %s\n",
+      static_cast<long long>(plan.peak_tokens_per_head), static_cast<long long>(plan.pages_per_seq), in.page_size,
+      plan.page_bytes, plan.footprint.c_str());
   plan_json = {{"memory_gib", a.memory_gib},
                {"batch", a.batch},
                {"weight_bytes", plan.weight_bytes},
@@ -142,7 +146,8 @@ void run_bench(BenchArgs a) {
   if (a.plan_only) {
     // The plan alone: a --model-shape needs no weights (its random F32 weights are 4 B per parameter).
     if (a.memory_gib <= 0) fail("--plan-only: needs --memory");
-    nlohmann::json out = {{"model", a.shape.empty() ? a.model : "random:" + a.shape}, {"backend", a.backend},
+    nlohmann::json out = {{"model", a.shape.empty() ? a.model : "random:" + a.shape},
+                          {"backend", a.backend},
                           {"plans", nlohmann::json::array()}};
     std::shared_ptr<Model> loaded;
     if (a.shape.empty()) loaded = load_model(a.model).model;
@@ -202,8 +207,10 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
     const double prompts = double(a.batch) * double(a.context) * sizeof(int32_t);
     const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     if (ram > 0 && kv + prompts > ram)
-      fail("--batch {}: {} sequences of {} positions need {:.1f} GiB of KV cache, more than this machine's {:.1f} GiB "
-           "of memory", a.batch, a.batch, positions, (kv + prompts) / 1073741824.0, ram / 1073741824.0);
+      fail(
+          "--batch {}: {} sequences of {} positions need {:.1f} GiB of KV cache, more than this machine's {:.1f} GiB "
+          "of memory",
+          a.batch, a.batch, positions, (kv + prompts) / 1073741824.0, ram / 1073741824.0);
   }
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> tokd(0, static_cast<int32_t>(c.vocab_size) - 1);
@@ -220,11 +227,12 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
   // --memory: the planned pages are the pool's hard limit (a wrong plan fails with "page pool
   // exhausted" instead of overrunning the budget), and the CUDA backend reserves them at once.
   if (a.memory_gib > 0) eo.max_kv_pages = static_cast<int64_t>(a.batch) * plan.pages_per_seq;
-  std::printf("model %s (%s, %.1fM params, %d layers, Hq=%lld Hkv=%lld D=%lld), backend %s, threads %d, OMP_WAIT_POLICY %s\n",
-              id.c_str(), c.model_type.c_str(), c.num_parameters() / 1e6, static_cast<int>(c.num_layers),
-              static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
-              static_cast<long long>(c.head_dim), a.backend.c_str(), omp_get_max_threads(),
-              std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default (spin, then sleep)");
+  std::printf(
+      "model %s (%s, %.1fM params, %d layers, Hq=%lld Hkv=%lld D=%lld), backend %s, threads %d, OMP_WAIT_POLICY %s\n",
+      id.c_str(), c.model_type.c_str(), c.num_parameters() / 1e6, static_cast<int>(c.num_layers),
+      static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads), static_cast<long long>(c.head_dim),
+      a.backend.c_str(), omp_get_max_threads(),
+      std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default (spin, then sleep)");
   std::printf("%-8s %-6s %-6s %-22s %12s %12s %10s %14s %12s %9s\n", "context", "gen", "batch", "policy",
               "prefill_tok/s", "decode_tok/s", "ms/step", "kv_bytes_peak", "peak_rss_MiB", "policy_%");
   for (int rep = 0; rep < a.repeats; ++rep) {
@@ -256,18 +264,19 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
     const double decode_tps = decode > 0 ? (gen_tokens - a.batch) / decode : 0;
     std::printf("%-8d %-6d %-6d %-22s %12.1f %12.1f %10.2f %14zu %12.1f %9.2f\n", a.context, a.gen, a.batch,
                 (a.policy + (a.budget ? "@" + std::to_string(a.budget) : "")).c_str(),
-                prefill > 0 ? double(a.context) * a.batch / prefill : 0.0, decode_tps, 1000.0 * decode / steps,
-                kv_peak, peak_rss_bytes() / 1048576.0,
+                prefill > 0 ? double(a.context) * a.batch / prefill : 0.0, decode_tps, 1000.0 * decode / steps, kv_peak,
+                peak_rss_bytes() / 1048576.0,
                 (prefill + decode) > 0 ? 100.0 * policy / a.batch / (prefill + decode) : 0.0);
     const std::string dev = engine.backend_report();  // device backends: memory, bandwidth vs roofline
     if (!dev.empty()) std::printf("%s", dev.c_str());
     const double rss_mib = peak_rss_bytes() / 1048576.0;
     if (a.memory_gib > 0)
-      std::printf("memory_result: batch %d, decode %.1f tok/s, KV pool peak %lld pages = %.3f GiB (planned %lld), peak RSS %.3f GiB%s\n",
-                  a.batch, decode_tps, static_cast<long long>(engine.cache().pages_allocated()),
-                  engine.cache().pages_allocated() * static_cast<double>(plan.page_bytes) / kGiB,
-                  static_cast<long long>(eo.max_kv_pages), rss_mib / 1024.0,
-                  dev.empty() ? "" : " (device: device_used_GiB above)");
+      std::printf(
+          "memory_result: batch %d, decode %.1f tok/s, KV pool peak %lld pages = %.3f GiB (planned %lld), peak RSS %.3f GiB%s\n",
+          a.batch, decode_tps, static_cast<long long>(engine.cache().pages_allocated()),
+          engine.cache().pages_allocated() * static_cast<double>(plan.page_bytes) / kGiB,
+          static_cast<long long>(eo.max_kv_pages), rss_mib / 1024.0,
+          dev.empty() ? "" : " (device: device_used_GiB above)");
     out["rows"].push_back({{"context", a.context},
                            {"gen", a.gen},
                            {"batch", a.batch},

@@ -35,8 +35,9 @@ void register_compare(CLI::App& app) {
   cmd->add_option("--config", o->config,
                   "A YAML file such as ci/nightly.yaml: its thresholds (alpha, min_drop_points) fill the options "
                   "not given on the command line");
-  cmd->add_flag("--missing-baseline-ok", o->missing_baseline_ok,
-                "Exit 0 with a note when the store holds no finished run besides the candidate (a nightly's first night)");
+  cmd->add_flag(
+      "--missing-baseline-ok", o->missing_baseline_ok,
+      "Exit 0 with a note when the store holds no finished run besides the candidate (a nightly's first night)");
   cmd->callback([o, cmd] {
     // Both thresholds are checked (naming where they came from) before the database is opened.
     std::string alpha_from = "--alpha", min_drop_from = "--min-drop";

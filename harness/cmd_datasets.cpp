@@ -48,8 +48,8 @@ std::string find_local(const std::vector<std::string>& dirs, const std::string& 
 std::string find_cached(datasets::HubClient& hub, const datasets::SourceFile& s) {
   if (s.host != "hf-dataset" && s.host != "hf-model") return "";
   try {
-    return hub.download({s.host == "hf-model" ? datasets::RepoType::kModel : datasets::RepoType::kDataset, s.repo,
-                         s.revision, s.path});
+    return hub.download(
+        {s.host == "hf-model" ? datasets::RepoType::kModel : datasets::RepoType::kDataset, s.repo, s.revision, s.path});
   } catch (const Error&) {
     return "";
   }
@@ -82,7 +82,8 @@ std::vector<const datasets::SourceFile*> select(const std::vector<std::string>& 
     size_t before = out.size();
     for (const auto& s : datasets::sources())
       if (s.key == w || s.benchmark == w) out.push_back(&s);
-    if (out.size() == before) fail("datasets: '{}' is neither a benchmark nor a registered key (`kvbench datasets list`)", w);
+    if (out.size() == before)
+      fail("datasets: '{}' is neither a benchmark nor a registered key (`kvbench datasets list`)", w);
   }
   return out;
 }
@@ -168,7 +169,8 @@ void register_datasets(CLI::App& app) {
   // task registry is first used.
   c->preparse_callback([](size_t) { (void)tasks::task_names(); });
   auto add_dirs = [a](CLI::App* s) {
-    s->add_option("--data-dir", a->data_dirs, "local data mirror laid out as docs/benchmarks.md describes (also $KVB_DATA_DIR)");
+    s->add_option("--data-dir", a->data_dirs,
+                  "local data mirror laid out as docs/benchmarks.md describes (also $KVB_DATA_DIR)");
   };
   auto* l = c->add_subcommand("list", "every registered file: source, size, sha256, local copy");
   add_dirs(l);

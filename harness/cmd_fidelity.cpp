@@ -38,7 +38,9 @@ std::vector<std::vector<int32_t>> load_prompts(const FidelityArgs& a, const Load
   if (sources != 1) fail("fidelity: give exactly one of --prompts FILE, --text FILE or --task T");
   if (!m.tokenizer) fail("fidelity: model '{}' has no tokenizer (tokenizer.json)", a.model);
   std::vector<std::vector<int32_t>> out;
-  auto add_text = [&](const std::string& text) { out.push_back(build_prompt(m, text, a.chat && m.chat, "", std::nullopt)); };
+  auto add_text = [&](const std::string& text) {
+    out.push_back(build_prompt(m, text, a.chat && m.chat, "", std::nullopt));
+  };
   if (!a.text_file.empty()) {
     add_text(read_file(a.text_file));
   } else if (!a.prompts_file.empty()) {
@@ -141,7 +143,8 @@ void register_fidelity(CLI::App& app) {
   c->add_option("--task", a->task, "Take prompts from a task (see `kvbench tasks`)");
   c->add_option("--limit", a->limit, "At most this many prompts (0 = all; default 4)")->check(non_negative());
   c->add_option("--data-dir", a->data_dirs, "Dataset directory for --task (repeatable)");
-  c->add_option("--max-new-tokens", a->max_new_tokens, "Length of the full-cache greedy reference")->check(kvb::cli::positive());
+  c->add_option("--max-new-tokens", a->max_new_tokens, "Length of the full-cache greedy reference")
+      ->check(kvb::cli::positive());
   c->add_flag("--chat", a->chat, "Render --prompts/--text lines with the model's chat template");
   c->add_option("--chat-template", a->chat_template,
                 "Which of the model's named chat templates (default: \"default\"; also for --task prompts)");

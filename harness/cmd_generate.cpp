@@ -88,14 +88,18 @@ void run_generate(const GenerateArgs& a) {
 void register_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* c = app.add_subcommand("generate", "Generate from one prompt (text to stdout, timings to stderr)");
-  c->add_option("--model", a->model, "Model: a directory (config.json, *.safetensors, tokenizer.json), a .gguf file, or smollm2-135m-instruct")->required();
+  c->add_option("--model", a->model,
+                "Model: a directory (config.json, *.safetensors, tokenizer.json), a .gguf file, or smollm2-135m-instruct")
+      ->required();
   c->add_option("--prompt", a->prompt, "Prompt text (empty = start from BOS)");
   c->add_flag("--chat", a->chat, "Render the prompt with the model's chat template");
   c->add_option("--system", a->system, "System message (with --chat)");
   c->add_option("--chat-template", a->chat_template, "A named chat template of the model (default: its default one)");
   c->add_flag("--no-thinking", a->no_thinking, "Pass enable_thinking=false to the chat template (Qwen3)");
   c->add_option("--max-new-tokens", a->max_new_tokens, "Maximum generated tokens")->check(kvb::cli::positive());
-  c->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy; default: the model's generation_config.json, else greedy)")->check(kvb::cli::non_negative());
+  c->add_option("--temperature", a->temperature,
+                "Sampling temperature (0 = greedy; default: the model's generation_config.json, else greedy)")
+      ->check(kvb::cli::non_negative());
   c->add_option("--top-p", a->top_p, "Nucleus sampling threshold (1 = off)")->check(kvb::cli::in_range(0.0, 1.0));
   c->add_option("--top-k", a->top_k, "Top-k sampling (0 = off)")->check(kvb::cli::non_negative());
   c->add_option("--min-p", a->min_p, "Min-p sampling (0 = off)")->check(kvb::cli::in_range(0.0, 1.0));

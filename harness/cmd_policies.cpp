@@ -47,11 +47,13 @@ void run_policies(const PoliciesArgs& a) {
       ww = std::max(ww, c.weights.size());
       bw = std::max(bw, c.base_model.size());
     }
-    std::string out = fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", "policy", pw, "weights", ww, "base model", bw, "trained");
+    std::string out =
+        fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", "policy", pw, "weights", ww, "base model", bw, "trained");
     for (const auto& c : known_checkpoints())
       out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", c.policy, pw, c.weights, ww, c.base_model, bw, c.note);
-    out += "\n`kvbench run --model <base model>` uses the first weights listed for it when the policy spec names none\n"
-           "(gates=...); give gates=HUB_ID[/FILE], a directory or a .pth/.pt/.safetensors file to choose others.\n";
+    out +=
+        "\n`kvbench run --model <base model>` uses the first weights listed for it when the policy spec names none\n"
+        "(gates=...); give gates=HUB_ID[/FILE], a directory or a .pth/.pt/.safetensors file to choose others.\n";
     std::fputs(out.c_str(), stdout);
     return;
   }
@@ -72,8 +74,7 @@ void run_policies(const PoliciesArgs& a) {
     if (info.params.empty()) out += "  (no parameters)\n";
     size_t kw = 0;
     for (const auto& p : info.params) kw = std::max(kw, p.key.size() + 1 + p.default_value.size());
-    for (const auto& p : info.params)
-      out += fmt::format("    {:<{}}  {}\n", p.key + "=" + p.default_value, kw, p.help);
+    for (const auto& p : info.params) out += fmt::format("    {:<{}}  {}\n", p.key + "=" + p.default_value, kw, p.help);
     out += "\n";
   }
   out += "Spec syntax: --policy name:key=value,...  (budget: tokens kept per (layer, kv_head) after a compression)\n";

@@ -22,7 +22,9 @@ void register_report(CLI::App& app) {
   cmd->add_option("--out", o->out, "output directory (created)")->required();
   cmd->add_option("--run", o->runs, "runs to include (id, name, 'latest', 'previous'); default all");
   cmd->add_option("--reference", o->reference, "policy name of the reference cells")->capture_default_str();
-  cmd->add_option("--resamples", o->resamples, "paired-bootstrap resamples")->capture_default_str()->check(kvb::cli::positive());
+  cmd->add_option("--resamples", o->resamples, "paired-bootstrap resamples")
+      ->capture_default_str()
+      ->check(kvb::cli::positive());
   cmd->add_option("--title", o->title, "report title")->capture_default_str();
   cmd->callback([o] {
     results::Store store(o->db, results::Store::Mode::kReadOnly);

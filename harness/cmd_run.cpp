@@ -85,8 +85,9 @@ struct RunProgress {
   void print(bool final_line) const {
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     const double eta = done ? el / done * (total - done) : 0;
-    std::string line = fmt::format("[{}/{}] {:.1f} generated tok/s over the wall time (prefill included), elapsed {:.0f} s, ETA {:.0f} s", done, total,
-                                   el > 0 ? gen_tokens / el : 0.0, el, eta);
+    std::string line = fmt::format(
+        "[{}/{}] {:.1f} generated tok/s over the wall time (prefill included), elapsed {:.0f} s, ETA {:.0f} s", done,
+        total, el > 0 ? gen_tokens / el : 0.0, el, eta);
     if (quiet) return;
     if (tty) std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), final_line ? "\n" : "");
     else std::fprintf(stderr, "%s\n", line.c_str());
@@ -256,8 +257,8 @@ void run_batch(const BatchContext& c, const std::vector<const results::WorkItem*
 /// Generates the pending items of one model: its weights loaded once, one engine per (policy,
 /// budget), batches of --write-every items. Returns early when interrupted.
 void run_model(const RunArgs& a, const RunGrid& rg, const RunPolicies& policies, const std::string& model_id,
-               const std::vector<results::WorkItem>& todo, graders::Judge* judge, results::Store& store,
-               int64_t run_id, RunProgress& progress) {
+               const std::vector<results::WorkItem>& todo, graders::Judge* judge, results::Store& store, int64_t run_id,
+               RunProgress& progress) {
   std::map<std::pair<std::string, int64_t>, std::vector<const results::WorkItem*>> groups;
   for (const auto& it : todo)
     if (it.model_id == model_id) groups[{it.policy_label, it.budget}].push_back(&it);
@@ -286,8 +287,7 @@ void run_main(RunArgs a) {
     a.weights = "bf16";
   }
   parse_weights_option(a.weights);  // a bad value fails before anything is opened
-  if (a.truncate != "middle" && a.truncate != "none")
-    fail("--truncate: expected middle or none, got '{}'", a.truncate);
+  if (a.truncate != "middle" && a.truncate != "none") fail("--truncate: expected middle or none, got '{}'", a.truncate);
   const tasks::Suite suite = resolve_suite(a);
   const std::vector<std::string> data_dirs = a.data_dirs.empty() ? datasets::default_data_dirs() : a.data_dirs;
   const LoadedTasks lt = load_tasks(suite.tasks, data_dirs, a.limit, a.on_bad);
@@ -308,7 +308,8 @@ void run_main(RunArgs a) {
   auto mine = results::select_shard(rg.items, shard);
   store.add_work_items(mine);
   const auto todo = store.pending(run_id, mine);
-  std::fprintf(stderr, "kvbench: run %lld in %s: %zu work items (shard %d/%d: %zu), %zu already stored, %zu to generate\n",
+  std::fprintf(stderr,
+               "kvbench: run %lld in %s: %zu work items (shard %d/%d: %zu), %zu already stored, %zu to generate\n",
                static_cast<long long>(run_id), a.db.c_str(), rg.items.size(), shard.index, shard.count, mine.size(),
                mine.size() - todo.size(), todo.size());
 
@@ -323,8 +324,10 @@ void run_main(RunArgs a) {
   }
   progress.print(true);
   if (progress.n_truncated)
-    std::fprintf(stderr, "kvbench: %zu prompts were longer than the context minus max_new_tokens and were middle-truncated "
-                 "(generations.extra.prompt_truncated_from)\n", progress.n_truncated);
+    std::fprintf(stderr,
+                 "kvbench: %zu prompts were longer than the context minus max_new_tokens and were middle-truncated "
+                 "(generations.extra.prompt_truncated_from)\n",
+                 progress.n_truncated);
   if (g_interrupted) {
     std::fprintf(stderr, "kvbench: interrupted; %zu generations stored in %s; rerun the same command to resume\n",
                  progress.done, a.db.c_str());
@@ -346,14 +349,19 @@ void register_run(CLI::App& app) {
   c->add_option("--model", a->models, "Model (repeatable): directory, .gguf file or smollm2-135m-instruct");
   c->add_option("--policies", a->policies, "Comma-separated policy specs, e.g. full,snapkv,rkv:window=8");
   c->add_option("--budgets", a->budgets, "Comma-separated KV budgets (tokens per layer and kv head)")
-      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("must list at least one budget") : std::string(); }, "LIST"));
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.empty() ? std::string("must list at least one budget") : std::string(); },
+          "LIST"));
   c->add_option("--samples", a->samples, "Samples per example (overrides the suite)")->check(kvb::cli::positive());
-  c->add_option("--temperature", a->temperature, "Sampling temperature (overrides the suite)")->check(kvb::cli::non_negative());
+  c->add_option("--temperature", a->temperature, "Sampling temperature (overrides the suite)")
+      ->check(kvb::cli::non_negative());
   c->add_option("--top-p", a->top_p, "Nucleus threshold (overrides the suite)")->check(kvb::cli::in_range(0.0, 1.0));
   c->add_option("--top-k", a->top_k, "Top-k (overrides the suite)")->check(kvb::cli::non_negative());
   c->add_option("--min-p", a->min_p, "Min-p")->check(kvb::cli::in_range(0.0, 1.0));
-  c->add_option("--max-new-tokens", a->max_new_tokens, "Generation cap (overrides suite and task)")->check(kvb::cli::positive());
-  c->add_option("--seed", a->seed, "Base seed; each sample's seed derives from (seed, task, example, sample)")->check(kvb::cli::non_negative());
+  c->add_option("--max-new-tokens", a->max_new_tokens, "Generation cap (overrides suite and task)")
+      ->check(kvb::cli::positive());
+  c->add_option("--seed", a->seed, "Base seed; each sample's seed derives from (seed, task, example, sample)")
+      ->check(kvb::cli::non_negative());
   c->add_option("--backend", a->backend, "cpu");
   c->add_option("--db", a->db, "Results database (SQLite)");
   c->add_option("--run-name", a->run_name, "A label for this run (for compare/report)");
@@ -372,8 +380,8 @@ void register_run(CLI::App& app) {
   c->add_flag("--quiet", a->quiet, "No progress line");
   c->add_flag("--strict", a->strict, "Exit 1 when any sample is left ungraded (failed judge request, grader error)");
   c->add_option("--truncate", a->truncate,
-                 "Prompts longer than the context minus max_new_tokens: middle (keep the first and last halves of "
-                 "the tokens, as LongBench/HELMET) or none (store as errors)")
+                "Prompts longer than the context minus max_new_tokens: middle (keep the first and last halves of "
+                "the tokens, as LongBench/HELMET) or none (store as errors)")
       ->capture_default_str();
   c->add_flag("--query-agnostic", a->query_agnostic,
               "For tasks whose prompt holds a shared context (LongMemEval history, LongBench/SCBench documents): "
@@ -389,7 +397,6 @@ void register_run(CLI::App& app) {
     apply_config(*a, c);
     run_main(*a);
   });
-
 }
 
 }  // namespace kvb::cli

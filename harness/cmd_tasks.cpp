@@ -111,12 +111,14 @@ void register_tasks(CLI::App& app) {
   auto* c = app.add_subcommand("tasks", "List benchmark tasks (name, examples, grader, source) or show their prompts");
   c->add_option("names", a->names, "task specs (name[:key=value,...]); default: all tasks");
   c->add_option("--suite", a->suite, "a built-in suite name or a suite YAML file");
-  c->add_option("--data-dir", a->data_dirs, "local data mirror(s) laid out as docs/benchmarks.md describes (also $KVB_DATA_DIR)");
+  c->add_option("--data-dir", a->data_dirs,
+                "local data mirror(s) laid out as docs/benchmarks.md describes (also $KVB_DATA_DIR)");
   c->add_flag("--count", a->count, "load the data and count the examples");
   c->add_option("--show", a->show, "print the first N examples of each task as JSON lines")->check(non_negative());
   c->add_flag("--suites", a->suites, "list the built-in suites");
   c->add_flag("--download", a->download, "fetch Hub-hosted files that are not in the data dirs (HF cache)");
-  c->add_option("--on-bad-example", a->on_bad, "skip or fail (default) on a malformed record")->check(CLI::IsMember({"skip", "fail"}));
+  c->add_option("--on-bad-example", a->on_bad, "skip or fail (default) on a malformed record")
+      ->check(CLI::IsMember({"skip", "fail"}));
   c->callback([a] { run_tasks(*a); });
 }
 

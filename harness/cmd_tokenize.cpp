@@ -92,10 +92,9 @@ void run_tokenize(const TokenizeArgs& a) {
   std::printf("===== TOKENS (%zu) =====\n", ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
-    const std::string line =
-        fmt::format("{}\t{}\t{}\t{}{}\n", i, id, quote(tokenizer.id_to_piece(id)),
-                    quote(tokenizer.decode(std::span<const int32_t>(&ids[i], 1))),
-                    tokenizer.is_special(id) ? "\tspecial" : "");
+    const std::string line = fmt::format("{}\t{}\t{}\t{}{}\n", i, id, quote(tokenizer.id_to_piece(id)),
+                                         quote(tokenizer.decode(std::span<const int32_t>(&ids[i], 1))),
+                                         tokenizer.is_special(id) ? "\tspecial" : "");
     std::fwrite(line.data(), 1, line.size(), stdout);
   }
   std::printf("ids: %s\n", nlohmann::json(ids).dump(-1, ' ', false).c_str());
@@ -105,10 +104,9 @@ void run_tokenize(const TokenizeArgs& a) {
 
 void register_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
-  CLI::App* c = app.add_subcommand(
-      "tokenize", "Show the token ids and pieces of a text or chat (what the model really sees)");
-  c->add_option("--model", a->model, "Model folder (only tokenizer.json / tokenizer_config.json are read)")
-      ->required();
+  CLI::App* c =
+      app.add_subcommand("tokenize", "Show the token ids and pieces of a text or chat (what the model really sees)");
+  c->add_option("--model", a->model, "Model folder (only tokenizer.json / tokenizer_config.json are read)")->required();
   auto* text = c->add_option("--text", a->text, "Text to tokenize (with --chat: one user message)");
   auto* msgs = c->add_option("--messages", a->messages,
                              "JSON file with an array of {\"role\", \"content\"} messages (implies --chat)");

@@ -24,5 +24,4 @@ void register_run(CLI::App& app);
 void register_tasks(CLI::App& app);
 void register_tokenize(CLI::App& app);
 
-
 }  // namespace kvb::cli

@@ -54,7 +54,8 @@ int32_t argmax(const float* logits, int V) {
 Agreement greedy_agreement(std::span<const int32_t> ref, std::span<const int32_t> got) {
   Agreement a;
   if (ref.empty()) return a;
-  while (a.prefix < static_cast<int64_t>(std::min(ref.size(), got.size())) && ref[a.prefix] == got[a.prefix]) ++a.prefix;
+  while (a.prefix < static_cast<int64_t>(std::min(ref.size(), got.size())) && ref[a.prefix] == got[a.prefix])
+    ++a.prefix;
   int64_t same = 0;
   for (size_t i = 0; i < ref.size() && i < got.size(); ++i) same += ref[i] == got[i];
   a.prefix_pct = 100.0 * static_cast<double>(a.prefix) / static_cast<double>(ref.size());
@@ -66,8 +67,8 @@ TeacherForced compare_teacher_forced(std::span<const float> full_logits, std::sp
                                      std::span<const int32_t> continuation, int V) {
   const size_t n = continuation.size();
   if (full_logits.size() < n * V || policy_logits.size() < n * V)
-    fail("fidelity: logits hold {} / {} rows of {} for {} positions", full_logits.size() / V,
-         policy_logits.size() / V, V, n);
+    fail("fidelity: logits hold {} / {} rows of {} for {} positions", full_logits.size() / V, policy_logits.size() / V,
+         V, n);
   TeacherForced t;
   t.positions = static_cast<int64_t>(n);
   for (size_t i = 0; i < n; ++i) {
@@ -99,8 +100,9 @@ double read_per_step(const GenerationResult& g) {
 
 }  // namespace
 
-std::vector<Reference> make_references(std::shared_ptr<const Model> model, const std::vector<std::vector<int32_t>>& prompts,
-                                       int max_new_tokens, const std::vector<int32_t>& stop_ids) {
+std::vector<Reference> make_references(std::shared_ptr<const Model> model,
+                                       const std::vector<std::vector<int32_t>>& prompts, int max_new_tokens,
+                                       const std::vector<int32_t>& stop_ids) {
   if (max_new_tokens < 1) fail("fidelity: --max-new-tokens must be >= 1, got {}", max_new_tokens);
   const int64_t ctx = model->config().max_position_embeddings;
   std::vector<Reference> refs(prompts.size());
@@ -115,7 +117,8 @@ std::vector<Reference> make_references(std::shared_ptr<const Model> model, const
     Engine e(model, eo, nullptr);
     GenerationRequest q;
     q.prompt = r.prompt;
-    q.max_new_tokens = static_cast<int>(std::min<int64_t>(max_new_tokens, ctx - 1 - static_cast<int64_t>(r.prompt.size())));
+    q.max_new_tokens =
+        static_cast<int>(std::min<int64_t>(max_new_tokens, ctx - 1 - static_cast<int64_t>(r.prompt.size())));
     q.stop_ids = stop_ids;
     GenerationResult g = e.generate({q}, nullptr)[0];
     r.continuation = std::move(g.tokens);
@@ -205,9 +208,10 @@ std::string markdown_table(const std::vector<Row>& rows) {
       s += fmt::format("| {} | {} | | | | | | | | | | | {} |\n", r.policy, budget, r.error);
       continue;
     }
-    s += fmt::format("| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.4f} | {:+.4f} | {:.1f} | {:.2f} | {:.1f} | {:.2f} | {:.0f} | |\n",
-                     r.policy, budget, r.prefix_pct, r.overall_pct, r.top1_pct, r.kl_mean, r.nll_delta,
-                     r.kv_bytes_peak / 1024.0, r.kv_bytes_ratio, r.kv_read_step / 1024.0, r.kv_read_ratio, r.evictions);
+    s += fmt::format(
+        "| {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.4f} | {:+.4f} | {:.1f} | {:.2f} | {:.1f} | {:.2f} | {:.0f} | |\n",
+        r.policy, budget, r.prefix_pct, r.overall_pct, r.top1_pct, r.kl_mean, r.nll_delta, r.kv_bytes_peak / 1024.0,
+        r.kv_bytes_ratio, r.kv_read_step / 1024.0, r.kv_read_ratio, r.evictions);
   }
   return s;
 }
@@ -215,14 +219,22 @@ std::string markdown_table(const std::vector<Row>& rows) {
 nlohmann::json to_json(const std::vector<Row>& rows) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& r : rows) {
-    nlohmann::json j = {{"policy", r.policy},           {"budget", r.budget},
-                        {"resolved_params", r.resolved}, {"prompts", r.prompts},
-                        {"positions", r.positions},     {"kl_mean", r.kl_mean},
-                        {"nll_full", r.nll_full},       {"nll_policy", r.nll_policy},
-                        {"nll_delta", r.nll_delta},     {"top1_pct", r.top1_pct},
-                        {"greedy_prefix_pct", r.prefix_pct}, {"greedy_overall_pct", r.overall_pct},
-                        {"kv_bytes_peak", r.kv_bytes_peak},  {"kv_bytes_ratio", r.kv_bytes_ratio},
-                        {"kv_read_bytes_step", r.kv_read_step}, {"kv_read_ratio", r.kv_read_ratio},
+    nlohmann::json j = {{"policy", r.policy},
+                        {"budget", r.budget},
+                        {"resolved_params", r.resolved},
+                        {"prompts", r.prompts},
+                        {"positions", r.positions},
+                        {"kl_mean", r.kl_mean},
+                        {"nll_full", r.nll_full},
+                        {"nll_policy", r.nll_policy},
+                        {"nll_delta", r.nll_delta},
+                        {"top1_pct", r.top1_pct},
+                        {"greedy_prefix_pct", r.prefix_pct},
+                        {"greedy_overall_pct", r.overall_pct},
+                        {"kv_bytes_peak", r.kv_bytes_peak},
+                        {"kv_bytes_ratio", r.kv_bytes_ratio},
+                        {"kv_read_bytes_step", r.kv_read_step},
+                        {"kv_read_ratio", r.kv_read_ratio},
                         {"evictions", r.evictions}};
     if (!r.error.empty()) j["error"] = r.error;
     a.push_back(j);

@@ -64,23 +64,24 @@ TeacherForced compare_teacher_forced(std::span<const float> full_logits, std::sp
 /// teacher-forced logits and its K+V byte peak.
 struct Reference {
   std::vector<int32_t> prompt, continuation;
-  std::vector<float> full_logits;   ///< [continuation.size() + 1, V]
-  size_t kv_token_bytes_peak = 0;   ///< of the full-cache generation
-  double kv_read_bytes_step = 0;    ///< K+V bytes its decode attention read per step (bytes)
+  std::vector<float> full_logits;  ///< [continuation.size() + 1, V]
+  size_t kv_token_bytes_peak = 0;  ///< of the full-cache generation
+  double kv_read_bytes_step = 0;   ///< K+V bytes its decode attention read per step (bytes)
 };
 
 /// Builds the references (pass 1): greedy full-cache generation of at most `max_new_tokens` per
 /// prompt (stopping after an id in `stop_ids`), then its teacher-forced full-cache logits.
 /// Throws kvb::Error on an empty prompt or one that leaves no room in the model's context.
-std::vector<Reference> make_references(std::shared_ptr<const Model> model, const std::vector<std::vector<int32_t>>& prompts,
-                                       int max_new_tokens, const std::vector<int32_t>& stop_ids);
+std::vector<Reference> make_references(std::shared_ptr<const Model> model,
+                                       const std::vector<std::vector<int32_t>>& prompts, int max_new_tokens,
+                                       const std::vector<int32_t>& stop_ids);
 
 /// The aggregated result of one (policy, budget) over all references. Means are pooled over all
 /// teacher-forced positions (kl_mean, nll_delta, top1_pct) or averaged over prompts (agreement,
 /// bytes). `error` is set (and the numbers are left 0) when the policy could not be built for
 /// this budget.
 struct Row {
-  std::string policy;      ///< the spec as given
+  std::string policy;  ///< the spec as given
   int64_t budget = 0;
   nlohmann::json resolved;  ///< Policy::resolved_params()
   int64_t prompts = 0, positions = 0;

@@ -22,7 +22,8 @@ void add_judge_options(CLI::App* c, JudgeArgs& a) {
   c->add_option("--judge-concurrency", a.opts.concurrency, "Judge requests in flight at once (1 to 256)")
       ->check(kvb::cli::in_range(1, 256));
   c->add_option("--judge-timeout", a.opts.timeout_s, "Seconds one judge request may take (at most a day)")
-      ->check(kvb::cli::positive())->check(kvb::cli::in_range(0, 86400));
+      ->check(kvb::cli::positive())
+      ->check(kvb::cli::in_range(0, 86400));
   c->add_option("--judge-retries", a.opts.max_retries, "Retries of a judge request on 429/5xx/timeouts (0 to 100)")
       ->check(kvb::cli::in_range(0, 100));
   c->add_option("--judge-backoff", a.opts.backoff_base_s,
@@ -34,7 +35,8 @@ void add_judge_options(CLI::App* c, JudgeArgs& a) {
 std::unique_ptr<graders::Judge> make_judge(const JudgeArgs& a) {
   if (a.spec.empty()) return nullptr;
   auto s = graders::JudgeSpec::parse(a.spec);
-  if (s.kind == "openai") return std::make_unique<graders::OpenAIJudge>(s.model, graders::OpenAIEndpoint::from_env(), a.opts);
+  if (s.kind == "openai")
+    return std::make_unique<graders::OpenAIJudge>(s.model, graders::OpenAIEndpoint::from_env(), a.opts);
   try {
     return make_local_judge(s.model, a.opts);
   } catch (const Error& e) {  // say which option named the model

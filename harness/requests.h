@@ -21,10 +21,10 @@ namespace kvb::cli {
 
 /// The run-wide options that shape every request (from `kvbench run`'s command line).
 struct RequestOptions {
-  double min_p = 0.0;                  ///< --min-p (not part of the work item's sampling)
-  std::optional<int> max_new_tokens;   ///< --max-new-tokens: caps every turn when set
-  bool query_agnostic = false;         ///< --query-agnostic: split the prompt at the shared context
-  bool truncate_middle = true;         ///< --truncate middle (true) or none (false)
+  double min_p = 0.0;                 ///< --min-p (not part of the work item's sampling)
+  std::optional<int> max_new_tokens;  ///< --max-new-tokens: caps every turn when set
+  bool query_agnostic = false;        ///< --query-agnostic: split the prompt at the shared context
+  bool truncate_middle = true;        ///< --truncate middle (true) or none (false)
 };
 
 /// What one work item becomes. When `error` is set the prompt does not fit the model's context

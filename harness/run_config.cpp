@@ -40,8 +40,7 @@ double get_number_in(const nlohmann::json& v, const std::string& where, double l
 
 /// An integer in [min_value, max_value]; a value outside (also one too large for 64 bits, which
 /// YAML gives as a float or string) is an error naming it, never a wrapped or truncated value.
-int64_t get_int(const nlohmann::json& v, const std::string& where, int64_t min_value,
-                int64_t max_value = INT_MAX) {
+int64_t get_int(const nlohmann::json& v, const std::string& where, int64_t min_value, int64_t max_value = INT_MAX) {
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max_value))
     fail("{}: must be <= {}, got {}", where, max_value, v.dump());
   if (!v.is_number_integer()) fail("{}: expected an integer, got {}", where, v.dump());
@@ -95,12 +94,13 @@ void apply_run_section(RunConfigFile& c, const nlohmann::json& run, const std::s
       if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
         fail("{}: expected an integer in [0, 2^64-1], got {}", w, v.dump());
       c.seed = v.get<uint64_t>();
-    }
-    else if (k == "backend") c.backend = get_string(v, w);
+    } else if (k == "backend") c.backend = get_string(v, w);
     else if (k == "suite") c.suite = get_string(v, w);
     else
-      fail("{}: unknown key (known: suite, models, policies, budgets, samples, limit, temperature, top_p, "
-           "top_k, min_p, max_new_tokens, seed, backend)", w);
+      fail(
+          "{}: unknown key (known: suite, models, policies, budgets, samples, limit, temperature, top_p, "
+          "top_k, min_p, max_new_tokens, seed, backend)",
+          w);
   }
 }
 
@@ -117,8 +117,10 @@ RunConfigFile load_run_config(const std::string& path, const std::string& profil
   static const std::set<std::string> kTop = {"suite", "db", "data_dir", "data_dirs", "run", "thresholds"};
   for (const auto& [k, v] : doc.items()) {
     if (!kTop.count(k) && !v.is_object())
-      fail("{}: {}: unknown top-level key (known: suite, data_dir, data_dirs, db, run, thresholds, and mappings "
-           "such as gpu_run or report)", path, k);
+      fail(
+          "{}: {}: unknown top-level key (known: suite, data_dir, data_dirs, db, run, thresholds, and mappings "
+          "such as gpu_run or report)",
+          path, k);
     if (k == "report") {
       // `kvbench report` is run by the CI scripts with these values: its keys are checked too.
       for (const auto& [rk, rv] : v.items()) {
@@ -134,7 +136,8 @@ RunConfigFile load_run_config(const std::string& path, const std::string& profil
   }
   if (doc.contains("suite")) c.suite = get_string(doc["suite"], path + ": suite");
   if (doc.contains("db")) c.db = get_string(doc["db"], path + ": db");
-  if (doc.contains("data_dir") && doc.contains("data_dirs")) fail("{}: data_dir: give data_dir or data_dirs, not both", path);
+  if (doc.contains("data_dir") && doc.contains("data_dirs"))
+    fail("{}: data_dir: give data_dir or data_dirs, not both", path);
   if (doc.contains("data_dir")) c.data_dirs = get_nonempty_strings(doc["data_dir"], path + ": data_dir");
   if (doc.contains("data_dirs")) c.data_dirs = get_nonempty_strings(doc["data_dirs"], path + ": data_dirs");
   if (doc.contains("run")) apply_run_section(c, doc["run"], path + ": run");

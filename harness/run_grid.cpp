@@ -119,7 +119,8 @@ RunGrid expand_run_grid(const RunArgs& a, const std::vector<std::string>& model_
       // The protocol is part of what a generation depends on: a query-agnostic prompt hashes
       // differently (the work item key covers it, so resume never mixes the two).
       std::string prompt_key = msgs.dump();
-      if (a.query_agnostic && e.context_chars > 0) prompt_key += "\n[query-agnostic context_chars=" + std::to_string(e.context_chars) + "]";
+      if (a.query_agnostic && e.context_chars > 0)
+        prompt_key += "\n[query-agnostic context_chars=" + std::to_string(e.context_chars) + "]";
       grid_examples.push_back({e.task, e.id, prompt_key});
       int mnt = cap ? cap : e.max_new_tokens;
       rg.by_example[e.task + "\n" + e.id] = {&e, mnt > 0 ? mnt : 256};
@@ -168,12 +169,22 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
   nlohmann::json tasks_json = nlohmann::json::array();
   for (const auto& st : lt.suite_tasks)
     tasks_json.push_back({{"spec", st.spec}, {"limit", a.limit ? a.limit : st.limit}});
-  info.config = {{"suite", suite.origin},  {"tasks", tasks_json},       {"models", model_specs},
-                 {"policies", policies.texts}, {"budgets", budgets},    {"samples", a.samples},
-                 {"seed", a.seed},           {"data_dirs", data_dirs},    {"min_p", a.min_p},
-                 {"weights", a.weights}, {"batch", a.batch}, {"prefill_chunk", a.prefill_chunk},
+  info.config = {{"suite", suite.origin},
+                 {"tasks", tasks_json},
+                 {"models", model_specs},
+                 {"policies", policies.texts},
+                 {"budgets", budgets},
+                 {"samples", a.samples},
+                 {"seed", a.seed},
+                 {"data_dirs", data_dirs},
+                 {"min_p", a.min_p},
+                 {"weights", a.weights},
+                 {"batch", a.batch},
+                 {"prefill_chunk", a.prefill_chunk},
                  {"max_new_tokens", a.max_new_tokens ? *a.max_new_tokens : 0},
-                 {"truncate", a.truncate}, {"policy_notes", policies.notes}, {"query_agnostic", a.query_agnostic},
+                 {"truncate", a.truncate},
+                 {"policy_notes", policies.notes},
+                 {"query_agnostic", a.query_agnostic},
                  {"sampling", rg.sampling_record}};
   // Only when a model has one, so the run key of runs without generation_config.json is unchanged.
   if (!rg.gen_configs.empty()) info.config["generation_config"] = rg.gen_configs;
@@ -251,7 +262,8 @@ void print_cells(results::Store& store, int64_t run_id) {
               "KV peak (B)", "KV steady (B)", "Δ vs full [paired 95%]");
   bool any_sig = false;
   for (const auto& c : cells) {
-    std::string model = c.key.model_id.size() > 24 ? "…" + c.key.model_id.substr(c.key.model_id.size() - 23) : c.key.model_id;
+    std::string model =
+        c.key.model_id.size() > 24 ? "…" + c.key.model_id.substr(c.key.model_id.size() - 23) : c.key.model_id;
     std::string acc = c.pass1 ? fmt::format("{:.3f} [{:.2f},{:.2f}]", c.pass1->mean, c.pass1->lo, c.pass1->hi) : "-";
     std::string delta;
     if (c.delta_vs_reference) {
@@ -264,18 +276,19 @@ void print_cells(results::Store& store, int64_t run_id) {
     const std::string agg = c.decode_tok_s_agg ? fmt::format("{:.1f}", *c.decode_tok_s_agg) : "-";
     const std::string steady = c.kv_bytes_steady_mean ? fmt::format("{:.0f}", *c.kv_bytes_steady_mean) : "-";
     std::printf("%-24s %-30s %-28s %7s %4d %18s %12.1f %12s %13.1f %8.3f %14.0f %14s %26s\n", model.c_str(),
-                c.key.task.c_str(), c.key.policy_label.c_str(), c.key.budget ? std::to_string(c.key.budget).c_str() : "-",
-                c.n_samples, acc.c_str(), c.decode_tok_s, agg.c_str(), c.prefill_tok_s, c.ttft_s_mean,
-                c.kv_bytes_peak_mean, steady.c_str(), delta.c_str());
+                c.key.task.c_str(), c.key.policy_label.c_str(),
+                c.key.budget ? std::to_string(c.key.budget).c_str() : "-", c.n_samples, acc.c_str(), c.decode_tok_s,
+                agg.c_str(), c.prefill_tok_s, c.ttft_s_mean, c.kv_bytes_peak_mean, steady.c_str(), delta.c_str());
   }
-  std::printf("pass@1: mean over examples of per-example mean scores, 95%% Wilson score interval over examples; "
-              "Δ vs full: paired by example and sample, 95%% percentile bootstrap over examples%s\n"
-              "dec tok/s/seq: generated tokens / seconds of the decode steps each sequence took part in; "
-              "dec tok/s agg: generated tokens / the decode steps' wall time (a batch's sequences together); "
-              "prefill tok/s: prompt tokens / each sequence's prefill-step seconds; TTFT: mean time to first token; "
-              "KV peak: mean high-water mark of a sequence's KV pages; KV steady: mean footprint after compression "
-              "(docs/results.md)\n",
-              any_sig ? "; * = the interval excludes 0" : "");
+  std::printf(
+      "pass@1: mean over examples of per-example mean scores, 95%% Wilson score interval over examples; "
+      "Δ vs full: paired by example and sample, 95%% percentile bootstrap over examples%s\n"
+      "dec tok/s/seq: generated tokens / seconds of the decode steps each sequence took part in; "
+      "dec tok/s agg: generated tokens / the decode steps' wall time (a batch's sequences together); "
+      "prefill tok/s: prompt tokens / each sequence's prefill-step seconds; TTFT: mean time to first token; "
+      "KV peak: mean high-water mark of a sequence's KV pages; KV steady: mean footprint after compression "
+      "(docs/results.md)\n",
+      any_sig ? "; * = the interval excludes 0" : "");
 }
 
 void warn_ungraded(size_t n_ungraded, size_t total, const std::string& reason, const std::string& db, bool strict) {

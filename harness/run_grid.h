@@ -26,7 +26,7 @@ namespace kvb::cli {
 struct LoadedTasks {
   std::vector<tasks::SuiteTask> suite_tasks;
   std::map<std::string, std::vector<tasks::Example>> examples;  ///< by SuiteTask::spec
-  std::vector<std::string> skipped;                              ///< one line per skipped record
+  std::vector<std::string> skipped;                             ///< one line per skipped record
 };
 
 /// Loads every example of `suite_tasks` from the data directories (datasets::DataLocator),
@@ -56,15 +56,15 @@ struct RunArgs {
   std::string suite = "smoke";
   std::vector<std::string> tasks, models, data_dirs;
   std::string policies = "full,snapkv";  // the default run: full cache + one compressing policy
-  std::string budgets;  // empty: the suite's, else 64,128
-  int samples = 0;      // 0: the suite's
+  std::string budgets;                   // empty: the suite's, else 64,128
+  int samples = 0;                       // 0: the suite's
   std::optional<double> temperature, top_p;
   std::optional<int> top_k, max_new_tokens;
   double min_p = 0.0;
   uint64_t seed = 0;
   std::string backend = "cpu", db = "kvbench.db", run_name, on_bad = "fail";
   size_t limit = 0;
-  bool query_agnostic = false;  // prefill and compress a task's shared context before its query
+  bool query_agnostic = false;      // prefill and compress a task's shared context before its query
   std::string truncate = "middle";  // over-long prompts: middle (LongBench/HELMET) or none (stored as errors)
   std::string config, config_profile;
   std::optional<std::string> shard;
@@ -76,7 +76,6 @@ struct RunArgs {
   bool strict = false;  // exit 1 when any sample is left ungraded (failed judge request, grader error)
   JudgeArgs judge;
 };
-
 
 /// The suite of the run: the --task specs (each validated) or --suite (tasks::load_suite).
 tasks::Suite resolve_suite(const RunArgs& a);

@@ -48,9 +48,11 @@ std::string default_gates(const std::string& policy_text, const std::vector<std:
   }
   for (size_t i = 0; i < models.size(); ++i)
     if (known[i])
-      fail("--policies {}: released {} {} are known for --model {} ({}) but {}; run the models separately or name "
-           "the weights ({}=...)", policy_text, l.paper, l.what, models[i], known[i]->weights,
-           "the other models need different ones or have none", l.file_param);
+      fail(
+          "--policies {}: released {} {} are known for --model {} ({}) but {}; run the models separately or name "
+          "the weights ({}=...)",
+          policy_text, l.paper, l.what, models[i], known[i]->weights,
+          "the other models need different ones or have none", l.file_param);
   *note = ps.name + ": no released " + l.what + " known for this model and none given (" + l.file_param +
           "=...); using RANDOM " + l.what + " (" + l.random_param + "=0) — this measures the pipeline, not " + l.paper;
   return policy_text + sep + l.random_param + "=0";

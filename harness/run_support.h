@@ -17,11 +17,11 @@ namespace kvb::cli {
 /// on the command line. Paths (data_dir, db, models) are used as written, i.e. relative to the
 /// working directory of `kvbench run` (ci/README.md runs from the repository root).
 struct RunConfigFile {
-  std::string path;                       ///< the file read (for messages)
+  std::string path;  ///< the file read (for messages)
   std::optional<std::string> suite, db, backend;
-  std::vector<std::string> data_dirs;     ///< `data_dir` (string) or `data_dirs` (list)
+  std::vector<std::string> data_dirs;  ///< `data_dir` (string) or `data_dirs` (list)
   std::vector<std::string> models;
-  std::vector<std::string> policies;      ///< one policy spec per entry
+  std::vector<std::string> policies;  ///< one policy spec per entry
   std::vector<int64_t> budgets;
   std::optional<int> samples, max_new_tokens, top_k;
   std::optional<size_t> limit;

@@ -15,14 +15,14 @@ namespace kvb::net {
 
 /// One HTTP request. Times are milliseconds; 0 means no limit.
 struct Request {
-  std::string method = "GET";        ///< "GET", "HEAD" or "POST"
+  std::string method = "GET";  ///< "GET", "HEAD" or "POST"
   std::string url;
   std::vector<std::string> headers;  ///< "Name: value" lines (credentials included: never logged)
   std::string body;                  ///< POST body
   long timeout_ms = 0;               ///< whole transfer
   long connect_timeout_ms = 0;
-  bool follow_redirects = false;     ///< up to 10 hops
-  long low_speed_time_s = 0;         ///< abort a transfer slower than 1 byte/s for this long (0: off)
+  bool follow_redirects = false;  ///< up to 10 hops
+  long low_speed_time_s = 0;      ///< abort a transfer slower than 1 byte/s for this long (0: off)
   std::string user_agent = "kvbench";
   /// Ask for and decode compressed replies (Accept-Encoding: every encoding libcurl supports);
   /// off for downloads whose bytes are checked against a hash as served.
@@ -36,12 +36,12 @@ struct Request {
 
 /// What came back. A transport failure (no HTTP status) has !transport_ok() and `error` set.
 struct Response {
-  int curl_code = 0;              ///< CURLcode of the transfer (0 = CURLE_OK)
-  bool timed_out = false;         ///< the transfer hit timeout_ms (CURLE_OPERATION_TIMEDOUT)
-  std::string error;              ///< curl's one-line description when curl_code != 0
-  long status = 0;                ///< HTTP status of the last response (0: none)
+  int curl_code = 0;                           ///< CURLcode of the transfer (0 = CURLE_OK)
+  bool timed_out = false;                      ///< the transfer hit timeout_ms (CURLE_OPERATION_TIMEDOUT)
+  std::string error;                           ///< curl's one-line description when curl_code != 0
+  long status = 0;                             ///< HTTP status of the last response (0: none)
   std::map<std::string, std::string> headers;  ///< lower-case names, last response only
-  std::string body;               ///< unless Request::on_body consumed it
+  std::string body;                            ///< unless Request::on_body consumed it
 
   bool transport_ok() const { return curl_code == 0; }
   /// The value of header `lower_name`, or "".
@@ -67,11 +67,11 @@ double parse_retry_after(std::string_view value, int64_t now_unix);
 /// value (retry_after_max_s > 0) raises it to at least that many seconds, capped at
 /// retry_after_max_s.
 struct Backoff {
-  int max_retries = 4;            ///< retries after the first attempt
+  int max_retries = 4;  ///< retries after the first attempt
   double base_s = 1.0;
   double max_s = 1e9;
   bool jitter = false;
-  double retry_after_max_s = 0;   ///< 0: Retry-After is ignored
+  double retry_after_max_s = 0;  ///< 0: Retry-After is ignored
   /// The delay before retry `r` given the Retry-After header of the failed response ("" if
   /// none); `rng` is used for the jitter.
   double delay_s(int r, std::string_view retry_after, std::mt19937_64& rng) const;
@@ -79,9 +79,9 @@ struct Backoff {
 
 /// One attempt's verdict for with_retries.
 struct Attempt {
-  bool retry = false;        ///< the attempt failed transiently: try again if retries remain
-  std::string retry_after;   ///< the failed response's Retry-After header, if any
-  std::string why;           ///< one line for the retry log (no credentials)
+  bool retry = false;       ///< the attempt failed transiently: try again if retries remain
+  std::string retry_after;  ///< the failed response's Retry-After header, if any
+  std::string why;          ///< one line for the retry log (no credentials)
 };
 
 /// The retry loop: calls attempt(n) for n = 0, 1, ... until it says not to retry or

@@ -5,12 +5,10 @@
 
 namespace kvb::results {
 
-std::vector<double> paired_example_diffs(const std::vector<const SampleRow*>& a,
-                                         const std::vector<const SampleRow*>& b,
+std::vector<double> paired_example_diffs(const std::vector<const SampleRow*>& a, const std::vector<const SampleRow*>& b,
                                          bool match_by_item_key, int* n_pairs) {
   auto key = [&](const SampleRow* s) {
-    return match_by_item_key ? s->item_key
-                             : s->example_id + '\x1f' + std::to_string(s->sample_index);
+    return match_by_item_key ? s->item_key : s->example_id + '\x1f' + std::to_string(s->sample_index);
   };
   std::map<std::string, const SampleRow*> bmap;
   for (const auto* s : b)
@@ -34,8 +32,7 @@ std::vector<double> paired_example_diffs(const std::vector<const SampleRow*>& a,
 
 std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOptions& opt) {
   std::map<CellKey, std::vector<const SampleRow*>> groups;
-  for (const auto& r : rows)
-    groups[CellKey{r.run_id, r.model_id, r.task, r.policy_label, r.budget}].push_back(&r);
+  for (const auto& r : rows) groups[CellKey{r.run_id, r.model_id, r.task, r.policy_label, r.budget}].push_back(&r);
 
   // Reference cells per (run, model, task): the first cell (lowest budget) of reference_policy.
   std::map<std::tuple<int64_t, std::string, std::string>, const std::vector<const SampleRow*>*> ref;
@@ -57,8 +54,8 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
     c.n_samples = static_cast<int>(g.size());
     // Per-example graded samples, in sample order (rows arrive sorted; sort again to be safe).
     std::map<std::string, std::vector<const SampleRow*>> ex;
-    double gen_tok = 0, dec_s = 0, pr_tok = 0, pr_s = 0, ttft = 0, kvp = 0, kvf = 0, ev = 0,
-           evf = 0, trunc = 0, rd = 0, share = 0, steady = 0;
+    double gen_tok = 0, dec_s = 0, pr_tok = 0, pr_s = 0, ttft = 0, kvp = 0, kvf = 0, ev = 0, evf = 0, trunc = 0, rd = 0,
+           share = 0, steady = 0;
     int n_rd = 0, n_share = 0, n_steady = 0;
     for (const auto* s : g) {
       if (s->score) {
@@ -108,8 +105,7 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
       std::vector<double> means;
       int max_n = 0;
       for (auto& [id, ss] : ex) {
-        std::sort(ss.begin(), ss.end(),
-                  [](auto* x, auto* y) { return x->sample_index < y->sample_index; });
+        std::sort(ss.begin(), ss.end(), [](auto* x, auto* y) { return x->sample_index < y->sample_index; });
         double sum = 0;
         for (const auto* s : ss) sum += *s->score;
         means.push_back(sum / ss.size());

@@ -25,12 +25,12 @@ struct CellKey {
 /// Metrics of one cell. Accuracy metrics count graded samples only.
 struct Cell {
   CellKey key;
-  std::string policy;          ///< policy name (label without params)
-  int n_samples = 0;           ///< stored generations
-  int n_graded = 0;            ///< generations with a score
-  int n_ungraded = 0;          ///< graded as "cannot score" (left out of accuracy)
-  int n_examples = 0;          ///< examples with at least one graded sample
-  std::optional<MeanCI> pass1; ///< mean of per-example mean scores, 95% Wilson CI over examples
+  std::string policy;               ///< policy name (label without params)
+  int n_samples = 0;                ///< stored generations
+  int n_graded = 0;                 ///< generations with a score
+  int n_ungraded = 0;               ///< graded as "cannot score" (left out of accuracy)
+  int n_examples = 0;               ///< examples with at least one graded sample
+  std::optional<MeanCI> pass1;      ///< mean of per-example mean scores, 95% Wilson CI over examples
   std::map<int, double> pass_at_k;  ///< k = 1, 2, 4, ... <= max samples (examples with n >= k)
   std::map<int, double> maj_at_k;   ///< same k grid
   /// decode_tok_s: per-sequence decode rate, Σ generated tokens / Σ decode_s (each sequence's
@@ -49,7 +49,7 @@ struct Cell {
   /// (SampleRow::kv_bytes_read_step); nullopt when none did (rows from before schema v3).
   std::optional<double> kv_bytes_read_step_mean;
   double evictions_mean = 0, evicted_frac = 0, truncated_frac = 0;
-  bool is_reference = false;        ///< this is the full-cache cell of its (run, model, task)
+  bool is_reference = false;  ///< this is the full-cache cell of its (run, model, task)
   /// Paired-bootstrap 95% CI of (this cell - reference cell) in score units, over examples,
   /// using samples paired by (example id, sample index); nullopt without a reference or pairs.
   std::optional<MeanCI> delta_vs_reference;
@@ -67,8 +67,7 @@ struct CellOptions {
 /// `pair_key` (e.g. item key, or example id + sample index); for each example with at least one
 /// matched, graded-in-both pair, the mean of (a.score - b.score) over its pairs. Returns the
 /// per-example differences (ordered by example id) and, via `n_pairs`, the number of pairs.
-std::vector<double> paired_example_diffs(const std::vector<const SampleRow*>& a,
-                                         const std::vector<const SampleRow*>& b,
+std::vector<double> paired_example_diffs(const std::vector<const SampleRow*>& a, const std::vector<const SampleRow*>& b,
                                          bool match_by_item_key, int* n_pairs = nullptr);
 
 /// Groups `rows` into cells and computes every metric (see Cell). Deterministic.

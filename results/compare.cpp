@@ -62,11 +62,11 @@ bool compare_cell(const Samples& b, const Samples& c, const CompareOptions& opt,
 /// field except the policy's), for the generations of `run`.
 std::map<std::string, std::string> prompt_seed_keys(Store& store, int64_t run) {
   std::map<std::string, std::string> out;
-  for (const auto& r : store.query(fmt::format(
-           "SELECT w.item_key, w.model_revision, w.task, w.example_id, w.prompt_sha256, w.sample_index, "
-           "w.seed, w.sampling_json FROM work_items w JOIN generations g ON g.item_key = w.item_key "
-           "WHERE g.run_id = {}",
-           run)))
+  for (const auto& r : store.query(
+           fmt::format("SELECT w.item_key, w.model_revision, w.task, w.example_id, w.prompt_sha256, w.sample_index, "
+                       "w.seed, w.sampling_json FROM work_items w JOIN generations g ON g.item_key = w.item_key "
+                       "WHERE g.run_id = {}",
+                       run)))
     out[r[0]] = fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}", r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
   return out;
 }
@@ -75,8 +75,7 @@ std::string budget_text(int64_t b) { return b == kNoBudget ? "-" : std::to_strin
 
 }  // namespace
 
-CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate,
-                           const CompareOptions& opt) {
+CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate, const CompareOptions& opt) {
   if (!(opt.alpha > 0 && opt.alpha < 1)) fail("compare: --alpha must be in (0, 1), got {}", opt.alpha);
   if (opt.min_drop < 0) fail("compare: --min-drop must be >= 0 points, got {}", opt.min_drop);
   auto base_rows = store.samples({baseline});
@@ -159,9 +158,10 @@ CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate,
       res.skipped.push_back(skipped("candidate", k));
     }
   if (res.rows.empty())
-    fail("{}: runs {} and {} share no graded work item (same model revision, policy, budget, "
-         "sampling, prompts and seeds are needed)",
-         store.path(), baseline, candidate);
+    fail(
+        "{}: runs {} and {} share no graded work item (same model revision, policy, budget, "
+        "sampling, prompts and seeds are needed)",
+        store.path(), baseline, candidate);
   return res;
 }
 
@@ -183,16 +183,15 @@ std::string format_compare_table(const CompareResult& r, const CompareOptions& o
   int reg = 0;
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const auto& row = r.rows[i];
-    std::string verdict = row.regression ? "REGRESSION"
+    std::string verdict = row.regression                                    ? "REGRESSION"
                           : (row.delta.mean > 0 && row.p_value < opt.alpha) ? "improved"
-                                                                             : "ok";
+                                                                            : "ok";
     reg += row.regression;
-    out += fmt::format(
-        "{:<{}} {:<14} {:<{}} {:>7} {:>6} {:>8.2f} {:>8.2f} {:>+8.2f} {:>17} {:>5} {:>5} {:>8.4f}  {}\n",
-        names.at(row.model_id), mw, row.task, labels[i], pw, budget_text(row.budget), row.shared_samples,
-        100 * row.baseline, 100 * row.candidate, 100 * row.delta.mean,
-        fmt::format("[{:+.2f}, {:+.2f}]", 100 * row.delta.lo, 100 * row.delta.hi), row.worse, row.better,
-        row.p_value, verdict);
+    out += fmt::format("{:<{}} {:<14} {:<{}} {:>7} {:>6} {:>8.2f} {:>8.2f} {:>+8.2f} {:>17} {:>5} {:>5} {:>8.4f}  {}\n",
+                       names.at(row.model_id), mw, row.task, labels[i], pw, budget_text(row.budget), row.shared_samples,
+                       100 * row.baseline, 100 * row.candidate, 100 * row.delta.mean,
+                       fmt::format("[{:+.2f}, {:+.2f}]", 100 * row.delta.lo, 100 * row.delta.hi), row.worse, row.better,
+                       row.p_value, verdict);
   }
   out += fmt::format(
       "{} cells compared, {} regression(s) (exact sign test over examples, alpha {}, min drop {} "

@@ -29,8 +29,8 @@ namespace kvb::results {
 
 /// Options of compare_runs.
 struct CompareOptions {
-  double alpha = 0.05;       ///< significance level of the two-sided sign test
-  double min_drop = 0.0;     ///< minimum drop in percentage points (score x 100) to flag
+  double alpha = 0.05;    ///< significance level of the two-sided sign test
+  double min_drop = 0.0;  ///< minimum drop in percentage points (score x 100) to flag
   int resamples = kBootstrapResamples;
   uint64_t seed = kBootstrapSeed;
 };
@@ -42,20 +42,20 @@ struct CompareRow {
   /// The baseline cell's policy label when it differs from `policy_label` (parameters changed
   /// between the runs; samples paired by prompt and seed instead of work-item key), else empty.
   std::string baseline_label;
-  int shared_samples = 0;      ///< work items graded in both runs
-  int examples = 0;            ///< examples with at least one shared sample
-  double baseline = 0;         ///< mean score over the shared samples' examples (baseline)
-  double candidate = 0;        ///< same for the candidate
-  MeanCI delta;                ///< candidate - baseline, paired bootstrap CI (score units)
-  int worse = 0, better = 0;   ///< examples with d < 0 / d > 0
-  double p_value = 1;          ///< exact sign test
+  int shared_samples = 0;     ///< work items graded in both runs
+  int examples = 0;           ///< examples with at least one shared sample
+  double baseline = 0;        ///< mean score over the shared samples' examples (baseline)
+  double candidate = 0;       ///< same for the candidate
+  MeanCI delta;               ///< candidate - baseline, paired bootstrap CI (score units)
+  int worse = 0, better = 0;  ///< examples with d < 0 / d > 0
+  double p_value = 1;         ///< exact sign test
   bool regression = false;
 };
 
 /// Result of compare_runs.
 struct CompareResult {
   std::vector<CompareRow> rows;
-  int baseline_only_cells = 0;   ///< cells of the baseline with no shared item in the candidate
+  int baseline_only_cells = 0;  ///< cells of the baseline with no shared item in the candidate
   int candidate_only_cells = 0;
   /// The skipped cells, "baseline|candidate: model task policy_label @budget", in cell order.
   std::vector<std::string> skipped;
@@ -65,8 +65,7 @@ struct CompareResult {
 /// Compares runs `baseline` and `candidate` of `store`, cell by cell (see the file comment for
 /// how cells and samples are matched). Throws kvb::Error when no cell could be compared, or
 /// for alpha outside (0, 1) or a negative min_drop.
-CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate,
-                           const CompareOptions& opt = {});
+CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate, const CompareOptions& opt = {});
 
 /// A fixed-width text table of the result: one line per cell (model shown by display name, see
 /// results/report.h display_model_names; a cell with changed parameters as "new (was old)"), a

@@ -17,14 +17,11 @@ std::string PolicySpec::label() const {
 }
 
 nlohmann::json SamplingParams::to_json() const {
-  return nlohmann::json{{"max_new_tokens", max_new_tokens},
-                        {"temperature", temperature},
-                        {"top_k", top_k},
-                        {"top_p", top_p}};
+  return nlohmann::json{
+      {"max_new_tokens", max_new_tokens}, {"temperature", temperature}, {"top_k", top_k}, {"top_p", top_p}};
 }
 
-uint64_t derive_seed(uint64_t base_seed, std::string_view task, std::string_view example_id,
-                     int sample_index) {
+uint64_t derive_seed(uint64_t base_seed, std::string_view task, std::string_view example_id, int sample_index) {
   std::string msg = "kvbench-seed";
   msg.push_back('\0');
   msg += std::to_string(base_seed);
@@ -45,8 +42,7 @@ std::string work_item_key(const WorkItem& it) {
                    {"model", it.model_id},
                    {"revision", it.model_revision},
                    {"policy", it.policy},
-                   {"params", it.policy_params.is_null() ? nlohmann::json::object()
-                                                         : it.policy_params},
+                   {"params", it.policy_params.is_null() ? nlohmann::json::object() : it.policy_params},
                    {"budget", it.budget},
                    {"sampling", it.sampling},
                    {"task", it.task},
@@ -66,8 +62,7 @@ std::vector<WorkItem> expand_grid(const GridSpec& spec) {
   std::set<std::string> labels;
   for (const auto& p : spec.policies) {
     if (p.name.empty()) fail("grid: empty policy name");
-    if (!p.params.is_null() && !p.params.is_object())
-      fail("grid: policy '{}': params must be a JSON object", p.name);
+    if (!p.params.is_null() && !p.params.is_object()) fail("grid: policy '{}': params must be a JSON object", p.name);
     if (!labels.insert(p.label()).second) fail("grid: policy '{}' given twice", p.label());
     any_budgeted |= p.uses_budget;
   }
@@ -89,15 +84,13 @@ std::vector<WorkItem> expand_grid(const GridSpec& spec) {
   std::vector<uint64_t> seeds(spec.examples.size() * spec.samples);
   for (size_t e = 0; e < spec.examples.size(); ++e)
     for (int s = 0; s < spec.samples; ++s)
-      seeds[e * spec.samples + s] =
-          derive_seed(spec.seed, spec.examples[e].task, spec.examples[e].example_id, s);
+      seeds[e * spec.samples + s] = derive_seed(spec.seed, spec.examples[e].task, spec.examples[e].example_id, s);
 
   nlohmann::json sampling = spec.sampling.to_json();
   std::vector<WorkItem> out;
   for (const auto& m : spec.models) {
     for (const auto& p : spec.policies) {
-      std::vector<int64_t> budgets =
-          p.uses_budget ? spec.budgets : std::vector<int64_t>{kNoBudget};
+      std::vector<int64_t> budgets = p.uses_budget ? spec.budgets : std::vector<int64_t>{kNoBudget};
       for (int64_t b : budgets) {
         for (size_t e = 0; e < spec.examples.size(); ++e) {
           for (int s = 0; s < spec.samples; ++s) {
@@ -140,8 +133,7 @@ Shard parse_shard(std::string_view text, std::string_view what) {
   s.index = parse_nonneg_int(text.substr(0, slash), what, text);
   s.count = parse_nonneg_int(text.substr(slash + 1), what, text);
   if (s.count < 1) fail("{}: shard count must be >= 1, got '{}'", what, text);
-  if (s.index >= s.count)
-    fail("{}: shard index must be in [0, {}) (0-based), got '{}'", what, s.count, text);
+  if (s.index >= s.count) fail("{}: shard index must be in [0, {}) (0-based), got '{}'", what, s.count, text);
   return s;
 }
 

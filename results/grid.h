@@ -73,9 +73,9 @@ struct GridExample {
 struct GridSpec {
   std::vector<ModelRef> models;
   std::vector<PolicySpec> policies;
-  std::vector<int64_t> budgets;   ///< tokens kept per sequence; each > 0
+  std::vector<int64_t> budgets;  ///< tokens kept per sequence; each > 0
   std::vector<GridExample> examples;
-  int samples = 1;                ///< samples per example, >= 1
+  int samples = 1;  ///< samples per example, >= 1
   SamplingParams sampling;
   uint64_t seed = 0;
 };
@@ -86,23 +86,22 @@ struct WorkItem {
   std::string key;
   std::string model_id;
   std::string model_revision;
-  std::string policy;              ///< policy name, e.g. "snapkv"
-  nlohmann::json policy_params;    ///< resolved parameters (object)
-  std::string policy_label;        ///< PolicySpec::label()
-  int64_t budget = kNoBudget;      ///< tokens; kNoBudget for the full cache
+  std::string policy;            ///< policy name, e.g. "snapkv"
+  nlohmann::json policy_params;  ///< resolved parameters (object)
+  std::string policy_label;      ///< PolicySpec::label()
+  int64_t budget = kNoBudget;    ///< tokens; kNoBudget for the full cache
   std::string task;
   std::string example_id;
   std::string prompt_sha256;
   int sample_index = 0;
   uint64_t seed = 0;
-  nlohmann::json sampling;         ///< SamplingParams::to_json()
+  nlohmann::json sampling;  ///< SamplingParams::to_json()
 };
 
 /// Per-sample seed: the first 8 bytes (big-endian) of SHA-256 over
 /// "kvbench-seed\0<base>\0<task>\0<example_id>\0<sample_index>", masked to 63 bits so it fits
 /// SQLite's signed INTEGER.
-uint64_t derive_seed(uint64_t base_seed, std::string_view task, std::string_view example_id,
-                     int sample_index);
+uint64_t derive_seed(uint64_t base_seed, std::string_view task, std::string_view example_id, int sample_index);
 
 /// The content key of a work item (all fields but `key` must be filled): SHA-256 of the compact,
 /// key-sorted JSON {"v":1, "model", "revision", "policy", "params", "budget", "sampling",

@@ -134,42 +134,47 @@ std::string render_svg(const Chart& c) {
   auto X = [&](double v) { return L + (tx(v) - a) / (b - a) * (W - L - R); };
   auto Y = [&](double v) { return T + (1 - v / ymax) * (H - T - B); };
   // Axes and grid.
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>\n",
-                     L, T, W - L - R, H - T - B);
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#999\"/>\n", L, T,
+                     W - L - R, H - T - B);
   for (double yt : nice_ticks(0, ymax, 5)) {
-    svg += fmt::format("<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#eee\"/>"
-                       "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
-                       L, W - R, Y(yt), L - 4, Y(yt) + 4, fmt::format("{:g}", 100 * yt));
+    svg += fmt::format(
+        "<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#eee\"/>"
+        "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        L, W - R, Y(yt), L - 4, Y(yt) + 4, fmt::format("{:g}", 100 * yt));
   }
   std::vector<double> xt;
   if (logx) {
-    for (double e = std::ceil(a); e <= b; e += std::max(1.0, std::ceil((b - a) / 6)))
-      xt.push_back(std::pow(2, e));
+    for (double e = std::ceil(a); e <= b; e += std::max(1.0, std::ceil((b - a) / 6))) xt.push_back(std::pow(2, e));
   } else {
     xt = nice_ticks(a, b, 5);
   }
   for (double v : xt) {
     double px = X(v);
     if (px < L - 0.5 || px > W - R + 0.5) continue;
-    svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#eee\"/>"
-                       "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-                       px, T, H - B, H - B + 14, esc(fmt_tick(v, c.bytes_x)));
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#eee\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        px, T, H - B, H - B + 14, esc(fmt_tick(v, c.bytes_x)));
   }
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}{}</text>\n", (L + W - R) / 2,
-                     H - 8, esc(c.xlabel), logx ? " (log scale)" : "");
-  svg += fmt::format("<text transform=\"translate(14,{}) rotate(-90)\" text-anchor=\"middle\">"
-                     "pass@1 (%)</text>\n", (T + H - B) / 2);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}{}</text>\n", (L + W - R) / 2, H - 8,
+                     esc(c.xlabel), logx ? " (log scale)" : "");
+  svg += fmt::format(
+      "<text transform=\"translate(14,{}) rotate(-90)\" text-anchor=\"middle\">"
+      "pass@1 (%)</text>\n",
+      (T + H - B) / 2);
   // Full-cache reference.
   if (!std::isnan(c.ref_y)) {
     if (!std::isnan(c.ref_lo))
-      svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{}\" height=\"{:.1f}\" fill=\"#000\" "
-                         "fill-opacity=\"0.06\"/>\n",
-                         L, Y(std::min(ymax, c.ref_hi)), W - L - R,
-                         std::max(0.0, Y(std::max(0.0, c.ref_lo)) - Y(std::min(ymax, c.ref_hi))));
-    svg += fmt::format("<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\" "
-                       "stroke-dasharray=\"6 4\"><title>full cache: {3}%</title></line>"
-                       "<text x=\"{1}\" y=\"{4:.1f}\" text-anchor=\"end\" fill=\"#444\">full cache</text>\n",
-                       L, W - R - 2, Y(c.ref_y), pct(c.ref_y), Y(c.ref_y) - 4);
+      svg += fmt::format(
+          "<rect x=\"{}\" y=\"{:.1f}\" width=\"{}\" height=\"{:.1f}\" fill=\"#000\" "
+          "fill-opacity=\"0.06\"/>\n",
+          L, Y(std::min(ymax, c.ref_hi)), W - L - R,
+          std::max(0.0, Y(std::max(0.0, c.ref_lo)) - Y(std::min(ymax, c.ref_hi))));
+    svg += fmt::format(
+        "<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#000\" "
+        "stroke-dasharray=\"6 4\"><title>full cache: {3}%</title></line>"
+        "<text x=\"{1}\" y=\"{4:.1f}\" text-anchor=\"end\" fill=\"#444\">full cache</text>\n",
+        L, W - R - 2, Y(c.ref_y), pct(c.ref_y), Y(c.ref_y) - 4);
   }
   // Pareto frontier over all points of the chart.
   std::vector<std::pair<double, double>> fpts;
@@ -180,8 +185,10 @@ std::string render_svg(const Chart& c) {
   if (fpts.size() > 1) {
     std::string d;
     for (const auto& [x, y] : fpts) d += fmt::format("{}{:.1f},{:.1f}", d.empty() ? "M" : " L", X(x), Y(y));
-    svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#555\" stroke-width=\"1\" "
-                       "stroke-dasharray=\"2 3\"><title>Pareto frontier</title></path>\n", d);
+    svg += fmt::format(
+        "<path d=\"{}\" fill=\"none\" stroke=\"#555\" stroke-width=\"1\" "
+        "stroke-dasharray=\"2 3\"><title>Pareto frontier</title></path>\n",
+        d);
   }
   // Series.
   for (const auto& s : c.series) {
@@ -194,18 +201,25 @@ std::string render_svg(const Chart& c) {
     }
     for (const auto& p : pts) {
       if (!std::isnan(p.lo))
-        svg += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" "
-                           "stroke=\"{3}\" stroke-opacity=\"0.6\"/>\n",
-                           X(p.x), Y(std::max(0.0, p.lo)), Y(std::min(1.0, p.hi)), s.color);
+        svg += fmt::format(
+            "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\" "
+            "stroke=\"{3}\" stroke-opacity=\"0.6\"/>\n",
+            X(p.x), Y(std::max(0.0, p.lo)), Y(std::min(1.0, p.hi)), s.color);
       if (p.pareto)
-        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"7\" fill=\"none\" stroke=\"#000\" "
-                           "stroke-width=\"1.5\"/>\n", X(p.x), Y(p.y));
+        svg += fmt::format(
+            "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"7\" fill=\"none\" stroke=\"#000\" "
+            "stroke-width=\"1.5\"/>\n",
+            X(p.x), Y(p.y));
       if (s.reference)
-        svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"8\" height=\"8\" fill=\"{}\">"
-                           "<title>{}</title></rect>\n", X(p.x) - 4, Y(p.y) - 4, s.color, esc(p.tip));
+        svg += fmt::format(
+            "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"8\" height=\"8\" fill=\"{}\">"
+            "<title>{}</title></rect>\n",
+            X(p.x) - 4, Y(p.y) - 4, s.color, esc(p.tip));
       else
-        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}</title>"
-                           "</circle>\n", X(p.x), Y(p.y), s.color, esc(p.tip));
+        svg += fmt::format(
+            "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}</title>"
+            "</circle>\n",
+            X(p.x), Y(p.y), s.color, esc(p.tip));
     }
   }
   svg += "</svg>\n";
@@ -228,8 +242,7 @@ std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) :
 
 }  // namespace
 
-std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& pts,
-                                 bool x_lower_better) {
+std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& pts, bool x_lower_better) {
   std::vector<size_t> out;
   for (size_t i = 0; i < pts.size(); ++i) {
     bool dominated = false;
@@ -259,17 +272,15 @@ std::string cells_csv(const std::vector<Cell>& cells) {
     o += fmt::format(
         "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
         c.key.run_id, csv_field(c.key.model_id), csv_field(c.key.task), csv_field(c.policy),
-        csv_field(c.key.policy_label), c.key.budget, c.n_samples, c.n_graded, c.n_ungraded,
-        c.n_examples, c.pass1 ? num(c.pass1->mean) : "", c.pass1 ? num(c.pass1->lo) : "",
-        c.pass1 ? num(c.pass1->hi) : "",
+        csv_field(c.key.policy_label), c.key.budget, c.n_samples, c.n_graded, c.n_ungraded, c.n_examples,
+        c.pass1 ? num(c.pass1->mean) : "", c.pass1 ? num(c.pass1->lo) : "", c.pass1 ? num(c.pass1->hi) : "",
         c.delta_vs_reference ? num(c.delta_vs_reference->mean) : "",
         c.delta_vs_reference ? num(c.delta_vs_reference->lo) : "",
         c.delta_vs_reference ? num(c.delta_vs_reference->hi) : "", c.paired_examples, kmax,
-        kmax ? num(c.pass_at_k.at(kmax)) : "", kmax ? num(c.maj_at_k.at(kmax)) : "",
-        num(c.decode_tok_s), num(c.prefill_tok_s), num(c.ttft_s_mean), num(c.kv_bytes_peak_mean),
-        c.kv_bytes_peak_max, num(c.kv_bytes_final_mean), c.device_peak_bytes,
-        num(c.evictions_mean), num(c.evicted_frac), num(c.truncated_frac), c.is_reference ? 1 : 0,
-        c.kv_bytes_read_step_mean ? num(*c.kv_bytes_read_step_mean) : "",
+        kmax ? num(c.pass_at_k.at(kmax)) : "", kmax ? num(c.maj_at_k.at(kmax)) : "", num(c.decode_tok_s),
+        num(c.prefill_tok_s), num(c.ttft_s_mean), num(c.kv_bytes_peak_mean), c.kv_bytes_peak_max,
+        num(c.kv_bytes_final_mean), c.device_peak_bytes, num(c.evictions_mean), num(c.evicted_frac),
+        num(c.truncated_frac), c.is_reference ? 1 : 0, c.kv_bytes_read_step_mean ? num(*c.kv_bytes_read_step_mean) : "",
         c.decode_tok_s_agg ? num(*c.decode_tok_s_agg) : "", c.kv_bytes_steady_mean ? num(*c.kv_bytes_steady_mean) : "");
   }
   return o;
@@ -344,12 +355,14 @@ namespace {
 /// backend, times, models with revision and weights hash, datasets with hash), HTML and Markdown.
 void render_runs(Store& store, const std::vector<RunRow>& all_runs, const std::set<int64_t>& used_runs,
                  const std::map<std::string, std::string>& model_name, std::string& html, std::string& md) {
-  html += "<h2>Runs</h2>\n<table><tr><th>id</th><th class=l>name</th><th class=l>kvbench</th>"
-          "<th class=l>git</th><th class=l>machine (host: device)</th><th class=l>backend</th>"
-          "<th class=l>started</th><th class=l>finished</th><th class=l>models (revision, weights sha256)</th>"
-          "<th class=l>datasets (sha256)</th></tr>\n";
-  md += "## Runs\n\n| id | name | kvbench | git | machine (host: device) | backend | started | finished | models |\n"
-        "|---|---|---|---|---|---|---|---|---|\n";
+  html +=
+      "<h2>Runs</h2>\n<table><tr><th>id</th><th class=l>name</th><th class=l>kvbench</th>"
+      "<th class=l>git</th><th class=l>machine (host: device)</th><th class=l>backend</th>"
+      "<th class=l>started</th><th class=l>finished</th><th class=l>models (revision, weights sha256)</th>"
+      "<th class=l>datasets (sha256)</th></tr>\n";
+  md +=
+      "## Runs\n\n| id | name | kvbench | git | machine (host: device) | backend | started | finished | models |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : all_runs) {
     if (!used_runs.count(r.run_id)) continue;
     std::string models, md_models, datasets;
@@ -359,23 +372,21 @@ void render_runs(Store& store, const std::vector<RunRow>& all_runs, const std::s
                 esc(m[1].substr(0, 12)) + "</code>, <code>" + esc(m[2].substr(0, 12)) + "</code>)<br>";
       md_models += (md_models.empty() ? "" : ", ") + md_esc(model_name.at(m[0]));
     }
-    for (const auto& d : store.query(fmt::format(
-             "SELECT task, sha256 FROM run_datasets WHERE run_id={} ORDER BY 1", r.run_id)))
+    for (const auto& d :
+         store.query(fmt::format("SELECT task, sha256 FROM run_datasets WHERE run_id={} ORDER BY 1", r.run_id)))
       datasets += esc(d[0]) + " <code>" + esc(d[1].substr(0, 12)) + "</code><br>";
-    html += fmt::format("<tr><td>{}</td><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td>"
-                        "<td class=l>{}: {}</td><td class=l>{}</td><td class=l>{}</td>"
-                        "<td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>\n",
-                        r.run_id, esc(r.name), esc(r.kvbench_version), esc(r.git_sha), esc(r.host),
-                        esc(r.device), esc(r.backend), esc(r.started_at),
-                        r.finished_at.empty() ? "(unfinished)" : esc(r.finished_at), models, datasets);
+    html += fmt::format(
+        "<tr><td>{}</td><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td>"
+        "<td class=l>{}: {}</td><td class=l>{}</td><td class=l>{}</td>"
+        "<td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>\n",
+        r.run_id, esc(r.name), esc(r.kvbench_version), esc(r.git_sha), esc(r.host), esc(r.device), esc(r.backend),
+        esc(r.started_at), r.finished_at.empty() ? "(unfinished)" : esc(r.finished_at), models, datasets);
     md += fmt::format("| {} | {} | {} | {} | {}: {} | {} | {} | {} | {} |\n", r.run_id, md_esc(r.name),
-                      md_esc(r.kvbench_version), md_esc(r.git_sha), md_esc(r.host), md_esc(r.device),
-                      md_esc(r.backend), r.started_at, r.finished_at.empty() ? "(unfinished)" : r.finished_at,
-                      md_models);
+                      md_esc(r.kvbench_version), md_esc(r.git_sha), md_esc(r.host), md_esc(r.device), md_esc(r.backend),
+                      r.started_at, r.finished_at.empty() ? "(unfinished)" : r.finished_at, md_models);
   }
   html += "</table>\n";
   md += "\n";
-
 }
 
 /// One (model, task) group of cells arranged for its charts and its table: a series per policy
@@ -462,8 +473,8 @@ void render_group_charts(const GroupView& v, const std::string& model, const std
     t += fmt::format("; decode {:.1f} tok/s per sequence; n={}", c->decode_tok_s, c->n_samples);
     return t;
   };
-  auto chart = [&](const std::string& title, const std::string& xlabel, bool logx, bool bytes,
-                   auto xfn, const std::set<const Cell*>& front_set, bool budget_chart, bool read_chart = false,
+  auto chart = [&](const std::string& title, const std::string& xlabel, bool logx, bool bytes, auto xfn,
+                   const std::set<const Cell*>& front_set, bool budget_chart, bool read_chart = false,
                    bool steady_chart = false) {
     Chart ch;
     ch.title = title;
@@ -487,8 +498,8 @@ void render_group_charts(const GroupView& v, const std::string& model, const std
         if (read_chart && !c->kv_bytes_read_step_mean) continue;   // not measured (before v3)
         if (steady_chart && !c->kv_bytes_steady_mean) continue;    // not measured (before v4)
         s.reference = c->key.budget == kNoBudget;
-        Pt p{xfn(c), c->pass1->mean, c->pass1->n > 1 ? c->pass1->lo : NAN,
-             c->pass1->n > 1 ? c->pass1->hi : NAN, tip(c), front_set.count(c) > 0};
+        Pt p{xfn(c), c->pass1->mean,        c->pass1->n > 1 ? c->pass1->lo : NAN, c->pass1->n > 1 ? c->pass1->hi : NAN,
+             tip(c), front_set.count(c) > 0};
         s.pts.push_back(p);
       }
       if (!s.pts.empty()) ch.series.push_back(std::move(s));
@@ -496,24 +507,28 @@ void render_group_charts(const GroupView& v, const std::string& model, const std
     return render_svg(ch);
   };
 
-  html += fmt::format("<h2 title=\"{}\">{} &mdash; {}</h2>\n<div class=legend>", esc(model),
-                      esc(model_name.at(model)), esc(task));
+  html += fmt::format("<h2 title=\"{}\">{} &mdash; {}</h2>\n<div class=legend>", esc(model), esc(model_name.at(model)),
+                      esc(task));
   for (const auto& name : v.order)
     html += fmt::format("<span><i class=sw style=\"background:{}\"></i>{}</span>", v.color.at(name), esc(name));
-  html += "<span>&#9711; Pareto frontier</span><span>- - full cache (band: 95% CI)</span></div>\n"
-          "<div class=charts>\n";
-  html += chart("pass@1 vs budget", "budget (tokens kept)", true, false,
-                [](const Cell* c) { return double(c->key.budget); }, v.f_budget, true);
-  html += chart("pass@1 vs realised KV bytes", "KV-cache bytes per sequence (mean high-water mark)", true, true,
-                [](const Cell* c) { return c->kv_bytes_peak_mean; }, v.f_bytes, false);
+  html +=
+      "<span>&#9711; Pareto frontier</span><span>- - full cache (band: 95% CI)</span></div>\n"
+      "<div class=charts>\n";
+  html += chart(
+      "pass@1 vs budget", "budget (tokens kept)", true, false, [](const Cell* c) { return double(c->key.budget); },
+      v.f_budget, true);
+  html += chart(
+      "pass@1 vs realised KV bytes", "KV-cache bytes per sequence (mean high-water mark)", true, true,
+      [](const Cell* c) { return c->kv_bytes_peak_mean; }, v.f_bytes, false);
   if (v.any_steady)
     html += chart("pass@1 vs steady KV bytes", "KV-cache bytes per sequence after compression (mean steady)", true,
                   true, steady_of, v.f_steady, false, false, true);
   if (v.any_read)
-    html += chart("pass@1 vs KV bytes read", "KV bytes read per decode step (mean; all layers and heads)", true,
-                  true, read_of, v.f_read, false, true);
-  html += chart("pass@1 vs decode speed", "decode tokens/s per sequence", false, false,
-                [](const Cell* c) { return c->decode_tok_s; }, v.f_speed, false);
+    html += chart("pass@1 vs KV bytes read", "KV bytes read per decode step (mean; all layers and heads)", true, true,
+                  read_of, v.f_read, false, true);
+  html += chart(
+      "pass@1 vs decode speed", "decode tokens/s per sequence", false, false,
+      [](const Cell* c) { return c->decode_tok_s; }, v.f_speed, false);
   html += "</div>\n";
 }
 
@@ -521,16 +536,18 @@ void render_group_charts(const GroupView& v, const std::string& model, const std
 /// pass@k, maj@k, speed, KV bytes, Pareto membership), HTML and Markdown.
 void render_group_table(const GroupView& v, const std::string& model, const std::string& task,
                         const std::map<std::string, std::string>& model_name, std::string& html, std::string& md) {
-  html += "<table><tr><th class=l>policy</th><th>budget</th><th>n</th><th>pass@1 %</th>"
-          "<th>95% CI</th><th>&Delta; vs full (pts)</th><th>paired 95% CI</th><th>pass@k %</th>"
-          "<th>maj@k %</th><th>decode tok/s/seq</th><th>decode tok/s agg</th><th>prefill tok/s</th><th>TTFT s</th>"
-          "<th>KV peak</th><th>KV steady</th><th>KV final</th><th>KV read/step</th><th>evicted %</th>"
-          "<th>truncated %</th><th>Pareto</th></tr>\n";
-  md += fmt::format("## {} — {}\n\n| policy | budget | n | pass@1 % | 95% CI | Δ vs full (pts) | paired 95% CI "
-                    "| pass@k % | maj@k % | decode tok/s/seq | decode tok/s agg | prefill tok/s | TTFT s | KV peak "
-                    "| KV steady | KV read/step | Pareto |\n"
-                    "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
-                    md_esc(model_name.at(model)), md_esc(task));
+  html +=
+      "<table><tr><th class=l>policy</th><th>budget</th><th>n</th><th>pass@1 %</th>"
+      "<th>95% CI</th><th>&Delta; vs full (pts)</th><th>paired 95% CI</th><th>pass@k %</th>"
+      "<th>maj@k %</th><th>decode tok/s/seq</th><th>decode tok/s agg</th><th>prefill tok/s</th><th>TTFT s</th>"
+      "<th>KV peak</th><th>KV steady</th><th>KV final</th><th>KV read/step</th><th>evicted %</th>"
+      "<th>truncated %</th><th>Pareto</th></tr>\n";
+  md += fmt::format(
+      "## {} — {}\n\n| policy | budget | n | pass@1 % | 95% CI | Δ vs full (pts) | paired 95% CI "
+      "| pass@k % | maj@k % | decode tok/s/seq | decode tok/s agg | prefill tok/s | TTFT s | KV peak "
+      "| KV steady | KV read/step | Pareto |\n"
+      "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+      md_esc(model_name.at(model)), md_esc(task));
   for (const auto& name : v.order) {
     auto cs = v.by_series.at(name);
     std::sort(cs.begin(), cs.end(), [](auto* a, auto* b) { return a->key.budget < b->key.budget; });
@@ -565,14 +582,13 @@ void render_group_table(const GroupView& v, const std::string& model, const std:
           "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{:.1f}</td><td>{:.3f}</td>"
           "<td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
           "<td>{:.0f}</td><td>{:.0f}</td><td class=l>{}</td></tr>\n",
-          esc(name), budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci,
-          dcls, d, dcls, dci, pk, mk, c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean,
-          human_bytes(c->kv_bytes_peak_mean), st, human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac,
-          100 * c->truncated_frac, pf);
-      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {:.1f} | {:.3f} | {} | {} | {} | {} |\n",
-                        md_esc(name), budget_str(c->key.budget), c->n_samples,
-                        c->pass1 ? pct(c->pass1->mean) : "n/a", ci, d, dci, pk, mk, c->decode_tok_s, agg,
-                        c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st, rd, pf);
+          esc(name), budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, dcls, d, dcls,
+          dci, pk, mk, c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st,
+          human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac, 100 * c->truncated_frac, pf);
+      md += fmt::format(
+          "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {:.1f} | {:.3f} | {} | {} | {} | {} |\n",
+          md_esc(name), budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, d, dci, pk,
+          mk, c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st, rd, pf);
     }
   }
   html += "</table>\n";
@@ -621,8 +637,10 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
     check_output_not_input(path, "--out", {store.path()});
     std::error_code lec;
     if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, lec)))
-      fail("{}: a symbolic link (to {}): kvbench writes only regular files inside --out; remove it or name "
-           "another --out", path, std::filesystem::read_symlink(path, lec).string());
+      fail(
+          "{}: a symbolic link (to {}): kvbench writes only regular files inside --out; remove it or name "
+          "another --out",
+          path, std::filesystem::read_symlink(path, lec).string());
   }
   auto rows = store.samples(opt.run_ids);
   if (rows.empty()) fail("{}: no generations stored for the selected runs", store.path());

@@ -25,9 +25,9 @@ namespace kvb::results {
 
 /// Options of write_report.
 struct ReportOptions {
-  std::string out_dir;            ///< created when missing
-  std::vector<int64_t> run_ids;   ///< runs to include; empty = all
-  CellOptions cells;              ///< reference policy, bootstrap resamples and seed
+  std::string out_dir;           ///< created when missing
+  std::vector<int64_t> run_ids;  ///< runs to include; empty = all
+  CellOptions cells;             ///< reference policy, bootstrap resamples and seed
   std::string title = "kvbench report";
 };
 
@@ -46,8 +46,7 @@ ReportFiles write_report(Store& store, const ReportOptions& opt);
 /// Indices of the Pareto-optimal points among (x, y): y is better higher; x is better lower
 /// when `x_lower_better`, else higher. A point is on the frontier when no other point is at
 /// least as good in both and strictly better in one. Returned in increasing x.
-std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& pts,
-                                 bool x_lower_better);
+std::vector<size_t> pareto_front(const std::vector<std::pair<double, double>>& pts, bool x_lower_better);
 
 /// Names to show for model ids (work_items.model_id is what the user passed to --model): an id
 /// that is not a path — a built-in name such as `smollm2-135m-instruct` or a Hugging Face repo id

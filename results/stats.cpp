@@ -19,8 +19,7 @@ double pass_at_k(int n, int c, int k) {
 }
 
 bool maj_at_k(const std::vector<Vote>& votes, int k) {
-  if (k < 1 || k > static_cast<int>(votes.size()))
-    fail("maj@k: need 1 <= k <= {} samples, got k={}", votes.size(), k);
+  if (k < 1 || k > static_cast<int>(votes.size())) fail("maj@k: need 1 <= k <= {} samples, got k={}", votes.size(), k);
   struct Tally {
     int count = 0;
     int first = 0;
@@ -35,8 +34,7 @@ bool maj_at_k(const std::vector<Vote>& votes, int k) {
   }
   const Tally* best = nullptr;
   for (const auto& [ans, t] : tally)
-    if (!best || t.count > best->count || (t.count == best->count && t.first < best->first))
-      best = &t;
+    if (!best || t.count > best->count || (t.count == best->count && t.first < best->first)) best = &t;
   return best->correct;
 }
 
@@ -73,8 +71,7 @@ static double betacf(double a, double b, double x) {
 static double inc_beta(double a, double b, double x) {
   if (x <= 0) return 0;
   if (x >= 1) return 1;
-  double lbt = std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
-               b * std::log1p(-x);
+  double lbt = std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x);
   double bt = std::exp(lbt);
   if (x < (a + 1) / (a + b + 2)) return bt * betacf(a, b, x) / a;
   return 1 - bt * betacf(b, a, 1 - x) / b;
@@ -185,14 +182,14 @@ struct SplitMix64 {
   uint64_t below(uint64_t n) {
     uint64_t limit = UINT64_MAX - UINT64_MAX % n;
     uint64_t v;
-    do v = next(); while (v >= limit);
+    do v = next();
+    while (v >= limit);
     return v % n;
   }
 };
 }  // namespace
 
-MeanCI paired_bootstrap_ci(const std::vector<double>& diffs, int resamples, uint64_t seed,
-                           double level) {
+MeanCI paired_bootstrap_ci(const std::vector<double>& diffs, int resamples, uint64_t seed, double level) {
   if (diffs.empty()) fail("bootstrap: no paired values");
   if (resamples < 1) fail("bootstrap: resamples must be >= 1, got {}", resamples);
   MeanCI r = describe(diffs, level, "bootstrap");
@@ -223,8 +220,7 @@ double sign_test_p(int neg, int pos) {
   // P[X <= m] for X ~ Bin(n, 1/2), summed in log space.
   double acc = 0;
   for (int i = 0; i <= m; ++i)
-    acc += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) -
-                    n * std::log(2.0));
+    acc += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) - n * std::log(2.0));
   return std::min(1.0, 2 * acc);
 }
 

@@ -38,9 +38,9 @@ double student_t_quantile(double p, double df);
 /// A mean with a two-sided confidence interval.
 struct MeanCI {
   double mean = 0;
-  double lo = 0;   ///< lower bound (== mean when n < 2)
-  double hi = 0;   ///< upper bound (== mean when n < 2)
-  double sd = 0;   ///< sample standard deviation (n - 1 denominator), 0 when n < 2
+  double lo = 0;  ///< lower bound (== mean when n < 2)
+  double hi = 0;  ///< upper bound (== mean when n < 2)
+  double sd = 0;  ///< sample standard deviation (n - 1 denominator), 0 when n < 2
   int n = 0;
 };
 

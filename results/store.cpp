@@ -140,10 +140,8 @@ class Stmt {
     else v = i64(c);
   }
   template <class I>
-    requires std::is_integral_v<I>
-  void column(int c, I& v) {
-    v = static_cast<I>(i64(c));
-  }
+  requires std::is_integral_v<I>
+  void column(int c, I& v) { v = static_cast<I>(i64(c)); }
   void ok(int rc) {
     if (rc != SQLITE_OK) err_(rc, "binding SQL parameter");
   }
@@ -175,7 +173,8 @@ void Store::raise(int rc, const std::string& what) {
     case SQLITE_READONLY:
       throw Error(path_ + ": database is read-only while " + what +
                       "; check the permissions of the file and its directory (SQLite writes "
-                      "-wal/-shm files next to it) (" + detail + ")",
+                      "-wal/-shm files next to it) (" +
+                      detail + ")",
                   ErrorKind::kRuntime);
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT:
@@ -184,18 +183,17 @@ void Store::raise(int rc, const std::string& what) {
                   ErrorKind::kInput);
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-      throw Error(path_ + ": database is locked by another process (waited 30 s) while " + what +
-                      " (" + detail + ")",
+      throw Error(path_ + ": database is locked by another process (waited 30 s) while " + what + " (" + detail + ")",
                   ErrorKind::kRuntime);
     case SQLITE_CANTOPEN:
-      throw Error(path_ + ": cannot open the database (does the directory exist and is it "
-                          "writable?) (" + detail + ")",
+      throw Error(path_ +
+                      ": cannot open the database (does the directory exist and is it "
+                      "writable?) (" +
+                      detail + ")",
                   ErrorKind::kRuntime);
-    case SQLITE_IOERR:
-      throw Error(path_ + ": I/O error while " + what + " (" + detail + ")", ErrorKind::kRuntime);
+    case SQLITE_IOERR: throw Error(path_ + ": I/O error while " + what + " (" + detail + ")", ErrorKind::kRuntime);
     default:
-      throw Error(path_ + ": SQLite error while " + what + ": " + detail + " (code " +
-                      std::to_string(rc) + ")",
+      throw Error(path_ + ": SQLite error while " + what + ": " + detail + " (code " + std::to_string(rc) + ")",
                   ErrorKind::kRuntime);
   }
 }
@@ -239,8 +237,10 @@ Store::Store(const std::string& path, Mode mode) : path_(path), mode_(mode) {
   // URI with options): a run would "succeed" and store nothing anywhere the user can read.
   if (path.empty()) throw Error("--db: empty path (name a results database file)", ErrorKind::kInput);
   if (path == ":memory:" || path.rfind("file:", 0) == 0)
-    throw Error(path + ": not a file path (in-memory databases and SQLite URIs are not results "
-                       "databases; name a file, e.g. ./" + path + " for a file of that name)",
+    throw Error(path +
+                    ": not a file path (in-memory databases and SQLite URIs are not results "
+                    "databases; name a file, e.g. ./" +
+                    path + " for a file of that name)",
                 ErrorKind::kInput);
   if (mode == Mode::kReadOnly && access(path.c_str(), F_OK) != 0)
     throw Error(path + ": no such results database", ErrorKind::kInput);
@@ -262,8 +262,7 @@ void Store::create_if_missing() {
   // got there first (then its whole database is used), and nobody ever sees a half-made file —
   // so an empty file at `path` is never taken for a new database.
   static std::atomic<int> counter{0};
-  const std::string tmp = path_ + ".kvbench-new." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter++);
+  const std::string tmp = path_ + ".kvbench-new." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   struct Cleanup {
     std::string p;
     ~Cleanup() {
@@ -275,8 +274,7 @@ void Store::create_if_missing() {
   if (::link(tmp.c_str(), path_.c_str()) == 0 || errno == EEXIST) return;
   const int link_errno = errno;
   // File systems without hard links: rename without replacing (fails when the file appeared).
-  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) == 0 || errno == EEXIST)
-    return;
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) == 0 || errno == EEXIST) return;
   throw Error(path_ + ": cannot create the database (" + std::strerror(link_errno) + ")", ErrorKind::kRuntime);
 }
 
@@ -338,7 +336,8 @@ void Store::init(Mode mode) {
     if (t.step()) ntables = t.i64(0);
   }
   const bool fresh = app_id == 0 && version == 0 && ntables == 0;
-  if (creating_ && !fresh) throw Error(path_ + ": cannot create the database (its temporary file is not empty)", ErrorKind::kRuntime);
+  if (creating_ && !fresh)
+    throw Error(path_ + ": cannot create the database (its temporary file is not empty)", ErrorKind::kRuntime);
   if (!creating_ && fresh) {
     struct stat st {};
     const bool empty = ::stat(path_.c_str(), &st) == 0 && st.st_size == 0;
@@ -349,17 +348,18 @@ void Store::init(Mode mode) {
                 ErrorKind::kInput);
   }
   if (app_id != kApplicationId && !fresh)
-    throw Error(path_ + ": is a SQLite database but not a kvbench results database "
-                        "(application_id " + std::to_string(app_id) + ")",
+    throw Error(path_ +
+                    ": is a SQLite database but not a kvbench results database "
+                    "(application_id " +
+                    std::to_string(app_id) + ")",
                 ErrorKind::kInput);
   if (!creating_ && version < 1)
-    throw Error(path_ + ": schema version " + std::to_string(version) +
-                    " is not one kvbench writes (valid: 1 to " + std::to_string(kSchemaVersion) +
-                    "); the file was changed outside kvbench: restore it from a copy",
+    throw Error(path_ + ": schema version " + std::to_string(version) + " is not one kvbench writes (valid: 1 to " +
+                    std::to_string(kSchemaVersion) + "); the file was changed outside kvbench: restore it from a copy",
                 ErrorKind::kInput);
   if (version > kSchemaVersion)
-    throw Error(path_ + ": written by a newer kvbench (schema version " + std::to_string(version) +
-                    " > " + std::to_string(kSchemaVersion) + "); upgrade kvbench",
+    throw Error(path_ + ": written by a newer kvbench (schema version " + std::to_string(version) + " > " +
+                    std::to_string(kSchemaVersion) + "); upgrade kvbench",
                 ErrorKind::kInput);
   exec("PRAGMA foreign_keys = ON");
   if (mode == Mode::kReadOnly) {
@@ -387,7 +387,10 @@ Store::~Store() {
 
 Store::Store(Store&& o) noexcept
     : after_row_hook_for_testing(std::move(o.after_row_hook_for_testing)),
-      path_(std::move(o.path_)), mode_(o.mode_), db_(o.db_), part_id_(o.part_id_) {
+      path_(std::move(o.path_)),
+      mode_(o.mode_),
+      db_(o.db_),
+      part_id_(o.part_id_) {
   o.db_ = nullptr;
 }
 
@@ -415,12 +418,11 @@ void Store::migrate() {
     Txn txn(*this);
     int v = schema_version();  // re-read inside the write lock: another process may have migrated
     if (v < 0) fail("{}: schema version {} is not one kvbench writes", path_, v);  // init() refuses it first
-    if (v >= static_cast<int>(m.size())) break;  // Txn rolls back (nothing written)
+    if (v >= static_cast<int>(m.size())) break;                                    // Txn rolls back (nothing written)
     exec(m[v]);
     if (v == 0) {
       exec("PRAGMA application_id = " + std::to_string(kApplicationId));
-      Stmt ins(db_, "INSERT INTO t975 (df, t) VALUES (?, ?)",
-               [this](int rc, const std::string& w) { raise(rc, w); });
+      Stmt ins(db_, "INSERT INTO t975 (df, t) VALUES (?, ?)", [this](int rc, const std::string& w) { raise(rc, w); });
       for (int df = 1; df <= 1000; ++df) {
         ins.bind(1, df).bind(2, student_t_quantile(0.975, df));
         ins.run();
@@ -477,9 +479,15 @@ int64_t Store::begin_run(const RunInfo& info, Shard shard) {
              "INSERT INTO runs (run_key, name, kvbench_version, git_sha, host, backend, device, "
              "config_json, started_at) VALUES (?,?,?,?,?,?,?,?,?)",
              KVB_ERR);
-    ins.bind(1, info.run_key).bind(2, info.name).bind(3, info.kvbench_version)
-        .bind(4, info.git_sha).bind(5, info.host.empty() ? hostname() : info.host)
-        .bind(6, info.backend).bind(7, info.device).bind(8, info.config.dump()).bind(9, now);
+    ins.bind(1, info.run_key)
+        .bind(2, info.name)
+        .bind(3, info.kvbench_version)
+        .bind(4, info.git_sha)
+        .bind(5, info.host.empty() ? hostname() : info.host)
+        .bind(6, info.backend)
+        .bind(7, info.device)
+        .bind(8, info.config.dump())
+        .bind(9, now);
     ins.run();
     run_id = sqlite3_last_insert_rowid(db_);
   } else {
@@ -491,20 +499,20 @@ int64_t Store::begin_run(const RunInfo& info, Shard shard) {
            "VALUES (?,?,?,?)",
            KVB_ERR);
     for (const auto& rm : info.models) m.bind_row(run_id, rm.model_id, rm.revision, rm.weights_sha256).run();
-    Stmt d(db_,
-           "INSERT OR IGNORE INTO run_datasets (run_id, task, source, sha256) VALUES (?,?,?,?)",
-           KVB_ERR);
+    Stmt d(db_, "INSERT OR IGNORE INTO run_datasets (run_id, task, source, sha256) VALUES (?,?,?,?)", KVB_ERR);
     for (const auto& ds : info.datasets) d.bind_row(run_id, ds.task, ds.source, ds.sha256).run();
     Stmt p(db_,
            "INSERT INTO run_parts (run_id, shard_index, shard_count, host, pid, started_at, "
            "part_uid) VALUES (?,?,?,?,?,?,?)",
            KVB_ERR);
-    p.bind(1, run_id).bind(2, shard.index).bind(3, shard.count)
+    p.bind(1, run_id)
+        .bind(2, shard.index)
+        .bind(3, shard.count)
         .bind(4, info.host.empty() ? hostname() : info.host)
-        .bind(5, static_cast<int64_t>(getpid())).bind(6, now)
-        .bind(7, sha256_hex(fmt::format(
-                     "{}\x1f{}\x1f{}\x1f{}", info.run_key, hostname(), getpid(),
-                     std::chrono::steady_clock::now().time_since_epoch().count())));
+        .bind(5, static_cast<int64_t>(getpid()))
+        .bind(6, now)
+        .bind(7, sha256_hex(fmt::format("{}\x1f{}\x1f{}\x1f{}", info.run_key, hostname(), getpid(),
+                                        std::chrono::steady_clock::now().time_since_epoch().count())));
     p.run();
     part_id_ = sqlite3_last_insert_rowid(db_);
   }
@@ -540,10 +548,19 @@ void Store::add_work_items(const std::vector<WorkItem>& items) {
            KVB_ERR);
   for (const auto& it : items) {
     if (it.key.empty()) fail("{}: work item without key (task {}, example {})", path_, it.task, it.example_id);
-    ins.bind(1, it.key).bind(2, it.model_id).bind(3, it.model_revision).bind(4, it.policy)
-        .bind(5, it.policy_params.dump()).bind(6, it.policy_label).bind(7, it.budget)
-        .bind(8, it.task).bind(9, it.example_id).bind(10, it.prompt_sha256)
-        .bind(11, it.sample_index).bind(12, it.seed).bind(13, it.sampling.dump());
+    ins.bind(1, it.key)
+        .bind(2, it.model_id)
+        .bind(3, it.model_revision)
+        .bind(4, it.policy)
+        .bind(5, it.policy_params.dump())
+        .bind(6, it.policy_label)
+        .bind(7, it.budget)
+        .bind(8, it.task)
+        .bind(9, it.example_id)
+        .bind(10, it.prompt_sha256)
+        .bind(11, it.sample_index)
+        .bind(12, it.seed)
+        .bind(13, it.sampling.dump());
     ins.run();
   }
   txn.commit();
@@ -561,8 +578,7 @@ std::vector<WorkItem> Store::pending(int64_t run_id, const std::vector<WorkItem>
 }
 
 static void insert_grades(sqlite3* db, int64_t run_id, const std::vector<GradeRecord>& grades,
-                          const std::function<void(int, const std::string&)>& err,
-                          const std::string& path) {
+                          const std::function<void(int, const std::string&)>& err, const std::string& path) {
   Stmt g(db,
          "INSERT OR REPLACE INTO grades (run_id, item_key, score, extracted, pred_norm, gold_norm, "
          "reason, grader, ungraded, judge_key, graded_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
@@ -571,11 +587,18 @@ static void insert_grades(sqlite3* db, int64_t run_id, const std::vector<GradeRe
   for (const auto& gr : grades) {
     if (gr.score && !(*gr.score >= 0 && *gr.score <= 1))
       fail("{}: grade for item {}: score {} outside [0, 1]", path, gr.item_key, *gr.score);
-    if (!gr.score && !gr.ungraded)
-      fail("{}: grade for item {}: no score but not marked ungraded", path, gr.item_key);
-    g.bind(1, run_id).bind(2, gr.item_key).bind(3, gr.score).bind(4, gr.extracted)
-        .bind(5, gr.pred_norm).bind(6, gr.gold_norm).bind(7, gr.reason).bind(8, gr.grader)
-        .bind(9, gr.ungraded).bind(10, gr.judge_key).bind(11, now);
+    if (!gr.score && !gr.ungraded) fail("{}: grade for item {}: no score but not marked ungraded", path, gr.item_key);
+    g.bind(1, run_id)
+        .bind(2, gr.item_key)
+        .bind(3, gr.score)
+        .bind(4, gr.extracted)
+        .bind(5, gr.pred_norm)
+        .bind(6, gr.gold_norm)
+        .bind(7, gr.reason)
+        .bind(8, gr.grader)
+        .bind(9, gr.ungraded)
+        .bind(10, gr.judge_key)
+        .bind(11, now);
     g.run();
   }
 }
@@ -592,11 +615,24 @@ void Store::write_batch(int64_t run_id, const std::vector<GenerationRecord>& gen
   std::string now = now_iso();
   for (size_t i = 0; i < gens.size(); ++i) {
     const auto& g = gens[i];
-    ins.bind(1, run_id).bind(2, g.item_key).bind(3, g.text).bind(4, g.prompt_tokens)
-        .bind(5, g.generated_tokens).bind(6, g.finish_reason).bind(7, g.prefill_s)
-        .bind(8, g.decode_s).bind(9, g.ttft_s).bind(10, g.evictions).bind(11, g.kv_bytes_peak)
-        .bind(12, g.kv_bytes_final).bind(13, g.device_peak_bytes).bind(14, g.extra.dump())
-        .bind(15, now).bind(16, g.kv_bytes_read_step).bind(17, g.kv_bytes_steady).bind(18, g.decode_share_s);
+    ins.bind(1, run_id)
+        .bind(2, g.item_key)
+        .bind(3, g.text)
+        .bind(4, g.prompt_tokens)
+        .bind(5, g.generated_tokens)
+        .bind(6, g.finish_reason)
+        .bind(7, g.prefill_s)
+        .bind(8, g.decode_s)
+        .bind(9, g.ttft_s)
+        .bind(10, g.evictions)
+        .bind(11, g.kv_bytes_peak)
+        .bind(12, g.kv_bytes_final)
+        .bind(13, g.device_peak_bytes)
+        .bind(14, g.extra.dump())
+        .bind(15, now)
+        .bind(16, g.kv_bytes_read_step)
+        .bind(17, g.kv_bytes_steady)
+        .bind(18, g.decode_share_s);
     ins.run();
     if (after_row_hook_for_testing) after_row_hook_for_testing(i);
   }
@@ -611,15 +647,15 @@ void Store::write_grades(int64_t run_id, const std::vector<GradeRecord>& grades)
 }
 
 std::vector<ToGrade> Store::to_grade(std::optional<int64_t> run_id, bool regrade) {
-  return select_to_grade(run_id, regrade ? "" :
-      " AND NOT EXISTS (SELECT 1 FROM grades r WHERE r.run_id = g.run_id AND "
-      "r.item_key = g.item_key)");
+  return select_to_grade(run_id, regrade ? ""
+                                         : " AND NOT EXISTS (SELECT 1 FROM grades r WHERE r.run_id = g.run_id AND "
+                                           "r.item_key = g.item_key)");
 }
 
 std::vector<ToGrade> Store::to_grade_failed(std::optional<int64_t> run_id) {
   return select_to_grade(run_id,
-      " AND EXISTS (SELECT 1 FROM grades r WHERE r.run_id = g.run_id AND r.item_key = g.item_key "
-      "AND r.ungraded = 1) AND g.finish_reason NOT LIKE 'error:%'");
+                         " AND EXISTS (SELECT 1 FROM grades r WHERE r.run_id = g.run_id AND r.item_key = g.item_key "
+                         "AND r.ungraded = 1) AND g.finish_reason NOT LIKE 'error:%'");
 }
 
 std::vector<ToGrade> Store::select_to_grade(std::optional<int64_t> run_id, const std::string& where) {
@@ -629,8 +665,9 @@ std::vector<ToGrade> Store::select_to_grade(std::optional<int64_t> run_id, const
       "w.sample_index, w.seed, w.sampling_json, g.extra_json FROM generations g JOIN work_items w "
       "ON w.item_key = g.item_key WHERE (?1 IS NULL OR g.run_id = ?1)";
   sql += where;
-  sql += " ORDER BY g.run_id, w.model_id, w.task, w.example_id, w.policy_label, w.budget, "
-         "w.sample_index";
+  sql +=
+      " ORDER BY g.run_id, w.model_id, w.task, w.example_id, w.policy_label, w.budget, "
+      "w.sample_index";
   Stmt q(db_, sql, KVB_ERR);
   if (run_id) q.bind(1, *run_id);
   std::vector<ToGrade> out;
@@ -652,9 +689,7 @@ std::vector<ToGrade> Store::select_to_grade(std::optional<int64_t> run_id, const
 }
 
 std::optional<JudgeEntry> Store::judge_get(const std::string& key) {
-  Stmt q(db_,
-         "SELECT judge_model, request, response, score, template FROM judge_cache WHERE judge_key = ?",
-         KVB_ERR);
+  Stmt q(db_, "SELECT judge_model, request, response, score, template FROM judge_cache WHERE judge_key = ?", KVB_ERR);
   q.bind(1, key);
   if (!q.step()) return std::nullopt;
   JudgeEntry e;
@@ -668,8 +703,13 @@ void Store::judge_put(const JudgeEntry& e) {
          "INSERT OR REPLACE INTO judge_cache (judge_key, judge_model, request, response, score, "
          "created_at, template) VALUES (?,?,?,?,?,?,?)",
          KVB_ERR);
-  q.bind(1, e.judge_key).bind(2, e.judge_model).bind(3, e.request).bind(4, e.response)
-      .bind(5, e.score).bind(6, now_iso()).bind(7, e.template_name);
+  q.bind(1, e.judge_key)
+      .bind(2, e.judge_model)
+      .bind(3, e.request)
+      .bind(4, e.response)
+      .bind(5, e.score)
+      .bind(6, now_iso())
+      .bind(7, e.template_name);
   q.run();
 }
 
@@ -726,8 +766,10 @@ int64_t Store::resolve_run(const std::string& ref) {
   if (ref.size() >= 8)
     for (auto it = all.rbegin(); it != all.rend(); ++it)
       if (it->run_key.rfind(ref, 0) == 0) return it->run_id;
-  throw Error(path_ + ": no run '" + ref + "' (give a run id, a name, a run key prefix, 'latest' "
-                      "or 'previous'); runs:" + known(),
+  throw Error(path_ + ": no run '" + ref +
+                  "' (give a run id, a name, a run key prefix, 'latest' "
+                  "or 'previous'); runs:" +
+                  known(),
               ErrorKind::kInput);
 }
 
@@ -747,10 +789,10 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
   std::vector<SampleRow> out;
   while (q.step()) {
     SampleRow s;
-    q.row(s.run_id, s.item_key, s.model_id, s.task, s.policy, s.policy_label, s.example_id, s.budget,
-          s.sample_index, s.prompt_tokens, s.generated_tokens, s.finish_reason, s.prefill_s, s.decode_s, s.ttft_s,
-          s.evictions, s.kv_bytes_peak, s.kv_bytes_final, s.device_peak_bytes, s.score, s.pred_norm,
-          s.kv_bytes_read_step, s.kv_bytes_steady, s.decode_share_s);
+    q.row(s.run_id, s.item_key, s.model_id, s.task, s.policy, s.policy_label, s.example_id, s.budget, s.sample_index,
+          s.prompt_tokens, s.generated_tokens, s.finish_reason, s.prefill_s, s.decode_s, s.ttft_s, s.evictions,
+          s.kv_bytes_peak, s.kv_bytes_final, s.device_peak_bytes, s.score, s.pred_norm, s.kv_bytes_read_step,
+          s.kv_bytes_steady, s.decode_share_s);
     out.push_back(std::move(s));
   }
   return out;
@@ -767,13 +809,12 @@ std::vector<std::vector<std::string>> Store::query(const std::string& sql) {
   return out;
 }
 
-void Store::set_max_page_count_for_testing(int64_t pages) {
-  exec("PRAGMA max_page_count = " + std::to_string(pages));
-}
+void Store::set_max_page_count_for_testing(int64_t pages) { exec("PRAGMA max_page_count = " + std::to_string(pages)); }
 
 Store::Totals Store::totals() {
-  const auto n = query("SELECT (SELECT COUNT(*) FROM runs), (SELECT COUNT(*) FROM generations), "
-                       "(SELECT COUNT(*) FROM grades)");
+  const auto n = query(
+      "SELECT (SELECT COUNT(*) FROM runs), (SELECT COUNT(*) FROM generations), "
+      "(SELECT COUNT(*) FROM grades)");
   return {std::stoll(n.at(0).at(0)), std::stoll(n.at(0).at(1)), std::stoll(n.at(0).at(2))};
 }
 
@@ -801,9 +842,7 @@ void Store::merge(const std::string& out, const std::vector<std::string>& inputs
     std::string alias = "src";
     {
       Stmt a(dst.db_, "ATTACH DATABASE ? AS src",
-             [&](int rc, const std::string& w) {
-               dst.raise(rc, "attaching " + in);
-             });
+             [&](int rc, const std::string& w) { dst.raise(rc, "attaching " + in); });
       a.bind(1, in);
       a.run();
     }

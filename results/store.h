@@ -42,12 +42,12 @@ struct RunDataset {
 /// shards (see default_run_key); `config` is the full resolved configuration.
 struct RunInfo {
   std::string run_key;
-  std::string name;             ///< user label (--run-name), may be empty
+  std::string name;  ///< user label (--run-name), may be empty
   std::string kvbench_version;
   std::string git_sha;
   std::string host;
-  std::string backend;          ///< "cpu" | "cpu-bf16" | "cuda" (engine/backend/backend.h, backend_registry)
-  std::string device;           ///< the host's CPU model (/proc/cpuinfo) for the CPU backends, else the backend name ("cuda")
+  std::string backend;  ///< "cpu" | "cpu-bf16" | "cuda" (engine/backend/backend.h, backend_registry)
+  std::string device;   ///< the host's CPU model (/proc/cpuinfo) for the CPU backends, else the backend name ("cuda")
   nlohmann::json config = nlohmann::json::object();
   std::vector<RunModel> models;
   std::vector<RunDataset> datasets;
@@ -72,11 +72,11 @@ struct GenerationRecord {
   std::string text;
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
-  std::string finish_reason;      ///< "stop" | "length" | "error: ..."
+  std::string finish_reason;  ///< "stop" | "length" | "error: ..."
   double prefill_s = 0;
   double decode_s = 0;
-  double ttft_s = 0;              ///< time to first token
-  int64_t evictions = 0;          ///< eviction/compaction events for this sequence
+  double ttft_s = 0;      ///< time to first token
+  int64_t evictions = 0;  ///< eviction/compaction events for this sequence
   /// High-water mark of the KV pages held by this sequence, in bytes (GenerationResult::
   /// kv_bytes_peak; schema v4 semantics: counted at allocation, a step's compressions taking
   /// effect at its end, so it does not depend on the prefill chunk under compress=prompt_end;
@@ -104,11 +104,11 @@ struct GenerationRecord {
 struct GradeRecord {
   std::string item_key;
   std::optional<double> score;
-  std::string extracted;     ///< the answer the grader pulled out of the text
-  std::string pred_norm;     ///< normalised prediction (maj@k votes on this)
-  std::string gold_norm;     ///< normalised reference
-  std::string reason;        ///< short human-readable explanation
-  std::string grader;        ///< grader registry name (graders/grade.h), e.g. "math"; no version is stored
+  std::string extracted;  ///< the answer the grader pulled out of the text
+  std::string pred_norm;  ///< normalised prediction (maj@k votes on this)
+  std::string gold_norm;  ///< normalised reference
+  std::string reason;     ///< short human-readable explanation
+  std::string grader;     ///< grader registry name (graders/grade.h), e.g. "math"; no version is stored
   bool ungraded = false;
   std::optional<std::string> judge_key;  ///< judge_cache key when an LLM judge was used
 };
@@ -147,7 +147,7 @@ struct SampleRow {
   std::optional<double> kv_bytes_read_step;  ///< see GenerationRecord (NULL: not measured)
   std::optional<int64_t> kv_bytes_steady;    ///< see GenerationRecord (NULL: before schema v4)
   std::optional<double> decode_share_s;      ///< see GenerationRecord (NULL: before schema v4)
-  std::optional<double> score;  ///< nullopt when not graded or ungraded
+  std::optional<double> score;               ///< nullopt when not graded or ungraded
   std::string pred_norm;
 };
 
@@ -270,7 +270,7 @@ class Store {
   Mode mode_ = Mode::kReadWrite;
   sqlite3* db_ = nullptr;
   int64_t part_id_ = 0;
-  int last_rc_ = 0;  ///< the SQLite code of the last raise() (the constructor retries BUSY opens)
+  int last_rc_ = 0;        ///< the SQLite code of the last raise() (the constructor retries BUSY opens)
   bool creating_ = false;  ///< the file is a fresh temporary one: an empty database is expected
 };
 

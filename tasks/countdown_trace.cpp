@@ -45,8 +45,7 @@ class Search {
   explicit Search(int64_t target) : target_(target) {}
 
   // first: the new number (front), rest: leftover; eq empty for the initial state.
-  bool dfs(const Num& first, const std::vector<int64_t>& rest, bool init, int parent,
-           const std::string& eq, int depth) {
+  bool dfs(const Num& first, const std::vector<int64_t>& rest, bool init, int parent, const std::string& eq, int depth) {
     int id = static_cast<int>(states_.size());
     states_.push_back({parent, eq});
     std::vector<int64_t> nums;
@@ -65,13 +64,14 @@ class Search {
     nums.insert(nums.end(), rest.begin(), rest.end());
     if (nums.size() == 1) {
       bool hit = nums[0] == target_;
-      log_ += "\n" + indent(depth) + "Try " + eq + ". Evaluate " + std::to_string(nums[0]) +
-              (hit ? " == " : " != ") + std::to_string(target_) + (hit ? ", target found!" : ", drop this branch.");
+      log_ += "\n" + indent(depth) + "Try " + eq + ". Evaluate " + std::to_string(nums[0]) + (hit ? " == " : " != ") +
+              std::to_string(target_) + (hit ? ", target found!" : ", drop this branch.");
       return hit;
     }
     if (!init) log_ += "\n" + indent(depth) + "Try " + eq + ". Add " + std::to_string(nums[0]) + " to the number set.";
     if (nums.size() == 2) {
-      log_ += " Current number set: " + list_str(nums) + ", target: " + std::to_string(target_) + ", just two numbers left.";
+      log_ +=
+          " Current number set: " + list_str(nums) + ", target: " + std::to_string(target_) + ", just two numbers left.";
     } else {
       if (!init)
         log_ += " Current number set: " + list_str(nums) + ", target: " + std::to_string(target_) +
@@ -92,15 +92,19 @@ class Search {
                   ") (numbers left: " + list_str(left) + "). Try possible operations.";
         if (a < b) std::swap(a, b);
         auto sa = std::to_string(a), sb = std::to_string(b);
-        if (dfs({true, a + b, 0}, left, false, id, sa + " + " + sb + " = " + std::to_string(a + b), depth + 1)) return true;
-        if (dfs({true, a - b, 0}, left, false, id, sa + " - " + sb + " = " + std::to_string(a - b), depth + 1)) return true;
-        if (dfs({true, a * b, 0}, left, false, id, sa + " * " + sb + " = " + std::to_string(a * b), depth + 1)) return true;
+        if (dfs({true, a + b, 0}, left, false, id, sa + " + " + sb + " = " + std::to_string(a + b), depth + 1))
+          return true;
+        if (dfs({true, a - b, 0}, left, false, id, sa + " - " + sb + " = " + std::to_string(a - b), depth + 1))
+          return true;
+        if (dfs({true, a * b, 0}, left, false, id, sa + " * " + sb + " = " + std::to_string(a * b), depth + 1))
+          return true;
         if (b == 0) {
           // The reference logs the invalid division and drops the branch.
           states_.push_back({id, sa + " / " + sb + " (invalid operation)"});
           log_ += "\n" + indent(depth + 1) + "Try " + sa + " / " + sb + " (invalid operation). drop this branch.";
         } else if (a % b == 0) {
-          if (dfs({true, a / b, 0}, left, false, id, sa + " / " + sb + " = " + std::to_string(a / b), depth + 1)) return true;
+          if (dfs({true, a / b, 0}, left, false, id, sa + " / " + sb + " = " + std::to_string(a / b), depth + 1))
+            return true;
         } else {
           double q = static_cast<double>(a) / static_cast<double>(b);
           if (dfs({false, 0, q}, left, false, id, sa + " / " + sb + " = " + py_fixed1(q), depth + 1)) return true;
@@ -132,8 +136,8 @@ CountdownTrace countdown_trace(const std::vector<int64_t>& nums, int64_t target)
   t.demonstration = "# Search Procedure\n" + s.log_ + "\n\n" +
                     "Now we have found the target, let's trace back the solution:\nFinal step: " + q[2] +
                     "\nThe step before: " + q[1] + "\nThe first step: " + q[0] +
-                    "\n\nOutput the solution in the required format:\n<Solution>\n" + q[0] + "\n" + q[1] +
-                    "\n" + q[2] + "\n</Solution>\n";
+                    "\n\nOutput the solution in the required format:\n<Solution>\n" + q[0] + "\n" + q[1] + "\n" + q[2] +
+                    "\n</Solution>\n";
   return t;
 }
 

@@ -52,8 +52,7 @@ class BasicTask : public Task {
 const nlohmann::json& field(const nlohmann::json& rec, const char* name, const datasets::RecordPos& pos);
 std::string str_field(const nlohmann::json& rec, const char* name, const datasets::RecordPos& pos);
 /// A string field, or the decimal text of an integer field.
-std::string str_or_int_field(const nlohmann::json& rec, const char* name,
-                             const datasets::RecordPos& pos);
+std::string str_or_int_field(const nlohmann::json& rec, const char* name, const datasets::RecordPos& pos);
 
 /// Reads records of a file through ctx (bad-record policy and limit) and calls `make` on each;
 /// `make` returns false to skip a record silently. Stops at ctx.limit examples or when the

@@ -24,24 +24,36 @@ struct LbSpec {
 
 // pred.py dataset2maxlen + eval.py dataset2metric (graders registry names).
 const LbSpec kLb[] = {
-    {"narrativeqa", 128, "longbench.qa_f1"},         {"qasper", 128, "longbench.qa_f1"},
-    {"multifieldqa_en", 64, "longbench.qa_f1"},      {"multifieldqa_zh", 64, "longbench.qa_f1_zh"},
-    {"hotpotqa", 32, "longbench.qa_f1"},             {"2wikimqa", 32, "longbench.qa_f1"},
-    {"musique", 32, "longbench.qa_f1"},              {"dureader", 128, "longbench.rouge_zh"},
-    {"gov_report", 512, "longbench.rouge"},          {"qmsum", 512, "longbench.rouge"},
-    {"multi_news", 512, "longbench.rouge"},          {"vcsum", 512, "longbench.rouge_zh"},
-    {"trec", 64, "longbench.classification"},        {"triviaqa", 32, "longbench.qa_f1"},
-    {"samsum", 128, "longbench.rouge"},              {"lsht", 64, "longbench.classification"},
-    {"passage_count", 32, "longbench.count"},        {"passage_retrieval_en", 32, "longbench.retrieval"},
-    {"passage_retrieval_zh", 32, "longbench.retrieval_zh"}, {"lcc", 64, "longbench.code_sim"},
+    {"narrativeqa", 128, "longbench.qa_f1"},
+    {"qasper", 128, "longbench.qa_f1"},
+    {"multifieldqa_en", 64, "longbench.qa_f1"},
+    {"multifieldqa_zh", 64, "longbench.qa_f1_zh"},
+    {"hotpotqa", 32, "longbench.qa_f1"},
+    {"2wikimqa", 32, "longbench.qa_f1"},
+    {"musique", 32, "longbench.qa_f1"},
+    {"dureader", 128, "longbench.rouge_zh"},
+    {"gov_report", 512, "longbench.rouge"},
+    {"qmsum", 512, "longbench.rouge"},
+    {"multi_news", 512, "longbench.rouge"},
+    {"vcsum", 512, "longbench.rouge_zh"},
+    {"trec", 64, "longbench.classification"},
+    {"triviaqa", 32, "longbench.qa_f1"},
+    {"samsum", 128, "longbench.rouge"},
+    {"lsht", 64, "longbench.classification"},
+    {"passage_count", 32, "longbench.count"},
+    {"passage_retrieval_en", 32, "longbench.retrieval"},
+    {"passage_retrieval_zh", 32, "longbench.retrieval_zh"},
+    {"lcc", 64, "longbench.code_sim"},
     {"repobench-p", 64, "longbench.code_sim"},
 };
 // Registry key of the Hub archive holding every task file (datasets/registry.cpp).
 const char* const kZipKey = "longbench/data.zip";
 const std::set<std::string> kNoChat = {"trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p"};
 const std::set<std::string> kFirstLine = {"trec", "triviaqa", "samsum", "lsht"};
-const std::set<std::string> kE = {"qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news", "trec",
-                                  "triviaqa", "samsum", "passage_count", "passage_retrieval_en", "lcc", "repobench-p"};
+const std::set<std::string> kE = {
+    "qasper",     "multifieldqa_en", "hotpotqa", "2wikimqa",      "gov_report",           "multi_news",
+    "trec",       "triviaqa",        "samsum",   "passage_count", "passage_retrieval_en", "lcc",
+    "repobench-p"};
 
 const nlohmann::json& prompts() {
   static const nlohmann::json p = nlohmann::json::parse(embedded_asset("longbench_dataset2prompt.json"));
@@ -51,8 +63,11 @@ const nlohmann::json& prompts() {
 class LongBenchTask : public BasicTask {
  public:
   LongBenchTask(const LbSpec& s, TaskOptions opts)
-      : BasicTask(TaskInfo{std::string("longbench_") + s.name, "longbench", s.grader,
-                           "THUDM/LongBench data.zip: data/" + std::string(s.name) + ".jsonl", std::nullopt,
+      : BasicTask(TaskInfo{std::string("longbench_") + s.name,
+                           "longbench",
+                           s.grader,
+                           "THUDM/LongBench data.zip: data/" + std::string(s.name) + ".jsonl",
+                           std::nullopt,
                            {"longbench/data/" + std::string(s.name) + ".jsonl", kZipKey},
                            {{"e", "1: LongBench-E (data/<task>_e.jsonl, length-balanced; 13 tasks)"}}},
                   std::move(opts)),
@@ -73,40 +88,46 @@ class LongBenchTask : public BasicTask {
     std::string tmpl = prompts().at(name).get<std::string>();
     RecordReader read = reader(ctx);
     size_t ctx_pos = tmpl.find("{context}");
-    std::string head = ctx_pos == std::string::npos ? "" : py_format(tmpl.substr(0, ctx_pos), {}, "dataset2prompt/" + name);
+    std::string head =
+        ctx_pos == std::string::npos ? "" : py_format(tmpl.substr(0, ctx_pos), {}, "dataset2prompt/" + name);
     int max_new = max_new_tokens_or(s_.max_new);
-    return emit_records(ctx, read, [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
-      std::string context = str_field(r, "context", pos);
-      std::string input = str_field(r, "input", pos);
-      const auto& answers = field(r, "answers", pos);
-      if (!answers.is_array() || answers.empty()) fail("{}: field 'answers': expected a non-empty list", pos.where());
-      for (const auto& a : answers) {
-        if (!a.is_string()) fail("{}: field 'answers': expected strings", pos.where());
-        ex.references.push_back(a.get<std::string>());
-      }
-      // pred.py: prompt_format.format(**json_obj); only {context} and {input} occur.
-      std::string prompt = py_format(tmpl, {{"context", context}, {"input", input}}, pos.where());
-      ex.id = info_.name + "/" + (r.contains("_id") && r["_id"].is_string() ? r["_id"].get<std::string>() : std::to_string(pos.index));
-      ex.task = info_.name;
-      ex.messages = {{"user", std::move(prompt)}};
-      ex.use_chat_template = !kNoChat.count(name);
-      if (ctx_pos != std::string::npos) ex.context_chars = head.size() + context.size();
-      ex.max_new_tokens = max_new;
-      if (name == "samsum") ex.stop = {"\n"};
-      ex.grader = s_.grader;
-      if (r.contains("all_classes")) ex.meta["all_classes"] = r["all_classes"];
-      if (kFirstLine.count(name)) ex.meta["first_line"] = true;
-      if (r.contains("length")) {
-        ex.meta["length"] = r["length"];
-        if (r["length"].is_number()) {
-          double L = r["length"].get<double>();
-          ex.meta["length_bucket"] = L < 4000 ? "0-4k" : L < 8000 ? "4-8k" : "8k+";
-        }
-      }
-      if (r.contains("language")) ex.meta["language"] = r["language"];
-      ex.meta["index"] = pos.index;
-      return true;
-    }, sink);
+    return emit_records(
+        ctx, read,
+        [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
+          std::string context = str_field(r, "context", pos);
+          std::string input = str_field(r, "input", pos);
+          const auto& answers = field(r, "answers", pos);
+          if (!answers.is_array() || answers.empty())
+            fail("{}: field 'answers': expected a non-empty list", pos.where());
+          for (const auto& a : answers) {
+            if (!a.is_string()) fail("{}: field 'answers': expected strings", pos.where());
+            ex.references.push_back(a.get<std::string>());
+          }
+          // pred.py: prompt_format.format(**json_obj); only {context} and {input} occur.
+          std::string prompt = py_format(tmpl, {{"context", context}, {"input", input}}, pos.where());
+          ex.id = info_.name + "/" +
+                  (r.contains("_id") && r["_id"].is_string() ? r["_id"].get<std::string>() : std::to_string(pos.index));
+          ex.task = info_.name;
+          ex.messages = {{"user", std::move(prompt)}};
+          ex.use_chat_template = !kNoChat.count(name);
+          if (ctx_pos != std::string::npos) ex.context_chars = head.size() + context.size();
+          ex.max_new_tokens = max_new;
+          if (name == "samsum") ex.stop = {"\n"};
+          ex.grader = s_.grader;
+          if (r.contains("all_classes")) ex.meta["all_classes"] = r["all_classes"];
+          if (kFirstLine.count(name)) ex.meta["first_line"] = true;
+          if (r.contains("length")) {
+            ex.meta["length"] = r["length"];
+            if (r["length"].is_number()) {
+              double L = r["length"].get<double>();
+              ex.meta["length_bucket"] = L < 4000 ? "0-4k" : L < 8000 ? "4-8k" : "8k+";
+            }
+          }
+          if (r.contains("language")) ex.meta["language"] = r["language"];
+          ex.meta["index"] = pos.index;
+          return true;
+        },
+        sink);
   }
 
  private:
@@ -129,7 +150,9 @@ class LongBenchTask : public BasicTask {
         return datasets::read_jsonl_zip(zip, member, fn, bad);
       };
     }
-    return [path](const datasets::RecordFn& fn, datasets::BadRecords& bad) { return datasets::read_records(path, fn, bad); };
+    return [path](const datasets::RecordFn& fn, datasets::BadRecords& bad) {
+      return datasets::read_records(path, fn, bad);
+    };
   }
 
   const LbSpec& s_;

@@ -30,7 +30,11 @@ std::string fill(std::string t, const std::string& doc, const std::string& q, co
 class LongBenchV2Task : public BasicTask {
  public:
   explicit LongBenchV2Task(TaskOptions opts)
-      : BasicTask(TaskInfo{"longbench_v2", "longbench_v2", "longbench_v2.choice", "THUDM/LongBench-v2 data.json", 503,
+      : BasicTask(TaskInfo{"longbench_v2",
+                           "longbench_v2",
+                           "longbench_v2.choice",
+                           "THUDM/LongBench-v2 data.json",
+                           503,
                            {"longbench_v2/data.json"},
                            {{"cot", "1: chain-of-thought in two steps (0shot_cot then 0shot_cot_ans)"}}},
                   std::move(opts)) {
@@ -41,40 +45,44 @@ class LongBenchV2Task : public BasicTask {
     std::string path = ctx.locate("longbench_v2/data.json");
     std::string t0 = embedded_asset(cot_ ? "longbench_v2_0shot_cot.txt" : "longbench_v2_0shot.txt");
     std::string t_ans = embedded_asset("longbench_v2_0shot_cot_ans.txt");
-    return emit_records(ctx, path, [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
-      std::string doc = str_field(r, "context", pos), q = str_field(r, "question", pos);
-      std::string c[4] = {str_field(r, "choice_A", pos), str_field(r, "choice_B", pos), str_field(r, "choice_C", pos),
-                          str_field(r, "choice_D", pos)};
-      std::string ans = str_field(r, "answer", pos);
-      if (ans.size() != 1 || ans[0] < 'A' || ans[0] > 'D') fail("{}: field 'answer': expected A-D, got '{}'", pos.where(), ans);
-      ex.id = "longbench_v2/" + str_field(r, "_id", pos);
-      ex.task = info_.name;
-      std::string prompt = fill(t0, doc, q, c);
-      size_t doc_end = t0.find("$DOC$");
-      if (doc_end != std::string::npos) ex.context_chars = doc_end + py_strip(doc).size();
-      ex.messages = {{"user", std::move(prompt)}};
-      ex.references = {ans};
-      for (const char* k : {"domain", "sub_domain", "difficulty", "length"})
-        if (r.contains(k)) ex.meta[k] = r[k];
-      ex.meta["choices"] = {c[0], c[1], c[2], c[3]};
-      ex.meta["index"] = pos.index;
-      ex.grader = info_.grader;
-      if (cot_) {
-        ex.max_new_tokens = 1024;
-        ex.grader = "";  // step 1 is not graded
-        Turn t;
-        t.user = fill(t_ans, doc, q, c);
-        t.references = {ans};
-        t.meta = {{"substitute_previous_output", "$COT$"}, {"fresh_context", true}};
-        t.max_new_tokens = max_new_tokens_or(128);
-        t.grader = info_.grader;
-        ex.followups.push_back(std::move(t));
-        ex.golden_history = false;
-      } else {
-        ex.max_new_tokens = max_new_tokens_or(128);
-      }
-      return true;
-    }, sink);
+    return emit_records(
+        ctx, path,
+        [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
+          std::string doc = str_field(r, "context", pos), q = str_field(r, "question", pos);
+          std::string c[4] = {str_field(r, "choice_A", pos), str_field(r, "choice_B", pos),
+                              str_field(r, "choice_C", pos), str_field(r, "choice_D", pos)};
+          std::string ans = str_field(r, "answer", pos);
+          if (ans.size() != 1 || ans[0] < 'A' || ans[0] > 'D')
+            fail("{}: field 'answer': expected A-D, got '{}'", pos.where(), ans);
+          ex.id = "longbench_v2/" + str_field(r, "_id", pos);
+          ex.task = info_.name;
+          std::string prompt = fill(t0, doc, q, c);
+          size_t doc_end = t0.find("$DOC$");
+          if (doc_end != std::string::npos) ex.context_chars = doc_end + py_strip(doc).size();
+          ex.messages = {{"user", std::move(prompt)}};
+          ex.references = {ans};
+          for (const char* k : {"domain", "sub_domain", "difficulty", "length"})
+            if (r.contains(k)) ex.meta[k] = r[k];
+          ex.meta["choices"] = {c[0], c[1], c[2], c[3]};
+          ex.meta["index"] = pos.index;
+          ex.grader = info_.grader;
+          if (cot_) {
+            ex.max_new_tokens = 1024;
+            ex.grader = "";  // step 1 is not graded
+            Turn t;
+            t.user = fill(t_ans, doc, q, c);
+            t.references = {ans};
+            t.meta = {{"substitute_previous_output", "$COT$"}, {"fresh_context", true}};
+            t.max_new_tokens = max_new_tokens_or(128);
+            t.grader = info_.grader;
+            ex.followups.push_back(std::move(t));
+            ex.golden_history = false;
+          } else {
+            ex.max_new_tokens = max_new_tokens_or(128);
+          }
+          return true;
+        },
+        sink);
   }
 
  private:

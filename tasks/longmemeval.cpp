@@ -51,8 +51,12 @@ std::string ostr(const ojson& r, const char* k, const datasets::RecordPos& pos) 
 class LongMemEvalTask : public BasicTask {
  public:
   LongMemEvalTask(const Variant& v, TaskOptions opts)
-      : BasicTask(TaskInfo{v.name, "longmemeval", "judge_longmemeval",
-                           "xiaowu0162/longmemeval-cleaned " + std::string(v.key).substr(12), 500, {v.key},
+      : BasicTask(TaskInfo{v.name,
+                           "longmemeval",
+                           "judge_longmemeval",
+                           "xiaowu0162/longmemeval-cleaned " + std::string(v.key).substr(12),
+                           500,
+                           {v.key},
                            {{"cot", "1 (default): step-by-step reading prompt; 0: direct answer"},
                             {"format", "json (default: json.dumps of each session) or nl (role: content lines)"}}},
                   std::move(opts)),
@@ -69,11 +73,14 @@ class LongMemEvalTask : public BasicTask {
     size_t emitted = 0;
     struct Stop {};
     try {
-      datasets::read_records_ordered(path, [&](ojson&& r, const datasets::RecordPos& pos) {
-        Example ex = build(r, pos);
-        ++emitted;
-        if (!sink(std::move(ex)) || (ctx.limit && emitted >= ctx.limit)) throw Stop{};
-      }, bad);
+      datasets::read_records_ordered(
+          path,
+          [&](ojson&& r, const datasets::RecordPos& pos) {
+            Example ex = build(r, pos);
+            ++emitted;
+            if (!sink(std::move(ex)) || (ctx.limit && emitted >= ctx.limit)) throw Stop{};
+          },
+          bad);
     } catch (const Stop&) {
     }
     return emitted;
@@ -126,7 +133,8 @@ class LongMemEvalTask : public BasicTask {
     Example ex;
     ex.id = info_.name + "/" + qid;
     ex.task = info_.name;
-    std::string prompt = py_format(t, {{"history", history}, {"question_date", qdate}, {"question", question}}, pos.where());
+    std::string prompt =
+        py_format(t, {{"history", history}, {"question_date", qdate}, {"question", question}}, pos.where());
     ex.context_chars = hpos + history.size();
     ex.messages = {{"user", std::move(prompt)}};
     ex.references = {answer};

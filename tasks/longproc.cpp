@@ -48,14 +48,24 @@ struct Config {
 
 const std::vector<Config>& configs() {
   static const std::vector<Config> c = {
-      {"html_to_tsv", "0.5k", 100},   {"html_to_tsv", "2k", 189},    {"html_to_tsv", "8k", 120},
-      {"pseudo_to_code", "0.5k", 199}, {"pseudo_to_code", "2k", 200},
-      {"path_traversal", "0.5k", 200}, {"path_traversal", "2k", 200}, {"path_traversal", "8k", 200},
-      {"tom_tracking", "0.5k", 200},  {"tom_tracking", "2k", 200},   {"tom_tracking", "8k", 200},
-      {"countdown", "0.5k", 200},     {"countdown", "2k", 200},      {"countdown", "8k", 200},
+      {"html_to_tsv", "0.5k", 100},
+      {"html_to_tsv", "2k", 189},
+      {"html_to_tsv", "8k", 120},
+      {"pseudo_to_code", "0.5k", 199},
+      {"pseudo_to_code", "2k", 200},
+      {"path_traversal", "0.5k", 200},
+      {"path_traversal", "2k", 200},
+      {"path_traversal", "8k", 200},
+      {"tom_tracking", "0.5k", 200},
+      {"tom_tracking", "2k", 200},
+      {"tom_tracking", "8k", 200},
+      {"countdown", "0.5k", 200},
+      {"countdown", "2k", 200},
+      {"countdown", "8k", 200},
       // travel_planning: rows of travel_planning_all.json in the config's estimated_output_tokens
       // range; the counts are the HF configs' row counts (docs/benchmarks.md, LongProc).
-      {"travel_planning", "2k", 769}, {"travel_planning", "8k", 239},
+      {"travel_planning", "2k", 769},
+      {"travel_planning", "8k", 239},
   };
   return c;
 }
@@ -103,7 +113,9 @@ std::string join_lines(const nlohmann::json& v, const char* name, const datasets
 class LongProcTask : public BasicTask {
  public:
   LongProcTask(const Config& c, TaskOptions opts)
-      : BasicTask(TaskInfo{"longproc_" + c.task + "_" + c.len, "longproc", "longproc_" + c.task,
+      : BasicTask(TaskInfo{"longproc_" + c.task + "_" + c.len,
+                           "longproc",
+                           "longproc_" + c.task,
                            "princeton-pli/LongProc data/" + c.task + " (GitHub) or PrincetonPLI/LongProc (HF rows)",
                            std::nullopt,
                            {longproc_github_key(c.task, c.len), longproc_hf_key(c.task, c.len)},
@@ -136,9 +148,10 @@ class LongProcTask : public BasicTask {
       if (it != helmet_orders().end()) {
         order.assign(it->second.begin(), it->second.end());
       } else {
-        fail("task {}: no precomputed HELMET sample order for {} rows (tools/gen_task_goldens.py "
-             "--orders adds one); use sample=all",
-             info_.name, all.size());
+        fail(
+            "task {}: no precomputed HELMET sample order for {} rows (tools/gen_task_goldens.py "
+            "--orders adds one); use sample=all",
+            info_.name, all.size());
       }
     }
     size_t n = 0;
@@ -190,21 +203,24 @@ class LongProcTask : public BasicTask {
   }
 
   void load_hf(const TaskContext& ctx, const std::string& path, const ExampleSink& sink) const {
-    emit_records(ctx, path, [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
-      std::string id = str_field(r, "id", pos);
-      std::string prompt = str_field(r, "input_prompt", pos);
-      std::string ref = str_field(r, "reference_output", pos);
-      const auto& md = fld(r, "metadata", pos);
-      if (md.is_string()) {
-        ex.meta["item"] = parse_json(md.get<std::string>(), pos.where() + ": field 'metadata'");
-      } else {
-        ex.meta["item"] = md;
-      }
-      ex.meta["index"] = pos.index;
-      ex.meta["hf_id"] = id;
-      finish(ex, std::to_string(pos.index), std::move(prompt), std::move(ref));
-      return true;
-    }, sink);
+    emit_records(
+        ctx, path,
+        [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
+          std::string id = str_field(r, "id", pos);
+          std::string prompt = str_field(r, "input_prompt", pos);
+          std::string ref = str_field(r, "reference_output", pos);
+          const auto& md = fld(r, "metadata", pos);
+          if (md.is_string()) {
+            ex.meta["item"] = parse_json(md.get<std::string>(), pos.where() + ": field 'metadata'");
+          } else {
+            ex.meta["item"] = md;
+          }
+          ex.meta["index"] = pos.index;
+          ex.meta["hf_id"] = id;
+          finish(ex, std::to_string(pos.index), std::move(prompt), std::move(ref));
+          return true;
+        },
+        sink);
   }
 
   void load_github(const TaskContext& ctx, const std::string& path, const ExampleSink& sink) const {
@@ -236,73 +252,77 @@ class LongProcTask : public BasicTask {
       std::string icl_path = ctx.locate(kTravelIclKey);
       nlohmann::json icl = nlohmann::json::array();
       datasets::BadRecords strict;  // a broken demonstration breaks every prompt: always fail
-      datasets::read_records(icl_path, [&](nlohmann::json&& r, const datasets::RecordPos&) { icl.push_back(std::move(r)); },
-                             strict);
-      tmpl = py_format(tmpl, {{"demonstration", travel_demonstration(icl, icl_path)}, {"problem", "{problem}"}}, yaml_path);
+      datasets::read_records(
+          icl_path, [&](nlohmann::json&& r, const datasets::RecordPos&) { icl.push_back(std::move(r)); }, strict);
+      tmpl =
+          py_format(tmpl, {{"demonstration", travel_demonstration(icl, icl_path)}, {"problem", "{problem}"}}, yaml_path);
     }
 
-    emit_records(ctx, path, [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
-      std::map<std::string, std::string> f;
-      std::string ref;
-      std::string id = std::to_string(pos.index);
-      size_t index = pos.index;
-      if (t == "html_to_tsv") {
-        for (const char* k : {"task_topic", "task_description", "filtering_instruction", "tsv_header"})
-          f[k] = str_field(r, k, pos);
-        std::string html = str_field(r, "html_path", pos);
-        f["html_str"] = read_file((fs::path(dir) / html).string());
-        ref = str_field(r, "gt", pos);
-        ex.meta["task_id"] = str_field(r, "task_id", pos);
-        ex.meta["tsv_header"] = f["tsv_header"];
-      } else if (t == "pseudo_to_code") {
-        f["pseudocode"] = join_lines(fld(r, "pseudocode_lines", pos), "pseudocode_lines", pos);
-        ref = join_lines(fld(r, "code_lines", pos), "code_lines", pos);
-        ex.meta["testcases"] = fld(r, "testcases", pos);
-        ex.meta["problem_id"] = fld(r, "problem_id", pos);
-      } else if (t == "path_traversal") {
-        f["city_context"] = str_field(r, "context_nl", pos);
-        const auto& q = fld(r, "question_repr", pos);
-        if (!q.is_array() || q.size() < 2 || !q[0].is_string() || !q[1].is_string())
-          fail("{}: field 'question_repr': expected [src, dst]", pos.where());
-        f["src_city"] = q[0].get<std::string>();
-        f["dst_city"] = q[1].get<std::string>();
-        ref = str_field(r, "answer_nl", pos);
-      } else if (t == "tom_tracking") {
-        for (const char* k : {"story_components", "story", "question"}) f[k] = str_field(r, k, pos);
-        ref = str_field(r, "solution", pos);
-      } else if (t == "countdown") {
-        auto nums = int_list(fld(r, "nums", pos), "nums", pos);
-        const auto& tg = fld(r, "target", pos);
-        if (!tg.is_number_integer()) fail("{}: field 'target': expected an integer", pos.where());
-        int64_t target = tg.get<int64_t>();
-        f["nums"] = py_int_list(nums);
-        f["target"] = std::to_string(target);
-        ref = countdown_trace(nums, target).demonstration;
-        ex.meta["nums"] = nums;
-        ex.meta["target"] = target;
-      } else if (t == "travel_planning") {
-        const auto& eot = fld(r, "estimated_output_tokens", pos);
-        if (!eot.is_number()) fail("{}: field 'estimated_output_tokens': expected a number", pos.where());
-        auto [lo, hi] = travel_range(cfg_.len);
-        double n = eot.get<double>();
-        if (!(lo <= n && n < hi)) return false;  // the other config's row
-        index = travel_kept++;
-        id = std::to_string(index);
-        f["problem"] = str_field(r, "disambig_question_text", pos);
-        ref = travel_trace(r, pos.where()).procedure;
-        nlohmann::json item;
-        for (const char* k : {"id", "ground_truth_plan", "ground_truth_cities", "ground_truth_durations"})
-          item[k] = fld(r, k, pos);
-        ex.meta["item"] = std::move(item);
-        ex.meta["file_index"] = pos.index;
-      } else {
-        fail("{}: task {} has no GitHub-layout prompt builder; provide HF rows at {}", path, info_.name,
-             longproc_hf_key(cfg_.task, cfg_.len));
-      }
-      ex.meta["index"] = index;
-      finish(ex, id, py_format(tmpl, f, yaml_path), std::move(ref));
-      return true;
-    }, sink);
+    emit_records(
+        ctx, path,
+        [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
+          std::map<std::string, std::string> f;
+          std::string ref;
+          std::string id = std::to_string(pos.index);
+          size_t index = pos.index;
+          if (t == "html_to_tsv") {
+            for (const char* k : {"task_topic", "task_description", "filtering_instruction", "tsv_header"})
+              f[k] = str_field(r, k, pos);
+            std::string html = str_field(r, "html_path", pos);
+            f["html_str"] = read_file((fs::path(dir) / html).string());
+            ref = str_field(r, "gt", pos);
+            ex.meta["task_id"] = str_field(r, "task_id", pos);
+            ex.meta["tsv_header"] = f["tsv_header"];
+          } else if (t == "pseudo_to_code") {
+            f["pseudocode"] = join_lines(fld(r, "pseudocode_lines", pos), "pseudocode_lines", pos);
+            ref = join_lines(fld(r, "code_lines", pos), "code_lines", pos);
+            ex.meta["testcases"] = fld(r, "testcases", pos);
+            ex.meta["problem_id"] = fld(r, "problem_id", pos);
+          } else if (t == "path_traversal") {
+            f["city_context"] = str_field(r, "context_nl", pos);
+            const auto& q = fld(r, "question_repr", pos);
+            if (!q.is_array() || q.size() < 2 || !q[0].is_string() || !q[1].is_string())
+              fail("{}: field 'question_repr': expected [src, dst]", pos.where());
+            f["src_city"] = q[0].get<std::string>();
+            f["dst_city"] = q[1].get<std::string>();
+            ref = str_field(r, "answer_nl", pos);
+          } else if (t == "tom_tracking") {
+            for (const char* k : {"story_components", "story", "question"}) f[k] = str_field(r, k, pos);
+            ref = str_field(r, "solution", pos);
+          } else if (t == "countdown") {
+            auto nums = int_list(fld(r, "nums", pos), "nums", pos);
+            const auto& tg = fld(r, "target", pos);
+            if (!tg.is_number_integer()) fail("{}: field 'target': expected an integer", pos.where());
+            int64_t target = tg.get<int64_t>();
+            f["nums"] = py_int_list(nums);
+            f["target"] = std::to_string(target);
+            ref = countdown_trace(nums, target).demonstration;
+            ex.meta["nums"] = nums;
+            ex.meta["target"] = target;
+          } else if (t == "travel_planning") {
+            const auto& eot = fld(r, "estimated_output_tokens", pos);
+            if (!eot.is_number()) fail("{}: field 'estimated_output_tokens': expected a number", pos.where());
+            auto [lo, hi] = travel_range(cfg_.len);
+            double n = eot.get<double>();
+            if (!(lo <= n && n < hi)) return false;  // the other config's row
+            index = travel_kept++;
+            id = std::to_string(index);
+            f["problem"] = str_field(r, "disambig_question_text", pos);
+            ref = travel_trace(r, pos.where()).procedure;
+            nlohmann::json item;
+            for (const char* k : {"id", "ground_truth_plan", "ground_truth_cities", "ground_truth_durations"})
+              item[k] = fld(r, k, pos);
+            ex.meta["item"] = std::move(item);
+            ex.meta["file_index"] = pos.index;
+          } else {
+            fail("{}: task {} has no GitHub-layout prompt builder; provide HF rows at {}", path, info_.name,
+                 longproc_hf_key(cfg_.task, cfg_.len));
+          }
+          ex.meta["index"] = index;
+          finish(ex, id, py_format(tmpl, f, yaml_path), std::move(ref));
+          return true;
+        },
+        sink);
   }
 
   Config cfg_;

@@ -12,8 +12,7 @@
 
 namespace kvb::tasks {
 
-const char* const kBoxedInstruction =
-    "Please reason step by step, and put your final answer within \\boxed{}.";
+const char* const kBoxedInstruction = "Please reason step by step, and put your final answer within \\boxed{}.";
 const char* const kRkvTemplate =
     "You are given a math problem.\n\nProblem: {question}\n\n You need to solve the problem step by "
     "step. First, you need to provide the chain-of-thought, then provide the final answer.\n\n "
@@ -42,12 +41,9 @@ MathPrompt MathPrompt::from_option(const std::string& value) {
 
 std::vector<ChatMessage> MathPrompt::render(const std::string& question) const {
   switch (kind) {
-    case Kind::kR1:
-      return {{"user", question + "\n" + kBoxedInstruction}};
-    case Kind::kQwenSystem:
-      return {{"system", kBoxedInstruction}, {"user", question}};
-    case Kind::kUserTemplate:
-      return {{"user", replace_all(user_template, "{question}", question)}};
+    case Kind::kR1: return {{"user", question + "\n" + kBoxedInstruction}};
+    case Kind::kQwenSystem: return {{"system", kBoxedInstruction}, {"user", question}};
+    case Kind::kUserTemplate: return {{"user", replace_all(user_template, "{question}", question)}};
   }
   return {};
 }
@@ -74,7 +70,12 @@ const MathSpec kSpecs[] = {
 class MathTask : public BasicTask {
  public:
   MathTask(const MathSpec& s, TaskOptions opts)
-      : BasicTask(TaskInfo{s.name, "math", s.grader, s.key, s.count, {s.key},
+      : BasicTask(TaskInfo{s.name,
+                           "math",
+                           s.grader,
+                           s.key,
+                           s.count,
+                           {s.key},
                            {{"template", "r1 (default: user '{q}\\n" + std::string(kBoxedInstruction) +
                                              "'), qwen (same text as system prompt), rkv (R-KV's "
                                              "template), file:PATH ({question} is replaced)"}}},
@@ -85,46 +86,51 @@ class MathTask : public BasicTask {
   size_t load(const TaskContext& ctx, const ExampleSink& sink) const override {
     std::string path = ctx.locate(spec_.key);
     int max_new = max_new_tokens_or(spec_.max_new_tokens);
-    return emit_records(ctx, path, [&](nlohmann::json&& rec, const datasets::RecordPos& pos, Example& ex) {
-      std::string q = str_field(rec, spec_.question, pos);
-      std::string gold;
-      if (std::string(spec_.name) == "gsm8k") {
-        // Official extraction: the text after "#### ", commas removed.
-        std::string a = str_field(rec, "answer", pos);
-        size_t h = a.rfind("####");
-        if (h == std::string::npos) fail("{}: field 'answer': no '####' final answer", pos.where());
-        gold = replace_all(py_strip(a.substr(h + 4)), ",", "");
-        // GSM8K's finals are plain decimal numbers; anything else ("", "nan", "inf") could never
-        // be matched and would score every sample 0 as if the model were wrong.
-        static const std::regex kNumber(R"(-?[0-9]+(\.[0-9]+)?)");
-        if (!std::regex_match(gold, kNumber))
-          fail("{}: field 'answer': the final answer after '####' is {:?}, not a number", pos.where(), gold);
-        ex.meta["solution"] = a;
-      } else {
-        gold = str_or_int_field(rec, "answer", pos);
-        static const std::regex kInteger(R"(-?[0-9]+)");
-        if (spec_.grader == std::string("aime") && !std::regex_match(gold, kInteger))
-          fail("{}: field 'answer': {:?} is not an integer (AIME answers are integers)", pos.where(), gold);
-        if (py_strip(gold).empty()) fail("{}: field 'answer': empty", pos.where());
-      }
-      std::string id = std::to_string(pos.index);
-      if (spec_.name == std::string("math500")) {
-        id = str_field(rec, "unique_id", pos);
-        ex.meta["subject"] = field(rec, "subject", pos);
-        ex.meta["level"] = field(rec, "level", pos);
-      } else if (rec.contains("id")) {
-        id = rec["id"].is_string() ? rec["id"].get<std::string>() : rec["id"].dump();
-      }
-      ex.id = std::string(spec_.name) + "/" + id;
-      ex.task = spec_.name;
-      ex.messages = prompt_.render(q);
-      ex.references = {gold};
-      ex.meta["answer_type"] = spec_.grader == std::string("aime") ? "integer" : spec_.grader == std::string("gsm8k") ? "number" : "latex";
-      ex.meta["index"] = pos.index;
-      ex.max_new_tokens = max_new;
-      ex.grader = spec_.grader;
-      return true;
-    }, sink);
+    return emit_records(
+        ctx, path,
+        [&](nlohmann::json&& rec, const datasets::RecordPos& pos, Example& ex) {
+          std::string q = str_field(rec, spec_.question, pos);
+          std::string gold;
+          if (std::string(spec_.name) == "gsm8k") {
+            // Official extraction: the text after "#### ", commas removed.
+            std::string a = str_field(rec, "answer", pos);
+            size_t h = a.rfind("####");
+            if (h == std::string::npos) fail("{}: field 'answer': no '####' final answer", pos.where());
+            gold = replace_all(py_strip(a.substr(h + 4)), ",", "");
+            // GSM8K's finals are plain decimal numbers; anything else ("", "nan", "inf") could never
+            // be matched and would score every sample 0 as if the model were wrong.
+            static const std::regex kNumber(R"(-?[0-9]+(\.[0-9]+)?)");
+            if (!std::regex_match(gold, kNumber))
+              fail("{}: field 'answer': the final answer after '####' is {:?}, not a number", pos.where(), gold);
+            ex.meta["solution"] = a;
+          } else {
+            gold = str_or_int_field(rec, "answer", pos);
+            static const std::regex kInteger(R"(-?[0-9]+)");
+            if (spec_.grader == std::string("aime") && !std::regex_match(gold, kInteger))
+              fail("{}: field 'answer': {:?} is not an integer (AIME answers are integers)", pos.where(), gold);
+            if (py_strip(gold).empty()) fail("{}: field 'answer': empty", pos.where());
+          }
+          std::string id = std::to_string(pos.index);
+          if (spec_.name == std::string("math500")) {
+            id = str_field(rec, "unique_id", pos);
+            ex.meta["subject"] = field(rec, "subject", pos);
+            ex.meta["level"] = field(rec, "level", pos);
+          } else if (rec.contains("id")) {
+            id = rec["id"].is_string() ? rec["id"].get<std::string>() : rec["id"].dump();
+          }
+          ex.id = std::string(spec_.name) + "/" + id;
+          ex.task = spec_.name;
+          ex.messages = prompt_.render(q);
+          ex.references = {gold};
+          ex.meta["answer_type"] = spec_.grader == std::string("aime")    ? "integer"
+                                   : spec_.grader == std::string("gsm8k") ? "number"
+                                                                          : "latex";
+          ex.meta["index"] = pos.index;
+          ex.max_new_tokens = max_new;
+          ex.grader = spec_.grader;
+          return true;
+        },
+        sink);
   }
 
  private:

@@ -21,13 +21,26 @@ nlohmann::json to_json(const Example& e) {
   for (const auto& m : e.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
   nlohmann::json fu = nlohmann::json::array();
   for (const auto& t : e.followups)
-    fu.push_back({{"user", t.user}, {"references", t.references}, {"meta", t.meta}, {"max_new_tokens", t.max_new_tokens},
-                  {"stop", t.stop}, {"grader", t.grader}, {"gold_history", t.gold_history}});
-  return {{"id", e.id},         {"task", e.task},           {"messages", msgs},
-          {"use_chat_template", e.use_chat_template},       {"context_chars", e.context_chars},
-          {"references", e.references}, {"meta", e.meta}, {"max_new_tokens", e.max_new_tokens},
-          {"stop", e.stop},     {"grader", e.grader},       {"followups", fu},
-          {"gold_history", e.gold_history}, {"golden_history", e.golden_history}};
+    fu.push_back({{"user", t.user},
+                  {"references", t.references},
+                  {"meta", t.meta},
+                  {"max_new_tokens", t.max_new_tokens},
+                  {"stop", t.stop},
+                  {"grader", t.grader},
+                  {"gold_history", t.gold_history}});
+  return {{"id", e.id},
+          {"task", e.task},
+          {"messages", msgs},
+          {"use_chat_template", e.use_chat_template},
+          {"context_chars", e.context_chars},
+          {"references", e.references},
+          {"meta", e.meta},
+          {"max_new_tokens", e.max_new_tokens},
+          {"stop", e.stop},
+          {"grader", e.grader},
+          {"followups", fu},
+          {"gold_history", e.gold_history},
+          {"golden_history", e.golden_history}};
 }
 
 std::vector<Example> Task::load_all(const TaskContext& ctx) const {
@@ -91,7 +104,8 @@ size_t emit_records(const TaskContext& ctx, const std::string& path,
                     const std::function<bool(nlohmann::json&&, const datasets::RecordPos&, Example&)>& make,
                     const ExampleSink& sink) {
   return emit_records(
-      ctx, [&path](const datasets::RecordFn& fn, datasets::BadRecords& bad) { return datasets::read_records(path, fn, bad); },
+      ctx,
+      [&path](const datasets::RecordFn& fn, datasets::BadRecords& bad) { return datasets::read_records(path, fn, bad); },
       make, sink);
 }
 
@@ -104,16 +118,18 @@ size_t emit_records(const TaskContext& ctx, const RecordReader& read,
   bool stop = false;
   struct Stop {};
   try {
-    read([&](nlohmann::json&& rec, const datasets::RecordPos& pos) {
-      if (stop) return;
-      Example ex;
-      if (!make(std::move(rec), pos, ex)) return;
-      ++emitted;
-      if (!sink(std::move(ex)) || (ctx.limit && emitted >= ctx.limit)) {
-        stop = true;
-        throw Stop{};
-      }
-    }, bad);
+    read(
+        [&](nlohmann::json&& rec, const datasets::RecordPos& pos) {
+          if (stop) return;
+          Example ex;
+          if (!make(std::move(rec), pos, ex)) return;
+          ++emitted;
+          if (!sink(std::move(ex)) || (ctx.limit && emitted >= ctx.limit)) {
+            stop = true;
+            throw Stop{};
+          }
+        },
+        bad);
   } catch (const Stop&) {
   }
   return emitted;

@@ -25,24 +25,25 @@ namespace {
 
 struct ScSpec {
   const char* name;
-  const char* first;    // first-turn template
-  const char* follow;   // follow-up user template (chat-template mode)
-  int max_new;          // per turn (sub-task tasks: see subtask_max_new)
-  const char* grader;   // per turn (sub-task tasks: see subtask_grader)
+  const char* first;   // first-turn template
+  const char* follow;  // follow-up user template (chat-template mode)
+  int max_new;         // per turn (sub-task tasks: see subtask_max_new)
+  const char* grader;  // per turn (sub-task tasks: see subtask_grader)
   size_t count;
 };
 
 const ScSpec kSc[] = {
-    {"kv", "Extract the value corresponding to the specified key in the JSON object below.\n\n{context}\n\n{input}", "{input}",
-     150, "scbench_kv_retrieval", 100},
+    {"kv", "Extract the value corresponding to the specified key in the JSON object below.\n\n{context}\n\n{input}",
+     "{input}", 150, "scbench_kv_retrieval", 100},
     {"prefix_suffix", "{context}\n\n{input}", "{input}", 150, "scbench_kv_retrieval", 100},
     {"vt", "{context}\n\n{input}", "{input}", 30, "scbench_string_match_all", 90},
     {"choice_eng",
      "Read the book and answer the question.\n\n{context}\n\nQuestion: {question}\nA. {OPTION_A}\nB. {OPTION_B}\nC. "
      "{OPTION_C}\nD. {OPTION_D}\n\nThe the correct answer is",
-     "Question: {question}\nA. {OPTION_A}\nB. {OPTION_B}\nC. {OPTION_C}\nD. {OPTION_D}\n\nThe the correct answer is", 40,
-     "scbench_choice_eng", 58},
-    {"qa_eng", "Read the book and answer the question. Be very concise in your answer.\n\n{context}\n\nQuestion: {question}\nAnswer:",
+     "Question: {question}\nA. {OPTION_A}\nB. {OPTION_B}\nC. {OPTION_C}\nD. {OPTION_D}\n\nThe the correct answer is",
+     40, "scbench_choice_eng", 58},
+    {"qa_eng",
+     "Read the book and answer the question. Be very concise in your answer.\n\n{context}\n\nQuestion: {question}\nAnswer:",
      "Question: {question}\nAnswer:", 40, "scbench_qa_eng", 69},
     {"qa_chn", "阅读以下书籍然后回答问题。\n\n{context}\n\n问题：{question}\n答案：", "问题：{question}\n答案：", 40,
      "scbench_qa_chn", 35},
@@ -113,9 +114,13 @@ std::string mf_prefix(const std::string& input, const datasets::RecordPos& pos) 
 class ScBenchTask : public BasicTask {
  public:
   ScBenchTask(const ScSpec& s, TaskOptions opts)
-      : BasicTask(TaskInfo{std::string("scbench_") + s.name, "scbench",
-                           *s.grader ? s.grader : (std::string(s.name) == "repoqa_and_kv" ? "scbench_repoqa+scbench_kv_retrieval" : "scbench_rouge_lsum+scbench_passkey"),
-                           "microsoft/SCBench data/scbench_" + std::string(s.name) + ".jsonl", s.count,
+      : BasicTask(TaskInfo{std::string("scbench_") + s.name,
+                           "scbench",
+                           *s.grader ? s.grader
+                                     : (std::string(s.name) == "repoqa_and_kv" ? "scbench_repoqa+scbench_kv_retrieval"
+                                                                               : "scbench_rouge_lsum+scbench_passkey"),
+                           "microsoft/SCBench data/scbench_" + std::string(s.name) + ".jsonl",
+                           s.count,
                            {"scbench/scbench_" + std::string(s.name) + ".jsonl"},
                            {{"max_turns", "keep only the first N turns of each session (0 = all)"}}},
                   std::move(opts)),
@@ -132,81 +137,93 @@ class ScBenchTask : public BasicTask {
     size_t max_turns = static_cast<size_t>(opt_int("max_turns", 0));
     std::string tmpl = s_.first;
     size_t cpos = tmpl.find("{context}");
-    return emit_records(ctx, path, [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
-      const auto& turns = field(r, "multi_turns", pos);
-      if (!turns.is_array() || turns.empty()) fail("{}: field 'multi_turns': expected a non-empty list", pos.where());
-      std::string context = r.contains("context") ? (r["context"].is_string() ? r["context"].get<std::string>() : py_str(r["context"]))
-                                                  : str_field(r, "input", pos);
-      size_t n = max_turns ? std::min(max_turns, turns.size()) : turns.size();
-      std::string last_mf_prefix;
-      if (name == "mf") last_mf_prefix = mf_prefix(str_field(turns[turns.size() - 1], "input", pos), pos);
-      std::vector<Turn> all;
-      for (size_t i = 0; i < n; ++i) {
-        const auto& t = turns[i];
-        if (!t.is_object()) fail("{}: multi_turns[{}]: expected an object", pos.where(), i);
-        std::string input = str_field(t, "input", pos);
-        const auto& answer = field(t, "answer", pos);
-        std::map<std::string, std::string> f{{"input", input}, {"question", input}};
-        if (i == 0) f["context"] = context;
-        Turn turn;
-        if (name == "choice_eng") {
-          const auto& o = field(t, "options", pos);
-          if (!o.is_array() || o.size() != 4) fail("{}: multi_turns[{}].options: expected 4 strings", pos.where(), i);
-          const char* keys[] = {"OPTION_A", "OPTION_B", "OPTION_C", "OPTION_D"};
-          std::string letter;
-          for (int k = 0; k < 4; ++k) {
-            f[keys[k]] = py_str(o[k]);
-            if (o[k] == answer) letter = std::string(1, static_cast<char>('A' + k));
+    return emit_records(
+        ctx, path,
+        [&](nlohmann::json&& r, const datasets::RecordPos& pos, Example& ex) {
+          const auto& turns = field(r, "multi_turns", pos);
+          if (!turns.is_array() || turns.empty())
+            fail("{}: field 'multi_turns': expected a non-empty list", pos.where());
+          std::string context = r.contains("context")
+                                    ? (r["context"].is_string() ? r["context"].get<std::string>() : py_str(r["context"]))
+                                    : str_field(r, "input", pos);
+          size_t n = max_turns ? std::min(max_turns, turns.size()) : turns.size();
+          std::string last_mf_prefix;
+          if (name == "mf") last_mf_prefix = mf_prefix(str_field(turns[turns.size() - 1], "input", pos), pos);
+          std::vector<Turn> all;
+          for (size_t i = 0; i < n; ++i) {
+            const auto& t = turns[i];
+            if (!t.is_object()) fail("{}: multi_turns[{}]: expected an object", pos.where(), i);
+            std::string input = str_field(t, "input", pos);
+            const auto& answer = field(t, "answer", pos);
+            std::map<std::string, std::string> f{{"input", input}, {"question", input}};
+            if (i == 0) f["context"] = context;
+            Turn turn;
+            if (name == "choice_eng") {
+              const auto& o = field(t, "options", pos);
+              if (!o.is_array() || o.size() != 4)
+                fail("{}: multi_turns[{}].options: expected 4 strings", pos.where(), i);
+              const char* keys[] = {"OPTION_A", "OPTION_B", "OPTION_C", "OPTION_D"};
+              std::string letter;
+              for (int k = 0; k < 4; ++k) {
+                f[keys[k]] = py_str(o[k]);
+                if (o[k] == answer) letter = std::string(1, static_cast<char>('A' + k));
+              }
+              turn.references = {py_str(answer)};
+              if (!letter.empty()) turn.references.push_back(letter);
+              turn.meta["options"] = o;
+            } else {
+              turn.references = refs_of(answer);
+            }
+            if (name == "mf") f["prefix"] = i == 0 ? mf_prefix(input, pos) : last_mf_prefix;
+            turn.user = py_format(i == 0 ? tmpl : std::string(s_.follow), f, pos.where());
+            turn.meta["label"] = answer;
+            turn.gold_history = py_str(answer);
+            turn.max_new_tokens = s_.max_new;
+            turn.grader = s_.grader;
+            if (name == "summary_with_needles" || name == "repoqa_and_kv") {
+              std::string sub = str_field(t, "task", pos);
+              turn.meta["subtask"] = sub;
+              turn.max_new_tokens = sub == "scbench_summary"  ? 800
+                                    : sub == "scbench_repoqa" ? 1024
+                                    : sub == "scbench_kv"     ? 80
+                                                              : 15;
+              turn.grader = sub == "scbench_summary"  ? "scbench_rouge_lsum"
+                            : sub == "scbench_repoqa" ? "scbench_repoqa"
+                            : sub == "scbench_kv"     ? "scbench_kv_retrieval"
+                                                      : "scbench_passkey";
+            }
+            if (name == "repoqa" || name == "repoqa_and_kv") {
+              for (const char* k : {"name", "lang", "repo"}) {
+                if (t.contains(k)) turn.meta[k] = t[k];
+                else if (r.contains(k)) turn.meta[k] = r[k];
+              }
+              auto it =
+                  turn.meta.contains("repo") ? needles_by_repo.find(py_str(turn.meta["repo"])) : needles_by_repo.end();
+              if (turn.grader == "scbench_repoqa" && it != needles_by_repo.end()) turn.meta["needles"] = it->second;
+            }
+            if (opts_.count("max_new_tokens")) turn.max_new_tokens = max_new_tokens_or(turn.max_new_tokens);
+            all.push_back(std::move(turn));
           }
-          turn.references = {py_str(answer)};
-          if (!letter.empty()) turn.references.push_back(letter);
-          turn.meta["options"] = o;
-        } else {
-          turn.references = refs_of(answer);
-        }
-        if (name == "mf") f["prefix"] = i == 0 ? mf_prefix(input, pos) : last_mf_prefix;
-        turn.user = py_format(i == 0 ? tmpl : std::string(s_.follow), f, pos.where());
-        turn.meta["label"] = answer;
-        turn.gold_history = py_str(answer);
-        turn.max_new_tokens = s_.max_new;
-        turn.grader = s_.grader;
-        if (name == "summary_with_needles" || name == "repoqa_and_kv") {
-          std::string sub = str_field(t, "task", pos);
-          turn.meta["subtask"] = sub;
-          turn.max_new_tokens = sub == "scbench_summary" ? 800 : sub == "scbench_repoqa" ? 1024 : sub == "scbench_kv" ? 80 : 15;
-          turn.grader = sub == "scbench_summary" ? "scbench_rouge_lsum" : sub == "scbench_repoqa" ? "scbench_repoqa"
-                        : sub == "scbench_kv" ? "scbench_kv_retrieval" : "scbench_passkey";
-        }
-        if (name == "repoqa" || name == "repoqa_and_kv") {
-          for (const char* k : {"name", "lang", "repo"}) {
-            if (t.contains(k)) turn.meta[k] = t[k];
-            else if (r.contains(k)) turn.meta[k] = r[k];
+          ex.id = info_.name + "/" + (r.contains("id") ? py_str(r["id"]) : std::to_string(pos.index));
+          ex.task = info_.name;
+          ex.messages = {{"user", all[0].user}};
+          if (cpos != std::string::npos) {
+            std::map<std::string, std::string> pf;
+            if (name == "mf") pf["prefix"] = mf_prefix(str_field(turns[0], "input", pos), pos);
+            ex.context_chars = py_format(tmpl.substr(0, cpos), pf, pos.where()).size() + context.size();
           }
-          auto it = turn.meta.contains("repo") ? needles_by_repo.find(py_str(turn.meta["repo"])) : needles_by_repo.end();
-          if (turn.grader == "scbench_repoqa" && it != needles_by_repo.end()) turn.meta["needles"] = it->second;
-        }
-        if (opts_.count("max_new_tokens")) turn.max_new_tokens = max_new_tokens_or(turn.max_new_tokens);
-        all.push_back(std::move(turn));
-      }
-      ex.id = info_.name + "/" + (r.contains("id") ? py_str(r["id"]) : std::to_string(pos.index));
-      ex.task = info_.name;
-      ex.messages = {{"user", all[0].user}};
-      if (cpos != std::string::npos) {
-        std::map<std::string, std::string> pf;
-        if (name == "mf") pf["prefix"] = mf_prefix(str_field(turns[0], "input", pos), pos);
-        ex.context_chars = py_format(tmpl.substr(0, cpos), pf, pos.where()).size() + context.size();
-      }
-      ex.references = all[0].references;
-      ex.meta = all[0].meta;
-      if (r.contains("task")) ex.meta["session_task"] = r["task"];
-      ex.meta["index"] = pos.index;
-      ex.max_new_tokens = all[0].max_new_tokens;
-      ex.grader = all[0].grader;
-      ex.gold_history = all[0].gold_history;
-      ex.golden_history = true;
-      for (size_t i = 1; i < all.size(); ++i) ex.followups.push_back(std::move(all[i]));
-      return true;
-    }, sink);
+          ex.references = all[0].references;
+          ex.meta = all[0].meta;
+          if (r.contains("task")) ex.meta["session_task"] = r["task"];
+          ex.meta["index"] = pos.index;
+          ex.max_new_tokens = all[0].max_new_tokens;
+          ex.grader = all[0].grader;
+          ex.gold_history = all[0].gold_history;
+          ex.golden_history = true;
+          for (size_t i = 1; i < all.size(); ++i) ex.followups.push_back(std::move(all[i]));
+          return true;
+        },
+        sink);
   }
 
  private:
@@ -216,18 +233,21 @@ class ScBenchTask : public BasicTask {
     std::map<std::string, nlohmann::json> out;
     datasets::BadRecords quiet;
     quiet.mode = datasets::OnBad::kSkip;
-    datasets::read_records(path, [&](nlohmann::json&& r, const datasets::RecordPos&) {
-      if (!r.is_object() || !r.contains("multi_turns") || !r["multi_turns"].is_array()) return;
-      for (const auto& t : r["multi_turns"]) {
-        if (!t.is_object() || !t.contains("answer") || !t.contains("name")) continue;
-        if (t.contains("task") && t["task"] != "scbench_repoqa") continue;
-        const nlohmann::json* repo = t.contains("repo") ? &t["repo"] : r.contains("repo") ? &r["repo"] : nullptr;
-        if (!repo) continue;
-        auto& list = out[py_str(*repo)];
-        if (!list.is_array()) list = nlohmann::json::array();
-        list.push_back({{"name", py_str(t["name"])}, {"needle", py_str(t["answer"])}});
-      }
-    }, quiet);
+    datasets::read_records(
+        path,
+        [&](nlohmann::json&& r, const datasets::RecordPos&) {
+          if (!r.is_object() || !r.contains("multi_turns") || !r["multi_turns"].is_array()) return;
+          for (const auto& t : r["multi_turns"]) {
+            if (!t.is_object() || !t.contains("answer") || !t.contains("name")) continue;
+            if (t.contains("task") && t["task"] != "scbench_repoqa") continue;
+            const nlohmann::json* repo = t.contains("repo") ? &t["repo"] : r.contains("repo") ? &r["repo"] : nullptr;
+            if (!repo) continue;
+            auto& list = out[py_str(*repo)];
+            if (!list.is_array()) list = nlohmann::json::array();
+            list.push_back({{"name", py_str(t["name"])}, {"needle", py_str(t["answer"])}});
+          }
+        },
+        quiet);
     return out;
   }
 

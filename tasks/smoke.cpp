@@ -57,7 +57,9 @@ struct Problem {
 std::vector<Problem> extra_problems(size_t n) {
   std::vector<Problem> out;
   uint64_t state = 0x736d6f6b65ULL;  // "smoke"
-  auto draw = [&](int lo, int hi) { return lo + static_cast<int>(splitmix64(state) % static_cast<uint64_t>(hi - lo + 1)); };
+  auto draw = [&](int lo, int hi) {
+    return lo + static_cast<int>(splitmix64(state) % static_cast<uint64_t>(hi - lo + 1));
+  };
   const char* names[] = {"Ana", "Ben", "Carla", "Dev", "Eli", "Fatima", "Gus", "Hana"};
   const char* things[] = {"apples", "books", "coins", "pencils", "stickers", "shells", "cards", "marbles"};
   for (size_t i = 0; i < n; ++i) {
@@ -78,14 +80,14 @@ std::vector<Problem> extra_problems(size_t n) {
         break;
       case 3:
         a = draw(5, 40), b = draw(2, 30);
-        out.push_back({who + " has " + std::to_string(a) + " " + what + " and gets " + std::to_string(b) + " more. How many " +
-                           what + " does " + who + " have now?",
+        out.push_back({who + " has " + std::to_string(a) + " " + what + " and gets " + std::to_string(b) +
+                           " more. How many " + what + " does " + who + " have now?",
                        std::to_string(a + b)});
         break;
       case 4:
         a = draw(12, 60), b = draw(2, a - 2);
-        out.push_back({who + " had " + std::to_string(a) + " " + what + " and gave away " + std::to_string(b) + ". How many " +
-                           what + " are left?",
+        out.push_back({who + " had " + std::to_string(a) + " " + what + " and gave away " + std::to_string(b) +
+                           ". How many " + what + " are left?",
                        std::to_string(a - b)});
         break;
       default:
@@ -149,7 +151,8 @@ KVB_TASK_FAMILY(smoke) {
         x = std::stoll(v, &pos);
       } catch (const std::exception&) {
       }
-      if (pos != v.size() || x < 0 || x > 10000) fail("task smoke: extra: expected an integer in [0, 10000], got '{}'", v);
+      if (pos != v.size() || x < 0 || x > 10000)
+        fail("task smoke: extra: expected an integer in [0, 10000], got '{}'", v);
       extra = static_cast<size_t>(x);
     }
     return std::make_unique<SmokeTask>(extra);

@@ -56,7 +56,8 @@ void check_sampling(const nlohmann::json& s, const std::string& where) {
   for (const auto& [k, v] : s.items()) {
     const bool num = v.is_number() && std::isfinite(v.get<double>());
     if (k == "temperature") {
-      if (!num || v.get<double>() < 0) fail("{}: sampling.temperature: expected a finite number >= 0, got {}", where, v.dump());
+      if (!num || v.get<double>() < 0)
+        fail("{}: sampling.temperature: expected a finite number >= 0, got {}", where, v.dump());
     } else if (k == "top_p") {
       if (!num || !(v.get<double>() > 0 && v.get<double>() <= 1))
         fail("{}: sampling.top_p: expected a number in (0, 1], got {}", where, v.dump());
@@ -78,8 +79,10 @@ Suite parse_suite(const std::string& text, const std::string& origin) {
   for (const auto& [k, v] : y.items()) {
     (void)v;
     if (k != "name" && k != "description" && k != "sampling" && k != "budgets" && k != "tasks")
-      fail("{}: {}: unknown key (name, description, sampling, budgets, tasks; a task's samples, "
-           "limit, max_new_tokens go under its tasks entry)", origin, k);
+      fail(
+          "{}: {}: unknown key (name, description, sampling, budgets, tasks; a task's samples, "
+          "limit, max_new_tokens go under its tasks entry)",
+          origin, k);
   }
   Suite s;
   s.origin = origin;
@@ -92,7 +95,8 @@ Suite parse_suite(const std::string& text, const std::string& origin) {
   check_sampling(base, origin);
   if (y.contains("budgets")) {
     if (!y["budgets"].is_array()) fail("{}: budgets: expected a list of integers", origin);
-    if (y["budgets"].empty()) fail("{}: budgets: expected at least one budget (leave the key out for the default)", origin);
+    if (y["budgets"].empty())
+      fail("{}: budgets: expected at least one budget (leave the key out for the default)", origin);
     for (const auto& b : y["budgets"]) {
       if (!b.is_number_integer() || b.get<long long>() <= 0 || b.get<long long>() > INT_MAX)
         fail("{}: budgets: expected integers in [1, {}], got {}", origin, INT_MAX, b.dump());

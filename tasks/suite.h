@@ -24,10 +24,10 @@ namespace kvb::tasks {
 
 /// One entry of a suite.
 struct SuiteTask {
-  std::string spec;                   ///< task spec, e.g. "gsm8k:template=rkv"
-  int samples = 1;                    ///< samples per example (≥ 1)
-  size_t limit = 0;                   ///< first N examples, 0 = all
-  std::optional<int> max_new_tokens;  ///< overrides the task's generation cap
+  std::string spec;                                    ///< task spec, e.g. "gsm8k:template=rkv"
+  int samples = 1;                                     ///< samples per example (≥ 1)
+  size_t limit = 0;                                    ///< first N examples, 0 = all
+  std::optional<int> max_new_tokens;                   ///< overrides the task's generation cap
   nlohmann::json sampling = nlohmann::json::object();  ///< merged suite + task sampling params
 };
 

@@ -34,14 +34,14 @@ struct ChatMessage {
 /// The harness appends an assistant message — `previous` turn's gold answer
 /// (Example::golden_history) or the model's own output — then a user message `user`.
 struct Turn {
-  std::string user;                     ///< the user message of this turn
-  std::vector<std::string> references;  ///< gold answers of this turn (any may match)
+  std::string user;                                ///< the user message of this turn
+  std::vector<std::string> references;             ///< gold answers of this turn (any may match)
   nlohmann::json meta = nlohmann::json::object();  ///< grader metadata (options, sub-task, ...)
-  int max_new_tokens = 0;               ///< generation cap for this turn
-  std::vector<std::string> stop;        ///< extra stop strings (EOS is always a stop)
-  std::string grader;                   ///< grader registry name for this turn
-  std::string gold_history;             ///< text inserted as the assistant reply after this turn
-                                        ///< when Example::golden_history is true
+  int max_new_tokens = 0;                          ///< generation cap for this turn
+  std::vector<std::string> stop;                   ///< extra stop strings (EOS is always a stop)
+  std::string grader;                              ///< grader registry name for this turn
+  std::string gold_history;                        ///< text inserted as the assistant reply after this turn
+                                                   ///< when Example::golden_history is true
 };
 
 /// One unit of work for the harness: a prompt plus everything needed to grade the output.
@@ -78,12 +78,12 @@ struct Example {
 
 /// Static description of a task, for `kvbench tasks` and the suites.
 struct TaskInfo {
-  std::string name;       ///< registry name
-  std::string benchmark;  ///< family: "gsm8k", "longproc", "scbench", ...
-  std::string grader;     ///< default grader name
-  std::string source;     ///< where the data comes from (registry key / HF repo)
-  std::optional<size_t> expected_count;  ///< examples in the full file, when known
-  std::vector<std::string> data_files;   ///< registry keys the task reads
+  std::string name;                            ///< registry name
+  std::string benchmark;                       ///< family: "gsm8k", "longproc", "scbench", ...
+  std::string grader;                          ///< default grader name
+  std::string source;                          ///< where the data comes from (registry key / HF repo)
+  std::optional<size_t> expected_count;        ///< examples in the full file, when known
+  std::vector<std::string> data_files;         ///< registry keys the task reads
   std::map<std::string, std::string> options;  ///< option name → help text
 };
 

@@ -87,8 +87,14 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
     case nlohmann::json::value_t::number_unsigned: out += std::to_string(v.get<uint64_t>()); break;
     case nlohmann::json::value_t::number_float: {
       double d = v.get<double>();
-      if (std::isnan(d)) { out += "NaN"; break; }
-      if (std::isinf(d)) { out += d > 0 ? "Infinity" : "-Infinity"; break; }
+      if (std::isnan(d)) {
+        out += "NaN";
+        break;
+      }
+      if (std::isinf(d)) {
+        out += d > 0 ? "Infinity" : "-Infinity";
+        break;
+      }
       std::string s = v.dump();  // shortest round-trip repr, like Python's float repr
       if (s.find_first_of(".eE") == std::string::npos) s += ".0";
       out += s;

@@ -146,9 +146,9 @@ std::string format_plan(const std::vector<Stay>& plan) {
     const Stay& s = plan[i];
     if (i) out += "\n";
     if (i == 0)
-      out += fmt::format("**Day {}-{}:** Arriving in {} and visit {} for {} days.", s.first, s.last, s.city, s.city, s.days);
-    else
-      out += fmt::format("**Day {}-{}:** Visit {} for {} days.", s.first, s.last, s.city, s.days);
+      out += fmt::format("**Day {}-{}:** Arriving in {} and visit {} for {} days.", s.first, s.last, s.city, s.city,
+                         s.days);
+    else out += fmt::format("**Day {}-{}:** Visit {} for {} days.", s.first, s.last, s.city, s.days);
     if (i + 1 < plan.size()) out += fmt::format("\n**Day {}:** Fly from {} to {}.", s.last, s.city, plan[i + 1].city);
   }
   return out;
@@ -186,8 +186,9 @@ TravelTrace travel_trace(const nlohmann::json& r, const std::string& where) {
   };
 
   std::vector<std::string> log;
-  log.push_back("Read the requirements and identify the cities that have fixed schedules and the cities that need to "
-                "be arranged.");
+  log.push_back(
+      "Read the requirements and identify the cities that have fixed schedules and the cities that need to "
+      "be arranged.");
   std::vector<Stay> free;
   for (size_t i = 0; i < cons.size(); ++i) {
     const auto& c = cons[i];
@@ -210,7 +211,8 @@ TravelTrace travel_trace(const nlohmann::json& r, const std::string& where) {
   if (!fixed.empty()) {
     log.push_back("Cities that have fixed schedules (sorted by their arrival days):");
     std::stable_sort(fixed.begin(), fixed.end(), [](const Fixed& a, const Fixed& b) { return a.first < b.first; });
-    for (const auto& f : fixed) log.push_back(fmt::format("* City: {}, Fixed Schedule: Day {} - {}.", f.city, f.first, f.last));
+    for (const auto& f : fixed)
+      log.push_back(fmt::format("* City: {}, Fixed Schedule: Day {} - {}.", f.city, f.first, f.last));
   } else {
     log.push_back("Cities that have fixed schedules: None.");
   }
@@ -230,14 +232,16 @@ TravelTrace travel_trace(const nlohmann::json& r, const std::string& where) {
   TravelTrace t;
   t.plan = format_plan(plan);
   size_t para = gt_plan.find("\n\n");
-  if (para == std::string::npos) fail("{}: field 'ground_truth_plan': expected an intro paragraph, a blank line, then the plan", where);
+  if (para == std::string::npos)
+    fail("{}: field 'ground_truth_plan': expected an intro paragraph, a blank line, then the plan", where);
   size_t end = gt_plan.find("\n\n", para + 2);
-  std::string expected = py_strip(gt_plan.substr(para + 2, end == std::string::npos ? std::string::npos : end - para - 2));
+  std::string expected =
+      py_strip(gt_plan.substr(para + 2, end == std::string::npos ? std::string::npos : end - para - 2));
   if (expected != t.plan)
     fail("{}: field 'ground_truth_plan': the search finds a different plan:\n{}\nexpected:\n{}", where, t.plan, expected);
   for (size_t i = 0; i < log.size(); ++i) t.search_log += (i ? "\n" : "") + log[i];
-  t.procedure = "<Solving Procedure>\n" + t.search_log + "\n</Solving Procedure>\n\nOutput the plan in the required format:\n<Plan>\n" +
-                t.plan + "\n</Plan>";
+  t.procedure = "<Solving Procedure>\n" + t.search_log +
+                "\n</Solving Procedure>\n\nOutput the plan in the required format:\n<Plan>\n" + t.plan + "\n</Plan>";
   return t;
 }
 

@@ -26,12 +26,13 @@ class CpuAdapter final : public Backend {
   CpuAdapter(const Model& m, KVCache& c, const BackendInfo& info)
       : cpu_(m, c, info.kind == BackendKind::kCpuBf16), info_(info) {
     if (!c.host_kv())
-      fail("--backend {}: the KV cache holds no host K/V rows (device-held payload); the CPU forward "
-           "attends over them", name());
+      fail(
+          "--backend {}: the KV cache holds no host K/V rows (device-held payload); the CPU forward "
+          "attends over them",
+          name());
   }
   std::string name() const override { return info_.name; }
-  void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
-               ForwardStats* stats) override {
+  void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits, ForwardStats* stats) override {
     cpu_.forward(items, policy, logits, stats);
   }
 
@@ -50,8 +51,8 @@ constexpr bool kCudaCompiled = false;
 const std::vector<BackendInfo>& backend_registry() {
   static const std::vector<BackendInfo> reg = {
       {BackendKind::kCpu, "cpu", "f32 activations over weights as stored, f32 K/V, OpenMP", true, false, false},
-      {BackendKind::kCpuBf16, "cpu-bf16", "the CPU forward rounding to bf16 where the CUDA backend stores bf16",
-       true, false, false},
+      {BackendKind::kCpuBf16, "cpu-bf16", "the CPU forward rounding to bf16 where the CUDA backend stores bf16", true,
+       false, false},
       {BackendKind::kCuda, "cuda", "bf16 weights and K/V on an NVIDIA GPU", kCudaCompiled, true, true},
   };
   return reg;
@@ -93,8 +94,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const Model& mode
   const BackendInfo& b = backend_info(name);
   switch (b.kind) {
     case BackendKind::kCpu:
-    case BackendKind::kCpuBf16:
-      return std::make_unique<CpuAdapter>(model, cache, b);
+    case BackendKind::kCpuBf16: return std::make_unique<CpuAdapter>(model, cache, b);
     case BackendKind::kCuda:
 #ifdef KVB_HAVE_CUDA
       return make_cuda_backend(model, cache);

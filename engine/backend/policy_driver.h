@@ -83,8 +83,7 @@ void fill_step(Step& s, KVCache& cache, const ForwardItem& it, const Dims& d) {
 
 /// A LayerStep for `it` at `layer` with the fields that do not depend on the backend; the caller
 /// adds the signals and primitives. `wq_buf` backs LayerStep::window_queries (the host ring).
-inline LayerStep layer_step(KVCache& cache, const ForwardItem& it, int layer, const Dims& d,
-                            std::vector<float>& wq_buf) {
+inline LayerStep layer_step(KVCache& cache, const ForwardItem& it, int layer, const Dims& d, std::vector<float>& wq_buf) {
   LayerStep st;
   fill_step(st, cache, it, d);
   st.layer = layer;

@@ -19,14 +19,17 @@ namespace kvb::chat {
 
 namespace {
 
-const jinja::Template& tmpl(const std::shared_ptr<const void>& p) { return *static_cast<const jinja::Template*>(p.get()); }
+const jinja::Template& tmpl(const std::shared_ptr<const void>& p) {
+  return *static_cast<const jinja::Template*>(p.get());
+}
 
 // A special token in tokenizer_config.json is a string, null, or an AddedToken object.
 std::string token_field(const nlohmann::json& cfg, const char* key, const std::string& path) {
   auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) return "";
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
   fail_at(path, key, "expected a string, null or an object with a string \"content\"");
 }
 
@@ -119,7 +122,8 @@ ChatTemplate ChatTemplate::from_model_dir(const std::string& dir, const std::str
     // additional_chat_templates/NAME.jinja; these replace any template in tokenizer_config.json.
     if (want == "default") return ChatTemplate(read_file(jinja), jinja, bos, eos);
     const std::string extra = dir + "/additional_chat_templates/" + want + ".jinja";
-    if (want.find('/') == std::string::npos && file_exists(extra)) return ChatTemplate(read_file(extra), extra, bos, eos);
+    if (want.find('/') == std::string::npos && file_exists(extra))
+      return ChatTemplate(read_file(extra), extra, bos, eos);
     std::string names;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir + "/additional_chat_templates", ec))

@@ -32,8 +32,7 @@ class ChatTemplate {
  public:
   /// Parses `source`. `origin` names the file for error messages. Throws kvb::Error
   /// ("<origin>:<line>: <what>") on template syntax errors.
-  ChatTemplate(std::string source, std::string origin, std::string bos_token = "",
-               std::string eos_token = "");
+  ChatTemplate(std::string source, std::string origin, std::string bos_token = "", std::string eos_token = "");
   /// Reads `chat_template`, `bos_token` and `eos_token` from a tokenizer_config.json.
   /// Throws kvb::Error naming the file and field when it has no chat_template.
   /// `name` selects one of a list of named templates ([{"name", "template"}, ...]); empty means

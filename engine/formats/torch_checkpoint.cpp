@@ -86,13 +86,13 @@ const char* kind_name(Kind k) {
 /// hostile pickle can build neither ownership cycles nor deep recursive destructors.
 struct Obj {
   Kind kind = Kind::kNone;
-  int64_t i = 0;                 // int, bool; storage numel; tensor offset
-  std::string s;                 // str; storage key; global "module.name"
-  std::vector<uint32_t> items;   // tuple elements; dict k0, v0, k1, v1, ...
+  int64_t i = 0;                // int, bool; storage numel; tensor offset
+  std::string s;                // str; storage key; global "module.name"
+  std::vector<uint32_t> items;  // tuple elements; dict k0, v0, k1, v1, ...
   Global global = Global::kOrderedDict;
   TorchDType dtype = TorchDType::kF32;  // storage / tensor
-  uint32_t storage = 0;          // tensor: index of its storage object
-  std::vector<int64_t> shape;    // tensor
+  uint32_t storage = 0;                 // tensor: index of its storage object
+  std::vector<int64_t> shape;           // tensor
 };
 
 class Unpickler {
@@ -115,8 +115,8 @@ class Unpickler {
                 kind_name(v.kind));
       if (!seen.insert(key.s).second) fail_at(file_, member_, "entry '{}' appears twice", key.s);
       const Obj& st = objs_[v.storage];
-      out.push_back(TorchTensorRecord{.name = key.s, .storage_key = st.s, .dtype = st.dtype,
-                                      .storage_numel = st.i, .offset = v.i, .shape = v.shape});
+      out.push_back(TorchTensorRecord{
+          .name = key.s, .storage_key = st.s, .dtype = st.dtype, .storage_numel = st.i, .offset = v.i, .shape = v.shape});
     }
     return out;
   }
@@ -237,7 +237,8 @@ class Unpickler {
     const std::vector<uint32_t> a = at.items;
     switch (c.global) {
       case Global::kOrderedDict: {
-        if (!a.empty()) bad("collections.OrderedDict called with {} arguments (a state dict pickles it with none)", a.size());
+        if (!a.empty())
+          bad("collections.OrderedDict called with {} arguments (a state dict pickles it with none)", a.size());
         Obj d;
         d.kind = Kind::kDict;
         return make(std::move(d));
@@ -245,13 +246,15 @@ class Unpickler {
       case Global::kRebuildTensorV2: {
         const char* what = "torch._utils._rebuild_tensor_v2";
         if (a.size() != 6 && a.size() != 7) bad("{}: {} arguments (expected 6 or 7)", what, a.size());
-        if (objs_[a[0]].kind != Kind::kStorage) bad("{}: argument 1 is a {}, not a storage", what, kind_name(objs_[a[0]].kind));
+        if (objs_[a[0]].kind != Kind::kStorage)
+          bad("{}: argument 1 is a {}, not a storage", what, kind_name(objs_[a[0]].kind));
         const Obj& st = objs_[a[0]];
         const Obj& off = objs_[a[1]];
         if (off.kind != Kind::kInt || off.i < 0) bad("{}: storage_offset must be an int >= 0", what);
         std::vector<int64_t> size = int_tuple(a, 2, what, "size");
         std::vector<int64_t> stride = int_tuple(a, 3, what, "stride");
-        if (objs_[a[4]].kind != Kind::kBool) bad("{}: requires_grad is a {}, not a bool", what, kind_name(objs_[a[4]].kind));
+        if (objs_[a[4]].kind != Kind::kBool)
+          bad("{}: requires_grad is a {}, not a bool", what, kind_name(objs_[a[4]].kind));
         if (!empty_hooks(a[5])) bad("{}: backward_hooks must be an empty OrderedDict", what);
         if (a.size() == 7 && objs_[a[6]].kind != Kind::kDict && objs_[a[6]].kind != Kind::kNone)
           bad("{}: metadata is a {}, expected a dict", what, kind_name(objs_[a[6]].kind));
@@ -267,8 +270,8 @@ class Unpickler {
         int64_t expect = 1;
         for (size_t k = size.size(); k-- > 0;) {
           if (size[k] > 1 && stride[k] != expect)
-            bad("{}: stride {} of dimension {} is not contiguous (expected {}); save tensors with .contiguous()",
-                what, stride[k], k, expect);
+            bad("{}: stride {} of dimension {} is not contiguous (expected {}); save tensors with .contiguous()", what,
+                stride[k], k, expect);
           expect *= size[k];
         }
         if (numel > 0 && (off.i > st.i || numel > st.i - off.i))
@@ -286,15 +289,16 @@ class Unpickler {
         const bool with_state = c.global == Global::kRebuildParameterWithState;
         const size_t n = with_state ? 4 : 3;
         if (a.size() != n) bad("{}: {} arguments (expected {})", c.s, a.size(), n);
-        if (objs_[a[0]].kind != Kind::kTensor) bad("{}: argument 1 is a {}, not a tensor", c.s, kind_name(objs_[a[0]].kind));
-        if (objs_[a[1]].kind != Kind::kBool) bad("{}: requires_grad is a {}, not a bool", c.s, kind_name(objs_[a[1]].kind));
+        if (objs_[a[0]].kind != Kind::kTensor)
+          bad("{}: argument 1 is a {}, not a tensor", c.s, kind_name(objs_[a[0]].kind));
+        if (objs_[a[1]].kind != Kind::kBool)
+          bad("{}: requires_grad is a {}, not a bool", c.s, kind_name(objs_[a[1]].kind));
         if (!empty_hooks(a[2])) bad("{}: backward_hooks must be an empty OrderedDict", c.s);
         if (with_state && objs_[a[3]].kind != Kind::kDict && objs_[a[3]].kind != Kind::kNone)
           bad("{}: state is a {}, expected a dict", c.s, kind_name(objs_[a[3]].kind));
         return a[0];
       }
-      case Global::kStorage:
-        bad("REDUCE of {} (storages are only valid as persistent ids)", c.s);
+      case Global::kStorage: bad("REDUCE of {} (storages are only valid as persistent ids)", c.s);
     }
     bad("REDUCE of {}", c.s);
   }
@@ -313,7 +317,8 @@ class Unpickler {
     if (type.kind != Kind::kGlobal || type.global != Global::kStorage)
       bad("persistent id storage type is not one of torch.FloatStorage, torch.HalfStorage, torch.BFloat16Storage");
     if (key.kind != Kind::kStr || key.s.empty() || key.s.size() > 64 ||
-        !std::all_of(key.s.begin(), key.s.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }))
+        !std::all_of(key.s.begin(), key.s.end(),
+                     [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }))
       bad("persistent id storage key is not a plain name ([A-Za-z0-9_]+)");
     if (loc.kind != Kind::kStr) bad("persistent id location is not a str");
     if (numel.kind != Kind::kInt || numel.i < 0 || numel.i > kMaxNumel) bad("persistent id numel out of range");
@@ -449,7 +454,8 @@ class Unpickler {
         case 'b': {  // BUILD: only an OrderedDict's state (state_dict()._metadata), which is ignored
           const uint32_t state = pop();
           const uint32_t target = top();
-          if (objs_[target].kind != Kind::kDict) bad("BUILD on a {} (only a dict's state is accepted)", kind_name(objs_[target].kind));
+          if (objs_[target].kind != Kind::kDict)
+            bad("BUILD on a {} (only a dict's state is accepted)", kind_name(objs_[target].kind));
           if (objs_[state].kind != Kind::kDict && objs_[state].kind != Kind::kNone && objs_[state].kind != Kind::kTuple)
             bad("BUILD with a {} state", kind_name(objs_[state].kind));
           break;
@@ -500,7 +506,8 @@ TorchCheckpoint read_torch_checkpoint(const std::string& path) {
   if (!probe) fail_at(path, "", "cannot open the checkpoint");
   probe.close();
   if (!looks_like_zip(path))
-    fail_at(path, "", "not a ZIP archive: only torch.save's ZIP format (torch >= 1.6) is read; re-save the "
+    fail_at(path, "",
+            "not a ZIP archive: only torch.save's ZIP format (torch >= 1.6) is read; re-save the "
             "state dict with a current torch, or convert it to safetensors");
   ZipArchive z(path);
   std::string top;
@@ -519,7 +526,8 @@ TorchCheckpoint read_torch_checkpoint(const std::string& path) {
   if (z.has(bo_member)) {
     if (z.size_of(bo_member) > 16) fail_at(path, bo_member, "unexpected size");
     const std::string bo = z.read_all(bo_member);
-    if (bo == "big") fail_at(path, bo_member, "big-endian checkpoints are not supported (re-save on a little-endian machine)");
+    if (bo == "big")
+      fail_at(path, bo_member, "big-endian checkpoints are not supported (re-save on a little-endian machine)");
     if (bo != "little") fail_at(path, bo_member, "expected 'little' or 'big', got '{}'", bo);
   }
   const std::string pkl_member = top + "/data.pkl";
@@ -569,8 +577,8 @@ TorchCheckpoint read_torch_checkpoint(const std::string& path) {
     rs.erase(std::unique(rs.begin(), rs.end()), rs.end());
     for (size_t k = 1; k < rs.size(); ++k)
       if (rs[k].first < rs[k - 1].second)
-        fail_at(path, top + "/data/" + key, "tensors overlap partially: elements [{}, {}) and [{}, {})", rs[k - 1].first,
-                rs[k - 1].second, rs[k].first, rs[k].second);
+        fail_at(path, top + "/data/" + key, "tensors overlap partially: elements [{}, {}) and [{}, {})",
+                rs[k - 1].first, rs[k - 1].second, rs[k].first, rs[k].second);
   }
   return ck;
 }

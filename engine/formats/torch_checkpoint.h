@@ -52,12 +52,12 @@ const char* torch_dtype_name(TorchDType t);
 
 /// One tensor of a state dict as the pickle describes it (before its storage is read).
 struct TorchTensorRecord {
-  std::string name;             ///< the dict key
-  std::string storage_key;      ///< "0", "1", ... (member <top>/data/<key>)
+  std::string name;         ///< the dict key
+  std::string storage_key;  ///< "0", "1", ... (member <top>/data/<key>)
   TorchDType dtype = TorchDType::kF32;
-  int64_t storage_numel = 0;    ///< elements the persistent id declares for the storage
-  int64_t offset = 0;           ///< storage_offset, in elements
-  std::vector<int64_t> shape;   ///< row-major, outermost first; contiguous
+  int64_t storage_numel = 0;   ///< elements the persistent id declares for the storage
+  int64_t offset = 0;          ///< storage_offset, in elements
+  std::vector<int64_t> shape;  ///< row-major, outermost first; contiguous
   int64_t numel() const;
 };
 

@@ -38,8 +38,7 @@ struct Item {
 
 }  // namespace
 
-void paged_attention(const KVCache& cache, int layer, int G, float scale, std::span<const AttentionTask> tasks,
-                     Isa isa) {
+void paged_attention(const KVCache& cache, int layer, int G, float scale, std::span<const AttentionTask> tasks, Isa isa) {
   const kernels_detail::AttendRowsFn fn = rows_fn(isa);
   const int D = cache.config().head_dim;
   thread_local std::vector<Item> items;  // the caller's; reused across calls
@@ -63,8 +62,7 @@ void paged_attention(const KVCache& cache, int layer, int G, float scale, std::s
       items.push_back({static_cast<int32_t>(k), 0, rows});
       continue;
     }
-    for (int r0 = 0; r0 < rows; r0 += block)
-      items.push_back({static_cast<int32_t>(k), r0, std::min(rows, r0 + block)});
+    for (int r0 = 0; r0 < rows; r0 += block) items.push_back({static_cast<int32_t>(k), r0, std::min(rows, r0 + block)});
   }
   const int64_t n = static_cast<int64_t>(items.size());
   const Item* it = items.data();

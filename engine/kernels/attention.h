@@ -38,15 +38,15 @@ struct TokenRange {
 /// cached tokens (the tokens of this step already appended).
 struct AttentionTask {
   SeqId seq = 0;
-  int head = 0;            ///< kv head index h; its query heads are h·G … h·G + G − 1
-  int n = 0;               ///< query tokens (1 in decode)
-  int64_t start_pos = 0;   ///< absolute position of query token 0; token i is at start_pos + i
+  int head = 0;           ///< kv head index h; its query heads are h·G … h·G + G − 1
+  int n = 0;              ///< query tokens (1 in decode)
+  int64_t start_pos = 0;  ///< absolute position of query token 0; token i is at start_pos + i
   /// Query token i, group member g: q[i·stride + g·D … + D) f32 (post-RoPE). The output row
   /// out[i·stride + g·D … + D) receives Σ_t softmax(q·k_t · scale)·v_t over the keys with
   /// position ≤ the query's and inside `window` (zeros when there are none).
   const float* q = nullptr;
   float* out = nullptr;
-  int64_t stride = 0;      ///< floats between consecutive query tokens in q and out
+  int64_t stride = 0;  ///< floats between consecutive query tokens in q and out
   /// Optional [length(seq, layer, head)] f32: += the attention probability of every (query token,
   /// group member) row for every key, rows in order (i, g) (the H2O / TOVA column sums).
   float* colsum = nullptr;

@@ -187,8 +187,7 @@ bool matmul_uses_sgemm(const Mat& w, int64_t T) {
   return T >= 32 && (!dtype_is_quantised(w.type) || prefill_gemm() == PrefillGemm::kDequant);
 }
 
-void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in,
-               int64_t out) {
+void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in, int64_t out) {
   blas_single_threaded();
   const bool parallel = T * in * out > kParallelWork;
   const int nthreads = parallel ? omp_get_max_threads() : 1;
@@ -202,11 +201,11 @@ void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_
     {
       thread_local std::vector<float> tile;
       if (!f32_gemm) tile.resize(static_cast<size_t>(kDeqRows) * in);
-      // Tiles of kDeqRows weight rows (f32 rows used in place, others dequantised once per tile)
-      // × pieces of kSgemmRows activation rows: every sgemm call has the shape
-      // [kSgemmRows, nb, in], nb fixed per tile, so a row's bits depend neither on how many rows
-      // share the matmul_nt call (chunked prefill == whole prompt == MLP pieces) nor on the
-      // thread count.
+        // Tiles of kDeqRows weight rows (f32 rows used in place, others dequantised once per tile)
+        // × pieces of kSgemmRows activation rows: every sgemm call has the shape
+        // [kSgemmRows, nb, in], nb fixed per tile, so a row's bits depend neither on how many rows
+        // share the matmul_nt call (chunked prefill == whole prompt == MLP pieces) nor on the
+        // thread count.
 #pragma omp for schedule(dynamic)
       for (int64_t j0 = 0; j0 < out; j0 += kDeqRows) {
         const int64_t nb = std::min(kDeqRows, out - j0);

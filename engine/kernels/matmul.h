@@ -57,8 +57,7 @@ struct Mat {
 /// weight tile, so on the sgemm path a row's bits depend only on its values and W, never on T,
 /// on where the row sits in x, or on the thread count (issue 33: OpenBLAS picks its blocking
 /// from the call shape, and some CPUs gave a row different bits at different T).
-void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in,
-               int64_t out);
+void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in, int64_t out);
 
 /// One product of matmul_nt_many: y[T, w.rows] = x · Wᵀ (+ bias).
 struct MatmulOut {

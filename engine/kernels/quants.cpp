@@ -82,9 +82,7 @@ void dequantize_row(DType type, const void* data, int64_t n, float* out) {
   const int64_t nb = n / dtype_traits(type).block;
   int q[256];
   switch (type) {
-    case DType::F32:
-      std::memcpy(out, p, static_cast<size_t>(n) * 4);
-      return;
+    case DType::F32: std::memcpy(out, p, static_cast<size_t>(n) * 4); return;
     case DType::F16:
       for (int64_t i = 0; i < n; ++i) out[i] = f16_bits_to_f32(rd16(p + 2 * i));
       return;
@@ -170,9 +168,14 @@ namespace {
 enum class ActKind { kF32, kQ8_0, kQ8_1, kQ8_K };
 ActKind act_kind(DType w) {
   switch (w) {
-    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return ActKind::kQ8_0;
-    case DType::Q4_1: case DType::Q5_1: return ActKind::kQ8_1;
-    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return ActKind::kQ8_K;
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::Q8_0: return ActKind::kQ8_0;
+    case DType::Q4_1:
+    case DType::Q5_1: return ActKind::kQ8_1;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return ActKind::kQ8_K;
     default: return ActKind::kF32;
   }
 }
@@ -241,9 +244,7 @@ void quantize_act_row(DType w, const float* x, int64_t n, void* out) {
         }
       }
       return;
-    case ActKind::kF32:
-      std::memcpy(out, x, static_cast<size_t>(n) * 4);
-      return;
+    case ActKind::kF32: std::memcpy(out, x, static_cast<size_t>(n) * 4); return;
   }
 }
 
@@ -285,7 +286,11 @@ float dot_q32(int64_t n, const void* w, const void* a) {
   const uint8_t* x = static_cast<const uint8_t*>(w);
   const uint8_t* y = static_cast<const uint8_t*>(a);
   constexpr bool kQ81 = T == DType::Q4_1 || T == DType::Q5_1;
-  constexpr int kWb = T == DType::Q4_0 ? 18 : T == DType::Q4_1 ? 20 : T == DType::Q5_0 ? 22 : T == DType::Q5_1 ? 24 : 34;
+  constexpr int kWb = T == DType::Q4_0   ? 18
+                      : T == DType::Q4_1 ? 20
+                      : T == DType::Q5_0 ? 22
+                      : T == DType::Q5_1 ? 24
+                                         : 34;
   constexpr int kAb = kQ81 ? 40 : 36;
   float s = 0.0f;
   int q[32];
@@ -438,7 +443,8 @@ VecDot4Fn vec_dot4_fn(DType w, Isa isa) {
 #if defined(__x86_64__)
   // The build vec_dot_fn takes the single-row kernel from, so that the bits agree.
   if (isa == Isa::kAvx512Vnni && kernels_detail::avx512vnni_dot(w)) return kernels_detail::avx512vnni_dot4(w);
-  if ((isa == Isa::kAvx2 || isa == Isa::kAvx512Vnni) && kernels_detail::avx2_dot(w)) return kernels_detail::avx2_dot4(w);
+  if ((isa == Isa::kAvx2 || isa == Isa::kAvx512Vnni) && kernels_detail::avx2_dot(w))
+    return kernels_detail::avx2_dot4(w);
 #endif
   (void)w;
   (void)isa;
@@ -448,8 +454,7 @@ VecDot4Fn vec_dot4_fn(DType w, Isa isa) {
 F32TileFn f32_tile_fn(Isa isa) {
 #if defined(__x86_64__)
   if (isa == Isa::kAvx512Vnni && isa_supported(Isa::kAvx512Vnni)) return kernels_detail::f32_tile_avx512;
-  if ((isa == Isa::kAvx2 || isa == Isa::kAvx512Vnni) && isa_supported(Isa::kAvx2))
-    return kernels_detail::f32_tile_avx2;
+  if ((isa == Isa::kAvx2 || isa == Isa::kAvx512Vnni) && isa_supported(Isa::kAvx2)) return kernels_detail::f32_tile_avx2;
 #endif
   (void)isa;
   return kernels_detail::f32_tile_scalar;

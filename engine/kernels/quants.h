@@ -26,8 +26,17 @@ namespace kvb {
 /// Element type of a stored tensor. The values are ggml's type ids (ggml.h enum ggml_type), so
 /// a GGUF tensor's type converts with a cast.
 enum class DType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13,
-  Q6_K = 14, BF16 = 30,
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  BF16 = 30,
 };
 
 /// bf16 bits -> f32 (exact).
@@ -125,8 +134,7 @@ VecDotFn vec_dot_fn(DType w, Isa isa);
 /// Four activation rows (act_row_bytes format, `act_bytes` apart) against one weight row:
 /// y[t·ystride] = vec_dot_fn(w, isa)(n, w_row, act + t·act_bytes) for t < 4, bit for bit, with
 /// each weight block decoded once for the four rows (batched decode).
-using VecDot4Fn = void (*)(int64_t n, const void* w_row, const void* act, size_t act_bytes, float* y,
-                           int64_t ystride);
+using VecDot4Fn = void (*)(int64_t n, const void* w_row, const void* act, size_t act_bytes, float* y, int64_t ystride);
 /// The four-row kernel from the same ISA build as vec_dot_fn(w, isa), or nullptr where that
 /// build has none (then call the VecDotFn per row). x86 AVX2 / AVX-512 VNNI: Q4_0, Q4_1, Q5_0,
 /// Q5_1, Q8_0.
@@ -144,8 +152,8 @@ F32TileFn f32_tile_fn(Isa isa);
 /// Per-ISA kernel tables (internal; defined in quants_scalar.cpp / quants_x86.cpp).
 namespace kernels_detail {
 VecDotFn scalar_dot(DType w);
-VecDotFn avx2_dot(DType w);        ///< nullptr where the type has no AVX2 kernel
-VecDotFn avx512vnni_dot(DType w);  ///< nullptr where the type has no VNNI kernel
+VecDotFn avx2_dot(DType w);          ///< nullptr where the type has no AVX2 kernel
+VecDotFn avx512vnni_dot(DType w);    ///< nullptr where the type has no VNNI kernel
 VecDot4Fn avx2_dot4(DType w);        ///< nullptr where the AVX2 build has no four-row kernel
 VecDot4Fn avx512vnni_dot4(DType w);  ///< nullptr where the VNNI build has no four-row kernel
 void f32_tile_scalar(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);

@@ -8,10 +8,9 @@
 namespace kvb {
 
 KVCache::KVCache(const KVCacheConfig& cfg) : cfg_(cfg) {
-  if (cfg.num_layers <= 0 || cfg.num_kv_heads <= 0 || cfg.head_dim <= 0 || cfg.page_size <= 0 ||
-      cfg.num_scalars < 0)
-    fail("KV cache: invalid shape (layers={}, kv_heads={}, head_dim={}, page_size={}, scalars={})",
-         cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, cfg.page_size, cfg.num_scalars);
+  if (cfg.num_layers <= 0 || cfg.num_kv_heads <= 0 || cfg.head_dim <= 0 || cfg.page_size <= 0 || cfg.num_scalars < 0)
+    fail("KV cache: invalid shape (layers={}, kv_heads={}, head_dim={}, page_size={}, scalars={})", cfg.num_layers,
+         cfg.num_kv_heads, cfg.head_dim, cfg.page_size, cfg.num_scalars);
   const size_t P = cfg.page_size, D = cfg.head_dim, S = cfg.num_scalars;
   meta_words_ = P + P * S;
   page_bytes_ = (2 * P * D + meta_words_) * sizeof(float);
@@ -62,8 +61,10 @@ const float* KVCache::meta_base(int32_t page) const {
 }
 
 void KVCache::no_host_kv(const char* what) const {
-  fail("KV cache: {} read on the host, but the K/V rows are device-held (a policy that reads cached "
-       "keys/values on the host must declare PolicyNeeds::host_kv)", what);
+  fail(
+      "KV cache: {} read on the host, but the K/V rows are device-held (a policy that reads cached "
+      "keys/values on the host must declare PolicyNeeds::host_kv)",
+      what);
 }
 
 int32_t KVCache::alloc_page(Sequence& s) {
@@ -74,10 +75,10 @@ int32_t KVCache::alloc_page(Sequence& s) {
   } else {
     if (cfg_.max_pages > 0 && allocated_ >= cfg_.max_pages)
       throw Error(fmt::format("KV cache: page pool exhausted ({} pages of {} bytes; raise the KV "
-                              "memory limit)", cfg_.max_pages, page_bytes_),
+                              "memory limit)",
+                              cfg_.max_pages, page_bytes_),
                   ErrorKind::kRuntime);
-    if (allocated_ % kPagesPerChunk == 0)
-      meta_chunks_.emplace_back(new float[meta_words_ * kPagesPerChunk]);
+    if (allocated_ % kPagesPerChunk == 0) meta_chunks_.emplace_back(new float[meta_words_ * kPagesPerChunk]);
     page = static_cast<int32_t>(allocated_++);
     payload_->grow(allocated_);
   }
@@ -162,9 +163,7 @@ int32_t KVCache::position(SeqId seq, int layer, int h, int32_t i) const {
   return *const_cast<KVCache*>(this)->position_ptr(seq, layer, h, i);
 }
 
-const std::vector<int32_t>& KVCache::pages(SeqId seq, int layer, int h) const {
-  return head(seq, layer, h).pages;
-}
+const std::vector<int32_t>& KVCache::pages(SeqId seq, int layer, int h) const { return head(seq, layer, h).pages; }
 const float* KVCache::page_keys(int32_t page) const {
   const float* k = payload_->keys(page);
   if (!k) no_host_kv("keys");
@@ -175,9 +174,7 @@ const float* KVCache::page_values(int32_t page) const {
   if (!v) no_host_kv("values");
   return v;
 }
-const int32_t* KVCache::page_positions(int32_t page) const {
-  return reinterpret_cast<const int32_t*>(meta_base(page));
-}
+const int32_t* KVCache::page_positions(int32_t page) const { return reinterpret_cast<const int32_t*>(meta_base(page)); }
 const float* KVCache::page_scalars(int32_t page) const { return meta_base(page) + cfg_.page_size; }
 
 int32_t KVCache::compact(SeqId seq, int layer, int h, std::span<const int32_t> keep) {
@@ -186,8 +183,10 @@ int32_t KVCache::compact(SeqId seq, int layer, int h, std::span<const int32_t> k
   const int32_t n = static_cast<int32_t>(keep.size());
   for (int32_t j = 0; j < n; ++j) {
     if (keep[j] < 0 || keep[j] >= hd.len || (j > 0 && keep[j] <= keep[j - 1]))
-      fail("KV cache: compact(seq={}, layer={}, head={}): keep-set must be strictly increasing "
-           "indices < {} (entry {} is {})", seq, layer, h, hd.len, j, keep[j]);
+      fail(
+          "KV cache: compact(seq={}, layer={}, head={}): keep-set must be strictly increasing "
+          "indices < {} (entry {} is {})",
+          seq, layer, h, hd.len, j, keep[j]);
   }
   const int32_t P = cfg_.page_size;
   const size_t S = cfg_.num_scalars;

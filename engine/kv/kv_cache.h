@@ -31,8 +31,7 @@ struct KVCacheConfig {
   /// A cache of `layers` layers of `kv_heads` heads of dimension `head_dim`, `page_size` tokens
   /// per page and `num_scalars` per-token scalars; no page limit, host payload.
   KVCacheConfig(int layers, int kv_heads, int head_dim, int page_size = 16, int num_scalars = 0)
-      : num_layers(layers), num_kv_heads(kv_heads), head_dim(head_dim), page_size(page_size),
-        num_scalars(num_scalars) {}
+      : num_layers(layers), num_kv_heads(kv_heads), head_dim(head_dim), page_size(page_size), num_scalars(num_scalars) {}
 
   int num_layers = 0;
   int num_kv_heads = 0;  ///< Hkv
@@ -97,7 +96,7 @@ class KVCache {
   const float* page_keys(int32_t page) const;
   const float* page_values(int32_t page) const;
   const int32_t* page_positions(int32_t page) const;  ///< [page_size]
-  const float* page_scalars(int32_t page) const; ///< [page_size, S]
+  const float* page_scalars(int32_t page) const;      ///< [page_size, S]
 
   /// Keeps exactly the tokens `keep` (strictly increasing indices < length) of head
   /// (seq, layer, head), in order, compacting in place and returning freed pages to the pool.

@@ -32,9 +32,10 @@ void HostKVPayload::copy(int32_t src_page, int32_t src_slot, int32_t dst_page, i
 
 void DeviceHeldKVPayload::write(int32_t page, int32_t slot, const float* k, const float* v) {
   if (k || v)
-    fail("KV cache: page {} slot {}: K/V rows given to a device-held payload store (the host keeps no "
-         "K/V; a policy that reads cached keys on the host must declare PolicyNeeds::host_kv)",
-         page, slot);
+    fail(
+        "KV cache: page {} slot {}: K/V rows given to a device-held payload store (the host keeps no "
+        "K/V; a policy that reads cached keys on the host must declare PolicyNeeds::host_kv)",
+        page, slot);
 }
 
 std::unique_ptr<KVPayload> make_kv_payload(KVPayloadKind kind, int page_size, int head_dim) {

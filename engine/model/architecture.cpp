@@ -78,8 +78,8 @@ const Architecture kArchitectures[] = {
      SlidingRule::kGatedLayers, false, false},
     // models/mistral/modeling_mistral.py: Llama's block without q/k/v bias, `sliding_window` on
     // every layer. llama.cpp converts Mistral checkpoints as "llama" (no sliding window in GGUF).
-    {"mistral", kMistralClasses, nullptr, false, kLlamaTensors, Activation::kSilu, "hidden_act", QkvBias::kNever,
-     false, SlidingRule::kEveryLayer, false, false},
+    {"mistral", kMistralClasses, nullptr, false, kLlamaTensors, Activation::kSilu, "hidden_act", QkvBias::kNever, false,
+     SlidingRule::kEveryLayer, false, false},
     // models/ministral/modeling_ministral.py: Mistral's block, sliding window per `layer_types`.
     {"ministral", kMinistralClasses, nullptr, false, kLlamaTensors, Activation::kSilu, "hidden_act", QkvBias::kNever,
      false, SlidingRule::kLayerTypes, false, false},

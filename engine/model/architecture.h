@@ -17,25 +17,25 @@ namespace kvb {
 /// The weights of a decoder-only transformer by role. Per-layer roles are named with the layer
 /// index substituted for `{}` in Architecture::tensors.
 enum class TensorRole : uint8_t {
-  kEmbed,      ///< token embedding [V, H]
-  kFinalNorm,  ///< final RMSNorm weight [H]
-  kLmHead,     ///< output projection [V, H] (absent when tied)
-  kAttnNorm,   ///< per layer: RMSNorm before attention [H]
-  kWq,         ///< [Hq·D, H]
-  kWk,         ///< [Hkv·D, H]
-  kWv,         ///< [Hkv·D, H]
-  kWo,         ///< [H, Hq·D]
-  kBq,         ///< [Hq·D] (q/k/v bias)
-  kBk,         ///< [Hkv·D]
-  kBv,         ///< [Hkv·D]
-  kQNorm,      ///< per-head RMSNorm on q [D]
-  kKNorm,      ///< per-head RMSNorm on k [D]
-  kMlpNorm,    ///< RMSNorm before the MLP [H]
+  kEmbed,         ///< token embedding [V, H]
+  kFinalNorm,     ///< final RMSNorm weight [H]
+  kLmHead,        ///< output projection [V, H] (absent when tied)
+  kAttnNorm,      ///< per layer: RMSNorm before attention [H]
+  kWq,            ///< [Hq·D, H]
+  kWk,            ///< [Hkv·D, H]
+  kWv,            ///< [Hkv·D, H]
+  kWo,            ///< [H, Hq·D]
+  kBq,            ///< [Hq·D] (q/k/v bias)
+  kBk,            ///< [Hkv·D]
+  kBv,            ///< [Hkv·D]
+  kQNorm,         ///< per-head RMSNorm on q [D]
+  kKNorm,         ///< per-head RMSNorm on k [D]
+  kMlpNorm,       ///< RMSNorm before the MLP [H]
   kPostAttnNorm,  ///< RMSNorm of the attention output before the residual add [H] (Gemma 2)
   kPostMlpNorm,   ///< RMSNorm of the MLP output before the residual add [H] (Gemma 2)
-  kGate,       ///< [I, H]
-  kUp,         ///< [I, H]
-  kDown,       ///< [H, I]
+  kGate,          ///< [I, H]
+  kUp,            ///< [I, H]
+  kDown,          ///< [H, I]
   kCount
 };
 
@@ -75,19 +75,19 @@ enum class Activation : uint8_t {
 
 /// One architecture: everything the loaders and backends need to know about it.
 struct Architecture {
-  const char* model_type;                  ///< config.json `model_type` (also ModelConfig::model_type)
-  std::span<const char* const> hf_classes; ///< config.json `architectures` entries it serves
-  const char* gguf_arch;                   ///< GGUF `general.architecture` (and key prefix); null: none
-  bool gguf_permuted_qk;                   ///< llama.cpp's converter permuted Q/K rows (undo on load)
-  std::span<const TensorName> tensors;     ///< every role it has, HF and GGUF names
-  Activation activation;                   ///< the MLP activation; config act_key must name it
-  const char* act_key;                     ///< config.json key naming the activation
+  const char* model_type;                   ///< config.json `model_type` (also ModelConfig::model_type)
+  std::span<const char* const> hf_classes;  ///< config.json `architectures` entries it serves
+  const char* gguf_arch;                    ///< GGUF `general.architecture` (and key prefix); null: none
+  bool gguf_permuted_qk;                    ///< llama.cpp's converter permuted Q/K rows (undo on load)
+  std::span<const TensorName> tensors;      ///< every role it has, HF and GGUF names
+  Activation activation;                    ///< the MLP activation; config act_key must name it
+  const char* act_key;                      ///< config.json key naming the activation
   QkvBias qkv_bias;
-  bool qk_norm;                            ///< per-head RMSNorm on q and k before RoPE (Qwen3)
+  bool qk_norm;  ///< per-head RMSNorm on q and k before RoPE (Qwen3)
   SlidingRule sliding;
-  bool norm_plus_one;                      ///< HF norm weights hold w − 1: RMSNorm scales by (1 + w)
-                                           ///< (Gemma2RMSNorm); folded into the weight on load
-  bool embed_scale;                        ///< embeddings are multiplied by √H (f32), Gemma2Model
+  bool norm_plus_one;  ///< HF norm weights hold w − 1: RMSNorm scales by (1 + w)
+                       ///< (Gemma2RMSNorm); folded into the weight on load
+  bool embed_scale;    ///< embeddings are multiplied by √H (f32), Gemma2Model
   // Every architecture today: RMSNorm `w·x/√(mean(x²)+eps)` with eps from `rms_norm_eps`
   // (GGUF `<arch>.attention.layer_norm_rms_epsilon`), rotate-half RoPE (transformers'
   // apply_rotary_pos_emb; rope_scaling/rope_parameters as config.cpp reads them), tied

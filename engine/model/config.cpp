@@ -12,8 +12,7 @@ namespace {
 
 using json = nlohmann::json;
 
-int64_t get_int(const json& j, const char* key, const std::string& origin, bool required,
-                int64_t dflt = 0) {
+int64_t get_int(const json& j, const char* key, const std::string& origin, bool required, int64_t dflt = 0) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (required) fail_at(origin, key, "missing required field");
@@ -50,8 +49,7 @@ void add_ids(const json& v, std::vector<int32_t>& out, const std::string& origin
   if (v.is_null()) return;
   if (v.is_array())
     for (const auto& x : v) push(x);
-  else
-    push(v);
+  else push(v);
 }
 
 /// Sets c.layer_window from config.json as transformers reads it for `a` (its SlidingRule):
@@ -69,9 +67,8 @@ void read_layer_windows(const json& j, const Architecture& a, const std::string&
     for (size_t i = 0; i < lt->size(); ++i) {
       const json& t = (*lt)[i];
       if (t != "full_attention" && (t != "sliding_attention" || a.sliding == SlidingRule::kNone))
-        fail_at(origin, fmt::format("layer_types[{}]", i), "unsupported layer type {} for {} (supported: {})",
-                t.dump(), c.model_type,
-                a.sliding == SlidingRule::kNone ? "full_attention" : "full_attention, sliding_attention");
+        fail_at(origin, fmt::format("layer_types[{}]", i), "unsupported layer type {} for {} (supported: {})", t.dump(),
+                c.model_type, a.sliding == SlidingRule::kNone ? "full_attention" : "full_attention, sliding_attention");
       types.push_back(t.get<std::string>());
     }
   }
@@ -131,8 +128,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
   c.qk_norm = arch->qk_norm;
   if (auto act = j.find(arch->act_key); act != j.end() && !act->is_null()) {
     const char* want = hidden_act_name(arch->activation);
-    if (*act != want) fail_at(origin, arch->act_key, "unsupported activation {} for {} (only {})", act->dump(),
-                              c.model_type, want);
+    if (*act != want)
+      fail_at(origin, arch->act_key, "unsupported activation {} for {} (only {})", act->dump(), c.model_type, want);
   }
   read_layer_windows(j, *arch, origin, c);
   c.query_pre_attn_scalar = get_num(j, "query_pre_attn_scalar", origin, 0.0);
@@ -263,15 +260,18 @@ void ModelConfig::validate(const std::string& origin) const {
   pos(head_dim, "head_dim");
   pos(max_position_embeddings, "max_position_embeddings");
   if (num_heads % num_kv_heads != 0)
-    fail_at(origin, "num_key_value_heads", "{} does not divide num_attention_heads {}", num_kv_heads,
-            num_heads);
+    fail_at(origin, "num_key_value_heads", "{} does not divide num_attention_heads {}", num_kv_heads, num_heads);
   if (head_dim % 2 != 0) fail_at(origin, "head_dim", "must be even for RoPE, got {}", head_dim);
   // Written as !(x > 0) so that NaN (possible in GGUF metadata) fails too.
-  if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps)) fail_at(origin, "rms_norm_eps", "must be > 0, got {}", rms_norm_eps);
+  if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps))
+    fail_at(origin, "rms_norm_eps", "must be > 0, got {}", rms_norm_eps);
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail_at(origin, "rope_theta", "must be > 0, got {}", rope_theta);
-  if (!(query_pre_attn_scalar >= 0) || !std::isfinite(query_pre_attn_scalar)) fail_at(origin, "query_pre_attn_scalar", "must be > 0");
-  if (!(attn_logit_softcap >= 0) || !std::isfinite(attn_logit_softcap)) fail_at(origin, "attn_logit_softcapping", "must be > 0 or null");
-  if (!(final_logit_softcap >= 0) || !std::isfinite(final_logit_softcap)) fail_at(origin, "final_logit_softcapping", "must be > 0 or null");
+  if (!(query_pre_attn_scalar >= 0) || !std::isfinite(query_pre_attn_scalar))
+    fail_at(origin, "query_pre_attn_scalar", "must be > 0");
+  if (!(attn_logit_softcap >= 0) || !std::isfinite(attn_logit_softcap))
+    fail_at(origin, "attn_logit_softcapping", "must be > 0 or null");
+  if (!(final_logit_softcap >= 0) || !std::isfinite(final_logit_softcap))
+    fail_at(origin, "final_logit_softcapping", "must be > 0 or null");
   for (const auto& [v, f] : {std::pair<double, const char*>{rope_scaling.factor, "rope_scaling.factor"},
                              {rope_scaling.low_freq_factor, "rope_scaling.low_freq_factor"},
                              {rope_scaling.high_freq_factor, "rope_scaling.high_freq_factor"},

@@ -29,8 +29,8 @@ struct RopeScaling {
 /// A model's generation_config.json as transformers' GenerationConfig reads it: the sampling
 /// defaults that model.generate() uses when the caller passes none.
 struct GenerationDefaults {
-  bool present = false;              ///< the file exists
-  std::optional<bool> do_sample;     ///< absent means false (transformers' default): greedy
+  bool present = false;           ///< the file exists
+  std::optional<bool> do_sample;  ///< absent means false (transformers' default): greedy
   std::optional<double> temperature, top_p;
   std::optional<int> top_k;
   std::vector<int32_t> eos_token_ids;  ///< eos_token_id: an integer or a list
@@ -51,21 +51,21 @@ struct GenerationDefaults {
 /// Hyperparameters of one model. Shapes below use: H = hidden_size, Hq = num_attention_heads,
 /// Hkv = num_key_value_heads, D = head_dim, I = intermediate_size, V = vocab_size.
 struct ModelConfig {
-  std::string model_type;        ///< an Architecture's model_type (engine/model/architecture.h)
-  int64_t vocab_size = 0;        ///< V
-  int64_t hidden_size = 0;       ///< H
-  int64_t intermediate_size = 0; ///< I (SwiGLU MLP)
+  std::string model_type;         ///< an Architecture's model_type (engine/model/architecture.h)
+  int64_t vocab_size = 0;         ///< V
+  int64_t hidden_size = 0;        ///< H
+  int64_t intermediate_size = 0;  ///< I (SwiGLU MLP)
   int64_t num_layers = 0;
-  int64_t num_heads = 0;         ///< Hq
-  int64_t num_kv_heads = 0;      ///< Hkv (GQA: Hq % Hkv == 0)
-  int64_t head_dim = 0;          ///< D (config `head_dim`, else H / Hq)
+  int64_t num_heads = 0;     ///< Hq
+  int64_t num_kv_heads = 0;  ///< Hkv (GQA: Hq % Hkv == 0)
+  int64_t head_dim = 0;      ///< D (config `head_dim`, else H / Hq)
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;   ///< q/k/v projections carry a bias (qwen2: always)
-  bool qk_norm = false;          ///< per-head RMSNorm on q and k before RoPE (qwen3)
+  bool attention_bias = false;  ///< q/k/v projections carry a bias (qwen2: always)
+  bool qk_norm = false;         ///< per-head RMSNorm on q and k before RoPE (qwen3)
   /// Per layer, the sliding attention window W in tokens: a query at position p attends to
   /// keys at positions (p − W, p] (transformers' sliding_window_overlay). 0 = full causal
   /// attention. Empty = every layer full. Set by the architecture's SlidingRule.
@@ -87,9 +87,7 @@ struct ModelConfig {
   /// Checks internal consistency (positive sizes, Hq % Hkv == 0, ...); throws kvb::Error.
   void validate(const std::string& origin) const;
   /// The sliding window of `layer` (0 = full attention).
-  int32_t window(int64_t layer) const {
-    return layer_window.empty() ? 0 : layer_window[static_cast<size_t>(layer)];
-  }
+  int32_t window(int64_t layer) const { return layer_window.empty() ? 0 : layer_window[static_cast<size_t>(layer)]; }
   /// True when some layer uses a sliding window.
   bool has_sliding_window() const {
     for (int32_t w : layer_window)

@@ -29,8 +29,8 @@ using json = nlohmann::json;
 // types
 // ---------------------------------------------------------------------------------------------
 const char* gguf_value_type_name(GgufValueType t) {
-  static const char* names[] = {"UINT8", "INT8",   "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
-                                "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64", "FLOAT64"};
+  static const char* names[] = {"UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",  "FLOAT32",
+                                "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64",  "FLOAT64"};
   auto i = static_cast<uint32_t>(t);
   return i < 13 ? names[i] : "?";
 }
@@ -75,13 +75,18 @@ GgmlTypeTraits ggml_type_traits(uint32_t t) {
 
 bool gguf_type_supported(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
-    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
-    case GgmlType::Q4_K: case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-      return true;
-    default:
-      return false;
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K: return true;
+    default: return false;
   }
 }
 
@@ -92,11 +97,12 @@ void dequantize(GgmlType type, const void* data, int64_t n, float* out) {
   const GgmlTypeTraits tr = ggml_type_traits(static_cast<uint32_t>(type));
   if (!tr.name) fail("dequantize: unknown ggml type {}", static_cast<uint32_t>(type));
   if (!gguf_type_supported(type))
-    fail("dequantize: ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, "
-         "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)", tr.name);
+    fail(
+        "dequantize: ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, "
+        "Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
+        tr.name);
   if (n < 0 || n % tr.block_size != 0)
-    fail("dequantize: {} elements is not a multiple of the {} block size {}", n, tr.name,
-         tr.block_size);
+    fail("dequantize: {} elements is not a multiple of the {} block size {}", n, tr.name, tr.block_size);
   dequantize_row(static_cast<DType>(type), data, n, out);
 }
 
@@ -105,12 +111,15 @@ void dequantize(GgmlType type, const void* data, int64_t n, float* out) {
 // ---------------------------------------------------------------------------------------------
 bool GgufValue::is_integer() const {
   switch (type) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::UINT16:
-    case GgufValueType::INT16: case GgufValueType::UINT32: case GgufValueType::INT32:
-    case GgufValueType::UINT64: case GgufValueType::INT64:
-      return true;
-    default:
-      return false;
+    case GgufValueType::UINT8:
+    case GgufValueType::INT8:
+    case GgufValueType::UINT16:
+    case GgufValueType::INT16:
+    case GgufValueType::UINT32:
+    case GgufValueType::INT32:
+    case GgufValueType::UINT64:
+    case GgufValueType::INT64: return true;
+    default: return false;
   }
 }
 
@@ -121,28 +130,40 @@ size_t GgufValue::array_size() const {
 
 json GgufValue::to_json() const {
   switch (type) {
-    case GgufValueType::UINT8: case GgufValueType::UINT16: case GgufValueType::UINT32:
-    case GgufValueType::UINT64:
-      return u;
-    case GgufValueType::INT8: case GgufValueType::INT16: case GgufValueType::INT32:
-    case GgufValueType::INT64:
-      return i;
+    case GgufValueType::UINT8:
+    case GgufValueType::UINT16:
+    case GgufValueType::UINT32:
+    case GgufValueType::UINT64: return u;
+    case GgufValueType::INT8:
+    case GgufValueType::INT16:
+    case GgufValueType::INT32:
+    case GgufValueType::INT64: return i;
     case GgufValueType::BOOL: return i != 0;
-    case GgufValueType::FLOAT32: case GgufValueType::FLOAT64: return f;
+    case GgufValueType::FLOAT32:
+    case GgufValueType::FLOAT64: return f;
     case GgufValueType::STRING: return s;
     case GgufValueType::ARRAY: {
       json a = json::array();
       switch (elem_type) {
-        case GgufValueType::STRING: for (const auto& x : strings) a.push_back(x); break;
-        case GgufValueType::FLOAT32: case GgufValueType::FLOAT64:
+        case GgufValueType::STRING:
+          for (const auto& x : strings) a.push_back(x);
+          break;
+        case GgufValueType::FLOAT32:
+        case GgufValueType::FLOAT64:
           for (double x : floats) a.push_back(x);
           break;
-        case GgufValueType::ARRAY: for (const auto& x : arrays) a.push_back(x.to_json()); break;
-        case GgufValueType::BOOL: for (int64_t x : ints) a.push_back(x != 0); break;
+        case GgufValueType::ARRAY:
+          for (const auto& x : arrays) a.push_back(x.to_json());
+          break;
+        case GgufValueType::BOOL:
+          for (int64_t x : ints) a.push_back(x != 0);
+          break;
         case GgufValueType::UINT64:
           for (int64_t x : ints) a.push_back(static_cast<uint64_t>(x));
           break;
-        default: for (int64_t x : ints) a.push_back(x); break;
+        default:
+          for (int64_t x : ints) a.push_back(x);
+          break;
       }
       return a;
     }
@@ -167,8 +188,7 @@ struct Cursor {
   size_t left() const { return size - pos; }
   void need(uint64_t n, const std::string& field) const {
     if (n > left())
-      fail_at(path, field, "needs {} bytes at offset {} but the file has {} left (truncated?)", n,
-              pos, left());
+      fail_at(path, field, "needs {} bytes at offset {} but the file has {} left (truncated?)", n, pos, left());
   }
   template <typename T>
   T read(const std::string& field) {
@@ -193,10 +213,17 @@ struct Cursor {
 /// Smallest encoded size of one value of type t (for count sanity checks).
 uint64_t min_value_size(GgufValueType t) {
   switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::BOOL: return 1;
-    case GgufValueType::UINT16: case GgufValueType::INT16: return 2;
-    case GgufValueType::UINT32: case GgufValueType::INT32: case GgufValueType::FLOAT32: return 4;
-    case GgufValueType::UINT64: case GgufValueType::INT64: case GgufValueType::FLOAT64:
+    case GgufValueType::UINT8:
+    case GgufValueType::INT8:
+    case GgufValueType::BOOL: return 1;
+    case GgufValueType::UINT16:
+    case GgufValueType::INT16: return 2;
+    case GgufValueType::UINT32:
+    case GgufValueType::INT32:
+    case GgufValueType::FLOAT32: return 4;
+    case GgufValueType::UINT64:
+    case GgufValueType::INT64:
+    case GgufValueType::FLOAT64:
     case GgufValueType::STRING: return 8;
     case GgufValueType::ARRAY: return 12;
   }
@@ -238,19 +265,18 @@ void read_value(Cursor& c, GgufValueType t, GgufValue& v, const std::string& fie
     return;
   }
   if (depth >= kMaxArrayDepth) fail_at(c.path, field, "arrays nested deeper than {}", kMaxArrayDepth);
-  v.elem_type = check_type(c.read<uint32_t>(field + " (array element type)"), c.path,
-                           field + " (array element type)");
+  v.elem_type = check_type(c.read<uint32_t>(field + " (array element type)"), c.path, field + " (array element type)");
   const uint64_t n = c.read<uint64_t>(field + " (array length)");
   if (n > c.left() / min_value_size(v.elem_type))
-    fail_at(c.path, field, "array length {} cannot fit in the {} bytes left in the file", n,
-            c.left());
+    fail_at(c.path, field, "array length {} cannot fit in the {} bytes left in the file", n, c.left());
   const size_t count = static_cast<size_t>(n);
   switch (v.elem_type) {
     case GgufValueType::STRING:
       v.strings.reserve(count);
       for (size_t k = 0; k < count; ++k) v.strings.push_back(c.read_string(field + "[" + std::to_string(k) + "]"));
       break;
-    case GgufValueType::FLOAT32: case GgufValueType::FLOAT64: {
+    case GgufValueType::FLOAT32:
+    case GgufValueType::FLOAT64: {
       v.floats.reserve(count);
       GgufValue tmp;
       for (size_t k = 0; k < count; ++k) {
@@ -262,16 +288,13 @@ void read_value(Cursor& c, GgufValueType t, GgufValue& v, const std::string& fie
     case GgufValueType::ARRAY:
       v.arrays.resize(count);
       for (size_t k = 0; k < count; ++k)
-        read_value(c, GgufValueType::ARRAY, v.arrays[k], field + "[" + std::to_string(k) + "]",
-                   depth + 1);
+        read_value(c, GgufValueType::ARRAY, v.arrays[k], field + "[" + std::to_string(k) + "]", depth + 1);
       break;
     default: {
       v.ints.reserve(count);
       GgufValue tmp;
-      const bool is_unsigned = v.elem_type == GgufValueType::UINT8 ||
-                               v.elem_type == GgufValueType::UINT16 ||
-                               v.elem_type == GgufValueType::UINT32 ||
-                               v.elem_type == GgufValueType::UINT64;
+      const bool is_unsigned = v.elem_type == GgufValueType::UINT8 || v.elem_type == GgufValueType::UINT16 ||
+                               v.elem_type == GgufValueType::UINT32 || v.elem_type == GgufValueType::UINT64;
       for (size_t k = 0; k < count; ++k) {
         read_scalar(c, v.elem_type, tmp, field);
         v.ints.push_back(is_unsigned ? static_cast<int64_t>(tmp.u) : tmp.i);
@@ -296,7 +319,8 @@ GgufFile GgufFile::open(const std::string& path) {
   if (g.version_ != 2 && g.version_ != 3) {
     if (g.version_ == 1) fail_at(path, "header.version", "GGUF version 1 is not supported (only 2 and 3)");
     if ((g.version_ & 0xffffu) == 0)
-      fail_at(path, "header.version", "version {:#x} looks byte-swapped (big-endian GGUF files are not supported)", g.version_);
+      fail_at(path, "header.version", "version {:#x} looks byte-swapped (big-endian GGUF files are not supported)",
+              g.version_);
     fail_at(path, "header.version", "unsupported GGUF version {} (expected 2 or 3)", g.version_);
   }
   const uint64_t n_tensors = c.read<uint64_t>("header.tensor_count");
@@ -338,10 +362,8 @@ GgufFile GgufFile::open(const std::string& path) {
     uint64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t dim = c.read<uint64_t>(field + ".dims");
-      if (dim > (uint64_t{1} << 40))
-        fail_at(path, field + ".dims", "dimension {} = {} is absurd", d, dim);
-      if (dim != 0 && numel > (uint64_t{1} << 42) / dim)
-        fail_at(path, field + ".dims", "element count overflows");
+      if (dim > (uint64_t{1} << 40)) fail_at(path, field + ".dims", "dimension {} = {} is absurd", d, dim);
+      if (dim != 0 && numel > (uint64_t{1} << 42) / dim) fail_at(path, field + ".dims", "element count overflows");
       numel *= dim;
       t.dims.push_back(static_cast<int64_t>(dim));
     }
@@ -350,8 +372,8 @@ GgufFile GgufFile::open(const std::string& path) {
     if (!tr.name) fail_at(path, field + ".type", "unknown ggml tensor type {}", type);
     t.type = static_cast<GgmlType>(type);
     if (t.dims[0] % tr.block_size != 0)
-      fail_at(path, field + ".dims", "innermost dimension {} is not a multiple of the {} block size {}",
-              t.dims[0], tr.name, tr.block_size);
+      fail_at(path, field + ".dims", "innermost dimension {} is not a multiple of the {} block size {}", t.dims[0],
+              tr.name, tr.block_size);
     t.numel = static_cast<int64_t>(numel);
     t.nbytes = numel / static_cast<uint64_t>(tr.block_size) * static_cast<uint64_t>(tr.type_size);
     t.offset = c.read<uint64_t>(field + ".offset");
@@ -364,15 +386,14 @@ GgufFile GgufFile::open(const std::string& path) {
 
   const uint64_t data_off = (c.pos + g.alignment_ - 1) / g.alignment_ * g.alignment_;
   if (!g.tensors_.empty() && data_off > c.size)
-    fail_at(path, "tensor data", "the data section would start at {} but the file has {} bytes",
-            data_off, c.size);
+    fail_at(path, "tensor data", "the data section would start at {} but the file has {} bytes", data_off, c.size);
   g.data_offset_ = data_off;
   for (const auto& t : g.tensors_) {
     const uint64_t avail = c.size >= data_off ? c.size - data_off : 0;
     if (t.offset > avail || t.nbytes > avail - t.offset)
       fail_at(path, "tensor '" + t.name + "'.data",
-              "{} bytes at data offset {} run past the end of the file ({} bytes of tensor data)",
-              t.nbytes, t.offset, avail);
+              "{} bytes at data offset {} run past the end of the file ({} bytes of tensor data)", t.nbytes, t.offset,
+              avail);
   }
   // Two tensors sharing bytes (one offset given twice, or overlapping ranges) would alias each
   // other's weights: refused, as safetensors headers are (empty tensors excepted).
@@ -415,19 +436,18 @@ int64_t GgufFile::get_int(const std::string& key) const {
   if (!v->is_integer())
     fail_at(path_, "metadata '" + key + "'", "expected an integer, got {}", gguf_value_type_name(v->type));
   switch (v->type) {
-    case GgufValueType::UINT8: case GgufValueType::UINT16: case GgufValueType::UINT32:
+    case GgufValueType::UINT8:
+    case GgufValueType::UINT16:
+    case GgufValueType::UINT32:
     case GgufValueType::UINT64:
       if (v->u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         fail_at(path_, "metadata '" + key + "'", "value {} is too large", v->u);
       return static_cast<int64_t>(v->u);
-    default:
-      return v->i;
+    default: return v->i;
   }
 }
 
-int64_t GgufFile::get_int_or(const std::string& key, int64_t dflt) const {
-  return find(key) ? get_int(key) : dflt;
-}
+int64_t GgufFile::get_int_or(const std::string& key, int64_t dflt) const { return find(key) ? get_int(key) : dflt; }
 
 double GgufFile::get_float_or(const std::string& key, double dflt) const {
   const GgufValue* v = find(key);
@@ -448,9 +468,7 @@ bool GgufFile::get_bool_or(const std::string& key, bool dflt) const {
   return v->i != 0;
 }
 
-const uint8_t* GgufFile::tensor_data(const GgufTensorInfo& t) const {
-  return file_->data() + data_offset_ + t.offset;
-}
+const uint8_t* GgufFile::tensor_data(const GgufTensorInfo& t) const { return file_->data() + data_offset_ + t.offset; }
 
 std::vector<float> GgufFile::read_f32(const GgufTensorInfo& t) const {
   if (!gguf_type_supported(t.type))
@@ -487,12 +505,10 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.max_position_embeddings = f.get_int_or(p + "context_length", 0);
   c.rms_norm_eps = f.get_float_or(p + "attention.layer_norm_rms_epsilon", 1e-6);
   c.rope_theta = f.get_float_or(p + "rope.freq_base", 10000.0);
-  if (f.find(p + "attention.key_length"))
-    c.head_dim = f.get_int(p + "attention.key_length");
+  if (f.find(p + "attention.key_length")) c.head_dim = f.get_int(p + "attention.key_length");
   else if (a->gguf_permuted_qk && f.find(p + "rope.dimension_count"))
     c.head_dim = f.get_int(p + "rope.dimension_count");
-  else if (c.num_heads > 0)
-    c.head_dim = c.hidden_size / c.num_heads;
+  else if (c.num_heads > 0) c.head_dim = c.hidden_size / c.num_heads;
   if (f.find(p + "vocab_size")) {
     c.vocab_size = f.get_int(p + "vocab_size");
   } else if (const GgufValue* toks = f.find("tokenizer.ggml.tokens")) {
@@ -506,8 +522,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     if (t == "linear" || t == "yarn") {
       c.rope_scaling.type = t;
       c.rope_scaling.factor = f.get_float_or(p + "rope.scaling.factor", 1.0);
-      c.rope_scaling.original_max_position_embeddings =
-          f.get_int_or(p + "rope.scaling.original_context_length", 0);
+      c.rope_scaling.original_max_position_embeddings = f.get_int_or(p + "rope.scaling.original_context_length", 0);
       c.rope_scaling.attention_factor = f.get_float_or(p + "rope.scaling.attn_factor", 0.0);
       c.rope_scaling.beta_fast = f.get_float_or(p + "rope.scaling.yarn_beta_fast", 32.0);
       c.rope_scaling.beta_slow = f.get_float_or(p + "rope.scaling.yarn_beta_slow", 1.0);
@@ -530,8 +545,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.qk_norm = a->qk_norm && has(TensorRole::kQNorm);
   if (f.find("tokenizer.ggml.bos_token_id"))
     c.bos_token_id = static_cast<int32_t>(f.get_int("tokenizer.ggml.bos_token_id"));
-  for (const char* k : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
-                        "tokenizer.ggml.eom_token_id"}) {
+  for (const char* k : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
     if (!f.find(k)) continue;
     const auto id = static_cast<int32_t>(f.get_int(k));
     if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
@@ -545,8 +559,7 @@ std::string gguf_to_hf_name(const std::string& g) { return gguf_to_hf_tensor_nam
 
 std::vector<int32_t> gguf_unpermute_index(int64_t rows, int64_t n_head, const std::string& origin) {
   if (n_head <= 0 || rows % (2 * n_head) != 0)
-    fail("{}: cannot undo the rotary permutation: {} rows are not {} heads of an even size", origin,
-         rows, n_head);
+    fail("{}: cannot undo the rotary permutation: {} rows are not {} heads of an even size", origin, rows, n_head);
   const int64_t dim = rows / n_head / 2;
   std::vector<int32_t> index(static_cast<size_t>(rows));
   for (int64_t h = 0; h < n_head; ++h)
@@ -585,13 +598,18 @@ const char* pre_tokenizer_split(const std::string& pre) {
       "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
   static const char* kGpt4o =
       "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-  static const std::map<std::string, const char*> table = {
-      {"llama3", kLlama3}, {"llama-v3", kLlama3}, {"llama-bpe", kLlama3}, {"falcon3", kLlama3},
-      {"falcon-h1", kLlama3}, {"pixtral", kLlama3}, {"midm-2.0", kLlama3}, {"lfm2", kLlama3},
-      {"jina-v5-nano", kLlama3}, {"dbrx", kLlama3}, {"smaug-bpe", kLlama3}, {"tekken", kTekken},
-      {"qwen2", kQwen2}, {"deepseek-r1-qwen", kQwen2}, {"kormo", kQwen2}, {"f2llmv2", kQwen2},
-      {"megrez", kQwen2}, {"qwen35", kQwen35}, {"gpt-4o", kGpt4o}, {"llama4", kGpt4o},
-      {"kanana2", kGpt4o}, {"talkie", kGpt4o}, {"minimax-m2", kGpt4o}};
+  static const std::map<std::string, const char*> table = {{"llama3", kLlama3},       {"llama-v3", kLlama3},
+                                                           {"llama-bpe", kLlama3},    {"falcon3", kLlama3},
+                                                           {"falcon-h1", kLlama3},    {"pixtral", kLlama3},
+                                                           {"midm-2.0", kLlama3},     {"lfm2", kLlama3},
+                                                           {"jina-v5-nano", kLlama3}, {"dbrx", kLlama3},
+                                                           {"smaug-bpe", kLlama3},    {"tekken", kTekken},
+                                                           {"qwen2", kQwen2},         {"deepseek-r1-qwen", kQwen2},
+                                                           {"kormo", kQwen2},         {"f2llmv2", kQwen2},
+                                                           {"megrez", kQwen2},        {"qwen35", kQwen35},
+                                                           {"gpt-4o", kGpt4o},        {"llama4", kGpt4o},
+                                                           {"kanana2", kGpt4o},       {"talkie", kGpt4o},
+                                                           {"minimax-m2", kGpt4o}};
   auto it = table.find(pre);
   return it == table.end() ? nullptr : it->second;
 }
@@ -635,11 +653,10 @@ TokMeta tok_meta(const GgufFile& f) {
 /// transformers' generate_merges(vocab, vocab_scores): every split of every token into two
 /// vocabulary pieces, sorted by the token's score (descending), then piece lengths (descending);
 /// within one token by the pieces' ids. Stable, like Python's sorted(..., reverse=True).
-json derive_merges(const std::vector<std::string>& tokens, const std::vector<double>& scores,
-                   const std::string& origin) {
+json derive_merges(const std::vector<std::string>& tokens, const std::vector<double>& scores, const std::string& origin) {
   if (scores.size() != tokens.size())
-    fail_at(origin, "metadata 'tokenizer.ggml.scores'",
-            "has {} entries for {} tokens (needed to derive merges)", scores.size(), tokens.size());
+    fail_at(origin, "metadata 'tokenizer.ggml.scores'", "has {} entries for {} tokens (needed to derive merges)",
+            scores.size(), tokens.size());
   std::unordered_map<std::string, int64_t> vocab;  // last index wins, as a Python dict
   for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = static_cast<int64_t>(i);
   // dict(zip(tokens, scores)): first position, last value
@@ -649,7 +666,12 @@ json derive_merges(const std::vector<std::string>& tokens, const std::vector<dou
     if (!score_of.count(tokens[i])) order.push_back(i);
     score_of[tokens[i]] = scores[i];
   }
-  struct M { std::string l, r; double score; size_t ll, lr; int64_t il, ir; };
+  struct M {
+    std::string l, r;
+    double score;
+    size_t ll, lr;
+    int64_t il, ir;
+  };
   std::vector<M> merges;
   for (size_t idx : order) {
     const std::string& tok = tokens[idx];
@@ -663,9 +685,8 @@ json derive_merges(const std::vector<std::string>& tokens, const std::vector<dou
       if (il != vocab.end() && ir != vocab.end())
         local.push_back({left, right, score_of[tok], k, chars.size() - k, il->second, ir->second});
     }
-    std::stable_sort(local.begin(), local.end(), [](const M& a, const M& b) {
-      return a.il != b.il ? a.il < b.il : a.ir < b.ir;
-    });
+    std::stable_sort(local.begin(), local.end(),
+                     [](const M& a, const M& b) { return a.il != b.il ? a.il < b.il : a.ir < b.ir; });
     for (auto& x : local) merges.push_back(std::move(x));
   }
   std::stable_sort(merges.begin(), merges.end(), [](const M& a, const M& b) {
@@ -679,7 +700,7 @@ json derive_merges(const std::vector<std::string>& tokens, const std::vector<dou
 }
 
 json added_token(int64_t id, const std::string& content, bool special) {
-  return json{{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+  return json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
               {"rstrip", false}, {"normalized", false}, {"special", special}};
 }
 
@@ -687,8 +708,8 @@ json token_or_null(const GgufFile& f, const std::vector<std::string>& tokens, co
   if (!f.find(key)) return nullptr;
   const int64_t id = f.get_int(key);
   if (id < 0 || id >= static_cast<int64_t>(tokens.size()))
-    fail_at(f.path(), std::string("metadata '") + key + "'", "token id {} is outside the vocabulary of {}",
-            id, tokens.size());
+    fail_at(f.path(), std::string("metadata '") + key + "'", "token id {} is outside the vocabulary of {}", id,
+            tokens.size());
   return tokens[static_cast<size_t>(id)];
 }
 
@@ -718,8 +739,8 @@ json gguf_tokenizer_json(const GgufFile& f) {
   if (!byte_level && m.model != "llama")
     fail_at(f.path(), field, "tokenizer model '{}' is not supported (supported: gpt2, llama)", m.model);
   if (!m.types.empty() && m.types.size() != tokens.size())
-    fail_at(f.path(), "metadata 'tokenizer.ggml.token_type'", "has {} entries for {} tokens",
-            m.types.size(), tokens.size());
+    fail_at(f.path(), "metadata 'tokenizer.ggml.token_type'", "has {} entries for {} tokens", m.types.size(),
+            tokens.size());
 
   // model
   json vocab = json::object();
@@ -799,9 +820,7 @@ json gguf_tokenizer_json(const GgufFile& f) {
   auto special = [](const std::string& id, int type_id) {
     return json{{"SpecialToken", {{"id", id}, {"type_id", type_id}}}};
   };
-  auto seq = [](const char* id, int type_id) {
-    return json{{"Sequence", {{"id", id}, {"type_id", type_id}}}};
-  };
+  auto seq = [](const char* id, int type_id) { return json{{"Sequence", {{"id", id}, {"type_id", type_id}}}}; };
   json single = json::array(), pair = json::array(), specials = json::object();
   const std::string bos = add_bos ? tc["bos_token"].get<std::string>() : "";
   const std::string eos = add_eos ? tc["eos_token"].get<std::string>() : "";
@@ -814,8 +833,7 @@ json gguf_tokenizer_json(const GgufFile& f) {
   if (add_eos) pair.push_back(special(eos, 1));
   if (add_bos) specials[bos] = {{"id", bos}, {"ids", {id_of(bos)}}, {"tokens", {bos}}};
   if (add_eos) specials[eos] = {{"id", eos}, {"ids", {id_of(eos)}}, {"tokens", {eos}}};
-  json post = {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair},
-               {"special_tokens", specials}};
+  json post = {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
 
   json pre, decoder;
   if (byte_level) {
@@ -839,9 +857,10 @@ json gguf_tokenizer_json(const GgufFile& f) {
   }
   model["vocab"] = std::move(vocab);
   model["merges"] = std::move(merges);
-  return json{{"version", "1.0"},      {"truncation", nullptr}, {"padding", nullptr},
-              {"added_tokens", added_tokens}, {"normalizer", nullptr}, {"pre_tokenizer", pre},
-              {"post_processor", post}, {"decoder", decoder},   {"model", model}};
+  return json{
+      {"version", "1.0"},      {"truncation", nullptr}, {"padding", nullptr},     {"added_tokens", added_tokens},
+      {"normalizer", nullptr}, {"pre_tokenizer", pre},  {"post_processor", post}, {"decoder", decoder},
+      {"model", model}};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -863,8 +882,10 @@ GgufModel load_gguf(const std::string& path) {
   for (const auto& t : f.tensors()) {
     const std::string field = "tensor '" + t.name + "'";
     if (!gguf_type_supported(t.type))
-      fail_at(path, field + ".type", "ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
-              "Q5_1, Q4_K, Q5_K, Q6_K)", ggml_type_traits(static_cast<uint32_t>(t.type)).name);
+      fail_at(path, field + ".type",
+              "ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+              "Q5_1, Q4_K, Q5_K, Q6_K)",
+              ggml_type_traits(static_cast<uint32_t>(t.type)).name);
     if (t.dims.empty() || t.dims[0] % ggml_type_traits(static_cast<uint32_t>(t.type)).block_size != 0)
       fail_at(path, field, "rows of {} elements are not whole {} blocks", t.dims.empty() ? 0 : t.dims[0],
               ggml_type_traits(static_cast<uint32_t>(t.type)).name);
@@ -878,12 +899,12 @@ GgufModel load_gguf(const std::string& path) {
       for (TensorRole r : {TensorRole::kWq, TensorRole::kBq, TensorRole::kWk, TensorRole::kBk}) {
         if (layer < 0 || hf != hf_tensor_name(arch, r, layer)) continue;
         const bool is_q = r == TensorRole::kWq || r == TensorRole::kBq;
-        index = std::make_shared<const std::vector<int32_t>>(gguf_unpermute_index(
-            shape[0], is_q ? m.config.num_heads : m.config.num_kv_heads, path + ": " + field));
+        index = std::make_shared<const std::vector<int32_t>>(
+            gguf_unpermute_index(shape[0], is_q ? m.config.num_heads : m.config.num_kv_heads, path + ": " + field));
       }
     }
-    m.weights.add_view(hf, std::move(shape), static_cast<DType>(t.type), f.tensor_data(t), f.file(),
-                       std::move(index), path);
+    m.weights.add_view(hf, std::move(shape), static_cast<DType>(t.type), f.tensor_data(t), f.file(), std::move(index),
+                       path);
   }
   return m;
 }

@@ -26,8 +26,19 @@ namespace kvb {
 
 /// GGUF metadata value types (the numbering of the file format).
 enum class GgufValueType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 /// "UINT8", ..., "FLOAT64"; "?" for values outside the enum.
 const char* gguf_value_type_name(GgufValueType t);
@@ -36,10 +47,38 @@ const char* gguf_value_type_name(GgufValueType t);
 /// Only the ones listed in `gguf_type_supported` can be dequantised; the others are known so that
 /// a file holding them parses and fails with a clear message only when such a tensor is loaded.
 enum class GgmlType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9, Q2_K = 10,
-  Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18,
-  IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26,
-  I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30, TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q8_1 = 9,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  IQ1_M = 29,
+  BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
 };
 
 /// Block geometry of a ggml type: `block_size` elements are stored in `type_size` bytes.
@@ -147,11 +186,11 @@ class GgufFile {
 /// Everything a GGUF model file provides to the engine.
 struct GgufModel {
   ModelConfig config;
-  WeightStore weights;             ///< views into the mapped file in the stored ggml types, Hugging
-                                   ///< Face names and shapes (llama Q/K with a row_index)
-  nlohmann::json tokenizer_json;   ///< a tokenizer.json document (for Tokenizer::from_json)
-  nlohmann::json tokenizer_config; ///< bos/eos/unk/pad tokens, add_bos/eos_token, chat_template
-  std::string chat_template;       ///< `tokenizer.chat_template`, empty when absent
+  WeightStore weights;              ///< views into the mapped file in the stored ggml types, Hugging
+                                    ///< Face names and shapes (llama Q/K with a row_index)
+  nlohmann::json tokenizer_json;    ///< a tokenizer.json document (for Tokenizer::from_json)
+  nlohmann::json tokenizer_config;  ///< bos/eos/unk/pad tokens, add_bos/eos_token, chat_template
+  std::string chat_template;        ///< `tokenizer.chat_template`, empty when absent
   /// Named templates, `tokenizer.chat_template.<NAME>` (llama.cpp / gguf-py
   /// Keys.Tokenizer.CHAT_TEMPLATE_N; their names are also listed in `tokenizer.chat_templates`).
   std::map<std::string, std::string> named_chat_templates;

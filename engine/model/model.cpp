@@ -27,13 +27,12 @@ struct TensorSpec {
 /// on that order). The one list bind() and random() share.
 std::vector<TensorSpec> layer_tensor_specs(const ModelConfig& c) {
   const Architecture& a = architecture(c.model_type);
-  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads,
-                I = c.intermediate_size;
+  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads, I = c.intermediate_size;
   using R = TensorRole;
   using K = TensorKind;
-  std::vector<TensorSpec> s = {{R::kAttnNorm, {H}, K::kNorm},       {R::kMlpNorm, {H}, K::kNorm},
-                               {R::kWq, {Hq * D, H}, K::kMatrix},   {R::kWk, {Hkv * D, H}, K::kMatrix},
-                               {R::kWv, {Hkv * D, H}, K::kMatrix},  {R::kWo, {H, Hq * D}, K::kMatrix}};
+  std::vector<TensorSpec> s = {{R::kAttnNorm, {H}, K::kNorm},      {R::kMlpNorm, {H}, K::kNorm},
+                               {R::kWq, {Hq * D, H}, K::kMatrix},  {R::kWk, {Hkv * D, H}, K::kMatrix},
+                               {R::kWv, {Hkv * D, H}, K::kMatrix}, {R::kWo, {H, Hq * D}, K::kMatrix}};
   if (c.attention_bias)
     s.insert(s.end(), {{R::kBq, {Hq * D}, K::kBias}, {R::kBk, {Hkv * D}, K::kBias}, {R::kBv, {Hkv * D}, K::kBias}});
   if (c.qk_norm) s.insert(s.end(), {{R::kQNorm, {D}, K::kNorm}, {R::kKNorm, {D}, K::kNorm}});
@@ -100,7 +99,7 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, float* attention_scaling)
     // transformers _compute_yarn_parameters
     const double base = c.rope_theta, factor = r.factor;
     const double orig = r.original_max_position_embeddings > 0 ? double(r.original_max_position_embeddings)
-                                                                : double(c.max_position_embeddings);
+                                                               : double(c.max_position_embeddings);
     auto get_mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
     if (r.attention_factor > 0) scale = r.attention_factor;
     else if (r.mscale > 0 && r.mscale_all_dim > 0)
@@ -212,8 +211,7 @@ void Model::bind(const std::string& origin) {
   (void)origin;
 }
 
-std::shared_ptr<Model> Model::from_weights(ModelConfig cfg, WeightStore weights, std::string id,
-                                           WeightFormat fmt) {
+std::shared_ptr<Model> Model::from_weights(ModelConfig cfg, WeightStore weights, std::string id, WeightFormat fmt) {
   auto m = std::shared_ptr<Model>(new Model());
   m->fmt_ = fmt;
   m->cfg_ = std::move(cfg);
@@ -262,7 +260,8 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, Weight
     if (fmt == WeightFormat::kBF16) {
       std::vector<uint16_t> v(n);
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
-      for (int64_t i = 0; i < n; ++i) v[i] = f32_to_bf16_bits(irwin_hall4(mix64(key + static_cast<uint64_t>(i)), 0.02f));
+      for (int64_t i = 0; i < n; ++i)
+        v[i] = f32_to_bf16_bits(irwin_hall4(mix64(key + static_cast<uint64_t>(i)), 0.02f));
       ws.add_owned_bf16(name, std::move(shape), std::move(v), "random");
     } else {
       std::vector<float> v(n);
@@ -271,9 +270,7 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, Weight
       ws.add_owned(name, std::move(shape), std::move(v), "random");
     }
   };
-  auto ones = [&](const std::string& name, int64_t n) {
-    ws.add_owned(name, {n}, std::vector<float>(n, 1.0f), "random");
-  };
+  auto ones = [&](const std::string& name, int64_t n) { ws.add_owned(name, {n}, std::vector<float>(n, 1.0f), "random"); };
   const Architecture& a = architecture(c.model_type);
   const int64_t H = c.hidden_size, V = c.vocab_size;
   rnd(hf_tensor_name(a, TensorRole::kEmbed), {V, H});
@@ -301,8 +298,8 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, Weight
 
 ModelConfig model_shape(const std::string& name) {
   ModelConfig c;
-  auto set = [&](const char* type, int64_t V, int64_t H, int64_t I, int64_t L, int64_t Hq, int64_t Hkv,
-                 int64_t D, double theta, bool tied) {
+  auto set = [&](const char* type, int64_t V, int64_t H, int64_t I, int64_t L, int64_t Hq, int64_t Hkv, int64_t D,
+                 double theta, bool tied) {
     c.model_type = type;
     c.vocab_size = V;
     c.hidden_size = H;
@@ -329,8 +326,10 @@ ModelConfig model_shape(const std::string& name) {
     c.rope_scaling.factor = 8;
     c.rope_scaling.original_max_position_embeddings = 8192;
   } else {
-    fail("unknown --model-shape '{}' (known: stories260k, smollm2-135m, qwen3-0.6b, qwen3-4b, "
-         "qwen3-8b, llama-3.1-8b)", name);
+    fail(
+        "unknown --model-shape '{}' (known: stories260k, smollm2-135m, qwen3-0.6b, qwen3-4b, "
+        "qwen3-8b, llama-3.1-8b)",
+        name);
   }
   return c;
 }

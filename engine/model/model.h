@@ -35,22 +35,22 @@ enum class WeightFormat { kF32, kBF16, kStored };
 /// Pointers to one layer's weights (row-major [out, in] as in torch Linear, as kvb::Mat in the
 /// model's WeightFormat; vectors are f32).
 struct LayerWeights {
-  const float* attn_norm = nullptr;  ///< [H]
-  Mat wq;                            ///< [Hq·D, H]
-  Mat wk;                            ///< [Hkv·D, H]
-  Mat wv;                            ///< [Hkv·D, H]
-  Mat wo;                            ///< [H, Hq·D]
-  const float* bq = nullptr;         ///< [Hq·D] or null
-  const float* bk = nullptr;         ///< [Hkv·D] or null
-  const float* bv = nullptr;         ///< [Hkv·D] or null
-  const float* q_norm = nullptr;     ///< [D] (qwen3) or null
-  const float* k_norm = nullptr;     ///< [D] (qwen3) or null
-  const float* mlp_norm = nullptr;   ///< [H]
+  const float* attn_norm = nullptr;       ///< [H]
+  Mat wq;                                 ///< [Hq·D, H]
+  Mat wk;                                 ///< [Hkv·D, H]
+  Mat wv;                                 ///< [Hkv·D, H]
+  Mat wo;                                 ///< [H, Hq·D]
+  const float* bq = nullptr;              ///< [Hq·D] or null
+  const float* bk = nullptr;              ///< [Hkv·D] or null
+  const float* bv = nullptr;              ///< [Hkv·D] or null
+  const float* q_norm = nullptr;          ///< [D] (qwen3) or null
+  const float* k_norm = nullptr;          ///< [D] (qwen3) or null
+  const float* mlp_norm = nullptr;        ///< [H]
   const float* post_attn_norm = nullptr;  ///< [H] norm of the attention output (Gemma 2) or null
   const float* post_mlp_norm = nullptr;   ///< [H] norm of the MLP output (Gemma 2) or null
-  Mat w_gate;                        ///< [I, H]
-  Mat w_up;                          ///< [I, H]
-  Mat w_down;                        ///< [H, I]
+  Mat w_gate;                             ///< [I, H]
+  Mat w_up;                               ///< [I, H]
+  Mat w_down;                             ///< [H, I]
 };
 
 /// A loaded model. Immutable after load; safe to share between threads.
@@ -67,19 +67,18 @@ class Model {
   /// matrix and bias ~ N(0, 0.02²) (Irwin–Hall approximation from a counter-based hash of
   /// (seed, tensor, element), so independent of the thread count), norms 1. With
   /// WeightFormat::kBF16 the matrices are generated as bf16 directly (2 bytes per weight).
-  static std::shared_ptr<Model> random(const ModelConfig& cfg, uint64_t seed,
-                                       WeightFormat fmt = WeightFormat::kF32);
+  static std::shared_ptr<Model> random(const ModelConfig& cfg, uint64_t seed, WeightFormat fmt = WeightFormat::kF32);
 
   const ModelConfig& config() const { return cfg_; }
   const std::vector<LayerWeights>& layers() const { return layers_; }
   /// Copies the embedding row of `token` into out[H] (f32; dequantised when stored quantised),
   /// times embed_scale().
   void embed_row(int32_t token, float* out) const;
-  const Mat& embed() const { return embed_; }          ///< [V, H]
+  const Mat& embed() const { return embed_; }  ///< [V, H]
   /// The factor embed_row applies: √H rounded to f32 for architectures with embed_scale, else 1.
   float embed_scale() const { return embed_scale_; }
-  const float* final_norm() const { return norm_; }    ///< [H]
-  const Mat& lm_head() const { return lm_head_; }      ///< [V, H]
+  const float* final_norm() const { return norm_; }  ///< [H]
+  const Mat& lm_head() const { return lm_head_; }    ///< [V, H]
   WeightFormat weight_format() const { return fmt_; }
   /// RoPE inverse frequencies after scaling, [D/2], and the attention scaling factor
   /// (yarn's mscale; 1 otherwise) applied to cos/sin.

@@ -57,8 +57,7 @@ void WeightStore::add_safetensors_file(const std::string& path) {
   if (size < 8) fail_at(path, "header", "file is {} bytes; too short for a safetensors header", size);
   uint64_t hlen;
   std::memcpy(&hlen, file->data(), 8);
-  if (hlen > size - 8)
-    fail_at(path, "header", "header length {} runs past the end of the file ({} bytes)", hlen, size);
+  if (hlen > size - 8) fail_at(path, "header", "header length {} runs past the end of the file ({} bytes)", hlen, size);
   const nlohmann::json header =
       parse_json(std::string_view(reinterpret_cast<const char*>(file->data()) + 8, hlen), path + ": header");
   if (!header.is_object()) fail_at(path, "header", "expected a JSON object");
@@ -95,8 +94,7 @@ void WeightStore::add_safetensors_file(const std::string& path) {
       fail_at(path, field + ".data_offsets", "expected [begin, end]");
     const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
     if (b > e || e > data_size)
-      fail_at(path, field + ".data_offsets", "[{}, {}] lies outside the data section ({} bytes)", b, e,
-              data_size);
+      fail_at(path, field + ".data_offsets", "[{}, {}] lies outside the data section ({} bytes)", b, e, data_size);
     uint64_t bytes = dtype_size(t.dtype);
     for (int64_t d : t.shape)
       if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
@@ -160,8 +158,7 @@ void WeightStore::add_owned_buffer(const std::string& name, std::vector<int64_t>
   t.shape = std::move(shape);
   t.origin = origin;
   if (static_cast<size_t>(t.numel()) != buf->size())
-    fail_at(origin, "tensor '" + name + "'", "shape has {} elements but {} values were given", t.numel(),
-            buf->size());
+    fail_at(origin, "tensor '" + name + "'", "shape has {} elements but {} values were given", t.numel(), buf->size());
   t.data = buf->data();
   owned_.push_back(std::move(buf));
   tensors_[name] = std::move(t);

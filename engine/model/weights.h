@@ -26,7 +26,7 @@ struct TensorView {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;  ///< row-major, outermost first (safetensors / torch order)
   const void* data = nullptr;
-  std::string origin;          ///< file it came from (for error messages)
+  std::string origin;  ///< file it came from (for error messages)
   /// When set, logical row r (of shape[0] rows) is stored at row (*row_index)[r]: a GGUF llama
   /// file's Q/K weights are in llama.cpp's rotary row order, undone by this index without a copy.
   std::shared_ptr<const std::vector<int32_t>> row_index;
@@ -50,8 +50,7 @@ class WeightStore {
                 std::shared_ptr<const void> keepalive, std::shared_ptr<const std::vector<int32_t>> row_index,
                 const std::string& origin);
   /// Adds an owned f32 tensor (random-weight models, tests).
-  void add_owned(const std::string& name, std::vector<int64_t> shape, std::vector<float> data,
-                 const std::string& origin);
+  void add_owned(const std::string& name, std::vector<int64_t> shape, std::vector<float> data, const std::string& origin);
   /// Adds an owned bf16 tensor (bits as uint16_t; random-weight models built directly in bf16,
   /// so that an 8B-parameter benchmark model holds 2 bytes per weight, not 4 + 2).
   void add_owned_bf16(const std::string& name, std::vector<int64_t> shape, std::vector<uint16_t> bits,

@@ -92,9 +92,8 @@ class CakePolicy : public ScheduledPolicy {
     Pending& pd = s.pending[step.layer];
     pd = indicator(step);
     pd.length = L;
-    if (allocated) compress_layer(pd, s.selected[step.layer], [&](int h, std::vector<int32_t> k) {
-      step.keep(h, std::move(k));
-    });
+    if (allocated)
+      compress_layer(pd, s.selected[step.layer], [&](int h, std::vector<int32_t> k) { step.keep(h, std::move(k)); });
   }
 
   void on_step_end(StepEnd& se) override {
@@ -110,9 +109,9 @@ class CakePolicy : public ScheduledPolicy {
     // Allocate the layer budgets once (§3.2; cake_cache.py CakeprefillKVCache.__call__).
     const int n = se.num_layers;
     const int64_t L = s.pending[0].length, w = std::min<int64_t>(window_, L);
-    const int64_t B = ratio_kind_ ? std::max<int64_t>(static_cast<int64_t>(std::floor(ratio_ * se.seq_len)),
-                                                      sinks_ + window_ + 1)
-                                  : budget_;
+    const int64_t B =
+        ratio_kind_ ? std::max<int64_t>(static_cast<int64_t>(std::floor(ratio_ * se.seq_len)), sinks_ + window_ + 1)
+                    : budget_;
     const int64_t total = (B - window_) * n;
     double sum = 0;
     for (const Pending& pd : s.pending) sum += pd.pref;
@@ -125,8 +124,7 @@ class CakePolicy : public ScheduledPolicy {
     // reference clamps when it evicts and keeps the clamped value as the layer's decode budget.
     for (int64_t& b : s.selected) b = std::min(b, L - w);
     for (int l = 0; l < n; ++l)
-      compress_layer(s.pending[l], s.selected[l],
-                     [&](int h, std::vector<int32_t> k) { se.keep(l, h, std::move(k)); });
+      compress_layer(s.pending[l], s.selected[l], [&](int h, std::vector<int32_t> k) { se.keep(l, h, std::move(k)); });
     for (Pending& p : s.pending) p = {};
   }
 
@@ -213,17 +211,17 @@ class CakePolicy : public ScheduledPolicy {
 
 PolicyInfo cake_policy_info() {
   return policy_entry<CakePolicy>(
-      "cake",
-      "Layer budgets by attention dispersion x shift, indicator mean + gamma x var (CAKE §3.2-3.3, tau1 1.6, tau2 "
-      "0.6, gamma 200)",
-      extend_params(schedule_params(/*buffer=*/128, /*window=*/32, /*sinks=*/0),
-                    {{"budget_kind",
-                      "tokens: budget = AVERAGE tokens per kv head over the layers (window included); ratio: "
-                      "floor(ratio x tokens seen)"}},
-                    {{"kernel", "5", "avg-pooling kernel of the eviction indicator (1 = none)"},
-                     {"tau1", "1.6", "dispersion exponent: preference = entropy^(1/tau1) x shift^(1/tau2)"},
-                     {"tau2", "0.6", "shift exponent"},
-                     {"gamma", "200", "weight of the attention variance in the indicator mean + gamma x var"}}))
+             "cake",
+             "Layer budgets by attention dispersion x shift, indicator mean + gamma x var (CAKE §3.2-3.3, tau1 1.6, tau2 "
+             "0.6, gamma 200)",
+             extend_params(schedule_params(/*buffer=*/128, /*window=*/32, /*sinks=*/0),
+                           {{"budget_kind",
+                             "tokens: budget = AVERAGE tokens per kv head over the layers (window included); ratio: "
+                             "floor(ratio x tokens seen)"}},
+                           {{"kernel", "5", "avg-pooling kernel of the eviction indicator (1 = none)"},
+                            {"tau1", "1.6", "dispersion exponent: preference = entropy^(1/tau1) x shift^(1/tau2)"},
+                            {"tau2", "0.6", "shift exponent"},
+                            {"gamma", "200", "weight of the attention variance in the indicator mean + gamma x var"}}))
       .with_tests({.min_budget = 33});
 }
 

@@ -62,8 +62,8 @@ std::string model_hub_id(const std::string& model) {
   const size_t snap = m.rfind("/snapshots/");
   if (snap != std::string::npos) {
     const size_t start = m.rfind('/', snap - 1);
-    const std::string folder = m.substr(start == std::string::npos ? 0 : start + 1,
-                                        snap - (start == std::string::npos ? 0 : start + 1));
+    const std::string folder =
+        m.substr(start == std::string::npos ? 0 : start + 1, snap - (start == std::string::npos ? 0 : start + 1));
     if (folder.rfind("models--", 0) == 0) {
       const std::string rest = folder.substr(8);
       const size_t sep = rest.find("--");

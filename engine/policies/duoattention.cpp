@@ -40,8 +40,9 @@ std::vector<PolicyParamInfo> params() {
        "config.json (sink_size, recent_size), as released in mit-han-lab/duo-attention attn_patterns/, or a .tsv "
        "file; required unless random_pattern"},
       {"random_pattern", "-1", "seed of RANDOM test gate values (not DuoAttention; -1 = off)"},
-      {"sparsity", "0.5", "fraction of kv heads that become streaming heads, lowest gate value first (kvpress "
-                          "head_compression_ratio)"},
+      {"sparsity", "0.5",
+       "fraction of kv heads that become streaming heads, lowest gate value first (kvpress "
+       "head_compression_ratio)"},
       {"sinks", "-1", "first tokens a streaming head keeps (-1: the pattern's sink_size)"},
       {"recent", "-1", "most recent tokens a streaming head keeps (-1: the pattern's recent_size)"},
       {"buffer", "1", "tokens a streaming head may gain before it is trimmed again (1 = every step)"},
@@ -93,9 +94,10 @@ class DuoAttentionPolicy : public ParamPolicy {
     decode_ = params_.get_bool("decode");
     chunked_ = parse_compress(params_);
     if (pattern.empty() && random_seed_ < 0)
-      fail("policy 'duoattention': no head pattern for this model: pass pattern=DIR (a directory of "
-           "mit-han-lab/duo-attention attn_patterns/<model>/<run>/ with full_attention_heads.tsv and config.json), "
-           "or random_pattern=SEED for a RANDOM test pattern");
+      fail(
+          "policy 'duoattention': no head pattern for this model: pass pattern=DIR (a directory of "
+          "mit-han-lab/duo-attention attn_patterns/<model>/<run>/ with full_attention_heads.tsv and config.json), "
+          "or random_pattern=SEED for a RANDOM test pattern");
     if (!pattern.empty()) {
       namespace fs = std::filesystem;
       const bool dir = fs::is_directory(pattern);
@@ -158,8 +160,8 @@ class DuoAttentionPolicy : public ParamPolicy {
       gates_.assign(layers, std::vector<double>(heads));
       for (int l = 0; l < layers; ++l)
         for (int h = 0; h < heads; ++h)
-          gates_[l][h] = scoring::hash_uniform({static_cast<uint64_t>(random_seed_), 0xd00aULL,
-                                                static_cast<uint64_t>(l), static_cast<uint64_t>(h)});
+          gates_[l][h] = scoring::hash_uniform(
+              {static_cast<uint64_t>(random_seed_), 0xd00aULL, static_cast<uint64_t>(l), static_cast<uint64_t>(h)});
     }
     if (static_cast<int>(gates_.size()) != layers || static_cast<int>(gates_[0].size()) != heads)
       fail("policy 'duoattention': the pattern has {} layers x {} kv heads, the model {} x {}", gates_.size(),
@@ -188,10 +190,10 @@ class DuoAttentionPolicy : public ParamPolicy {
 
 PolicyInfo duoattention_policy_info() {
   return policy_entry<DuoAttentionPolicy>(
-      "duoattention",
-      "Retrieval heads keep everything, streaming heads keep sinks + recent; head pattern from the released "
-      "files (DuoAttention §3; kvpress DuoAttentionPress)",
-      params(), LearnedWeightsInfo{"pattern", "random_pattern", "head pattern", "DuoAttention"})
+             "duoattention",
+             "Retrieval heads keep everything, streaming heads keep sinks + recent; head pattern from the released "
+             "files (DuoAttention §3; kvpress DuoAttentionPress)",
+             params(), LearnedWeightsInfo{"pattern", "random_pattern", "head pattern", "DuoAttention"})
       .with_tests({.min_budget = 0, .params = "random_pattern=1", .needs_weights = true});
 }
 

@@ -54,8 +54,9 @@ class ExpectedAttentionPolicy : public ScheduledPolicy {
  protected:
   void observe(LayerStep& step) override {
     if (!step.queries_pre_rope)
-      fail("policy 'expected_attention' needs the pre-RoPE queries (LayerStep::queries_pre_rope), which this "
-           "backend does not provide; use the CPU backend");
+      fail(
+          "policy 'expected_attention' needs the pre-RoPE queries (LayerStep::queries_pre_rope), which this "
+          "backend does not provide; use the CPU backend");
     const int Hq = step.num_q_heads, D = step.head_dim;
     auto& layers = moments_[step.seq];
     if (layers.empty()) layers.resize(step.num_layers);
@@ -125,7 +126,8 @@ class ExpectedAttentionPolicy : public ScheduledPolicy {
             cov[b * D + a] = c;
           }
         for (int b = 0; b < D; ++b) rotate(&cov[b], &tmp[b], D);  // R̄·Σ (columns)
-        for (int a = 0; a < D; ++a) rotate(&tmp[static_cast<size_t>(a) * D], &cov[static_cast<size_t>(a) * D], 1);  // (R̄Σ)·R̄ᵀ (rows)
+        for (int a = 0; a < D; ++a)
+          rotate(&tmp[static_cast<size_t>(a) * D], &cov[static_cast<size_t>(a) * D], 1);  // (R̄Σ)·R̄ᵀ (rows)
       }
       double mx = -INFINITY;
       for (int32_t j = 0; j < n; ++j) {
@@ -174,16 +176,16 @@ class ExpectedAttentionPolicy : public ScheduledPolicy {
 
 PolicyInfo expected_attention_policy_info() {
   return policy_entry<ExpectedAttentionPolicy>(
-      "expected_attention",
-      "Expected attention of future queries from pre-RoPE query statistics, times ||v|| (Devoto et al. 2025 §3; "
-      "kvpress ExpectedAttentionPress)",
-      extend_params(
-          schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
-          {{"sinks", "first tokens always kept and left out of the query statistics (kvpress n_sink)"}},
-          {{"n_future", "512", "future positions the RoPE rotation is averaged over (kvpress n_future_positions)"},
-           {"covariance", "true", "add the query covariance term k^T S k / (2d) (kvpress use_covariance)"},
-           {"vnorm", "true", "weight the scores by the value norm (kvpress use_vnorm)"},
-           {"epsilon", "0", "added to the scores before the value-norm weighting (kvpress epsilon)"}}))
+             "expected_attention",
+             "Expected attention of future queries from pre-RoPE query statistics, times ||v|| (Devoto et al. 2025 §3; "
+             "kvpress ExpectedAttentionPress)",
+             extend_params(
+                 schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
+                 {{"sinks", "first tokens always kept and left out of the query statistics (kvpress n_sink)"}},
+                 {{"n_future", "512", "future positions the RoPE rotation is averaged over (kvpress n_future_positions)"},
+                  {"covariance", "true", "add the query covariance term k^T S k / (2d) (kvpress use_covariance)"},
+                  {"vnorm", "true", "weight the scores by the value norm (kvpress use_vnorm)"},
+                  {"epsilon", "0", "added to the scores before the value-norm weighting (kvpress epsilon)"}}))
       .with_tests({.min_budget = 5});
 }
 

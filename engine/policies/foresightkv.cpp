@@ -41,7 +41,6 @@
 namespace kvb {
 namespace {
 
-
 class ForesightKVPolicy : public ScheduledPolicy {
  public:
   explicit ForesightKVPolicy(PolicyParams p) : ScheduledPolicy("foresightkv", std::move(p)) {
@@ -53,8 +52,9 @@ class ForesightKVPolicy : public ScheduledPolicy {
     decay_ = static_cast<float>(params_.get_double("decay"));
     if (window_ < 1 || window_ != buffer_) params_.fail_param("window", "must equal buffer (the eviction length L)");
     if (path_.empty() && random_seed_ < 0)
-      fail("policy 'foresightkv': no scorer weights for this model: pass scorer=FILE.safetensors, or "
-           "random_scorer=SEED for a RANDOM test scorer (no trained ForesightKV scorer is published)");
+      fail(
+          "policy 'foresightkv': no scorer weights for this model: pass scorer=FILE.safetensors, or "
+          "random_scorer=SEED for a RANDOM test scorer (no trained ForesightKV scorer is published)");
     if (!path_.empty()) {
       weights_ = GateWeights::load(path_, GateSource{"foresightkv", "scorer", "", false});
     }
@@ -63,15 +63,14 @@ class ForesightKVPolicy : public ScheduledPolicy {
   void on_sequence_begin(SeqId seq, uint64_t sample_seed) override { sample_seed_[seq] = sample_seed; }
   void on_sequence_end(SeqId seq) override {
     sample_seed_.erase(seq);
-    for (auto it = acc_.begin(); it != acc_.end();)
-      it = std::get<0>(it->first) == seq ? acc_.erase(it) : std::next(it);
+    for (auto it = acc_.begin(); it != acc_.end();) it = std::get<0>(it->first) == seq ? acc_.erase(it) : std::next(it);
   }
 
  protected:
   using Key = std::tuple<SeqId, int, int>;
   struct Acc {
-    std::vector<int32_t> pos;          // positions the accumulators belong to
-    std::vector<float> cum, decayed;   // [token, G]
+    std::vector<int32_t> pos;         // positions the accumulators belong to
+    std::vector<float> cum, decayed;  // [token, G]
   };
 
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
@@ -130,8 +129,9 @@ class ForesightKVPolicy : public ScheduledPolicy {
       std::copy_n(step.cache->value(step.seq, step.layer, h, i), D, xr + D);
       std::copy_n(&feat[static_cast<size_t>(i) * nf], nf, xr + 2 * D);
     }
-    const HeadMlp mlp{step.num_kv_heads, in, sc.H, /*shared_hidden=*/false, HeadMlp::Act::kGeluErf,
-                      sc.w1t.data(), sc.b1.data(), sc.w2.data(), sc.b2.data()};
+    const HeadMlp mlp{
+        step.num_kv_heads, in,           sc.H,        /*shared_hidden=*/false, HeadMlp::Act::kGeluErf, sc.w1t.data(),
+        sc.b1.data(),      sc.w2.data(), sc.b2.data()};
     prio_.assign(L, 0.f);
     if (L > 0) scoring::head_mlp(step, mlp, x.data(), L, h, prio_.data());
     for (int32_t i = 0; i < L; ++i) scores[i] = -prio_[i];
@@ -153,9 +153,10 @@ class ForesightKVPolicy : public ScheduledPolicy {
     std::vector<float> z(pool.size());
     for (size_t k = 0; k < pool.size(); ++k) {
       const int32_t pos = step_->cache->position(step_->seq, cur_layer_, cur_h_, pool[k]);
-      const double u = std::max(scoring::hash_uniform({seed_, sample_seed, static_cast<uint64_t>(cur_layer_),
-                                                        static_cast<uint64_t>(cur_h_), static_cast<uint64_t>(cur_seen_),
-                                                        static_cast<uint64_t>(pos)}), 1e-300);
+      const double u = std::max(
+          scoring::hash_uniform({seed_, sample_seed, static_cast<uint64_t>(cur_layer_), static_cast<uint64_t>(cur_h_),
+                                 static_cast<uint64_t>(cur_seen_), static_cast<uint64_t>(pos)}),
+          1e-300);
       z[k] = pr[pool[k]] - static_cast<float>(std::log(-std::log(u)));  // + Gumbel(0, 1)
     }
     std::vector<int32_t> ev = scoring::top_k_indices(z, drop);
@@ -228,18 +229,19 @@ class ForesightKVPolicy : public ScheduledPolicy {
 
 PolicyInfo foresightkv_policy_info() {
   return policy_entry<ForesightKVPolicy>(
-      "foresightkv",
-      "ForesightKV: learned MLP scorer over [k, v, attention features], top-2L sampling (Dong et al. 2026 §3.1)",
-      extend_params(schedule_params(/*buffer=*/128, /*window=*/128, /*sinks=*/0),
-                    {{"buffer", "eviction length L: tokens added between evictions (must equal window)"},
-                     {"window", "eviction length L: newest tokens protected and queries used for the features"}},
-                    {{"scorer", "", "scorer weights (.safetensors, judge_model tensors); required unless random_scorer"},
-                     {"random_scorer", "-1", "seed of a RANDOM scorer (not ForesightKV; -1 = off)"},
-                     {"hidden", "16", "scorer hidden size of a random scorer"},
-                     {"sample", "true", "top-2L multinomial sampling (false: deterministic top-L)"},
-                     {"seed", "0", "policy seed of the eviction noise, combined with each request's sampling seed"},
-                     {"decay", "0.9", "per-eviction decay of the decayed cumulative attention feature"}}),
-      LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV"})
+             "foresightkv",
+             "ForesightKV: learned MLP scorer over [k, v, attention features], top-2L sampling (Dong et al. 2026 §3.1)",
+             extend_params(
+                 schedule_params(/*buffer=*/128, /*window=*/128, /*sinks=*/0),
+                 {{"buffer", "eviction length L: tokens added between evictions (must equal window)"},
+                  {"window", "eviction length L: newest tokens protected and queries used for the features"}},
+                 {{"scorer", "", "scorer weights (.safetensors, judge_model tensors); required unless random_scorer"},
+                  {"random_scorer", "-1", "seed of a RANDOM scorer (not ForesightKV; -1 = off)"},
+                  {"hidden", "16", "scorer hidden size of a random scorer"},
+                  {"sample", "true", "top-2L multinomial sampling (false: deterministic top-L)"},
+                  {"seed", "0", "policy seed of the eviction noise, combined with each request's sampling seed"},
+                  {"decay", "0.9", "per-eviction decay of the decayed cumulative attention feature"}}),
+             LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV"})
       .with_tests({.min_budget = 17, .params = "random_scorer=1,window=16,buffer=16", .needs_weights = true});
 }
 

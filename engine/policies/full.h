@@ -22,8 +22,7 @@ PolicyInfo full_policy_info();
 class EvictIndicesPolicy : public Policy {
  public:
   /// evict[(layer, head)] = indices (into the head's cache at the end of the prompt) to drop.
-  explicit EvictIndicesPolicy(std::map<std::pair<int, int>, std::vector<int32_t>> evict)
-      : evict_(std::move(evict)) {}
+  explicit EvictIndicesPolicy(std::map<std::pair<int, int>, std::vector<int32_t>> evict) : evict_(std::move(evict)) {}
   std::string name() const override { return "evict_indices"; }
   nlohmann::json resolved_params() const override { return nlohmann::json::object(); }
   PolicyNeeds needs() const override { return {}; }

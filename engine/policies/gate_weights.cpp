@@ -153,8 +153,8 @@ std::vector<std::string> shards_of(const std::string& index_path, const GateSour
   }
   std::sort(files.begin(), files.end());
   files.erase(std::unique(files.begin(), files.end()), files.end());
-  if (files.empty()) fail_at(index_path, "weight_map", "policy '{}': no {} tensors in this model", source.policy,
-                             source.param);
+  if (files.empty())
+    fail_at(index_path, "weight_map", "policy '{}': no {} tensors in this model", source.policy, source.param);
   return files;
 }
 
@@ -208,7 +208,7 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
   GateWeights w;
   w.spec = spec;
   std::error_code ec;
-  std::string dir;  // where config.json is looked for
+  std::string dir;                  // where config.json is looked for
   std::vector<std::string> shards;  // model_shards: the shard files to read (w.path = the index)
   if (fs::is_directory(spec, ec)) {
     dir = spec;
@@ -223,13 +223,17 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
     w.path = spec;
   } else if (HubSpec h; parse_hub_spec(spec, &h)) {
     if (!hub_fetcher())
-      fail_at(spec, source.param, "policy '{}': a Hugging Face Hub id, but this program cannot download (use the "
-              "kvbench CLI, or a local file)", source.policy);
+      fail_at(spec, source.param,
+              "policy '{}': a Hugging Face Hub id, but this program cannot download (use the "
+              "kvbench CLI, or a local file)",
+              source.policy);
     std::string file = h.path;
     if (file.empty()) {
       if (source.default_file.empty())
-        fail_at(spec, source.param, "policy '{}': name the checkpoint file inside the repository, {}/<file>.pt "
-                "(see `kvbench policies --checkpoints`)", source.policy, h.repo);
+        fail_at(spec, source.param,
+                "policy '{}': name the checkpoint file inside the repository, {}/<file>.pt "
+                "(see `kvbench policies --checkpoints`)",
+                source.policy, h.repo);
       file = source.default_file;
     }
     if (source.model_shards && h.path.empty()) {
@@ -247,8 +251,8 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
     if (shards.empty()) w.path = hub_fetcher()(h.repo, h.revision, file);
     if (source.config && h.path.empty()) w.config_path = hub_fetcher()(h.repo, h.revision, "config.json");
   } else {
-    fail_at(spec, source.param, "policy '{}': not found (no such file or directory, nor a Hub id org/name[@revision][/path])",
-            source.policy);
+    fail_at(spec, source.param,
+            "policy '{}': not found (no such file or directory, nor a Hub id org/name[@revision][/path])", source.policy);
   }
   if (source.config && w.config_path.empty() && !dir.empty() && fs::is_regular_file(fs::path(dir) / "config.json"))
     w.config_path = (fs::path(dir) / "config.json").string();
@@ -258,15 +262,14 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
   }
   if (!shards.empty())
     for (const auto& f : shards) read_safetensors(w, f, source);
-  else if (looks_like_zip(w.path))
-    read_torch(w, w.path, source);
+  else if (looks_like_zip(w.path)) read_torch(w, w.path, source);
   else if (ends_with(w.path, ".pth") || ends_with(w.path, ".pt") || starts_with_pickle(w.path))
     // torch.save before PyTorch 1.6 (or with _use_new_zipfile_serialization=False) writes a bare
     // pickle stream, not the ZIP archive read here; it is not a safetensors file either.
-    fail_at(w.path, "", "a legacy (non-ZIP) PyTorch checkpoint: only the ZIP format of torch.save (PyTorch >= 1.6) "
+    fail_at(w.path, "",
+            "a legacy (non-ZIP) PyTorch checkpoint: only the ZIP format of torch.save (PyTorch >= 1.6) "
             "is read; re-save it with torch.save(state_dict, path) on a current PyTorch, or as safetensors");
-  else
-    read_safetensors(w, w.path, source);
+  else read_safetensors(w, w.path, source);
   return w;
 }
 
@@ -276,7 +279,8 @@ int GateWeights::num_layers() const {
   for (const auto& [name, t] : tensors) {
     if (name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
     const size_t dot = name.find('.', kPrefix.size());
-    const std::string num = name.substr(kPrefix.size(), dot == std::string::npos ? std::string::npos : dot - kPrefix.size());
+    const std::string num =
+        name.substr(kPrefix.size(), dot == std::string::npos ? std::string::npos : dot - kPrefix.size());
     if (num.empty() || num.size() > 6 || !std::all_of(num.begin(), num.end(), ::isdigit)) continue;
     n = std::max(n, std::stoi(num) + 1);
   }
@@ -311,7 +315,7 @@ const GateTensor* GateWeights::find(const std::string& name) const {
 }
 
 const GateTensor& GateWeights::layer_tensor(const std::string& name, int layer, int num_layers,
-                                          const std::string& what) const {
+                                            const std::string& what) const {
   const GateTensor* t = find(name);
   if (!t)
     fail_at(path, "tensor " + name, "missing (the {} do not cover layer {} of this {}-layer model)", what, layer,

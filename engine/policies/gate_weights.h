@@ -40,7 +40,7 @@ void set_hub_file_fetcher(HubFileFetcher fetcher);
 
 /// How a policy's weights are looked up in a directory or Hub repository.
 struct GateSource {
-  std::string policy;        ///< policy name, for error messages
+  std::string policy;           ///< policy name, for error messages
   std::string param = "gates";  ///< the parameter naming the weights, for error messages
   /// File read from a directory or a Hub repo id without a path ("" = a directory must hold
   /// exactly one .pth/.pt/.safetensors file, and a Hub id must name the file).
@@ -88,9 +88,9 @@ class GateWeights {
   /// <base_model> with N ...; this model has M" at the first mismatch.
   void check_model(int num_layers, int num_kv_heads, int hidden_size, int head_dim) const;
 
-  std::string path;     ///< file the tensors came from ("random_gates=N" for generated gates)
-  std::string spec;     ///< what the user named (file, directory or Hub id)
-  std::string config_path;            ///< the config.json read, "" if none
+  std::string path;         ///< file the tensors came from ("random_gates=N" for generated gates)
+  std::string spec;         ///< what the user named (file, directory or Hub id)
+  std::string config_path;  ///< the config.json read, "" if none
   nlohmann::json config = nlohmann::json::object();  ///< its content ({} if none)
   std::map<std::string, GateTensor> tensors;
 };

@@ -54,8 +54,9 @@ class KeyDiffPolicy : public ScheduledPolicy {
 
 PolicyInfo keydiff_policy_info() {
   return policy_entry<KeyDiffPolicy>(
-      "keydiff", "-cos(key, mean normalised key): keep distinctive keys (KeyDiff §3; kvpress KeyDiffPress)",
-      schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0)).with_tests({.min_budget = 9});
+             "keydiff", "-cos(key, mean normalised key): keep distinctive keys (KeyDiff §3; kvpress KeyDiffPress)",
+             schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0))
+      .with_tests({.min_budget = 9});
 }
 
 }  // namespace kvb

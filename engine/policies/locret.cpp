@@ -46,17 +46,20 @@ namespace {
 
 std::vector<PolicyParamInfo> params() {
   return {
-      {"chunk_size", "3072", "prompt tokens per prefill chunk; the cache is compressed after each chunk (reference "
-                             "generate() default; independent of --prefill-chunk)"},
+      {"chunk_size", "3072",
+       "prompt tokens per prefill chunk; the cache is compressed after each chunk (reference "
+       "generate() default; independent of --prefill-chunk)"},
       {"stabilizers", "2500", "last cached tokens always kept after a chunk other than the last (n_s)"},
       {"local_len", "100", "last prompt tokens prefilled after the chunks, without eviction"},
-      {"heads", "", "retaining heads: a Hub id (hyx21/Locret-phi-3-mini-128K), a directory, or a "
-                    ".bin/.pth/.pt/.safetensors file; required unless random_heads (kvbench run picks the released "
-                    "heads of a known model)"},
+      {"heads", "",
+       "retaining heads: a Hub id (hyx21/Locret-phi-3-mini-128K), a directory, or a "
+       ".bin/.pth/.pt/.safetensors file; required unless random_heads (kvbench run picks the released "
+       "heads of a known model)"},
       {"random_heads", "-1", "seed of RANDOM test heads (not LocRet; -1 = off)"},
       {"head_hidden", "1024", "hidden width I of random heads (the released heads: 1024)"},
-      {"compress", "chunked", "chunked (LocRet compresses after each of its own chunk_size prompt chunks; "
-                              "prompt_end is refused)"},
+      {"compress", "chunked",
+       "chunked (LocRet compresses after each of its own chunk_size prompt chunks; "
+       "prompt_end is refused)"},
   };
 }
 
@@ -82,20 +85,26 @@ class LocretPolicy : public ParamPolicy {
     if (chunk_ < 1 || chunk_ > (int64_t{1} << 30)) params_.fail_param("chunk_size", "must be in [1, 2^30]");
     if (stab_ < 0 || stab_ > (int64_t{1} << 30)) params_.fail_param("stabilizers", "must be in [0, 2^30]");
     if (params_.get_choice("compress", {"chunked", "prompt_end"}) != "chunked")
-      params_.fail_param("compress", "LocRet compresses after each of its prompt chunks (chunk_size); prompt_end is not "
-                                "its protocol");
+      params_.fail_param("compress",
+                         "LocRet compresses after each of its prompt chunks (chunk_size); prompt_end is not "
+                         "its protocol");
     if (local_ < 0 || local_ > (int64_t{1} << 30)) params_.fail_param("local_len", "must be in [0, 2^30]");
     if (hidden_ < 1 || hidden_ > 65536) params_.fail_param("head_hidden", "must be in [1, 65536]");
     if (heads_path_.empty() && seed_ < 0)
-      fail("policy 'locret': no retaining-head weights for this model: pass heads=HUB_ID|DIR|FILE (the released "
-           "hyx21/Locret-<model> checkpoints; `kvbench policies --checkpoints`), or random_heads=SEED for RANDOM "
-           "test heads");
+      fail(
+          "policy 'locret': no retaining-head weights for this model: pass heads=HUB_ID|DIR|FILE (the released "
+          "hyx21/Locret-<model> checkpoints; `kvbench policies --checkpoints`), or random_heads=SEED for RANDOM "
+          "test heads");
   }
 
   // host_kv: the values of the new tokens are read from the cache.
   PolicyNeeds needs() const override {
-    return {.keys_pre_rope = true, .queries_pre_rope = true, .num_scalars = 1, .host_kv = true,
-            .prefill_chunk = static_cast<int>(chunk_), .prefill_tail = static_cast<int>(local_)};
+    return {.keys_pre_rope = true,
+            .queries_pre_rope = true,
+            .num_scalars = 1,
+            .host_kv = true,
+            .prefill_chunk = static_cast<int>(chunk_),
+            .prefill_tail = static_cast<int>(local_)};
   }
 
   void on_layer_step(LayerStep& step) override {
@@ -115,7 +124,8 @@ class LocretPolicy : public ParamPolicy {
     const bool stabilize = end < tail_start;             // not the last chunk
     for (int h = 0; h < step.num_kv_heads; ++h) {
       const int32_t L = step.cache->length(step.seq, step.layer, h);
-      if (L > budget_) step.keep(h, keep_set(step, h, L, stabilize ? static_cast<int32_t>(std::min<int64_t>(stab_, L)) : 0));
+      if (L > budget_)
+        step.keep(h, keep_set(step, h, L, stabilize ? static_cast<int32_t>(std::min<int64_t>(stab_, L)) : 0));
     }
   }
 
@@ -148,9 +158,10 @@ class LocretPolicy : public ParamPolicy {
   };
 
   [[noreturn]] void boundary_error(int64_t start, int64_t end, int64_t boundary) const {
-    fail("policy 'locret': prefill step [{}, {}) crosses its chunk boundary {} (the caller must split prompts at "
-         "PolicyNeeds::prefill_chunk/prefill_tail, as Engine does)",
-         start, end, boundary);
+    fail(
+        "policy 'locret': prefill step [{}, {}) crosses its chunk boundary {} (the caller must split prompts at "
+        "PolicyNeeds::prefill_chunk/prefill_tail, as Engine does)",
+        start, end, boundary);
   }
 
   /// s[t, η] of this step's new tokens into the cache scalars of layer step.layer.
@@ -171,8 +182,9 @@ class LocretPolicy : public ParamPolicy {
       }
     }
     zeros_.assign(std::max<size_t>(g.I, Hk), 0.0f);  // the heads have no biases
-    const HeadMlp mlp{Hk, in, g.I, /*shared_hidden=*/true, HeadMlp::Act::kSilu,
-                      g.w1.data(), zeros_.data(), g.w2.data(), zeros_.data()};
+    const HeadMlp mlp{
+        Hk,          in,           g.I, /*shared_hidden=*/true, HeadMlp::Act::kSilu, g.w1.data(), zeros_.data(),
+        g.w2.data(), zeros_.data()};
     std::vector<float> z(static_cast<size_t>(step.n_new) * Hk);
     scoring::head_mlp(step, mlp, x.data(), step.n_new, -1, z.data());
     for (int t = 0; t < step.n_new; ++t)
@@ -234,11 +246,11 @@ class LocretPolicy : public ParamPolicy {
 
 PolicyInfo locret_policy_info() {
   return learned_policy_entry<LocretPolicy>(
-      "locret",
-      "LocRet: trained retaining heads score [q; k; v]; chunked prefill keeps top-budget + stabilizers "
-      "(Huang et al. 2024 §3.2-3.3)",
-      params(), LearnedWeightsInfo{"heads", "random_heads", "retaining heads", "LocRet"},
-      GateSource{"locret", "heads", "model.safetensors", true, is_head_tensor, /*model_shards=*/true})
+             "locret",
+             "LocRet: trained retaining heads score [q; k; v]; chunked prefill keeps top-budget + stabilizers "
+             "(Huang et al. 2024 §3.2-3.3)",
+             params(), LearnedWeightsInfo{"heads", "random_heads", "retaining heads", "LocRet"},
+             GateSource{"locret", "heads", "model.safetensors", true, is_head_tensor, /*model_shards=*/true})
       .with_tests({.min_budget = 1,
                    .params = "random_heads=1,chunk_size=16,stabilizers=8,local_len=4",
                    .needs_weights = true,

@@ -38,8 +38,7 @@ std::vector<PolicyParamInfo> oracle_params() {
 }  // namespace
 
 std::shared_ptr<OracleScores> OracleScores::make(int num_layers, int num_kv_heads, int group, int64_t prompt_len,
-                                                 int64_t trace_len, int64_t budget, int64_t block,
-                                                 OracleFuture future) {
+                                                 int64_t trace_len, int64_t budget, int64_t block, OracleFuture future) {
   if (num_layers < 1 || num_kv_heads < 1 || group < 1)
     fail("oracle: bad model shape (layers {}, kv heads {}, group {})", num_layers, num_kv_heads, group);
   if (prompt_len < 1) fail("oracle: the trace needs a prompt of at least one token");
@@ -124,8 +123,8 @@ void OracleRecorder::on_layer_step(LayerStep& step) {
   for (int h = 0; h < step.num_kv_heads; ++h) {
     const std::vector<float>& cs = (*step.attention_colsum)[h];
     if (static_cast<int64_t>(cs.size()) != step.seq_len)
-      fail("oracle recording needs the full cache: head {} of layer {} holds {} of {} tokens", h, step.layer,
-           cs.size(), step.seq_len);
+      fail("oracle recording needs the full cache: head {} of layer {} holds {} of {} tokens", h, step.layer, cs.size(),
+           step.seq_len);
     double* b = &s.bs[s.row(step.layer, h, j)];
     for (int64_t k = 0; k <= q; ++k) b[k] += static_cast<double>(cs[k]) * inv;
   }
@@ -134,8 +133,9 @@ void OracleRecorder::on_layer_step(LayerStep& step) {
 OraclePolicy::OraclePolicy(PolicyParams p) : ScheduledPolicy("oracle", std::move(p)) {
   if (ratio_kind_) params_.fail_param("budget_kind", "the oracle supports only budget_kind=tokens");
   if (chunked_)
-    params_.fail_param("compress", "the oracle's query blocks assume compress=prompt_end (compressions at the end "
-                                   "of the prompt, then every buffer tokens)");
+    params_.fail_param("compress",
+                       "the oracle's query blocks assume compress=prompt_end (compressions at the end "
+                       "of the prompt, then every buffer tokens)");
   future_ = static_cast<OracleFuture>(params_.get_choice_index("future", future_names()));
   if (window_ < 0) window_ = static_cast<int32_t>(std::min<int64_t>(buffer_, 1 << 30));
   if (budget_ > 0 && budget_ <= static_cast<int64_t>(sinks_) + window_)
@@ -162,11 +162,11 @@ void OraclePolicy::set_scores(std::shared_ptr<const OracleScores> scores) {
 void OraclePolicy::on_layer_step(LayerStep& step) {
   if (budget_ > 0) {
     if (!scores_)
-      fail("policy 'oracle' has no future-attention scores: it is a two-pass teacher-forced upper bound over a "
-           "fixed trace (run it with `kvbench fidelity`, or record the trace with prepare_oracle)");
+      fail(
+          "policy 'oracle' has no future-attention scores: it is a two-pass teacher-forced upper bound over a "
+          "fixed trace (run it with `kvbench fidelity`, or record the trace with prepare_oracle)");
     if (step.seq_len > scores_->trace_len)
-      fail("policy 'oracle': sequence reached {} tokens but the recorded trace has {}", step.seq_len,
-           scores_->trace_len);
+      fail("policy 'oracle': sequence reached {} tokens but the recorded trace has {}", step.seq_len, scores_->trace_len);
   }
   ScheduledPolicy::on_layer_step(step);
 }
@@ -174,16 +174,17 @@ void OraclePolicy::on_layer_step(LayerStep& step) {
 void OraclePolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) {
   const KVCache& kv = *step.cache;
   for (int32_t i = 0; i < L; ++i)
-    scores[i] = static_cast<float>(scores_->future_score(step.layer, h, kv.position(step.seq, step.layer, h, i),
-                                                         step.seq_len));
+    scores[i] =
+        static_cast<float>(scores_->future_score(step.layer, h, kv.position(step.seq, step.layer, h, i), step.seq_len));
 }
 
 PolicyInfo oracle_policy_info() {
   return policy_entry<OraclePolicy>(
-      "oracle",
-      "Golden eviction: keep the top tokens by the future attention of a full-cache teacher-forced trace "
-      "(ForesightKV §3.2 Eq. 3-5; two-pass upper bound, runs under `kvbench fidelity`)",
-      oracle_params()).with_tests({.min_budget = 129, .needs_trace = true});
+             "oracle",
+             "Golden eviction: keep the top tokens by the future attention of a full-cache teacher-forced trace "
+             "(ForesightKV §3.2 Eq. 3-5; two-pass upper bound, runs under `kvbench fidelity`)",
+             oracle_params())
+      .with_tests({.min_budget = 129, .needs_trace = true});
 }
 
 }  // namespace kvb

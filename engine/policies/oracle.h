@@ -60,12 +60,12 @@ enum class OracleFuture { kMax, kSum, kMean };
 /// entry k of block j is 0 for keys k after every query of the block (causal).
 struct OracleScores {
   int num_layers = 0, num_kv_heads = 0, group = 0;  ///< G = query heads per kv head
-  int64_t trace_len = 0;   ///< T = prompt + continuation tokens
-  int64_t prompt_len = 0;  ///< P
-  int64_t budget = 0;      ///< B (tokens per (layer, kv_head))
-  int64_t block = 0;       ///< L (= the policy's buffer)
-  int64_t grid0 = 0;       ///< g0: start of block 0 (P when P > B, else B + L)
-  int64_t num_blocks = 0;  ///< ⌈(T − g0) / L⌉, 0 when T ≤ g0
+  int64_t trace_len = 0;                            ///< T = prompt + continuation tokens
+  int64_t prompt_len = 0;                           ///< P
+  int64_t budget = 0;                               ///< B (tokens per (layer, kv_head))
+  int64_t block = 0;                                ///< L (= the policy's buffer)
+  int64_t grid0 = 0;                                ///< g0: start of block 0 (P when P > B, else B + L)
+  int64_t num_blocks = 0;                           ///< ⌈(T − g0) / L⌉, 0 when T ≤ g0
   OracleFuture future = OracleFuture::kMax;
   std::vector<double> bs;     ///< block scores (Eq. 3–4)
   std::vector<double> alpha;  ///< future scores (Eq. 5 or the sum/mean variant); set by finalize()
@@ -74,8 +74,7 @@ struct OracleScores {
   /// Allocates an empty grid for a trace of `trace_len` tokens whose first `prompt_len` are the
   /// prompt. Throws kvb::Error when prompt_len < 1, trace_len < prompt_len, budget < 1 or block < 1.
   static std::shared_ptr<OracleScores> make(int num_layers, int num_kv_heads, int group, int64_t prompt_len,
-                                            int64_t trace_len, int64_t budget, int64_t block,
-                                            OracleFuture future);
+                                            int64_t trace_len, int64_t budget, int64_t block, OracleFuture future);
   /// Index of block j's row of (layer, kv_head h) in bs / alpha.
   size_t row(int layer, int h, int64_t j) const {
     return ((static_cast<size_t>(layer) * num_kv_heads + h) * num_blocks + j) * trace_len;

@@ -15,13 +15,11 @@ PolicyParams::PolicyParams(const PolicySpec& spec, const std::vector<PolicyParam
   for (const auto& kv : user_) {
     const std::string& k = kv.first;  // a named reference, not a structured binding: clang < 16
                                       // (the fuzz build) cannot capture those in a lambda
-    bool found = std::any_of(declared_.begin(), declared_.end(),
-                             [&](const PolicyParamInfo& p) { return p.key == k; });
+    bool found = std::any_of(declared_.begin(), declared_.end(), [&](const PolicyParamInfo& p) { return p.key == k; });
     if (!found) {
       std::string known;
       for (const auto& p : declared_) known += (known.empty() ? "" : ", ") + p.key;
-      fail("policy '{}': unknown parameter '{}' (known: {})", name_, k,
-           known.empty() ? "none" : known);
+      fail("policy '{}': unknown parameter '{}' (known: {})", name_, k, known.empty() ? "none" : known);
     }
   }
   resolved_["budget"] = budget_;

@@ -27,7 +27,7 @@ namespace kvb {
 struct PolicySpec {
   std::string name;
   std::map<std::string, std::string> params;  ///< as written by the user
-  int64_t budget = 0;  ///< tokens kept per (layer, kv_head) right after a compression; 0 = none
+  int64_t budget = 0;                         ///< tokens kept per (layer, kv_head) right after a compression; 0 = none
 
   /// Parses "name[:k=v,k=v]" with the one spec parser (engine/util/spec.h, parse_named_spec).
   /// Throws kvb::Error naming the spec on bad syntax or a key given twice.
@@ -154,16 +154,16 @@ struct LayerStep {
   SeqId seq = 0;
   int layer = 0, num_layers = 0;
   int num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
-  int n_new = 0;            ///< tokens appended in this step (prompt chunk length, or 1)
-  int64_t seq_len = 0;      ///< tokens processed so far in this sequence (= next position)
-  bool prefill = false;     ///< this step is (part of) the prompt
-  bool prefill_last = false;///< this step ends the prompt (SnapKV compresses here)
+  int n_new = 0;              ///< tokens appended in this step (prompt chunk length, or 1)
+  int64_t seq_len = 0;        ///< tokens processed so far in this sequence (= next position)
+  bool prefill = false;       ///< this step is (part of) the prompt
+  bool prefill_last = false;  ///< this step ends the prompt (SnapKV compresses here)
   /// Prefill steps: the absolute position where this prompt ends (the step with prefill_last ends
   /// there; a query-agnostic request's context ends a prompt of its own). 0 on decode steps.
   int64_t prompt_end = 0;
-  const float* layer_input = nullptr;    ///< [n_new, H] when PolicyNeeds::layer_input
+  const float* layer_input = nullptr;  ///< [n_new, H] when PolicyNeeds::layer_input
   int hidden_size = 0;
-  const float* keys_pre_rope = nullptr;  ///< [n_new, Hkv, D] when PolicyNeeds::keys_pre_rope
+  const float* keys_pre_rope = nullptr;     ///< [n_new, Hkv, D] when PolicyNeeds::keys_pre_rope
   const float* queries_pre_rope = nullptr;  ///< [n_new, Hq, D] when PolicyNeeds::queries_pre_rope
   /// The model's RoPE: inverse frequencies [head_dim / 2] and the attention scaling (YaRN mscale,
   /// 1 otherwise); position p rotates dims (i, i + D/2) by angle p·inv_freq[i] and scales by mscale
@@ -242,14 +242,12 @@ struct StepEnd {
   KVCache* cache = nullptr;
   SeqId seq = 0;
   int num_layers = 0, num_kv_heads = 0;
-  int n_new = 0;            ///< tokens appended in this step
-  int64_t seq_len = 0;      ///< tokens processed so far in this sequence (= next position)
-  bool prefill = false;     ///< this step is (part of) the prompt
-  bool prefill_last = false;///< this step ends the prompt
+  int n_new = 0;              ///< tokens appended in this step
+  int64_t seq_len = 0;        ///< tokens processed so far in this sequence (= next position)
+  bool prefill = false;       ///< this step is (part of) the prompt
+  bool prefill_last = false;  ///< this step ends the prompt
   /// Requests that head (layer, h) keep exactly `keep_set` (strictly increasing indices).
-  void keep(int layer, int h, std::vector<int32_t> keep_set) {
-    keeps.push_back({layer, h, std::move(keep_set)});
-  }
+  void keep(int layer, int h, std::vector<int32_t> keep_set) { keeps.push_back({layer, h, std::move(keep_set)}); }
   struct Keep {
     int layer, head;
     std::vector<int32_t> indices;

@@ -50,8 +50,7 @@ int64_t pyramid_layer_budget(int64_t C, int64_t w, int64_t P, int layer, int num
   return std::max<int64_t>(mx - layer * steps, 0) + w;
 }
 
-int64_t pyramid_layer_budget_kvpress(int64_t B, int64_t window, int64_t P, int layer, int num_layers,
-                                     double beta) {
+int64_t pyramid_layer_budget_kvpress(int64_t B, int64_t window, int64_t P, int layer, int num_layers, double beta) {
   const double w = static_cast<double>(window), L = static_cast<double>(P);
   const double cap = w + static_cast<double>(B);  // max_capacity_prompt = w + kept
   double mn = (cap - w) / beta, mx = (cap - w) * 2 - mn;
@@ -132,16 +131,16 @@ class PyramidKVPolicy : public SnapKVPolicy {
 
 PolicyInfo pyramidkv_policy_info() {
   return policy_entry<PyramidKVPolicy>(
-      "pyramidkv", "SnapKV scoring with pyramid layer budgets (PyramidKV §3.2, beta = 20)",
-      extend_params(snapkv_params(32, 5, "avg", "mean", 128), {},
-                    {{"beta", "20", "pyramid steepness beta (min layer budget = (budget - window) / beta)"},
-                     {"layer_budget", "factory",
-                      "factory: KVCache-Factory/SCBench formula (window on top of the pyramid); kvpress: "
-                      "PyramidKVPress"},
-                     {"align", "16",
-                      "page-aware budgets: each layer's budget differs from the uniform one by a multiple of align "
-                      "tokens and they never sum above it, so with the 16-token KV pages pyramidkv never holds more "
-                      "pages than snapkv at the same budget; 1 = the formula's exact token budgets"}}))
+             "pyramidkv", "SnapKV scoring with pyramid layer budgets (PyramidKV §3.2, beta = 20)",
+             extend_params(snapkv_params(32, 5, "avg", "mean", 128), {},
+                           {{"beta", "20", "pyramid steepness beta (min layer budget = (budget - window) / beta)"},
+                            {"layer_budget", "factory",
+                             "factory: KVCache-Factory/SCBench formula (window on top of the pyramid); kvpress: "
+                             "PyramidKVPress"},
+                            {"align", "16",
+                             "page-aware budgets: each layer's budget differs from the uniform one by a multiple of align "
+                             "tokens and they never sum above it, so with the 16-token KV pages pyramidkv never holds more "
+                             "pages than snapkv at the same budget; 1 = the formula's exact token budgets"}}))
       .with_tests({.min_budget = 33});
 }
 

@@ -37,8 +37,9 @@ class QuestPolicy : public ParamPolicy {
   explicit QuestPolicy(PolicyParams p) : ParamPolicy("quest", std::move(p)) {
     budget_ = params_.budget();
     if (budget_ <= 0)
-      fail("policy 'quest' reads a budget of tokens per head at each decode step but none was given: pass "
-           "--budget N (the reference's token_budget, e.g. 512-4096)");
+      fail(
+          "policy 'quest' reads a budget of tokens per head at each decode step but none was given: pass "
+          "--budget N (the reference's token_budget, e.g. 512-4096)");
     page_ = params_.get_int_in("page_size", 1, 1 << 20);
     dense_layers_ = params_.get_int_min("dense_layers", 0);
     min_pages_ = params_.get_int_in("min_pages", 1, 1 << 20);
@@ -103,8 +104,8 @@ class QuestPolicy : public ParamPolicy {
 
  private:
   struct Meta {
-    int32_t done = 0;                ///< tokens folded into kmin/kmax
-    std::vector<float> kmin, kmax;   ///< [pages, D]
+    int32_t done = 0;               ///< tokens folded into kmin/kmax
+    std::vector<float> kmin, kmax;  ///< [pages, D]
   };
   struct Seq {
     std::vector<Meta> heads;  ///< [layer * Hkv + h]
@@ -165,9 +166,8 @@ class QuestPolicy : public ParamPolicy {
     const int32_t take = last_page_ ? k - 1 : k;
     order.resize(pool);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int32_t a, int32_t b) {
-      return score[a] != score[b] ? score[a] > score[b] : a < b;
-    });
+    std::partial_sort(order.begin(), order.begin() + take, order.end(),
+                      [&](int32_t a, int32_t b) { return score[a] != score[b] ? score[a] > score[b] : a < b; });
     order.resize(take);
     if (last_page_) order.push_back(n - 1);
     std::sort(order.begin(), order.end());
@@ -175,10 +175,8 @@ class QuestPolicy : public ParamPolicy {
     for (int32_t p : order) {
       const auto b = static_cast<int32_t>(p * page_);
       const auto e = static_cast<int32_t>(std::min<int64_t>(L, (p + 1) * page_));
-      if (!spans.empty() && spans.back().second == b)
-        spans.back().second = e;
-      else
-        spans.emplace_back(b, e);
+      if (!spans.empty() && spans.back().second == b) spans.back().second = e;
+      else spans.emplace_back(b, e);
     }
     return spans;
   }
@@ -192,18 +190,19 @@ class QuestPolicy : public ParamPolicy {
 
 PolicyInfo quest_policy_info() {
   return policy_entry<QuestPolicy>(
-      "quest",
-      "Full cache; each decode step every query head reads the top-k pages by the key min/max bound (Quest "
-      "ICML'24 §3; mit-han-lab/Quest evaluation/quest_attention.py); --budget = tokens read",
-      {{"page_size", "16", "tokens per page, aligned to token 0 (the reference's --chunk_size)"},
-       {"dense_layers", "2", "the first layers attend densely (the reference: layer_id < 2)"},
-       {"min_pages", "3", "pages read at least: k = min(max(min_pages, min(L, budget) / page_size), pages)"},
-       {"gqa", "query",
-        "query: every query head picks its own pages (the reference repeats kv heads); max: one pick per kv "
-        "head by the max over its query heads' bounds (WG-KV's Quest)"},
-       {"last_page", "false",
-        "true: always read the newest page and pick k - 1 others (the reference's CUDA kernel path); false: "
-        "all k by score (its evaluation path)"}}).with_tests({.min_budget = 1, .evicts = false});
+             "quest",
+             "Full cache; each decode step every query head reads the top-k pages by the key min/max bound (Quest "
+             "ICML'24 §3; mit-han-lab/Quest evaluation/quest_attention.py); --budget = tokens read",
+             {{"page_size", "16", "tokens per page, aligned to token 0 (the reference's --chunk_size)"},
+              {"dense_layers", "2", "the first layers attend densely (the reference: layer_id < 2)"},
+              {"min_pages", "3", "pages read at least: k = min(max(min_pages, min(L, budget) / page_size), pages)"},
+              {"gqa", "query",
+               "query: every query head picks its own pages (the reference repeats kv heads); max: one pick per kv "
+               "head by the max over its query heads' bounds (WG-KV's Quest)"},
+              {"last_page", "false",
+               "true: always read the newest page and pick k - 1 others (the reference's CUDA kernel path); false: "
+               "all k by score (its evaluation path)"}})
+      .with_tests({.min_budget = 1, .evicts = false});
 }
 
 }  // namespace kvb

@@ -25,9 +25,9 @@ class RandomPolicy : public ScheduledPolicy {
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
     for (int32_t i = 0; i < L; ++i) {
       const int32_t pos = step.cache->position(step.seq, step.layer, h, i);
-      scores[i] = static_cast<float>(scoring::hash_uniform(
-          {seed_, static_cast<uint64_t>(step.layer), static_cast<uint64_t>(h),
-           static_cast<uint64_t>(pos), static_cast<uint64_t>(step.seq_len)}));
+      scores[i] =
+          static_cast<float>(scoring::hash_uniform({seed_, static_cast<uint64_t>(step.layer), static_cast<uint64_t>(h),
+                                                    static_cast<uint64_t>(pos), static_cast<uint64_t>(step.seq_len)}));
     }
   }
 
@@ -38,10 +38,10 @@ class RandomPolicy : public ScheduledPolicy {
 }  // namespace
 
 PolicyInfo random_policy_info() {
-  return policy_entry<RandomPolicy>(
-      "random", "Uniformly random keep-set, seeded (kvpress RandomPress; lower bound)",
-      extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0), {},
-                    {{"seed", "0", "random seed (same seed => same keep-sets)"}})).with_tests({.min_budget = 1});
+  return policy_entry<RandomPolicy>("random", "Uniformly random keep-set, seeded (kvpress RandomPress; lower bound)",
+                                    extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0), {},
+                                                  {{"seed", "0", "random seed (same seed => same keep-sets)"}}))
+      .with_tests({.min_budget = 1});
 }
 
 }  // namespace kvb

@@ -42,8 +42,7 @@ class RKVPolicy : public ScheduledPolicy {
     std::vector<float> red =
         scoring::key_redundancy_mean(*step.cache, step.seq, step.layer, h, threshold_, /*zero_first=*/true);
     scoring::softmax_inplace(red);
-    for (size_t i = 0; i < imp.size(); ++i)
-      scores[i] = static_cast<float>(lambda_ * imp[i] - (1.0 - lambda_) * red[i]);
+    for (size_t i = 0; i < imp.size(); ++i) scores[i] = static_cast<float>(lambda_ * imp[i] - (1.0 - lambda_) * red[i]);
   }
 
  private:
@@ -56,12 +55,12 @@ class RKVPolicy : public ScheduledPolicy {
 
 PolicyInfo rkv_policy_info() {
   return policy_entry<RKVPolicy>(
-      "rkv", "R-KV: lambda*importance - (1-lambda)*key redundancy, decode-time (Cai et al. 2025 §3)",
-      extend_params(schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0),
-                    {{"window", "observation window w: queries scored and newest tokens always kept"}},
-                    {{"lambda", "0.1", "mix: lambda * importance - (1 - lambda) * redundancy"},
-                     {"kernel", "7", "max-pool kernel of the importance (1 = none)"},
-                     {"threshold", "0.5", "cosine above which the most recent similar key is not penalised"}}))
+             "rkv", "R-KV: lambda*importance - (1-lambda)*key redundancy, decode-time (Cai et al. 2025 §3)",
+             extend_params(schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0),
+                           {{"window", "observation window w: queries scored and newest tokens always kept"}},
+                           {{"lambda", "0.1", "mix: lambda * importance - (1 - lambda) * redundancy"},
+                            {"kernel", "7", "max-pool kernel of the importance (1 = none)"},
+                            {"threshold", "0.5", "cosine above which the most recent similar key is not penalised"}}))
       .with_tests({.min_budget = 9});
 }
 

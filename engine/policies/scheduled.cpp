@@ -8,8 +8,8 @@
 
 namespace kvb {
 
-std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int64_t sinks,
-                                             bool decode, bool global_kind) {
+std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int64_t sinks, bool decode,
+                                             bool global_kind) {
   return {
       {"budget_kind", "tokens",
        global_kind ? "tokens: budget = tokens per (layer, kv_head); ratio: floor(ratio x tokens seen); "
@@ -35,16 +35,13 @@ PolicyParamInfo compress_param() {
           "(a bounded cache during prefill, LocRet-style)"};
 }
 
-bool parse_compress(PolicyParams& p) {
-  return p.get_choice("compress", {"prompt_end", "chunked"}) == "chunked";
-}
+bool parse_compress(PolicyParams& p) { return p.get_choice("compress", {"prompt_end", "chunked"}) == "chunked"; }
 
 ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_kind)
     : ParamPolicy(std::move(name), std::move(p)) {
   budget_ = params_.budget();
-  const std::string kind = global_kind
-                               ? params_.get_choice("budget_kind", {"tokens", "ratio", "global"})
-                               : params_.get_choice("budget_kind", {"tokens", "ratio"});
+  const std::string kind = global_kind ? params_.get_choice("budget_kind", {"tokens", "ratio", "global"})
+                                       : params_.get_choice("budget_kind", {"tokens", "ratio"});
   ratio_kind_ = kind == "ratio";
   global_kind_ = kind == "global";
   ratio_ = params_.get_double("ratio");
@@ -60,8 +57,10 @@ ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_k
   window_ = static_cast<int32_t>(window);
   sinks_ = static_cast<int32_t>(sinks);
   if (!ratio_kind_ && budget_ <= 0)
-    fail("policy '{}' compresses the cache to a budget but none was given: pass --budget N (tokens kept per "
-         "layer and kv head), or budget_kind=ratio", name_);
+    fail(
+        "policy '{}' compresses the cache to a budget but none was given: pass --budget N (tokens kept per "
+        "layer and kv head), or budget_kind=ratio",
+        name_);
   if (!ratio_kind_ && budget_ > 0 && budget_ <= sinks + std::max<int64_t>(window, 0))
     fail("policy '{}': budget {} must exceed sinks + window = {}", name_, budget_, sinks + window);
 }
@@ -72,9 +71,7 @@ int64_t ScheduledPolicy::budget_now(const LayerStep& step) const {
   return std::max<int64_t>(b, sinks_ + std::max(window_, 0) + 1);
 }
 
-bool compress_point(bool prefill, bool prefill_last, bool chunked) {
-  return !prefill || prefill_last || chunked;
-}
+bool compress_point(bool prefill, bool prefill_last, bool chunked) { return !prefill || prefill_last || chunked; }
 
 bool ScheduledPolicy::due(const LayerStep& step, int32_t L, int64_t B) const {
   if (B <= 0 || L <= B) return false;

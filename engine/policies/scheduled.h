@@ -36,8 +36,8 @@ namespace kvb {
 /// `window` < 0 means "half of the budget" (H2O's equal heavy/recent split). `global_kind`
 /// adds budget_kind=global (a budget of budget × layers × kv_heads tokens shared across all
 /// heads and layers, for policies that define one; they implement it in on_step_end).
-std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int64_t sinks,
-                                             bool decode = true, bool global_kind = false);
+std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int64_t sinks, bool decode = true,
+                                             bool global_kind = false);
 
 /// The `compress` parameter entry (prompt_end | chunked) shared by every compressing policy.
 PolicyParamInfo compress_param();
@@ -65,8 +65,7 @@ class ScheduledPolicy : public ParamPolicy {
   /// new tokens: H2O attention sums, TRIM-KV retention gates, ...).
   virtual void observe(LayerStep& step) {}
   /// Called after the keep-set of head h was requested (store per-token state of the survivors).
-  virtual void kept(LayerStep& step, int h, const std::vector<int32_t>& keep,
-                    const std::vector<float>& scores) {}
+  virtual void kept(LayerStep& step, int h, const std::vector<int32_t>& keep, const std::vector<float>& scores) {}
   /// The keep-set of a head due for compression (default: sinks + window + top-(B − protected)
   /// of `scores`, scoring::select_keep).
   virtual std::vector<int32_t> select(const std::vector<float>& scores, int32_t L, int64_t B);

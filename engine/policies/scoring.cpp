@@ -86,8 +86,7 @@ std::vector<float> window_probs(LayerStep& step, int h, int* w_out) {
   }
   std::vector<float> p = window_logits(step, h, w_out);
   const int32_t L = step.cache->length(step.seq, step.layer, h);
-  for (size_t row = 0; L > 0 && row < p.size() / L; ++row)
-    softmax_inplace(std::span<float>(p.data() + row * L, L));
+  for (size_t row = 0; L > 0 && row < p.size() / L; ++row) softmax_inplace(std::span<float>(p.data() + row * L, L));
   return p;
 }
 
@@ -151,7 +150,8 @@ void head_mlp(LayerStep& step, const HeadMlp& m, const float* x, int rows, int h
   if (head >= m.heads) fail("head_mlp: head {} of {}", head, m.heads);
   if (head >= 0 && m.shared_hidden) fail("head_mlp: a single head of a shared-hidden MLP is not supported");
   if (!x) {
-    if (!m.shared_hidden || head >= 0) fail("head_mlp: x = null (layer inputs) needs a shared-hidden MLP over all heads");
+    if (!m.shared_hidden || head >= 0)
+      fail("head_mlp: x = null (layer inputs) needs a shared-hidden MLP over all heads");
     if (m.in != step.hidden_size) fail("head_mlp: MLP input width {} != hidden size {}", m.in, step.hidden_size);
     if (rows != step.n_new) fail("head_mlp: {} rows for {} new tokens", rows, step.n_new);
   }
@@ -171,7 +171,7 @@ void head_mlp(LayerStep& step, const HeadMlp& m, const float* x, int rows, int h
   // TRIM-KV prefill at 2K tokens on the 2-core machine, one thread working.)
   const int I = m.hidden, C = m.in;
   const F32TileFn tile = f32_tile_fn(best_isa());
-  constexpr int kTile = 16;  // weight rows per tile-kernel call (its maximum)
+  constexpr int kTile = 16;                 // weight rows per tile-kernel call (its maximum)
   thread_local std::vector<float> hid_buf;  // the caller's; the workers write through `hid`
   hid_buf.resize(static_cast<size_t>(rows) * I);
   float* const hid = hid_buf.data();
@@ -179,7 +179,7 @@ void head_mlp(LayerStep& step, const HeadMlp& m, const float* x, int rows, int h
   // oh ∈ [h_lo, h_hi) (one head, or every head of a shared hidden layer).
   auto instance = [&](int h1, const float* xs, int64_t xstride, int h_lo, int h_hi, float* o, int64_t ostride) {
     const int tiles = (I + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows) * I * C >= (1 << 16))
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(rows) * I * C >= (1 << 16))
     for (int t = 0; t < tiles; ++t) {
       const int k0 = t * kTile, nk = std::min(kTile, I - k0);
       const float* w[kTile];
@@ -203,7 +203,8 @@ void head_mlp(LayerStep& step, const HeadMlp& m, const float* x, int rows, int h
   if (head >= 0) instance(head, x, C, head, head + 1, out, 1);
   else if (m.shared_hidden) instance(0, x, C, 0, m.heads, out, m.heads);
   else
-    for (int h = 0; h < m.heads; ++h) instance(h, x + static_cast<size_t>(h) * C, static_cast<int64_t>(m.heads) * C, h, h + 1, out + h, m.heads);
+    for (int h = 0; h < m.heads; ++h)
+      instance(h, x + static_cast<size_t>(h) * C, static_cast<int64_t>(m.heads) * C, h, h + 1, out + h, m.heads);
 }
 
 std::vector<float> pool1d(std::span<const float> x, int kernel, Pool type) {
@@ -226,8 +227,8 @@ std::vector<float> pool1d(std::span<const float> x, int kernel, Pool type) {
   return out;
 }
 
-std::vector<float> key_redundancy_mean(const KVCache& cache, SeqId seq, int layer, int h,
-                                       float threshold, bool zero_first_when_no_match) {
+std::vector<float> key_redundancy_mean(const KVCache& cache, SeqId seq, int layer, int h, float threshold,
+                                       bool zero_first_when_no_match) {
   const int32_t L = cache.length(seq, layer, h);
   const int D = cache.config().head_dim;
   std::vector<float> kn(static_cast<size_t>(L) * D);
@@ -315,8 +316,7 @@ std::vector<int32_t> top_k_indices(std::span<const float> scores, int64_t k) {
   return idx;
 }
 
-std::vector<int32_t> select_keep(std::span<const float> scores, int32_t L, int64_t budget,
-                                 int32_t sinks, int32_t window) {
+std::vector<int32_t> select_keep(std::span<const float> scores, int32_t L, int64_t budget, int32_t sinks, int32_t window) {
   std::vector<int32_t> keep;
   if (budget >= L) {
     keep.resize(L);

@@ -61,8 +61,8 @@ std::vector<float> pool1d(std::span<const float> x, int kernel, Pool type);
 /// recent near-duplicate is not penalised); when no k qualifies, R-KV zeroes S[i,0]
 /// (`zero_first_when_no_match`, R-KV's quirk), G-KV zeroes nothing. Returns the column means
 /// c_k = (1/L) Σ_i S[i,k], k < L.
-std::vector<float> key_redundancy_mean(const KVCache& cache, SeqId seq, int layer, int h,
-                                       float threshold, bool zero_first_when_no_match);
+std::vector<float> key_redundancy_mean(const KVCache& cache, SeqId seq, int layer, int h, float threshold,
+                                       bool zero_first_when_no_match);
 
 /// In-place softmax of x (max-subtracted, f32).
 void softmax_inplace(std::span<float> x);
@@ -72,8 +72,7 @@ void softmax_inplace(std::span<float> x);
 /// entries of protected tokens are ignored; NaN counts as −inf; ties go to the lower index).
 /// Returns strictly increasing indices. When budget ≥ L every token is kept; when the protected
 /// tokens alone reach the budget only they are kept.
-std::vector<int32_t> select_keep(std::span<const float> scores, int32_t L, int64_t budget,
-                                 int32_t sinks, int32_t window);
+std::vector<int32_t> select_keep(std::span<const float> scores, int32_t L, int64_t budget, int32_t sinks, int32_t window);
 
 /// Indices of the `k` largest values of `scores` (ties to the lower index), sorted increasing.
 std::vector<int32_t> top_k_indices(std::span<const float> scores, int64_t k);

@@ -66,8 +66,7 @@ std::vector<PolicyParamInfo> params() {
        ".pth/.pt/.safetensors file; required unless random_gates (kvbench run picks the released gates of a known "
        "model)"},
       {"random_gates", "-1", "seed of RANDOM test gates (not SeerAttention-R; -1 = off)"},
-      {"start_layer", "0",
-       "layers below it attend densely (the reference's seerattn_start_layer; TRIM-KV's setting 0)"},
+      {"start_layer", "0", "layers below it attend densely (the reference's seerattn_start_layer; TRIM-KV's setting 0)"},
       {"block_size", "0",
        "tokens per key block; 0 = the checkpoint's seerattn_gate_block_size (64; random gates: 64). "
        "k = floor(budget / block_size) blocks are read plus the newest"},
@@ -105,8 +104,14 @@ std::vector<KPool> parse_k_pooling(const std::string& s, const std::string& file
     if (t == "max") p = KPool::kMax;
     else if (t == "min") p = KPool::kMin;
     else if (t == "avg") p = KPool::kAvg;
-    else { i = std::string::npos; break; }
-    if (!out.empty() && static_cast<int>(p) <= static_cast<int>(out.back())) { i = std::string::npos; break; }
+    else {
+      i = std::string::npos;
+      break;
+    }
+    if (!out.empty() && static_cast<int>(p) <= static_cast<int>(out.back())) {
+      i = std::string::npos;
+      break;
+    }
     out.push_back(p);
     i += 3;
   }
@@ -133,14 +138,16 @@ class SeerAttnRPolicy : public Policy {
     start_layer_ = p_.get_int("start_layer");
     block_param_ = p_.get_int("block_size");
     if (budget_ <= 0)
-      fail("policy 'seerattn_r' reads a budget of tokens per kv head at each decode step but none was given: pass "
-           "--budget N (the reference's seerattn_token_budget; its README uses 2048-8192)");
+      fail(
+          "policy 'seerattn_r' reads a budget of tokens per kv head at each decode step but none was given: pass "
+          "--budget N (the reference's seerattn_token_budget; its README uses 2048-8192)");
     if (start_layer_ < 0 || start_layer_ > (1 << 20)) p_.fail_param("start_layer", "must be in [0, 1048576]");
     if (block_param_ < 0 || block_param_ > (1 << 20)) p_.fail_param("block_size", "must be in [0, 1048576]");
     if (gates_.empty() && seed_ < 0)
-      fail("policy 'seerattn_r': no AttnGate weights for this model: pass gates=HUB_ID|DIR|FILE (the released "
-           "SeerAttention/SeerAttention-Decode-<model>-AttnGates; `kvbench policies --checkpoints`), or "
-           "random_gates=SEED for RANDOM test gates");
+      fail(
+          "policy 'seerattn_r': no AttnGate weights for this model: pass gates=HUB_ID|DIR|FILE (the released "
+          "SeerAttention/SeerAttention-Decode-<model>-AttnGates; `kvbench policies --checkpoints`), or "
+          "random_gates=SEED for RANDOM test gates");
   }
 
   std::string name() const override { return "seerattn_r"; }
@@ -202,9 +209,9 @@ class SeerAttnRPolicy : public Policy {
 
  private:
   struct Head {
-    int32_t done = 0;               ///< tokens folded into the block keys and the running pools
+    int32_t done = 0;                 ///< tokens folded into the block keys and the running pools
     std::vector<double> mx, mn, sum;  ///< [D] pools of the current, incomplete block
-    std::vector<float> keys;        ///< [complete blocks, d] gate keys k̃ (after norm and RoPE)
+    std::vector<float> keys;          ///< [complete blocks, d] gate keys k̃ (after norm and RoPE)
   };
   struct Seq {
     int64_t prompt_end = 0;   ///< tokens of the sequence that came from prompts (the last prefill's end)
@@ -301,8 +308,7 @@ class SeerAttnRPolicy : public Policy {
       if (arch_.qk_norm) rms_norm(key_.data(), g.knorm, d);
       if (arch_.rope) {
         const int32_t first = t - B + 1;
-        rotate(key_.data(), t < prompt_end ? cache.position(seq, layer, h, first) : cache.position(seq, layer, h, t),
-               d);
+        rotate(key_.data(), t < prompt_end ? cache.position(seq, layer, h, first) : cache.position(seq, layer, h, t), d);
       }
       for (int o = 0; o < d; ++o) m.keys.push_back(static_cast<float>(key_[o]));
     }
@@ -354,9 +360,8 @@ class SeerAttnRPolicy : public Policy {
     const auto n = static_cast<int32_t>(score.size());
     order.resize(n);
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return score[a] != score[b] ? score[a] > score[b] : a < b;
-    });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return score[a] != score[b] ? score[a] > score[b] : a < b; });
     order.resize(k);
     if (std::find(order.begin(), order.end(), n - 1) == order.end()) order.push_back(n - 1);
     std::sort(order.begin(), order.end());
@@ -364,10 +369,8 @@ class SeerAttnRPolicy : public Policy {
     const int B = arch_.block;
     for (int32_t b : order) {
       const int32_t lo = b * B, hi = static_cast<int32_t>(std::min<int64_t>(L, static_cast<int64_t>(b + 1) * B));
-      if (!spans.empty() && spans.back().second == lo)
-        spans.back().second = hi;
-      else
-        spans.emplace_back(lo, hi);
+      if (!spans.empty() && spans.back().second == lo) spans.back().second = hi;
+      else spans.emplace_back(lo, hi);
     }
     return spans;
   }
@@ -514,11 +517,11 @@ class SeerAttnRPolicy : public Policy {
 
 PolicyInfo seerattn_r_policy_info() {
   return learned_policy_entry<SeerAttnRPolicy>(
-      "seerattn_r",
-      "SeerAttention-R: full cache; a learned AttnGate picks the top budget/64 key blocks per kv head each decode "
-      "step, plus the newest (Gao et al. 2025 §3; microsoft/SeerAttention decode_sparse); --budget = tokens read",
-      params(), LearnedWeightsInfo{"gates", "random_gates", "AttnGates", "SeerAttention-R"},
-      GateSource{"seerattn_r", "gates", "attn_gate_weights.pth", true, is_gate_tensor})
+             "seerattn_r",
+             "SeerAttention-R: full cache; a learned AttnGate picks the top budget/64 key blocks per kv head each decode "
+             "step, plus the newest (Gao et al. 2025 §3; microsoft/SeerAttention decode_sparse); --budget = tokens read",
+             params(), LearnedWeightsInfo{"gates", "random_gates", "AttnGates", "SeerAttention-R"},
+             GateSource{"seerattn_r", "gates", "attn_gate_weights.pth", true, is_gate_tensor})
       .with_tests({.min_budget = 1, .params = "random_gates=1", .needs_weights = true, .evicts = false});
 }
 

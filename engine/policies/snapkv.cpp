@@ -52,9 +52,10 @@ void SnapKVPolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& 
 
 PolicyInfo snapkv_policy_info() {
   return policy_entry<SnapKVPolicy>(
-      "snapkv",
-      "Observation-window attention, pooled (SnapKV §4.2; decode-time every `buffer` tokens as in R-KV/TRIM-KV)",
-      snapkv_params(8, 7, "max", "max_logits", 128)).with_tests({.min_budget = 9});
+             "snapkv",
+             "Observation-window attention, pooled (SnapKV §4.2; decode-time every `buffer` tokens as in R-KV/TRIM-KV)",
+             snapkv_params(8, 7, "max", "max_logits", 128))
+      .with_tests({.min_budget = 9});
 }
 
 }  // namespace kvb

@@ -36,8 +36,7 @@ std::vector<PolicyParamInfo> snapkv_params(int64_t window, int64_t kernel, const
 /// (clamped to P − w, then min = 2(C − w) − max) and step = floor((max − min)/(layers − 1)).
 int64_t pyramid_layer_budget(int64_t C, int64_t w, int64_t P, int layer, int num_layers, double beta);
 /// kvpress PyramidKVPress.get_layer_budget for `budget` kept tokens (window inside the total).
-int64_t pyramid_layer_budget_kvpress(int64_t budget, int64_t window, int64_t P, int layer, int num_layers,
-                                     double beta);
+int64_t pyramid_layer_budget_kvpress(int64_t budget, int64_t window, int64_t P, int layer, int num_layers, double beta);
 
 /// Page-aware layer budgets (issue 33): each exact budget `exact[l]` (tokens per head of layer l)
 /// becomes B + align·d_l with d_l = floor((exact[l] − B)/align), never below `min_budget` (nor

@@ -37,9 +37,11 @@ class StreamingLLMPolicy : public ScheduledPolicy {
 
 PolicyInfo streamingllm_policy_info() {
   return policy_entry<StreamingLLMPolicy>(
-      "streamingllm", "Attention sinks + most recent tokens (Xiao et al. 2023 §3.2; R-KV/TRIM-KV baseline schedule)",
-      extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
-                    {{"window", "unused: the recent part is budget - sinks"}})).with_tests({.min_budget = 5});
+             "streamingllm",
+             "Attention sinks + most recent tokens (Xiao et al. 2023 §3.2; R-KV/TRIM-KV baseline schedule)",
+             extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
+                           {{"window", "unused: the recent part is budget - sinks"}}))
+      .with_tests({.min_budget = 5});
 }
 
 }  // namespace kvb

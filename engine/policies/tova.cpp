@@ -41,9 +41,10 @@ class TovaPolicy : public ScheduledPolicy {
       layer_score_.assign(L, 0.0f);
       for (int hk = 0; hk < step.num_kv_heads; ++hk) {
         if (step.cache->length(step.seq, step.layer, hk) != L)
-          fail("policy 'tova': kv heads of layer {} hold different lengths ({} vs {}); TOVA keeps one keep-set "
-               "per layer",
-               step.layer, step.cache->length(step.seq, step.layer, hk), L);
+          fail(
+              "policy 'tova': kv heads of layer {} hold different lengths ({} vs {}); TOVA keeps one keep-set "
+              "per layer",
+              step.layer, step.cache->length(step.seq, step.layer, hk), L);
         int w = 0;
         const std::vector<float> p = scoring::window_probs(step, hk, &w);  // [G, w, L]
         if (w < 1) fail("policy 'tova': no query to score with");
@@ -67,11 +68,11 @@ class TovaPolicy : public ScheduledPolicy {
 
 PolicyInfo tova_policy_info() {
   return policy_entry<TovaPolicy>(
-      "tova",
-      "Newest query's attention averaged over the layer's heads, one keep-set per layer (TOVA §3.3; kvpress "
-      "TOVAPress)",
-      extend_params(schedule_params(/*buffer=*/1, /*window=*/1, /*sinks=*/0),
-                    {{"window", "most recent tokens always kept (1: the current token, as kvpress TOVAPress)"}}))
+             "tova",
+             "Newest query's attention averaged over the layer's heads, one keep-set per layer (TOVA §3.3; kvpress "
+             "TOVAPress)",
+             extend_params(schedule_params(/*buffer=*/1, /*window=*/1, /*sinks=*/0),
+                           {{"window", "most recent tokens always kept (1: the current token, as kvpress TOVAPress)"}}))
       .with_tests({.min_budget = 2});
 }
 

@@ -76,9 +76,10 @@ class TrimKVPolicy : public ScheduledPolicy {
     hidden_ = params_.get_int("gate_hidden");
     bias_ = static_cast<float>(params_.get_double("gate_bias"));
     if (gates_path_.empty() && random_seed_ < 0)
-      fail("policy 'trimkv': no retention-gate weights for this model: pass gates=HUB_ID|DIR|FILE (the released "
-           "ngocbh/TrimKV-<model> checkpoints; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
-           "test gates");
+      fail(
+          "policy 'trimkv': no retention-gate weights for this model: pass gates=HUB_ID|DIR|FILE (the released "
+          "ngocbh/TrimKV-<model> checkpoints; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
+          "test gates");
     params_.check_min("gate_hidden", hidden_, 1);
   }
   PolicyNeeds needs() const override { return {.layer_input = true, .num_scalars = 1, .layer_input_via_mlp = true}; }
@@ -93,16 +94,15 @@ class TrimKVPolicy : public ScheduledPolicy {
     // Same protocol as the per-head schedule: the end of the prompt, then every `buffer` tokens per
     // head on average; prompt chunks before the end only with compress=chunked.
     if (!compress_point(s.prefill, s.prefill_last, chunked_)) return;
-    const bool go = total > keep_total &&
-                    (s.prefill_last || ((decode_ || s.prefill) && total >= heads * (budget_ + buffer_)));
+    const bool go =
+        total > keep_total && (s.prefill_last || ((decode_ || s.prefill) && total >= heads * (budget_ + buffer_)));
     if (!go) return;
     std::vector<float> all;
     all.reserve(total);
     for (int l = 0; l < s.num_layers; ++l)
       for (int h = 0; h < s.num_kv_heads; ++h) {
         const int32_t L = s.cache->length(s.seq, l, h);
-        for (int32_t i = 0; i < L; ++i)
-          all.push_back(retention_score(*s.cache, s.seq, l, h, i, s.seq_len));
+        for (int32_t i = 0; i < L; ++i) all.push_back(retention_score(*s.cache, s.seq, l, h, i, s.seq_len));
       }
     std::vector<int32_t> top = scoring::top_k_indices(all, keep_total);  // flat indices, sorted
     size_t t = 0;
@@ -128,15 +128,17 @@ class TrimKVPolicy : public ScheduledPolicy {
     const Gate& g = gate(step);
     const int Hk = step.num_kv_heads;
     // φ = SiLU, the base model's hidden_act; one hidden layer shared by the heads.
-    const HeadMlp mlp{Hk, step.hidden_size, g.I, /*shared_hidden=*/true, HeadMlp::Act::kSilu,
-                      g.w1.data(), g.b1.data(), g.w2.data(), g.b.data()};
+    const HeadMlp mlp{
+        Hk,          step.hidden_size, g.I,       /*shared_hidden=*/true, HeadMlp::Act::kSilu, g.w1.data(),
+        g.b1.data(), g.w2.data(),      g.b.data()};
     std::vector<float> z(static_cast<size_t>(step.n_new) * Hk);
     scoring::head_mlp(step, mlp, nullptr, step.n_new, -1, z.data());
     for (int t = 0; t < step.n_new; ++t) {
       for (int h = 0; h < Hk; ++h) {
         const int32_t L = step.cache->length(step.seq, step.layer, h);
         const int32_t idx = L - step.n_new + t;
-        if (idx >= 0) step.cache->scalars(step.seq, step.layer, h, idx)[0] = log_sigmoid(z[static_cast<size_t>(t) * Hk + h]);
+        if (idx >= 0)
+          step.cache->scalars(step.seq, step.layer, h, idx)[0] = log_sigmoid(z[static_cast<size_t>(t) * Hk + h]);
       }
     }
   }
@@ -155,15 +157,16 @@ class TrimKVPolicy : public ScheduledPolicy {
     std::lock_guard<std::mutex> lock(mu_);
     if (gates_.empty()) {
       if (!weights_.find(layer_prefix(0) + "linear1.weight") && random_seed_ >= 0) make_random(step);
-      if (!gates_path_.empty()) weights_.check_model(step.num_layers, step.num_kv_heads, step.hidden_size, step.head_dim);
+      if (!gates_path_.empty())
+        weights_.check_model(step.num_layers, step.num_kv_heads, step.hidden_size, step.head_dim);
       gates_.resize(step.num_layers);
       for (int l = 0; l < step.num_layers; ++l) {
         const std::string p = layer_prefix(l);
         const GateTensor& w1t = weights_.layer_tensor(p + "linear1.weight", l, step.num_layers, "gates");
         if (w1t.shape.size() != 2) fail_at(weights_.path, "tensor " + p + "linear1.weight", "expected 2 dimensions");
         const int64_t I = w1t.shape[0];
-        if (const auto& c = weights_.config; c.contains("retention_gate_intermediate_size") &&
-                                             c["retention_gate_intermediate_size"] != I)
+        if (const auto& c = weights_.config;
+            c.contains("retention_gate_intermediate_size") && c["retention_gate_intermediate_size"] != I)
           fail_at(weights_.config_path, "retention_gate_intermediate_size", "{} but the gate tensors are {} wide",
                   c["retention_gate_intermediate_size"].dump(), I);
         Gate& g = gates_[l];
@@ -182,7 +185,8 @@ class TrimKVPolicy : public ScheduledPolicy {
     SeededDraws draw(random_seed_);
     for (int l = 0; l < step.num_layers; ++l) {
       const std::string p = layer_prefix(l);
-      std::vector<float> w1(static_cast<size_t>(hidden_) * step.hidden_size), w2(static_cast<size_t>(step.num_kv_heads) * hidden_);
+      std::vector<float> w1(static_cast<size_t>(hidden_) * step.hidden_size),
+          w2(static_cast<size_t>(step.num_kv_heads) * hidden_);
       for (auto& v : w1) v = draw.normal(0.02f);  // the f32 0.02 of the original generator, widened
       for (auto& v : w2) v = draw.normal(0.02f);
       weights_.add(p + "linear1.weight", {hidden_, step.hidden_size}, std::move(w1));
@@ -204,17 +208,17 @@ class TrimKVPolicy : public ScheduledPolicy {
 
 PolicyInfo trimkv_policy_info() {
   return learned_policy_entry<TrimKVPolicy>(
-      "trimkv", "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)",
-      extend_params(
-          schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/true, /*global_kind=*/true), {},
-          {{"gates", "",
-            "retention gates: a Hub id (ngocbh/TrimKV-Qwen3-4B-Math), a directory, or a .pth/.pt/.safetensors "
-            "file; required unless random_gates (kvbench run picks the released gates of a known model)"},
-           {"random_gates", "-1", "seed of RANDOM test gates (not TRIM-KV; -1 = off)"},
-           {"gate_hidden", "512", "hidden width I of random gates"},
-           {"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"}}),
-      LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV"},
-      GateSource{"trimkv", "gates", "trimkv_weights.pth", true}, with_checkpoint_config)
+             "trimkv", "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)",
+             extend_params(
+                 schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/true, /*global_kind=*/true), {},
+                 {{"gates", "",
+                   "retention gates: a Hub id (ngocbh/TrimKV-Qwen3-4B-Math), a directory, or a .pth/.pt/.safetensors "
+                   "file; required unless random_gates (kvbench run picks the released gates of a known model)"},
+                  {"random_gates", "-1", "seed of RANDOM test gates (not TRIM-KV; -1 = off)"},
+                  {"gate_hidden", "512", "hidden width I of random gates"},
+                  {"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"}}),
+             LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV"},
+             GateSource{"trimkv", "gates", "trimkv_weights.pth", true}, with_checkpoint_config)
       .with_tests({.min_budget = 1, .params = "random_gates=1", .needs_weights = true});
 }
 

@@ -66,7 +66,6 @@ std::vector<PolicyParamInfo> params() {
   };
 }
 
-
 class WGKVPolicy : public ParamPolicy {
  public:
   WGKVPolicy(PolicyParams p, GateWeights weights) : ParamPolicy("wgkv", std::move(p)), weights_(std::move(weights)) {
@@ -86,9 +85,10 @@ class WGKVPolicy : public ParamPolicy {
     if (budget_ > 0 && budget_ <= window_)
       fail("policy 'wgkv': budget {} must exceed window = {} (it counts the local window)", budget_, window_);
     if (gates_path_.empty() && random_seed_ < 0)
-      fail("policy 'wgkv': no write-gate weights for this model: pass gates=HUB_ID/FILE|DIR|FILE (the released "
-           "WG-KV/checkpoints/<model>-<lambda>.pt; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
-           "test gates");
+      fail(
+          "policy 'wgkv': no write-gate weights for this model: pass gates=HUB_ID/FILE|DIR|FILE (the released "
+          "WG-KV/checkpoints/<model>-<lambda>.pt; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
+          "test gates");
   }
   PolicyNeeds needs() const override {
     return {.window_queries = budget_ > 0 ? obs_window_ : 0, .keys_pre_rope = true, .num_scalars = 1, .host_kv = true};
@@ -113,8 +113,9 @@ class WGKVPolicy : public ParamPolicy {
         rms(step.cache->key(step.seq, step.layer, h, idx), g.post.data(), D, xr + D);
       }
     }
-    const HeadMlp mlp{Hk, 2 * D, g.I, /*shared_hidden=*/false, HeadMlp::Act::kGeluErf,
-                      g.w1.data(), g.b1.data(), g.w2.data(), g.b2.data()};
+    const HeadMlp mlp{
+        Hk,          2 * D,       g.I,        /*shared_hidden=*/false, HeadMlp::Act::kGeluErf, g.w1.data(),
+        g.b1.data(), g.w2.data(), g.b2.data()};
     scoring::head_mlp(step, mlp, x.data(), n, -1, z.data());
     for (int h = 0; h < Hk; ++h) {
       const int32_t L = step.cache->length(step.seq, step.layer, h);
@@ -269,8 +270,10 @@ class WGKVPolicy : public ParamPolicy {
 
 PolicyInfo wgkv_policy_info() {
   return learned_policy_entry<WGKVPolicy>(
-      "wgkv", "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0",
-      params(), LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV"}, GateSource{"wgkv", "gates", "", false})
+             "wgkv",
+             "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0",
+             params(), LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV"},
+             GateSource{"wgkv", "gates", "", false})
       .with_tests({.min_budget = 0, .params = "random_gates=1", .needs_weights = true});
 }
 

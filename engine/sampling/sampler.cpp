@@ -59,7 +59,9 @@ int32_t sample_token(const float* logits, int V, const SamplingParams& p, Rng& r
   scratch.resize(V);
   for (int i = 0; i < V; ++i) scratch[i] = {logits[i] / p.temperature, i};
   // Sort descending by logit (ties: lower id first) — only the prefix we may keep.
-  auto cmp = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto cmp = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   int n = V;
   if (p.top_k > 0 && p.top_k < V) {
     std::partial_sort(scratch.begin(), scratch.begin() + p.top_k, scratch.end(), cmp);

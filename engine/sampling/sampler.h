@@ -12,9 +12,9 @@ namespace kvb {
 /// Sampling parameters of one request. temperature == 0 means greedy (argmax, lowest id on ties).
 struct SamplingParams {
   float temperature = 0.0f;
-  int top_k = 0;        ///< 0 = off
-  float top_p = 1.0f;   ///< 1 = off
-  float min_p = 0.0f;   ///< 0 = off; keep tokens with p ≥ min_p · p_max
+  int top_k = 0;       ///< 0 = off
+  float top_p = 1.0f;  ///< 1 = off
+  float min_p = 0.0f;  ///< 0 = off; keep tokens with p ≥ min_p · p_max
   bool greedy() const { return temperature <= 0.0f; }
 };
 

@@ -16,10 +16,8 @@ BpeModel::BpeModel(const json& model, const std::string& origin) : cache_(new Sh
   if (!vocab.is_object()) fail_at(origin, "model.vocab", "must be an object of token -> id, got {}", vocab.type_name());
   vocab_.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT32_MAX)
-      fail_at(origin, "model.vocab", "token {:?} has a non-integer or out-of-range id {}", it.key(),
-              it.value().dump());
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
+      fail_at(origin, "model.vocab", "token {:?} has a non-integer or out-of-range id {}", it.key(), it.value().dump());
     vocab_[it.key()] = it.value().get<int32_t>();
   }
 
@@ -78,8 +76,7 @@ BpeModel::BpeModel(const json& model, const std::string& origin) : cache_(new Sh
     std::string merged = a;
     merged.append(b, std::min(prefix_len, b.size()), std::string::npos);
     auto im = vocab_.find(merged);
-    if (im == vocab_.end())
-      fail_at(origin, field, "merged token {:?} is not in the vocabulary", merged);
+    if (im == vocab_.end()) fail_at(origin, field, "merged token {:?} is not in the vocabulary", merged);
     merges_[pair_key(ia->second, ib->second)] = {static_cast<int32_t>(i), im->second};
   }
 }
@@ -180,17 +177,14 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   syms.back().next = -1;
 
   // Max-heap on priority: lower rank first, then lower position.
-  auto lower_priority = [](const Cand& x, const Cand& y) {
-    return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
-  };
+  auto lower_priority = [](const Cand& x, const Cand& y) { return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos; };
   auto push = [&](int32_t pos, int32_t left, int32_t right) {
     auto it = merges_.find(pair_key(left, right));
     if (it == merges_.end()) return;
     heap.push_back({it->second.rank, pos, it->second.new_id});
     std::push_heap(heap.begin(), heap.end(), lower_priority);
   };
-  for (size_t k = 0; k + 1 < syms.size(); ++k)
-    push(static_cast<int32_t>(k), syms[k].id, syms[k + 1].id);
+  for (size_t k = 0; k + 1 < syms.size(); ++k) push(static_cast<int32_t>(k), syms[k].id, syms[k + 1].id);
 
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), lower_priority);

@@ -52,8 +52,7 @@ SplitPattern SplitPattern::literal(std::string text) {
   return p;
 }
 
-SplitPattern SplitPattern::regex(const std::string& re, const std::string& origin,
-                                 const std::string& field) {
+SplitPattern SplitPattern::regex(const std::string& re, const std::string& origin, const std::string& field) {
   SplitPattern p;
   if (re == kGpt2Pattern) {
     p.kind_ = Kind::kGpt2Family;
@@ -70,8 +69,10 @@ SplitPattern SplitPattern::regex(const std::string& re, const std::string& origi
   opts.set_log_errors(false);
   auto compiled = std::make_unique<RE2>(re, opts);
   if (!compiled->ok())
-    fail_at(origin, field, "unsupported regex {:?} ({}); only the GPT-2, Llama-3 and Qwen "
-            "pre-tokenizer patterns and re2-compatible regexes are supported", re, compiled->error());
+    fail_at(origin, field,
+            "unsupported regex {:?} ({}); only the GPT-2, Llama-3 and Qwen "
+            "pre-tokenizer patterns and re2-compatible regexes are supported",
+            re, compiled->error());
   p.kind_ = Kind::kRe2;
   p.re_ = std::move(compiled);
   return p;
@@ -81,14 +82,11 @@ void SplitPattern::find_matches(std::string_view s, std::vector<Span>& out) cons
   switch (kind_) {
     case Kind::kLiteral: {
       if (literal_.empty()) return;
-      for (size_t pos = s.find(literal_); pos != std::string_view::npos;
-           pos = s.find(literal_, pos + literal_.size()))
+      for (size_t pos = s.find(literal_); pos != std::string_view::npos; pos = s.find(literal_, pos + literal_.size()))
         out.emplace_back(pos, pos + literal_.size());
       return;
     }
-    case Kind::kGpt2Family:
-      match_gpt2_family(s, out);
-      return;
+    case Kind::kGpt2Family: match_gpt2_family(s, out); return;
     case Kind::kRe2: {
       re2::StringPiece input(s.data(), s.size()), m;
       size_t pos = 0;
@@ -164,8 +162,7 @@ void SplitPattern::match_gpt2_family(std::string_view s, std::vector<Span>& out)
     if (!j) {
       size_t k = n + 1;  // start of the letter run; n + 1 = none
       if (is_l(i)) k = i;
-      else if (qwen_style_ ? (!is_crlf(i) && !is_n(i) && is_l(i + 1)) : (c == ' ' && is_l(i + 1)))
-        k = i + 1;
+      else if (qwen_style_ ? (!is_crlf(i) && !is_n(i) && is_l(i + 1)) : (c == ' ' && is_l(i + 1))) k = i + 1;
       if (k <= n) {
         while (is_l(k)) ++k;
         j = k;
@@ -209,9 +206,9 @@ void SplitPattern::match_gpt2_family(std::string_view s, std::vector<Span>& out)
           }
       }
       if (!j) {
-        if (end == n) j = end;                // \s+(?!\S) at the end of the text
-        else if (end - 1 > i) j = end - 1;    // \s+(?!\S): leave the last space to the next token
-        else j = end;                         // \s+
+        if (end == n) j = end;              // \s+(?!\S) at the end of the text
+        else if (end - 1 > i) j = end - 1;  // \s+(?!\S): leave the last space to the next token
+        else j = end;                       // \s+
       }
     }
     if (!j) {  // unreachable for these patterns: every character is L, N, \s or other
@@ -223,8 +220,8 @@ void SplitPattern::match_gpt2_family(std::string_view s, std::vector<Span>& out)
   }
 }
 
-void split_by_matches(std::string_view s, const std::vector<Span>& matches, SplitBehavior behavior,
-                      bool invert, std::vector<std::string>& out) {
+void split_by_matches(std::string_view s, const std::vector<Span>& matches, SplitBehavior behavior, bool invert,
+                      std::vector<std::string>& out) {
   // All pieces covering `s`, flagged as match or not (HF Pattern::find_matches).
   struct Piece {
     size_t a, b;
@@ -244,9 +241,7 @@ void split_by_matches(std::string_view s, const std::vector<Span>& matches, Spli
     case SplitBehavior::kIsolated:
       for (auto p : pieces) res.push_back({p.a, p.b, false});
       break;
-    case SplitBehavior::kRemoved:
-      res = pieces;
-      break;
+    case SplitBehavior::kRemoved: res = pieces; break;
     case SplitBehavior::kContiguous: {
       bool prev_match = false;
       for (auto p : pieces) {

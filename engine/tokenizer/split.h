@@ -62,7 +62,7 @@ enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWith
 /// Splits `s` given its `matches` (sorted, non-overlapping) as HF's
 /// NormalizedString::split(pattern, behavior) does, with `invert` swapping matches and
 /// non-matches. Appends the non-empty pieces to `out`.
-void split_by_matches(std::string_view s, const std::vector<Span>& matches, SplitBehavior behavior,
-                      bool invert, std::vector<std::string>& out);
+void split_by_matches(std::string_view s, const std::vector<Span>& matches, SplitBehavior behavior, bool invert,
+                      std::vector<std::string>& out);
 
 }  // namespace kvb::tok

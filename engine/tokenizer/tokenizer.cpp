@@ -156,8 +156,10 @@ NormalizeFn make_normalizer(const json& j, const std::string& origin, const std:
       for (const auto& f : fns) f(s);
     };
   }
-  fail_at(origin, o.field("type"), "unsupported normalizer type {:?} (supported: NFC, NFD, NFKC, NFKD, "
-          "Lowercase, Prepend, Replace, Strip, Sequence)", type);
+  fail_at(origin, o.field("type"),
+          "unsupported normalizer type {:?} (supported: NFC, NFD, NFKC, NFKD, "
+          "Lowercase, Prepend, Replace, Strip, Sequence)",
+          type);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -294,8 +296,10 @@ PreTokenizeFn make_pre_tokenizer(const json& j, const std::string& origin, const
       for (const auto& f : fns) f(pieces, at_text_start);
     };
   }
-  fail_at(origin, o.field("type"), "unsupported pre-tokenizer type {:?} (supported: Split, ByteLevel, "
-          "Metaspace, Digits, WhitespaceSplit, Sequence)", type);
+  fail_at(origin, o.field("type"),
+          "unsupported pre-tokenizer type {:?} (supported: Split, ByteLevel, "
+          "Metaspace, Digits, WhitespaceSplit, Sequence)",
+          type);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,7 +377,8 @@ DecodeFn make_decoder(const json& j, const std::string& origin, const std::strin
       for (std::string& t : toks) {
         size_t a = 0, b = t.size();
         for (int64_t k = 0; k < start && t.compare(a, content.size(), content) == 0 && a < b; ++k) a += content.size();
-        for (int64_t k = 0; k < stop && b >= a + content.size() && t.compare(b - content.size(), content.size(), content) == 0; ++k)
+        for (int64_t k = 0;
+             k < stop && b >= a + content.size() && t.compare(b - content.size(), content.size(), content) == 0; ++k)
           b -= content.size();
         t = t.substr(a, b - a);
       }
@@ -397,8 +402,10 @@ DecodeFn make_decoder(const json& j, const std::string& origin, const std::strin
       for (const auto& f : fns) f(toks);
     };
   }
-  fail_at(origin, o.field("type"), "unsupported decoder type {:?} (supported: ByteLevel, Replace, "
-          "ByteFallback, Fuse, Strip, Metaspace, Sequence)", type);
+  fail_at(origin, o.field("type"),
+          "unsupported decoder type {:?} (supported: ByteLevel, Replace, "
+          "ByteFallback, Fuse, Strip, Metaspace, Sequence)",
+          type);
 }
 
 }  // namespace
@@ -409,10 +416,10 @@ DecodeFn make_decoder(const json& j, const std::string& origin, const std::strin
 class TokenizerImpl {
  public:
   std::string origin;
-  NormalizeFn normalizer;          // may be empty
-  PreTokenizeFn pre_tokenizer;     // may be empty
+  NormalizeFn normalizer;       // may be empty
+  PreTokenizeFn pre_tokenizer;  // may be empty
   std::unique_ptr<BpeModel> model;
-  DecodeFn decoder;                // may be empty (tokens joined with spaces)
+  DecodeFn decoder;                               // may be empty (tokens joined with spaces)
   std::vector<int32_t> post_prefix, post_suffix;  // added around the ids with add_special_tokens
   std::vector<AddedToken> added;
   std::unordered_map<int32_t, size_t> added_by_id;
@@ -591,8 +598,10 @@ class TokenizerImpl {
       post_suffix.push_back(tok_id("sep"));
       return;
     }
-    fail_at(origin, o.field("type"), "unsupported post-processor type {:?} (supported: TemplateProcessing, "
-            "ByteLevel, RobertaProcessing, BertProcessing, Sequence)", type);
+    fail_at(origin, o.field("type"),
+            "unsupported post-processor type {:?} (supported: TemplateProcessing, "
+            "ByteLevel, RobertaProcessing, BertProcessing, Sequence)",
+            type);
   }
 };
 
@@ -627,7 +636,8 @@ Tokenizer Tokenizer::from_json(const json& tj, const std::string& origin, const 
   impl->model = std::make_unique<BpeModel>(root.at("model"), origin);
 
   if (root.has("normalizer")) impl->normalizer = make_normalizer(root.at("normalizer"), origin, "normalizer");
-  if (root.has("pre_tokenizer")) impl->pre_tokenizer = make_pre_tokenizer(root.at("pre_tokenizer"), origin, "pre_tokenizer");
+  if (root.has("pre_tokenizer"))
+    impl->pre_tokenizer = make_pre_tokenizer(root.at("pre_tokenizer"), origin, "pre_tokenizer");
   if (root.has("post_processor")) impl->parse_post_processor(root.at("post_processor"), "post_processor");
   if (root.has("decoder")) impl->decoder = make_decoder(root.at("decoder"), origin, "decoder");
 
@@ -659,8 +669,8 @@ Tokenizer Tokenizer::from_json(const json& tj, const std::string& origin, const 
         const int64_t id = max_added < 0 ? vsize : (max_added >= vsize || vsize == 0 ? max_added + 1 : vsize);
         // The next id after an added token at INT32_MAX does not fit a token id.
         if (id > INT32_MAX)
-          fail_at(origin, fmt::format("added_tokens[{}]", i), "token {:?} would get id {}, beyond the largest token id {}",
-                  t.content, id, INT32_MAX);
+          fail_at(origin, fmt::format("added_tokens[{}]", i),
+                  "token {:?} would get id {}, beyond the largest token id {}", t.content, id, INT32_MAX);
         t.id = static_cast<int32_t>(id);
       }
       impl->added_by_content[t.content] = t.id;
@@ -698,7 +708,8 @@ Tokenizer Tokenizer::from_json(const json& tj, const std::string& origin, const 
   if (max_id >= id_limit)
     fail_at(origin, max_is_added ? "added_tokens" : "model.vocab",
             "token {:?} has id {}, beyond what {} tokens can use (ids must be below {}; the id -> token table is "
-            "sized by the largest id)", max_token, max_id, n_tokens, id_limit);
+            "sized by the largest id)",
+            max_token, max_id, n_tokens, id_limit);
   impl->pieces.assign(static_cast<size_t>(max_id + 1), std::string());
   impl->special.assign(static_cast<size_t>(max_id + 1), 0);
   impl->present.assign(static_cast<size_t>(max_id + 1), 0);
@@ -724,9 +735,7 @@ Tokenizer Tokenizer::from_json(const json& tj, const std::string& origin, const 
   return tok;
 }
 
-Tokenizer Tokenizer::from_file(const std::string& path) {
-  return from_json(parse_json_file(path), path);
-}
+Tokenizer Tokenizer::from_file(const std::string& path) { return from_json(parse_json_file(path), path); }
 
 Tokenizer Tokenizer::from_dir(const std::string& dir) {
   const std::string tj = dir + "/tokenizer.json";

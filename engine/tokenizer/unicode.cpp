@@ -22,8 +22,8 @@ enum : uint8_t { kLetter = 1, kNumber = 2, kSpace = 4 };
 
 template <size_t N>
 bool in_ranges(const CodeRange (&r)[N], char32_t cp) {
-  const CodeRange* it = std::upper_bound(std::begin(r), std::end(r), cp,
-                                         [](char32_t c, const CodeRange& x) { return c < x.lo; });
+  const CodeRange* it =
+      std::upper_bound(std::begin(r), std::end(r), cp, [](char32_t c, const CodeRange& x) { return c < x.lo; });
   if (it == std::begin(r)) return false;
   --it;
   return cp <= it->hi;
@@ -63,7 +63,6 @@ bool is_space(char32_t cp) {
   return false;
 }
 
-
 std::string normalize(std::string_view s, std::string_view form) {
   bool ascii = true;
   for (char c : s) ascii &= static_cast<uint8_t>(c) < 0x80;
@@ -75,8 +74,8 @@ std::string normalize(std::string_view s, std::string_view form) {
   else options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
   utf8proc_uint8_t* out = nullptr;
   const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                   static_cast<utf8proc_ssize_t>(s.size()), &out, static_cast<utf8proc_option_t>(options));
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
+                   static_cast<utf8proc_option_t>(options));
   if (n < 0) return std::string(s);
   std::string r(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
   std::free(out);

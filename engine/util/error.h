@@ -34,8 +34,8 @@ class Error : public std::runtime_error {
 
 /// Throws kvb::Error("<file>: <field>: <formatted message>") — the standard shape.
 template <typename... Args>
-[[noreturn]] void fail_at(const std::string& file, const std::string& field,
-                          fmt::format_string<Args...> f, Args&&... args) {
+[[noreturn]] void fail_at(const std::string& file, const std::string& field, fmt::format_string<Args...> f,
+                          Args&&... args) {
   std::string msg = file;
   if (!field.empty()) msg += ": " + field;
   msg += ": " + fmt::format(f, std::forward<Args>(args)...);

@@ -21,7 +21,8 @@ namespace {
 class Digest {
  public:
   explicit Digest(const EVP_MD* md) : ctx_(EVP_MD_CTX_new()) {
-    if (!ctx_ || EVP_DigestInit_ex(ctx_, md, nullptr) != 1) throw Error("hash: OpenSSL EVP_DigestInit failed", ErrorKind::kRuntime);
+    if (!ctx_ || EVP_DigestInit_ex(ctx_, md, nullptr) != 1)
+      throw Error("hash: OpenSSL EVP_DigestInit failed", ErrorKind::kRuntime);
   }
   ~Digest() { EVP_MD_CTX_free(ctx_); }
   Digest(const Digest&) = delete;
@@ -33,7 +34,8 @@ class Digest {
   std::string hex() {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned len = 0;
-    if (EVP_DigestFinal_ex(ctx_, md, &len) != 1) throw Error("hash: OpenSSL EVP_DigestFinal failed", ErrorKind::kRuntime);
+    if (EVP_DigestFinal_ex(ctx_, md, &len) != 1)
+      throw Error("hash: OpenSSL EVP_DigestFinal failed", ErrorKind::kRuntime);
     static const char* k = "0123456789abcdef";
     std::string out(2 * len, '0');
     for (unsigned i = 0; i < len; ++i) {

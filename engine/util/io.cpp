@@ -45,7 +45,9 @@ Json parse_limited(std::string_view text, const std::string& origin) {
     std::string what = e.what();
     const size_t q = what.find('\'');
     fail("{}: number out of range: {}", origin,
-         q == std::string::npos ? what : what.substr(q + 1, what.rfind('\'') > q ? what.rfind('\'') - q - 1 : std::string::npos));
+         q == std::string::npos
+             ? what
+             : what.substr(q + 1, what.rfind('\'') > q ? what.rfind('\'') - q - 1 : std::string::npos));
   } catch (const nlohmann::json::exception& e) {
     fail("{}: invalid JSON: {}", origin, e.what());
   }
@@ -63,7 +65,8 @@ nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::stri
 nlohmann::json parse_json_file(const std::string& path) { return parse_json(read_file(path), path); }
 
 bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
   return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }

@@ -40,12 +40,12 @@ const char* const kInfinity = "\\infty";
 
 bool is_known_command(std::string_view c) {
   static const std::vector<std::string_view> known = {
-      "frac", "dfrac", "tfrac", "cfrac", "sqrt", "pi", "infty", "sin", "cos", "tan", "cot", "sec",
-      "csc", "arcsin", "arccos", "arctan", "ln", "log", "exp", "text", "textbf", "mathrm",
-      "mathit", "operatorname", "mbox", "mathbb", "alpha", "beta", "gamma", "delta", "epsilon",
-      "varepsilon", "theta", "vartheta", "lambda", "mu", "phi", "varphi", "psi", "omega", "sigma",
-      "tau", "rho", "eta", "kappa", "nu", "xi", "chi", "zeta", "cdot", "times", "div", "circ",
-      "quad", "qquad", "pm", "cup", "infin"};
+      "frac",    "dfrac",      "tfrac",  "cfrac",        "sqrt",   "pi",     "infty", "sin",    "cos",   "tan",
+      "cot",     "sec",        "csc",    "arcsin",       "arccos", "arctan", "ln",    "log",    "exp",   "text",
+      "textbf",  "mathrm",     "mathit", "operatorname", "mbox",   "mathbb", "alpha", "beta",   "gamma", "delta",
+      "epsilon", "varepsilon", "theta",  "vartheta",     "lambda", "mu",     "phi",   "varphi", "psi",   "omega",
+      "sigma",   "tau",        "rho",    "eta",          "kappa",  "nu",     "xi",    "chi",    "zeta",  "cdot",
+      "times",   "div",        "circ",   "quad",         "qquad",  "pm",     "cup",   "infin"};
   return std::find(known.begin(), known.end(), c) != known.end();
 }
 
@@ -78,8 +78,8 @@ class Parser {
   void ws() {
     for (;;) {
       while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-      if (s_.compare(i_, 2, "\\,") == 0 || s_.compare(i_, 2, "\\;") == 0 ||
-          s_.compare(i_, 2, "\\ ") == 0 || s_.compare(i_, 2, "\\:") == 0) {
+      if (s_.compare(i_, 2, "\\,") == 0 || s_.compare(i_, 2, "\\;") == 0 || s_.compare(i_, 2, "\\ ") == 0 ||
+          s_.compare(i_, 2, "\\:") == 0) {
         i_ += 2;
         continue;
       }
@@ -145,13 +145,13 @@ class Parser {
   bool starts_primary() {
     char c = peekc();
     if (c == '\0') return false;
-    if (std::isdigit(static_cast<unsigned char>(c)) || std::isalpha(static_cast<unsigned char>(c)) ||
-        c == '(' || c == '{' || c == '.')
+    if (std::isdigit(static_cast<unsigned char>(c)) || std::isalpha(static_cast<unsigned char>(c)) || c == '(' ||
+        c == '{' || c == '.')
       return true;
     if (c == '\\') {
       std::string cmd = peek_cmd();
-      return !cmd.empty() && cmd != "cdot" && cmd != "times" && cmd != "div" && cmd != "pm" &&
-             cmd != "cup" && cmd != "circ";
+      return !cmd.empty() && cmd != "cdot" && cmd != "times" && cmd != "div" && cmd != "pm" && cmd != "cup" &&
+             cmd != "circ";
     }
     return false;
   }
@@ -167,8 +167,7 @@ class Parser {
         ws();
         // Mixed number: an integer literal directly followed by \frac{int}{int}.
         bool frac_next = peek_cmd() == "frac" || peek_cmd() == "dfrac" || peek_cmd() == "tfrac";
-        if (frac_next && GiNaC::is_a<GiNaC::numeric>(r) &&
-            GiNaC::ex_to<GiNaC::numeric>(r).is_integer()) {
+        if (frac_next && GiNaC::is_a<GiNaC::numeric>(r) && GiNaC::ex_to<GiNaC::numeric>(r).is_integer()) {
           ex f = power();
           if (GiNaC::is_a<GiNaC::numeric>(f) && GiNaC::ex_to<GiNaC::numeric>(f).is_rational()) {
             r = GiNaC::ex_to<GiNaC::numeric>(r).is_negative() ? r - f : r + f;
@@ -279,8 +278,7 @@ class Parser {
     size_t start = i_;
     while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
     std::string ip(s_.substr(start, i_ - start)), fp;
-    if (i_ < s_.size() && s_[i_] == '.' && i_ + 1 < s_.size() &&
-        std::isdigit(static_cast<unsigned char>(s_[i_ + 1]))) {
+    if (i_ < s_.size() && s_[i_] == '.' && i_ + 1 < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_ + 1]))) {
       ++i_;
       size_t fs = i_;
       while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
@@ -359,7 +357,8 @@ class Parser {
       std::string inner = raw_group();
       std::string name;
       for (char ch : inner)
-        if (!std::isspace(static_cast<unsigned char>(ch))) name += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        if (!std::isspace(static_cast<unsigned char>(ch)))
+          name += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       if (name.empty()) return 1;
       SymTab tmp;
       try {
@@ -369,13 +368,13 @@ class Parser {
         return st_.get("\\text{" + name + "}");
       }
     }
-    static const std::vector<std::string> greek = {
-        "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "theta", "vartheta",
-        "lambda", "mu", "phi", "varphi", "psi", "omega", "sigma", "tau", "rho", "eta", "kappa",
-        "nu", "xi", "chi", "zeta"};
+    static const std::vector<std::string> greek = {"alpha", "beta",     "gamma",  "delta", "epsilon", "varepsilon",
+                                                   "theta", "vartheta", "lambda", "mu",    "phi",     "varphi",
+                                                   "psi",   "omega",    "sigma",  "tau",   "rho",     "eta",
+                                                   "kappa", "nu",       "xi",     "chi",   "zeta"};
     if (std::find(greek.begin(), greek.end(), cmd) != greek.end()) return st_.get("\\" + cmd);
-    static const std::vector<std::string> fns = {"sin", "cos", "tan", "cot", "sec", "csc",
-                                                 "arcsin", "arccos", "arctan", "ln", "log", "exp"};
+    static const std::vector<std::string> fns = {"sin",    "cos",    "tan",    "cot", "sec", "csc",
+                                                 "arcsin", "arccos", "arctan", "ln",  "log", "exp"};
     if (std::find(fns.begin(), fns.end(), cmd) != fns.end()) {
       std::optional<ex> fpow;
       if (eat('^')) fpow = exponent_atom();
@@ -594,8 +593,7 @@ std::vector<GiNaC::symbol> free_symbols(const ex& e) {
   for (auto it = e.preorder_begin(); it != e.preorder_end(); ++it)
     if (GiNaC::is_a<GiNaC::symbol>(*it)) {
       auto s = GiNaC::ex_to<GiNaC::symbol>(*it);
-      if (std::none_of(out.begin(), out.end(), [&](const GiNaC::symbol& t) { return t.is_equal(s); }))
-        out.push_back(s);
+      if (std::none_of(out.begin(), out.end(), [&](const GiNaC::symbol& t) { return t.is_equal(s); })) out.push_back(s);
     }
   return out;
 }
@@ -644,9 +642,8 @@ bool ex_equal(const ex& a, const ex& b, Ctx& c) {
       if (ok) c.how = fmt::format("numeric values agree (rel tol {:g})", c.rel_tol);
       return ok;
     }
-    static const double pts[3][4] = {{0.5377, 1.8339, -2.2588, 0.8622},
-                                     {0.3188, -1.3077, -0.4336, 0.3426},
-                                     {3.5784, 2.7694, -1.3499, 3.0349}};
+    static const double pts[3][4] = {
+        {0.5377, 1.8339, -2.2588, 0.8622}, {0.3188, -1.3077, -0.4336, 0.3426}, {3.5784, 2.7694, -1.3499, 3.0349}};
     for (const auto& row : pts) {
       GiNaC::exmap m;
       for (size_t k = 0; k < syms.size(); ++k)
@@ -748,8 +745,7 @@ bool value_equal(const Value& g, const Value& p, Ctx& c) {
   }
   auto is_coll = [](K k) { return k == K::kList || k == K::kSet; };
   if (is_coll(g.kind) && is_coll(p.kind)) return unordered_equal(g.items, p.items, c);
-  if (g.kind == K::kTuple && (p.kind == K::kTuple || p.kind == K::kList))
-    return ordered_equal(g.items, p.items, c);
+  if (g.kind == K::kTuple && (p.kind == K::kTuple || p.kind == K::kList)) return ordered_equal(g.items, p.items, c);
   if (p.kind == K::kTuple && g.kind == K::kList) return ordered_equal(g.items, p.items, c);
   if (g.kind == K::kUnion && p.kind == K::kUnion) return unordered_equal(g.items, p.items, c);
   if (g.kind == K::kSet && g.items.size() == 1 && p.kind == K::kExpr) return value_equal(g.items[0], p, c);
@@ -785,8 +781,7 @@ SymbolicResult symbolic_equivalent_in_process(const std::string& pred, const std
     Value p = parse_value(pred);
     bool eq = value_equal(g, p, c);
     if (eq) return {SymbolicStatus::kEqual, "symbolic: equivalent (" + c.how + ")"};
-    return {SymbolicStatus::kNotEqual,
-            "symbolic: not equivalent" + (c.how.empty() ? std::string() : " (" + c.how + ")")};
+    return {SymbolicStatus::kNotEqual, "symbolic: not equivalent" + (c.how.empty() ? std::string() : " (" + c.how + ")")};
   } catch (const ParseError& e) {
     return {SymbolicStatus::kUnparsable, std::string("unparsable: ") + e.what()};
   } catch (const std::exception& e) {

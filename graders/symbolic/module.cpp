@@ -20,8 +20,7 @@ KVB_EXPORT int kvb_symbolic_compare(const char* pred, size_t pred_len, const cha
   const char* failed = nullptr;
   try {
     const kvb::graders::SymbolicResult r = kvb::graders::symbolic_equivalent_in_process(
-        std::string(pred ? pred : "", pred ? pred_len : 0), std::string(gold ? gold : "", gold ? gold_len : 0),
-        rel_tol);
+        std::string(pred ? pred : "", pred ? pred_len : 0), std::string(gold ? gold : "", gold ? gold_len : 0), rel_tol);
     status = static_cast<int>(r.status);
     why = r.reason;
   } catch (...) {  // bad_alloc while copying; nothing may cross the C interface

@@ -91,7 +91,9 @@ TEST(ChatTemplate, Llama31FromShared) {
 
 TEST(ChatTemplate, Llama31OfficialWithDateString) { EXPECT_GE(check_template("llama3_1_tools"), 40); }
 TEST(ChatTemplate, DeepSeekR1DistillQwen) { EXPECT_GE(check_template("deepseek_r1_distill_qwen"), 20); }
-TEST(ChatTemplate, DeepSeekR1DistillQwenThinkPrompt) { EXPECT_GE(check_template("deepseek_r1_distill_qwen_think"), 20); }
+TEST(ChatTemplate, DeepSeekR1DistillQwenThinkPrompt) {
+  EXPECT_GE(check_template("deepseek_r1_distill_qwen_think"), 20);
+}
 TEST(ChatTemplate, Phi3Mini4k) { EXPECT_GE(check_template("phi3_mini_4k"), 20); }
 TEST(ChatTemplate, Phi3MiniWithSystem) { EXPECT_GE(check_template("phi3_mini_system"), 20); }
 TEST(ChatTemplate, SmolLM2Instruct) { EXPECT_GE(check_template("smollm2_instruct"), 20); }
@@ -131,7 +133,9 @@ TEST(ChatTemplate, ConfigErrorsNameFileAndField) {
   } catch (const kvb::Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind(p3 + ": chat_template:2: unexpected end of template", 0), 0u) << e.what();
   }
-  std::string p4 = write("bos_obj.json", R"({"chat_template": "{{ bos_token }}|{{ eos_token }}", "bos_token": {"content": "<B>"}, "eos_token": 3})");
+  std::string p4 =
+      write("bos_obj.json",
+            R"({"chat_template": "{{ bos_token }}|{{ eos_token }}", "bos_token": {"content": "<B>"}, "eos_token": 3})");
   EXPECT_THROW(ChatTemplate::from_tokenizer_config(p4), kvb::Error);
   std::filesystem::remove_all(dir);
 }
@@ -190,7 +194,8 @@ TEST(ChatTemplateDir, PrecedenceJinjaThenJsonThenTokenizerConfig) {
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "CFG<s>hi");
   d.write("chat_template.json", R"({"chat_template": "JSON{{ eos_token }}{{ messages[0].content }}"})");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "JSON</s>hi");
-  d.write("chat_template.jinja", "JINJA{{ bos_token }}{{ messages[0].content }}{% if add_generation_prompt %}>{% endif %}");
+  d.write("chat_template.jinja",
+          "JINJA{{ bos_token }}{{ messages[0].content }}{% if add_generation_prompt %}>{% endif %}");
   const ChatTemplate t = ChatTemplate::from_model_dir(d.dir());
   EXPECT_EQ(t.render(kOneUser), "JINJA<s>hi>");
   EXPECT_EQ(t.origin(), d.dir() + "/chat_template.jinja");
@@ -210,7 +215,8 @@ TEST(ChatTemplateDir, JinjaFileMatchesSameTemplateInTokenizerConfig) {
   d.write("tokenizer_config.json", cfg.dump());
   d.write("chat_template.jinja", source);
   const std::vector<kvb::chat::Message> msgs = {{"system", "Be brief."}, {"user", "What is 7 times 8?"}};
-  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(msgs), ChatTemplate::from_tokenizer_config(src_cfg).render(msgs));
+  EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(msgs),
+            ChatTemplate::from_tokenizer_config(src_cfg).render(msgs));
 }
 
 TEST(ChatTemplateDir, NamedTemplatesInTokenizerConfigList) {
@@ -229,7 +235,8 @@ TEST(ChatTemplateDir, NamedTemplatesInTokenizerConfigList) {
 
 TEST(ChatTemplateDir, ListWithoutDefaultNeedsAName) {
   TempDir d("nodefault");
-  const std::string tc = d.write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
+  const std::string tc =
+      d.write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
   EXPECT_EQ(input_error_of([&] { ChatTemplate::from_model_dir(d.dir()); }),
             tc + ": chat_template: no template named \"default\" (the list has: tool_use)");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "tool_use").render(kOneUser), "T");
@@ -240,8 +247,9 @@ TEST(ChatTemplateDir, ListWithoutDefaultNeedsAName) {
 
 TEST(ChatTemplateDir, NamedTemplatesInChatTemplateJsonAndAdditionalJinja) {
   TempDir d("json_named");
-  const std::string js = d.write("chat_template.json",
-                                 R"({"chat_template": [{"name": "default", "template": "JD"}, {"name": "x", "template": "JX"}]})");
+  const std::string js =
+      d.write("chat_template.json",
+              R"({"chat_template": [{"name": "default", "template": "JD"}, {"name": "x", "template": "JX"}]})");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir()).render(kOneUser), "JD");
   EXPECT_EQ(ChatTemplate::from_model_dir(d.dir(), "x").render(kOneUser), "JX");
   EXPECT_EQ(input_error_of([&] { ChatTemplate::from_model_dir(d.dir(), "y"); }),

@@ -72,7 +72,8 @@ void expect_known(const std::vector<Invocation>& invs, const std::string& file) 
     for (const auto& o : inv.options) {
       std::regex listed("(^|[\\s,])" + o + "([\\s,=]|$)");
       EXPECT_TRUE(std::regex_search(help, listed))
-          << file << ": `kvbench " << inv.command << "` has no option " << o << "\n" << inv.line;
+          << file << ": `kvbench " << inv.command << "` has no option " << o << "\n"
+          << inv.line;
     }
   }
 }
@@ -93,9 +94,7 @@ void expect_invocations(const std::string& shell, const std::string& file, const
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-void require_binary() {
-  ASSERT_EQ(access(KVB_BINARY, X_OK), 0) << "kvbench binary not built: " << KVB_BINARY;
-}
+void require_binary() { ASSERT_EQ(access(KVB_BINARY, X_OK), 0) << "kvbench binary not built: " << KVB_BINARY; }
 
 }  // namespace
 
@@ -155,8 +154,8 @@ TEST(CiWorkflows, GitHubActionsNightly) {
     }
     if (contains(cond, "steps.compare.outputs.status == '1'") && contains(script, "exit 1")) fail = i;
   }
-  EXPECT_TRUE(restore >= 0 && restore < run && run < save && save < compare && compare < report &&
-              report < upload && upload < fail)
+  EXPECT_TRUE(restore >= 0 && restore < run && run < save && save < compare && compare < report && report < upload &&
+              upload < fail)
       << restore << " " << run << " " << save << " " << compare << " " << report << " " << upload << " " << fail;
   ASSERT_GE(compare, 0);
   EXPECT_EQ(steps[compare].value("id", ""), "compare");
@@ -207,10 +206,10 @@ TEST(CiSlurm, ArrayShardsMergeCompareAndReportOverTwoNights) {
   fs::create_directories(dir);
   auto task = [&](int id, const std::string& night) {
     return run_command("cd " + kSrc + " && env -u SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID=" + std::to_string(id) +
-                     " SLURM_ARRAY_TASK_COUNT=2 KVBENCH=" + KVB_BINARY + " KVB_NIGHTLY_DIR=" + dir.string() +
-                     " KVB_RUN_NAME=" + night +
-                     " KVB_NIGHTLY_ARGS='--task smoke --limit 3 --policies full,snapkv --budgets 32 "
-                     "--max-new-tokens 16' bash ci/slurm/nightly.sbatch");
+                       " SLURM_ARRAY_TASK_COUNT=2 KVBENCH=" + KVB_BINARY + " KVB_NIGHTLY_DIR=" + dir.string() +
+                       " KVB_RUN_NAME=" + night +
+                       " KVB_NIGHTLY_ARGS='--task smoke --limit 3 --policies full,snapkv --budgets 32 "
+                       "--max-new-tokens 16' bash ci/slurm/nightly.sbatch");
   };
   const fs::path db = dir / "nightly.db";
 
@@ -252,7 +251,8 @@ TEST(CiSlurm, ArrayShardsMergeCompareAndReportOverTwoNights) {
 
 // Outside an array job the script says what it needs instead of running anything.
 TEST(CiSlurm, RefusesToRunWithoutArrayVariables) {
-  auto [rc, out] = run_command("cd " + kSrc + " && env -u SLURM_ARRAY_TASK_ID -u SLURM_ARRAY_TASK_COUNT bash ci/slurm/nightly.sbatch");
+  auto [rc, out] =
+      run_command("cd " + kSrc + " && env -u SLURM_ARRAY_TASK_ID -u SLURM_ARRAY_TASK_COUNT bash ci/slurm/nightly.sbatch");
   EXPECT_NE(rc, 0);
   EXPECT_TRUE(contains(out, "SLURM_ARRAY_TASK_ID")) << out;
 }
@@ -265,7 +265,8 @@ TEST(BinaryFootprint, KvbenchDoesNotLinkGiNaCOrCurl) {
   std::string out;
   ASSERT_EQ(run_command("ldd " + std::string(KVB_BINARY) + " 2>&1", &out), 0) << out;
   EXPECT_TRUE(contains(out, "libstdc++")) << out;  // the listing is real
-  for (const char* lib : {"libginac", "libcln", "libgmp", "libcurl"}) EXPECT_FALSE(contains(out, lib)) << lib << "\n" << out;
+  for (const char* lib : {"libginac", "libcln", "libgmp", "libcurl"})
+    EXPECT_FALSE(contains(out, lib)) << lib << "\n" << out;
 }
 
 // `kvbench --version` (and every result row) carries the commit the binary was built from, taken
@@ -291,12 +292,12 @@ TEST(BuildInfo, VersionNamesTheCheckedOutCommit) {
 TEST(RepositoryLayout, NoSourceCitesTheNotesOutsideTheRepository) {
   static const std::regex kCitation(
       R"((\.\./shared/(reference|DESIGN))|\bDESIGN\.md\b|\bseed-[a-z-]+\.md\b|\bdatasets-graders\.md\b|\bpeers-harnesses\.md\b)");
-  static const std::set<std::string> kExts = {".cpp", ".h", ".inc", ".cu", ".cuh", ".py", ".sh",
-                                              ".yaml", ".yml", ".md", ".txt", ".cmake"};
+  static const std::set<std::string> kExts = {".cpp", ".h",    ".inc", ".cu", ".cuh", ".py",
+                                              ".sh",  ".yaml", ".yml", ".md", ".txt", ".cmake"};
   static const std::set<std::string> kReadsNoteAsData = {"tools/gen_longmemeval_judge_goldens.py"};
   std::vector<fs::path> roots;
-  for (const char* d : {"engine", "harness", "graders", "tasks", "datasets", "results", "net", "fuzz",
-                        "tools", "docs", "ci", "cmake"})
+  for (const char* d :
+       {"engine", "harness", "graders", "tasks", "datasets", "results", "net", "fuzz", "tools", "docs", "ci", "cmake"})
     if (fs::exists(fs::path(kSrc) / d)) roots.push_back(fs::path(kSrc) / d);
   std::vector<std::string> offenders;
   auto scan = [&](const fs::path& p) {
@@ -312,8 +313,14 @@ TEST(RepositoryLayout, NoSourceCitesTheNotesOutsideTheRepository) {
   size_t scanned = 0;
   for (const auto& root : roots)
     for (const auto& e : fs::recursive_directory_iterator(root))
-      if (e.is_regular_file() && kExts.count(e.path().extension().string())) { scan(e.path()); ++scanned; }
-  for (const char* f : {"README.md", "CMakeLists.txt"}) { scan(fs::path(kSrc) / f); ++scanned; }
+      if (e.is_regular_file() && kExts.count(e.path().extension().string())) {
+        scan(e.path());
+        ++scanned;
+      }
+  for (const char* f : {"README.md", "CMakeLists.txt"}) {
+    scan(fs::path(kSrc) / f);
+    ++scanned;
+  }
   EXPECT_GT(scanned, 200u);
   std::string all;
   for (const auto& o : offenders) all += o + "\n";

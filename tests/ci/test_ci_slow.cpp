@@ -83,8 +83,9 @@ TEST(NightlyRegression, CompareFlagsExactlyTheWorseCellAndNotARerun) {
   EXPECT_EQ(rc_worse, 1) << worse;
   auto flagged = lines_with(worse, "REGRESSION");
   ASSERT_EQ(flagged.size(), 1u) << worse;
-  EXPECT_TRUE(std::regex_search(flagged[0], std::regex(std::string("^smollm2-135m-instruct\\s+smoke\\s+") +
-                                                       "streamingllm:budget_kind=ratio,ratio=0\\.1 \\(was streamingllm\\)\\s+48\\s")))
+  EXPECT_TRUE(std::regex_search(
+      flagged[0], std::regex(std::string("^smollm2-135m-instruct\\s+smoke\\s+") +
+                             "streamingllm:budget_kind=ratio,ratio=0\\.1 \\(was streamingllm\\)\\s+48\\s")))
       << flagged[0];
   EXPECT_NE(worse.find("3 cells compared, 1 regression(s)"), std::string::npos) << worse;
   EXPECT_NE(worse.find("0 baseline-only and 0 candidate-only cells skipped"), std::string::npos) << worse;

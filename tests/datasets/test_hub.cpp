@@ -54,7 +54,8 @@ class FakeHub {
 
     auto note = [this](const httplib::Request& req) {
       std::lock_guard<std::mutex> g(mu_);
-      log_.push_back(req.method + " " + req.path + (req.has_header("Range") ? " range=" + req.get_header_value("Range") : "") +
+      log_.push_back(req.method + " " + req.path +
+                     (req.has_header("Range") ? " range=" + req.get_header_value("Range") : "") +
                      (req.has_header("Authorization") ? " auth=" + req.get_header_value("Authorization") : ""));
     };
     auto serve_small = [this](httplib::Response& res) {
@@ -62,47 +63,54 @@ class FakeHub {
       res.set_header("ETag", "\"" + small_etag_ + "\"");
       res.set_content(small_, "text/plain");
     };
-    http_.server().Get("/datasets/org/small/resolve/main/data/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
-      note(req);
-      if (fail500_) {
-        res.status = 500;
-        return;
-      }
-      serve_small(res);
-    });
-    http_.server().Get("/datasets/oldorg/small/resolve/main/data/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
-      note(req);
-      res.status = 307;
-      res.set_header("Location", "/datasets/org/small/resolve/main/data/file.txt");
-    });
-    http_.server().Get("/datasets/org/small/resolve/main/missing.txt", [=](const httplib::Request& req, httplib::Response& res) {
-      note(req);
-      res.status = 404;
-      res.set_header("X-Repo-Commit", kCommit1);
-      res.set_header("X-Error-Code", "EntryNotFound");
-    });
-    http_.server().Get("/datasets/org/private/resolve/main/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
-      note(req);
-      if (req.get_header_value("Authorization") != "Bearer " + kToken) {
-        res.status = 401;
-        res.set_header("X-Error-Code", "GatedRepo");
-        return;
-      }
-      serve_small(res);
-    });
-    http_.server().Get("/datasets/org/down/resolve/main/file.txt", [=](const httplib::Request& req, httplib::Response& res) {
-      note(req);
-      res.status = 500;
-    });
+    http_.server().Get("/datasets/org/small/resolve/main/data/file.txt",
+                       [=](const httplib::Request& req, httplib::Response& res) {
+                         note(req);
+                         if (fail500_) {
+                           res.status = 500;
+                           return;
+                         }
+                         serve_small(res);
+                       });
+    http_.server().Get("/datasets/oldorg/small/resolve/main/data/file.txt",
+                       [=](const httplib::Request& req, httplib::Response& res) {
+                         note(req);
+                         res.status = 307;
+                         res.set_header("Location", "/datasets/org/small/resolve/main/data/file.txt");
+                       });
+    http_.server().Get("/datasets/org/small/resolve/main/missing.txt",
+                       [=](const httplib::Request& req, httplib::Response& res) {
+                         note(req);
+                         res.status = 404;
+                         res.set_header("X-Repo-Commit", kCommit1);
+                         res.set_header("X-Error-Code", "EntryNotFound");
+                       });
+    http_.server().Get("/datasets/org/private/resolve/main/file.txt",
+                       [=](const httplib::Request& req, httplib::Response& res) {
+                         note(req);
+                         if (req.get_header_value("Authorization") != "Bearer " + kToken) {
+                           res.status = 401;
+                           res.set_header("X-Error-Code", "GatedRepo");
+                           return;
+                         }
+                         serve_small(res);
+                       });
+    http_.server().Get("/datasets/org/down/resolve/main/file.txt",
+                       [=](const httplib::Request& req, httplib::Response& res) {
+                         note(req);
+                         res.status = 500;
+                       });
     // LFS file: the resolve URL redirects (absolute) to a CDN on another host name.
-    http_.server().Get("/datasets/org/big/resolve/main/blob.bin", [=](const httplib::Request& req, httplib::Response& res) {
-      note(req);
-      res.status = 302;
-      res.set_header("X-Repo-Commit", kCommit2);
-      res.set_header("X-Linked-Etag", "\"" + big_sha_ + "\"");
-      res.set_header("X-Linked-Size", std::to_string(big_.size()));
-      res.set_header("Location", "http://localhost:" + std::to_string(http_.port()) + "/cdn/blob.bin?X-Amz-Signature=abc");
-    });
+    http_.server().Get(
+        "/datasets/org/big/resolve/main/blob.bin", [=](const httplib::Request& req, httplib::Response& res) {
+          note(req);
+          res.status = 302;
+          res.set_header("X-Repo-Commit", kCommit2);
+          res.set_header("X-Linked-Etag", "\"" + big_sha_ + "\"");
+          res.set_header("X-Linked-Size", std::to_string(big_.size()));
+          res.set_header("Location",
+                         "http://localhost:" + std::to_string(http_.port()) + "/cdn/blob.bin?X-Amz-Signature=abc");
+        });
     http_.server().Get("/cdn/blob.bin", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
       if (truncate_next_ && !req.has_header("Range")) {
@@ -120,17 +128,19 @@ class FakeHub {
     });
     http_.server().Get("/api/models/org/model/revision/main", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
-      res.set_content("{\"sha\": \"" + kModelCommit + "\", \"siblings\": [{\"rfilename\": \"config.json\"}, "
-                      "{\"rfilename\": \"README.md\"}, {\"rfilename\": \"model.safetensors\"}]}", "application/json");
+      res.set_content("{\"sha\": \"" + kModelCommit +
+                          "\", \"siblings\": [{\"rfilename\": \"config.json\"}, "
+                          "{\"rfilename\": \"README.md\"}, {\"rfilename\": \"model.safetensors\"}]}",
+                      "application/json");
     });
     http_.server().Get(R"(/org/model/resolve/main/(config\.json|model\.safetensors|README\.md))",
-             [=](const httplib::Request& req, httplib::Response& res) {
-               note(req);
-               std::string body = "{\"file\": \"" + req.matches[1].str() + "\"}";
-               res.set_header("X-Repo-Commit", kModelCommit);
-               res.set_header("ETag", "\"" + git_blob_sha1(body) + "\"");
-               res.set_content(body, "application/json");
-             });
+                       [=](const httplib::Request& req, httplib::Response& res) {
+                         note(req);
+                         std::string body = "{\"file\": \"" + req.matches[1].str() + "\"}";
+                         res.set_header("X-Repo-Commit", kModelCommit);
+                         res.set_header("ETag", "\"" + git_blob_sha1(body) + "\"");
+                         res.set_content(body, "application/json");
+                       });
     http_.start();
   }
 

@@ -29,10 +29,13 @@ TEST(Records, JsonlSkipsBlankLinesAndBom) {
   BadRecords bad;
   std::vector<int> got;
   std::vector<size_t> lines;
-  size_t n = read_jsonl(p, [&](nlohmann::json&& r, const RecordPos& pos) {
-    got.push_back(r["a"]);
-    lines.push_back(pos.line);
-  }, bad);
+  size_t n = read_jsonl(
+      p,
+      [&](nlohmann::json&& r, const RecordPos& pos) {
+        got.push_back(r["a"]);
+        lines.push_back(pos.line);
+      },
+      bad);
   EXPECT_EQ(n, 3u);
   EXPECT_EQ(got, (std::vector<int>{1, 2, 3}));
   EXPECT_EQ(lines, (std::vector<size_t>{1, 3, 5}));
@@ -42,7 +45,8 @@ TEST(Records, MalformedLineNamesFileAndLineAndFailsByDefault) {
   auto p = tmp_file("bad.jsonl", "{\"a\":1}\n{\"a\":\n{\"a\":3}\n");
   BadRecords bad;
   try {
-    read_jsonl(p, [](nlohmann::json&&, const RecordPos&) {}, bad);
+    read_jsonl(
+        p, [](nlohmann::json&&, const RecordPos&) {}, bad);
     FAIL() << "expected kvb::Error";
   } catch (const Error& e) {
     std::string m = e.what();
@@ -55,10 +59,13 @@ TEST(Records, SkipModeGoesOnAndRemembersWhy) {
   BadRecords bad;
   bad.mode = parse_on_bad("skip");
   std::vector<int> got;
-  size_t n = read_jsonl(p, [&](nlohmann::json&& r, const RecordPos& pos) {
-    if (!r.contains("a")) fail("{}: missing field 'a'", pos.where());
-    got.push_back(r["a"]);
-  }, bad);
+  size_t n = read_jsonl(
+      p,
+      [&](nlohmann::json&& r, const RecordPos& pos) {
+        if (!r.contains("a")) fail("{}: missing field 'a'", pos.where());
+        got.push_back(r["a"]);
+      },
+      bad);
   EXPECT_EQ(n, 2u);
   EXPECT_EQ(got, (std::vector<int>{1, 4}));
   ASSERT_EQ(bad.skipped.size(), 2u);
@@ -71,9 +78,9 @@ TEST(Records, JsonArrayStreamsElementsInOrder) {
   auto p = tmp_file("arr.json", " [ {\"x\": [1, {\"y\": \"z\"}], \"k\": null},\n 7, \"s\", [[]], {\"x\": 2.5} ]\n");
   BadRecords bad;
   std::vector<std::string> got;
-  size_t n = read_records(p, [&](nlohmann::json&& r, const RecordPos& pos) {
-    got.push_back(std::to_string(pos.index) + ":" + r.dump());
-  }, bad);
+  size_t n = read_records(
+      p, [&](nlohmann::json&& r, const RecordPos& pos) { got.push_back(std::to_string(pos.index) + ":" + r.dump()); },
+      bad);
   EXPECT_EQ(n, 5u);
   EXPECT_EQ(got, (std::vector<std::string>{"0:{\"k\":null,\"x\":[1,{\"y\":\"z\"}]}", "1:7", "2:\"s\"", "3:[[]]",
                                            "4:{\"x\":2.5}"}));
@@ -83,7 +90,8 @@ TEST(Records, OrderedReaderKeepsKeyOrder) {
   auto p = tmp_file("ord.json", "[{\"role\": \"user\", \"content\": \"hi\", \"a\": 1}]");
   BadRecords bad;
   std::string dumped;
-  read_records_ordered(p, [&](nlohmann::ordered_json&& r, const RecordPos&) { dumped = r.dump(); }, bad);
+  read_records_ordered(
+      p, [&](nlohmann::ordered_json&& r, const RecordPos&) { dumped = r.dump(); }, bad);
   EXPECT_EQ(dumped, "{\"role\":\"user\",\"content\":\"hi\",\"a\":1}");
 }
 
@@ -92,13 +100,16 @@ TEST(Records, JsonArraySyntaxErrorNamesLineAndByte) {
   BadRecords bad;
   bad.mode = OnBad::kSkip;  // syntax errors cannot be skipped
   try {
-    stream_json_array(p, [](nlohmann::json&&, const RecordPos&) {}, bad);
+    stream_json_array(
+        p, [](nlohmann::json&&, const RecordPos&) {}, bad);
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(p + ": line 3, byte"), std::string::npos) << e.what();
   }
   auto q = tmp_file("notarr.json", "{\"a\": 1}");
-  EXPECT_THROW(stream_json_array(q, [](nlohmann::json&&, const RecordPos&) {}, bad), Error);
+  EXPECT_THROW(stream_json_array(
+                   q, [](nlohmann::json&&, const RecordPos&) {}, bad),
+               Error);
 }
 
 TEST(Records, JsonArrayElementErrorsAreSkippable) {
@@ -106,10 +117,13 @@ TEST(Records, JsonArrayElementErrorsAreSkippable) {
   BadRecords bad;
   bad.mode = OnBad::kSkip;
   std::vector<int> got;
-  stream_json_array(p, [&](nlohmann::json&& r, const RecordPos& pos) {
-    if (!r.contains("a")) fail("{}: missing field 'a'", pos.where());
-    got.push_back(r["a"]);
-  }, bad);
+  stream_json_array(
+      p,
+      [&](nlohmann::json&& r, const RecordPos& pos) {
+        if (!r.contains("a")) fail("{}: missing field 'a'", pos.where());
+        got.push_back(r["a"]);
+      },
+      bad);
   EXPECT_EQ(got, (std::vector<int>{1, 3}));
   ASSERT_EQ(bad.skipped.size(), 1u);
   EXPECT_EQ(bad.skipped[0], p + ": element 1: missing field 'a'");
@@ -120,12 +134,14 @@ TEST(Records, JsonArrayElementErrorsAreSkippable) {
 TEST(Records, LargeArrayStreams) {
   std::string s = "[";
   const int n = 2000;
-  for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string("{\"i\":") + std::to_string(i) + ",\"t\":\"" + std::string(1000, 'x') + "\"}";
+  for (int i = 0; i < n; ++i)
+    s += (i ? "," : "") + std::string("{\"i\":") + std::to_string(i) + ",\"t\":\"" + std::string(1000, 'x') + "\"}";
   s += "]";
   auto p = tmp_file("big.json", s);
   BadRecords bad;
   long sum = 0;
-  size_t count = stream_json_array(p, [&](nlohmann::json&& r, const RecordPos&) { sum += r["i"].get<long>(); }, bad);
+  size_t count = stream_json_array(
+      p, [&](nlohmann::json&& r, const RecordPos&) { sum += r["i"].get<long>(); }, bad);
   EXPECT_EQ(count, static_cast<size_t>(n));
   EXPECT_EQ(sum, static_cast<long>(n) * (n - 1) / 2);
 }

@@ -46,7 +46,8 @@ using ::kvb::test::error_of;
 std::vector<std::pair<nlohmann::json, size_t>> jsonl_of_file(const std::string& p) {
   std::vector<std::pair<nlohmann::json, size_t>> out;
   BadRecords bad;
-  read_jsonl(p, [&](nlohmann::json&& r, const RecordPos& pos) { out.emplace_back(std::move(r), pos.line); }, bad);
+  read_jsonl(
+      p, [&](nlohmann::json&& r, const RecordPos& pos) { out.emplace_back(std::move(r), pos.line); }, bad);
   return out;
 }
 
@@ -81,10 +82,13 @@ TEST(Zip, PythonWrittenArchiveMembersEqualTheExtractedFiles) {
     EXPECT_EQ(z.size_of(member), want.size()) << member;
     EXPECT_EQ(z.read_all(member), want) << member;
     std::string chunked;
-    z.read(member, [&](const char* d, size_t n) {
-      EXPECT_LE(n, 7u);
-      chunked.append(d, n);
-    }, 7);
+    z.read(
+        member,
+        [&](const char* d, size_t n) {
+          EXPECT_LE(n, 7u);
+          chunked.append(d, n);
+        },
+        7);
     EXPECT_EQ(chunked, want) << member;
     ++files;
   }
@@ -99,10 +103,13 @@ TEST(Zip, JsonlMemberGivesTheRecordsOfTheExtractedFile) {
     std::vector<std::pair<nlohmann::json, size_t>> got;
     std::vector<std::string> files;
     BadRecords bad;
-    size_t n = read_jsonl_zip(kFixtureZip, std::string("data/") + name, [&](nlohmann::json&& r, const RecordPos& pos) {
-      got.emplace_back(std::move(r), pos.line);
-      files.push_back(pos.file);
-    }, bad);
+    size_t n = read_jsonl_zip(
+        kFixtureZip, std::string("data/") + name,
+        [&](nlohmann::json&& r, const RecordPos& pos) {
+          got.emplace_back(std::move(r), pos.line);
+          files.push_back(pos.file);
+        },
+        bad);
     EXPECT_EQ(n, want.size()) << name;
     EXPECT_EQ(got, want) << name;
     for (const auto& f : files) EXPECT_EQ(f, kFixtureZip + "!data/" + name);
@@ -127,16 +134,17 @@ TEST(Zip, LargeMemberStreamsInChunksWithJsonlRules) {
   ASSERT_EQ(want.size(), 40000u);
   std::vector<std::pair<nlohmann::json, size_t>> got;
   BadRecords bad;
-  EXPECT_EQ(read_jsonl_zip(path, "data/big.jsonl", [&](nlohmann::json&& r, const RecordPos& pos) {
-    got.emplace_back(std::move(r), pos.line);
-  }, bad), 40000u);
+  EXPECT_EQ(read_jsonl_zip(
+                path, "data/big.jsonl",
+                [&](nlohmann::json&& r, const RecordPos& pos) { got.emplace_back(std::move(r), pos.line); }, bad),
+            40000u);
   EXPECT_EQ(got, want);
   EXPECT_EQ(ZipArchive(path).read_all("other.txt"), "hello");
 
   // The incremental parser does not depend on how the bytes are split.
   std::vector<std::pair<nlohmann::json, size_t>> bytewise;
-  JsonlStream s("mem", [&](nlohmann::json&& r, const RecordPos& pos) { bytewise.emplace_back(std::move(r), pos.line); },
-                bad);
+  JsonlStream s(
+      "mem", [&](nlohmann::json&& r, const RecordPos& pos) { bytewise.emplace_back(std::move(r), pos.line); }, bad);
   for (size_t i = 0; i < 5000; ++i) s.feed(big.data() + i, 1);
   s.feed(big.data() + 5000, big.size() - 5000);
   EXPECT_EQ(s.finish(), 40000u);
@@ -147,11 +155,16 @@ TEST(Zip, BadLineInMemberNamesArchiveMemberAndLine) {
   std::string path = (tmp_dir() / "badline.zip").string();
   write_zip(path, {{"data/x.jsonl", "{\"a\": 1}\n{\"a\": \n{\"a\": 3}\n"}});
   BadRecords fail_mode;
-  std::string m = error_of([&] { read_jsonl_zip(path, "data/x.jsonl", [](nlohmann::json&&, const RecordPos&) {}, fail_mode); });
+  std::string m = error_of([&] {
+    read_jsonl_zip(
+        path, "data/x.jsonl", [](nlohmann::json&&, const RecordPos&) {}, fail_mode);
+  });
   EXPECT_NE(m.find(path + "!data/x.jsonl: line 2: invalid JSON"), std::string::npos) << m;
   BadRecords skip;
   skip.mode = OnBad::kSkip;
-  EXPECT_EQ(read_jsonl_zip(path, "data/x.jsonl", [](nlohmann::json&&, const RecordPos&) {}, skip), 2u);
+  EXPECT_EQ(read_jsonl_zip(
+                path, "data/x.jsonl", [](nlohmann::json&&, const RecordPos&) {}, skip),
+            2u);
   ASSERT_EQ(skip.skipped.size(), 1u);
 }
 
@@ -163,7 +176,10 @@ TEST(Zip, MissingMemberNamesArchiveAndMember) {
   m = error_of([&] { z.size_of("nope"); });
   EXPECT_NE(m.find("member 'nope' not found"), std::string::npos) << m;
   BadRecords bad;
-  m = error_of([&] { read_jsonl_zip(kFixtureZip, "data/qasper.jsonl", [](nlohmann::json&&, const RecordPos&) {}, bad); });
+  m = error_of([&] {
+    read_jsonl_zip(
+        kFixtureZip, "data/qasper.jsonl", [](nlohmann::json&&, const RecordPos&) {}, bad);
+  });
   EXPECT_NE(m.find("data/qasper.jsonl"), std::string::npos) << m;
 }
 
@@ -196,7 +212,9 @@ TEST(Zip, CorruptMemberDataNamesArchiveAndMember) {
   size_t hdr = bytes.find("PK\x03\x04", 0);
   size_t data_at = std::string::npos;
   while (hdr != std::string::npos) {
-    auto u16 = [&](size_t o) { return static_cast<size_t>(static_cast<uint8_t>(bytes[o]) | (static_cast<uint8_t>(bytes[o + 1]) << 8)); };
+    auto u16 = [&](size_t o) {
+      return static_cast<size_t>(static_cast<uint8_t>(bytes[o]) | (static_cast<uint8_t>(bytes[o + 1]) << 8));
+    };
     size_t nlen = u16(hdr + 26), xlen = u16(hdr + 28);
     if (bytes.compare(hdr + 30, nlen, name) == 0) {
       data_at = hdr + 30 + nlen + xlen;
@@ -209,12 +227,15 @@ TEST(Zip, CorruptMemberDataNamesArchiveAndMember) {
   for (size_t i = 4; i < 40; ++i) bad[data_at + i] = static_cast<char>(bad[data_at + i] ^ 0x5a);
   std::string p = (tmp_dir() / "corrupt_member.zip").string();
   spit(p, bad);
-  ZipArchive z(p);  // the directory is intact
+  ZipArchive z(p);                                                              // the directory is intact
   EXPECT_EQ(z.read_all("data/trec.jsonl"), slurp(kExtracted + "/trec.jsonl"));  // other members still read
   std::string m = error_of([&] { z.read_all(name); });
   EXPECT_NE(m.find(p + ": member '" + name + "': corrupt data"), std::string::npos) << m;
   BadRecords br;
-  m = error_of([&] { read_jsonl_zip(p, name, [](nlohmann::json&&, const RecordPos&) {}, br); });
+  m = error_of([&] {
+    read_jsonl_zip(
+        p, name, [](nlohmann::json&&, const RecordPos&) {}, br);
+  });
   // Either the CRC/inflate error or a garbled line decoded before it: both name archive and member.
   EXPECT_NE(m.find(p), std::string::npos) << m;
   EXPECT_NE(m.find(name), std::string::npos) << m;

@@ -123,7 +123,8 @@ TEST_F(CorruptModel, ConfigNotJson) {
 }
 
 TEST_F(CorruptModel, ShardIndexNamingMissingTensor) {
-  nlohmann::json idx = {{"weight_map", {{"model.norm.weight", "model.safetensors"}, {"ghost.weight", "model.safetensors"}}}};
+  nlohmann::json idx = {
+      {"weight_map", {{"model.norm.weight", "model.safetensors"}, {"ghost.weight", "model.safetensors"}}}};
   write((dir / "model.safetensors.index.json").string(), idx.dump());
   expect_error({"model.safetensors.index.json", "ghost.weight"});
 }
@@ -163,7 +164,8 @@ TEST(ShardedSafetensors, LoadsTheSameModelFromShards) {
   auto a = Model::load_dir(src.string());
   auto b = Model::load_dir(dir.string());
   const auto& c = a->config();
-  EXPECT_EQ(0, std::memcmp(a->layers()[1].w_down.f32, b->layers()[1].w_down.f32, c.hidden_size * c.intermediate_size * 4));
+  EXPECT_EQ(0,
+            std::memcmp(a->layers()[1].w_down.f32, b->layers()[1].w_down.f32, c.hidden_size * c.intermediate_size * 4));
   EXPECT_EQ(0, std::memcmp(a->lm_head().f32, b->lm_head().f32, c.hidden_size * c.vocab_size * 4));
   fs::remove_all(dir);
 }

@@ -330,7 +330,8 @@ TEST(CudaPageTables, DeviceImageTracksTheKVCache) {
       device = store.image();
     } else {
       ASSERT_EQ(writes.size() % 2, 0u);
-      for (size_t i = 0; i < writes.size(); i += 2) device.at(static_cast<size_t>(writes[i])) = static_cast<int32_t>(writes[i + 1]);
+      for (size_t i = 0; i < writes.size(); i += 2)
+        device.at(static_cast<size_t>(writes[i])) = static_cast<int32_t>(writes[i + 1]);
       if (!compacted && step > 50) {
         steady_writes += static_cast<int64_t>(writes.size() / 2);
         ++steady_steps;
@@ -349,7 +350,8 @@ TEST(CudaPageTables, DeviceImageTracksTheKVCache) {
   // a decode step crosses a page boundary once every page_size tokens per head: the writes per
   // step stay near live heads / page_size, nowhere near a full re-upload of every list
   ASSERT_GT(steady_steps, 0);
-  EXPECT_LT(static_cast<double>(steady_writes) / steady_steps, 4.0 * 3 * kc.num_layers * kc.num_kv_heads / kc.page_size + 4);
+  EXPECT_LT(static_cast<double>(steady_writes) / steady_steps,
+            4.0 * 3 * kc.num_layers * kc.num_kv_heads / kc.page_size + 4);
   EXPECT_THROW(store.offset(999999, 0, 0), Error);
   std::vector<int64_t> w;
   EXPECT_THROW(store.sync(live[0], 3, 0, cache.pages(live[0], 0, 0), w), Error);

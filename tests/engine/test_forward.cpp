@@ -67,8 +67,8 @@ TEST_P(TinyModel, Greedy64TokensMatchTransformersBatched) {
     Engine e(model, o, nullptr);
     auto res = e.generate(reqs, nullptr);
     for (size_t p = 0; p < reqs.size(); ++p)
-      EXPECT_EQ(res[p].tokens, gold["greedy"][p].get<std::vector<int32_t>>()) << GetParam() << " prompt " << p
-                                                                             << " batch " << batch;
+      EXPECT_EQ(res[p].tokens, gold["greedy"][p].get<std::vector<int32_t>>())
+          << GetParam() << " prompt " << p << " batch " << batch;
   }
 }
 

@@ -55,7 +55,7 @@ TEST(KVCache, RaggedCompactionKeepsOrderAndFreesPages) {
   KVCache c(cfg());
   SeqId s = c.add_sequence();
   fill(c, s, 10);
-  std::vector<int32_t> keep0 = {0, 3, 4, 9};  // head (0,0): 4 tokens -> 1 page
+  std::vector<int32_t> keep0 = {0, 3, 4, 9};        // head (0,0): 4 tokens -> 1 page
   std::vector<int32_t> keep1 = {1, 2, 5, 6, 7, 8};  // head (0,1): 6 tokens -> 2 pages
   EXPECT_EQ(c.compact(s, 0, 0, keep0), 6);
   EXPECT_EQ(c.compact(s, 0, 1, keep1), 4);

@@ -39,7 +39,10 @@ TEST(Memory, ReleaseFreedHeapReturnsFreedBlocksBetweenLiveOnes) {
   // What the CPU forward leaves behind after a prefill: large blocks freed between blocks that
   // stay live (KV chunks). First an 8 MiB block is freed, which raises glibc's mmap threshold
   // so the 1 MiB blocks below come from the heap, as after loading a model.
-  { std::unique_ptr<char[]> big(new char[8 << 20]); std::memset(big.get(), 1, 8 << 20); }
+  {
+    std::unique_ptr<char[]> big(new char[8 << 20]);
+    std::memset(big.get(), 1, 8 << 20);
+  }
   std::vector<std::unique_ptr<char[]>> freed, live;
   for (int i = 0; i < 48; ++i) {
     freed.emplace_back(new char[1 << 20]);

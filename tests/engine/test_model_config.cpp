@@ -28,7 +28,9 @@ json base_config() {
     "vocab_size": 1000, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5})");
 }
 
-std::vector<float> inv_freq(const json& j, float* scaling) { return kvb::rope_inv_freq(ModelConfig::from_json(j, "config.json"), scaling); }
+std::vector<float> inv_freq(const json& j, float* scaling) {
+  return kvb::rope_inv_freq(ModelConfig::from_json(j, "config.json"), scaling);
+}
 
 std::string error_of(const json& j) {
   return kvb::test::input_error_of([&] { ModelConfig::from_json(j, "config.json"); });
@@ -37,9 +39,10 @@ std::string error_of(const json& j) {
 // The same RoPE written both ways: transformers 4.x (top-level rope_theta + rope_scaling) and
 // transformers 5 (rope_parameters holding rope_type and rope_theta) give identical inv_freq.
 TEST(ModelConfigKeys, RopeParametersAndRopeScalingGiveIdenticalInvFreq) {
-  const json llama3 = {{"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                       {"original_max_position_embeddings", 8192}};
-  const json yarn = {{"factor", 4.0}, {"original_max_position_embeddings", 32768}, {"beta_fast", 32.0}, {"beta_slow", 1.0}};
+  const json llama3 = {
+      {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  const json yarn = {
+      {"factor", 4.0}, {"original_max_position_embeddings", 32768}, {"beta_fast", 32.0}, {"beta_slow", 1.0}};
   struct Case {
     std::string type;
     json params;
@@ -101,8 +104,9 @@ TEST(ModelConfigKeys, LayerTypes) {
   j["layer_types"] = {"full_attention", "full_attention", "full_attention"};
   EXPECT_EQ(ModelConfig::from_json(j, "config.json").num_layers, 3);
   j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
-  EXPECT_EQ(error_of(j), "config.json: layer_types[1]: unsupported layer type \"sliding_attention\" for llama "
-                        "(supported: full_attention)");
+  EXPECT_EQ(error_of(j),
+            "config.json: layer_types[1]: unsupported layer type \"sliding_attention\" for llama "
+            "(supported: full_attention)");
   j["layer_types"] = {"full_attention"};
   EXPECT_EQ(error_of(j), "config.json: layer_types: has 1 entries for num_hidden_layers 3");
   j["layer_types"] = "full_attention";
@@ -133,8 +137,9 @@ TEST(ModelConfigKeys, SlidingWindowPerLayer) {
   ministral["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention"};
   EXPECT_EQ(windows(ministral), (W{128, 0, 128}));
   ministral["layer_types"] = {"sliding_attention", "chunked_attention", "full_attention"};
-  EXPECT_EQ(error_of(ministral), "config.json: layer_types[1]: unsupported layer type \"chunked_attention\" for "
-                                 "ministral (supported: full_attention, sliding_attention)");
+  EXPECT_EQ(error_of(ministral),
+            "config.json: layer_types[1]: unsupported layer type \"chunked_attention\" for "
+            "ministral (supported: full_attention, sliding_attention)");
 
   // Gemma 2: without layer_types the even layers slide.
   json gemma = base_config();
@@ -190,8 +195,9 @@ TEST(Architectures, TableIsConsistentAndNamesRoundTrip) {
   EXPECT_EQ(kvb::architecture_names(true), "llama, qwen2, qwen3");
   json j = base_config();
   j["model_type"] = "gemma3";
-  EXPECT_EQ(error_of(j), "config.json: model_type: unsupported model type 'gemma3' (supported: llama, qwen2, qwen3, "
-                         "mistral, ministral, gemma2)");
+  EXPECT_EQ(error_of(j),
+            "config.json: model_type: unsupported model type 'gemma3' (supported: llama, qwen2, qwen3, "
+            "mistral, ministral, gemma2)");
   // Without model_type, the `architectures` class decides.
   j.erase("model_type");
   j["architectures"] = {"MistralForCausalLM"};
@@ -205,8 +211,9 @@ TEST(Architectures, TableIsConsistentAndNamesRoundTrip) {
   j["model_type"] = "gemma2";
   j["hidden_act"] = "silu";  // not Gemma 2's key: ignored
   j["hidden_activation"] = "silu";
-  EXPECT_EQ(error_of(j), "config.json: hidden_activation: unsupported activation \"silu\" for gemma2 "
-                         "(only gelu_pytorch_tanh)");
+  EXPECT_EQ(error_of(j),
+            "config.json: hidden_activation: unsupported activation \"silu\" for gemma2 "
+            "(only gelu_pytorch_tanh)");
 }
 
 struct TempDir {
@@ -227,8 +234,9 @@ TEST(GenerationConfig, SamplingAsTransformersGenerateUsesIt) {
   TempDir d;
   EXPECT_FALSE(GenerationDefaults::from_file((d.path / "absent.json").string()).present);
   // Qwen3's: do_sample with temperature, top_k, top_p; EOS a list.
-  const std::string qwen = d.write("qwen.json",
-      R"({"bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
+  const std::string qwen =
+      d.write("qwen.json",
+              R"({"bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
           "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"})");
   GenerationDefaults g = GenerationDefaults::from_file(qwen);
   EXPECT_TRUE(g.present);
@@ -236,7 +244,8 @@ TEST(GenerationConfig, SamplingAsTransformersGenerateUsesIt) {
   EXPECT_EQ(g.eos_token_ids, std::vector<int32_t>({151645, 151643}));
   EXPECT_EQ(g.to_json()["do_sample"], true);
   // do_sample false (or absent, transformers' default) is greedy whatever else is set.
-  g = GenerationDefaults::from_file(d.write("greedy.json", R"({"do_sample": false, "temperature": 0.6, "top_p": 0.9, "eos_token_id": 2})"));
+  g = GenerationDefaults::from_file(
+      d.write("greedy.json", R"({"do_sample": false, "temperature": 0.6, "top_p": 0.9, "eos_token_id": 2})"));
   EXPECT_EQ(g.sampling(), json({{"temperature", 0.0}}));
   EXPECT_EQ(g.eos_token_ids, std::vector<int32_t>({2}));
   g = GenerationDefaults::from_file(d.write("absent_do_sample.json", R"({"temperature": 0.7})"));

@@ -37,9 +37,9 @@ TEST(KVCacheTruncate, DropsTokensFromAPositionOnKeepsEvictionsAndFreesPages) {
   const int64_t dropped = c.truncate_from(s, 12);
   // Independent count: tokens with position >= 12 in each head.
   int64_t expect_dropped = 0;
-  expect_dropped += 4 * (21 - 12);                                // the four untouched heads
-  for (int32_t p : even) expect_dropped += p >= 12;               // (0, 1)
-  for (int32_t p : ends) expect_dropped += p >= 12;               // (1, 2)
+  expect_dropped += 4 * (21 - 12);                   // the four untouched heads
+  for (int32_t p : even) expect_dropped += p >= 12;  // (0, 1)
+  for (int32_t p : ends) expect_dropped += p >= 12;  // (1, 2)
   EXPECT_EQ(dropped, expect_dropped);
   EXPECT_EQ(c.evictions(s), evicted);  // a rollback, not an eviction
   for (int l = 0; l < 2; ++l)

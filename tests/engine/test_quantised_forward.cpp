@@ -36,9 +36,7 @@ std::shared_ptr<std::vector<uint8_t>> random_matrix(DType t, int64_t rows, int64
   auto& b = *buf;
   for (auto& x : b) x = static_cast<uint8_t>(rng());
   // f16 with exponent field e (value 2^(e-15)·(1 + mantissa)), sign from `neg`.
-  auto f16 = [&](int e, bool neg) {
-    return static_cast<uint16_t>((neg ? 0x8000 : 0) | (e << 10) | (rng() & 0x3ff));
-  };
+  auto f16 = [&](int e, bool neg) { return static_cast<uint16_t>((neg ? 0x8000 : 0) | (e << 10) | (rng() & 0x3ff)); };
   auto put = [&](size_t off, uint16_t v) { std::memcpy(&b[off], &v, 2); };
   std::normal_distribution<float> nd(0.0f, 0.02f);
   const DTypeTraits tr = dtype_traits(t);
@@ -46,16 +44,34 @@ std::shared_ptr<std::vector<uint8_t>> random_matrix(DType t, int64_t rows, int64
   for (int64_t k = 0; k < nblocks; ++k) {
     const size_t o = static_cast<size_t>(k * tr.bytes);
     switch (t) {
-      case DType::F32: { const float v = nd(rng); std::memcpy(&b[o], &v, 4); break; }
-      case DType::F16: put(o, static_cast<uint16_t>(f16(std::uniform_int_distribution<int>(5, 9)(rng), rng() & 1))); break;
+      case DType::F32: {
+        const float v = nd(rng);
+        std::memcpy(&b[o], &v, 4);
+        break;
+      }
+      case DType::F16:
+        put(o, static_cast<uint16_t>(f16(std::uniform_int_distribution<int>(5, 9)(rng), rng() & 1)));
+        break;
       case DType::BF16: put(o, f32_to_bf16_bits(nd(rng))); break;
       case DType::Q4_0: put(o, f16(7, false)); break;
       case DType::Q5_0: put(o, f16(6, false)); break;
       case DType::Q8_0: put(o, f16(3, false)); break;
-      case DType::Q4_1: put(o, f16(7, false)); put(o + 2, f16(10, true)); break;
-      case DType::Q5_1: put(o, f16(6, false)); put(o + 2, f16(10, true)); break;
-      case DType::Q4_K: put(o, f16(2, false)); put(o + 2, f16(5, false)); break;
-      case DType::Q5_K: put(o, f16(1, false)); put(o + 2, f16(5, false)); break;
+      case DType::Q4_1:
+        put(o, f16(7, false));
+        put(o + 2, f16(10, true));
+        break;
+      case DType::Q5_1:
+        put(o, f16(6, false));
+        put(o + 2, f16(10, true));
+        break;
+      case DType::Q4_K:
+        put(o, f16(2, false));
+        put(o + 2, f16(5, false));
+        break;
+      case DType::Q5_K:
+        put(o, f16(1, false));
+        put(o + 2, f16(5, false));
+        break;
       case DType::Q6_K: put(o + 208, f16(1, false)); break;
     }
   }
@@ -65,8 +81,8 @@ std::shared_ptr<std::vector<uint8_t>> random_matrix(DType t, int64_t rows, int64
 ModelConfig small_config() {
   ModelConfig base;
   base.model_type = "llama";
-  ModelConfig c = test::resized(base, {.vocab = 300, .hidden = 256, .intermediate = 512, .layers = 2, .heads = 4,
-                                       .kv_heads = 2, .head_dim = 64});
+  ModelConfig c = test::resized(
+      base, {.vocab = 300, .hidden = 256, .intermediate = 512, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 64});
   c.rope_theta = 10000;
   c.max_position_embeddings = 4096;
   c.rms_norm_eps = 1e-5;
@@ -86,7 +102,8 @@ WeightStore random_store(const ModelConfig& c, DType t, uint64_t seed) {
       const int64_t dim = rows / perm_heads / 2;
       for (int64_t h = 0; h < perm_heads; ++h)
         for (int64_t a = 0; a < 2; ++a)
-          for (int64_t d = 0; d < dim; ++d) ix[h * 2 * dim + a * dim + d] = static_cast<int32_t>(h * 2 * dim + d * 2 + a);
+          for (int64_t d = 0; d < dim; ++d)
+            ix[h * 2 * dim + a * dim + d] = static_cast<int32_t>(h * 2 * dim + d * 2 + a);
       index = std::make_shared<const std::vector<int32_t>>(std::move(ix));
     }
     ws.add_view(name, {rows, cols}, t, buf->data(), buf, index, ws.origin);
@@ -123,8 +140,12 @@ TEST(QuantisedForward, StoredWeightsMatchDequantisedF32Forward) {
     EXPECT_EQ(stored->layers()[1].wq.data, ws.find("model.layers.1.self_attn.q_proj.weight")->data) << dtype_name(t);
     double tol = 5e-6;
     switch (t) {
-      case DType::Q4_0: case DType::Q4_1: tol = 1e-2; break;
-      case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: case DType::Q5_K: tol = 4e-2; break;
+      case DType::Q4_0:
+      case DType::Q4_1: tol = 1e-2; break;
+      case DType::Q5_0:
+      case DType::Q5_1:
+      case DType::Q8_0:
+      case DType::Q5_K: tol = 4e-2; break;
       case DType::Q4_K: tol = 6.5e-2; break;
       case DType::Q6_K: tol = 1.75e-1; break;
       default: break;

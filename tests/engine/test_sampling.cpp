@@ -58,7 +58,7 @@ TEST(Sampling, TopKTopPMinPRenormalise) {
 
   SamplingParams tp;
   tp.temperature = 1.0f;
-  auto full = softmax(kLogits, 1.0f);  // sorted: 0 (.38), 5 (.23), 1 (.14), ...
+  auto full = softmax(kLogits, 1.0f);                       // sorted: 0 (.38), 5 (.23), 1 (.14), ...
   tp.top_p = static_cast<float>(full[0] + full[5] - 1e-3);  // needs ids 0 and 5
   auto g = empirical(kLogits, tp, 100000, 6);
   EXPECT_NEAR(g[0], full[0] / (full[0] + full[5]), 0.006);

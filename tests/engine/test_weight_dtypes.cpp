@@ -90,7 +90,8 @@ TEST(SafetensorsDtypes, Bf16AndF16FilesLoadAndMatchTheReference) {
       for (size_t p = 0; p < gold["prompts"].size(); ++p) {
         auto logits = e.score(gold["prompts"][p].get<std::vector<int32_t>>(), {});
         if (dtype == "BF16")
-          EXPECT_LE(test::rel_err(logits, gold["last_logits_bf16w"][p].get<std::vector<float>>()), 1e-4) << name << " " << p;
+          EXPECT_LE(test::rel_err(logits, gold["last_logits_bf16w"][p].get<std::vector<float>>()), 1e-4)
+              << name << " " << p;
         else
           EXPECT_LE(test::rel_err(logits, gold["last_logits"][p].get<std::vector<float>>()), 5e-3) << name << " " << p;
       }

@@ -57,14 +57,17 @@ TEST(FidelityMetrics, MatchTorchFloat64) {
   EXPECT_NEAR(t.kl_sum, r0["kl"].get<double>() + r1["kl"].get<double>(), 1e-9);
   EXPECT_NEAR(t.nll_policy_sum, r0["nll_policy"].get<double>() + r1["nll_policy"].get<double>(), 1e-9);
   EXPECT_EQ(t.top1_agree, (r0["argmax_full"] == r0["argmax_policy"]) + (r1["argmax_full"] == r1["argmax_policy"]));
-  EXPECT_NE(error_of([&] { const std::vector<int32_t> three = {1, 2, 3};
-    compare_teacher_forced(full, pol, three, static_cast<int>(f1.size())); }).find("positions"),
+  EXPECT_NE(error_of([&] {
+              const std::vector<int32_t> three = {1, 2, 3};
+              compare_teacher_forced(full, pol, three, static_cast<int>(f1.size()));
+            }).find("positions"),
             std::string::npos);
 }
 
 TEST(FidelityPipeline, FullIsExactAndATinyBudgetIsNot) {
   std::shared_ptr<const Model> model = Model::load_dir(kFixtures + "/models/tiny-llama3");
-  const std::vector<std::vector<int32_t>> prompts = {{1, 17, 42, 99, 5, 250, 3}, {1, 8, 9, 10, 11, 12, 13, 14, 15, 16, 30}};
+  const std::vector<std::vector<int32_t>> prompts = {{1, 17, 42, 99, 5, 250, 3},
+                                                     {1, 8, 9, 10, 11, 12, 13, 14, 15, 16, 30}};
   const auto refs = make_references(model, prompts, 40, {});
   ASSERT_EQ(refs.size(), 2u);
   ASSERT_EQ(refs[0].continuation.size(), 40u);
@@ -138,8 +141,11 @@ TEST(FidelityCli, TableAndJsonOnStories260K) {
     j << "{\"prompt\": \"ok\"}\n{\"prompt\": 3}\n";
   }
   int rc = 0;
-  std::string out = run("fidelity --model " + kStories + " --policies full,streamingllm:buffer=8,oracle:buffer=8 --budgets 16 "
-                        "--prompts " + dir + "/prompts.txt --max-new-tokens 40 --json " + dir + "/fid.json", &rc);
+  std::string out = run("fidelity --model " + kStories +
+                            " --policies full,streamingllm:buffer=8,oracle:buffer=8 --budgets 16 "
+                            "--prompts " +
+                            dir + "/prompts.txt --max-new-tokens 40 --json " + dir + "/fid.json",
+                        &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("| full | - | 100.0 | 100.0 | 100.0 | 0.0000 |"), std::string::npos) << out;
   EXPECT_NE(out.find("| oracle:buffer=8 | 16 |"), std::string::npos) << out;

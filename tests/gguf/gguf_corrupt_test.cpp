@@ -23,8 +23,8 @@ struct Spec {
   uint32_t version = 3;
   int64_t tensor_count = -1;  // -1: the real count
   int64_t kv_count = -1;
-  uint32_t arch_value_type = 8;          // STRING
-  uint64_t array_len = 2;                // of the string array below
+  uint32_t arch_value_type = 8;  // STRING
+  uint64_t array_len = 2;        // of the string array below
   uint32_t array_elem_type = 8;
   uint32_t alignment = 32;
   uint8_t bool_value = 1;
@@ -39,9 +39,16 @@ struct Spec {
 struct Bytes {
   std::vector<uint8_t> b;
   void u8(uint8_t v) { b.push_back(v); }
-  void u32(uint32_t v) { for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i))); }
-  void u64(uint64_t v) { for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i))); }
-  void str(const std::string& s) { u64(s.size()); b.insert(b.end(), s.begin(), s.end()); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void u64(uint64_t v) {
+    for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void str(const std::string& s) {
+    u64(s.size());
+    b.insert(b.end(), s.begin(), s.end());
+  }
 };
 
 std::vector<uint8_t> build(const Spec& s) {
@@ -85,16 +92,16 @@ class GgufCorrupt : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("kvb_gguf_corrupt_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("kvb_gguf_corrupt_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string write(const std::vector<uint8_t>& bytes, const std::string& name = "bad.gguf") {
     const std::string p = (dir_ / name).string();
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                             static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     return p;
   }
   /// Expects open+load to fail with one kvb::Error mentioning the path and `field`.

@@ -18,9 +18,7 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string fixture(const std::string& name) {
-  return std::string(KVB_SOURCE_DIR) + "/tests/fixtures/gguf/" + name;
-}
+std::string fixture(const std::string& name) { return std::string(KVB_SOURCE_DIR) + "/tests/fixtures/gguf/" + name; }
 
 /// The generator's checksum: sum_i bits_i * ((2i+1) * 0x9E3779B97F4A7C15) mod 2^64.
 std::string checksum(const float* x, size_t n) {
@@ -35,8 +33,8 @@ std::string checksum(const float* x, size_t n) {
   return buf;
 }
 
-void expect_tensor(const std::string& name, const std::vector<int64_t>& shape, const float* data,
-                   size_t n, const json& g) {
+void expect_tensor(const std::string& name, const std::vector<int64_t>& shape, const float* data, size_t n,
+                   const json& g) {
   EXPECT_EQ(shape, g["shape"].get<std::vector<int64_t>>()) << name;
   const auto head = g["head"].get<std::vector<double>>();
   for (size_t i = 0; i < head.size() && i < n; ++i)
@@ -54,8 +52,7 @@ TEST(Gguf, QuantTypesEqualGgufPyDequantize) {
   for (const auto& t : f.tensors()) {
     ASSERT_TRUE(g["tensors"].contains(t.name)) << t.name;
     const json& gt = g["tensors"][t.name];
-    EXPECT_STREQ(kvb::ggml_type_traits(static_cast<uint32_t>(t.type)).name,
-                 gt["type"].get<std::string>().c_str());
+    EXPECT_STREQ(kvb::ggml_type_traits(static_cast<uint32_t>(t.type)).name, gt["type"].get<std::string>().c_str());
     EXPECT_EQ(t.dims, gt["gguf_dims"].get<std::vector<int64_t>>());
     const auto v = f.read_f32(t);
     expect_tensor(t.name, t.shape(), v.data(), v.size(), gt);
@@ -125,8 +122,8 @@ void check_model(const std::string& gguf, const json& g, bool full_tokenizer) {
     EXPECT_EQ(m.tokenizer_json.size(), want.size());
   } else {
     const json& s = g["tokenizer_json_structure"];
-    for (const char* k : {"version", "truncation", "padding", "normalizer", "pre_tokenizer",
-                          "post_processor", "decoder", "added_tokens"})
+    for (const char* k : {"version", "truncation", "padding", "normalizer", "pre_tokenizer", "post_processor",
+                          "decoder", "added_tokens"})
       EXPECT_EQ(m.tokenizer_json[k], s[k]) << k;
     json model = m.tokenizer_json["model"];
     EXPECT_EQ(model["vocab"].size(), s["vocab_size"].get<size_t>());

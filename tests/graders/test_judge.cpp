@@ -98,11 +98,11 @@ class FakeOpenAI {
 
  private:
   static std::string completion(const std::string& content) {
-    return nlohmann::json{{"id", "x"},
-                          {"object", "chat.completion"},
-                          {"choices", {{{"index", 0},
-                                        {"message", {{"role", "assistant"}, {"content", content}}},
-                                        {"finish_reason", "stop"}}}}}
+    return nlohmann::json{
+        {"id", "x"},
+        {"object", "chat.completion"},
+        {"choices",
+         {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", content}}}, {"finish_reason", "stop"}}}}}
         .dump();
   }
 
@@ -128,11 +128,12 @@ class FakeOpenAI {
     if (sleep_ms_for_all > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_for_all.load()));
     if (req.get_header_value("Authorization") != "Bearer " + kKey) {
       res.status = 401;
-      res.set_content(nlohmann::json{{"error", {{"message", "Incorrect API key provided: " +
-                                                                 req.get_header_value("Authorization")},
-                                                {"type", "invalid_request_error"}}}}
-                          .dump(),
-                      "application/json");
+      res.set_content(
+          nlohmann::json{{"error",
+                          {{"message", "Incorrect API key provided: " + req.get_header_value("Authorization")},
+                           {"type", "invalid_request_error"}}}}
+              .dump(),
+          "application/json");
       return;
     }
     auto has = [&](const char* m) { return prompt.find(m) != std::string::npos; };
@@ -161,7 +162,8 @@ class FakeOpenAI {
       return;
     }
     if (has("GZIP-REPLY")) {  // a gzip body (the completion "Yes.") whether or not it was asked for
-      static const char kGz[] = "\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03\x1d\x8c\xc1\x0a\x83\x40\x0c\x44\x7f\x45\x72\x2e\xd2\x73\xff\xa4\x94\x52\xd2\x98\x76\x23\x9a\x88\xc9\x41\x58\xf6\xdf\xcd\x7a\x9b\x99\xc7\xbc\x0a\x32\xc1\x63\x80\x03\x6e\x03\xd8\x77\x66\x8a\x5e\xa9\x60\x8c\x64\xeb\xb6\x70\x88\x69\x87\x54\x4c\x88\x3d\xe9\xab\x82\xe8\xc4\x47\xc6\x7b\x82\x95\xdd\xf1\xcf\xd9\x2a\xec\xb6\xf4\x00\xe8\x2e\x1e\xa8\x71\x3d\x4d\x83\xf5\xf2\x3e\xd9\x47\x68\xb9\xfd\x44\xc5\xcb\x67\x67\xf4\xd4\x27\xf1\xb0\x0d\xda\xbb\x9d\xfd\x79\xb4\x67\x91\x00\x00\x00";
+      static const char kGz[] =
+          "\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03\x1d\x8c\xc1\x0a\x83\x40\x0c\x44\x7f\x45\x72\x2e\xd2\x73\xff\xa4\x94\x52\xd2\x98\x76\x23\x9a\x88\xc9\x41\x58\xf6\xdf\xcd\x7a\x9b\x99\xc7\xbc\x0a\x32\xc1\x63\x80\x03\x6e\x03\xd8\x77\x66\x8a\x5e\xa9\x60\x8c\x64\xeb\xb6\x70\x88\x69\x87\x54\x4c\x88\x3d\xe9\xab\x82\xe8\xc4\x47\xc6\x7b\x82\x95\xdd\xf1\xcf\xd9\x2a\xec\xb6\xf4\x00\xe8\x2e\x1e\xa8\x71\x3d\x4d\x83\xf5\xf2\x3e\xd9\x47\x68\xb9\xfd\x44\xc5\xcb\x67\x67\xf4\xd4\x27\xf1\xb0\x0d\xda\xbb\x9d\xfd\x79\xb4\x67\x91\x00\x00\x00";
       res.set_header("Content-Encoding", "gzip");
       res.set_content(std::string(kGz, sizeof kGz - 1), "application/json");
       return;
@@ -218,7 +220,8 @@ fs::path temp_path(const std::string& tag) {
 TEST(JudgeTemplates, TemplateTextsEqualTheReferenceNote) {
   auto g = goldens();
   ASSERT_EQ(g["templates"].size(), 5u);
-  for (auto& [name, text] : g["templates"].items()) EXPECT_EQ(lme_template_text(by_name(name)), text.get<std::string>()) << name;
+  for (auto& [name, text] : g["templates"].items())
+    EXPECT_EQ(lme_template_text(by_name(name)), text.get<std::string>()) << name;
 }
 
 TEST(JudgeTemplates, RenderedPromptPerQuestionTypeEqualsPythonFormat) {
@@ -487,7 +490,13 @@ TEST(JudgeClient, RequestsRunConcurrently) {
   EXPECT_GE(srv.max_in_flight(), 2);
   EXPECT_LE(srv.max_in_flight(), 4);
   EXPECT_LT(dt, 0.75);  // serial would take >= 0.8 s
-  EXPECT_THROW(OpenAIJudge("m", OpenAIEndpoint{}, [] { JudgeOptions b; b.concurrency = 0; return b; }()), Error);
+  EXPECT_THROW(OpenAIJudge("m", OpenAIEndpoint{},
+                           [] {
+                             JudgeOptions b;
+                             b.concurrency = 0;
+                             return b;
+                           }()),
+               Error);
   EXPECT_THROW(OpenAIJudge("", OpenAIEndpoint{}, JudgeOptions{}), Error);
 }
 
@@ -509,7 +518,8 @@ TEST(JudgeCache, VerdictsAreCachedFailuresAreNot) {
   EXPECT_EQ(out[0].grade.score, 1.0);
   EXPECT_FALSE(out[0].grade.ungraded);
   EXPECT_EQ(out[0].grade.extracted, "Yes.");
-  EXPECT_NE(out[0].grade.reason.find("judge openai:judge-model (default): yes"), std::string::npos) << out[0].grade.reason;
+  EXPECT_NE(out[0].grade.reason.find("judge openai:judge-model (default): yes"), std::string::npos)
+      << out[0].grade.reason;
   EXPECT_EQ(out[1].grade.score, 0.0);
   EXPECT_FALSE(out[1].grade.ungraded);
   EXPECT_NE(out[1].grade.reason.find("temporal-reasoning"), std::string::npos);
@@ -731,9 +741,10 @@ TEST(JudgeCli, RunJudgesWithOpenAIAndLocalJudges) {
                           " --policies full --max-new-tokens 8 --quiet --db ";
   auto rows = [](const std::string& db) {
     results::Store s(db);
-    return s.query("SELECT g.text, gr.score, gr.ungraded, gr.extracted, gr.reason, gr.grader, w.example_id "
-                   "FROM generations g JOIN grades gr USING (run_id, item_key) JOIN work_items w USING (item_key) "
-                   "ORDER BY w.example_id");
+    return s.query(
+        "SELECT g.text, gr.score, gr.ungraded, gr.extracted, gr.reason, gr.grader, w.example_id "
+        "FROM generations g JOIN grades gr USING (run_id, item_key) JOIN work_items w USING (item_key) "
+        "ORDER BY w.example_id");
   };
 
   // 1. `run --judge openai:...`: every generation judged by the (fake) API while the run goes on.
@@ -747,7 +758,7 @@ TEST(JudgeCli, RunJudgesWithOpenAIAndLocalJudges) {
     EXPECT_EQ(row[2], "0");
     EXPECT_EQ(row[5], "judge_longmemeval:openai:judge-model");
   }
-  EXPECT_NE(g[0][4].find("(default)"), std::string::npos) << g[0][4];      // q1: single-session-user
+  EXPECT_NE(g[0][4].find("(default)"), std::string::npos) << g[0][4];     // q1: single-session-user
   EXPECT_NE(g[1][4].find("(abstention)"), std::string::npos) << g[1][4];  // q2_abs
   EXPECT_EQ(srv.requests(), 2);
   // The judge was asked LongMemEval's template filled with the fixture's question and answer.
@@ -771,8 +782,9 @@ TEST(JudgeCli, RunJudgesWithOpenAIAndLocalJudges) {
     const std::string prompt = lme_judge_prompt(i == 0 ? LmeTemplate::kDefault : LmeTemplate::kAbstention, q, a, row[0]);
     const std::string pf = (dir / ("prompt" + std::to_string(i) + ".txt")).string();
     std::ofstream(pf) << prompt;
-    auto gen = run_kvbench("generate --model " + model + " --max-new-tokens 10 --prompt \"$(cat " + pf + ")\"", srv.base_url(),
-                           /*stdout_only=*/true);
+    auto gen =
+        run_kvbench("generate --model " + model + " --max-new-tokens 10 --prompt \"$(cat " + pf + ")\"", srv.base_url(),
+                    /*stdout_only=*/true);
     ASSERT_EQ(gen.rc, 0) << gen.out;
     std::string expect = gen.out;
     while (!expect.empty() && (expect.back() == '\n' || expect.back() == ' ')) expect.pop_back();

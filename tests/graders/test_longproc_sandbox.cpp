@@ -115,9 +115,9 @@ TEST(PseudoToCodeSandbox, InfiniteLoopIsKilledAtTheTimeLimit) {
 }
 
 TEST(PseudoToCodeSandbox, UnboundedAllocationHitsTheMemoryLimit) {
-  LongProcResult r = run(
-      "int main() { vector<char*> v; while (true) { char* p = new char[1 << 24]; memset(p, 1, 1 << 24); "
-      "v.push_back(p); } }");
+  LongProcResult r =
+      run("int main() { vector<char*> v; while (true) { char* p = new char[1 << 24]; memset(p, 1, 1 << 24); "
+          "v.push_back(p); } }");
   EXPECT_EQ(r.accuracy, 0.0);
   EXPECT_NE(r.reason.find("memory limit"), std::string::npos) << r.reason;
 }

@@ -121,14 +121,17 @@ TEST(ScBenchGoldens, EveryScorerMatchesTheReference) {
 // Every grader name the tasks bind exists and runs through grade() (check-answer's path).
 TEST(LongProcScBench, RegistryBindsEveryTaskGrader) {
   nlohmann::json cd = {{"nums", {40, 19, 23, 7}}, {"target", 29}};
-  EXPECT_EQ(grade("longproc_countdown", "<Solution>\n40 - 19 = 21\n23 - 7 = 16\n21 + 16 = 37\n</Solution>", {"x"}, cd).score,
-            0.0);
-  EXPECT_EQ(grade("longproc_countdown", "<Solution>\n40 + 19 = 59\n23 + 7 = 30\n59 - 30 = 29\n</Solution>", {"x"}, cd).score,
-            1.0);
+  EXPECT_EQ(
+      grade("longproc_countdown", "<Solution>\n40 - 19 = 21\n23 - 7 = 16\n21 + 16 = 37\n</Solution>", {"x"}, cd).score,
+      0.0);
+  EXPECT_EQ(
+      grade("longproc_countdown", "<Solution>\n40 + 19 = 59\n23 + 7 = 30\n59 - 30 = 29\n</Solution>", {"x"}, cd).score,
+      1.0);
   // HF-row metadata lives under "item".
   nlohmann::json hf = {{"item", cd}};
-  EXPECT_EQ(grade("longproc_countdown", "<Solution>\n40 + 19 = 59\n23 + 7 = 30\n59 - 30 = 29\n</Solution>", {"x"}, hf).score,
-            1.0);
+  EXPECT_EQ(
+      grade("longproc_countdown", "<Solution>\n40 + 19 = 59\n23 + 7 = 30\n59 - 30 = 29\n</Solution>", {"x"}, hf).score,
+      1.0);
   EXPECT_THROW(grade("longproc_countdown", "x", {"x"}, nullptr), std::exception);  // needs nums/target
   EXPECT_THROW(grade("longproc_travel_planning", "x", {"x"}, nullptr), std::exception);
   EXPECT_THROW(grade("longproc_pseudo_to_code", "x", {"x"}, nullptr), std::exception);
@@ -146,14 +149,14 @@ TEST(LongProcScBench, RegistryBindsEveryTaskGrader) {
   EXPECT_EQ(grade("scbench_math_find", "It is 42.7", {"42"}).score, 1.0);  // label from the reference text
   EXPECT_EQ(grade("scbench_passkey", "key 12345.", {"12345"}).score, 1.0);
   EXPECT_NEAR(grade("scbench_rouge_lsum", "a b c", {"a b d"}).score, 2.0 / 3.0, 1e-12);
-  EXPECT_EQ(grade("scbench_repoqa", "```\nint f() { return 1; }\n```", {"int f() { return 1; }"}, {{"name", "f"}}).score,
-            1.0);
+  EXPECT_EQ(
+      grade("scbench_repoqa", "```\nint f() { return 1; }\n```", {"int f() { return 1; }"}, {{"name", "f"}}).score, 1.0);
   EXPECT_THROW(grade("scbench_repoqa", "x", {"y"}, {{"name", "f"}, {"needles", 3}}), std::exception);
   // Task-level grader names (tasks/scbench.cpp, tasks/longproc.cpp) all resolve.
   for (const char* n : {"longproc_html_to_tsv", "longproc_pseudo_to_code", "longproc_path_traversal",
-                        "longproc_tom_tracking", "longproc_countdown", "longproc_travel_planning", "scbench_kv_retrieval",
-                        "scbench_string_match_all", "scbench_choice_eng", "scbench_qa_eng", "scbench_qa_chn",
-                        "scbench_math_find", "scbench_repoqa", "scbench_rouge_lsum", "scbench_passkey"})
+                        "longproc_tom_tracking", "longproc_countdown", "longproc_travel_planning",
+                        "scbench_kv_retrieval", "scbench_string_match_all", "scbench_choice_eng", "scbench_qa_eng",
+                        "scbench_qa_chn", "scbench_math_find", "scbench_repoqa", "scbench_rouge_lsum", "scbench_passkey"})
     EXPECT_NE(find_grader(n), nullptr) << n;
 }
 
@@ -174,7 +177,9 @@ TEST(LongProc, HtmlToTsvEdgeCases) {
 
 TEST(LongProc, CountdownArithmeticFollowsPythonIntAndEval) {
   std::vector<int64_t> nums = {4, 6, 2, 3};
-  auto acc = [&](const std::string& s) { return longproc_countdown("<Solution>\n" + s + "\n</Solution>", nums, 5, "").accuracy; };
+  auto acc = [&](const std::string& s) {
+    return longproc_countdown("<Solution>\n" + s + "\n</Solution>", nums, 5, "").accuracy;
+  };
   EXPECT_EQ(acc("6 / 2 = 3\n4 + 3 = 7\n7 - 3 = 4"), 0.0);  // 3 used twice
   EXPECT_EQ(acc("6 / 3 = 2\n4 + 2 = 6\n6 - 2 = 4"), 0.0);  // ends at 4
   EXPECT_EQ(acc("6 - 4 = 2\n2 * 3 = 6\n6 - 2 = 4"), 0.0);

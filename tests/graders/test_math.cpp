@@ -37,7 +37,8 @@ TEST(MathExtract, Fallbacks) {
 }
 
 TEST(MathNormalize, QwenStripString) {
-  const std::pair<const char*, const char*> cases[] = {  // input, Qwen2.5-Math strip_string output
+  const std::pair<const char*, const char*> cases[] = {
+      // input, Qwen2.5-Math strip_string output
       {"\\dfrac{1}{2}", "\\frac{1}{2}"},
       {"30^\\circ", "30"},
       {"\\$18.90", "18.90"},
@@ -68,7 +69,8 @@ TEST(MathEquivalent, Stages) {
   EXPECT_FALSE(math_equivalent("[2,4]", "(2,4)").equal);
   EXPECT_TRUE(math_equivalent("[15,-29]", "(15,-29)").equal);  // not an interval: a point
   EXPECT_TRUE(math_equivalent("\\begin{pmatrix}-1/3\\\\2/3\\end{pmatrix}",
-                              "\\begin{pmatrix}-\\frac{1}{3}\\\\\\frac{2}{3}\\end{pmatrix}").equal);
+                              "\\begin{pmatrix}-\\frac{1}{3}\\\\\\frac{2}{3}\\end{pmatrix}")
+                  .equal);
   EXPECT_TRUE(math_equivalent("1-\\sqrt{19},1+\\sqrt{19}", "1\\pm\\sqrt{19}").equal);
   EXPECT_TRUE(math_equivalent("54", "204_5").equal);
   EXPECT_TRUE(math_equivalent("\\frac{9}{5}", "1\\frac{4}{5}").equal);
@@ -107,19 +109,22 @@ TEST(MathSymbolicModule, UnloadableModuleIsAOneLineError) {
   KVB_REQUIRE_BINARY();
   const std::string args = " check-answer --grader math --gold 'x^2' --pred '\\boxed{x\\cdot x}'";
   const std::string not_elf = kFixtures + "math_known_disagreements.md";
-  for (const auto& [lib, why] : {std::pair<std::string, std::string>{"/nonexistent", "No such file"},
-                                 {not_elf, "invalid ELF header"}}) {
+  for (const auto& [lib, why] :
+       {std::pair<std::string, std::string>{"/nonexistent", "No such file"}, {not_elf, "invalid ELF header"}}) {
     std::string out;
     const int rc = test::run_command("KVB_SYMBOLIC_LIB='" + lib + "' " + KVB_BINARY + args + " 2>&1", &out);
     EXPECT_EQ(rc, 1) << out;
     EXPECT_TRUE(test::contains_all(out, {"kvbench: error: math grading: the symbolic module libkvbench_symbolic.so "
-                                         "cannot be loaded (", lib, why, "KVB_SYMBOLIC_LIB"}));
+                                         "cannot be loaded (",
+                                         lib, why, "KVB_SYMBOLIC_LIB"}));
     EXPECT_EQ(out.find('\n'), out.size() - 1) << out;
   }
   std::string out;  // numeric answers never need the module
   EXPECT_EQ(test::run_command("KVB_SYMBOLIC_LIB=/nonexistent " + std::string(KVB_BINARY) +
-                                  " check-answer --grader math --gold 0.5 --pred '\\boxed{1/2}' 2>&1", &out),
-            0) << out;
+                                  " check-answer --grader math --gold 0.5 --pred '\\boxed{1/2}' 2>&1",
+                              &out),
+            0)
+      << out;
 }
 
 SymbolicResult fake_symbolic(const std::string& pred, const std::string& gold, double rel_tol) {

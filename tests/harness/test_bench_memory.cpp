@@ -45,9 +45,9 @@ constexpr int64_t kHeads = 5 * 4;  // layers × kv heads
 
 TEST(BenchMemory, FullCacheOnTheCpuByHand) {
   const auto pl = plan_bench_memory(stories(100, 28), nullptr, 0);
-  EXPECT_EQ(pl.peak_tokens_per_head, 128);        // context + gen
-  EXPECT_EQ(pl.pages_per_seq, kHeads * 8);        // ceil(128 / 16) = 8 per head
-  EXPECT_EQ(pl.page_bytes, 16u * (16 + 1) * 4);   // 1088
+  EXPECT_EQ(pl.peak_tokens_per_head, 128);       // context + gen
+  EXPECT_EQ(pl.pages_per_seq, kHeads * 8);       // ceil(128 / 16) = 8 per head
+  EXPECT_EQ(pl.page_bytes, 16u * (16 + 1) * 4);  // 1088
   EXPECT_EQ(pl.kv_bytes_per_seq, 160u * 1088);
   // Work: min(512, 100) = 100 prompt tokens × 4 B × (2·64 + (8 + 2·4)·8 + 8·8) + 512 logits × 4 B.
   EXPECT_EQ(pl.work_bytes_per_seq, 100u * 4 * (128 + 128 + 64) + 512 * 4);
@@ -218,8 +218,8 @@ TEST(BenchMemoryCli, BadMemoryIsOneErrorLineWithExit2) {
   }
   // Not even batch 1 fits: the sizes are named.
   EXPECT_EQ(kvb::test::run_cli("bench --model-shape stories260k --context 64 --gen 8 --memory 0.01", &out), 2);
-  EXPECT_TRUE(kvb::test::contains_all(out, {"kvbench: error: --memory: 0.01 GiB does not hold batch 1", "weights",
-                                            "per sequence KV", "work buffers"}))
+  EXPECT_TRUE(kvb::test::contains_all(
+      out, {"kvbench: error: --memory: 0.01 GiB does not hold batch 1", "weights", "per sequence KV", "work buffers"}))
       << out;
   // --memory picks the batch: --batch with it is an error.
   EXPECT_EQ(kvb::test::run_cli("bench --model-shape stories260k --memory 1 --batch 2", &out), 2) << out;

@@ -123,7 +123,8 @@ TEST(ModelSource, GenerationDefaultsOfDirsAndGguf) {
 
 TEST(ModelSource, ChatTemplateFromJinjaFileAndByName) {
   REQUIRE_MODEL();
-  const std::string tmpl = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
+  const std::string tmpl =
+      "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
   fs::path d = model_copy("jinja", {{"chat_template.jinja", tmpl},
                                     {"chat_template.json", R"({"chat_template": "JSON {{ messages[0].content }}"})"}});
   auto m = kvb::cli::load_model(d.string());
@@ -172,8 +173,8 @@ TEST(RunCliGenerationConfig, DefaultsAppliedAndRecorded) {
                                       R"({"bos_token_id": 1, "eos_token_id": [2], "do_sample": true,
                                           "temperature": 0.7, "top_p": 0.9, "top_k": 5})"}});
   const std::string db = (d / "r.db").string();
-  const std::string base = std::string(KVB_BINARY) + " run --task gsm8k --model " + d.string() + " --data-dir " + kData +
-                           " --policies full --samples 2 --limit 3 --max-new-tokens 8 --quiet --db " + db;
+  const std::string base = std::string(KVB_BINARY) + " run --task gsm8k --model " + d.string() + " --data-dir " +
+                           kData + " --policies full --samples 2 --limit 3 --max-new-tokens 8 --quiet --db " + db;
   std::string out;
   ASSERT_EQ(run_cmd(base, &out), 0) << out;
   for (const auto& s : column(db, "SELECT DISTINCT sampling_json FROM work_items")) {
@@ -230,8 +231,9 @@ TEST(ModelSource, GgufNamedChatTemplatesAreSelectable) {
     kvb::cli::load_model(path, kvb::WeightFormat::kF32, "chatml");
     ADD_FAILURE() << "expected an error";
   } catch (const kvb::Error& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": tokenizer.chat_template: no template named \"chatml\" (there are: default, "
-                                            "rag, tool_use)");
+    EXPECT_EQ(std::string(e.what()), path +
+                                         ": tokenizer.chat_template: no template named \"chatml\" (there are: default, "
+                                         "rag, tool_use)");
     EXPECT_EQ(e.exit_code(), 2);
   }
 }

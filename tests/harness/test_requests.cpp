@@ -58,9 +58,10 @@ TEST(Requests, ChatExampleRendersThroughTheTemplateWithTheWorkItemsSampling) {
   RequestOptions o;
   o.min_p = 0.05;
   const BuiltRequest b = build_request(lm, ex, sampling, 99, 7, o);
-  EXPECT_EQ(b.request.prompt,
-            encode(lm, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n"
-                       "<|im_start|>assistant\n", false));
+  EXPECT_EQ(b.request.prompt, encode(lm,
+                                     "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n"
+                                     "<|im_start|>assistant\n",
+                                     false));
   EXPECT_FLOAT_EQ(b.request.sampling.temperature, 0.6f);
   EXPECT_FLOAT_EQ(b.request.sampling.top_p, 0.95f);
   EXPECT_EQ(b.request.sampling.top_k, 20);
@@ -89,8 +90,8 @@ TEST(Requests, CompletionExamplesAndModelsWithoutTemplateAreRawTextWithBos) {
     const std::vector<int32_t> want = encode(lm, "Classify.\nQuestion: 1+1?\nAnswer:", true);
     EXPECT_EQ(b.request.prompt, want) << "chat model: " << chat;
     ASSERT_FALSE(want.empty());
-    EXPECT_EQ(want.front(), 1);  // stories260K's BOS
-    EXPECT_EQ(b.request.max_new_tokens, 40);  // no max_new_tokens in the sampling: the example's cap
+    EXPECT_EQ(want.front(), 1);                             // stories260K's BOS
+    EXPECT_EQ(b.request.max_new_tokens, 40);                // no max_new_tokens in the sampling: the example's cap
     EXPECT_FLOAT_EQ(b.request.sampling.temperature, 0.0f);  // no sampling keys: greedy
     EXPECT_FLOAT_EQ(b.request.sampling.top_p, 1.0f);
   }
@@ -104,8 +105,10 @@ TEST(Requests, QueryAgnosticSplitsAtTheEndOfTheSharedContext) {
   o.query_agnostic = true;
   const BuiltRequest b = build_request(lm, ex, nlohmann::json::object(), 16, 0, o);
   EXPECT_EQ(b.request.prompt,
-            encode(lm, kDefaultSystem + "<|im_start|>user\nThe cat sat on the mat. Where did the cat sit?<|im_end|>\n"
-                                        "<|im_start|>assistant\n", false));
+            encode(lm,
+                   kDefaultSystem + "<|im_start|>user\nThe cat sat on the mat. Where did the cat sit?<|im_end|>\n"
+                                    "<|im_start|>assistant\n",
+                   false));
   const size_t ctx = encode(lm, kDefaultSystem + "<|im_start|>user\nThe cat sat on the mat.", false).size();
   EXPECT_EQ(b.request.context_tokens, ctx);
   EXPECT_LT(ctx, b.request.prompt.size());
@@ -195,8 +198,10 @@ TEST(Requests, FreshContextFollowupSubstitutesThePreviousOutput) {
   const BuiltRequest first = build_request(lm, ex, {{"temperature", 0.5}}, 20, 41, RequestOptions{});
   EXPECT_TRUE(first.request.followups.empty());  // fresh-context turns are separate prompts
   const GenerationRequest q = build_fresh_followup(lm, ex, 0, "42", first.request, std::nullopt);
-  EXPECT_EQ(q.prompt, encode(lm, kDefaultSystem + "<|im_start|>user\nReasoning: 42\nSo the answer (42) is<|im_end|>\n"
-                                                  "<|im_start|>assistant\n", false));
+  EXPECT_EQ(q.prompt, encode(lm,
+                             kDefaultSystem + "<|im_start|>user\nReasoning: 42\nSo the answer (42) is<|im_end|>\n"
+                                              "<|im_start|>assistant\n",
+                             false));
   EXPECT_EQ(q.seed, 42u);  // first seed + step + 1
   EXPECT_FLOAT_EQ(q.sampling.temperature, 0.5f);
   EXPECT_EQ(q.max_new_tokens, 20);

@@ -27,8 +27,8 @@ const std::string kData = kShared + "/datasets";
 
 /// The kvbench binary and ../shared's stories260K-hf and datasets (KVB_REQUIRE: skip, or fail
 /// under KVB_REQUIRE_ALL=1).
-#define REQUIRE_INPUTS()                                          \
-  KVB_REQUIRE_BINARY();                                           \
+#define REQUIRE_INPUTS()                                         \
+  KVB_REQUIRE_BINARY();                                          \
   KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors"); \
   KVB_REQUIRE_SHARED("datasets/gsm8k")
 
@@ -124,20 +124,23 @@ TEST(RunCli, MainJobOnRealDataFromAConfigFileThenReport) {
   // Every generation graded by the math grader (the tiny model writes nonsense: scores are 0/1, never NULL).
   EXPECT_EQ(count(db, "SELECT COUNT(*) FROM grades WHERE score IS NOT NULL AND ungraded = 0"), 4 * 7 * 2);
   // The config's sampling reached the items; the CLI's --limit overrode the config's 20.
-  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM work_items WHERE json_extract(sampling_json, '$.temperature') = 0.7 "
-                      "AND json_extract(sampling_json, '$.max_new_tokens') = 32"),
+  EXPECT_EQ(count(db,
+                  "SELECT COUNT(*) FROM work_items WHERE json_extract(sampling_json, '$.temperature') = 0.7 "
+                  "AND json_extract(sampling_json, '$.max_new_tokens') = 32"),
             4 * 7 * 2);
   EXPECT_EQ(count(db, "SELECT COUNT(DISTINCT example_id || task) FROM work_items"), 4);
   // trimkv ran with random gates and says so: in every item's label and params, and in the run.
-  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM work_items WHERE policy = 'trimkv' AND "
-                      "json_extract(policy_params_json, '$.random_gates') IN (0, '0')"),
+  EXPECT_EQ(count(db,
+                  "SELECT COUNT(*) FROM work_items WHERE policy = 'trimkv' AND "
+                  "json_extract(policy_params_json, '$.random_gates') IN (0, '0')"),
             4 * 2 * 2);
   EXPECT_NE(out.find("trimkv: no released gates known for this model and none given"), std::string::npos) << out;
   // Cell labels: the name plus the parameters that differ from the defaults; the budget is its
   // own column (not in the parameters).
   Rows labels = query(db, "SELECT DISTINCT policy_label FROM work_items ORDER BY policy_label");
   EXPECT_EQ(labels, (Rows{{"full"}, {"rkv"}, {"snapkv"}, {"trimkv:random_gates=0"}}));
-  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM work_items WHERE json_extract(policy_params_json, '$.budget') IS NOT NULL"), 0);
+  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM work_items WHERE json_extract(policy_params_json, '$.budget') IS NOT NULL"),
+            0);
   Rows runs = query(db, "SELECT config_json FROM runs");
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_NE(runs[0][0].find("RANDOM gates"), std::string::npos) << runs[0][0];
@@ -210,14 +213,15 @@ TEST(RunCli, KilledMidGridResumesToTheSameSamples) {
   kill(-pid, SIGKILL);
   int st = 0;
   waitpid(pid, &st, 0);
-  ASSERT_TRUE(WIFSIGNALED(st)) << "the run ended before it was killed (" << at_kill << " stored): "
-                               << slurp(d / "killed.log");
+  ASSERT_TRUE(WIFSIGNALED(st)) << "the run ended before it was killed (" << at_kill
+                               << " stored): " << slurp(d / "killed.log");
   const int64_t stored = count(db, "SELECT COUNT(*) FROM generations");
   EXPECT_GE(stored, 4);
   EXPECT_LT(stored, total);
   EXPECT_EQ(stored % 2, 0) << "a batch is stored whole or not at all";
-  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations g LEFT JOIN grades r USING (run_id, item_key) "
-                      "WHERE r.item_key IS NULL"),
+  EXPECT_EQ(count(db,
+                  "SELECT COUNT(*) FROM generations g LEFT JOIN grades r USING (run_id, item_key) "
+                  "WHERE r.item_key IS NULL"),
             0)
       << "every stored generation has its grade (same transaction)";
 
@@ -257,7 +261,8 @@ TEST(RunCli, DefaultRunOnTheDefaultModelThenReport) {
   ASSERT_EQ(run_cmd("cd " + d.string() + " && " + KVB_BINARY + " run --limit 1 --quiet", &out), 0) << out;
   const std::string db = (d / "kvbench.db").string();
   ASSERT_TRUE(fs::exists(db)) << out;
-  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations WHERE finish_reason NOT LIKE 'error%' AND generated_tokens > 0"), 2);
+  EXPECT_EQ(
+      count(db, "SELECT COUNT(*) FROM generations WHERE finish_reason NOT LIKE 'error%' AND generated_tokens > 0"), 2);
   EXPECT_EQ(query(db, "SELECT DISTINCT task FROM work_items"), (Rows{{"smoke"}}));
   EXPECT_EQ(query(db, "SELECT DISTINCT policy_label || '@' || budget FROM work_items ORDER BY 1"),
             (Rows{{"full@0"}, {"snapkv@32"}}));
@@ -285,13 +290,15 @@ TEST(RunCli, ScBenchMultiTurnSharesTheCompressedContextAndGradesEveryTurn) {
             0)
       << out;
   EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations"), 4);
-  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations WHERE json_array_length(extra_json, '$.turns') = 1 AND "
-                      "json_extract(extra_json, '$.turns[0].prompt_tokens') > 0 AND "
-                      "json_extract(extra_json, '$.turns[0].generated_tokens') BETWEEN 1 AND 8"),
+  EXPECT_EQ(count(db,
+                  "SELECT COUNT(*) FROM generations WHERE json_array_length(extra_json, '$.turns') = 1 AND "
+                  "json_extract(extra_json, '$.turns[0].prompt_tokens') > 0 AND "
+                  "json_extract(extra_json, '$.turns[0].generated_tokens') BETWEEN 1 AND 8"),
             4);
   // Row counts cover both turns.
-  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations WHERE generated_tokens = 8 + "
-                      "json_extract(extra_json, '$.turns[0].generated_tokens') OR finish_reason <> 'length'"),
+  EXPECT_EQ(count(db,
+                  "SELECT COUNT(*) FROM generations WHERE generated_tokens = 8 + "
+                  "json_extract(extra_json, '$.turns[0].generated_tokens') OR finish_reason <> 'length'"),
             4);
   // The follow-up of summary_with_needles is graded by the passkey scorer, its first turn by ROUGE.
   Rows reasons = query(db, "SELECT w.task, r.reason FROM grades r JOIN work_items w USING (item_key) ORDER BY w.task");
@@ -299,10 +306,12 @@ TEST(RunCli, ScBenchMultiTurnSharesTheCompressedContextAndGradesEveryTurn) {
   for (const auto& r : reasons) EXPECT_EQ(r[1].rfind("2 scored turns [", 0), 0u) << r[0] << ": " << r[1];
   EXPECT_EQ(count(db, "SELECT COUNT(*) FROM grades WHERE score IS NULL"), 0);
   // SnapKV held fewer bytes than the full cache over the session.
-  EXPECT_LT(count(db, "SELECT MAX(g.kv_bytes_peak) FROM generations g JOIN work_items w USING (item_key) "
-                      "WHERE w.policy = 'snapkv' AND w.task = 'scbench_kv'"),
-            count(db, "SELECT MAX(g.kv_bytes_peak) FROM generations g JOIN work_items w USING (item_key) "
-                      "WHERE w.policy = 'full' AND w.task = 'scbench_kv'"));
+  EXPECT_LT(count(db,
+                  "SELECT MAX(g.kv_bytes_peak) FROM generations g JOIN work_items w USING (item_key) "
+                  "WHERE w.policy = 'snapkv' AND w.task = 'scbench_kv'"),
+            count(db,
+                  "SELECT MAX(g.kv_bytes_peak) FROM generations g JOIN work_items w USING (item_key) "
+                  "WHERE w.policy = 'full' AND w.task = 'scbench_kv'"));
   const Rows before = query(db, "SELECT item_key, score, reason FROM grades ORDER BY item_key");
   ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " grade --regrade --db " + db, &out), 0) << out;
   EXPECT_EQ(query(db, "SELECT item_key, score, reason FROM grades ORDER BY item_key"), before);
@@ -348,8 +357,9 @@ TEST(RunCli, WeightsOptionIsRecordedAndNamesTheCells) {
   EXPECT_EQ(query(db, "SELECT json_extract(config_json, '$.weights') FROM runs ORDER BY run_id"),
             (Rows{{"stored"}, {"f32"}}));
   EXPECT_EQ(query(db, "SELECT DISTINCT model_id FROM work_items ORDER BY 1"), (Rows{{kModel}, {kModel + "@f32"}}));
-  EXPECT_EQ(count(db, "SELECT COUNT(*) FROM generations WHERE kv_bytes_steady > 0 AND decode_share_s > 0 AND "
-                      "kv_bytes_steady < kv_bytes_peak"),
+  EXPECT_EQ(count(db,
+                  "SELECT COUNT(*) FROM generations WHERE kv_bytes_steady > 0 AND decode_share_s > 0 AND "
+                  "kv_bytes_steady < kv_bytes_peak"),
             2);
   EXPECT_EQ(run_cmd(base + " --weights f16", &out), 2) << out;
   EXPECT_NE(out.find("kvbench: error: --weights: expected stored, f32 or bf16, got 'f16'"), std::string::npos) << out;
@@ -363,13 +373,15 @@ TEST(CheckAnswerCli, VerdictOnTheLastLineWithTheFormsAndReason) {
     return s.substr(s.rfind('\n') == std::string::npos ? 0 : s.rfind('\n') + 1);
   };
   std::string out;
-  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " check-answer --grader math --gold '\\frac{1}{2}' --pred 'so \\boxed{0.5}'", &out),
+  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " check-answer --grader math --gold '\\frac{1}{2}' --pred 'so \\boxed{0.5}'",
+                    &out),
             0)
       << out;
   EXPECT_EQ(last_line(out), "1") << out;
   EXPECT_NE(out.find("0.5"), std::string::npos) << out;  // the extracted answer is shown
-  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " check-answer --grader math --gold '\\frac{1}{2}' --pred '\\boxed{0.6}'", &out),
-            0)
+  ASSERT_EQ(
+      run_cmd(std::string(KVB_BINARY) + " check-answer --grader math --gold '\\frac{1}{2}' --pred '\\boxed{0.6}'", &out),
+      0)
       << out;
   EXPECT_EQ(last_line(out), "0") << out;
   EXPECT_EQ(run_cmd(std::string(KVB_BINARY) + " check-answer --grader no_such_grader --gold 1 --pred 1", &out), 2) << out;

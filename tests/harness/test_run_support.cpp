@@ -141,7 +141,8 @@ TEST(DefaultGates, LearnedGatePoliciesGetRandomGatesAndANote) {
             "foresightkv:window=32,buffer=32,random_scorer=0");
   EXPECT_NE(note.find("RANDOM scorer"), std::string::npos) << note;
   EXPECT_NE(note.find("ForesightKV"), std::string::npos) << note;
-  EXPECT_EQ(default_gates("foresightkv:scorer=/s.safetensors", dflt, &note, &picked), "foresightkv:scorer=/s.safetensors");
+  EXPECT_EQ(default_gates("foresightkv:scorer=/s.safetensors", dflt, &note, &picked),
+            "foresightkv:scorer=/s.safetensors");
   EXPECT_TRUE(note.empty());
 }
 
@@ -149,8 +150,8 @@ TEST(DefaultGates, KnownBaseModelsGetTheirReleasedGatesAndSaySo) {
   std::string note, picked;
   EXPECT_EQ(default_gates("trimkv", {"Qwen/Qwen3-4B"}, &note, &picked), "trimkv:gates=ngocbh/TrimKV-Qwen3-4B-Math");
   EXPECT_TRUE(note.empty()) << note;
-  EXPECT_NE(picked.find("using the released TRIM-KV gates ngocbh/TrimKV-Qwen3-4B-Math for Qwen/Qwen3-4B"),
-            std::string::npos) << picked;
+  EXPECT_NE(picked.find("using the released TRIM-KV gates ngocbh/TrimKV-Qwen3-4B-Math for Qwen/Qwen3-4B"), std::string::npos)
+      << picked;
   EXPECT_EQ(default_gates("wgkv:tau=0.2", {"Qwen/Qwen3-4B-Instruct-2507"}, &note, &picked),
             "wgkv:tau=0.2,gates=WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt");
   // Weights given by the user win over the registry.

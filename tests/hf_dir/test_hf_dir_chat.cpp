@@ -109,8 +109,9 @@ TEST(HfDirChat, TransformersSavedDirectoryChatsByteForByteAsTransformers) {
     SCOPED_TRACE(prompt);
     const std::string out_file = (dir / "stdout.txt").string(), err_file = (dir / "stderr.txt").string();
     const std::string cmd = std::string(KVB_BINARY) + " generate --model " + shell_quote(dir.string()) +
-                            " --chat --temperature 0 --max-new-tokens " + std::to_string(gold["max_new_tokens"].get<int>()) +
-                            " --prompt " + shell_quote(prompt) + " > " + out_file + " 2> " + err_file;
+                            " --chat --temperature 0 --max-new-tokens " +
+                            std::to_string(gold["max_new_tokens"].get<int>()) + " --prompt " + shell_quote(prompt) +
+                            " > " + out_file + " 2> " + err_file;
     ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(err_file);
     EXPECT_EQ(read_file(out_file), c["text"].get<std::string>() + "\n");
     // The same prompt tokens (the chat template from chat_template.jinja, rendered and tokenized).

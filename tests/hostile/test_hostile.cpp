@@ -40,11 +40,11 @@ struct Case {
   // (a mutated GGUF fixture), "@db:NAME" (a results database: see make_db). Every file must be
   // byte-for-byte unchanged after the command.
   std::map<std::string, std::string> files;
-  std::string args;                          // kvbench arguments; $D = the case's directory, $S = ../shared
-  std::string expect;                        // substring of the error line (names the file/field)
-  std::string must_not_exist;                // a path under $D the command must not create
-  std::string prefix;                        // shell words before the command (env settings, ulimit)
-  int exit_code = 2;                         // 2 for bad input, 1 for a runtime failure
+  std::string args;            // kvbench arguments; $D = the case's directory, $S = ../shared
+  std::string expect;          // substring of the error line (names the file/field)
+  std::string must_not_exist;  // a path under $D the command must not create
+  std::string prefix;          // shell words before the command (env settings, ulimit)
+  int exit_code = 2;           // 2 for bad input, 1 for a runtime failure
 };
 
 std::string repeat(const std::string& s, int n) {
@@ -79,22 +79,41 @@ const std::map<std::string, std::function<void(nlohmann::json&)>>& tokenizer_mut
   static const std::map<std::string, std::function<void(nlohmann::json&)>> m = {
       {"model_missing", [](nlohmann::json& t) { t.erase("model"); }},
       {"model_type", [](nlohmann::json& t) { t["model"]["type"] = "Unigram2"; }},
-      {"vocab_list", [](nlohmann::json& t) { t["model"]["vocab"] = {1, 2}; }},
+      {"vocab_list",
+       [](nlohmann::json& t) {
+         t["model"]["vocab"] = {1, 2};
+       }},
       {"merges_int", [](nlohmann::json& t) { t["model"]["merges"] = {123}; }},
-      {"added_negative", [](nlohmann::json& t) { t["added_tokens"] = {{{"id", -5}, {"content", "x"}, {"special", true}}}; }},
-      {"added_huge", [](nlohmann::json& t) { t["added_tokens"] = {{{"id", 1000000000000LL}, {"content", "x"}, {"special", true}}}; }},
-      {"bad_regex", [](nlohmann::json& t) {
+      {"added_negative",
+       [](nlohmann::json& t) {
+         t["added_tokens"] = {{{"id", -5}, {"content", "x"}, {"special", true}}};
+       }},
+      {"added_huge",
+       [](nlohmann::json& t) {
+         t["added_tokens"] = {{{"id", 1000000000000LL}, {"content", "x"}, {"special", true}}};
+       }},
+      {"bad_regex",
+       [](nlohmann::json& t) {
          t["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
        }},
-      {"bad_normalizer", [](nlohmann::json& t) { t["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Nope"}}}}}; }},
+      {"bad_normalizer",
+       [](nlohmann::json& t) {
+         t["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Nope"}}}}};
+       }},
       {"decoder_string", [](nlohmann::json& t) { t["decoder"] = "x"; }},
       {"vocab_not_int", [](nlohmann::json& t) { t["model"]["vocab"]["<s>"] = "one"; }},
       {"added_content_number", [](nlohmann::json& t) { t["added_tokens"][0]["content"] = 7; }},
-      {"pre_tokenizer_unknown", [](nlohmann::json& t) { t["pre_tokenizer"] = {{"type", "Nope"}}; }},
+      {"pre_tokenizer_unknown",
+       [](nlohmann::json& t) {
+         t["pre_tokenizer"] = {{"type", "Nope"}};
+       }},
       {"vocab_id_negative", [](nlohmann::json& t) { t["model"]["vocab"]["<s>"] = -3; }},
       {"vocab_empty", [](nlohmann::json& t) { t["model"]["vocab"] = nlohmann::json::object(); }},
       {"merges_unknown_token", [](nlohmann::json& t) { t["model"]["merges"].push_back("qqq zzz"); }},
-      {"not_object", [](nlohmann::json& t) { t = nlohmann::json::array({1, 2}); }},
+      {"not_object",
+       [](nlohmann::json& t) {
+         t = nlohmann::json::array({1, 2});
+       }},
       // Ids that would size the id -> token tables far beyond the file (issue 31).
       {"vocab_id_int_max", [](nlohmann::json& t) { t["model"]["vocab"]["<s>"] = 2147483647; }},
       {"vocab_id_300m", [](nlohmann::json& t) { t["model"]["vocab"]["<s>"] = 300000000; }},
@@ -141,7 +160,8 @@ const std::map<std::string, std::function<void(std::string&)>>& gguf_mutations()
       {"arch_length_huge", [=](std::string& b) { put_u64(b, 56, 1ull << 60); }},
       // Metadata values (issue 31): a key's value follows its name and a u32 type.
       {"freq_base_nan", [=](std::string& b) { put_u32(b, value_at(b, "llama.rope.freq_base"), 0x7fc00000u); }},
-      {"rms_epsilon_nan", [=](std::string& b) { put_u32(b, value_at(b, "llama.attention.layer_norm_rms_epsilon"), 0x7fc00000u); }},
+      {"rms_epsilon_nan",
+       [=](std::string& b) { put_u32(b, value_at(b, "llama.attention.layer_norm_rms_epsilon"), 0x7fc00000u); }},
       {"freq_base_inf", [=](std::string& b) { put_u32(b, value_at(b, "llama.rope.freq_base"), 0x7f800000u); }},
       {"block_count_huge", [=](std::string& b) { put_u32(b, value_at(b, "llama.block_count"), 0xffffffffu); }},
       // blk.0.attn_q.weight (2 dims) moved to token_embd.weight's offset 0: after the name come
@@ -165,7 +185,8 @@ void make_db(const fs::path& p, const std::string& kind) {
     ASSERT_EQ(sqlite3_exec(db, q.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
     sqlite3_close(db);
   };
-  if (kind == "foreign") return sql("CREATE TABLE songs (title TEXT, year INTEGER); INSERT INTO songs VALUES ('x', 1999)");
+  if (kind == "foreign")
+    return sql("CREATE TABLE songs (title TEXT, year INTEGER); INSERT INTO songs VALUES ('x', 1999)");
   if (kind == "other_app") return sql("PRAGMA application_id = 1234; CREATE TABLE t (a)");
   // A SQLite file with a header and no tables: application_id 0, user_version 0.
   if (kind == "empty_sqlite") return sql("CREATE TABLE t (a); DROP TABLE t");
@@ -204,33 +225,79 @@ std::vector<Case> cases() {
       {"yaml_complex_key", {{"c.yaml", "? [1, 2]\n: 3\n"}}, cfg, "c.yaml: line 1: a mapping key must be a scalar", "r.db"},
       // JSON chat messages.
       {"json_deep_messages", {{"m.json", deep_json}}, msgs, "m.json: JSON nested deeper than 256 levels", ""},
-      {"json_overflow_messages", {{"m.json", "[{\"role\": \"user\", \"content\": \"x\", \"n\": 1e999999}]"}}, msgs, "m.json: number out of range: 1e999999", ""},
+      {"json_overflow_messages",
+       {{"m.json", "[{\"role\": \"user\", \"content\": \"x\", \"n\": 1e999999}]"}},
+       msgs,
+       "m.json: number out of range: 1e999999",
+       ""},
       {"json_truncated_messages", {{"m.json", "[{\"role\": \"us"}}, msgs, "m.json: invalid JSON at byte", ""},
       {"json_negative_overflow", {{"m.json", "[-1e400]"}}, msgs, "m.json: number out of range: -1e400", ""},
       // check-answer --meta.
-      {"meta_deep", {}, "check-answer --grader math --gold 1 --pred 1 --meta '" + repeat("[", 300) + repeat("]", 300) + "'", "--meta: JSON nested deeper", ""},
-      {"meta_overflow", {}, "check-answer --grader math --gold 1 --pred 1 --meta '{\"a\": 1e999999}'", "--meta: number out of range", ""},
+      {"meta_deep",
+       {},
+       "check-answer --grader math --gold 1 --pred 1 --meta '" + repeat("[", 300) + repeat("]", 300) + "'",
+       "--meta: JSON nested deeper",
+       ""},
+      {"meta_overflow",
+       {},
+       "check-answer --grader math --gold 1 --pred 1 --meta '{\"a\": 1e999999}'",
+       "--meta: number out of range",
+       ""},
       {"meta_invalid", {}, "check-answer --grader math --gold 1 --pred 1 --meta '{a}'", "--meta: invalid JSON at byte", ""},
       // config.json.
       {"config_deep", {{"model/config.json", deep_json}}, gen, "model/config.json: JSON nested deeper", ""},
-      {"config_overflow", {{"model/config.json", "{\"hidden_size\": 1e999999}"}}, gen, "model/config.json: number out of range", ""},
+      {"config_overflow",
+       {{"model/config.json", "{\"hidden_size\": 1e999999}"}},
+       gen,
+       "model/config.json: number out of range",
+       ""},
       {"config_truncated", {{"model/config.json", "{\"hidden_size\": "}}, gen, "model/config.json: invalid JSON", ""},
       // safetensors headers.
       {"st_overlap",
        {{"model/config.json", "@config"},
         {"model/model.safetensors",
-         safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", 24)}},
-       gen, "model.safetensors: tensor 'b'.data_offsets: [8, 24] overlaps tensor 'a'", ""},
+         safetensors(
+             R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+             24)}},
+       gen,
+       "model.safetensors: tensor 'b'.data_offsets: [8, 24] overlaps tensor 'a'",
+       ""},
       {"st_shape_overflow",
        {{"model/config.json", "@config"},
         {"model/model.safetensors",
          safetensors(R"({"a":{"dtype":"F32","shape":[1099511627776,1099511627776,16],"data_offsets":[0,0]}})", 0)}},
-       gen, "model.safetensors: tensor 'a'.shape", ""},
-      {"st_header_past_end", {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors("{}", 0, 1000000)}}, gen, "model.safetensors: header", ""},
-      {"st_header_deep", {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors(repeat("[", 5000) + repeat("]", 5000), 0)}}, gen, "model.safetensors: header: JSON nested deeper", ""},
-      {"st_header_overflow", {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors(R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,0]}})", 0)}}, gen, "model.safetensors: header: number out of range", ""},
-      {"st_offsets_outside", {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8)}}, gen, "tensor 'a'.data_offsets", ""},
-      {"st_bad_dtype", {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8)}}, gen, "tensor 'a'.dtype", ""},
+       gen,
+       "model.safetensors: tensor 'a'.shape",
+       ""},
+      {"st_header_past_end",
+       {{"model/config.json", "@config"}, {"model/model.safetensors", safetensors("{}", 0, 1000000)}},
+       gen,
+       "model.safetensors: header",
+       ""},
+      {"st_header_deep",
+       {{"model/config.json", "@config"},
+        {"model/model.safetensors", safetensors(repeat("[", 5000) + repeat("]", 5000), 0)}},
+       gen,
+       "model.safetensors: header: JSON nested deeper",
+       ""},
+      {"st_header_overflow",
+       {{"model/config.json", "@config"},
+        {"model/model.safetensors", safetensors(R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,0]}})", 0)}},
+       gen,
+       "model.safetensors: header: number out of range",
+       ""},
+      {"st_offsets_outside",
+       {{"model/config.json", "@config"},
+        {"model/model.safetensors", safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8)}},
+       gen,
+       "tensor 'a'.data_offsets",
+       ""},
+      {"st_bad_dtype",
+       {{"model/config.json", "@config"},
+        {"model/model.safetensors", safetensors(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8)}},
+       gen,
+       "tensor 'a'.dtype",
+       ""},
       // Command-line usage errors: one line, exit 2 (CLI11's own errors included).
       {"cli_unknown_command", {}, "frobnicate", "kvbench: error:", ""},
       {"cli_samples_zero", {}, "run --samples 0 --db $D/r.db", "--samples", "r.db"},
@@ -242,26 +309,50 @@ std::vector<Case> cases() {
       {"cli_limit_negative", {}, "run --limit -1 --db $D/r.db", "--limit: must be >= 0", "r.db"},
       {"cli_budgets_empty", {}, "run --budgets '' --db $D/r.db", "--budgets: must list at least one budget", "r.db"},
       {"cli_top_p_range", {}, "run --top-p 1.5 --db $D/r.db", "--top-p: must be in [0, 1]", "r.db"},
-      {"cli_generate_temperature_inf", {}, "generate --prompt x --temperature inf", "--temperature: must be a finite number", ""},
+      {"cli_generate_temperature_inf",
+       {},
+       "generate --prompt x --temperature inf",
+       "--temperature: must be a finite number",
+       ""},
       {"cli_generate_top_p_nan", {}, "generate --prompt x --top-p nan", "--top-p: must be a finite number", ""},
       {"cli_bench_context_negative", {}, "bench --context -5 --model-shape stories260k", "--context: must be > 0", ""},
-      {"policy_param_nan", {}, "generate --model $S/models/stories260K-hf --prompt x --policy rkv:lambda=nan --budget 64", "lambda", ""},
-      {"policy_param_inf", {}, "generate --model $S/models/stories260K-hf --prompt x --policy snapkv:ratio=inf --budget 8", "ratio", ""},
+      {"policy_param_nan",
+       {},
+       "generate --model $S/models/stories260K-hf --prompt x --policy rkv:lambda=nan --budget 64",
+       "lambda",
+       ""},
+      {"policy_param_inf",
+       {},
+       "generate --model $S/models/stories260K-hf --prompt x --policy snapkv:ratio=inf --budget 8",
+       "ratio",
+       ""},
       // Results databases that do not exist are not created by readers.
       {"grade_missing_db", {}, "grade --db $D/typo.db", "typo.db: no such results database", "typo.db"},
       // merge: inputs are validated before the output is created; self-merges refused at once.
-      {"merge_corrupt_input", {{"c.db", std::string(200, 'x')}}, "merge $D/out.db $D/c.db", "c.db: not a SQLite database", "out.db"},
-      {"merge_output_is_input", {{"c.db", std::string(200, 'x')}}, "merge $D/c.db $D/c.db", "c.db: merge: the output database is also an input", ""},
-      {"merge_input_twice", {{"c.db", std::string(200, 'x')}}, "merge $D/out.db $D/c.db $D/./c.db", "merge: given twice as an input", "out.db"},
+      {"merge_corrupt_input",
+       {{"c.db", std::string(200, 'x')}},
+       "merge $D/out.db $D/c.db",
+       "c.db: not a SQLite database",
+       "out.db"},
+      {"merge_output_is_input",
+       {{"c.db", std::string(200, 'x')}},
+       "merge $D/c.db $D/c.db",
+       "c.db: merge: the output database is also an input",
+       ""},
+      {"merge_input_twice",
+       {{"c.db", std::string(200, 'x')}},
+       "merge $D/out.db $D/c.db $D/./c.db",
+       "merge: given twice as an input",
+       "out.db"},
   };
   // config.json fields with values of the wrong sign, type or size: each names the file and field.
   const std::string base =
       R"({"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,"intermediate_size":172,)"
       R"("num_hidden_layers":5,"num_attention_heads":8,"num_key_value_heads":4,"head_dim":8,"vocab_size":512,)"
       R"("max_position_embeddings":512,"rms_norm_eps":1e-05,"rope_theta":10000.0,"tie_word_embeddings":true})";
-  const std::vector<std::string> int_fields = {"hidden_size", "intermediate_size", "num_hidden_layers",
-                                               "num_attention_heads", "num_key_value_heads", "head_dim",
-                                               "vocab_size", "max_position_embeddings"};
+  const std::vector<std::string> int_fields = {"hidden_size",         "intermediate_size",      "num_hidden_layers",
+                                               "num_attention_heads", "num_key_value_heads",    "head_dim",
+                                               "vocab_size",          "max_position_embeddings"};
   const std::vector<std::pair<std::string, std::string>> int_values = {
       {"neg", "-1"}, {"str", "\"abc\""}, {"frac", "2.5"}, {"huge", "1e12"}, {"bool", "true"}};
   auto with = [&](const std::string& field, const std::string& value) {
@@ -275,16 +366,21 @@ std::vector<Case> cases() {
     for (const auto& [tag, val] : int_values)
       v.push_back({"config_" + f + "_" + tag, {{"model/config.json", with(f, val)}}, gen, "config.json: " + f, ""});
   for (const std::string f : {"rms_norm_eps", "rope_theta"})
-    for (const auto& [tag, val] : std::vector<std::pair<std::string, std::string>>{{"neg", "-1"}, {"zero", "0"}, {"str", "\"abc\""}})
+    for (const auto& [tag, val] :
+         std::vector<std::pair<std::string, std::string>>{{"neg", "-1"}, {"zero", "0"}, {"str", "\"abc\""}})
       v.push_back({"config_" + f + "_" + tag, {{"model/config.json", with(f, val)}}, gen, "config.json: " + f, ""});
   for (const std::string f : {"hidden_size", "num_hidden_layers", "vocab_size"})
     v.push_back({"config_" + f + "_zero", {{"model/config.json", with(f, "0")}}, gen, "config.json: " + f, ""});
-  v.push_back({"config_model_type", {{"model/config.json", with("model_type", "\"mamba\"")}}, gen, "config.json: model_type", ""});
+  v.push_back(
+      {"config_model_type", {{"model/config.json", with("model_type", "\"mamba\"")}}, gen, "config.json: model_type", ""});
   v.push_back({"config_not_object", {{"model/config.json", "[1, 2, 3]"}}, gen, "config.json", ""});
   for (const auto& [name, fn] : tokenizer_mutations()) {
     (void)fn;
-    v.push_back({"tokenizer_" + name, {{"tk/tokenizer.json", "@tok:" + name}}, "tokenize --model $D/tk --text hello",
-                 "tk/tokenizer.json: ", ""});
+    v.push_back({"tokenizer_" + name,
+                 {{"tk/tokenizer.json", "@tok:" + name}},
+                 "tokenize --model $D/tk --text hello",
+                 "tk/tokenizer.json: ",
+                 ""});
   }
   v.push_back({"config_empty", {{"model/config.json", ""}}, gen, "config.json: invalid JSON", ""});
 
@@ -303,27 +399,47 @@ std::vector<Case> cases() {
     const auto& [content, err] = db;
     v.push_back({"db_grade_" + tag, {{"x.db", content}}, "grade --db $D/x.db", err, ""});
     v.push_back({"db_report_" + tag, {{"x.db", content}}, "report --db $D/x.db --out $D/rep", err, "rep"});
-    v.push_back({"db_compare_" + tag, {{"x.db", content}}, "compare --db $D/x.db --baseline latest --candidate latest", err, ""});
+    v.push_back(
+        {"db_compare_" + tag, {{"x.db", content}}, "compare --db $D/x.db --baseline latest --candidate latest", err, ""});
     v.push_back({"db_run_" + tag, {{"x.db", content}}, run_smoke + " --db $D/x.db", err, ""});
     // merge: the input is refused before the (existing, valid) output is touched.
     v.push_back({"db_merge_" + tag, {{"x.db", content}, {"out.db", "@db:results"}}, "merge $D/out.db $D/x.db", err, ""});
   }
   v.push_back({"db_grade_directory", {{"d/keep", ""}}, "grade --db $D/d", "d: ", ""});
-  v.push_back({"db_report_missing", {}, "report --db $D/typo.db --out $D/rep", "typo.db: no such results database", "typo.db"});
-  v.push_back({"db_compare_missing", {}, "compare --db $D/typo.db --baseline latest --candidate previous", "typo.db: no such results database", "typo.db"});
+  v.push_back(
+      {"db_report_missing", {}, "report --db $D/typo.db --out $D/rep", "typo.db: no such results database", "typo.db"});
+  v.push_back({"db_compare_missing",
+               {},
+               "compare --db $D/typo.db --baseline latest --candidate previous",
+               "typo.db: no such results database",
+               "typo.db"});
   v.push_back({"db_merge_missing_input", {}, "merge $D/out.db $D/typo.db", "typo.db", "out.db"});
-  v.push_back({"db_merge_into_corrupt", {{"x.db", std::string(4096, 'x')}, {"r.db", "@db:results"}}, "merge $D/x.db $D/r.db", "x.db: not a SQLite database", ""});
+  v.push_back({"db_merge_into_corrupt",
+               {{"x.db", std::string(4096, 'x')}, {"r.db", "@db:results"}},
+               "merge $D/x.db $D/r.db",
+               "x.db: not a SQLite database",
+               ""});
   // A valid database with bad references or options: nothing written.
   const std::map<std::string, std::string> ok_db = {{"r.db", "@db:results"}};
   v.push_back({"db_grade_unknown_run", ok_db, "grade --db $D/r.db --run nosuch", "r.db: no run 'nosuch'", ""});
-  v.push_back({"db_report_unknown_run", ok_db, "report --db $D/r.db --run nosuch --out $D/rep", "r.db: no run 'nosuch'", "rep"});
-  v.push_back({"db_compare_unknown_run", ok_db, "compare --db $D/r.db --baseline nosuch --candidate latest", "r.db: no run 'nosuch'", ""});
-  v.push_back({"db_compare_huge_run_id", ok_db, "compare --db $D/r.db --baseline 99999999999999999999999 --candidate latest", "r.db: ", ""});
-  v.push_back({"db_compare_alpha_nan", ok_db, "compare --db $D/r.db --baseline latest --candidate latest --alpha nan", "--alpha: must be in (0, 1), got nan", ""});
-  v.push_back({"db_compare_alpha_range", ok_db, "compare --db $D/r.db --baseline latest --candidate latest --alpha 1.5", "--alpha: must be in (0, 1), got 1.5", ""});
-  v.push_back({"db_compare_min_drop_inf", ok_db, "compare --db $D/r.db --baseline latest --candidate latest --min-drop inf", "--min-drop: must be a finite number", ""});
-  v.push_back({"db_compare_config_alpha", {{"r.db", "@db:results"}, {"c.yaml", "thresholds: {alpha: .nan}\n"}},
-               "compare --db $D/r.db --baseline latest --candidate latest --config $D/c.yaml", "c.yaml: thresholds.alpha", ""});
+  v.push_back({"db_report_unknown_run", ok_db, "report --db $D/r.db --run nosuch --out $D/rep", "r.db: no run 'nosuch'",
+               "rep"});
+  v.push_back({"db_compare_unknown_run", ok_db, "compare --db $D/r.db --baseline nosuch --candidate latest",
+               "r.db: no run 'nosuch'", ""});
+  v.push_back({"db_compare_huge_run_id", ok_db,
+               "compare --db $D/r.db --baseline 99999999999999999999999 --candidate latest", "r.db: ", ""});
+  v.push_back({"db_compare_alpha_nan", ok_db, "compare --db $D/r.db --baseline latest --candidate latest --alpha nan",
+               "--alpha: must be in (0, 1), got nan", ""});
+  v.push_back({"db_compare_alpha_range", ok_db, "compare --db $D/r.db --baseline latest --candidate latest --alpha 1.5",
+               "--alpha: must be in (0, 1), got 1.5", ""});
+  v.push_back({"db_compare_min_drop_inf", ok_db,
+               "compare --db $D/r.db --baseline latest --candidate latest --min-drop inf",
+               "--min-drop: must be a finite number", ""});
+  v.push_back({"db_compare_config_alpha",
+               {{"r.db", "@db:results"}, {"c.yaml", "thresholds: {alpha: .nan}\n"}},
+               "compare --db $D/r.db --baseline latest --candidate latest --config $D/c.yaml",
+               "c.yaml: thresholds.alpha",
+               ""});
   v.push_back({"db_grade_judge_spec", ok_db, "grade --db $D/r.db --judge nosuch:model", "--judge", ""});
   v.push_back({"db_grade_judge_empty_model", ok_db, "grade --db $D/r.db --judge openai:", "--judge", ""});
 
@@ -391,8 +507,11 @@ std::vector<Case> cases() {
       {"billion_laughs", billion_laughs() + "tasks: [smoke]\n", "s.yaml: line 1: YAML expands to too many nodes"},
   };
   for (const auto& [tag, text, err] : suites) {
-    v.push_back({"suite_run_" + tag, {{"s.yaml", text}, {"r.db", "@db:results"}},
-                 "run --suite $D/s.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db", err, ""});
+    v.push_back({"suite_run_" + tag,
+                 {{"s.yaml", text}, {"r.db", "@db:results"}},
+                 "run --suite $D/s.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db",
+                 err,
+                 ""});
     v.push_back({"suite_tasks_" + tag, {{"s.yaml", text}}, "tasks --suite $D/s.yaml", err, ""});
   }
   // run --config files.
@@ -407,16 +526,23 @@ std::vector<Case> cases() {
       {"not_mapping", "just a string\n", "c.yaml"},
   };
   for (const auto& [tag, text, err] : configs)
-    v.push_back({"runconfig_" + tag, {{"c.yaml", text}, {"r.db", "@db:results"}},
-                 "run --config $D/c.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db", err, ""});
-  v.push_back({"runconfig_profile_missing", {{"c.yaml", "run: {limit: 1}\n"}, {"r.db", "@db:results"}},
-               "run --config $D/c.yaml --config-profile nosuch --quiet --db $D/r.db", "nosuch", ""});
+    v.push_back({"runconfig_" + tag,
+                 {{"c.yaml", text}, {"r.db", "@db:results"}},
+                 "run --config $D/c.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db",
+                 err,
+                 ""});
+  v.push_back({"runconfig_profile_missing",
+               {{"c.yaml", "run: {limit: 1}\n"}, {"r.db", "@db:results"}},
+               "run --config $D/c.yaml --config-profile nosuch --quiet --db $D/r.db",
+               "nosuch",
+               ""});
 
   // --- Dataset records (gsm8k's JSON Lines in a local mirror), read with --on-bad-example fail.
   const std::vector<std::tuple<std::string, std::string, std::string>> records = {
       {"not_json", "{not json\n", "test.jsonl: line 1"},
       {"deep", repeat("[", 100000) + repeat("]", 100000) + "\n", "test.jsonl: element 0: JSON nested deeper"},
-      {"number_overflow", "{\"question\": \"q\", \"answer\": \"#### 4\", \"n\": 1e999999}\n", "test.jsonl: line 1: number out of range"},
+      {"number_overflow", "{\"question\": \"q\", \"answer\": \"#### 4\", \"n\": 1e999999}\n",
+       "test.jsonl: line 1: number out of range"},
       {"missing_field", "{\"answer\": \"#### 4\"}\n", "test.jsonl: line 1"},
       {"field_not_string", "{\"question\": 5, \"answer\": \"#### 4\"}\n", "test.jsonl: line 1"},
       {"not_object", "[1, 2]\n", "test.jsonl: element 0: expected a JSON object"},
@@ -426,19 +552,30 @@ std::vector<Case> cases() {
       {"no_gold", "{\"question\": \"q\", \"answer\": \"no marker\"}\n", "test.jsonl: line 1"},
   };
   for (const auto& [tag, text, err] : records) {
-    v.push_back({"records_run_" + tag, {{"data/gsm8k/test.jsonl", text}, {"r.db", "@db:results"}},
-                 "run --task gsm8k --data-dir $D/data --model $S/models/stories260K-hf --limit 2 --on-bad-example fail --quiet --db $D/r.db",
-                 err, ""});
-    v.push_back({"records_count_" + tag, {{"data/gsm8k/test.jsonl", text}}, "tasks gsm8k --data-dir $D/data --count", err, ""});
+    v.push_back(
+        {"records_run_" + tag,
+         {{"data/gsm8k/test.jsonl", text}, {"r.db", "@db:results"}},
+         "run --task gsm8k --data-dir $D/data --model $S/models/stories260K-hf --limit 2 --on-bad-example fail --quiet --db $D/r.db",
+         err,
+         ""});
+    v.push_back(
+        {"records_count_" + tag, {{"data/gsm8k/test.jsonl", text}}, "tasks gsm8k --data-dir $D/data --count", err, ""});
   }
 
   // --- GGUF models.
   for (const auto& [name, fn] : gguf_mutations()) {
     (void)fn;
-    v.push_back({"gguf_" + name, {{"m.gguf", "@gguf:" + name}}, "generate --model $D/m.gguf --prompt hi --max-new-tokens 2", "m.gguf", ""});
+    v.push_back({"gguf_" + name,
+                 {{"m.gguf", "@gguf:" + name}},
+                 "generate --model $D/m.gguf --prompt hi --max-new-tokens 2",
+                 "m.gguf",
+                 ""});
   }
-  v.push_back({"gguf_run_truncated", {{"m.gguf", "@gguf:cut_half"}, {"r.db", "@db:results"}},
-               "run --task smoke --model $D/m.gguf --limit 1 --quiet --db $D/r.db", "m.gguf", ""});
+  v.push_back({"gguf_run_truncated",
+               {{"m.gguf", "@gguf:cut_half"}, {"r.db", "@db:results"}},
+               "run --task smoke --model $D/m.gguf --limit 1 --quiet --db $D/r.db",
+               "m.gguf",
+               ""});
 
   // --- Chat templates (tokenizer_config.json's chat_template, rendered by generate --chat).
   const std::map<std::string, std::string> model_files = {
@@ -453,26 +590,32 @@ std::vector<Case> cases() {
       {"undefined_call", "{{ nosuch() }}", "chat_template"},
       {"deep_parens", repeat("{{ ", 1) + repeat("(", 5000) + "1" + repeat(")", 5000) + " }}", "chat_template"},
       {"huge_range", "{% for i in range(1000000000) %}x{% endfor %}", "chat_template"},
-      {"output_bomb", "{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxx{% endfor %}{% endfor %}", "chat_template"},
+      {"output_bomb", "{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxx{% endfor %}{% endfor %}",
+       "chat_template"},
       {"string_repeat", "{{ 'x' * 1000000000 }}", "chat_template"},
       {"recursive_macro", "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "chat_template"},
       {"unterminated_string", "{{ 'abc }}", "chat_template"},
   };
   for (const auto& [tag, tmpl, err] : templates) {
     auto files = model_files;
-    files["model/tokenizer_config.json"] = nlohmann::json{{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"chat_template", tmpl}}.dump();
+    files["model/tokenizer_config.json"] =
+        nlohmann::json{{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"chat_template", tmpl}}.dump();
     v.push_back({"chat_" + tag, files, "generate --model $D/model --chat --prompt hi --max-new-tokens 2", err, ""});
   }
   {
     auto files = model_files;
     files["model/tokenizer_config.json"] = R"({"chat_template": 5})";
-    v.push_back({"chat_template_number", files, "generate --model $D/model --chat --prompt hi", "tokenizer_config.json: chat_template", ""});
+    v.push_back({"chat_template_number", files, "generate --model $D/model --chat --prompt hi",
+                 "tokenizer_config.json: chat_template", ""});
     files["model/tokenizer_config.json"] = R"({"chat_template": [{"name": 1, "template": "x"}]})";
-    v.push_back({"chat_template_list_bad", files, "generate --model $D/model --chat --prompt hi", "tokenizer_config.json: chat_template", ""});
+    v.push_back({"chat_template_list_bad", files, "generate --model $D/model --chat --prompt hi",
+                 "tokenizer_config.json: chat_template", ""});
     files["model/tokenizer_config.json"] = repeat("[", 100000) + repeat("]", 100000);
-    v.push_back({"chat_tokenizer_config_deep", files, "generate --model $D/model --chat --prompt hi", "tokenizer_config.json: JSON nested deeper", ""});
+    v.push_back({"chat_tokenizer_config_deep", files, "generate --model $D/model --chat --prompt hi",
+                 "tokenizer_config.json: JSON nested deeper", ""});
     files["model/tokenizer_config.json"] = R"({"chat_template": "{{ messages[0].content }}"})";
-    v.push_back({"chat_template_unknown_name", files, "generate --model $D/model --chat --chat-template nosuch --prompt hi", "nosuch", ""});
+    v.push_back({"chat_template_unknown_name", files,
+                 "generate --model $D/model --chat --chat-template nosuch --prompt hi", "nosuch", ""});
   }
 
   // --- More safetensors headers.
@@ -483,22 +626,30 @@ std::vector<Case> cases() {
   st("header_len_huge", safetensors("{}", 0, 1ull << 63), "model.safetensors: header");
   st("header_not_object", safetensors("[1, 2]", 0), "model.safetensors: header");
   st("entry_not_object", safetensors(R"({"a": 5})", 0), "model.safetensors: tensor 'a'");
-  st("offsets_reversed", safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", 16), "tensor 'a'.data_offsets");
-  st("shape_negative", safetensors(R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", 16), "tensor 'a'.shape");
+  st("offsets_reversed", safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", 16),
+     "tensor 'a'.data_offsets");
+  st("shape_negative", safetensors(R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", 16),
+     "tensor 'a'.shape");
   st("size_mismatch", safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,8]}})", 8), "tensor 'a'");
   st("dtype_missing", safetensors(R"({"a":{"shape":[4],"data_offsets":[0,16]}})", 16), "tensor 'a'.dtype");
-  st("offsets_text", safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":["0","16"]}})", 16), "tensor 'a'.data_offsets");
-  st("header_invalid_utf8", safetensors("{\"caf\xe9\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4), "model.safetensors: header");
+  st("offsets_text", safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":["0","16"]}})", 16),
+     "tensor 'a'.data_offsets");
+  st("header_invalid_utf8", safetensors("{\"caf\xe9\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
+     "model.safetensors: header");
 
   // --- Numeric options and policy specs of the other commands.
   const std::vector<std::tuple<std::string, std::string, std::string>> opts = {
-      {"generate_max_new_tokens_negative", "generate --model $S/models/stories260K-hf --prompt x --max-new-tokens -1", "--max-new-tokens"},
+      {"generate_max_new_tokens_negative", "generate --model $S/models/stories260K-hf --prompt x --max-new-tokens -1",
+       "--max-new-tokens"},
       {"generate_top_k_text", "generate --model $S/models/stories260K-hf --prompt x --top-k many", "--top-k"},
       {"generate_min_p_nan", "generate --model $S/models/stories260K-hf --prompt x --min-p nan", "--min-p"},
-      {"generate_seed_text", "generate --model $S/models/stories260K-hf --prompt x --seed abc", "--seed: must be a finite number"},
-      {"generate_policy_unknown", "generate --model $S/models/stories260K-hf --prompt x --policy bogus --budget 8", "bogus"},
+      {"generate_seed_text", "generate --model $S/models/stories260K-hf --prompt x --seed abc",
+       "--seed: must be a finite number"},
+      {"generate_policy_unknown", "generate --model $S/models/stories260K-hf --prompt x --policy bogus --budget 8",
+       "bogus"},
       {"generate_policy_no_budget", "generate --model $S/models/stories260K-hf --prompt x --policy snapkv", "--budget"},
-      {"generate_budget_negative", "generate --model $S/models/stories260K-hf --prompt x --policy snapkv --budget -8", "--budget"},
+      {"generate_budget_negative", "generate --model $S/models/stories260K-hf --prompt x --policy snapkv --budget -8",
+       "--budget"},
       {"generate_messages_missing", "tokenize --model $S/models/stories260K-hf --messages $D/nosuch.json", "nosuch.json"},
       {"bench_batch_negative", "bench --batch -1 --model-shape stories260k", "--batch"},
       {"bench_context_overflow", "bench --context 1e999 --model-shape stories260k", "--context"},
@@ -506,7 +657,8 @@ std::vector<Case> cases() {
       {"policies_resolve_unknown", "policies --resolve bogus", "bogus"},
       {"policies_resolve_bad_value", "policies --resolve snapkv:window=abc --budget 64", "window"},
       {"policies_resolve_budget_nan", "policies --resolve snapkv --budget nan", "--budget"},
-      {"policies_resolve_trailing_comma", "policies --resolve 'snapkv:window=4,' --budget 64", "policy spec 'snapkv:window=4,': empty parameter"},
+      {"policies_resolve_trailing_comma", "policies --resolve 'snapkv:window=4,' --budget 64",
+       "policy spec 'snapkv:window=4,': empty parameter"},
       {"policies_resolve_budget_negative", "policies --resolve snapkv --budget -64", "--budget: must be > 0"},
       {"generate_seed_negative", "generate --model $S/models/stories260K-hf --prompt x --seed -1", "--seed: must be >= 0"},
       {"bench_seed_negative", "bench --model-shape stories260k --seed -3", "--seed: must be >= 0"},
@@ -515,8 +667,10 @@ std::vector<Case> cases() {
       {"tasks_show_negative", "tasks smoke --show -1", "--show"},
       {"tasks_unknown", "tasks nosuch", "nosuch"},
       {"fidelity_limit_negative", "fidelity --model $S/models/stories260K-hf --limit -1 --text $D/nosuch.txt", "--limit"},
-      {"fidelity_budgets_zero", "fidelity --model $S/models/stories260K-hf --policies snapkv --budgets 0 --text $D/nosuch.txt", "--budgets"},
-      {"fidelity_text_missing", "fidelity --model $S/models/stories260K-hf --policies full --budgets 8 --text $D/nosuch.txt", "nosuch.txt"},
+      {"fidelity_budgets_zero",
+       "fidelity --model $S/models/stories260K-hf --policies snapkv --budgets 0 --text $D/nosuch.txt", "--budgets"},
+      {"fidelity_text_missing",
+       "fidelity --model $S/models/stories260K-hf --policies full --budgets 8 --text $D/nosuch.txt", "nosuch.txt"},
   };
   for (const auto& [tag, args, err] : opts) v.push_back({"opt_" + tag, {}, args, err, ""});
 
@@ -528,9 +682,11 @@ std::vector<Case> cases() {
            {"empty_sqlite", "@db:empty_sqlite", "x.db: is a SQLite database but not a kvbench results database"}}) {
     v.push_back({"db31_grade_" + tag, {{"x.db", content}}, "grade --db $D/x.db", err, ""});
     v.push_back({"db31_report_" + tag, {{"x.db", content}}, "report --db $D/x.db --out $D/rep", err, "rep"});
-    v.push_back({"db31_compare_" + tag, {{"x.db", content}}, "compare --db $D/x.db --baseline latest --candidate latest", err, ""});
+    v.push_back(
+        {"db31_compare_" + tag, {{"x.db", content}}, "compare --db $D/x.db --baseline latest --candidate latest", err, ""});
     v.push_back({"db31_run_" + tag, {{"x.db", content}}, run_smoke + " --db $D/x.db", err, ""});
-    v.push_back({"db31_merge_in_" + tag, {{"x.db", content}, {"out.db", "@db:results"}}, "merge $D/out.db $D/x.db", err, ""});
+    v.push_back(
+        {"db31_merge_in_" + tag, {{"x.db", content}, {"out.db", "@db:results"}}, "merge $D/out.db $D/x.db", err, ""});
     v.push_back({"db31_merge_out_" + tag, {{"x.db", content}, {"r.db", "@db:results"}}, "merge $D/x.db $D/r.db", err, ""});
   }
   // Database names SQLite would take as a private temporary / in-memory database or a URI.
@@ -538,28 +694,47 @@ std::vector<Case> cases() {
   v.push_back({"db31_run_memory_uri", {}, run_smoke + " --db 'file:$D/m.db?mode=memory'", "not a file path", "m.db"});
   v.push_back({"db31_run_memory", {}, run_smoke + " --db :memory:", ":memory:: not a file path", ""});
   v.push_back({"db31_grade_uri", {}, "grade --db 'file:$D/x.db'", "x.db: no such results database", "x.db"});
-  v.push_back({"db31_merge_memory_out", {{"r.db", "@db:results"}}, "merge :memory: $D/r.db", ":memory:: not a file path", ""});
+  v.push_back(
+      {"db31_merge_memory_out", {{"r.db", "@db:results"}}, "merge :memory: $D/r.db", ":memory:: not a file path", ""});
   // Outputs that are inputs; writes through a symlink out of --out.
-  v.push_back({"out31_fidelity_json_is_prompts", {{"p.txt", "Once upon a time\n"}},
+  v.push_back({"out31_fidelity_json_is_prompts",
+               {{"p.txt", "Once upon a time\n"}},
                "fidelity --model $S/models/stories260K-hf --prompts $D/p.txt --json $D/p.txt --policies full",
-               "--json " , ""});
-  v.push_back({"out31_fidelity_json_is_prompts_other_spelling", {{"p.txt", "Once upon a time\n"}},
+               "--json ",
+               ""});
+  v.push_back({"out31_fidelity_json_is_prompts_other_spelling",
+               {{"p.txt", "Once upon a time\n"}},
                "fidelity --model $S/models/stories260K-hf --prompts $D/p.txt --json $D/./p.txt --policies full",
-               "is also an input", ""});
-  v.push_back({"out31_fidelity_json_is_model_config", {{"model/config.json", "@config"},
-                                                        {"model/model.safetensors", "@shared:models/stories260K-hf/model.safetensors"},
-                                                        {"model/tokenizer.json", "@shared:models/stories260K-hf/tokenizer.json"},
-                                                        {"p.txt", "Once upon a time\n"}},
+               "is also an input",
+               ""});
+  v.push_back({"out31_fidelity_json_is_model_config",
+               {{"model/config.json", "@config"},
+                {"model/model.safetensors", "@shared:models/stories260K-hf/model.safetensors"},
+                {"model/tokenizer.json", "@shared:models/stories260K-hf/tokenizer.json"},
+                {"p.txt", "Once upon a time\n"}},
                "fidelity --model $D/model --prompts $D/p.txt --json $D/model/config.json --policies full",
-               "is a file of the model directory", ""});
-  v.push_back({"out31_report_db_is_output", {{"rep/cells.csv", "@db:results"}}, "report --db $D/rep/cells.csv --out $D/rep",
-               "--out " , "rep/index.html"});
-  v.push_back({"out31_report_symlink_out_of_out", {{"outside.txt", "keep me\n"}, {"rep/index.html", "@symlink:../outside.txt"}, {"r.db", "@db:results"}},
-               "report --db $D/r.db --out $D/rep", "rep/index.html: a symbolic link", "rep/report.md"});
+               "is a file of the model directory",
+               ""});
+  v.push_back({"out31_report_db_is_output",
+               {{"rep/cells.csv", "@db:results"}},
+               "report --db $D/rep/cells.csv --out $D/rep",
+               "--out ",
+               "rep/index.html"});
+  v.push_back({"out31_report_symlink_out_of_out",
+               {{"outside.txt", "keep me\n"}, {"rep/index.html", "@symlink:../outside.txt"}, {"r.db", "@db:results"}},
+               "report --db $D/r.db --out $D/rep",
+               "rep/index.html: a symbolic link",
+               "rep/report.md"});
   v.push_back({"out31_report_out_is_db", {{"r.db", "@db:results"}}, "report --db $D/r.db --out $D/r.db", "--out ", ""});
   // A file-size limit: the write fails with EFBIG (a runtime failure, exit 1), never SIGXFSZ.
   // (A database in rollback-journal mode: opening a WAL one needs a 32 KiB -shm file first.)
-  v.push_back({"xfsz31_report", {{"r.db", "@db:results_rollback"}}, "report --db $D/r.db --out $D/rep", "rep/index.html: write failed (File too large)", "rep/index.html", "ulimit -f 4;", 1});
+  v.push_back({"xfsz31_report",
+               {{"r.db", "@db:results_rollback"}},
+               "report --db $D/r.db --out $D/rep",
+               "rep/index.html: write failed (File too large)",
+               "rep/index.html",
+               "ulimit -f 4;",
+               1});
   v.push_back({"xfsz31_run_new_db", {}, run_smoke + " --db $D/new.db", "new.db: ", "new.db", "ulimit -f 8;", 1});
   // Run configs: values out of range, empty lists, unknown keys in profiles.
   const std::vector<std::tuple<std::string, std::string, std::string>> configs31 = {
@@ -584,8 +759,11 @@ std::vector<Case> cases() {
       {"duplicate_inner_key", "run: {limit: 1, limit: 2}\n", "duplicate key 'limit'"},
   };
   for (const auto& [tag, text, err] : configs31)
-    v.push_back({"runconfig31_" + tag, {{"c.yaml", text}, {"r.db", "@db:results"}},
-                 "run --config $D/c.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db", err, ""});
+    v.push_back({"runconfig31_" + tag,
+                 {{"c.yaml", text}, {"r.db", "@db:results"}},
+                 "run --config $D/c.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db",
+                 err,
+                 ""});
   // Suites: wrong types, unknown or misplaced top-level keys, a second document.
   const std::vector<std::tuple<std::string, std::string, std::string>> suites31 = {
       {"name_number", "name: 5\ntasks: [smoke]\n", "s.yaml: name: expected a string, got 5"},
@@ -593,37 +771,46 @@ std::vector<Case> cases() {
       {"limit_top_level", "limit: 1\ntasks: [smoke]\n", "s.yaml: limit: unknown key"},
       {"budget_typo", "budget: [8]\ntasks: [smoke]\n", "s.yaml: budget: unknown key"},
       {"budgets_empty", "budgets: []\ntasks: [smoke]\n", "s.yaml: budgets: expected at least one budget"},
-      {"budgets_huge", "budgets: [99999999999]\ntasks: [smoke]\n", "s.yaml: budgets: expected integers in [1, 2147483647]"},
+      {"budgets_huge", "budgets: [99999999999]\ntasks: [smoke]\n",
+       "s.yaml: budgets: expected integers in [1, 2147483647]"},
       {"second_document", "tasks: [smoke]\n---\ntasks: [gsm8k]\n", "s.yaml: line 2: a second YAML document"},
       {"duplicate_tasks", "tasks: [smoke]\ntasks: [gsm8k]\n", "s.yaml: line 2: duplicate key 'tasks'"},
       {"task_samples_huge", "tasks: [{task: smoke, samples: 99999999999}]\n", "s.yaml: tasks[0]: samples"},
       {"task_limit_huge", "tasks: [{task: smoke, limit: 99999999999999999999}]\n", "s.yaml: tasks[0]: limit"},
   };
   for (const auto& [tag, text, err] : suites31) {
-    v.push_back({"suite31_run_" + tag, {{"s.yaml", text}, {"r.db", "@db:results"}},
-                 "run --suite $D/s.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db", err, ""});
+    v.push_back({"suite31_run_" + tag,
+                 {{"s.yaml", text}, {"r.db", "@db:results"}},
+                 "run --suite $D/s.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db",
+                 err,
+                 ""});
     v.push_back({"suite31_tasks_" + tag, {{"s.yaml", text}}, "tasks --suite $D/s.yaml", err, ""});
   }
   // Numbers on the command line beyond 64 bits are refused, not saturated.
   for (const auto& [tag, args, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"run_seed_2_64", run_smoke + " --db $D/r.db --seed 18446744073709551616", "--seed: out of range"},
-           {"generate_seed_2_64", "generate --model $S/models/stories260K-hf --prompt x --seed 18446744073709551616", "--seed: out of range"},
+           {"generate_seed_2_64", "generate --model $S/models/stories260K-hf --prompt x --seed 18446744073709551616",
+            "--seed: out of range"},
            {"run_max_new_tokens_huge", run_smoke + " --db $D/r.db --max-new-tokens 99999999999", "--max-new-tokens"},
            {"run_top_k_huge", run_smoke + " --db $D/r.db --top-k 1099511627776", "--top-k"},
            {"run_limit_2_64", run_smoke + " --db $D/r.db --limit 18446744073709551616", "--limit: out of range"},
            {"bench_batch_huge", "bench --model-shape stories260k --batch 2000000000", "--batch 2000000000: "},
-           {"judge_concurrency_huge", "grade --db $D/r.db --judge openai:m --judge-concurrency 1000000", "--judge-concurrency"},
+           {"judge_concurrency_huge", "grade --db $D/r.db --judge openai:m --judge-concurrency 1000000",
+            "--judge-concurrency"},
            {"judge_timeout_huge", "grade --db $D/r.db --judge openai:m --judge-timeout 1e300", "--judge-timeout"},
            {"judge_backoff_huge", "grade --db $D/r.db --judge openai:m --judge-backoff 1e300", "--judge-backoff"},
            {"judge_retries_huge", "grade --db $D/r.db --judge openai:m --judge-retries 2000000000", "--judge-retries"},
-           {"bench_context_huge", "bench --model-shape stories260k --context 2147483647 --gen 2147483647", "max_position_embeddings"}})
+           {"bench_context_huge", "bench --model-shape stories260k --context 2147483647 --gen 2147483647",
+            "max_position_embeddings"}})
     v.push_back({"cli31_" + tag, {{"r.db", "@db:results"}}, args, err, ""});
   // config.json: RoPE settings that are not mappings, token ids out of range.
   auto cfg_with = [&](const std::string& extra) { return base.substr(0, base.size() - 1) + "," + extra + "}"; };
   for (const auto& [tag, extra, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"rope_scaling_number", R"("rope_scaling": 5)", "config.json: rope_scaling: expected a mapping or null, got 5"},
-           {"rope_parameters_list", R"("rope_parameters": [1])", "config.json: rope_parameters: expected a mapping or null"},
-           {"rope_type_number", R"("rope_scaling": {"rope_type": 3})", "config.json: rope_scaling.rope_type: expected a string"},
+           {"rope_parameters_list", R"("rope_parameters": [1])",
+            "config.json: rope_parameters: expected a mapping or null"},
+           {"rope_type_number", R"("rope_scaling": {"rope_type": 3})",
+            "config.json: rope_scaling.rope_type: expected a string"},
            {"eos_huge", R"("eos_token_id": 4294967296)", "config.json: eos_token_id"},
            {"eos_negative", R"("eos_token_id": [2, -1])", "config.json: eos_token_id"},
            {"bos_huge", R"("bos_token_id": 99999999999)", "config.json: bos_token_id"},
@@ -634,30 +821,41 @@ std::vector<Case> cases() {
     v.push_back({"config31_" + tag, {{"model/config.json", c}}, gen, err, ""});
   }
   // generation_config.json beside a model: token ids out of range are named, not truncated.
-  for (const auto& [tag, text] : std::vector<std::pair<std::string, std::string>>{
-           {"bos_huge", R"({"bos_token_id": 99999999999})"}, {"eos_huge", R"({"eos_token_id": [2, 4294967298]})"},
-           {"top_k_huge", R"({"top_k": 1099511627776})"}}) {
-    auto files = std::map<std::string, std::string>{{"model/config.json", "@config"},
-                                                    {"model/model.safetensors", "@shared:models/stories260K-hf/model.safetensors"},
-                                                    {"model/tokenizer.json", "@shared:models/stories260K-hf/tokenizer.json"},
-                                                    {"model/generation_config.json", text}};
+  for (const auto& [tag, text] :
+       std::vector<std::pair<std::string, std::string>>{{"bos_huge", R"({"bos_token_id": 99999999999})"},
+                                                        {"eos_huge", R"({"eos_token_id": [2, 4294967298]})"},
+                                                        {"top_k_huge", R"({"top_k": 1099511627776})"}}) {
+    auto files = std::map<std::string, std::string>{
+        {"model/config.json", "@config"},
+        {"model/model.safetensors", "@shared:models/stories260K-hf/model.safetensors"},
+        {"model/tokenizer.json", "@shared:models/stories260K-hf/tokenizer.json"},
+        {"model/generation_config.json", text}};
     v.push_back({"genconfig31_" + tag, files, gen, "generation_config.json: ", ""});
   }
   // Dataset golds that can never be matched (every sample would score 0).
   for (const auto& [tag, gold] : std::vector<std::pair<std::string, std::string>>{
            {"gold_empty", "#### "}, {"gold_nan", "#### nan"}, {"gold_inf", "#### inf"}, {"gold_word", "#### four"}}) {
     const std::string rec = "{\"question\": \"q\", \"answer\": \"" + gold + "\"}\n";
-    v.push_back({"records31_run_" + tag, {{"data/gsm8k/test.jsonl", rec}, {"r.db", "@db:results"}},
-                 "run --task gsm8k --data-dir $D/data --model $S/models/stories260K-hf --limit 2 --on-bad-example fail --quiet --db $D/r.db",
-                 "test.jsonl: line 1: field 'answer': the final answer after '####'", ""});
-    v.push_back({"records31_count_" + tag, {{"data/gsm8k/test.jsonl", rec}}, "tasks gsm8k --data-dir $D/data --count",
-                 "not a number", ""});
+    v.push_back(
+        {"records31_run_" + tag,
+         {{"data/gsm8k/test.jsonl", rec}, {"r.db", "@db:results"}},
+         "run --task gsm8k --data-dir $D/data --model $S/models/stories260K-hf --limit 2 --on-bad-example fail --quiet --db $D/r.db",
+         "test.jsonl: line 1: field 'answer': the final answer after '####'",
+         ""});
+    v.push_back({"records31_count_" + tag,
+                 {{"data/gsm8k/test.jsonl", rec}},
+                 "tasks gsm8k --data-dir $D/data --count",
+                 "not a number",
+                 ""});
   }
   // Chat templates that grow a list without bound (string growth is capped already).
   for (const auto& [tag, tmpl] : std::vector<std::pair<std::string, std::string>>{
-           {"list_doubling_ns", "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}"},
-           {"list_nesting_ns", "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l|tojson }}"},
-           {"list_doubling_macro", "{% macro f(l, n) %}{% if n > 0 %}{{ f(l + l, n - 1) }}{% else %}{{ l|length }}{% endif %}{% endmacro %}{{ f([1], 60) }}"},
+           {"list_doubling_ns",
+            "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}"},
+           {"list_nesting_ns",
+            "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l|tojson }}"},
+           {"list_doubling_macro",
+            "{% macro f(l, n) %}{% if n > 0 %}{{ f(l + l, n - 1) }}{% else %}{{ l|length }}{% endif %}{% endmacro %}{{ f([1], 60) }}"},
            {"list_repeat_chain", "{% set a = [1] * 100000 %}{% set b = [a] * 100000 %}{{ b|tojson }}"},
            {"list_doubling_unrolled", [] {
               std::string t = "{% set a = [1, 2, 3, 4] %}";
@@ -665,23 +863,34 @@ std::vector<Case> cases() {
               return t + "{{ a|length }}";
             }()}}) {
     auto files = model_files;
-    files["model/tokenizer_config.json"] = nlohmann::json{{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"chat_template", tmpl}}.dump();
-    v.push_back({"chat31_" + tag, files, "generate --model $D/model --chat --prompt hi --max-new-tokens 2", "value too large", ""});
+    files["model/tokenizer_config.json"] =
+        nlohmann::json{{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"chat_template", tmpl}}.dump();
+    v.push_back({"chat31_" + tag, files, "generate --model $D/model --chat --prompt hi --max-new-tokens 2",
+                 "value too large", ""});
   }
   // A legacy (pickle, non-ZIP) .pth checkpoint: named as such, not as a bad safetensors header.
-  v.push_back({"pth31_legacy", {{"g.pth", std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.", 15)}},
+  v.push_back({"pth31_legacy",
+               {{"g.pth", std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.", 15)}},
                "generate --model $S/models/stories260K-hf --prompt x --policy trimkv:gates=$D/g.pth --budget 8",
-               "g.pth: a legacy (non-ZIP) PyTorch checkpoint", ""});
+               "g.pth: a legacy (non-ZIP) PyTorch checkpoint",
+               ""});
   // The judge's endpoint and key, checked before anything is read or written.
   const std::string grade_judge = "grade --db $D/r.db --judge openai:m";
   for (const auto& [tag, env, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"base_url_file", "OPENAI_BASE_URL=file:///etc/passwd", "OPENAI_BASE_URL: 'file:///etc/passwd': must be an http:// or https:// URL"},
+           {"base_url_file", "OPENAI_BASE_URL=file:///etc/passwd",
+            "OPENAI_BASE_URL: 'file:///etc/passwd': must be an http:// or https:// URL"},
            {"base_url_no_host", "OPENAI_BASE_URL=http://", "OPENAI_BASE_URL: 'http://': no host name"},
            {"base_url_garbage", "OPENAI_BASE_URL=not-a-url", "must be an http:// or https:// URL"},
            {"base_url_bad_port", "OPENAI_BASE_URL=http://localhost:0/v1", "bad port"},
-           {"key_crlf", "OPENAI_API_KEY=\"$(printf 'sk-x\\r\\nX-Injected: 1')\"", "OPENAI_API_KEY: contains a control character"}}) {
+           {"key_crlf", "OPENAI_API_KEY=\"$(printf 'sk-x\\r\\nX-Injected: 1')\"",
+            "OPENAI_API_KEY: contains a control character"}}) {
     v.push_back({"judge31_grade_" + tag, {{"r.db", "@db:results"}}, grade_judge, err, "", "env " + env});
-    v.push_back({"judge31_run_" + tag, {{"r.db", "@db:results"}}, run_smoke + " --db $D/r.db --judge openai:m", err, "", "env " + env});
+    v.push_back({"judge31_run_" + tag,
+                 {{"r.db", "@db:results"}},
+                 run_smoke + " --db $D/r.db --judge openai:m",
+                 err,
+                 "",
+                 "env " + env});
   }
   return v;
 }

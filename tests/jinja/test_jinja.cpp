@@ -29,7 +29,8 @@ ojson load_goldens() {
 }
 
 // Renders and returns the error message, or "" when no error.
-std::string render_error(const std::string& src, const ojson& vars = ojson::object(), const std::string& origin = "t.jinja") {
+std::string render_error(const std::string& src, const ojson& vars = ojson::object(),
+                         const std::string& origin = "t.jinja") {
   try {
     Template t(src, origin);
     t.render(vars);
@@ -72,13 +73,16 @@ TEST(Jinja, GoldenCases) {
 TEST(Jinja, ErrorsNameOriginAndLine) {
   // line numbers read off the template text
   EXPECT_EQ(render_error("line1\n{{ x|nosuchfilter }}", {{"x", 1}}), "t.jinja:2: No filter named 'nosuchfilter'.");
-  EXPECT_EQ(render_error("a\nb\n{{ raise_exception('roles must alternate') }}"), "t.jinja:3: raise_exception: roles must alternate");
+  EXPECT_EQ(render_error("a\nb\n{{ raise_exception('roles must alternate') }}"),
+            "t.jinja:3: raise_exception: roles must alternate");
   std::string e = render_error("x\n{% if true %}\nabc");
   EXPECT_EQ(e.rfind("t.jinja:2: unexpected end of template", 0), 0u) << e;
   e = render_error("{% for m in messages %}\n{{ m }}\n");
   EXPECT_EQ(e.rfind("t.jinja:1: unexpected end of template", 0), 0u) << e;
   EXPECT_EQ(render_error("a\n{% endif %}"), "t.jinja:2: Encountered unknown tag 'endif'.");
-  EXPECT_EQ(render_error("{% for x in [1] %}\n{% endif %}{% endfor %}").rfind("t.jinja:2: Encountered unexpected tag 'endif'", 0), 0u);
+  EXPECT_EQ(
+      render_error("{% for x in [1] %}\n{% endif %}{% endfor %}").rfind("t.jinja:2: Encountered unexpected tag 'endif'", 0),
+      0u);
   EXPECT_EQ(render_error("ok\n\n{{ missing.attr }}"), "t.jinja:3: 'missing' is undefined");
   EXPECT_EQ(render_error("{#\n\n#}\n{{ 1 + }}").rfind("t.jinja:4:", 0), 0u);
   EXPECT_EQ(render_error("{{ 'a' +\n\n 1 }}").rfind("t.jinja:", 0), 0u);
@@ -117,7 +121,9 @@ TEST(Jinja, RunawayRenderingIsBounded) {
   EXPECT_NE(e.find("too large"), std::string::npos) << e;
   kvb::jinja::RenderLimits small;
   small.max_output_bytes = 1 << 20;
-  Template doubling("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", "t.jinja");
+  Template doubling(
+      "{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+      "t.jinja");
   try {
     doubling.render(ojson::object(), small);
     ADD_FAILURE() << "expected the output limit to trip";
@@ -125,12 +131,14 @@ TEST(Jinja, RunawayRenderingIsBounded) {
     EXPECT_NE(std::string(err.what()).find("exceeds the limit"), std::string::npos) << err.what();
   }
   small.max_loop_iterations = 1000;
-  EXPECT_THROW(Template("{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}", "t").render(ojson::object(), small),
+  EXPECT_THROW(Template("{% for i in range(100) %}{% for j in range(100) %}{% endfor %}{% endfor %}", "t")
+                   .render(ojson::object(), small),
                kvb::Error);
   // cycles / unbounded nesting through namespaces are refused (jinja2 would build them)
   e = render_error("{% set ns = namespace(x=1) %}{% set ns.x = [ns] %}");
   EXPECT_NE(e.find("inside itself"), std::string::npos) << e;
-  e = render_error("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
+  e = render_error(
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
   EXPECT_NE(e.find("nested too deeply"), std::string::npos) << e;
   e = render_error("{{ 2 ** 64 }}");
   EXPECT_NE(e.find("overflow"), std::string::npos) << e;
@@ -143,7 +151,8 @@ TEST(Jinja, RandomGarbageNeverCrashes) {
       "{%- set ns = namespace(i=0) %}{%- for m in messages[::-1] if m.role != 'tool' %}"
       "{%- set ns.i = loop.index0 %}{{ m.content.split('</think>')[-1].lstrip('\\n')|trim }}{%- endfor %}"
       "{{ ns.i ~ (messages|length) }}{% if add_generation_prompt %}<a>{% endif %}";
-  ojson vars = {{"messages", ojson::array({{{"role", "system"}, {"content", "s"}}, {{"role", "user"}, {"content", "<think>r</think>\nu"}}})},
+  ojson vars = {{"messages", ojson::array({{{"role", "system"}, {"content", "s"}},
+                                           {{"role", "user"}, {"content", "<think>r</think>\nu"}}})},
                 {"add_generation_prompt", true}};
   EXPECT_NO_THROW(Template(base, "base").render(vars));  // its output is golden case chat_like_fuzz_base
   std::mt19937 rng(12345);
@@ -156,8 +165,12 @@ TEST(Jinja, RandomGarbageNeverCrashes) {
       size_t pos = rng() % (s.size() + 1);
       switch (rng() % 3) {
         case 0: s.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
-        case 1: if (pos < s.size()) s.erase(pos, 1 + rng() % 5); break;
-        default: if (pos < s.size()) s[pos] = static_cast<char>(rng() % 256); break;
+        case 1:
+          if (pos < s.size()) s.erase(pos, 1 + rng() % 5);
+          break;
+        default:
+          if (pos < s.size()) s[pos] = static_cast<char>(rng() % 256);
+          break;
       }
     }
     try {

@@ -27,8 +27,7 @@ struct Shape {
 struct Fixture {
   KVCache cache;
   SeqId seq;
-  Fixture(const Shape& s, std::mt19937& rng, bool evict)
-      : cache(KVCacheConfig(1, s.Hkv, s.D, s.P)) {
+  Fixture(const Shape& s, std::mt19937& rng, bool evict) : cache(KVCacheConfig(1, s.Hkv, s.D, s.P)) {
     seq = add(s, rng, evict);
   }
   SeqId add(const Shape& s, std::mt19937& rng, bool evict) {
@@ -106,9 +105,15 @@ void check(const Shape& s, bool evict, bool ranges_on, bool colsum_on, Isa isa, 
       ranges[h] = {{0, b1}, {a2, b2}, {a3, L}};
     }
     colsum[h].assign(L, 0.0f);
-    tasks.push_back({.seq = f.seq, .head = h, .n = n, .start_pos = start, .q = &q[h * s.G * s.D],
-                     .out = &out[h * s.G * s.D], .stride = int64_t(Hq) * s.D,
-                     .colsum = colsum_on ? colsum[h].data() : nullptr, .ranges = ranges[h]});
+    tasks.push_back({.seq = f.seq,
+                     .head = h,
+                     .n = n,
+                     .start_pos = start,
+                     .q = &q[h * s.G * s.D],
+                     .out = &out[h * s.G * s.D],
+                     .stride = int64_t(Hq) * s.D,
+                     .colsum = colsum_on ? colsum[h].data() : nullptr,
+                     .ranges = ranges[h]});
   }
   paged_attention(f.cache, 0, s.G, scale, tasks, isa);
   for (int h = 0; h < s.Hkv; ++h) {
@@ -145,9 +150,9 @@ TEST(PagedAttention, MatchesF64ReferenceOnEveryIsa) {
       for (bool evict : {false, true})
         for (bool ranges : {false, true})
           for (bool colsum : {false, true}) {
-            SCOPED_TRACE(testing::Message() << isa_name(isa) << " D=" << s.D << " P=" << s.P << " G=" << s.G
-                                            << " L=" << s.L << " evict=" << evict << " ranges=" << ranges
-                                            << " colsum=" << colsum);
+            SCOPED_TRACE(testing::Message()
+                         << isa_name(isa) << " D=" << s.D << " P=" << s.P << " G=" << s.G << " L=" << s.L
+                         << " evict=" << evict << " ranges=" << ranges << " colsum=" << colsum);
             check(s, evict, ranges, colsum, isa, seed++);
             if (HasFatalFailure()) return;
           }
@@ -180,20 +185,41 @@ TEST(PagedAttention, RowBitsIndependentOfChunkAndBatch) {
         // sequence; then each token alone, as a decode step would run it.
         std::vector<AttentionTask> tasks;
         for (int h = 0; h < s.Hkv; ++h) {
-          tasks.push_back({.seq = other, .head = h, .n = n, .start_pos = start, .q = &oq[h * s.G * s.D],
-                           .out = &oo[h * s.G * s.D], .stride = int64_t(Hq) * s.D, .colsum = nullptr, .ranges = {},
+          tasks.push_back({.seq = other,
+                           .head = h,
+                           .n = n,
+                           .start_pos = start,
+                           .q = &oq[h * s.G * s.D],
+                           .out = &oo[h * s.G * s.D],
+                           .stride = int64_t(Hq) * s.D,
+                           .colsum = nullptr,
+                           .ranges = {},
                            .window = window});
-          tasks.push_back({.seq = f.seq, .head = h, .n = n, .start_pos = start, .q = &q[h * s.G * s.D],
-                           .out = &whole[h * s.G * s.D], .stride = int64_t(Hq) * s.D, .colsum = nullptr,
-                           .ranges = {}, .window = window});
+          tasks.push_back({.seq = f.seq,
+                           .head = h,
+                           .n = n,
+                           .start_pos = start,
+                           .q = &q[h * s.G * s.D],
+                           .out = &whole[h * s.G * s.D],
+                           .stride = int64_t(Hq) * s.D,
+                           .colsum = nullptr,
+                           .ranges = {},
+                           .window = window});
         }
         paged_attention(f.cache, 0, s.G, scale, tasks, isa);
         for (int i = 0; i < n; ++i)
           for (int h = 0; h < s.Hkv; ++h) {
             const size_t off = (size_t(i) * Hq + h * s.G) * s.D;
-            const AttentionTask one{.seq = f.seq, .head = h, .n = 1, .start_pos = start + i, .q = &q[off],
-                                    .out = &single[off], .stride = int64_t(Hq) * s.D, .colsum = nullptr,
-                                    .ranges = {}, .window = window};
+            const AttentionTask one{.seq = f.seq,
+                                    .head = h,
+                                    .n = 1,
+                                    .start_pos = start + i,
+                                    .q = &q[off],
+                                    .out = &single[off],
+                                    .stride = int64_t(Hq) * s.D,
+                                    .colsum = nullptr,
+                                    .ranges = {},
+                                    .window = window};
             paged_attention(f.cache, 0, s.G, scale, std::span(&one, 1), isa);
           }
         ASSERT_EQ(0, std::memcmp(whole.data(), single.data(), sizeof(float) * whole.size()));

@@ -21,7 +21,7 @@
 namespace kvb {
 namespace {
 
-const DType kAll[] = {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+const DType kAll[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                       DType::Q5_1, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 /// Half-precision bits of a random finite value: exponent field in [lo, hi] (0 = subnormal),
@@ -51,8 +51,13 @@ std::vector<uint8_t> rand_row(DType t, int64_t n, std::mt19937& rng, int elo, in
       }
       case DType::F16: put16(o, rand_f16(rng, elo, ehi, false)); break;
       case DType::BF16: put16(o, f32_to_bf16_bits(std::ldexp(std::normal_distribution<float>()(rng), ehi - 15))); break;
-      case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: put16(o, rand_f16(rng, elo, ehi, false)); break;
-      case DType::Q4_1: case DType::Q5_1: case DType::Q4_K: case DType::Q5_K:
+      case DType::Q4_0:
+      case DType::Q5_0:
+      case DType::Q8_0: put16(o, rand_f16(rng, elo, ehi, false)); break;
+      case DType::Q4_1:
+      case DType::Q5_1:
+      case DType::Q4_K:
+      case DType::Q5_K:
         put16(o, rand_f16(rng, elo, ehi, false));
         put16(o + 2, rand_f16(rng, elo, ehi, false));
         break;
@@ -64,7 +69,8 @@ std::vector<uint8_t> rand_row(DType t, int64_t n, std::mt19937& rng, int elo, in
 
 /// The activation row as the kernels see it: dequantised Q8 blocks (or the f32 row), and the
 /// per-element rounding bound d_a / 2.
-void act_view(DType w, const std::vector<uint8_t>& act, int64_t n, std::vector<double>& val, std::vector<double>& half_step) {
+void act_view(DType w, const std::vector<uint8_t>& act, int64_t n, std::vector<double>& val,
+              std::vector<double>& half_step) {
   val.assign(n, 0.0);
   half_step.assign(n, 0.0);
   const size_t bytes = act_row_bytes(w, n);
@@ -95,11 +101,8 @@ struct Case {
   float act_scale;  // activations ~ N(0, act_scale²)
 };
 const Case kCases[] = {
-    {"ordinary", 8, 14, 1.0f},
-    {"tiny scales (subnormal f16)", 0, 2, 1.0f},
-    {"huge scales", 24, 27, 1.0f},
-    {"huge activations", 8, 14, 3e4f},
-    {"tiny activations", 8, 14, 1e-6f},
+    {"ordinary", 8, 14, 1.0f},         {"tiny scales (subnormal f16)", 0, 2, 1.0f}, {"huge scales", 24, 27, 1.0f},
+    {"huge activations", 8, 14, 3e4f}, {"tiny activations", 8, 14, 1e-6f},
 };
 
 TEST(Kernels, EveryTypeEveryIsaMatchesScalarAndDequantisedReference) {
@@ -327,8 +330,7 @@ TEST(Kernels, ActivationRoundingIsHalfAwayFromZero) {
   x.resize(32, 1.5f);
   std::vector<uint8_t> act(act_row_bytes(DType::Q8_0, 32));
   quantize_act_row(DType::Q8_0, x.data(), 32, act.data());
-  for (int i = 0; i < 32; ++i)
-    EXPECT_EQ(static_cast<int8_t>(act[4 + i]), std::lround(x[i])) << "x = " << x[i];
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(static_cast<int8_t>(act[4 + i]), std::lround(x[i])) << "x = " << x[i];
 }
 
 TEST(Kernels, MatmulManyEqualsMatmulPerProductBitwise) {

@@ -20,8 +20,7 @@ inline std::shared_ptr<Model> stories() { return stories_model(); }
 /// One sequence in a cache with `layers` layers of `hkv` heads of dim `d`; queries are held
 /// here and served through LayerStep::window_queries (oldest first, [Hq, w, D]).
 struct HandCache {
-  HandCache(int layers, int hq, int hkv, int d, int scalars)
-      : hq(hq), hkv(hkv), d(d), layers(layers) {
+  HandCache(int layers, int hq, int hkv, int d, int scalars) : hq(hq), hkv(hkv), d(d), layers(layers) {
     cache = std::make_unique<KVCache>(KVCacheConfig(layers, hkv, d, /*page_size=*/4, scalars));
     seq = cache->add_sequence();
   }

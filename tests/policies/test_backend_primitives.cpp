@@ -30,7 +30,8 @@ double ref_mlp(const HeadMlp& m, const float* x, int r, int h, bool single) {
     for (int c = 0; c < m.in; ++c)
       a += static_cast<double>(m.w1[(static_cast<size_t>(h1) * m.hidden + k) * m.in + c]) *
            x[(static_cast<size_t>(r) * xheads + xh) * m.in + c];
-    const double act = m.act == HeadMlp::Act::kSilu ? a / (1.0 + std::exp(-a)) : 0.5 * a * (1.0 + std::erf(a / std::sqrt(2.0)));
+    const double act =
+        m.act == HeadMlp::Act::kSilu ? a / (1.0 + std::exp(-a)) : 0.5 * a * (1.0 + std::erf(a / std::sqrt(2.0)));
     z += m.w2[static_cast<size_t>(h) * m.hidden + k] * act;
   }
   return z;

@@ -45,9 +45,11 @@ TEST(TorchCheckpoint, TorchSavedFilesGiveTheSafetensorsTensors) {
   const GateSource trim{"trimkv", "gates", "trimkv_weights.pth", true};
   const GateSource wg{"wgkv", "gates", "", false};
   // The released TRIM-KV layout (a directory: trimkv_weights.pth + config.json), bf16.
-  expect_same_tensors(GateWeights::load(pth("trimkv_bf16"), trim), GateWeights::load(pth("trimkv_bf16.safetensors"), trim));
+  expect_same_tensors(GateWeights::load(pth("trimkv_bf16"), trim),
+                      GateWeights::load(pth("trimkv_bf16.safetensors"), trim));
   // A module's state_dict() (OrderedDict + _metadata), f32, biases as views of one storage.
-  expect_same_tensors(GateWeights::load(pth("trimkv_f32.pth"), trim), GateWeights::load(pth("trimkv_f32.safetensors"), trim));
+  expect_same_tensors(GateWeights::load(pth("trimkv_f32.pth"), trim),
+                      GateWeights::load(pth("trimkv_f32.safetensors"), trim));
   // WG-KV's release: a dict of nn.Parameter, f32 and bf16.
   expect_same_tensors(GateWeights::load(pth("wgkv_f32.pt"), wg), GateWeights::load(pth("wgkv_f32.safetensors"), wg));
   expect_same_tensors(GateWeights::load(pth("wgkv_bf16.pt"), wg), GateWeights::load(pth("wgkv_bf16.safetensors"), wg));
@@ -120,7 +122,9 @@ TEST(TorchCheckpoint, PthGatesGiveTheSafetensorsKeepSets) {
 }
 
 TEST(TorchCheckpoint, CheckpointConfigFillsDefaultsUnlessGiven) {
-  auto resolved = [](const std::string& spec, int64_t budget) { return make_policy(PolicySpec::parse(spec, budget))->resolved_params(); };
+  auto resolved = [](const std::string& spec, int64_t budget) {
+    return make_policy(PolicySpec::parse(spec, budget))->resolved_params();
+  };
   const std::string dir = pth("trimkv_bf16");
   nlohmann::json r = resolved("trimkv:gates=" + dir, 0);
   EXPECT_EQ(r["buffer"], 8) << r.dump();   // config.json buffer_size
@@ -142,13 +146,15 @@ TEST(TorchCheckpoint, ACheckpointForAnotherModelIsOneError) {
   r.prompt = {1, 2, 3};
   r.max_new_tokens = 2;
   const std::string err = error_of([&] { e.generate({r}, nullptr); });
-  EXPECT_EQ(err, dir + "/config.json: head_dim: the gates were trained for kvbench/tiny-qwen3 with head_dim = 32; "
-                       "this model has 24");
+  EXPECT_EQ(err, dir +
+                     "/config.json: head_dim: the gates were trained for kvbench/tiny-qwen3 with head_dim = 32; "
+                     "this model has 24");
   // No config: the layers the tensors cover are checked (gates of one layer on a 2-layer model).
   GateWeights one = GateWeights::load(pth("trimkv_f32.safetensors"), GateSource{"trimkv", "gates", "", false});
   for (auto it = one.tensors.begin(); it != one.tensors.end();)
     it = it->first.rfind("model.layers.1.", 0) == 0 ? one.tensors.erase(it) : std::next(it);
-  const std::string path = (fs::temp_directory_path() / ("kvb_one_layer_" + std::to_string(getpid()) + ".safetensors")).string();
+  const std::string path =
+      (fs::temp_directory_path() / ("kvb_one_layer_" + std::to_string(getpid()) + ".safetensors")).string();
   save_gate_weights(one, path);
   Engine e2(Model::load_dir(fixture("models/tiny-qwen3")), {}, make_policy(PolicySpec::parse("trimkv:gates=" + path, 8)));
   EXPECT_EQ(error_of([&] { e2.generate({r}, nullptr); }),
@@ -196,21 +202,31 @@ TEST(TorchCheckpoint, UnpicklerRefusesMalformedStreams) {
     return error_of([&] { parse_torch_state_dict_pickle(p, "f.pth", "archive/data.pkl"); });
   };
   using namespace std::string_literals;
-  EXPECT_EQ(err("\x80\x02}."s), "(no kvb::Error)");                                   // an empty state dict is fine
+  EXPECT_EQ(err("\x80\x02}."s), "(no kvb::Error)");  // an empty state dict is fine
   EXPECT_NE(err("").find("byte 0: truncated pickle"), std::string::npos);
   EXPECT_NE(err("\x80\x02"s).find("truncated pickle"), std::string::npos);
   EXPECT_NE(err("\x80\x02s."s).find("stack underflow"), std::string::npos);
-  EXPECT_NE(err("\x80\x02}q\x00X\x01\x00\x00\x00" "ah\x00s."s).find("a dict may not contain itself"), std::string::npos);
+  EXPECT_NE(err("\x80\x02}q\x00X\x01\x00\x00\x00"
+                "ah\x00s."s)
+                .find("a dict may not contain itself"),
+            std::string::npos);
   EXPECT_NE(err("\x80\x02}h\x07."s).find("memo entry 7 was never stored"), std::string::npos);
   EXPECT_NE(err("\x80\x02}(X\xff\xff\xff\x7f"s).find("truncated pickle"), std::string::npos);
   EXPECT_NE(err("\x80\x02}(u(."s).find("STOP with an open MARK"), std::string::npos);
   EXPECT_NE(err("\x80\x02]."s).find("opcode 0x5d (']') is not allowed"), std::string::npos);
   EXPECT_NE(err("\x80\x02}(K\x01K\x02u."s).find("dict key is a int"), std::string::npos);
-  EXPECT_NE(err("\x80\x02" "cos\nsystem\n."s).find("byte 2: global os.system is not allowed"), std::string::npos);
+  EXPECT_NE(err("\x80\x02"
+                "cos\nsystem\n."s)
+                .find("byte 2: global os.system is not allowed"),
+            std::string::npos);
   EXPECT_NE(err("\x80\x02}}."s).find("STOP with 2 objects"), std::string::npos);
   EXPECT_NE(err("\x80\x09}."s).find("pickle protocol 9"), std::string::npos);
   // A persistent id that is not a storage tuple.
-  EXPECT_NE(err("\x80\x02}X\x01\x00\x00\x00" "aX\x01\x00\x00\x00" "bQs."s).find("not a 5-tuple"), std::string::npos);
+  EXPECT_NE(err("\x80\x02}X\x01\x00\x00\x00"
+                "aX\x01\x00\x00\x00"
+                "bQs."s)
+                .find("not a 5-tuple"),
+            std::string::npos);
 }
 
 TEST(TorchCheckpoint, HubIdsNeedTheCliFetcherAndSpecsAreParsed) {
@@ -226,14 +242,19 @@ TEST(TorchCheckpoint, HubIdsNeedTheCliFetcherAndSpecsAreParsed) {
     asked.push_back(repo + "@" + rev + ":" + path);
     return path == "config.json" ? pth("trimkv_bf16/config.json") : pth("trimkv_bf16/trimkv_weights.pth");
   });
-  const GateWeights w = GateWeights::load("ngocbh/TrimKV-Qwen3-4B-Math@abc", GateSource{"trimkv", "gates", "trimkv_weights.pth", true});
+  const GateWeights w =
+      GateWeights::load("ngocbh/TrimKV-Qwen3-4B-Math@abc", GateSource{"trimkv", "gates", "trimkv_weights.pth", true});
   EXPECT_EQ(asked, (std::vector<std::string>{"ngocbh/TrimKV-Qwen3-4B-Math@abc:trimkv_weights.pth",
                                              "ngocbh/TrimKV-Qwen3-4B-Math@abc:config.json"}));
   EXPECT_EQ(w.config.value("buffer_size", 0), 8);
-  EXPECT_NE(error_of([] { GateWeights::load("WG-KV/checkpoints", GateSource{"wgkv", "gates", "", false}); }).find("name the checkpoint file"),
+  EXPECT_NE(error_of([] {
+              GateWeights::load("WG-KV/checkpoints", GateSource{"wgkv", "gates", "", false});
+            }).find("name the checkpoint file"),
             std::string::npos);
   set_hub_file_fetcher(nullptr);
-  EXPECT_NE(error_of([] { GateWeights::load("ngocbh/TrimKV-Qwen3-4B-Math", GateSource{"trimkv", "gates", "", false}); }).find("cannot download"),
+  EXPECT_NE(error_of([] {
+              GateWeights::load("ngocbh/TrimKV-Qwen3-4B-Math", GateSource{"trimkv", "gates", "", false});
+            }).find("cannot download"),
             std::string::npos);
 }
 

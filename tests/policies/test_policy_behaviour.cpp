@@ -33,12 +33,15 @@ TEST(PolicyParams, EveryPolicyBuildsWithDefaultsAndReportsThem) {
 }
 
 TEST(PolicyParams, UnknownAndBadValuesNameTheParameter) {
-  EXPECT_NE(error_of([] { make_policy(PolicySpec::parse("rkv:lamda=0.2", 64)); }).find("unknown parameter 'lamda'"), std::string::npos);
+  EXPECT_NE(error_of([] { make_policy(PolicySpec::parse("rkv:lamda=0.2", 64)); }).find("unknown parameter 'lamda'"),
+            std::string::npos);
   EXPECT_NE(error_of([] { make_policy(PolicySpec::parse("rkv:lambda=abc", 64)); }).find("'lambda'"), std::string::npos);
   EXPECT_NE(error_of([] { make_policy(PolicySpec::parse("snapkv:pool=median", 64)); }).find("'pool'"), std::string::npos);
   EXPECT_NE(error_of([] { make_policy(PolicySpec::parse("rkv:buffer=0", 64)); }).find("'buffer'"), std::string::npos);
-  EXPECT_NE(error_of([] { make_policy(PolicySpec::parse("snapkv", 8)); }).find("budget 8 must exceed"), std::string::npos);
-  EXPECT_NE(error_of([] { make_policy(PolicySpec::parse("nosuch", 8)); }).find("unknown policy 'nosuch'"), std::string::npos);
+  EXPECT_NE(error_of([] { make_policy(PolicySpec::parse("snapkv", 8)); }).find("budget 8 must exceed"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { make_policy(PolicySpec::parse("nosuch", 8)); }).find("unknown policy 'nosuch'"),
+            std::string::npos);
   auto j = make_policy(PolicySpec::parse("rkv:lambda=0.07", 256))->resolved_params();
   EXPECT_DOUBLE_EQ(j["lambda"].get<double>(), 0.07);
   EXPECT_EQ(j["window"].get<int64_t>(), 8);

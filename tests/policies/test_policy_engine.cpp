@@ -94,8 +94,8 @@ TEST(PolicyEngine, LengthsStayWithinBudgetPlusBufferEveryStep) {
       EXPECT_GT(res[0].evictions, 0);
       // K+V bytes never exceed the bound from the shapes: layers x kv_heads x (bound + the
       // in-step token) x 2 x head_dim x 4 bytes.
-      const size_t bound_bytes = static_cast<size_t>(cfg.num_layers) * cfg.num_kv_heads * (c.bound + 1) * 2 *
-                                 cfg.head_dim * sizeof(float);
+      const size_t bound_bytes =
+          static_cast<size_t>(cfg.num_layers) * cfg.num_kv_heads * (c.bound + 1) * 2 * cfg.head_dim * sizeof(float);
       EXPECT_LE(res[0].kv_token_bytes_peak, bound_bytes);
     }
     EXPECT_GT(max_len, 0);

@@ -37,7 +37,8 @@ std::vector<nlohmann::json> cases_with_prefix(const std::string& prefix) {
 }
 
 /// Runs the case's policy over its keys/queries as one prompt step and returns the keep-sets.
-std::vector<std::vector<int32_t>> run_attention_case(const nlohmann::json& c, Policy& pol, test::HandCache** out_hc = nullptr) {
+std::vector<std::vector<int32_t>> run_attention_case(const nlohmann::json& c, Policy& pol,
+                                                     test::HandCache** out_hc = nullptr) {
   const int hq = c["num_q_heads"], hkv = c["num_kv_heads"], d = c["head_dim"], L = c["length"];
   const int layers = c["num_layers"], layer = c["layer"], w = c["window_queries"];
   static std::unique_ptr<test::HandCache> hc;
@@ -132,7 +133,9 @@ TEST(PolicyGoldens, TrimKVGatesAndKeepSetsMatchReference) {
     gw.add(p + "linear1.bias", {c["w1_shape"][0].get<int64_t>()}, c["b1"].get<std::vector<float>>());
     gw.add(p + "linear2.weight", c["w2_shape"].get<std::vector<int64_t>>(), c["w2"].get<std::vector<float>>());
     gw.add(p + "bias", {hkv}, c["b"].get<std::vector<float>>());
-    const std::string path = (std::filesystem::temp_directory_path() / ("kvb_trimkv_gates_" + c["name"].get<std::string>() + ".safetensors")).string();
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("kvb_trimkv_gates_" + c["name"].get<std::string>() + ".safetensors"))
+            .string();
     save_gate_weights(gw, path);
     auto pol = make_policy(PolicySpec::parse(c["spec"].get<std::string>() + ",gates=" + path, c["budget"]));
     test::HandCache hc(1, hkv, hkv, 4, pol->needs().num_scalars);
@@ -196,8 +199,14 @@ TEST(PolicyGoldens, CakeLayerBudgetsAndKeepSetsMatchReferenceFormula) {
       pol->on_layer_step(st);
       EXPECT_TRUE(st.keeps.empty()) << "layer " << l << " compressed before the budgets were allocated";
     }
-    StepEnd se{.cache = hc.cache.get(), .seq = hc.seq, .num_layers = layers, .num_kv_heads = hkv, .n_new = L,
-               .seq_len = L, .prefill = true, .prefill_last = true};
+    StepEnd se{.cache = hc.cache.get(),
+               .seq = hc.seq,
+               .num_layers = layers,
+               .num_kv_heads = hkv,
+               .n_new = L,
+               .seq_len = L,
+               .prefill = true,
+               .prefill_last = true};
     pol->on_step_end(se);
     const auto want = c["keep"].get<std::vector<std::vector<std::vector<int32_t>>>>();
     const auto sel = c["layer_selected"].get<std::vector<int64_t>>();

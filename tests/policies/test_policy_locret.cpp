@@ -108,8 +108,8 @@ TEST_P(LocretGoldens, DecodingNeverEvicts) {
   auto m = Model::load_dir(test::fixture(GetParam()));
   const auto prompt = g["prompt"].get<std::vector<int32_t>>();
   const std::vector<int32_t> forced = {5, 9, 17, 33, 65, 129};
-  const Kept got = kept_after(m, spec_of(g, test::fixture(g["heads"].get<std::string>())), g["budget"], 64, prompt,
-                              forced);
+  const Kept got =
+      kept_after(m, spec_of(g, test::fixture(g["heads"].get<std::string>())), g["budget"], 64, prompt, forced);
   const Kept want = g["keep"].get<Kept>();
   for (size_t l = 0; l < want.size(); ++l)
     for (size_t h = 0; h < want[l].size(); ++h) {

@@ -26,9 +26,8 @@ const json& goldens() {
 
 /// Positions held by every (layer, kv head), [layer][head], after the prompt.
 std::vector<std::vector<std::vector<int32_t>>> kept_after_prompt(std::shared_ptr<const Model> m,
-                                                                 const std::string& spec, int64_t budget,
-                                                                 int chunk, const std::vector<int32_t>& prompt,
-                                                                 int* steps) {
+                                                                 const std::string& spec, int64_t budget, int chunk,
+                                                                 const std::vector<int32_t>& prompt, int* steps) {
   EngineOptions eo;
   eo.prefill_chunk = chunk;
   Engine e(m, eo, make_policy(PolicySpec::parse(spec, budget)));
@@ -89,14 +88,13 @@ TEST_P(PolicyModelGoldens, KeepSetsMatchKvpressForEveryChunking) {
       EXPECT_TRUE(compressed) << "the golden must compress";
     }
   }
-  EXPECT_EQ(presses, (std::set<std::string>{"StreamingLLMPress", "SnapKVPress", "KeyDiffPress", "PyramidKVPress",
-                                            "TOVAPress", "KnormPress", "ExpectedAttentionPress", "AdaKVPress",
-                                            "DuoAttentionPress"}));
+  EXPECT_EQ(presses,
+            (std::set<std::string>{"StreamingLLMPress", "SnapKVPress", "KeyDiffPress", "PyramidKVPress", "TOVAPress",
+                                   "KnormPress", "ExpectedAttentionPress", "AdaKVPress", "DuoAttentionPress"}));
   EXPECT_EQ(heads_checked, cases.size() * 2 * m->config().num_layers * m->config().num_kv_heads);
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, PolicyModelGoldens,
-                         ::testing::Values("models/tiny-llama3", "models/tiny-qwen3"),
+INSTANTIATE_TEST_SUITE_P(TinyModels, PolicyModelGoldens, ::testing::Values("models/tiny-llama3", "models/tiny-qwen3"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            std::string n = i.param.substr(i.param.find('/') + 1);
                            for (char& ch : n)

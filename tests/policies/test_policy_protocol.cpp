@@ -38,10 +38,11 @@ std::shared_ptr<const Model> stories() {
 
 /// A small Qwen3-shaped model (q/k RMSNorm, GQA group 4) with random weights.
 std::shared_ptr<const Model> random_qwen3(int layers = 3) {
-  return Model::random(test::resized(model_shape("qwen3-0.6b"), {.vocab = 256, .hidden = 64, .intermediate = 128,
-                                                                 .layers = layers, .heads = 8, .kv_heads = 2,
-                                                                 .head_dim = 16}),
-                       7);
+  return Model::random(
+      test::resized(
+          model_shape("qwen3-0.6b"),
+          {.vocab = 256, .hidden = 64, .intermediate = 128, .layers = layers, .heads = 8, .kv_heads = 2, .head_dim = 16}),
+      7);
 }
 
 /// n pseudo-random token ids in [3, vocab) (a fixed LCG: the same prompt in every run).
@@ -66,7 +67,7 @@ struct RunOut {
 };
 
 RunOut run(std::shared_ptr<const Model> m, const std::string& spec, int64_t budget, int chunk,
-        const std::vector<int32_t>& prompt, const std::vector<int32_t>* forced) {
+           const std::vector<int32_t>& prompt, const std::vector<int32_t>* forced) {
   EngineOptions eo;
   eo.prefill_chunk = chunk;
   RunOut r;
@@ -207,7 +208,8 @@ TEST(CompressProtocol, ChunkedModeDependsOnTheChunkAndIsRecorded) {
   EXPECT_EQ(make_policy(PolicySpec::parse("wgkv:random_gates=1", 0))->resolved_params()["compress"], "prompt_end");
   for (const auto& info : policy_registry()) {
     if (!info.tests.evicts) continue;  // full; quest and seerattn_r select reads, never compress
-    const bool has = std::any_of(info.params.begin(), info.params.end(), [](const auto& p) { return p.key == "compress"; });
+    const bool has =
+        std::any_of(info.params.begin(), info.params.end(), [](const auto& p) { return p.key == "compress"; });
     EXPECT_TRUE(has) << info.name << " does not declare `compress`";
   }
   try {
@@ -335,8 +337,8 @@ void expect_pyramid_like_uniform(std::shared_ptr<const Model> m, int64_t B, int 
     for (int l = 0; l < nl; ++l) EXPECT_EQ(pyr.layer_len_after_prompt[l][0], aligned[l]) << "layer " << l;
     EXPECT_GT(aligned.front(), aligned.back());
     EXPECT_LE(pyr.decode_max, snap.decode_max);
-    EXPECT_LE(pyr.decode_max_pages, snap.decode_max_pages) << "pyramidkv pages " << pyr.decode_max_pages
-                                                           << " vs snapkv " << snap.decode_max_pages;
+    EXPECT_LE(pyr.decode_max_pages, snap.decode_max_pages)
+        << "pyramidkv pages " << pyr.decode_max_pages << " vs snapkv " << snap.decode_max_pages;
   }
 }
 
@@ -375,8 +377,9 @@ TEST(PyramidKV, DecodeKvPeakWithinOnePercentOfSnapKVStories260K) {
 }
 
 TEST(PyramidKV, DecodeKvPeakWithinOnePercentOfSnapKV36Layers) {
-  const ModelConfig c = test::resized(model_shape("qwen3-0.6b"), {.vocab = 128, .hidden = 32, .intermediate = 64,
-                                                                   .layers = 36, .heads = 4, .kv_heads = 2, .head_dim = 8});
+  const ModelConfig c = test::resized(
+      model_shape("qwen3-0.6b"),
+      {.vocab = 128, .hidden = 32, .intermediate = 64, .layers = 36, .heads = 4, .kv_heads = 2, .head_dim = 8});
   // KVCache-Factory's floored step leaves the layers' mean slightly above the budget (here
   // 36 layers, C = 512, w = 32: 481 + 32 per head on average, +0.2 %).
   expect_pyramid_like_uniform(Model::random(c, 3), 512, 32, 1100, 40, {16});
@@ -480,8 +483,7 @@ void expect_decode_keep_sets_in_position_order(const std::string& name, int64_t 
           for (int d = 0; d < kv.config().head_dim; ++d) n2 += static_cast<double>(k[d]) * k[d];
           norms.emplace(norm_key(l, h, pos), static_cast<float>(std::sqrt(n2)));  // a key never changes once cached
         }
-        ASSERT_TRUE(std::is_sorted(now.begin(), now.end()) &&
-                    std::adjacent_find(now.begin(), now.end()) == now.end())
+        ASSERT_TRUE(std::is_sorted(now.begin(), now.end()) && std::adjacent_find(now.begin(), now.end()) == now.end())
             << "slots out of position order, layer " << l << " head " << h;
         auto& prev = held[static_cast<size_t>(l * nh + h)];
         if (step == 1) {  // the prompt: compressed once at its end
@@ -506,7 +508,7 @@ void expect_decode_keep_sets_in_position_order(const std::string& name, int64_t 
         ASSERT_EQ(static_cast<int64_t>(cand.size()), B + buffer) << "compressed before B + buffer";
         std::vector<int32_t> want;
         if (name == "streamingllm") {
-          want.assign(cand.begin(), cand.begin() + sinks);  // the oldest by position...
+          want.assign(cand.begin(), cand.begin() + sinks);                // the oldest by position...
           want.insert(want.end(), cand.end() - (B - sinks), cand.end());  // ...and the newest by position
         } else {
           const size_t older = cand.size() - static_cast<size_t>(window);

@@ -54,8 +54,7 @@ struct Cache {
 
 /// The reference's page scores for one query head over one kv head's L keys, in double:
 /// chunk_max_key = amax over the page of k·sign(q) (padding −inf), weight = (q·sign(q))·chunk_max_key.
-std::vector<double> ref_scores(const KVCache& kv, SeqId seq, int layer, int h, const float* q, int D, int L,
-                               int P) {
+std::vector<double> ref_scores(const KVCache& kv, SeqId seq, int layer, int h, const float* q, int D, int L, int P) {
   const int n = (L + P - 1) / P;
   std::vector<double> w(n, 0.0);
   for (int p = 0; p < n; ++p)
@@ -91,8 +90,15 @@ std::set<int32_t> tokens_of(const std::vector<std::pair<int32_t, int32_t>>& span
 }
 
 ReadStep read_step(const Cache& c, int layer, int layers, int hq, const std::vector<float>& q, int L) {
-  return {.cache = c.kv.get(), .seq = c.seq, .layer = layer, .num_layers = layers, .num_q_heads = hq,
-          .num_kv_heads = c.hkv, .head_dim = c.d, .seq_len = L, .queries = q.data()};
+  return {.cache = c.kv.get(),
+          .seq = c.seq,
+          .layer = layer,
+          .num_layers = layers,
+          .num_q_heads = hq,
+          .num_kv_heads = c.hkv,
+          .head_dim = c.d,
+          .seq_len = L,
+          .queries = q.data()};
 }
 
 TEST(Quest, PageSelectionMatchesFloat64Restatement) {
@@ -115,7 +121,8 @@ TEST(Quest, PageSelectionMatchesFloat64Restatement) {
         pol->select_reads(dense);
         EXPECT_TRUE(dense.spans.empty()) << "layer 0 < dense_layers reads everything";
         // The reference's k: min(max(3, min(L, budget) // page_size), pages).
-        const int k = static_cast<int>(std::min<int64_t>(std::max<int64_t>(3, std::min<int64_t>(L, budget) / P), n_pages));
+        const int k =
+            static_cast<int>(std::min<int64_t>(std::max<int64_t>(3, std::min<int64_t>(L, budget) / P), n_pages));
         ASSERT_LT(k, n_pages);
         for (int layer = 1; layer < layers; ++layer) {
           ReadStep rs = read_step(c, layer, layers, hq, q, L);

@@ -79,8 +79,8 @@ class Recorder : public Policy {
   Reads* out_;
 };
 
-std::vector<float> run(std::shared_ptr<const Model> m, const std::string& spec, const json& g, int chunk,
-                       Reads* reads, GenerationResult* r = nullptr) {
+std::vector<float> run(std::shared_ptr<const Model> m, const std::string& spec, const json& g, int chunk, Reads* reads,
+                       GenerationResult* r = nullptr) {
   EngineOptions eo;
   eo.prefill_chunk = chunk;
   auto p = std::make_unique<Recorder>(make_policy(PolicySpec::parse(spec, g["budget"].get<int64_t>())),
@@ -187,8 +187,8 @@ TEST(SeerAttnR, KeepsTheWholeCacheAndReadsLess) {
   EXPECT_LT(seer.kv_read_bytes, full.kv_read_bytes);
   // start_layer = the layer count: every layer dense, the full cache's logits and bytes exactly.
   Reads none;
-  const auto dense = run(m, "seerattn_r:start_layer=" + std::to_string(cfg.num_layers) + ",gates=" + dir, g, 32,
-                         &none, &start);
+  const auto dense =
+      run(m, "seerattn_r:start_layer=" + std::to_string(cfg.num_layers) + ",gates=" + dir, g, 32, &none, &start);
   EXPECT_EQ(start.kv_read_bytes, full.kv_read_bytes);
   Engine e(m, eo, nullptr);
   EXPECT_EQ(dense, e.score(g["prompt"].get<std::vector<int32_t>>(), g["forced"].get<std::vector<int32_t>>()));

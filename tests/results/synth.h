@@ -74,8 +74,8 @@ inline RunInfo run_info(const std::string& name = "test") {
 }
 
 /// Writes `items` (all pending ones) in batches of `batch` into a run of `store`.
-inline int64_t fill(Store& store, const std::vector<WorkItem>& items, const RunInfo& info,
-                    Shard shard = {}, size_t batch = 5, int threshold = 8) {
+inline int64_t fill(Store& store, const std::vector<WorkItem>& items, const RunInfo& info, Shard shard = {},
+                    size_t batch = 5, int threshold = 8) {
   int64_t run = store.begin_run(info, shard);
   store.add_work_items(items);
   auto todo = store.pending(run, items);

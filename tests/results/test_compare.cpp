@@ -155,19 +155,20 @@ TEST_F(CompareFixture, ChangedPolicyParametersArePairedByPromptAndSeed) {
 TEST_F(CompareFixture, CliExitCodes) {
   KVB_REQUIRE_BINARY();
   scored_run(store, items, "same", [](const WorkItem&) { return 1.0; });
-  scored_run(store, items, "drop", [](const WorkItem& it) {
-    return it.policy == "rkv" && example_no(it) < 9 ? 0.0 : 1.0;
-  });
+  scored_run(store, items, "drop",
+             [](const WorkItem& it) { return it.policy == "rkv" && example_no(it) < 9 ? 0.0 : 1.0; });
   std::string out;
   EXPECT_EQ(kvb::test::run_cli("compare --db " + path + " --baseline base --candidate same", &out), 0) << out;
   EXPECT_NE(out.find("0 regression(s)"), std::string::npos) << out;
   EXPECT_EQ(kvb::test::run_cli("compare --db " + path + " --baseline base --candidate drop", &out), 1) << out;
   EXPECT_NE(out.find("REGRESSION"), std::string::npos) << out;
-  EXPECT_EQ(kvb::test::run_cli("compare --db " + path + " --baseline base --candidate drop --min-drop 80", &out), 0) << out;
+  EXPECT_EQ(kvb::test::run_cli("compare --db " + path + " --baseline base --candidate drop --min-drop 80", &out), 0)
+      << out;
   EXPECT_EQ(kvb::test::run_cli("compare --db " + path + " --baseline base --candidate nosuchrun", &out), 2) << out;
   EXPECT_NE(out.find("nosuchrun"), std::string::npos) << out;
   // --missing-baseline-ok forgives a missing baseline only when nothing else is stored.
-  EXPECT_EQ(kvb::test::run_cli("compare --db " + path + " --baseline nosuchrun --candidate drop --missing-baseline-ok", &out), 2)
+  EXPECT_EQ(
+      kvb::test::run_cli("compare --db " + path + " --baseline nosuchrun --candidate drop --missing-baseline-ok", &out), 2)
       << out;
   const std::string first = temp_db("compare_first_night");
   {
@@ -175,7 +176,9 @@ TEST_F(CompareFixture, CliExitCodes) {
     scored_run(one, items, "night-1", [](const WorkItem&) { return 1.0; });
   }
   EXPECT_EQ(kvb::test::run_cli("compare --db " + first + " --baseline previous --candidate latest", &out), 2) << out;
-  EXPECT_EQ(kvb::test::run_cli("compare --db " + first + " --baseline previous --candidate latest --missing-baseline-ok", &out), 0)
+  EXPECT_EQ(kvb::test::run_cli(
+                "compare --db " + first + " --baseline previous --candidate latest --missing-baseline-ok", &out),
+            0)
       << out;
   EXPECT_NE(out.find("no baseline run to compare with"), std::string::npos) << out;
 }

@@ -59,8 +59,7 @@ TEST(Grid, ExpansionCounts) {
     std::set<std::string> keys;
     for (const auto& it : items) keys.insert(it.key);
     EXPECT_EQ(keys.size(), items.size()) << "content keys must be unique";
-    size_t full = std::count_if(items.begin(), items.end(),
-                                [](const WorkItem& w) { return w.policy == "full"; });
+    size_t full = std::count_if(items.begin(), items.end(), [](const WorkItem& w) { return w.policy == "full"; });
     EXPECT_EQ(full, static_cast<size_t>(m * e * s));
     for (const auto& it : items)
       if (it.policy == "full") {

@@ -44,20 +44,23 @@ void write_v2_db(const std::string& path, const std::vector<WorkItem>& items) {
   exec(migrations().at(0));
   exec(migrations().at(1));
   exec("PRAGMA application_id = " + std::to_string(Store::kApplicationId));
-  exec("INSERT INTO runs (run_id, run_key, name, kvbench_version, git_sha, host, backend, device, config_json, "
-       "started_at, finished_at) VALUES (1, 'old-key', 'old', '0.1.0', 'abc', 'h', 'cpu', 'cpu', '{}', "
-       "'2026-01-01T00:00:00Z', '2026-01-01T01:00:00Z')");
+  exec(
+      "INSERT INTO runs (run_id, run_key, name, kvbench_version, git_sha, host, backend, device, config_json, "
+      "started_at, finished_at) VALUES (1, 'old-key', 'old', '0.1.0', 'abc', 'h', 'cpu', 'cpu', '{}', "
+      "'2026-01-01T00:00:00Z', '2026-01-01T01:00:00Z')");
   for (const auto& it : items) {
     exec("INSERT INTO work_items VALUES (" + q(it.key) + "," + q(it.model_id) + "," + q(it.model_revision) + "," +
-         q(it.policy) + "," + q(it.policy_params.dump()) + "," + q(it.policy_label) + "," +
-         std::to_string(it.budget) + "," + q(it.task) + "," + q(it.example_id) + "," + q(it.prompt_sha256) + "," +
-         std::to_string(it.sample_index) + "," + std::to_string(it.seed) + "," + q(it.sampling.dump()) + ")");
+         q(it.policy) + "," + q(it.policy_params.dump()) + "," + q(it.policy_label) + "," + std::to_string(it.budget) +
+         "," + q(it.task) + "," + q(it.example_id) + "," + q(it.prompt_sha256) + "," + std::to_string(it.sample_index) +
+         "," + std::to_string(it.seed) + "," + q(it.sampling.dump()) + ")");
     const GenerationRecord g = fake_generation(it);
-    exec("INSERT INTO generations (run_id, item_key, text, prompt_tokens, generated_tokens, finish_reason, "
-         "prefill_s, decode_s, ttft_s, evictions, kv_bytes_peak, kv_bytes_final, device_peak_bytes, extra_json, "
-         "created_at) VALUES (1," + q(it.key) + "," + q(g.text) + "," + std::to_string(g.prompt_tokens) + "," +
-         std::to_string(g.generated_tokens) + ",'stop',0.01,0.1,0.012," + std::to_string(g.evictions) + "," +
-         std::to_string(g.kv_bytes_peak) + "," + std::to_string(g.kv_bytes_final) + ",1,'{}','2026-01-01T00:30:00Z')");
+    exec(
+        "INSERT INTO generations (run_id, item_key, text, prompt_tokens, generated_tokens, finish_reason, "
+        "prefill_s, decode_s, ttft_s, evictions, kv_bytes_peak, kv_bytes_final, device_peak_bytes, extra_json, "
+        "created_at) VALUES (1," +
+        q(it.key) + "," + q(g.text) + "," + std::to_string(g.prompt_tokens) + "," + std::to_string(g.generated_tokens) +
+        ",'stop',0.01,0.1,0.012," + std::to_string(g.evictions) + "," + std::to_string(g.kv_bytes_peak) + "," +
+        std::to_string(g.kv_bytes_final) + ",1,'{}','2026-01-01T00:30:00Z')");
     const GradeRecord r = fake_grade(it);
     exec("INSERT INTO grades (run_id, item_key, score, extracted, pred_norm, gold_norm, grader, graded_at) VALUES (1," +
          q(it.key) + "," + std::to_string(*r.score) + "," + q(r.extracted) + "," + q(r.pred_norm) + "," +
@@ -130,9 +133,9 @@ TEST(ReadBytesStore, V2DatabaseMigratesAndStoresBytesRead) {
     ASSERT_GT(n, 0);
     ASSERT_TRUE(c.kv_bytes_read_step_mean);
     EXPECT_DOUBLE_EQ(*c.kv_bytes_read_step_mean, sum / n);
-    const auto v = s.query("SELECT kv_bytes_read_step_mean FROM v_cells WHERE run_id = " + std::to_string(run) +
-                           " AND policy_label = " + q(c.key.policy_label) + " AND budget = " +
-                           std::to_string(c.key.budget));
+    const auto v =
+        s.query("SELECT kv_bytes_read_step_mean FROM v_cells WHERE run_id = " + std::to_string(run) +
+                " AND policy_label = " + q(c.key.policy_label) + " AND budget = " + std::to_string(c.key.budget));
     ASSERT_EQ(v.size(), 1u);
     EXPECT_NEAR(std::stod(v[0][0]), sum / n, 1e-6);
     ++checked;

@@ -164,7 +164,8 @@ TEST(ReportPng, HeadlessChromiumRendersIndexHtml) {
   auto files = write_report(s, opt);
   std::string png = opt.out_dir + "/report.png";
   std::string out;
-  int rc = kvb::test::run_command(std::string(KVB_SOURCE_DIR) + "/tools/render_report_png.sh " + files.html + " " + png, &out);
+  int rc = kvb::test::run_command(std::string(KVB_SOURCE_DIR) + "/tools/render_report_png.sh " + files.html + " " + png,
+                                  &out);
   ASSERT_EQ(rc, 0) << out;
   std::string data = slurp(png);
   ASSERT_GT(data.size(), 1000u) << out;

@@ -24,11 +24,11 @@ static long double binom(int n, int k) {
 }
 
 TEST(PassAtK, HandCases) {
-  EXPECT_NEAR(pass_at_k(5, 2, 2), 0.7, 1e-12);       // 1 - C(3,2)/C(5,2) = 1 - 3/10
-  EXPECT_NEAR(pass_at_k(10, 3, 1), 0.3, 1e-12);      // pass@1 = c/n
-  EXPECT_NEAR(pass_at_k(4, 1, 2), 0.5, 1e-12);       // 1 - C(3,2)/C(4,2) = 1 - 3/6
+  EXPECT_NEAR(pass_at_k(5, 2, 2), 0.7, 1e-12);   // 1 - C(3,2)/C(5,2) = 1 - 3/10
+  EXPECT_NEAR(pass_at_k(10, 3, 1), 0.3, 1e-12);  // pass@1 = c/n
+  EXPECT_NEAR(pass_at_k(4, 1, 2), 0.5, 1e-12);   // 1 - C(3,2)/C(4,2) = 1 - 3/6
   EXPECT_EQ(pass_at_k(10, 0, 3), 0.0);
-  EXPECT_EQ(pass_at_k(4, 3, 2), 1.0);                // n - c < k
+  EXPECT_EQ(pass_at_k(4, 3, 2), 1.0);  // n - c < k
   EXPECT_NEAR(pass_at_k(8, 8, 8), 1.0, 1e-12);
   EXPECT_THROW(pass_at_k(3, 4, 1), kvb::Error);
   EXPECT_THROW(pass_at_k(3, 1, 4), kvb::Error);
@@ -140,8 +140,8 @@ TEST(Bootstrap, CoverageOnSyntheticPairs) {
 
 TEST(SignTest, ExactBinomial) {
   EXPECT_DOUBLE_EQ(sign_test_p(0, 0), 1.0);
-  EXPECT_DOUBLE_EQ(sign_test_p(6, 0), 2.0 / 64);              // 2 * (1/2)^6
-  EXPECT_NEAR(sign_test_p(1, 9), 2.0 * (1 + 10) / 1024, 1e-12); // 2 * (C(10,0)+C(10,1))/2^10
+  EXPECT_DOUBLE_EQ(sign_test_p(6, 0), 2.0 / 64);                 // 2 * (1/2)^6
+  EXPECT_NEAR(sign_test_p(1, 9), 2.0 * (1 + 10) / 1024, 1e-12);  // 2 * (C(10,0)+C(10,1))/2^10
   EXPECT_DOUBLE_EQ(sign_test_p(5, 5), 1.0);
   EXPECT_DOUBLE_EQ(sign_test_p(5, 0), 2.0 / 32);
 }
@@ -161,7 +161,8 @@ TEST(Wilson, NormalQuantileKnownValues) {
 // Goldens from statsmodels' proportion_confint(p*n, n, alpha, method="wilson")
 // (tools/gen_stats_goldens.py -> tests/fixtures/results/wilson_goldens.json).
 TEST(Wilson, MatchesStatsmodelsGoldens) {
-  const auto g = nlohmann::json::parse(kvb::read_file(std::string(KVB_SOURCE_DIR) + "/tests/fixtures/results/wilson_goldens.json"));
+  const auto g =
+      nlohmann::json::parse(kvb::read_file(std::string(KVB_SOURCE_DIR) + "/tests/fixtures/results/wilson_goldens.json"));
   int checked = 0;
   for (const auto& c : g["cases"]) {
     const auto scores = c["scores"].get<std::vector<double>>();

@@ -33,8 +33,8 @@ TEST(Store, SchemaAndPragmas) {
   EXPECT_EQ(one(s, "PRAGMA foreign_keys"), "1");
   EXPECT_EQ(one(s, "PRAGMA application_id"), std::to_string(Store::kApplicationId));
   EXPECT_EQ(one(s, "SELECT COUNT(*) FROM t975"), "1000");
-  for (const char* t : {"runs", "run_models", "run_datasets", "run_parts", "work_items",
-                        "generations", "grades", "judge_cache"})
+  for (const char* t :
+       {"runs", "run_models", "run_datasets", "run_parts", "work_items", "generations", "grades", "judge_cache"})
     EXPECT_EQ(one(s, std::string("SELECT COUNT(*) FROM sqlite_master WHERE name='") + t + "'"), "1") << t;
   // Foreign keys are enforced: a generation for an unknown work item is refused.
   int64_t run = s.begin_run(run_info());
@@ -59,8 +59,7 @@ TEST(Store, ProvenanceAndResolveRun) {
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].git_sha, "deadbeef");
   EXPECT_FALSE(runs[0].finished_at.empty());
-  EXPECT_EQ(one(s, "SELECT weights_sha256 FROM run_models WHERE run_id=" + std::to_string(r1)),
-            std::string(64, 'a'));
+  EXPECT_EQ(one(s, "SELECT weights_sha256 FROM run_models WHERE run_id=" + std::to_string(r1)), std::string(64, 'a'));
   EXPECT_EQ(one(s, "SELECT sha256 FROM run_datasets WHERE task='math' AND run_id=" + std::to_string(r1)),
             std::string(64, 'b'));
   EXPECT_EQ(s.resolve_run("latest"), r2);
@@ -120,8 +119,9 @@ static std::vector<std::vector<std::string>> content(Store& s) {
       "SELECT run_key, name, kvbench_version, git_sha, backend, device, config_json,"
       " finished_at IS NOT NULL FROM runs ORDER BY run_key");
   rows.insert(rows.end(), runs.begin(), runs.end());
-  auto models = s.query("SELECT r.run_key, m.model_id, m.revision, m.weights_sha256 FROM run_models m"
-                        " JOIN runs r USING (run_id) ORDER BY 1, 2");
+  auto models = s.query(
+      "SELECT r.run_key, m.model_id, m.revision, m.weights_sha256 FROM run_models m"
+      " JOIN runs r USING (run_id) ORDER BY 1, 2");
   rows.insert(rows.end(), models.begin(), models.end());
   return rows;
 }
@@ -216,7 +216,10 @@ TEST(Store, ReadOnlyAndFullDiskErrors) {
   auto p = temp_db("ro");
   auto items = expand_grid(small_grid(2, 1));
   auto info = run_info();
-  { Store s(p); fill(s, items, info); }
+  {
+    Store s(p);
+    fill(s, items, info);
+  }
   {
     Store ro(p, Store::Mode::kReadOnly);
     EXPECT_EQ(ro.runs().size(), 1u);
@@ -293,10 +296,12 @@ TEST(Store, ViewsAgreeWithCppMetrics) {
   auto cells = compute_cells(s.samples({run}));
   ASSERT_EQ(cells.size(), 5u);  // full + 2 policies x 2 budgets
   for (const auto& c : cells) {
-    std::string where = fmt::format(" WHERE run_id={} AND policy_label='{}' AND budget={}",
-                                    c.key.run_id, c.key.policy_label, c.key.budget);
-    auto row = s.query("SELECT n_samples, n_examples, pass1, pass1_lo, pass1_hi, decode_tok_s,"
-                       " kv_bytes_peak_mean, evicted_frac FROM v_cells" + where);
+    std::string where = fmt::format(" WHERE run_id={} AND policy_label='{}' AND budget={}", c.key.run_id,
+                                    c.key.policy_label, c.key.budget);
+    auto row = s.query(
+        "SELECT n_samples, n_examples, pass1, pass1_lo, pass1_hi, decode_tok_s,"
+        " kv_bytes_peak_mean, evicted_frac FROM v_cells" +
+        where);
     ASSERT_EQ(row.size(), 1u);
     EXPECT_EQ(std::stoi(row[0][0]), c.n_samples);
     EXPECT_EQ(std::stoi(row[0][1]), c.n_examples);
@@ -325,8 +330,7 @@ TEST(Store, ViewsAgreeWithCppMetrics) {
 TEST(Store, MergeOfShardsEqualsUnshardedRun) {
   auto items = expand_grid(small_grid(5, 2));
   auto info = run_info();
-  auto whole_p = temp_db("whole"), a_p = temp_db("shard0"), b_p = temp_db("shard1"),
-       m_p = temp_db("merged");
+  auto whole_p = temp_db("whole"), a_p = temp_db("shard0"), b_p = temp_db("shard1"), m_p = temp_db("merged");
   {
     Store whole(whole_p);
     fill(whole, items, info);
@@ -353,7 +357,10 @@ TEST(Store, MergeOfShardsEqualsUnshardedRun) {
   EXPECT_EQ(content(merged), content(whole));
   // A bad input is named.
   auto bad = temp_db("badmerge");
-  { std::ofstream f(bad); f << "not a database at all, definitely not, really not........................................................"; }
+  {
+    std::ofstream f(bad);
+    f << "not a database at all, definitely not, really not........................................................";
+  }
   try {
     Store::merge(m_p, {bad});
     FAIL() << "expected an error";

@@ -18,9 +18,8 @@ struct ModelSizes {
 /// `base` (e.g. model_shape("qwen3-0.6b")) with the vocabulary, widths, layer and head counts of
 /// `s`; every other field (architecture, RoPE, norms, tying) is kept.
 inline ModelConfig resized(ModelConfig base, const ModelSizes& s) {
-  std::tie(base.vocab_size, base.hidden_size, base.intermediate_size, base.num_layers, base.num_heads,
-           base.num_kv_heads, base.head_dim) =
-      std::tie(s.vocab, s.hidden, s.intermediate, s.layers, s.heads, s.kv_heads, s.head_dim);
+  std::tie(base.vocab_size, base.hidden_size, base.intermediate_size, base.num_layers, base.num_heads, base.num_kv_heads,
+           base.head_dim) = std::tie(s.vocab, s.hidden, s.intermediate, s.layers, s.heads, s.kv_heads, s.head_dim);
   return base;
 }
 

@@ -51,8 +51,8 @@ inline std::filesystem::path temp_dir(const std::string& prefix) {
   std::string name = info ? info->name() : "global";
   for (char& c : name)
     if (c == '/') c = '_';  // parameterised test names
-  const std::filesystem::path d = std::filesystem::temp_directory_path() /
-                                  ("kvb_" + prefix + "_" + std::to_string(::getpid()) + "_" + name);
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("kvb_" + prefix + "_" + std::to_string(::getpid()) + "_" + name);
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
@@ -110,7 +110,8 @@ inline ::testing::AssertionResult contains_all(const std::string& msg, std::init
 }
 
 /// contains_all over error_of(f): EXPECT_TRUE(error_has([&] { ... }, {"field"})).
-inline ::testing::AssertionResult error_has(const std::function<void()>& f, std::initializer_list<std::string_view> parts) {
+inline ::testing::AssertionResult error_has(const std::function<void()>& f,
+                                            std::initializer_list<std::string_view> parts) {
   return contains_all(error_of(f), parts);
 }
 
@@ -153,16 +154,13 @@ inline bool path_exists(const std::string& p) {
 /// Skips the current test (or fails it under KVB_REQUIRE_ALL=1) unless `cond` holds; `what`
 /// is streamed into the message (say what is missing and how to get it). Use in a TEST body or
 /// SetUp(), like GTEST_SKIP.
-#define KVB_REQUIRE(cond, what)                                                                \
-  if (cond) {                                                                                  \
-  } else if (::kvb::test::require_all())                                                       \
-    GTEST_FAIL() << "missing prerequisite (KVB_REQUIRE_ALL=1): " << what;                     \
-  else                                                                                         \
-    GTEST_SKIP() << "missing prerequisite: " << what
+#define KVB_REQUIRE(cond, what)                                                                                \
+  if (cond) {                                                                                                  \
+  } else if (::kvb::test::require_all()) GTEST_FAIL() << "missing prerequisite (KVB_REQUIRE_ALL=1): " << what; \
+  else GTEST_SKIP() << "missing prerequisite: " << what
 
 /// KVB_REQUIRE for a file or directory.
-#define KVB_REQUIRE_PATH(path, how) \
-  KVB_REQUIRE(::kvb::test::path_exists(path), (path) << " absent (" << how << ")")
+#define KVB_REQUIRE_PATH(path, how) KVB_REQUIRE(::kvb::test::path_exists(path), (path) << " absent (" << how << ")")
 
 /// KVB_REQUIRE for something under ../shared (models, datasets, tokenizers).
 #define KVB_REQUIRE_SHARED(rel) KVB_REQUIRE_PATH(::kvb::test::shared_dir(rel), "../shared is not checked out")

@@ -153,7 +153,8 @@ TEST(FixtureTasks, LongProcMissingFilesFromFixtures) {
   EXPECT_EQ(pt[0].max_new_tokens, 10240);
   EXPECT_EQ(load("longproc_path_traversal_2k:sample=all")[0].max_new_tokens, 3072);
   auto tom = load("longproc_tom_tracking_8k:sample=all");
-  EXPECT_NE(tom[0].messages[0].content.find("[STORY]\nStep 0: A is in the den.\n\n[QUESTION]\nWhere is A?"), std::string::npos);
+  EXPECT_NE(tom[0].messages[0].content.find("[STORY]\nStep 0: A is in the den.\n\n[QUESTION]\nWhere is A?"),
+            std::string::npos);
   // HF rows (travel planning, whose GitHub layout is tested in test_travel_zip_tasks.cpp;
   // tom_tracking 8k with source=hf).
   auto tp = load("longproc_travel_planning_2k:sample=all,source=hf");
@@ -212,8 +213,10 @@ TEST(Suites, BuiltinSuitesParseAndNameRealTasks) {
 }
 
 TEST(Suites, UserSuiteFileAndErrors) {
-  auto s = parse_suite("name: mine\nsampling: {temperature: 0.7}\nbudgets: [128, 256]\ntasks:\n"
-                       "  - gsm8k\n  - {task: 'math500:template=rkv', samples: 4, sampling: {top_p: 0.9}}\n", "mine.yaml");
+  auto s = parse_suite(
+      "name: mine\nsampling: {temperature: 0.7}\nbudgets: [128, 256]\ntasks:\n"
+      "  - gsm8k\n  - {task: 'math500:template=rkv', samples: 4, sampling: {top_p: 0.9}}\n",
+      "mine.yaml");
   EXPECT_EQ(s.name, "mine");
   EXPECT_EQ(s.budgets, (std::vector<long long>{128, 256}));
   EXPECT_EQ(s.tasks[1].spec, "math500:template=rkv");
@@ -261,8 +264,10 @@ TEST(TaskRegistry, SmokeExtraProblemsAreFixedAndCorrect) {
     for (std::sregex_iterator m(q.begin(), q.end(), number), e; m != e; ++m) nums.push_back(std::stol(m->str()));
     ASSERT_GE(nums.size(), 2u) << q;
     long want;
-    if (q.find(" plus ") != std::string::npos || q.find(" more.") != std::string::npos) want = nums[0] + nums[1], ops[0]++;
-    else if (q.find(" minus ") != std::string::npos || q.find("gave away") != std::string::npos) want = nums[0] - nums[1], ops[1]++;
+    if (q.find(" plus ") != std::string::npos || q.find(" more.") != std::string::npos)
+      want = nums[0] + nums[1], ops[0]++;
+    else if (q.find(" minus ") != std::string::npos || q.find("gave away") != std::string::npos)
+      want = nums[0] - nums[1], ops[1]++;
     else want = nums[0] * nums[1], ops[2]++;
     EXPECT_EQ(ex[i].references, std::vector<std::string>{std::to_string(want)}) << q;
     EXPECT_GT(want, 0) << q;

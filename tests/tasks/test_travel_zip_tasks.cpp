@@ -120,13 +120,15 @@ TEST(TravelPlanning, BadRowsNameFileElementAndField) {
   std::ofstream(tp / "travel_planning_all.json") << rows.dump();
   std::string file = (tp / "travel_planning_all.json").string();
   std::string m = error_of([&] { load({dir.string()}, "longproc_travel_planning_2k:sample=all"); });
-  EXPECT_NE(m.find(file + ": element 0: field 'ground_truth_plan': the search finds a different plan"), std::string::npos) << m;
+  EXPECT_NE(m.find(file + ": element 0: field 'ground_truth_plan': the search finds a different plan"), std::string::npos)
+      << m;
   datasets::BadRecords skip;
   skip.mode = datasets::OnBad::kSkip;
   auto ex = load({dir.string()}, "longproc_travel_planning_2k:sample=all", &skip);
   EXPECT_EQ(ex.size(), 0u);  // row 0 wrong plan, row 3 without estimated_output_tokens
   ASSERT_EQ(skip.skipped.size(), 2u);
-  EXPECT_NE(skip.skipped[1].find("element 3: missing field 'estimated_output_tokens'"), std::string::npos) << skip.skipped[1];
+  EXPECT_NE(skip.skipped[1].find("element 3: missing field 'estimated_output_tokens'"), std::string::npos)
+      << skip.skipped[1];
   // A broken ICL file breaks every prompt: always an error naming it, even in skip mode.
   auto icl = read_json(kFix + "/longproc/travel_planning/travel_planning_icl_examples.json");
   icl[1]["connected_cities"] = nlohmann::json::array();  // no flights: no plan
@@ -134,7 +136,8 @@ TEST(TravelPlanning, BadRowsNameFileElementAndField) {
   datasets::BadRecords skip2;
   skip2.mode = datasets::OnBad::kSkip;
   m = error_of([&] { load({dir.string()}, "longproc_travel_planning_8k:sample=all", &skip2); });
-  EXPECT_NE(m.find("travel_planning_icl_examples.json: element 1: no trip plan satisfies the constraints"), std::string::npos) << m;
+  EXPECT_NE(m.find("travel_planning_icl_examples.json: element 1: no trip plan satisfies the constraints"), std::string::npos)
+      << m;
 }
 
 TEST(LongBenchZip, TasksReadFromDataZipEqualTheExtractedFiles) {
@@ -161,8 +164,8 @@ TEST(LongBenchZip, MissingMemberOrNoDataIsOneClearError) {
   EXPECT_NE(m.find(zip + ": member 'data/qasper.jsonl' not found"), std::string::npos) << m;
   fs::path empty = tmp_dir("lb_empty");
   m = error_of([&] { load({empty.string()}, "longbench_qasper"); });
-  EXPECT_NE(m.find("task longbench_qasper: no data: longbench/data.zip: not found in data directories [" + empty.string() +
-                   "]; run `kvbench datasets fetch longbench"),
+  EXPECT_NE(m.find("task longbench_qasper: no data: longbench/data.zip: not found in data directories [" +
+                   empty.string() + "]; run `kvbench datasets fetch longbench"),
             std::string::npos)
       << m;
   EXPECT_NE(m.find("(an extracted longbench/data/qasper.jsonl is read too)"), std::string::npos) << m;
@@ -241,12 +244,15 @@ TEST(DatasetsCli, ListAndTasksShowTheNewPieces) {
   EXPECT_NE(t2.find("0 <= estimated_output_tokens < 2048"), std::string::npos) << t2;
   EXPECT_NE(line_with(tasks, "longproc_travel_planning_8k").find(" 239 "), std::string::npos) << tasks;
 
-  std::string counted = run_cli(env + KVB_BINARY + " tasks longproc_travel_planning_2k:sample=all "
-                                "longproc_travel_planning_8k:sample=all --count --data-dir " + kFix);
+  std::string counted = run_cli(env + KVB_BINARY +
+                                " tasks longproc_travel_planning_2k:sample=all "
+                                "longproc_travel_planning_8k:sample=all --count --data-dir " +
+                                kFix);
   EXPECT_NE(line_with(counted, "longproc_travel_planning_2k:sample=all").find(" 2 "), std::string::npos) << counted;
   EXPECT_NE(line_with(counted, "longproc_travel_planning_8k:sample=all").find(" 2 "), std::string::npos) << counted;
   // LongBench from the cached data.zip (offline): counts from the archive's members.
-  std::string lb = run_cli(env + "HF_HUB_OFFLINE=1 " + KVB_BINARY + " tasks --download --count longbench_hotpotqa longbench_trec");
+  std::string lb =
+      run_cli(env + "HF_HUB_OFFLINE=1 " + KVB_BINARY + " tasks --download --count longbench_hotpotqa longbench_trec");
   EXPECT_NE(line_with(lb, "longbench_hotpotqa ").find(" 2 "), std::string::npos) << lb;
   EXPECT_NE(line_with(lb, "longbench_trec ").find(" 1 "), std::string::npos) << lb;
 }

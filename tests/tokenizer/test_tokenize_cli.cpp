@@ -65,8 +65,8 @@ TEST_F(TokenizeCli, TextIdsMatchGoldens) {
   const json row = json::parse(r);
   for (int32_t id : row["ids"].get<std::vector<int32_t>>()) want.push_back(id);
   int st = -1;
-  const std::string out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared +
-                                  "/tokenizers/llama3_1 --text " + shell_quote(text), &st);
+  const std::string out = run(
+      std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/llama3_1 --text " + shell_quote(text), &st);
   ASSERT_EQ(st, 0) << out;
   EXPECT_EQ(ids_line(out), want) << out;
   EXPECT_EQ(out.find("BEGIN PROMPT"), std::string::npos);
@@ -76,13 +76,16 @@ TEST_F(TokenizeCli, TextIdsMatchGoldens) {
 
 TEST_F(TokenizeCli, ChatPromptAndIdsMatchTransformers) {
   const json meta = kvb::parse_json_file(kFix + "meta.json");
-  for (const auto& [key, flag] : {std::pair<std::string, std::string>{"qwen3", ""}, {"qwen3_no_thinking", " --no-thinking"}}) {
+  for (const auto& [key, flag] :
+       {std::pair<std::string, std::string>{"qwen3", ""}, {"qwen3_no_thinking", " --no-thinking"}}) {
     const json& want = meta["chat"][key];
     int st = -1;
     const std::string out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared +
-                                    "/tokenizers/qwen3 --chat --messages " + kFix + "messages.json" + flag, &st);
+                                    "/tokenizers/qwen3 --chat --messages " + kFix + "messages.json" + flag,
+                                &st);
     ASSERT_EQ(st, 0) << out;
-    const std::string begin = fmt::format("===== BEGIN PROMPT ({} bytes) =====\n", want["prompt"].get<std::string>().size());
+    const std::string begin =
+        fmt::format("===== BEGIN PROMPT ({} bytes) =====\n", want["prompt"].get<std::string>().size());
     const size_t a = out.find(begin);
     const size_t b = out.find("\n===== END PROMPT =====\n");
     ASSERT_NE(a, std::string::npos) << key << "\n" << out;
@@ -107,7 +110,8 @@ TEST_F(TokenizeCli, EmptyTextGivesTheSpecialTokensAlone) {
   ASSERT_EQ(st, 0) << out;
   EXPECT_EQ(ids_line(out), std::vector<int32_t>({128000})) << out;  // BOS alone, as tokenizers' encode("")
   EXPECT_NE(out.find("===== TOKENS (1) =====\n0\t128000\t\"<|begin_of_text|>\""), std::string::npos) << out;
-  out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/llama3_1 --text '' --no-add-special", &st);
+  out = run(
+      std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/llama3_1 --text '' --no-add-special", &st);
   ASSERT_EQ(st, 0) << out;
   EXPECT_NE(out.find("===== TOKENS (0) =====\nids: []"), std::string::npos) << out;
 }
@@ -126,7 +130,8 @@ TEST_F(TokenizeCli, ChatTemplateJinjaFileAndNamedTemplates) {
   std::filesystem::copy_file(kShared + "/tokenizers/qwen3/tokenizer.json", dir / "tokenizer.json");
   const json want = kvb::parse_json_file(kFix + "meta.json")["chat"]["qwen3"];
   int st = -1;
-  const std::string base = std::string(KVB_BINARY) + " tokenize --model " + dir.string() + " --messages " + kFix + "messages.json";
+  const std::string base =
+      std::string(KVB_BINARY) + " tokenize --model " + dir.string() + " --messages " + kFix + "messages.json";
   std::string out = run(base, &st);
   ASSERT_EQ(st, 0) << out;
   EXPECT_NE(out.find(want["prompt"].get<std::string>() + "\n===== END PROMPT ====="), std::string::npos) << out;
@@ -137,13 +142,16 @@ TEST_F(TokenizeCli, ChatTemplateJinjaFileAndNamedTemplates) {
   out = run(base + " --chat-template tool_use", &st);
   EXPECT_EQ(st, 2) << out;
   EXPECT_NE(out.find("kvbench: error: " + (dir / "chat_template.jinja").string() +
-                     ": chat_template: no template named \"tool_use\""), std::string::npos) << out;
+                     ": chat_template: no template named \"tool_use\""),
+            std::string::npos)
+      << out;
   // No template anywhere: one error naming the file and the field.
   std::filesystem::remove(dir / "chat_template.jinja");
   out = run(base, &st);
   EXPECT_EQ(st, 2) << out;
   EXPECT_NE(out.find("kvbench: error: " + (dir / "tokenizer_config.json").string() + ": chat_template: missing"),
-            std::string::npos) << out;
+            std::string::npos)
+      << out;
   std::filesystem::remove_all(dir);
 }
 

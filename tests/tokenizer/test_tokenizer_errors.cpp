@@ -14,14 +14,12 @@
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using ::kvb::test::contains_all;
+using nlohmann::json;
 
 class TokenizerErrors : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = kvb::test::temp_dir("tok_err");
-  }
+  void SetUp() override { dir_ = kvb::test::temp_dir("tok_err"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string write(const std::string& name, const std::string& text) {
@@ -63,9 +61,7 @@ TEST_F(TokenizerErrors, ValidFileLoadsAndEncodes) {
   EXPECT_EQ(tok.decode(std::vector<int32_t>{2, 4, 5}, true), "ab ab");
 }
 
-TEST_F(TokenizerErrors, BadJson) {
-  EXPECT_TRUE(contains_all(error_of("{\"model\": {\"type\": \"BPE\", "), {"JSON"}));
-}
+TEST_F(TokenizerErrors, BadJson) { EXPECT_TRUE(contains_all(error_of("{\"model\": {\"type\": \"BPE\", "), {"JSON"})); }
 
 TEST_F(TokenizerErrors, UnknownModelType) {
   json j = valid();

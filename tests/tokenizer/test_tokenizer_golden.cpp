@@ -56,8 +56,8 @@ TEST_P(GoldenTest, EncodeDecodeStreamMatchReference) {
     if (got != want) {
       ++enc_fail;
       if (shown++ < 5)
-        ADD_FAILURE() << name << " text #" << i << " " << json(text).dump() << "\n want " << show(want)
-                      << "\n got  " << show(got);
+        ADD_FAILURE() << name << " text #" << i << " " << json(text).dump() << "\n want " << show(want) << "\n got  "
+                      << show(got);
     }
     if (row.contains("full")) {
       const auto full_want = row["full"].get<std::vector<int32_t>>();
@@ -134,7 +134,6 @@ TEST_P(GoldenTest, VocabularyFactsMatchReference) {
   EXPECT_EQ(tok.id_to_piece(static_cast<int32_t>(tok.vocab_size())), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTest,
-                         ::testing::Values("qwen3", "llama3_1", "llama2", "stories260k"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTest, ::testing::Values("qwen3", "llama3_1", "llama2", "stories260k"));
 
 }  // namespace

@@ -60,7 +60,9 @@ void apply_rope(float* vec, int nheads, int D, int64_t pos, const float* inv_fre
 }
 
 CpuBackend::CpuBackend(const Model& model, KVCache& cache, bool bf16_points)
-    : m_(model), cache_(cache), bf16_points_(bf16_points),
+    : m_(model),
+      cache_(cache),
+      bf16_points_(bf16_points),
       activation_(architecture(model.config().model_type).activation) {}
 
 namespace {
@@ -94,7 +96,7 @@ void gated_activation(Activation a, float* gate, const float* up, int64_t n) {
       const float g = gate[i];
       gate[i] = g / (1.0f + std::exp(-g)) * up[i];
     }
-  } else {  // kGeluTanh: torch's gelu(approximate="tanh")
+  } else {                                                            // kGeluTanh: torch's gelu(approximate="tanh")
     constexpr float kBeta = 0.7978845608028654f, kKappa = 0.044715f;  // √(2/π)
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) {
@@ -135,17 +137,24 @@ struct CpuBackend::Step {
   /// index ranges of the kv head it reads (empty: the item reads densely).
   std::vector<std::vector<std::vector<std::pair<int32_t, int32_t>>>> spans;
   std::vector<std::vector<TokenRange>> ranges;  ///< storage of the span tasks' TokenRanges
-  std::vector<int64_t> kv_read;  ///< [item] K/V token rows read (ForwardStats::kv_read_tokens)
+  std::vector<int64_t> kv_read;                 ///< [item] K/V token rows read (ForwardStats::kv_read_tokens)
 };
 
-void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float* q, int32_t qpos, int D,
-                  float scale, std::span<const std::pair<int32_t, int32_t>> spans, float* out) {
+void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float* q, int32_t qpos, int D, float scale,
+                  std::span<const std::pair<int32_t, int32_t>> spans, float* out) {
   (void)D;  // the cache's head_dim
   std::vector<TokenRange> ranges;
   ranges.reserve(spans.size());
   for (const auto& [b, e] : spans) ranges.push_back({b, e});
-  const AttentionTask t{.seq = seq, .head = h, .n = 1, .start_pos = qpos, .q = q, .out = out,
-                        .stride = static_cast<int64_t>(D), .colsum = nullptr, .ranges = ranges};
+  const AttentionTask t{.seq = seq,
+                        .head = h,
+                        .n = 1,
+                        .start_pos = qpos,
+                        .q = q,
+                        .out = out,
+                        .stride = static_cast<int64_t>(D),
+                        .colsum = nullptr,
+                        .ranges = ranges};
   if (ranges.empty()) {  // no token selected: zeros, as for a query that sees no key
     std::fill(out, out + D, 0.0f);
     return;
@@ -153,21 +162,20 @@ void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float
   paged_attention(cache, layer, 1, scale, std::span<const AttentionTask>(&t, 1));
 }
 
-void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
-                         ForwardStats* stats) {
+void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits, ForwardStats* stats) {
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   const ModelConfig& c = m_.config();
-  const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim),
-            Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads),
-            I = static_cast<int>(c.intermediate_size), V = static_cast<int>(c.vocab_size);
+  const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim), Hq = static_cast<int>(c.num_heads),
+            Hkv = static_cast<int>(c.num_kv_heads), I = static_cast<int>(c.intermediate_size),
+            V = static_cast<int>(c.vocab_size);
   const float eps = static_cast<float>(c.rms_norm_eps);
   Step s;
   s.items = items;
   s.policy = policy;
   s.needs = policy ? policy->needs() : PolicyNeeds{};
-  s.dims = policy_driver::Dims{static_cast<int>(c.num_layers), Hq, Hkv, D, H, c.attention_scale(),
-                               m_.inv_freq().data(), m_.rope_attention_scaling()};
+  s.dims = policy_driver::Dims{static_cast<int>(c.num_layers), Hq, Hkv, D, H, c.attention_scale(), m_.inv_freq().data(),
+                               m_.rope_attention_scaling()};
   s.compact = [this](SeqId seq, int layer, int h, const std::vector<int32_t>& keep) {
     return static_cast<int64_t>(cache_.compact(seq, layer, h, keep));
   };
@@ -219,8 +227,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   for (size_t b = 0; b < items.size(); ++b)
     if (items[b].want_logits) rows.push_back(s.row0[b + 1] - 1);
   tmp_.resize(rows.size() * H);
-  for (size_t r = 0; r < rows.size(); ++r)
-    rms_norm(&x_[rows[r] * H], m_.final_norm(), &tmp_[r * H], 1, H, eps);
+  for (size_t r = 0; r < rows.size(); ++r) rms_norm(&x_[rows[r] * H], m_.final_norm(), &tmp_[r * H], 1, H, eps);
   if (bf16_points_) round_bf16(tmp_.data(), static_cast<int64_t>(rows.size()) * H);
   logits.resize(rows.size() * static_cast<size_t>(V));
   if (!rows.empty()) matmul_nt(tmp_.data(), m_.lm_head(), nullptr, logits.data(), rows.size(), H, V);
@@ -238,8 +245,8 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
 
 void CpuBackend::attention_block(Step& s, int l) {
   const ModelConfig& c = m_.config();
-  const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim),
-            Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
+  const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim), Hq = static_cast<int>(c.num_heads),
+            Hkv = static_cast<int>(c.num_kv_heads);
   const int G = Hq / Hkv;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = s.dims.attn_scale;
@@ -303,8 +310,8 @@ void CpuBackend::attention_block(Step& s, int l) {
     if (!policy_driver::is_decode(items[b])) continue;
     if (needs.read_select) {
       const auto tp = std::chrono::steady_clock::now();
-      s.kv_read[b] += policy_driver::select_reads(*s.policy, cache_, items[b], l, s.dims, &q_[row0[b] * Hq * D],
-                                                  s.spans[b]);
+      s.kv_read[b] +=
+          policy_driver::select_reads(*s.policy, cache_, items[b], l, s.dims, &q_[row0[b] * Hq * D], s.spans[b]);
       s.policy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
     } else {
       for (int h = 0; h < Hkv; ++h) s.kv_read[b] += cache_.length(items[b].seq, l, h);
@@ -320,10 +327,17 @@ void CpuBackend::attention_block(Step& s, int l) {
     if (!s.spans[b].empty()) continue;
     for (int h = 0; h < Hkv; ++h) {
       const int64_t off = (row0[b] * Hq + static_cast<int64_t>(h) * G) * D;
-      attn_tasks_.push_back({.seq = items[b].seq, .head = h, .n = items[b].n, .start_pos = items[b].start_pos,
-                             .q = &q_[off], .out = &att_[off], .stride = static_cast<int64_t>(Hq) * D,
+      attn_tasks_.push_back({.seq = items[b].seq,
+                             .head = h,
+                             .n = items[b].n,
+                             .start_pos = items[b].start_pos,
+                             .q = &q_[off],
+                             .out = &att_[off],
+                             .stride = static_cast<int64_t>(Hq) * D,
                              .colsum = needs.attention_colsum ? s.colsum[b * Hkv + h].data() : nullptr,
-                             .ranges = {}, .window = window, .softcap = softcap});
+                             .ranges = {},
+                             .window = window,
+                             .softcap = softcap});
     }
   }
   paged_attention(cache_, l, G, scale, attn_tasks_);
@@ -340,9 +354,17 @@ void CpuBackend::attention_block(Step& s, int l) {
         s.ranges.pop_back();
         continue;
       }
-      attn_tasks_.push_back({.seq = items[b].seq, .head = hq / G, .n = 1, .start_pos = items[b].start_pos,
-                             .q = &q_[off], .out = &att_[off], .stride = static_cast<int64_t>(Hq) * D,
-                             .colsum = nullptr, .ranges = {}, .window = window, .softcap = softcap});
+      attn_tasks_.push_back({.seq = items[b].seq,
+                             .head = hq / G,
+                             .n = 1,
+                             .start_pos = items[b].start_pos,
+                             .q = &q_[off],
+                             .out = &att_[off],
+                             .stride = static_cast<int64_t>(Hq) * D,
+                             .colsum = nullptr,
+                             .ranges = {},
+                             .window = window,
+                             .softcap = softcap});
     }
   for (size_t k = 0; k < attn_tasks_.size(); ++k) attn_tasks_[k].ranges = s.ranges[k];
   if (!attn_tasks_.empty()) paged_attention(cache_, l, 1, scale, attn_tasks_);
@@ -357,8 +379,8 @@ void CpuBackend::attention_block(Step& s, int l) {
 void CpuBackend::policy_block(Step& s, int l) {
   using clock = std::chrono::steady_clock;
   const ModelConfig& c = m_.config();
-  const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim),
-            Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
+  const int H = static_cast<int>(c.hidden_size), D = static_cast<int>(c.head_dim), Hq = static_cast<int>(c.num_heads),
+            Hkv = static_cast<int>(c.num_kv_heads);
   const int G = Hq / Hkv;
   const float scale = s.dims.attn_scale;
   const int32_t window = c.window(l);
@@ -403,7 +425,7 @@ void CpuBackend::policy_block(Step& s, int l) {
       const F32TileFn tile = f32_tile_fn(best_isa());
       float* const o = out.data();
       const float* const qr = qrows.data();
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(R) * L * D >= (1 << 16))
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(R) * L * D >= (1 << 16))
       for (int32_t pi = 0; pi < np; ++pi) {
         const float* kp = std::as_const(cache_).page_keys(pages[pi]);
         for (int32_t t0 = pi * P; t0 < std::min<int32_t>(L, (pi + 1) * P); t0 += 16) {
@@ -413,7 +435,7 @@ void CpuBackend::policy_block(Step& s, int l) {
           tile(D, kw, nk, qr, R, D, o + t0, L);
         }
       }
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(R) * L >= (1 << 14))
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(R) * L >= (1 << 14))
       for (int r = 0; r < R; ++r) {
         float* row = o + static_cast<size_t>(r) * L;
         float mx = -std::numeric_limits<float>::infinity();
@@ -422,7 +444,7 @@ void CpuBackend::policy_block(Step& s, int l) {
           for (int32_t t = pi * P; t < std::min<int32_t>(L, (pi + 1) * P); ++t) {
             const int32_t kpos = pp[t - pi * P];
             row[t] = kpos <= qpos[r] && kpos >= qlo[r] ? soft_cap(row[t] * scale, softcap)
-                                                      : -std::numeric_limits<float>::infinity();
+                                                       : -std::numeric_limits<float>::infinity();
             mx = std::max(mx, row[t]);
           }
         }

@@ -24,11 +24,11 @@ namespace kvb {
 /// Per-sequence state the backend keeps for policies that read the last w queries
 /// (PolicyNeeds::window_queries): a ring of post-RoPE queries per layer.
 struct QueryHistory {
-  int window = 0;                           ///< w
-  std::vector<int> count;                   ///< [layer] queries stored (≤ w)
-  std::vector<std::vector<float>> q;        ///< [layer] ring [w, Hq, D]
-  std::vector<std::vector<int32_t>> pos;    ///< [layer] ring [w] absolute positions
-  std::vector<int> head;                    ///< [layer] next ring slot
+  int window = 0;                         ///< w
+  std::vector<int> count;                 ///< [layer] queries stored (≤ w)
+  std::vector<std::vector<float>> q;      ///< [layer] ring [w, Hq, D]
+  std::vector<std::vector<int32_t>> pos;  ///< [layer] ring [w] absolute positions
+  std::vector<int> head;                  ///< [layer] next ring slot
 };
 
 /// The stored window queries of `layer` in LayerStep::window_queries order: out [Hq, w, D] f32,
@@ -41,8 +41,8 @@ inline int gather_window_queries(const QueryHistory& qh, int layer, int Hq, int 
     for (int j = 0; j < w; ++j) {
       const int slot = (qh.head[layer] - w + j + qh.window) % qh.window;
       for (int hq = 0; hq < Hq; ++hq)
-        std::memcpy(&out[(static_cast<size_t>(hq) * w + j) * D], &qh.q[layer][(static_cast<size_t>(slot) * Hq + hq) * D],
-                    sizeof(float) * D);
+        std::memcpy(&out[(static_cast<size_t>(hq) * w + j) * D],
+                    &qh.q[layer][(static_cast<size_t>(slot) * Hq + hq) * D], sizeof(float) * D);
     }
   }
   return w;
@@ -85,8 +85,7 @@ class CpuBackend {
   /// Runs one step for `items`. Writes logits [k, V] f32 for the k items with want_logits, in
   /// item order, into `logits` (resized). `policy` may be null (full cache). Throws kvb::Error
   /// on invalid token ids or when the KV page pool is exhausted.
-  void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
-               ForwardStats* stats = nullptr);
+  void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits, ForwardStats* stats = nullptr);
 
  private:
   struct Step;
@@ -117,8 +116,8 @@ class CpuBackend {
 /// (f32, online softmax: paged_attention with one query head and these ranges). The read path
 /// of read-selection policies (ReadStep::spans, Quest), for tests. Writes zeros when no token
 /// qualifies.
-void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float* q, int32_t qpos, int D,
-                  float scale, std::span<const std::pair<int32_t, int32_t>> spans, float* out);
+void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float* q, int32_t qpos, int D, float scale,
+                  std::span<const std::pair<int32_t, int32_t>> spans, float* out);
 
 // matmul_nt (y = x·Wᵀ on weights as stored) lives in engine/kernels/matmul.h.
 /// RMSNorm of each of the T rows of x[T, n] times weight[n], as transformers' LlamaRMSNorm.

@@ -60,8 +60,8 @@ size_t smem_bytes(int D) {
 
 // Writes one finished row (normalised) to out/lse.
 template <int DPL>
-__device__ void write_row(const AttnArgs& a, const AttnItem& it, int head, int row, const float* acc,
-                          float m, float l, int lane) {
+__device__ void write_row(const AttnArgs& a, const AttnItem& it, int head, int row, const float* acc, float m, float l,
+                          int lane) {
   const int i = row / a.G, g = row % a.G;
   const int64_t t = it.tok0 + i;
   const int hq = head * a.G + g;
@@ -79,7 +79,7 @@ template <int DPL>
 __global__ void __launch_bounds__(kThreads) attn_k(AttnArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int D = a.D, G = a.G;
-  const int KSw = D / 2 + 1;  // odd: conflict-free column reads across rows
+  const int KSw = D / 2 + 1;                                            // odd: conflict-free column reads across rows
   if (a.counts && static_cast<int>(blockIdx.x) >= a.counts[0]) return;  // graph grid: surplus block
   const AttnUnit u = a.units[blockIdx.x];
   const AttnItem it = a.items[u.item];

@@ -106,7 +106,7 @@ cudaError_t dispatch_one(const Params& p, bf16* tmp_v, float* tmp_s, cudaStream_
   return flashinfer::BatchPrefillWithPagedKVCacheDispatched<
       /*SAME_KV_STRIDES=*/true, CTA, HD, HD, flashinfer::PosEncodingMode::kNone,
       /*USE_FP16_QK_REDUCTION=*/false, flashinfer::MaskMode::kCausal, Variant, Params>(p, tmp_v, tmp_s,
-                                                                                     /*enable_pdl=*/false, s);
+                                                                                       /*enable_pdl=*/false, s);
 }
 
 template <uint32_t HD>
@@ -141,8 +141,8 @@ FiPrefill::~FiPrefill() = default;
 
 bool FiPrefill::supports_head_dim(int D) { return D == 64 || D == 128; }
 
-void FiPrefill::plan(const int32_t* qo_indptr, const int32_t* kv_indptr, const int32_t* last_page_len, int B,
-                     int Hkv, int G, int P, int D, int T, cudaStream_t s) {
+void FiPrefill::plan(const int32_t* qo_indptr, const int32_t* kv_indptr, const int32_t* last_page_len, int B, int Hkv,
+                     int G, int P, int D, int T, cudaStream_t s) {
   Impl& m = *impl_;
   if (B < 1 || Hkv < 1 || G < 1 || P < 1 || T < B || !qo_indptr || !kv_indptr || !last_page_len)
     raise_error("CUDA FlashInfer prefill: inconsistent plan input");
@@ -178,8 +178,8 @@ void FiPrefill::plan(const int32_t* qo_indptr, const int32_t* kv_indptr, const i
   m.int_ws_h.grow(std::max<size_t>(isize, 16), "FlashInfer pinned workspace");
   try {
     st = flashinfer::PrefillPlan<int32_t>(m.float_ws.p, m.float_ws.n, m.int_ws.p, m.int_ws_h.p, m.int_ws.n, m.info,
-                                          m.qo_indptr_h.data(), m.kv_indptr_h.data(), static_cast<uint32_t>(Hkv) * T,
-                                          R, G, 1, D, D, P, /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/2,
+                                          m.qo_indptr_h.data(), m.kv_indptr_h.data(), static_cast<uint32_t>(Hkv) * T, R,
+                                          G, 1, D, D, P, /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/2,
                                           /*window_left=*/-1, /*fixed_split_size=*/-1, /*disable_split_kv=*/false,
                                           /*num_colocated_ctas=*/0, /*uniform_q_len=*/0, s);
   } catch (const std::exception& e) {

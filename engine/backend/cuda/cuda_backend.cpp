@@ -315,7 +315,7 @@ struct CudaBackend::Impl {
   // KVB_CUDA_PREFILL_ATTN=native.
   std::unique_ptr<cuda::FiPrefill> fi;
 #endif
-  int rows_last = 0;  // logit rows of the last forward
+  int rows_last = 0;   // logit rows of the last forward
   bool defer = false;  // the next forward keeps its logits on the device (Backend::defer_logits)
   // Measurements.
   double decode_s = 0, decode_bytes = 0, prefill_s = 0;
@@ -345,8 +345,7 @@ struct CudaBackend::Impl {
     attn_softcap = static_cast<float>(cf.attn_logit_softcap);
     final_softcap = static_cast<float>(cf.final_logit_softcap);
     gelu_tanh = architecture(cf.model_type).activation == Activation::kGeluTanh;
-    if (D % 8 != 0 || D > 256)
-      fail("--backend cuda: head_dim {} unsupported (needs a multiple of 8, at most 256)", D);
+    if (D % 8 != 0 || D > 256) fail("--backend cuda: head_dim {} unsupported (needs a multiple of 8, at most 256)", D);
     check(cudaSetDevice(0), "set device");
     check(cudaGetDeviceProperties(&prop, 0), "device properties");
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -437,7 +436,8 @@ struct CudaBackend::Impl {
       up_vec(d.attn_norm, w.attn_norm, H, "upload attn_norm");
       up_vec(d.mlp_norm, w.mlp_norm, H, "upload mlp_norm");
       if (w.post_attn_norm || w.post_mlp_norm) {
-        if (!w.post_attn_norm || !w.post_mlp_norm) fail("--backend cuda: layer {} has only one of the post-block norms", l);
+        if (!w.post_attn_norm || !w.post_mlp_norm)
+          fail("--backend cuda: layer {} has only one of the post-block norms", l);
         up_vec(d.post_attn_norm, w.post_attn_norm, H, "upload post_attn_norm");
         up_vec(d.post_mlp_norm, w.post_mlp_norm, H, "upload post_mlp_norm");
         d.has_post_norms = true;
@@ -473,8 +473,8 @@ struct CudaBackend::Impl {
       return;
     }
     const float alpha = 1.0f;
-    check_blas(cublas().gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha, w, CUDA_R_16BF, in, xb,
-                                CUDA_R_16BF, in, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    check_blas(cublas().gemm_ex(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, T, in, &alpha, w, CUDA_R_16BF, in, xb, CUDA_R_16BF,
+                                in, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "gemm");
   }
 
@@ -712,8 +712,7 @@ struct CudaBackend::Impl {
   }
 
   void decode_graph(std::span<ForwardItem> items, const std::vector<int32_t>& toks, const std::vector<int32_t>& poss,
-                    const std::vector<int>& rows, double& kv_read_bytes,
-                    std::vector<int64_t>& kv_read_items);
+                    const std::vector<int>& rows, double& kv_read_bytes, std::vector<int64_t>& kv_read_items);
   void flush_compaction(std::vector<int64_t>& src, std::vector<int64_t>& dst) {
     if (src.empty()) return;
     const int n = static_cast<int>(src.size());
@@ -735,8 +734,8 @@ struct CudaBackend::Impl {
   /// layer has no sliding window or logit soft-cap (attention.cu implements those).
   /// `aa` carries the step's pointers (pt_off uploaded); `n`, `len` as plan_attention. Returns
   /// false when the caller must run attention.cu instead.
-  bool attention_prefill_fast(const cuda::AttnArgs& aa, const std::vector<int32_t>& n,
-                              const std::vector<int32_t>& len, int T) {
+  bool attention_prefill_fast(const cuda::AttnArgs& aa, const std::vector<int32_t>& n, const std::vector<int32_t>& len,
+                              int T) {
 #ifdef KVB_HAVE_FLASHINFER
     if (!fi || aa.lse || aa.window > 0 || aa.softcap > 0.0f || T <= static_cast<int>(n.size())) return false;
     const cuda::FiRequests rq = cuda::fi_requests(n, len, Hkv, P);
@@ -833,14 +832,13 @@ struct CudaBackend::Impl {
     const float one = 1.0f, zero = 0.0f;
     if (hid_heads == 1) {
       const float* w1 = d.w1.p + (head >= 0 ? static_cast<size_t>(head) * m.hidden * m.in : 0);
-      check_blas(cublas().sgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, m.hidden, rows, m.in, &one, w1, m.in, mlp_x.p,
-                                m.in, &zero, mlp_hid.p, m.hidden),
+      check_blas(cublas().sgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, m.hidden, rows, m.in, &one, w1, m.in, mlp_x.p, m.in,
+                                &zero, mlp_hid.p, m.hidden),
                  "policy MLP sgemm");
     } else {
       check_blas(cublas().sgemm_strided_batched(blas, CUBLAS_OP_T, CUBLAS_OP_N, m.hidden, rows, m.in, &one, d.w1.p,
-                                                m.in, static_cast<long long>(m.hidden) * m.in, mlp_x.p,
-                                                m.heads * m.in, m.in, &zero, mlp_hid.p, m.heads * m.hidden,
-                                                m.hidden, m.heads),
+                                                m.in, static_cast<long long>(m.hidden) * m.in, mlp_x.p, m.heads * m.in,
+                                                m.in, &zero, mlp_hid.p, m.heads * m.hidden, m.hidden, m.heads),
                  "policy MLP sgemm (batched over heads)");
     }
     const int out_heads = head >= 0 ? 1 : m.heads;
@@ -861,8 +859,8 @@ struct CudaBackend::Impl {
     for (int g = 0; g < G; ++g)
       for (int j = 0; j < wq; ++j) {
         const int slot = (qh.head[l] - wq + j + qh.window) % qh.window;
-        std::memcpy(&qs[(static_cast<size_t>(g) * wq + j) * D], &qh.q[l][(static_cast<size_t>(slot) * Hq + h * G + g) * D],
-                    sizeof(float) * D);
+        std::memcpy(&qs[(static_cast<size_t>(g) * wq + j) * D],
+                    &qh.q[l][(static_cast<size_t>(slot) * Hq + h * G + g) * D], sizeof(float) * D);
         qp[static_cast<size_t>(g) * wq + j] = qh.pos[l][slot];
       }
     win_q.upload(qs, stream, "window queries");
@@ -920,8 +918,10 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   const PolicyNeeds needs = policy ? policy->needs() : PolicyNeeds{};
   const bool mirror = policy && needs.host_kv;
   if (mirror && !cache.host_kv())
-    fail("--backend cuda: policy '{}' reads cached keys/values on the host, but the KV cache was built "
-         "with a device-held payload (kv_payload_for)", policy->name());
+    fail(
+        "--backend cuda: policy '{}' reads cached keys/values on the host, but the KV cache was built "
+        "with a device-held payload (kv_payload_for)",
+        policy->name());
   const bool keep_logits_on_device = defer;
   defer = false;
   const int B = static_cast<int>(items.size());
@@ -983,8 +983,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
     cuda::embed(tok.p, embed.p, x.p, T, H, stream, embed_scale);
 
     std::vector<cuda::AttnItem> hitems(B);
-    for (int b = 0; b < B; ++b)
-      hitems[b] = {row0[b], items[b].n, static_cast<int32_t>(items[b].start_pos), 0};
+    for (int b = 0; b < B; ++b) hitems[b] = {row0[b], items[b].n, static_cast<int32_t>(items[b].start_pos), 0};
     stage_upload(items_d, hitems, "attention items");
 
     std::vector<float> kv_host, tmp;
@@ -1044,8 +1043,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
       // reads are counted per item as the CPU counts them (policy_driver::select_reads).
       std::vector<std::vector<cuda::TokenSpans>> spans(B);
       bool ranged = false;
-      if (needs.read_select) read_selection(items, l, row0, dims, *policy, spans, ranged, kv_read_items, kv_read_bytes,
-                                            policy_s);
+      if (needs.read_select)
+        read_selection(items, l, row0, dims, *policy, spans, ranged, kv_read_items, kv_read_bytes, policy_s);
       // Attention over the paged pool (page tables: the device-resident store, new pages only).
       int max_len = 0;
       for (int b = 0; b < B; ++b)
@@ -1117,7 +1116,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           if (needs.layer_input && !needs.layer_input_via_mlp) {
             std::vector<uint16_t> bits(static_cast<size_t>(it.n) * H);
             check(cudaMemcpyAsync(bits.data(), xn.p + static_cast<size_t>(row0[b]) * H, bits.size() * 2,
-                                  cudaMemcpyDeviceToHost, stream), "layer input");
+                                  cudaMemcpyDeviceToHost, stream),
+                  "layer input");
             check(cudaStreamSynchronize(stream), "layer input");
             li.resize(bits.size());
             for (size_t i = 0; i < bits.size(); ++i) li[i] = bf16_bits_to_f32(bits[i]);
@@ -1126,14 +1126,16 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
           if (needs.keys_pre_rope) {
             kp.resize(static_cast<size_t>(it.n) * Hkv * D);
             check(cudaMemcpyAsync(kp.data(), kpre.p + static_cast<size_t>(row0[b]) * Hkv * D, kp.size() * 4,
-                                  cudaMemcpyDeviceToHost, stream), "keys before RoPE");
+                                  cudaMemcpyDeviceToHost, stream),
+                  "keys before RoPE");
             check(cudaStreamSynchronize(stream), "keys before RoPE");
             st.keys_pre_rope = kp.data();
           }
           if (needs.queries_pre_rope) {  // LocRet's retaining heads, Expected Attention's query statistics
             qp.resize(static_cast<size_t>(it.n) * Hq * D);
             check(cudaMemcpyAsync(qp.data(), qpre.p + static_cast<size_t>(row0[b]) * Hq * D, qp.size() * 4,
-                                  cudaMemcpyDeviceToHost, stream), "queries before RoPE");
+                                  cudaMemcpyDeviceToHost, stream),
+                  "queries before RoPE");
             check(cudaStreamSynchronize(stream), "queries before RoPE");
             st.queries_pre_rope = qp.data();
           }
@@ -1178,16 +1180,15 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
 
   if (policy) {
     const auto tp = clock::now();
-    evicted += policy_driver::run_step_end(*policy, cache, items, dims, compact_fn,
-                                           [&] { flush_compaction(csrc_h, cdst_h); });
+    evicted +=
+        policy_driver::run_step_end(*policy, cache, items, dims, compact_fn, [&] { flush_compaction(csrc_h, cdst_h); });
     policy_s += std::chrono::duration<double>(clock::now() - tp).count();
   }
 
   rows_last = static_cast<int>(rows.size());
   out_logits.resize(keep_logits_on_device ? 0 : rows.size() * static_cast<size_t>(V));
   if (!rows.empty() && !keep_logits_on_device)
-    check(cudaMemcpyAsync(out_logits.data(), logits.p, out_logits.size() * 4, cudaMemcpyDeviceToHost, stream),
-          "logits");
+    check(cudaMemcpyAsync(out_logits.data(), logits.p, out_logits.size() * 4, cudaMemcpyDeviceToHost, stream), "logits");
   check(cudaStreamSynchronize(stream), "forward");
   const double total = std::chrono::duration<double>(clock::now() - t_start).count();
   if (decode) {
@@ -1283,9 +1284,9 @@ void CudaBackend::Impl::decode_graph(std::span<ForwardItem> items, const std::ve
   // Everything the captured kernels take by value or pointer.
   std::vector<uintptr_t> key = {static_cast<uintptr_t>(B), static_cast<uintptr_t>(bound.units),
                                 static_cast<uintptr_t>(bound.groups)};
-  for (const void* p : std::initializer_list<const void*>{meta.p, x.p, xn.p, qkv.p, att.p, gu.p, act.p, logits.p,
-                                                          part_o.p, part_ml.p, k_pool, v_pool, pos_pool, pt_table.p,
-                                                          blk.p})
+  for (const void* p :
+       std::initializer_list<const void*>{meta.p, x.p, xn.p, qkv.p, att.p, gu.p, act.p, logits.p, part_o.p, part_ml.p,
+                                          k_pool, v_pool, pos_pool, pt_table.p, blk.p})
     key.push_back(reinterpret_cast<uintptr_t>(p));
   for (int r : rows) key.push_back(static_cast<uintptr_t>(r));
   if (!graph_exec || key != graph_key) {
@@ -1304,8 +1305,7 @@ CudaBackend::CudaBackend(const Model& model, KVCache& cache) : impl_(std::make_u
 }
 CudaBackend::~CudaBackend() = default;
 
-void CudaBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
-                          ForwardStats* stats) {
+void CudaBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits, ForwardStats* stats) {
   impl_->forward(items, policy, logits, stats);
 }
 
@@ -1321,7 +1321,8 @@ std::vector<int32_t> CudaBackend::sample_last(const std::vector<SamplingParams>&
     fail("sample_last: {} parameter sets and {} draws for {} logit rows", params.size(), u.size(), R);
   std::vector<float> f(3 * static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
-    if (!(params[r].top_p > 0.0f && params[r].top_p <= 1.0f)) fail("sample_last: top_p {} not in (0, 1]", params[r].top_p);
+    if (!(params[r].top_p > 0.0f && params[r].top_p <= 1.0f))
+      fail("sample_last: top_p {} not in (0, 1]", params[r].top_p);
     f[r] = params[r].temperature;
     f[R + r] = params[r].top_p;
     f[2 * R + r] = u[r];
@@ -1370,8 +1371,8 @@ std::string CudaBackend::report() const {
   const double pool_page_bytes = static_cast<double>(d.P) * (d.D * 4 + 4);
   const double ms_step = d.decode_steps ? 1000.0 * d.decode_s / d.decode_steps : 0.0;
   const double gbps = d.decode_s > 0 ? d.decode_bytes / d.decode_s / 1e9 : 0.0;
-  std::string s = fmt::format("device: {} ({} SMs, {:.1f} GiB)\n", d.prop.name, d.prop.multiProcessorCount,
-                              total_b / 1073741824.0);
+  std::string s =
+      fmt::format("device: {} ({} SMs, {:.1f} GiB)\n", d.prop.name, d.prop.multiProcessorCount, total_b / 1073741824.0);
   s += fmt::format("device_weights_GiB: {:.2f}\n", d.weight_bytes / 1073741824.0);
   s += fmt::format("device_kv_pool_GiB: {:.2f} reserved, {:.2f} peak in use (bf16 K+V + positions)\n",
                    d.pool_pages * pool_page_bytes / 1073741824.0, d.peak_pool_pages * pool_page_bytes / 1073741824.0);
@@ -1379,9 +1380,10 @@ std::string CudaBackend::report() const {
                    d.cache.host_payload_bytes() / 1048576.0);
   s += fmt::format("device_used_GiB: {:.2f} (cudaMemGetInfo total − free, whole process)\n",
                    (total_b - free_b) / 1073741824.0);
-  s += fmt::format("decode: {} steps, {:.3f} ms/step, {:.1f} GB/s achieved (weights + KV read per step)", d.decode_steps,
-                   ms_step, gbps);
-  if (d.roofline_gbps > 0) s += fmt::format(", roofline {:.1f} GB/s (copy kernel), {:.1f}%", d.roofline_gbps, 100.0 * gbps / d.roofline_gbps);
+  s += fmt::format("decode: {} steps, {:.3f} ms/step, {:.1f} GB/s achieved (weights + KV read per step)",
+                   d.decode_steps, ms_step, gbps);
+  if (d.roofline_gbps > 0)
+    s += fmt::format(", roofline {:.1f} GB/s (copy kernel), {:.1f}%", d.roofline_gbps, 100.0 * gbps / d.roofline_gbps);
   s += "\n";
   s += fmt::format("prefill: {} tokens, {:.1f} tok/s, attention {} (KVB_CUDA_PREFILL_ATTN=native: attention.cu)\n",
                    d.prefill_tokens, d.prefill_s > 0 ? d.prefill_tokens / d.prefill_s : 0.0, d.prefill_attention_name());

@@ -15,9 +15,7 @@ namespace kvb::cuda {
 namespace {
 
 __device__ __forceinline__ float bf(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-__device__ __forceinline__ uint16_t to_bf(float f) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
+__device__ __forceinline__ uint16_t to_bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
 __global__ void embed_k(const int32_t* tok, const uint16_t* table, float* x, int H, float scale) {
   const int t = blockIdx.x;
@@ -73,9 +71,9 @@ __global__ void add_bias_k(float* y, const float* b, int64_t total, int n) {
 }
 
 // One warp per (token, head) over q heads then k heads.
-__global__ void qk_norm_rope_k(float* qkv, int T, int Hq, int Hkv, int D, const int32_t* pos,
-                               const float* qn, const float* kn, float eps, const float* inv_freq,
-                               float mscale, float* k_pre, float* q_pre) {
+__global__ void qk_norm_rope_k(float* qkv, int T, int Hq, int Hkv, int D, const int32_t* pos, const float* qn,
+                               const float* kn, float eps, const float* inv_freq, float mscale, float* k_pre,
+                               float* q_pre) {
   const int64_t gw = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   const int heads = Hq + Hkv;
@@ -116,8 +114,8 @@ __global__ void qk_norm_rope_k(float* qkv, int T, int Hq, int Hkv, int D, const 
   }
 }
 
-__global__ void kv_append_k(const float* qkv, int T, int Hq, int Hkv, int D, const int64_t* dst,
-                            const int32_t* pos, uint16_t* k_pool, uint16_t* v_pool, int32_t* pos_pool) {
+__global__ void kv_append_k(const float* qkv, int T, int Hq, int Hkv, int D, const int64_t* dst, const int32_t* pos,
+                            uint16_t* k_pool, uint16_t* v_pool, int32_t* pos_pool) {
   const int chunks = D / 8;
   const int64_t total = static_cast<int64_t>(T) * Hkv * chunks;
   const int64_t stride = static_cast<int64_t>(Hq + 2 * Hkv) * D;
@@ -193,8 +191,7 @@ void embed(const int32_t* tok, const uint16_t* table, float* x, int T, int H, cu
   check_launch("embed");
 }
 
-void rmsnorm_bf16(const float* x, int64_t ldx, const float* w, uint16_t* y, int T, int n, float eps,
-                  cudaStream_t s) {
+void rmsnorm_bf16(const float* x, int64_t ldx, const float* w, uint16_t* y, int T, int n, float eps, cudaStream_t s) {
   if (T == 0) return;
   rmsnorm_k<<<T, 256, 0, s>>>(x, ldx, w, y, n, eps);
   check_launch("rmsnorm");
@@ -213,13 +210,12 @@ void add_bias(float* y, const float* b, int T, int n, cudaStream_t s) {
   check_launch("add_bias");
 }
 
-void qk_norm_rope(float* qkv, int T, int Hq, int Hkv, int D, const int32_t* pos, const float* qn,
-                  const float* kn, float eps, const float* inv_freq, float mscale, float* k_pre,
-                  cudaStream_t s, float* q_pre) {
+void qk_norm_rope(float* qkv, int T, int Hq, int Hkv, int D, const int32_t* pos, const float* qn, const float* kn,
+                  float eps, const float* inv_freq, float mscale, float* k_pre, cudaStream_t s, float* q_pre) {
   const int64_t warps = static_cast<int64_t>(T) * (Hq + Hkv);
   if (warps == 0) return;
-  qk_norm_rope_k<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, s>>>(qkv, T, Hq, Hkv, D, pos, qn, kn,
-                                                                                  eps, inv_freq, mscale, k_pre, q_pre);
+  qk_norm_rope_k<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, s>>>(qkv, T, Hq, Hkv, D, pos, qn, kn, eps,
+                                                                                 inv_freq, mscale, k_pre, q_pre);
   check_launch("qk_norm_rope");
 }
 

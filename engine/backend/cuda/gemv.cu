@@ -32,7 +32,7 @@ __device__ __forceinline__ void bf8(const uint4& u, float* f) {
 
 template <int NT>
 __global__ void __launch_bounds__(kWarps * 32) gemv_k(const uint16_t* __restrict__ W, const uint16_t* __restrict__ x,
-                                                     float* __restrict__ y, int T, int in, int out, float beta) {
+                                                      float* __restrict__ y, int T, int in, int out, float beta) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= out) return;
   const uint4* w = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(row) * in);

@@ -29,8 +29,7 @@ void embed(const int32_t* tok, const uint16_t* table, float* x, int T, int H, cu
 
 /// y[t, :] = bf16(w ⊙ x[t, :] / sqrt(mean(x[t, :]²) + eps)) (transformers' LlamaRMSNorm, f32
 /// math). x [T, n] f32 with row stride ldx, w [n] f32, y [T, n] bf16 (stride n).
-void rmsnorm_bf16(const float* x, int64_t ldx, const float* w, uint16_t* y, int T, int n, float eps,
-                  cudaStream_t s);
+void rmsnorm_bf16(const float* x, int64_t ldx, const float* w, uint16_t* y, int T, int n, float eps, cudaStream_t s);
 
 /// x[t, :] += w ⊙ y[t, :] / sqrt(mean(y[t, :]²) + eps), all f32: Gemma 2's post-attention and
 /// post-feedforward RMSNorm of a block output y [T, n] before the residual add into x [T, n] (the
@@ -45,9 +44,8 @@ void add_bias(float* y, const float* b, int T, int n, cudaStream_t s);
 /// pos[t] with cos/sin(pos·inv_freq[i]) · mscale (angles as f32 products, cos/sin in double, as the
 /// CPU backend). k_pre (nullable) [T, Hkv, D] f32 receives k after the norm, before RoPE; q_pre
 /// (nullable) [T, Hq, D] f32 the same for q (LayerStep::queries_pre_rope: LocRet, Expected Attention).
-void qk_norm_rope(float* qkv, int T, int Hq, int Hkv, int D, const int32_t* pos, const float* qn,
-                  const float* kn, float eps, const float* inv_freq, float mscale, float* k_pre,
-                  cudaStream_t s, float* q_pre = nullptr);
+void qk_norm_rope(float* qkv, int T, int Hq, int Hkv, int D, const int32_t* pos, const float* qn, const float* kn,
+                  float eps, const float* inv_freq, float mscale, float* k_pre, cudaStream_t s, float* q_pre = nullptr);
 
 /// Appends the step's keys/values to the pool: for t < T, h < Hkv the K and V rows of token t,
 /// head h (from qkv) go to slot dst[t·Hkv + h] as bf16, and pos_pool[slot] = pos[t]. D % 8 == 0.
@@ -94,11 +92,11 @@ struct AttnArgs {
   const int32_t* pages = nullptr;    ///< flattened page lists
   const uint16_t* k_pool = nullptr;  ///< [slots, D] bf16
   const uint16_t* v_pool = nullptr;
-  const int32_t* pos_pool = nullptr; ///< [slots]
-  uint16_t* out = nullptr;           ///< [T, Hq·D] bf16 attention output (input of Wo)
-  float* lse = nullptr;              ///< [T, Hq] log-sum-exp of each row's scores (nullable)
-  float* part_o = nullptr;           ///< [num_parts, kAttnRows, D] unnormalised partial outputs
-  float* part_ml = nullptr;          ///< [num_parts, kAttnRows, 2] running max and sum
+  const int32_t* pos_pool = nullptr;  ///< [slots]
+  uint16_t* out = nullptr;            ///< [T, Hq·D] bf16 attention output (input of Wo)
+  float* lse = nullptr;               ///< [T, Hq] log-sum-exp of each row's scores (nullable)
+  float* part_o = nullptr;            ///< [num_parts, kAttnRows, D] unnormalised partial outputs
+  float* part_ml = nullptr;           ///< [num_parts, kAttnRows, 2] running max and sum
   /// Most query rows of any unit of the launch (0: unknown). When it is at most 8 and the head
   /// dim is 64 or 128, attention() runs attention_decode.cu's register-streaming kernel for the
   /// units (decode steps) unless KVB_CUDA_DECODE_ATTN=tiled.
@@ -138,17 +136,17 @@ void gemv_bf16(const uint16_t* W, const uint16_t* x, float* y, int T, int in, in
 /// of one head (pages), with keys whose position > qpos[r] — or, with window > 0, ≤ qpos[r] −
 /// window — masked to probability 0; cap(s) = softcap·tanh(s / softcap) when softcap > 0, else s
 /// (the CPU backend's policy_block window attention). q [R, D] f32, qpos [R], probs [R, L] f32.
-void window_attention(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P,
-                      int D, float scale, int32_t window, float softcap, const uint16_t* k_pool,
-                      const int32_t* pos_pool, float* probs, cudaStream_t s);
+void window_attention(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D,
+                      float scale, int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool,
+                      float* probs, cudaStream_t s);
 
 /// The scaled logits of window_attention before the softmax: logits[r, t] = cap(q[r]·K[t]·scale),
 /// −inf where masked (window, softcap as window_attention; the CUDA backend passes 0, 0 for R-KV's
 /// max-logits reduction, as the host scoring::window_logits the CPU backend uses there).
 /// Shapes as window_attention.
-void window_logits(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D,
-                   float scale, int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool,
-                   float* logits, cudaStream_t s);
+void window_logits(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D, float scale,
+                   int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool, float* logits,
+                   cudaStream_t s);
 
 /// R-KV's GQA reduction before the softmax: out[j, i] = max_g x[(g·w + j)·L + i] for j < w, i < n
 /// (the n = L − w older keys). x [G·w, L] f32 logits, out [w, n] f32.
@@ -180,22 +178,21 @@ void mlp_out(const float* hid, int rows, int hid_heads, int heads, int hidden, c
 /// H2O column sums: colsum[off[b·Hkv+h] + t] = Σ over the item's rows (token i, group g) with
 /// pos[t] ≤ qpos_i of exp(q·k_t·scale − lse_row). Uses a.qkv, a.lse, page tables and pools of `a`;
 /// len[b·Hkv + h] the head lengths (device), off the output offsets (device), max_len the largest.
-void attention_colsum(const AttnArgs& a, int num_items, const int32_t* len, const int64_t* off,
-                      int max_len, float* colsum, cudaStream_t s);
+void attention_colsum(const AttnArgs& a, int num_items, const int32_t* len, const int64_t* off, int max_len,
+                      float* colsum, cudaStream_t s);
 
 /// Device compaction: for i < n, copies K, V (rows of D bf16) and position of slot src[i] to slot
 /// dst[i], through scratch buffers (gather all, then scatter all: overlapping pairs are safe).
 /// scratch_kv [2·n·D] bf16, scratch_pos [n].
-void compact_pairs(const int64_t* src, const int64_t* dst, int n, int D, uint16_t* k_pool,
-                   uint16_t* v_pool, int32_t* pos_pool, uint16_t* scratch_kv, int32_t* scratch_pos,
-                   cudaStream_t s);
+void compact_pairs(const int64_t* src, const int64_t* dst, int n, int D, uint16_t* k_pool, uint16_t* v_pool,
+                   int32_t* pos_pool, uint16_t* scratch_kv, int32_t* scratch_pos, cudaStream_t s);
 
 /// Device sampling of rows of logits [R, V] f32. temperature[r] ≤ 0: argmax (lowest id on ties);
 /// otherwise softmax(logits / temperature) restricted to the smallest top-p nucleus (threshold
 /// found by bisection on the probability value), then a draw with the uniform u[r] ∈ [0, 1) over
 /// the kept tokens in id order. out [R] i32.
-void sample(const float* logits, int R, int V, const float* temperature, const float* top_p,
-            const float* u, int32_t* out, cudaStream_t s);
+void sample(const float* logits, int R, int V, const float* temperature, const float* top_p, const float* u,
+            int32_t* out, cudaStream_t s);
 
 /// Applies page-table writes: table[pairs[2i]] = pairs[2i + 1] for i < n (pairs [2n] i64 from
 /// plan.h PageTableStore::sync; table [entries] i32 device page tables).

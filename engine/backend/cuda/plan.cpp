@@ -33,8 +33,8 @@ namespace {
 constexpr int64_t kNoSplit = int64_t(1) << 30;  // a multiple of kAttnTile longer than any head
 }  // namespace
 
-AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int G,
-                        int64_t target_units, int32_t min_split) {
+AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int G, int64_t target_units,
+                        int32_t min_split) {
   if (Hkv < 1 || G < 1) fail("plan_attention: Hkv={} G={} must be ≥ 1", Hkv, G);
   if (len.size() != n.size() * static_cast<size_t>(Hkv))
     fail("plan_attention: {} lengths for {} items × {} kv heads", len.size(), n.size(), Hkv);
@@ -80,8 +80,7 @@ AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len
         p.groups.push_back({static_cast<int32_t>(p.units.size()), nsplit});
         for (int32_t s = 0; s < nsplit; ++s) {
           const int32_t kb = s * p.split_len;
-          p.units.push_back({static_cast<int32_t>(b), h, r0, nr, kb, std::min(kend, kb + p.split_len),
-                             p.num_parts++, 0});
+          p.units.push_back({static_cast<int32_t>(b), h, r0, nr, kb, std::min(kend, kb + p.split_len), p.num_parts++, 0});
         }
       }
     }
@@ -109,7 +108,8 @@ AttnPlan plan_attention_ranged(std::span<const int32_t> n, std::span<const int32
   const int32_t piece = (std::max<int32_t>(min_split, kAttnTile) + kAttnTile - 1) / kAttnTile * kAttnTile;
   for (size_t b = 0; b < n.size(); ++b) {
     if (spans[b].empty()) continue;
-    if (n[b] != 1) fail("plan_attention_ranged: item {} reads selected ranges but has {} new tokens (decode only)", b, n[b]);
+    if (n[b] != 1)
+      fail("plan_attention_ranged: item {} reads selected ranges but has {} new tokens (decode only)", b, n[b]);
     if (spans[b].size() != static_cast<size_t>(Hkv) * G)
       fail("plan_attention_ranged: item {} has spans for {} query heads of {}", b, spans[b].size(), Hkv * G);
     for (int hq = 0; hq < Hkv * G; ++hq) {
@@ -157,7 +157,8 @@ AttnBound attention_bound(std::span<const int32_t> n, int Hkv, int G, int64_t ta
 FiRequests fi_requests(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int P) {
   const int64_t B = static_cast<int64_t>(n.size());
   if (B < 1 || Hkv < 1 || P < 1) fail("fi_requests: {} items, Hkv={}, P={} must be ≥ 1", B, Hkv, P);
-  if (len.size() != static_cast<size_t>(B * Hkv)) fail("fi_requests: {} head lengths for {} items × {} kv heads", len.size(), B, Hkv);
+  if (len.size() != static_cast<size_t>(B * Hkv))
+    fail("fi_requests: {} head lengths for {} items × {} kv heads", len.size(), B, Hkv);
   std::vector<int64_t> row0(B + 1, 0);
   for (int64_t b = 0; b < B; ++b) {
     if (n[b] < 1) fail("fi_requests: item {} has {} new tokens", b, n[b]);
@@ -179,7 +180,8 @@ FiRequests fi_requests(std::span<const int32_t> n, std::span<const int32_t> len,
     for (int64_t b = 0; b < B; ++b) {
       const int64_t q = h * B + b;
       const int32_t l = len[b * Hkv + h];
-      if (l < n[b]) fail("fi_requests: kv head {} of item {} holds {} tokens, fewer than its {} new ones", h, b, l, n[b]);
+      if (l < n[b])
+        fail("fi_requests: kv head {} of item {} holds {} tokens, fewer than its {} new ones", h, b, l, n[b]);
       const int64_t pages = (static_cast<int64_t>(l) + P - 1) / P;
       pages_total += pages;
       if (pages_total > kMax) fail("fi_requests: more than 2^31 − 1 pages in one launch");
@@ -202,8 +204,7 @@ void PageTableStore::relayout(int64_t rows_cap, int64_t cap) {
          Hkv_, cap);
   std::vector<int32_t> img(static_cast<size_t>(heads * cap), -1);
   const int64_t old_heads = rows_cap_ * L_ * Hkv_, keep = std::min(cap, cap_);
-  for (int64_t i = 0; i < old_heads; ++i)
-    std::copy_n(image_.begin() + i * cap_, keep, img.begin() + i * cap);
+  for (int64_t i = 0; i < old_heads; ++i) std::copy_n(image_.begin() + i * cap_, keep, img.begin() + i * cap);
   image_.swap(img);
   synced_.resize(static_cast<size_t>(heads), 0);
   for (auto& s : synced_) s = std::min(s, cap);
@@ -227,8 +228,7 @@ int64_t PageTableStore::row(int32_t seq) {
   return r;
 }
 
-void PageTableStore::sync(int32_t seq, int layer, int head, std::span<const int32_t> pages,
-                          std::vector<int64_t>& writes) {
+void PageTableStore::sync(int32_t seq, int layer, int head, std::span<const int32_t> pages, std::vector<int64_t>& writes) {
   if (layer < 0 || layer >= L_ || head < 0 || head >= Hkv_)
     fail("PageTableStore: layer {} head {} out of range ({} × {})", layer, head, L_, Hkv_);
   const int64_t r = row(seq);

@@ -47,8 +47,8 @@ struct AttnPlan {
 /// `target_units` the number of blocks wanted to fill the device (e.g. 4 × SM count). The split
 /// length is the smallest multiple of kAttnTile (≥ min_split) such that the units reach about
 /// target_units. Throws kvb::Error on inconsistent input (len < n, G < 1, sizes mismatch).
-AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int G,
-                        int64_t target_units, int32_t min_split = 256);
+AttnPlan plan_attention(std::span<const int32_t> n, std::span<const int32_t> len, int Hkv, int G, int64_t target_units,
+                        int32_t min_split = 256);
 
 /// Token ranges [begin, end) of one query head's keys (indices into its kv head's cache list).
 using TokenSpans = std::vector<std::pair<int32_t, int32_t>>;
@@ -132,8 +132,8 @@ class PageTableStore {
     return g;
   }
   const std::vector<int32_t>& image() const { return image_; }
-  int64_t capacity() const { return cap_; }  ///< pages per head
-  int64_t rows() const { return rows_cap_; }   ///< sequence slots
+  int64_t capacity() const { return cap_; }   ///< pages per head
+  int64_t rows() const { return rows_cap_; }  ///< sequence slots
 
  private:
   int64_t row(int32_t seq);

@@ -30,8 +30,8 @@ namespace {
 
 __device__ __forceinline__ float bf(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
-__global__ void window_attention_k(const float* q, const int32_t* qpos, const int32_t* pages, int L, int P,
-                                   int D, float scale, int32_t window, float softcap, const uint16_t* k_pool,
+__global__ void window_attention_k(const float* q, const int32_t* qpos, const int32_t* pages, int L, int P, int D,
+                                   float scale, int32_t window, float softcap, const uint16_t* k_pool,
                                    const int32_t* pos_pool, float* probs, bool do_softmax) {
   extern __shared__ float qs[];
   __shared__ float red[32];
@@ -102,8 +102,8 @@ __global__ void colsum_k(AttnArgs a, const int32_t* len, const int64_t* off, flo
 /// [n, D] then V rows [n, D] bf16, positions [n]): row p <-> slot slots[p]; pool → scratch when
 /// kGather, scratch → pool otherwise. One thread per 16-byte chunk (D % 8 == 0).
 template <bool kGather>
-__global__ void move_rows_k(const int64_t* slots, int n, int D, uint16_t* k_pool, uint16_t* v_pool,
-                            int32_t* pos_pool, uint16_t* skv, int32_t* spos) {
+__global__ void move_rows_k(const int64_t* slots, int n, int D, uint16_t* k_pool, uint16_t* v_pool, int32_t* pos_pool,
+                            uint16_t* skv, int32_t* spos) {
   const int chunks = D / 8;
   const int64_t total = static_cast<int64_t>(n) * chunks;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -145,17 +145,17 @@ void window_attention(const float* q, const int32_t* qpos, int R, const int32_t*
   if (R == 0 || L == 0) return;
   if (D > 1024) raise_error("CUDA window attention: head_dim above 1024");
   window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, window, softcap, k_pool,
-                                                      pos_pool, probs, true);
+                                                       pos_pool, probs, true);
   check_launch("window_attention");
 }
 
-void window_logits(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D,
-                   float scale, int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool,
-                   float* logits, cudaStream_t s) {
+void window_logits(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D, float scale,
+                   int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool, float* logits,
+                   cudaStream_t s) {
   if (R == 0 || L == 0) return;
   if (D > 1024) raise_error("CUDA window logits: head_dim above 1024");
   window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, window, softcap, k_pool,
-                                                      pos_pool, logits, false);
+                                                       pos_pool, logits, false);
   check_launch("window_logits");
 }
 

@@ -152,8 +152,8 @@ void mlp_out(const float* hid, int rows, int hid_heads, int heads, int hidden, c
              const float* b2, bool shared, int head_sel, int act, float* out, cudaStream_t s) {
   const int64_t warps = static_cast<int64_t>(rows) * (head_sel >= 0 ? 1 : heads);
   if (warps <= 0) return;
-  mlp_out_k<<<blocks(warps * 32, 256), 256, 0, s>>>(hid, rows, hid_heads, heads, hidden, b1, w2, b2, shared,
-                                                    head_sel, act, out);
+  mlp_out_k<<<blocks(warps * 32, 256), 256, 0, s>>>(hid, rows, hid_heads, heads, hidden, b1, w2, b2, shared, head_sel,
+                                                    act, out);
   check_launch("mlp_out");
 }
 

@@ -19,8 +19,8 @@ namespace {
 
 constexpr int kThreads = 1024;
 
-__global__ void __launch_bounds__(kThreads) sample_k(const float* logits, int V, const float* temperature,
-                                                     const float* top_p, const float* u, int32_t* out) {
+__global__ void __launch_bounds__(kThreads)
+    sample_k(const float* logits, int V, const float* temperature, const float* top_p, const float* u, int32_t* out) {
   __shared__ float red[32];
   __shared__ float seg_sum[kThreads];
   __shared__ unsigned long long best;
@@ -36,7 +36,8 @@ __global__ void __launch_bounds__(kThreads) sample_k(const float* logits, int V,
     for (int i = tid; i < V; i += kThreads) {
       uint32_t b = __float_as_uint(x[i]);
       b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-      const unsigned long long key = (static_cast<unsigned long long>(b) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
+      const unsigned long long key =
+          (static_cast<unsigned long long>(b) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
       if (key > mine) mine = key;
     }
     atomicMax(&best, mine);
@@ -64,7 +65,8 @@ __global__ void __launch_bounds__(kThreads) sample_k(const float* logits, int V,
         if (p >= mid) mass += p;
       }
       mass = block_reduce(mass, red, false);
-      if (mass >= tp) lo = mid; else hi = mid;
+      if (mass >= tp) lo = mid;
+      else hi = mid;
     }
     tau = lo;
   }

@@ -42,20 +42,20 @@ struct Node {
     TupleLit,  ///< ( kids )
     DictLit,   ///< { kids[0]: kids[1], ... }
     // ---- statements
-    Text,        ///< literal template data in name
-    Print,       ///< {{ a }}
-    If,          ///< kids = tests, bodies = branch bodies, else_body
-    For,         ///< names = targets, a = iterable, b = filter (nullable), body, else_body
-    Set,         ///< names = targets (tuple unpacking), a = value
-    SetNs,       ///< name = namespace variable, names[0] = attribute, a = value
-    SetBlock,    ///< names = target (or name+names[0] for ns), a = filter chain (nullable), body
-    Macro,       ///< name, names = params, kids = defaults for the last params, body
-    CallBlock,   ///< a = call expression, names = caller params, kids = caller defaults, body
-    FilterBlock, ///< a = filter chain, body
-    With,        ///< names = targets, kids = values, body
+    Text,         ///< literal template data in name
+    Print,        ///< {{ a }}
+    If,           ///< kids = tests, bodies = branch bodies, else_body
+    For,          ///< names = targets, a = iterable, b = filter (nullable), body, else_body
+    Set,          ///< names = targets (tuple unpacking), a = value
+    SetNs,        ///< name = namespace variable, names[0] = attribute, a = value
+    SetBlock,     ///< names = target (or name+names[0] for ns), a = filter chain (nullable), body
+    Macro,        ///< name, names = params, kids = defaults for the last params, body
+    CallBlock,    ///< a = call expression, names = caller params, kids = caller defaults, body
+    FilterBlock,  ///< a = filter chain, body
+    With,         ///< names = targets, kids = values, body
     Break,
     Continue,
-    Scope,       ///< body rendered as is ({% generation %} from transformers' AssistantTracker)
+    Scope,  ///< body rendered as is ({% generation %} from transformers' AssistantTracker)
   };
 
   K k;
@@ -64,8 +64,8 @@ struct Node {
   std::string name;
   NodeP a, b, c;
   NodeList kids;
-  std::vector<std::pair<std::string, NodeP>> kw;     ///< keyword args of calls/filters/tests
-  std::vector<std::pair<std::string, NodeP>> ops;    ///< comparison operands
+  std::vector<std::pair<std::string, NodeP>> kw;   ///< keyword args of calls/filters/tests
+  std::vector<std::pair<std::string, NodeP>> ops;  ///< comparison operands
   std::vector<std::string> names;
   std::vector<NodeList> bodies;
   NodeList body, else_body;

@@ -254,7 +254,9 @@ std::vector<std::string> py_splitlines(const std::string& s) {
 }
 
 // Code-point index of a byte offset.
-int64_t cp_index(const std::string& s, size_t byte_off) { return static_cast<int64_t>(utf8_length(std::string_view(s).substr(0, byte_off))); }
+int64_t cp_index(const std::string& s, size_t byte_off) {
+  return static_cast<int64_t>(utf8_length(std::string_view(s).substr(0, byte_off)));
+}
 
 // Python str.format with {} / {0} / {name} fields and {{ }} escapes (no format specs).
 std::string py_str_format(Interp& in, const std::string& fmt, Args& a) {
@@ -269,7 +271,8 @@ std::string py_str_format(Interp& in, const std::string& fmt, Args& a) {
     if (field.find(':') != std::string::npos) in.fail("format specs in str.format are not supported");
     const Value* v = nullptr;
     if (field.empty()) {
-      if (auto_idx >= a.pos.size()) in.fail("Replacement index " + std::to_string(auto_idx) + " out of range for positional args tuple");
+      if (auto_idx >= a.pos.size())
+        in.fail("Replacement index " + std::to_string(auto_idx) + " out of range for positional args tuple");
       v = &a.pos[auto_idx++];
     } else if (isdigit(static_cast<unsigned char>(field[0]))) {
       size_t k = std::stoul(field);
@@ -310,7 +313,9 @@ bool starts_or_ends(Interp& in, const std::string& s, const Value& pat, bool sta
 
 // ------------------------------------------------------------------------ methods
 
-Value make_method(const std::string& name, std::function<Value(Interp&, Args&)> f) { return Value::callable(name, std::move(f)); }
+Value make_method(const std::string& name, std::function<Value(Interp&, Args&)> f) {
+  return Value::callable(name, std::move(f));
+}
 
 /// str methods that search: startswith, endswith, find, rfind, index, rindex, count, partition,
 /// rpartition. Undefined for any other name.
@@ -319,7 +324,8 @@ Value str_search_method(const Value& sv, const std::string& name) {
     bool start = name == "startswith";
     return make_method(name, [sv, start](Interp& in, Args& a) {
       const std::string& s = sv.str_ref();
-      if (a.pos.empty()) in.fail(std::string(start ? "startswith" : "endswith") + "() takes at least 1 argument (0 given)");
+      if (a.pos.empty())
+        in.fail(std::string(start ? "startswith" : "endswith") + "() takes at least 1 argument (0 given)");
       return Value::boolean(starts_or_ends(in, s, a.pos[0], start));
     });
   }
@@ -360,7 +366,8 @@ Value str_search_method(const Value& sv, const std::string& name) {
       if (p == std::string::npos)
         return right ? Value::list({Value::string(""), Value::string(""), Value::string(s)}, true)
                      : Value::list({Value::string(s), Value::string(""), Value::string("")}, true);
-      return Value::list({Value::string(s.substr(0, p)), Value::string(sep), Value::string(s.substr(p + sep.size()))}, true);
+      return Value::list({Value::string(s.substr(0, p)), Value::string(sep), Value::string(s.substr(p + sep.size()))},
+                         true);
     });
   }
   return Value::undefined();
@@ -403,16 +410,31 @@ Value str_edit_method(const Value& sv, const std::string& name) {
       return Value::string(std::move(r));
     });
   }
-  if (name == "upper") return make_method(name, [sv](Interp&, Args&) {
-      const std::string& s = sv.str_ref(); return Value::string(py_upper(s)); });
-  if (name == "lower") return make_method(name, [sv](Interp&, Args&) {
-      const std::string& s = sv.str_ref(); return Value::string(py_lower(s)); });
-  if (name == "title") return make_method(name, [sv](Interp&, Args&) {
-      const std::string& s = sv.str_ref(); return Value::string(py_title(s)); });
-  if (name == "capitalize") return make_method(name, [sv](Interp&, Args&) {
-      const std::string& s = sv.str_ref(); return Value::string(py_capitalize(s)); });
-  if (name == "format") return make_method(name, [sv](Interp& in, Args& a) {
-      const std::string& s = sv.str_ref(); return Value::string(py_str_format(in, s, a)); });
+  if (name == "upper")
+    return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref();
+      return Value::string(py_upper(s));
+    });
+  if (name == "lower")
+    return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref();
+      return Value::string(py_lower(s));
+    });
+  if (name == "title")
+    return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref();
+      return Value::string(py_title(s));
+    });
+  if (name == "capitalize")
+    return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref();
+      return Value::string(py_capitalize(s));
+    });
+  if (name == "format")
+    return make_method(name, [sv](Interp& in, Args& a) {
+      const std::string& s = sv.str_ref();
+      return Value::string(py_str_format(in, s, a));
+    });
   if (name == "join") {
     return make_method(name, [sv](Interp& in, Args& a) {
       const std::string& s = sv.str_ref();
@@ -429,8 +451,11 @@ Value str_edit_method(const Value& sv, const std::string& name) {
       return Value::string(std::move(out));
     });
   }
-  if (name == "splitlines") return make_method(name, [sv](Interp&, Args&) {
-      const std::string& s = sv.str_ref(); return str_list(py_splitlines(s)); });
+  if (name == "splitlines")
+    return make_method(name, [sv](Interp&, Args&) {
+      const std::string& s = sv.str_ref();
+      return str_list(py_splitlines(s));
+    });
   if (name == "zfill") {
     return make_method(name, [sv](Interp& in, Args& a) {
       const std::string& s = sv.str_ref();
@@ -571,7 +596,8 @@ Value attr_path(Interp& in, const Value& v, const Value& attribute) {
   while (true) {
     size_t dot = path.find('.', start);
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); });
+    bool digits = !part.empty() &&
+                  std::all_of(part.begin(), part.end(), [](char c) { return isdigit(static_cast<unsigned char>(c)); });
     cur = digits ? in.get_item(cur, Value::integer(std::stoll(part))) : in.get_item(cur, Value::string(part));
     if (dot == std::string::npos) break;
     start = dot + 1;
@@ -617,7 +643,6 @@ Value f_default(Interp&, const Value& v, Args& a) {
   if (v.is_undefined() || (boolean && !v.truthy())) return dflt;
   return v;
 }
-
 
 // Sort with jinja2's ignore_case key (lower-casing strings).
 void sort_values(Interp& in, std::vector<Value>& items, bool reverse, bool case_sensitive,
@@ -714,7 +739,8 @@ Value f_int(Interp& in, const Value& v, Args& a) {
     int64_t r;
     if (parse_py_int(v.str_ref(), base, r)) return Value::integer(r);
     double d;
-    if (parse_py_float(v.str_ref(), d) && std::isfinite(d) && std::fabs(d) < 9.2e18) return Value::integer(static_cast<int64_t>(d));
+    if (parse_py_float(v.str_ref(), d) && std::isfinite(d) && std::fabs(d) < 9.2e18)
+      return Value::integer(static_cast<int64_t>(d));
   }
   return dflt;
 }
@@ -736,7 +762,9 @@ Value f_indent(Interp& in, const Value& v, Args& a) {
   Value w = arg_or(a, 0, "width", Value::integer(4));
   bool first = arg_or(a, 1, "first", Value::boolean(false)).truthy();
   bool blank = arg_or(a, 2, "blank", Value::boolean(false)).truthy();
-  std::string ind = w.is_string() ? w.str_ref() : std::string(static_cast<size_t>(std::max<int64_t>(0, need_int(in, w, "width"))), ' ');
+  std::string ind = w.is_string()
+                        ? w.str_ref()
+                        : std::string(static_cast<size_t>(std::max<int64_t>(0, need_int(in, w, "width"))), ' ');
   std::string s = v.to_str() + "\n";
   auto lines = py_splitlines(s);
   std::string rv;
@@ -890,10 +918,12 @@ Value f_reverse(Interp& in, const Value& v, Args&) {
 Value f_round(Interp& in, const Value& v, Args& a) {
   int64_t prec = need_int(in, arg_or(a, 0, "precision", Value::integer(0)), "precision");
   std::string method = arg_or(a, 1, "method", Value::string("common")).to_str();
-  if (method != "common" && method != "ceil" && method != "floor") in.fail("method must be 'common', 'ceil' or 'floor'");
+  if (method != "common" && method != "ceil" && method != "floor")
+    in.fail("method must be 'common', 'ceil' or 'floor'");
   if (!v.is_number()) in.fail("type " + v.type_name() + " doesn't define __round__ method");
   if (method == "common") {
-    if (!v.is_float()) return prec >= 0 ? Value::integer(v.as_int()) : Value::integer(v.as_int());  // round(int, n) -> int
+    if (!v.is_float())
+      return prec >= 0 ? Value::integer(v.as_int()) : Value::integer(v.as_int());  // round(int, n) -> int
     double d = v.as_double();
     if (!std::isfinite(d)) return Value::number(d);
     if (prec >= 0 && prec < 300) {
@@ -955,7 +985,8 @@ Value f_tojson(Interp& in, const Value& v, Args& a) {
   std::string key_sep = ": ";
   if (!seps.is_none()) {
     auto parts = in.iterate(seps);
-    if (parts.size() != 2 || !parts[0].is_string() || !parts[1].is_string()) in.fail("tojson separators must be a pair of strings");
+    if (parts.size() != 2 || !parts[0].is_string() || !parts[1].is_string())
+      in.fail("tojson separators must be a pair of strings");
     item_sep = parts[0].str_ref();
     key_sep = parts[1].str_ref();
   }
@@ -999,16 +1030,46 @@ Value f_wordcount(Interp&, const Value& v, Args&) {
 
 const std::map<std::string, FilterFn>& filters() {
   static const std::map<std::string, FilterFn> m = {
-      {"abs", f_abs},         {"attr", f_attr},         {"batch", f_batch},       {"capitalize", f_capitalize},
-      {"count", f_length},    {"d", f_default},         {"default", f_default},   {"dictsort", f_dictsort},
-      {"e", f_escape},        {"escape", f_escape},     {"first", f_first},       {"float", f_float},
-      {"format", f_format},   {"indent", f_indent},     {"int", f_int},           {"items", f_items},
-      {"join", f_join},       {"last", f_last},         {"length", f_length},     {"list", f_list},
-      {"lower", f_lower},     {"map", f_map},           {"max", f_max},           {"min", f_min},
-      {"replace", f_replace}, {"reject", f_reject},     {"rejectattr", f_rejectattr}, {"reverse", f_reverse},
-      {"round", f_round},     {"safe", f_safe},         {"select", f_select},     {"selectattr", f_selectattr},
-      {"sort", f_sort},       {"string", f_string},     {"sum", f_sum},           {"title", f_title},
-      {"tojson", f_tojson},   {"trim", f_trim},         {"unique", f_unique},     {"upper", f_upper},
+      {"abs", f_abs},
+      {"attr", f_attr},
+      {"batch", f_batch},
+      {"capitalize", f_capitalize},
+      {"count", f_length},
+      {"d", f_default},
+      {"default", f_default},
+      {"dictsort", f_dictsort},
+      {"e", f_escape},
+      {"escape", f_escape},
+      {"first", f_first},
+      {"float", f_float},
+      {"format", f_format},
+      {"indent", f_indent},
+      {"int", f_int},
+      {"items", f_items},
+      {"join", f_join},
+      {"last", f_last},
+      {"length", f_length},
+      {"list", f_list},
+      {"lower", f_lower},
+      {"map", f_map},
+      {"max", f_max},
+      {"min", f_min},
+      {"replace", f_replace},
+      {"reject", f_reject},
+      {"rejectattr", f_rejectattr},
+      {"reverse", f_reverse},
+      {"round", f_round},
+      {"safe", f_safe},
+      {"select", f_select},
+      {"selectattr", f_selectattr},
+      {"sort", f_sort},
+      {"string", f_string},
+      {"sum", f_sum},
+      {"title", f_title},
+      {"tojson", f_tojson},
+      {"trim", f_trim},
+      {"unique", f_unique},
+      {"upper", f_upper},
       {"wordcount", f_wordcount},
   };
   return m;
@@ -1032,8 +1093,12 @@ bool t_float(Interp&, const Value& v, Args&) { return v.is_float(); }
 bool t_number(Interp&, const Value& v, Args&) { return v.is_number(); }
 bool t_string(Interp&, const Value& v, Args&) { return v.is_string(); }
 bool t_mapping(Interp&, const Value& v, Args&) { return v.is_dict(); }
-bool t_iterable(Interp&, const Value& v, Args&) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }
-bool t_sequence(Interp&, const Value& v, Args&) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }
+bool t_iterable(Interp&, const Value& v, Args&) {
+  return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
+}
+bool t_sequence(Interp&, const Value& v, Args&) {
+  return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
+}
 bool t_callable(Interp&, const Value& v, Args&) { return v.is_callable(); }
 bool t_escaped(Interp&, const Value&, Args&) { return false; }
 bool t_odd(Interp& in, const Value& v, Args&) { return need_int(in, v, "odd test value") % 2 != 0; }
@@ -1079,16 +1144,45 @@ bool t_test(Interp& in, const Value& v, Args&) { return v.is_string() && find_te
 
 const std::map<std::string, TestFn>& tests() {
   static const std::map<std::string, TestFn> m = {
-      {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},       {"boolean", t_boolean},
-      {"true", t_true},         {"false", t_false},         {"integer", t_integer}, {"float", t_float},
-      {"number", t_number},     {"string", t_string},       {"mapping", t_mapping}, {"iterable", t_iterable},
-      {"sequence", t_sequence}, {"callable", t_callable},   {"sameas", t_sameas},   {"escaped", t_escaped},
-      {"odd", t_odd},           {"even", t_even},           {"divisibleby", t_divisibleby},
-      {"eq", t_eq},             {"equalto", t_eq},          {"==", t_eq},           {"ne", t_ne},
-      {"!=", t_ne},             {"lt", t_lt},               {"lessthan", t_lt},     {"<", t_lt},
-      {"le", t_le},             {"<=", t_le},               {"gt", t_gt},           {"greaterthan", t_gt},
-      {">", t_gt},              {"ge", t_ge},               {">=", t_ge},           {"in", t_in},
-      {"lower", t_lower},       {"upper", t_upper},         {"filter", t_filter},   {"test", t_test},
+      {"defined", t_defined},
+      {"undefined", t_undefined},
+      {"none", t_none},
+      {"boolean", t_boolean},
+      {"true", t_true},
+      {"false", t_false},
+      {"integer", t_integer},
+      {"float", t_float},
+      {"number", t_number},
+      {"string", t_string},
+      {"mapping", t_mapping},
+      {"iterable", t_iterable},
+      {"sequence", t_sequence},
+      {"callable", t_callable},
+      {"sameas", t_sameas},
+      {"escaped", t_escaped},
+      {"odd", t_odd},
+      {"even", t_even},
+      {"divisibleby", t_divisibleby},
+      {"eq", t_eq},
+      {"equalto", t_eq},
+      {"==", t_eq},
+      {"ne", t_ne},
+      {"!=", t_ne},
+      {"lt", t_lt},
+      {"lessthan", t_lt},
+      {"<", t_lt},
+      {"le", t_le},
+      {"<=", t_le},
+      {"gt", t_gt},
+      {"greaterthan", t_gt},
+      {">", t_gt},
+      {"ge", t_ge},
+      {">=", t_ge},
+      {"in", t_in},
+      {"lower", t_lower},
+      {"upper", t_upper},
+      {"filter", t_filter},
+      {"test", t_test},
   };
   return m;
 }
@@ -1176,9 +1270,11 @@ Value g_range(Interp& in, Args& a) {
   }
   if (step == 0) in.fail("range() arg 3 must not be zero");
   // count without overflow
-  long double cnt = step > 0 ? (static_cast<long double>(stop) - start) / step : (static_cast<long double>(start) - stop) / -step;
+  long double cnt =
+      step > 0 ? (static_cast<long double>(stop) - start) / step : (static_cast<long double>(start) - stop) / -step;
   if (cnt > in.limits().max_range)
-    in.fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (" + std::to_string(in.limits().max_range) + ").");
+    in.fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (" + std::to_string(in.limits().max_range) +
+            ").");
   std::vector<Value> out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     out.push_back(Value::integer(i));
@@ -1208,8 +1304,8 @@ Dict dict_from_args(Interp& in, Args& a, const char* fn) {
 
 }  // namespace
 
-std::string py_json_dumps(Interp& in, const Value& v, bool ensure_ascii, const Value& indent, const std::string& item_sep,
-                          const std::string& key_sep, bool sort_keys) {
+std::string py_json_dumps(Interp& in, const Value& v, bool ensure_ascii, const Value& indent,
+                          const std::string& item_sep, const std::string& key_sep, bool sort_keys) {
   std::string ind;
   const std::string* indp = nullptr;
   if (!indent.is_none()) {

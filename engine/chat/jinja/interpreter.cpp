@@ -425,8 +425,7 @@ Value Interp::get_item(const Value& obj, const Value& key) {
       utf8_append(s, cps[static_cast<size_t>(i)]);
       return Value::string(std::move(s));
     }
-    default:
-      return Value::undefined("'" + obj.type_name() + " object' has no attribute " + key.repr());
+    default: return Value::undefined("'" + obj.type_name() + " object' has no attribute " + key.repr());
   }
 }
 
@@ -513,7 +512,8 @@ Value py_add(Interp& in, const Value& a, const Value& b) {
     return Value::list(std::move(v), a.is_tuple());
   }
   if (a.is_string()) in.fail("can only concatenate str (not \"" + b.type_name() + "\") to str");
-  if (a.is_list()) in.fail("can only concatenate " + a.type_name() + " (not \"" + b.type_name() + "\") to " + a.type_name());
+  if (a.is_list())
+    in.fail("can only concatenate " + a.type_name() + " (not \"" + b.type_name() + "\") to " + a.type_name());
   in.fail("unsupported operand type(s) for +: '" + a.type_name() + "' and '" + b.type_name() + "'");
 }
 
@@ -578,7 +578,9 @@ Value Interp::eval_bin(const Node& n, const Value& l, const Value& r) {
     int64_t k = std::max<int64_t>(0, cnt->as_int());
     size_t unit = seq->is_string() ? seq->str_ref().size() : seq->list_ref().size() * sizeof(Value);
     if (unit && static_cast<uint64_t>(k) > limits_.max_output_bytes / unit) fail("repetition result too large");
-    if (seq->is_list() && k > 0) check_weight(seq->weight() > UINT64_MAX / static_cast<uint64_t>(k) ? UINT64_MAX : seq->weight() * static_cast<uint64_t>(k));
+    if (seq->is_list() && k > 0)
+      check_weight(seq->weight() > UINT64_MAX / static_cast<uint64_t>(k) ? UINT64_MAX
+                                                                         : seq->weight() * static_cast<uint64_t>(k));
     if (seq->is_string()) {
       std::string s;
       for (int64_t i = 0; i < k; ++i) s += seq->str_ref();
@@ -678,8 +680,7 @@ bool Interp::less(const Value& a, const Value& b) {
 static bool py_contains(Interp& in, const Value& container, const Value& item) {
   switch (container.kind()) {
     case Value::Kind::String:
-      if (!item.is_string())
-        in.fail("'in <string>' requires string as left operand, not " + item.type_name());
+      if (!item.is_string()) in.fail("'in <string>' requires string as left operand, not " + item.type_name());
       return container.str_ref().find(item.str_ref()) != std::string::npos;
     case Value::Kind::List:
       for (const auto& x : container.list_ref())
@@ -705,7 +706,8 @@ Value Interp::eval_compare(const Node& n) {
     else {
       bool ok;
       int c = py_cmp(left, right, ok);
-      if (!ok) fail("'" + o + "' not supported between instances of '" + left.type_name() + "' and '" + right.type_name() + "'");
+      if (!ok)
+        fail("'" + o + "' not supported between instances of '" + left.type_name() + "' and '" + right.type_name() + "'");
       r = o == "<" ? c < 0 : o == "<=" ? c <= 0 : o == ">" ? c > 0 : c >= 0;
     }
     if (!r) return Value::boolean(false);
@@ -772,7 +774,8 @@ Value Interp::eval_node(const Node& n) {
       Value v = eval(*n.a);
       line_ = n.line;
       if (v.is_undefined()) fail(v.undefined_hint());
-      if (!v.is_number()) fail("bad operand type for unary " + std::string(n.k == Node::K::Neg ? "-" : "+") + ": '" + v.type_name() + "'");
+      if (!v.is_number())
+        fail("bad operand type for unary " + std::string(n.k == Node::K::Neg ? "-" : "+") + ": '" + v.type_name() + "'");
       if (n.k == Node::K::Pos) return v.is_bool() ? Value::integer(v.as_int()) : v;
       if (v.is_float()) return Value::number(-v.as_double());
       if (v.as_int() == INT64_MIN) fail("integer overflow");
@@ -804,7 +807,8 @@ Value Interp::eval_node(const Node& n) {
     case Node::K::Cond: {
       if (eval(*n.a).truthy()) return eval(*n.b);
       if (n.c) return eval(*n.c);
-      return Value::undefined("the inline if-expression on line " + std::to_string(n.line) + " evaluated to false and no else section was defined.");
+      return Value::undefined("the inline if-expression on line " + std::to_string(n.line) +
+                              " evaluated to false and no else section was defined.");
     }
     case Node::K::ListLit:
     case Node::K::TupleLit: {

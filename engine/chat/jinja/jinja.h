@@ -27,9 +27,9 @@ namespace kvb::jinja {
 
 /// Resource limits applied while rendering (guards against adversarial templates).
 struct RenderLimits {
-  int max_call_depth = 64;                  ///< nested macro calls / caller() invocations
-  size_t max_output_bytes = 256u << 20;     ///< output and any intermediate string
-  int64_t max_range = 100000;               ///< largest range(), as jinja2's sandbox MAX_RANGE
+  int max_call_depth = 64;               ///< nested macro calls / caller() invocations
+  size_t max_output_bytes = 256u << 20;  ///< output and any intermediate string
+  int64_t max_range = 100000;            ///< largest range(), as jinja2's sandbox MAX_RANGE
   /// Total loop iterations per render. Real chat templates loop over the messages and tools (a
   /// few thousand at most); an adversarial nested loop reaches the bound in about 1.5 s.
   int64_t max_loop_iterations = 1000000;

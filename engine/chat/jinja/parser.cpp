@@ -147,7 +147,8 @@ class Lexer {
     if (kind == '%') {
       size_t q = tag + 2 + (sign ? 1 : 0);
       while (q < src_.size() && is_ws(src_[q])) ++q;
-      if (src_.compare(q, 3, "raw") == 0 && (q + 3 >= src_.size() || !(isalnum(static_cast<unsigned char>(src_[q + 3])) || src_[q + 3] == '_'))) {
+      if (src_.compare(q, 3, "raw") == 0 &&
+          (q + 3 >= src_.size() || !(isalnum(static_cast<unsigned char>(src_[q + 3])) || src_[q + 3] == '_'))) {
         size_t r = q + 3;
         while (r < src_.size() && is_ws(src_[r])) ++r;
         size_t after = std::string::npos;
@@ -226,7 +227,8 @@ class Lexer {
     toks_.push_back({is_var ? T::VarBegin : T::BlockBegin, "", line_, {}});
     std::vector<char> balance;
     while (true) {
-      if (pos_ >= src_.size()) syntax(begin_line, std::string("unexpected end of template, expected '") + (is_var ? "}}" : "%}") + "'");
+      if (pos_ >= src_.size())
+        syntax(begin_line, std::string("unexpected end of template, expected '") + (is_var ? "}}" : "%}") + "'");
       char c = src_[pos_];
       // end of tag (only when brackets are balanced)
       if (balance.empty()) {
@@ -298,8 +300,9 @@ class Lexer {
     size_t s = pos_;
     auto digits = [&](size_t& p) {
       size_t st = p;
-      while (p < src_.size() && (isdigit(static_cast<unsigned char>(src_[p])) ||
-                                 (src_[p] == '_' && p + 1 < src_.size() && isdigit(static_cast<unsigned char>(src_[p + 1])) && p > st)))
+      while (p < src_.size() &&
+             (isdigit(static_cast<unsigned char>(src_[p])) ||
+              (src_[p] == '_' && p + 1 < src_.size() && isdigit(static_cast<unsigned char>(src_[p + 1])) && p > st)))
         ++p;
       return p > st;
     };
@@ -402,7 +405,8 @@ class Lexer {
         default:
           if (e >= '0' && e <= '7') {
             int v = e - '0';
-            for (int i = 0; i < 2 && p < src_.size() && src_[p] >= '0' && src_[p] <= '7'; ++i) v = v * 8 + (src_[p++] - '0');
+            for (int i = 0; i < 2 && p < src_.size() && src_[p] >= '0' && src_[p] <= '7'; ++i)
+              v = v * 8 + (src_[p++] - '0');
             utf8_append(out, static_cast<char32_t>(v));
           } else {
             out += '\\';
@@ -438,7 +442,8 @@ class Parser {
   struct DepthGuard {
     Parser& p;
     explicit DepthGuard(Parser& pp) : p(pp) {
-      if (++p.depth_ > p.max_depth_) syntax(p.cur().line, "template nested too deeply (limit " + std::to_string(p.max_depth_) + ")");
+      if (++p.depth_ > p.max_depth_)
+        syntax(p.cur().line, "template nested too deeply (limit " + std::to_string(p.max_depth_) + ")");
     }
     ~DepthGuard() { --p.depth_; }
   };
@@ -451,7 +456,8 @@ class Parser {
     explicit ChainGuard(Parser& pp) : p(pp) {}
     void step() {
       ++n;
-      if (++p.depth_ > p.max_depth_) syntax(p.cur().line, "template nested too deeply (limit " + std::to_string(p.max_depth_) + ")");
+      if (++p.depth_ > p.max_depth_)
+        syntax(p.cur().line, "template nested too deeply (limit " + std::to_string(p.max_depth_) + ")");
     }
     ~ChainGuard() { p.depth_ -= n; }
   };
@@ -517,7 +523,8 @@ class Parser {
           std::string want;
           for (size_t k = 0; k < ends.size(); ++k) want += (k ? " or '" : "'") + ends[k] + "'";
           const auto& open = tag_stack_.back();
-          syntax(open.second, "unexpected end of template: '" + open.first + "' block opened on this line is never closed (looking for " + want + ")");
+          syntax(open.second, "unexpected end of template: '" + open.first +
+                                  "' block opened on this line is never closed (looking for " + want + ")");
         }
         return out;
       }
@@ -559,17 +566,19 @@ class Parser {
     if (t.type != T::Name) syntax(t.line, "tag name expected");
     std::string tag = t.text;
     int line = t.line;
-    static const std::set<std::string> known = {"for", "if", "set", "macro", "call", "filter", "with", "break",
-                                                "continue", "generation", "print"};
+    static const std::set<std::string> known = {"for",  "if",    "set",      "macro",      "call", "filter",
+                                                "with", "break", "continue", "generation", "print"};
     if (!known.count(tag)) {
-      static const std::set<std::string> unsupported = {"block", "extends", "include", "import", "from", "autoescape", "do"};
+      static const std::set<std::string> unsupported = {"block", "extends",    "include", "import",
+                                                        "from",  "autoescape", "do"};
       if (unsupported.count(tag)) syntax(line, "tag '" + tag + "' is not supported by this interpreter");
-      static const std::set<std::string> enders = {"endfor", "endif", "endset", "endmacro", "endcall", "endfilter",
-                                                   "endwith", "else", "elif", "endgeneration", "endraw"};
+      static const std::set<std::string> enders = {"endfor",  "endif",         "endset",  "endmacro",
+                                                   "endcall", "endfilter",     "endwith", "else",
+                                                   "elif",    "endgeneration", "endraw"};
       if (enders.count(tag)) {
         if (tag_stack_.empty()) syntax(line, "Encountered unknown tag '" + tag + "'.");
-        syntax(line, "Encountered unexpected tag '" + tag + "' inside '" + tag_stack_.back().first + "' block opened on line " +
-                         std::to_string(tag_stack_.back().second));
+        syntax(line, "Encountered unexpected tag '" + tag + "' inside '" + tag_stack_.back().first +
+                         "' block opened on line " + std::to_string(tag_stack_.back().second));
       }
       syntax(line, "Encountered unknown tag '" + tag + "'.");
     }
@@ -820,13 +829,15 @@ class Parser {
   }
 
   NodeP parse_or() {
-    return left_chain([&] { return parse_and(); }, [&] { return is_name("or"); },
-                      [&](const Token& t, NodeP l, NodeP r) { return logical(Node::K::Or, t, std::move(l), std::move(r)); });
+    return left_chain(
+        [&] { return parse_and(); }, [&] { return is_name("or"); },
+        [&](const Token& t, NodeP l, NodeP r) { return logical(Node::K::Or, t, std::move(l), std::move(r)); });
   }
 
   NodeP parse_and() {
-    return left_chain([&] { return parse_not(); }, [&] { return is_name("and"); },
-                      [&](const Token& t, NodeP l, NodeP r) { return logical(Node::K::And, t, std::move(l), std::move(r)); });
+    return left_chain(
+        [&] { return parse_not(); }, [&] { return is_name("and"); },
+        [&](const Token& t, NodeP l, NodeP r) { return logical(Node::K::And, t, std::move(l), std::move(r)); });
   }
 
   NodeP parse_not() {
@@ -894,8 +905,7 @@ class Parser {
   }
 
   NodeP parse_math2() {
-    return left_chain([&] { return parse_pow(); },
-                      [&] { return is_op("*") || is_op("/") || is_op("//") || is_op("%"); },
+    return left_chain([&] { return parse_pow(); }, [&] { return is_op("*") || is_op("/") || is_op("//") || is_op("%"); },
                       [&](const Token& t, NodeP l, NodeP r) { return bin_link(t, std::move(l), std::move(r)); });
   }
 

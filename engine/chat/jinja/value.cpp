@@ -266,10 +266,8 @@ std::string py_str_repr(std::string_view s) {
       out += b;
     } else if (py_nonprintable(c)) {
       char b[16];
-      if (c <= 0xff)
-        std::snprintf(b, sizeof(b), "\\x%02x", static_cast<unsigned>(c));
-      else
-        std::snprintf(b, sizeof(b), "\\u%04x", static_cast<unsigned>(c));
+      if (c <= 0xff) std::snprintf(b, sizeof(b), "\\x%02x", static_cast<unsigned>(c));
+      else std::snprintf(b, sizeof(b), "\\u%04x", static_cast<unsigned>(c));
       out += b;
     } else {
       utf8_append(out, c);
@@ -465,9 +463,8 @@ size_t utf8_length(std::string_view s) {
 }
 
 bool py_isspace(char32_t c) {
-  return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) || c == 0x85 || c == 0xa0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
-         c == 0x205f || c == 0x3000;
+  return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
 
 }  // namespace kvb::jinja

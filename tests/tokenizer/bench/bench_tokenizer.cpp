@@ -61,11 +61,11 @@ int main(int argc, char** argv) {
       ++passes;
       elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } while (elapsed < seconds);
-    std::printf("%s\n  corpus: %zu docs, %zu bytes, %zu chars, %zu tokens\n", path.c_str(), docs.size(), bytes,
-                chars, tokens);
+    std::printf("%s\n  corpus: %zu docs, %zu bytes, %zu chars, %zu tokens\n", path.c_str(), docs.size(), bytes, chars,
+                tokens);
     std::printf("  encode: %.2f M chars/s, %.2f MB/s, %.2f M tokens/s (%zu passes, %.2f s)\n",
-                chars * passes / elapsed / 1e6, bytes * passes / elapsed / 1e6, tokens * passes / elapsed / 1e6,
-                passes, elapsed);
+                chars * passes / elapsed / 1e6, bytes * passes / elapsed / 1e6, tokens * passes / elapsed / 1e6, passes,
+                elapsed);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_tokenizer: %s\n", e.what());
     return 1;

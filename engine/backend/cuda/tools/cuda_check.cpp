@@ -278,8 +278,9 @@ ModelConfig check_shape(const std::string& name) {
 std::vector<double> cpu_sampler_dist(const float* lg, int V, float T, float top_p) {
   std::vector<std::pair<float, int32_t>> sc(V);
   for (int i = 0; i < V; ++i) sc[i] = {lg[i] / T, i};
-  std::sort(sc.begin(), sc.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  std::sort(sc.begin(), sc.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
   std::vector<double> p(V, 0.0), sorted(V);
   double z = 0;
   for (int i = 0; i < V; ++i) z += (sorted[i] = std::exp(static_cast<double>(sc[i].first - sc[0].first)));
@@ -380,8 +381,8 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
           else if (ka.all == 100.0) pass = pass && eb.max_rel <= 2e-2;
           if (pol == "full") pass = pass && ef.max_rel <= 2e-2;
           ok = ok && pass;
-          std::printf("%-14s %-58s %6d %11.3e %11.3e %8.2f %8.2f %8.2f %8.2f  %s\n", shape.c_str(), pol.c_str(),
-                      len, ef.max_rel, eb.max_rel, ka.first, ka.all, floor.first, floor.all, pass ? "ok" : "FAIL");
+          std::printf("%-14s %-58s %6d %11.3e %11.3e %8.2f %8.2f %8.2f %8.2f  %s\n", shape.c_str(), pol.c_str(), len,
+                      ef.max_rel, eb.max_rel, ka.first, ka.all, floor.first, floor.all, pass ? "ok" : "FAIL");
         } catch (const std::exception& e) {
           ok = false;
           std::printf("%-14s %-58s %6d  FAIL: %s\n", shape.c_str(), pol.c_str(), len, e.what());
@@ -426,9 +427,10 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
       const bool repro = got[3].tokens == again[3].tokens && !got[3].tokens.empty();
       const bool same = lead == n && n == 3 * 64;
       ok = ok && repro && same;
-      std::printf("%-14s generate (prompts 40/77/114, batched): greedy cuda == cpu-bf16 for %zu of %zu tokens, == f32 cpu "
-                  "for %zu (info); sampled run reproducible: %s  %s\n",
-                  shape.c_str(), lead, n, lead32, repro ? "yes" : "NO", repro && same ? "ok" : "FAIL");
+      std::printf(
+          "%-14s generate (prompts 40/77/114, batched): greedy cuda == cpu-bf16 for %zu of %zu tokens, == f32 cpu "
+          "for %zu (info); sampled run reproducible: %s  %s\n",
+          shape.c_str(), lead, n, lead32, repro ? "yes" : "NO", repro && same ? "ok" : "FAIL");
     }
     if (dev != "cuda") continue;  // a dry run of the checks on a CPU backend (--backend): no device sampler
     // Device sampling against the CPU sampler: greedy against kvb::argmax of the same logits;
@@ -480,15 +482,15 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
           else if (drawn[b] >= 0 && drawn[b] < V &&
                    (std::fabs(C[drawn[b]] - uu) < 1e-4 || (drawn[b] > 0 && std::fabs(C[drawn[b] - 1] - uu) < 1e-4)))
             ++near;
-          else
-            ++bad;
+          else ++bad;
         }
       }
       const bool pass = agree == 4 && bad == 0;
       ok = ok && pass;
-      std::printf("%-14s device sampling: greedy == host argmax %d/4; T/top-p (0.05/1, 0.2/0.9, 0.7/0.5, 1/0.95) "
-                  "picks == CPU sampler's inverse CDF %d/%d, at a CDF step (rounding) %d, wrong %d  %s\n",
-                  shape.c_str(), agree, match, 4 * N, near, bad, pass ? "ok" : "FAIL");
+      std::printf(
+          "%-14s device sampling: greedy == host argmax %d/4; T/top-p (0.05/1, 0.2/0.9, 0.7/0.5, 1/0.95) "
+          "picks == CPU sampler's inverse CDF %d/%d, at a CDF step (rounding) %d, wrong %d  %s\n",
+          shape.c_str(), agree, match, 4 * N, near, bad, pass ? "ok" : "FAIL");
     }
   }
   std::printf("equivalence: %s\n", ok ? "PASS" : "FAIL");
@@ -564,9 +566,23 @@ class ProbePolicy final : public Policy {
       fill(head_.w2, static_cast<size_t>(Hk) * 24);
       fill(head_.b2, Hk);
     }
-    HeadMlp a{Hk, st.hidden_size, 32, true, HeadMlp::Act::kSilu, shared_.w1.data(), shared_.b1.data(),
-              shared_.w2.data(), shared_.b2.data()};
-    HeadMlp b{Hk, 2 * D, 24, false, HeadMlp::Act::kGeluErf, head_.w1.data(), head_.b1.data(), head_.w2.data(),
+    HeadMlp a{Hk,
+              st.hidden_size,
+              32,
+              true,
+              HeadMlp::Act::kSilu,
+              shared_.w1.data(),
+              shared_.b1.data(),
+              shared_.w2.data(),
+              shared_.b2.data()};
+    HeadMlp b{Hk,
+              2 * D,
+              24,
+              false,
+              HeadMlp::Act::kGeluErf,
+              head_.w1.data(),
+              head_.b1.data(),
+              head_.w2.data(),
               head_.b2.data()};
     std::vector<float> x(static_cast<size_t>(n) * Hk * 2 * D);
     std::mt19937 g(static_cast<uint32_t>(st.layer * 7919 + st.seq_len));
@@ -652,12 +668,13 @@ int primitives(const std::vector<std::string>& shapes) {
     const bool pass = p->calls > 0 && p->worst_scores <= 1e-3 && p->worst_mlp <= 1e-3 && same_pct >= 99.0 &&
                       p->pre_rope_calls > 0 && p->worst_qpre <= 1e-5 && p->worst_kpre <= 1e-2;
     ok = ok && pass;
-    std::printf("%-14s primitives: %lld calls, window_scores max rel err %.3e, head_mlp max rel err %.3e, top-25%% "
-                "keep-sets from device vs host scores identical in %lld/%lld; pre-RoPE q/k (%lld calls) vs host RoPE "
-                "of the stored q/k: max rel err %.3e (<= 1e-5) / %.3e (<= 1e-2, bf16 K)  %s\n",
-                shape.c_str(), static_cast<long long>(p->calls), p->worst_scores, p->worst_mlp,
-                static_cast<long long>(p->select_same), static_cast<long long>(p->select_calls),
-                static_cast<long long>(p->pre_rope_calls), p->worst_qpre, p->worst_kpre, pass ? "ok" : "FAIL");
+    std::printf(
+        "%-14s primitives: %lld calls, window_scores max rel err %.3e, head_mlp max rel err %.3e, top-25%% "
+        "keep-sets from device vs host scores identical in %lld/%lld; pre-RoPE q/k (%lld calls) vs host RoPE "
+        "of the stored q/k: max rel err %.3e (<= 1e-5) / %.3e (<= 1e-2, bf16 K)  %s\n",
+        shape.c_str(), static_cast<long long>(p->calls), p->worst_scores, p->worst_mlp,
+        static_cast<long long>(p->select_same), static_cast<long long>(p->select_calls),
+        static_cast<long long>(p->pre_rope_calls), p->worst_qpre, p->worst_kpre, pass ? "ok" : "FAIL");
     std::fflush(stdout);
   }
   std::printf("primitives: %s\n", ok ? "PASS" : "FAIL");
@@ -681,8 +698,8 @@ class ShadowPolicy final : public Policy {
   nlohmann::json resolved_params() const override { return a_->resolved_params(); }
   PolicyNeeds needs() const override {
     PolicyNeeds n = a_->needs();
-    n.host_kv = true;                 // B's host fallbacks read cached keys/values
-    n.layer_input_via_mlp = false;    // ... and the layer input on the host
+    n.host_kv = true;               // B's host fallbacks read cached keys/values
+    n.layer_input_via_mlp = false;  // ... and the layer input on the host
     return n;
   }
   void on_layer_step(LayerStep& st) override {
@@ -766,9 +783,11 @@ class ShadowPolicy final : public Policy {
 
 int decisions(const std::vector<std::string>& shapes, int64_t budget, const std::string& backend) {
   bool ok = true;
-  std::printf("Policy decisions on identical inputs: each policy call on the %s backend runs twice, with the\n"
-              "device primitives and with the host code on the same mirrored K/V, queries and layer input;\n"
-              "pass: identical keep-sets at every call and scalars within 1e-3 (max rel).\n", backend.c_str());
+  std::printf(
+      "Policy decisions on identical inputs: each policy call on the %s backend runs twice, with the\n"
+      "device primitives and with the host code on the same mirrored K/V, queries and layer input;\n"
+      "pass: identical keep-sets at every call and scalars within 1e-3 (max rel).\n",
+      backend.c_str());
   std::printf("%-14s %-58s %6s %8s %12s %12s  %s\n", "shape", "policy", "prompt", "calls", "keep_same", "scalar_err",
               "verdict");
   for (const auto& shape : shapes) {
@@ -883,7 +902,8 @@ int graphs(const std::vector<std::string>& shapes) {
     }
     long long caps = 0, reps = 0;
     const size_t at = rep_g.find("decode_graphs: on (");
-    if (at != std::string::npos) std::sscanf(rep_g.c_str() + at, "decode_graphs: on (%lld captures, %lld replays", &caps, &reps);
+    if (at != std::string::npos)
+      std::sscanf(rep_g.c_str() + at, "decode_graphs: on (%lld captures, %lld replays", &caps, &reps);
     const bool pass = worst <= 1e-5 && caps >= 2 && reps > caps;
     ok = ok && pass;
     std::printf("%-14s graphs: %zu steps, max rel err graph vs direct %.3e, %lld captures, %lld replays  %s\n",
@@ -911,9 +931,10 @@ int bandwidth(size_t mib) {
 int main(int argc, char** argv) {
   try {
     if (argc < 2) {
-      std::fprintf(stderr, "usage: kvb_cuda_check equiv [--shapes a,b] [--policy-shapes a,b] [--budget N] [--policies a,b] | "
-                           "decisions [--shapes a,b] [--budget N] [--policies a,b] [--backend cuda|cpu] | primitives "
-                           "[--shapes a,b] | graphs [--shapes a,b] | bandwidth [--mib N]\n");
+      std::fprintf(stderr,
+                   "usage: kvb_cuda_check equiv [--shapes a,b] [--policy-shapes a,b] [--budget N] [--policies a,b] | "
+                   "decisions [--shapes a,b] [--budget N] [--policies a,b] [--backend cuda|cpu] | primitives "
+                   "[--shapes a,b] | graphs [--shapes a,b] | bandwidth [--mib N]\n");
       return 2;
     }
     const std::string cmd = argv[1];
