@@ -15,74 +15,17 @@
 #include "results/report.h"
 #include "results/schema.h"
 #include "results/store.h"
+#include "legacy_db.h"
 #include "synth.h"
 
 using namespace kvb::results;
 using namespace kvb::results::testing;
 
-namespace {
-
-std::string q(const std::string& s) {
-  std::string o = "'";
-  for (char c : s) o += c == '\'' ? std::string("''") : std::string(1, c);
-  return o + "'";
-}
-
-// A database exactly as the schema-v3 kvbench wrote it: migrations 0..2, user_version 3, one
-// finished run "old" with every item generated (the v3 generations columns) and graded.
-void write_v3_db(const std::string& path, const std::vector<WorkItem>& items) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  auto exec = [&](const std::string& sql) {
-    char* err = nullptr;
-    int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
-    ASSERT_EQ(rc, SQLITE_OK) << (err ? err : "") << "\n" << sql;
-    sqlite3_free(err);
-  };
-  exec("BEGIN");
-  for (int v = 0; v < 3; ++v) exec(migrations().at(v));
-  exec("PRAGMA application_id = " + std::to_string(Store::kApplicationId));
-  exec(
-      "INSERT INTO runs (run_id, run_key, name, kvbench_version, git_sha, host, backend, device, config_json, "
-      "started_at, finished_at) VALUES (1, 'old-key', 'old', '0.1.0', 'abc', 'h', 'cpu', 'cpu', '{}', "
-      "'2026-01-01T00:00:00Z', '2026-01-01T01:00:00Z')");
-  for (const auto& it : items) {
-    exec("INSERT INTO work_items VALUES (" + q(it.key) + "," + q(it.model_id) + "," + q(it.model_revision) + "," +
-         q(it.policy) + "," + q(it.policy_params.dump()) + "," + q(it.policy_label) + "," + std::to_string(it.budget) +
-         "," + q(it.task) + "," + q(it.example_id) + "," + q(it.prompt_sha256) + "," + std::to_string(it.sample_index) +
-         "," + std::to_string(it.seed) + "," + q(it.sampling.dump()) + ")");
-    const GenerationRecord g = fake_generation(it);
-    exec(
-        "INSERT INTO generations (run_id, item_key, text, prompt_tokens, generated_tokens, finish_reason, "
-        "prefill_s, decode_s, ttft_s, evictions, kv_bytes_peak, kv_bytes_final, device_peak_bytes, extra_json, "
-        "created_at, kv_bytes_read_step) VALUES (1," +
-        q(it.key) + "," + q(g.text) + "," + std::to_string(g.prompt_tokens) + "," + std::to_string(g.generated_tokens) +
-        ",'stop',0.01,0.1,0.012," + std::to_string(g.evictions) + "," + std::to_string(g.kv_bytes_peak) + "," +
-        std::to_string(g.kv_bytes_final) + ",1,'{}','2026-01-01T00:30:00Z',1000.0)");
-    const GradeRecord r = fake_grade(it);
-    exec("INSERT INTO grades (run_id, item_key, score, extracted, pred_norm, gold_norm, grader, graded_at) VALUES (1," +
-         q(it.key) + "," + std::to_string(*r.score) + "," + q(r.extracted) + "," + q(r.pred_norm) + "," +
-         q(r.gold_norm) + ",'fake/1','2026-01-01T00:40:00Z')");
-  }
-  exec("PRAGMA user_version = 3");
-  exec("COMMIT");
-  sqlite3_close(db);
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
   ASSERT_EQ(migrations().size(), 4u);
   auto p = temp_db("steady_v3");
   const auto items = expand_grid(small_grid(4, 2));
-  write_v3_db(p, items);
+  write_legacy_db(p, items, 3);
   EXPECT_THROW({ Store ro(p, Store::Mode::kReadOnly); }, kvb::Error);  // needs the migration
   Store s(p);
   EXPECT_EQ(s.schema_version(), 4);
@@ -138,7 +81,7 @@ TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
     EXPECT_DOUBLE_EQ(*c.kv_bytes_steady_mean, steady / n);
     const auto v =
         s.query("SELECT decode_tok_s_agg, kv_bytes_steady_mean FROM v_cells WHERE run_id = " + std::to_string(run) +
-                " AND policy_label = " + q(c.key.policy_label) + " AND budget = " + std::to_string(c.key.budget));
+                " AND policy_label = " + sql_quote(c.key.policy_label) + " AND budget = " + std::to_string(c.key.budget));
     ASSERT_EQ(v.size(), 1u);
     EXPECT_NEAR(std::stod(v[0][0]), gen / share, 1e-6 * gen / share);
     EXPECT_NEAR(std::stod(v[0][1]), steady / n, 1e-6);
