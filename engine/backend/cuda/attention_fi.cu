@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/attention_fi.h"
+#include "engine/backend/cuda/device_buffer.h"
 
 namespace kvb::cuda {
 
@@ -68,39 +69,6 @@ __global__ void gather_pages_k(const int32_t* __restrict__ pages, const int32_t*
   for (int j = threadIdx.x; j < n; j += blockDim.x) indices[beg + j] = src[j];
 }
 
-template <typename T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  ~Dev() {
-    if (p) cudaFree(p);
-  }
-  void grow(size_t count, const char* what) {
-    if (count <= n) return;
-    if (p) check(cudaFree(p), what);
-    p = nullptr;
-    n = 0;
-    check(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)), what);
-    n = count;
-  }
-};
-
-struct Pinned {
-  void* p = nullptr;
-  size_t n = 0;
-  ~Pinned() {
-    if (p) cudaFreeHost(p);
-  }
-  void grow(size_t bytes, const char* what) {
-    if (bytes <= n) return;
-    if (p) check(cudaFreeHost(p), what);
-    p = nullptr;
-    n = 0;
-    check(cudaMallocHost(&p, bytes), what);
-    n = bytes;
-  }
-};
-
 template <uint32_t CTA, uint32_t HD>
 cudaError_t dispatch_one(const Params& p, bf16* tmp_v, float* tmp_s, cudaStream_t s) {
   return flashinfer::BatchPrefillWithPagedKVCacheDispatched<
@@ -129,10 +97,12 @@ struct FiPrefill::Impl {
   flashinfer::PrefillPlanInfo info;
   // Device: request arrays [qo_indptr R+1 | kv_indptr R+1 | last_page_len R], page indices,
   // packed queries and outputs, FlashInfer's workspaces.
-  Dev<int32_t> req, indices;
-  Dev<uint16_t> q_bf, o_bf;
-  Dev<uint8_t> float_ws, int_ws;
-  Pinned req_h, int_ws_h;
+  DevBuf<int32_t> req, indices;
+  DevBuf<uint16_t> q_bf, o_bf;
+  DevBuf<uint8_t> float_ws, int_ws;
+  // Pinned host copies: the request arrays' staging and FlashInfer's host-side int workspace.
+  PinnedBuf<int32_t> req_h;
+  PinnedBuf<uint8_t> int_ws_h;
   std::vector<int32_t> qo_indptr_h, kv_indptr_h, last_h;
 };
 
@@ -189,8 +159,8 @@ void FiPrefill::plan(const int32_t* qo_indptr, const int32_t* kv_indptr, const i
   check(st, "FlashInfer prefill plan");
   // Request arrays to the device (pinned staging, one copy).
   const size_t words = static_cast<size_t>(3 * R + 2);
-  m.req_h.grow(words * 4, "FlashInfer request arrays");
-  auto* w = static_cast<int32_t*>(m.req_h.p);
+  m.req_h.grow(words, "FlashInfer request arrays");
+  int32_t* w = m.req_h.p;
   std::copy(m.qo_indptr_h.begin(), m.qo_indptr_h.end(), w);
   std::copy(m.kv_indptr_h.begin(), m.kv_indptr_h.end(), w + R + 1);
   std::copy(m.last_h.begin(), m.last_h.end(), w + 2 * (R + 1));
