@@ -77,17 +77,18 @@ __device__ void write_row(const AttnArgs& a, const AttnItem& it, int head, int r
 
 // Stores row r of unit u once its keys are done: the normalised row (write_row) when the unit is
 // its row's whole chunk, else the unnormalised partial output and its (max, sum) for combine_k.
+// D = a.D (passed in: attn_k holds it in a register).
 template <int DPL>
-__device__ __forceinline__ void finish_row(const AttnArgs& a, const AttnItem& it, const AttnUnit& u, int r,
+__device__ __forceinline__ void finish_row(const AttnArgs& a, const AttnItem& it, const AttnUnit& u, int r, int D,
                                            const float* acc, float m, float l, int lane) {
   if (u.part < 0) {
     write_row<DPL>(a, it, u.head, u.row0 + r, acc, m, l, lane);
   } else {
-    float* po = a.part_o + (static_cast<int64_t>(u.part) * kAttnRows + r) * a.D;
+    float* po = a.part_o + (static_cast<int64_t>(u.part) * kAttnRows + r) * D;
 #pragma unroll
     for (int c = 0; c < DPL; ++c) {
       const int d = lane + 32 * c;
-      if (d < a.D) po[d] = acc[c];
+      if (d < D) po[d] = acc[c];
     }
     if (lane == 0) {
       a.part_ml[(static_cast<int64_t>(u.part) * kAttnRows + r) * 2] = m;
@@ -231,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) attn_k(AttnArgs a) {
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k) {
     if (!valid[k]) continue;
-    finish_row<DPL>(a, it, u, warp + 4 * k, acc[k], m[k], l[k], lane);
+    finish_row<DPL>(a, it, u, warp + 4 * k, D, acc[k], m[k], l[k], lane);
   }
 }
 

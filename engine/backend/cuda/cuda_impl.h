@@ -252,6 +252,8 @@ struct CudaBackend::Impl {
   /// Opens device 0, creates the stream and the cuBLAS handle, uploads the weights. Throws
   /// kvb::Error without a usable device or on unsupported shapes.
   Impl(const Model& model, KVCache& c);
+  /// Destroys the decode graph, the cuBLAS handle and the stream; the buffers free themselves
+  /// afterwards (device_buffer.h).
   ~Impl();
   /// Uploads `v` to `d` (grown to fit) through the pinned staging arena: queued on the stream
   /// without waiting for earlier work.

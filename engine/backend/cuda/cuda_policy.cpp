@@ -17,6 +17,22 @@ using cuda::check_blas;
 using cuda::cublas;
 using cuda::DevMlp;
 
+namespace {
+
+/// Copies rows [row0, row0 + n) of the device f32 matrix `src` (rows of `width` floats) into `dst`
+/// (resized to n · width), waits for the copy, and returns dst.data().
+const float* copy_rows(std::vector<float>& dst, const float* src, int64_t row0, int n, int width, cudaStream_t stream,
+                       const char* what) {
+  dst.resize(static_cast<size_t>(n) * width);
+  check(cudaMemcpyAsync(dst.data(), src + static_cast<size_t>(row0) * width, dst.size() * 4, cudaMemcpyDeviceToHost,
+                        stream),
+        what);
+  check(cudaStreamSynchronize(stream), what);
+  return dst.data();
+}
+
+}  // namespace
+
 const DevMlp& CudaBackend::Impl::device_mlp(const HeadMlp& m) {
   const int h1 = m.shared_hidden ? 1 : m.heads;
   const float probe[4] = {m.w1[0], m.b1[0], m.w2[0], m.b2[0]};
@@ -158,22 +174,10 @@ int64_t CudaBackend::Impl::policy_layer_item(Step& step, int l, int b, const std
     for (size_t i = 0; i < bits.size(); ++i) li[i] = bf16_bits_to_f32(bits[i]);
     st.layer_input = li.data();
   }
-  if (needs.keys_pre_rope) {
-    kp.resize(static_cast<size_t>(it.n) * Hkv * D);
-    check(cudaMemcpyAsync(kp.data(), acts.kpre.p + static_cast<size_t>(row0[b]) * Hkv * D, kp.size() * 4,
-                          cudaMemcpyDeviceToHost, stream),
-          "keys before RoPE");
-    check(cudaStreamSynchronize(stream), "keys before RoPE");
-    st.keys_pre_rope = kp.data();
-  }
-  if (needs.queries_pre_rope) {  // LocRet's retaining heads, Expected Attention's query statistics
-    qp.resize(static_cast<size_t>(it.n) * Hq * D);
-    check(cudaMemcpyAsync(qp.data(), acts.qpre.p + static_cast<size_t>(row0[b]) * Hq * D, qp.size() * 4,
-                          cudaMemcpyDeviceToHost, stream),
-          "queries before RoPE");
-    check(cudaStreamSynchronize(stream), "queries before RoPE");
-    st.queries_pre_rope = qp.data();
-  }
+  if (needs.keys_pre_rope)
+    st.keys_pre_rope = copy_rows(kp, acts.kpre.p, row0[b], it.n, Hkv * D, stream, "keys before RoPE");
+  if (needs.queries_pre_rope)  // LocRet's retaining heads, Expected Attention's query statistics
+    st.queries_pre_rope = copy_rows(qp, acts.qpre.p, row0[b], it.n, Hq * D, stream, "queries before RoPE");
   std::vector<std::vector<float>> cs_item;
   if (needs.attention_colsum) {
     cs_item.assign(colsum_h.begin() + static_cast<size_t>(b) * Hkv, colsum_h.begin() + static_cast<size_t>(b + 1) * Hkv);

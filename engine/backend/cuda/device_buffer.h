@@ -1,4 +1,4 @@
-// kvb::cuda DevBuf, PinnedBuf, PinnedStaging — the CUDA backend's owners of device memory
+// kvb::cuda Buffer, DevBuf, PinnedBuf, PinnedStaging — the CUDA backend's owners of device memory
 // (cudaMalloc / cudaFree) and pinned host memory (cudaMallocHost / cudaFreeHost). Every device and
 // pinned buffer of the backend (cuda_backend.cpp and its parts, attention_fi.cu) is one of these:
 // move-only, freed in the destructor, so that no cudaFree / cudaFreeHost is written by hand.
@@ -17,23 +17,37 @@
 
 namespace kvb::cuda {
 
-/// A growable device buffer of `n` elements of T (cudaMalloc). grow() does not preserve the
-/// contents; a growth that must keep them allocates a second DevBuf, copies, and move-assigns.
-/// Errors of cudaMalloc / cudaFree in grow() throw kvb::Error naming `what`; the destructor
-/// ignores them (it may run while an exception unwinds).
-template <class T>
-struct DevBuf {
-  T* p = nullptr;  ///< device pointer, null while empty
+/// Device memory for Buffer: cudaMalloc / cudaFree.
+struct DeviceMemory {
+  static cudaError_t allocate(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+  static cudaError_t release(void* p) { return cudaFree(p); }
+};
+
+/// Pinned (page-locked) host memory for Buffer: cudaMallocHost / cudaFreeHost. Copies from it are
+/// queued on a stream without waiting.
+struct PinnedMemory {
+  static cudaError_t allocate(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+  static cudaError_t release(void* p) { return cudaFreeHost(p); }
+};
+
+/// A growable buffer of `n` elements of T in the memory `Mem` allocates (DeviceMemory or
+/// PinnedMemory). grow() does not preserve the contents (the caller must know that no pending copy
+/// or kernel still reads the old block); a growth that must keep them allocates a second buffer,
+/// copies, and move-assigns. Errors of the allocation or release in grow() throw kvb::Error naming
+/// `what`; reset() and the destructor ignore them (they may run while an exception unwinds).
+template <class T, class Mem>
+struct Buffer {
+  T* p = nullptr;  ///< the memory, null while empty
   size_t n = 0;    ///< capacity in elements of T
 
-  DevBuf() = default;
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  DevBuf(DevBuf&& o) noexcept : p(o.p), n(o.n) {
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept : p(o.p), n(o.n) {
     o.p = nullptr;
     o.n = 0;
   }
-  DevBuf& operator=(DevBuf&& o) noexcept {
+  Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
       reset();
       p = o.p;
@@ -43,78 +57,42 @@ struct DevBuf {
     }
     return *this;
   }
-  ~DevBuf() { reset(); }
+  ~Buffer() { reset(); }
 
   /// Frees the buffer (unchecked) and leaves it empty.
   void reset() noexcept {
-    if (p) cudaFree(p);
+    if (p) Mem::release(p);
     p = nullptr;
     n = 0;
   }
   /// Makes room for at least `want` elements (at least one is allocated); the old contents are
-  /// lost when it reallocates. Throws kvb::Error when device memory is short.
+  /// lost when it reallocates. Throws kvb::Error when memory is short.
   void grow(size_t want, const char* what) {
     if (want <= n) return;
-    if (p) check(cudaFree(p), what);
+    if (p) check(Mem::release(p), what);
     p = nullptr;
     n = 0;
-    check(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(want, 1) * sizeof(T)), what);
+    check(Mem::allocate(reinterpret_cast<void**>(&p), std::max<size_t>(want, 1) * sizeof(T)), what);
     n = want;
   }
+};
+
+/// A device buffer of T (Buffer in DeviceMemory) with host-to-device uploads.
+template <class T>
+struct DevBuf : Buffer<T, DeviceMemory> {
   /// Grows to `count` and queues a host-to-device copy of src[0, count) on stream `s` (from
   /// pageable memory the copy waits for earlier work on `s`; src must outlive the copy).
   void upload(const T* src, size_t count, cudaStream_t s, const char* what) {
-    grow(count, what);
-    if (count) check(cudaMemcpyAsync(p, src, count * sizeof(T), cudaMemcpyHostToDevice, s), what);
+    this->grow(count, what);
+    if (count) check(cudaMemcpyAsync(this->p, src, count * sizeof(T), cudaMemcpyHostToDevice, s), what);
   }
   /// upload(v.data(), v.size(), s, what).
   void upload(const std::vector<T>& v, cudaStream_t s, const char* what) { upload(v.data(), v.size(), s, what); }
 };
 
-/// A growable pinned (page-locked) host buffer of `n` elements of T (cudaMallocHost), for copies
-/// that are queued on a stream without waiting. grow() does not preserve the contents, and the
-/// caller must know that no pending copy still reads the old block. Errors as DevBuf.
+/// A pinned host buffer of T (Buffer in PinnedMemory).
 template <class T>
-struct PinnedBuf {
-  T* p = nullptr;  ///< host pointer, null while empty
-  size_t n = 0;    ///< capacity in elements of T
-
-  PinnedBuf() = default;
-  PinnedBuf(const PinnedBuf&) = delete;
-  PinnedBuf& operator=(const PinnedBuf&) = delete;
-  PinnedBuf(PinnedBuf&& o) noexcept : p(o.p), n(o.n) {
-    o.p = nullptr;
-    o.n = 0;
-  }
-  PinnedBuf& operator=(PinnedBuf&& o) noexcept {
-    if (this != &o) {
-      reset();
-      p = o.p;
-      n = o.n;
-      o.p = nullptr;
-      o.n = 0;
-    }
-    return *this;
-  }
-  ~PinnedBuf() { reset(); }
-
-  /// Frees the buffer (unchecked) and leaves it empty.
-  void reset() noexcept {
-    if (p) cudaFreeHost(p);
-    p = nullptr;
-    n = 0;
-  }
-  /// Makes room for at least `want` elements; the old contents are lost when it reallocates.
-  /// Throws kvb::Error when pinned memory cannot be allocated.
-  void grow(size_t want, const char* what) {
-    if (want <= n) return;
-    if (p) check(cudaFreeHost(p), what);
-    p = nullptr;
-    n = 0;
-    check(cudaMallocHost(reinterpret_cast<void**>(&p), std::max<size_t>(want, 1) * sizeof(T)), what);
-    n = want;
-  }
-};
+using PinnedBuf = Buffer<T, PinnedMemory>;
 
 /// Pinned host staging for a step's small uploads (plans, page tables, slots). A copy from
 /// pageable memory makes cudaMemcpyAsync wait for all earlier work on the stream, which
