@@ -26,15 +26,24 @@ using Params = flashinfer::BatchPrefillPagedParams<bf16, bf16, bf16, int32_t>;
 using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
                                              /*logits_soft_cap=*/false, /*alibi=*/false>;
 
+// The thread's (token t, query head hq, 8-dim chunk c) of a [T, Hq, D / 8] grid of chunks, one
+// thread per chunk; false for the threads past the end.
+__device__ __forceinline__ bool thread_chunk(int T, int Hq, int D, int64_t& t, int& hq, int& c) {
+  const int chunks = D / 8;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<int64_t>(T) * Hq * chunks) return false;
+  c = static_cast<int>(idx % chunks);
+  hq = static_cast<int>((idx / chunks) % Hq);
+  t = idx / (static_cast<int64_t>(chunks) * Hq);
+  return true;
+}
+
 // q_bf[((h·T + t)·G + g)·D + d] = bf16(qkv[t·stride + (h·G + g)·D + d]): one thread per 8 dims.
 __global__ void q_pack_k(const float* __restrict__ qkv, int64_t stride, int T, int Hq, int G, int D,
                          uint16_t* __restrict__ q_bf) {
-  const int chunks = D / 8;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(T) * Hq * chunks) return;
-  const int c = static_cast<int>(idx % chunks);
-  const int hq = static_cast<int>((idx / chunks) % Hq);
-  const int64_t t = idx / (static_cast<int64_t>(chunks) * Hq);
+  int64_t t;
+  int hq, c;
+  if (!thread_chunk(T, Hq, D, t, hq, c)) return;
   const float4* src = reinterpret_cast<const float4*>(qkv + t * stride + static_cast<int64_t>(hq) * D + c * 8);
   const float4 a = src[0], b = src[1];
   const int h = hq / G, g = hq % G;
@@ -47,12 +56,9 @@ __global__ void q_pack_k(const float* __restrict__ qkv, int64_t stride, int T, i
 
 // out[(t·Hq + h·G + g)·D + d] = o_bf[((h·T + t)·G + g)·D + d]: one thread per 8 dims.
 __global__ void o_unpack_k(const uint16_t* __restrict__ o_bf, int T, int Hq, int G, int D, uint16_t* __restrict__ out) {
-  const int chunks = D / 8;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(T) * Hq * chunks) return;
-  const int c = static_cast<int>(idx % chunks);
-  const int hq = static_cast<int>((idx / chunks) % Hq);
-  const int64_t t = idx / (static_cast<int64_t>(chunks) * Hq);
+  int64_t t;
+  int hq, c;
+  if (!thread_chunk(T, Hq, D, t, hq, c)) return;
   const int h = hq / G, g = hq % G;
   *reinterpret_cast<uint4*>(out + (t * Hq + hq) * D + c * 8) =
       *reinterpret_cast<const uint4*>(o_bf + ((static_cast<int64_t>(h) * T + t) * G + g) * D + c * 8);
