@@ -296,32 +296,35 @@ std::shared_ptr<Model> Model::random(const ModelConfig& c, uint64_t seed, Weight
   return from_weights(c, std::move(ws), "random", fmt);
 }
 
+ModelConfig shape_config(const char* type, int64_t V, int64_t H, int64_t I, int64_t L, int64_t Hq, int64_t Hkv,
+                         int64_t D, double theta, bool tied) {
+  ModelConfig c;
+  c.model_type = type;
+  c.vocab_size = V;
+  c.hidden_size = H;
+  c.intermediate_size = I;
+  c.num_layers = L;
+  c.num_heads = Hq;
+  c.num_kv_heads = Hkv;
+  c.head_dim = D;
+  c.rope_theta = theta;
+  c.tie_word_embeddings = tied;
+  c.max_position_embeddings = 131072;
+  c.rms_norm_eps = 1e-6;
+  c.qk_norm = architecture(type).qk_norm;
+  c.attention_bias = architecture(type).qkv_bias == QkvBias::kAlways;
+  return c;
+}
+
 ModelConfig model_shape(const std::string& name) {
   ModelConfig c;
-  auto set = [&](const char* type, int64_t V, int64_t H, int64_t I, int64_t L, int64_t Hq, int64_t Hkv, int64_t D,
-                 double theta, bool tied) {
-    c.model_type = type;
-    c.vocab_size = V;
-    c.hidden_size = H;
-    c.intermediate_size = I;
-    c.num_layers = L;
-    c.num_heads = Hq;
-    c.num_kv_heads = Hkv;
-    c.head_dim = D;
-    c.rope_theta = theta;
-    c.tie_word_embeddings = tied;
-    c.max_position_embeddings = 131072;
-    c.rms_norm_eps = 1e-6;
-    c.qk_norm = architecture(type).qk_norm;
-    c.attention_bias = architecture(type).qkv_bias == QkvBias::kAlways;
-  };
-  if (name == "stories260k") set("llama", 512, 64, 172, 5, 8, 4, 8, 10000, true);
-  else if (name == "smollm2-135m") set("llama", 49152, 576, 1536, 30, 9, 3, 64, 100000, true);
-  else if (name == "qwen3-0.6b") set("qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 1000000, true);
-  else if (name == "qwen3-4b") set("qwen3", 151936, 2560, 9728, 36, 32, 8, 128, 1000000, true);
-  else if (name == "qwen3-8b") set("qwen3", 151936, 4096, 12288, 36, 32, 8, 128, 1000000, false);
+  if (name == "stories260k") c = shape_config("llama", 512, 64, 172, 5, 8, 4, 8, 10000, true);
+  else if (name == "smollm2-135m") c = shape_config("llama", 49152, 576, 1536, 30, 9, 3, 64, 100000, true);
+  else if (name == "qwen3-0.6b") c = shape_config("qwen3", 151936, 1024, 3072, 28, 16, 8, 128, 1000000, true);
+  else if (name == "qwen3-4b") c = shape_config("qwen3", 151936, 2560, 9728, 36, 32, 8, 128, 1000000, true);
+  else if (name == "qwen3-8b") c = shape_config("qwen3", 151936, 4096, 12288, 36, 32, 8, 128, 1000000, false);
   else if (name == "llama-3.1-8b") {
-    set("llama", 128256, 4096, 14336, 32, 32, 8, 128, 500000, false);
+    c = shape_config("llama", 128256, 4096, 14336, 32, 32, 8, 128, 500000, false);
     c.rope_scaling.type = "llama3";
     c.rope_scaling.factor = 8;
     c.rope_scaling.original_max_position_embeddings = 8192;

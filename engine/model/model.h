@@ -115,6 +115,14 @@ class Model {
 /// ROPE_INIT_FUNCTIONS compute them (default, linear, llama3, yarn).
 std::vector<float> rope_inv_freq(const ModelConfig& cfg, float* attention_scaling);
 
+/// A ModelConfig of architecture `type` (ModelConfig::model_type) with vocabulary V, hidden size H,
+/// MLP width I, L layers, Hq query and Hkv kv heads of head_dim D, RoPE base `theta` and tied
+/// embeddings when `tied`; q/k norms and QKV bias as the architecture declares (attention_bias only
+/// for QkvBias::kAlways), rms_norm_eps 1e-6, max_position_embeddings 131072, all else default.
+/// Throws kvb::Error on an unknown architecture. model_shape's shapes and test tools build on it.
+ModelConfig shape_config(const char* type, int64_t V, int64_t H, int64_t I, int64_t L, int64_t Hq, int64_t Hkv,
+                         int64_t D, double theta, bool tied);
+
 /// Model shapes for `kvbench bench --model-shape NAME` (random weights): stories260k,
 /// smollm2-135m, qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.1-8b. Throws kvb::Error on unknown names.
 ModelConfig model_shape(const std::string& name);

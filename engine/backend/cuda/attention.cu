@@ -75,6 +75,28 @@ __device__ void write_row(const AttnArgs& a, const AttnItem& it, int head, int r
   if (a.lse && lane == 0) a.lse[t * a.Hq + hq] = l > 0.0f ? m + logf(l) : -FLT_MAX;
 }
 
+// Stores row r of unit u once its keys are done: the normalised row (write_row) when the unit is
+// its row's whole chunk, else the unnormalised partial output and its (max, sum) for combine_k.
+// D = a.D (passed in: attn_k holds it in a register).
+template <int DPL>
+__device__ __forceinline__ void finish_row(const AttnArgs& a, const AttnItem& it, const AttnUnit& u, int r, int D,
+                                           const float* acc, float m, float l, int lane) {
+  if (u.part < 0) {
+    write_row<DPL>(a, it, u.head, u.row0 + r, acc, m, l, lane);
+  } else {
+    float* po = a.part_o + (static_cast<int64_t>(u.part) * kAttnRows + r) * D;
+#pragma unroll
+    for (int c = 0; c < DPL; ++c) {
+      const int d = lane + 32 * c;
+      if (d < D) po[d] = acc[c];
+    }
+    if (lane == 0) {
+      a.part_ml[(static_cast<int64_t>(u.part) * kAttnRows + r) * 2] = m;
+      a.part_ml[(static_cast<int64_t>(u.part) * kAttnRows + r) * 2 + 1] = l;
+    }
+  }
+}
+
 template <int DPL>
 __global__ void __launch_bounds__(kThreads) attn_k(AttnArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -210,21 +232,7 @@ __global__ void __launch_bounds__(kThreads) attn_k(AttnArgs a) {
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k) {
     if (!valid[k]) continue;
-    const int r = warp + 4 * k;
-    if (u.part < 0) {
-      write_row<DPL>(a, it, u.head, u.row0 + r, acc[k], m[k], l[k], lane);
-    } else {
-      float* po = a.part_o + (static_cast<int64_t>(u.part) * kAttnRows + r) * D;
-#pragma unroll
-      for (int c = 0; c < DPL; ++c) {
-        const int d = lane + 32 * c;
-        if (d < D) po[d] = acc[k][c];
-      }
-      if (lane == 0) {
-        a.part_ml[(static_cast<int64_t>(u.part) * kAttnRows + r) * 2] = m[k];
-        a.part_ml[(static_cast<int64_t>(u.part) * kAttnRows + r) * 2 + 1] = l[k];
-      }
-    }
+    finish_row<DPL>(a, it, u, warp + 4 * k, D, acc[k], m[k], l[k], lane);
   }
 }
 

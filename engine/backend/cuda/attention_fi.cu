@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/attention_fi.h"
+#include "engine/backend/cuda/device_buffer.h"
 
 namespace kvb::cuda {
 
@@ -25,15 +26,24 @@ using Params = flashinfer::BatchPrefillPagedParams<bf16, bf16, bf16, int32_t>;
 using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
                                              /*logits_soft_cap=*/false, /*alibi=*/false>;
 
+// The thread's (token t, query head hq, 8-dim chunk c) of a [T, Hq, D / 8] grid of chunks, one
+// thread per chunk; false for the threads past the end.
+__device__ __forceinline__ bool thread_chunk(int T, int Hq, int D, int64_t& t, int& hq, int& c) {
+  const int chunks = D / 8;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<int64_t>(T) * Hq * chunks) return false;
+  c = static_cast<int>(idx % chunks);
+  hq = static_cast<int>((idx / chunks) % Hq);
+  t = idx / (static_cast<int64_t>(chunks) * Hq);
+  return true;
+}
+
 // q_bf[((h·T + t)·G + g)·D + d] = bf16(qkv[t·stride + (h·G + g)·D + d]): one thread per 8 dims.
 __global__ void q_pack_k(const float* __restrict__ qkv, int64_t stride, int T, int Hq, int G, int D,
                          uint16_t* __restrict__ q_bf) {
-  const int chunks = D / 8;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(T) * Hq * chunks) return;
-  const int c = static_cast<int>(idx % chunks);
-  const int hq = static_cast<int>((idx / chunks) % Hq);
-  const int64_t t = idx / (static_cast<int64_t>(chunks) * Hq);
+  int64_t t;
+  int hq, c;
+  if (!thread_chunk(T, Hq, D, t, hq, c)) return;
   const float4* src = reinterpret_cast<const float4*>(qkv + t * stride + static_cast<int64_t>(hq) * D + c * 8);
   const float4 a = src[0], b = src[1];
   const int h = hq / G, g = hq % G;
@@ -46,12 +56,9 @@ __global__ void q_pack_k(const float* __restrict__ qkv, int64_t stride, int T, i
 
 // out[(t·Hq + h·G + g)·D + d] = o_bf[((h·T + t)·G + g)·D + d]: one thread per 8 dims.
 __global__ void o_unpack_k(const uint16_t* __restrict__ o_bf, int T, int Hq, int G, int D, uint16_t* __restrict__ out) {
-  const int chunks = D / 8;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(T) * Hq * chunks) return;
-  const int c = static_cast<int>(idx % chunks);
-  const int hq = static_cast<int>((idx / chunks) % Hq);
-  const int64_t t = idx / (static_cast<int64_t>(chunks) * Hq);
+  int64_t t;
+  int hq, c;
+  if (!thread_chunk(T, Hq, D, t, hq, c)) return;
   const int h = hq / G, g = hq % G;
   *reinterpret_cast<uint4*>(out + (t * Hq + hq) * D + c * 8) =
       *reinterpret_cast<const uint4*>(o_bf + ((static_cast<int64_t>(h) * T + t) * G + g) * D + c * 8);
@@ -67,39 +74,6 @@ __global__ void gather_pages_k(const int32_t* __restrict__ pages, const int32_t*
   const int32_t beg = kv_indptr[r], n = kv_indptr[r + 1] - beg;
   for (int j = threadIdx.x; j < n; j += blockDim.x) indices[beg + j] = src[j];
 }
-
-template <typename T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  ~Dev() {
-    if (p) cudaFree(p);
-  }
-  void grow(size_t count, const char* what) {
-    if (count <= n) return;
-    if (p) check(cudaFree(p), what);
-    p = nullptr;
-    n = 0;
-    check(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)), what);
-    n = count;
-  }
-};
-
-struct Pinned {
-  void* p = nullptr;
-  size_t n = 0;
-  ~Pinned() {
-    if (p) cudaFreeHost(p);
-  }
-  void grow(size_t bytes, const char* what) {
-    if (bytes <= n) return;
-    if (p) check(cudaFreeHost(p), what);
-    p = nullptr;
-    n = 0;
-    check(cudaMallocHost(&p, bytes), what);
-    n = bytes;
-  }
-};
 
 template <uint32_t CTA, uint32_t HD>
 cudaError_t dispatch_one(const Params& p, bf16* tmp_v, float* tmp_s, cudaStream_t s) {
@@ -129,10 +103,12 @@ struct FiPrefill::Impl {
   flashinfer::PrefillPlanInfo info;
   // Device: request arrays [qo_indptr R+1 | kv_indptr R+1 | last_page_len R], page indices,
   // packed queries and outputs, FlashInfer's workspaces.
-  Dev<int32_t> req, indices;
-  Dev<uint16_t> q_bf, o_bf;
-  Dev<uint8_t> float_ws, int_ws;
-  Pinned req_h, int_ws_h;
+  DevBuf<int32_t> req, indices;
+  DevBuf<uint16_t> q_bf, o_bf;
+  DevBuf<uint8_t> float_ws, int_ws;
+  // Pinned host copies: the request arrays' staging and FlashInfer's host-side int workspace.
+  PinnedBuf<int32_t> req_h;
+  PinnedBuf<uint8_t> int_ws_h;
   std::vector<int32_t> qo_indptr_h, kv_indptr_h, last_h;
 };
 
@@ -189,8 +165,8 @@ void FiPrefill::plan(const int32_t* qo_indptr, const int32_t* kv_indptr, const i
   check(st, "FlashInfer prefill plan");
   // Request arrays to the device (pinned staging, one copy).
   const size_t words = static_cast<size_t>(3 * R + 2);
-  m.req_h.grow(words * 4, "FlashInfer request arrays");
-  auto* w = static_cast<int32_t*>(m.req_h.p);
+  m.req_h.grow(words, "FlashInfer request arrays");
+  int32_t* w = m.req_h.p;
   std::copy(m.qo_indptr_h.begin(), m.qo_indptr_h.end(), w);
   std::copy(m.kv_indptr_h.begin(), m.kv_indptr_h.end(), w + R + 1);
   std::copy(m.last_h.begin(), m.last_h.end(), w + 2 * (R + 1));

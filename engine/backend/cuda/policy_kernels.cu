@@ -137,26 +137,33 @@ int grid_for(int64_t total, int threads) {
   return static_cast<int>(g < 1 ? 1 : (g > 65535 * 8 ? 65535 * 8 : g));
 }
 
+// window_attention (softmax = true: probabilities) and window_logits (false: scaled logits): one
+// block of 256 threads per query row, the row's query in shared memory. `too_wide` is the error
+// for D > 1024, `name` the launch check's.
+void launch_window(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D, float scale,
+                   int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool, float* out,
+                   bool softmax, const char* too_wide, const char* name, cudaStream_t s) {
+  if (R == 0 || L == 0) return;
+  if (D > 1024) raise_error(too_wide);
+  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, window, softcap, k_pool,
+                                                       pos_pool, out, softmax);
+  check_launch(name);
+}
+
 }  // namespace
 
 void window_attention(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D,
                       float scale, int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool,
                       float* probs, cudaStream_t s) {
-  if (R == 0 || L == 0) return;
-  if (D > 1024) raise_error("CUDA window attention: head_dim above 1024");
-  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, window, softcap, k_pool,
-                                                       pos_pool, probs, true);
-  check_launch("window_attention");
+  launch_window(q, qpos, R, pages, L, P, D, scale, window, softcap, k_pool, pos_pool, probs, true,
+                "CUDA window attention: head_dim above 1024", "window_attention", s);
 }
 
 void window_logits(const float* q, const int32_t* qpos, int R, const int32_t* pages, int L, int P, int D, float scale,
                    int32_t window, float softcap, const uint16_t* k_pool, const int32_t* pos_pool, float* logits,
                    cudaStream_t s) {
-  if (R == 0 || L == 0) return;
-  if (D > 1024) raise_error("CUDA window logits: head_dim above 1024");
-  window_attention_k<<<R, 256, D * sizeof(float), s>>>(q, qpos, pages, L, P, D, scale, window, softcap, k_pool,
-                                                       pos_pool, logits, false);
-  check_launch("window_logits");
+  launch_window(q, qpos, R, pages, L, P, D, scale, window, softcap, k_pool, pos_pool, logits, false,
+                "CUDA window logits: head_dim above 1024", "window_logits", s);
 }
 
 void attention_colsum(const AttnArgs& a, int num_items, const int32_t* len, const int64_t* off, int max_len,

@@ -240,29 +240,13 @@ bool reads_selected(const std::string& spec) { return check_policy(spec, 64)->ne
 ///     that differs from 1/√D), attention-logit soft-cap 1 and final-logit soft-cap 5 (small
 ///     enough to bite on random weights, whose scores are O(1)).
 ModelConfig check_shape(const std::string& name) {
-  auto base = [](const char* type, int64_t V, int64_t H, int64_t I, int64_t L, int64_t Hq, int64_t Hkv, int64_t D) {
-    ModelConfig c;
-    c.model_type = type;
-    c.vocab_size = V;
-    c.hidden_size = H;
-    c.intermediate_size = I;
-    c.num_layers = L;
-    c.num_heads = Hq;
-    c.num_kv_heads = Hkv;
-    c.head_dim = D;
-    c.rope_theta = 10000;
-    c.tie_word_embeddings = true;
-    c.max_position_embeddings = 131072;
-    c.rms_norm_eps = 1e-6;
-    return c;
-  };
   if (name == "mistral-w160") {
-    ModelConfig c = base("mistral", 2048, 512, 1024, 4, 4, 2, 128);
+    ModelConfig c = shape_config("mistral", 2048, 512, 1024, 4, 4, 2, 128, 10000, true);
     c.layer_window.assign(static_cast<size_t>(c.num_layers), 160);
     return c;
   }
   if (name == "gemma2-w96") {
-    ModelConfig c = base("gemma2", 2048, 512, 1024, 4, 4, 2, 256);
+    ModelConfig c = shape_config("gemma2", 2048, 512, 1024, 4, 4, 2, 256, 10000, true);
     c.layer_window.assign(static_cast<size_t>(c.num_layers), 0);
     for (size_t l = 0; l < c.layer_window.size(); l += 2) c.layer_window[l] = 96;
     c.query_pre_attn_scalar = 144;
@@ -330,6 +314,147 @@ KeepAgreement agreement(const std::vector<Snapshot>& a, const std::vector<Snapsh
   return r;
 }
 
+/// One `equiv` row: policy `pol` (budget `budget`; "full" runs without one) on `prompt` then
+/// `forced`, on the f32 CPU, cpu-bf16 and `dev`: logits and keep-set agreement printed as one table
+/// row. Returns whether the row passes (the criteria of equiv's header); an exception is a FAIL row.
+bool equiv_row(const std::shared_ptr<Model>& m, const std::string& shape, const std::string& pol, int64_t budget,
+               const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced, const std::string& dev, int V) {
+  const int len = static_cast<int>(prompt.size());
+  const int64_t b = pol == "full" ? 0 : budget;
+  const bool score_free = pol == "full" || pol == "streamingllm" || pol == "random";
+  const bool selects = pol != "readsel-probe" && reads_selected(pol);
+  try {
+    std::vector<Snapshot> sc, sg, sf;
+    const auto f32 = run_score(m, "cpu", pol, b, prompt, forced, &sf);
+    const auto ref = run_score(m, "cpu-bf16", pol, b, prompt, forced, &sc);
+    const auto got = run_score(m, dev, pol, b, prompt, forced, &sg);
+    const Err ef = compare(got, f32, V), eb = compare(got, ref, V);
+    const KeepAgreement ka = agreement(sg, sc), floor = agreement(sf, sc);
+    bool pass = ka.same_steps;
+    if (score_free) pass = pass && ka.all == 100.0;
+    else pass = pass && ka.first >= std::min(95.0, floor.first - 10.0) && ka.all >= floor.all - 10.0;
+    if (selects) pass = ka.same_steps && ka.all == 100.0;  // nothing is evicted; reads: see the header
+    else if (ka.all == 100.0) pass = pass && eb.max_rel <= 2e-2;
+    if (pol == "full") pass = pass && ef.max_rel <= 2e-2;
+    std::printf("%-14s %-58s %6d %11.3e %11.3e %8.2f %8.2f %8.2f %8.2f  %s\n", shape.c_str(), pol.c_str(), len,
+                ef.max_rel, eb.max_rel, ka.first, ka.all, floor.first, floor.all, pass ? "ok" : "FAIL");
+    return pass;
+  } catch (const std::exception& e) {
+    std::printf("%-14s %-58s %6d  FAIL: %s\n", shape.c_str(), pol.c_str(), len, e.what());
+    return false;
+  }
+}
+
+/// `equiv`'s engine-level generation of `shape` (tokens drawn from `rng` through `tokd`): prints
+/// its row and returns whether it passes.
+bool equiv_generation(const std::shared_ptr<Model>& m, const std::string& shape, const std::string& dev,
+                      std::mt19937& rng, std::uniform_int_distribution<int32_t>& tokd) {
+  // Engine-level generation, a batch of three unequal prompts, 64 greedy tokens each, decode
+  // steps sampling on the device: tokens must equal cpu-bf16's (f32 CPU agreement printed);
+  // a sampled run must reproduce itself.
+  std::vector<GenerationRequest> reqs(4);
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    reqs[r].prompt.resize(40 + 37 * r);
+    for (auto& t : reqs[r].prompt) t = tokd(rng);
+    reqs[r].max_new_tokens = 64;
+    reqs[r].seed = 100 + r;
+  }
+  reqs[3].sampling.temperature = 0.8f;
+  reqs[3].sampling.top_p = 0.95f;
+  auto gen = [&](const std::string& backend) {
+    EngineOptions eo;
+    eo.backend = backend;
+    Engine e(m, eo, make_policy(PolicySpec::parse("full")));
+    return e.generate(reqs, nullptr);
+  };
+  const auto f32 = gen("cpu");
+  const auto ref = gen("cpu-bf16");
+  const auto got = gen(dev);
+  const auto again = gen(dev);
+  size_t lead = 0, lead32 = 0, n = 0;
+  for (size_t r = 0; r < 3; ++r) {
+    auto common = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+      size_t i = 0;
+      while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+      return i;
+    };
+    lead += common(ref[r].tokens, got[r].tokens);
+    lead32 += common(f32[r].tokens, got[r].tokens);
+    n += ref[r].tokens.size();
+  }
+  const bool repro = got[3].tokens == again[3].tokens && !got[3].tokens.empty();
+  const bool same = lead == n && n == 3 * 64;
+  std::printf(
+      "%-14s generate (prompts 40/77/114, batched): greedy cuda == cpu-bf16 for %zu of %zu tokens, == f32 cpu "
+      "for %zu (info); sampled run reproducible: %s  %s\n",
+      shape.c_str(), lead, n, lead32, repro ? "yes" : "NO", repro && same ? "ok" : "FAIL");
+  return repro && same;
+}
+
+/// `equiv`'s device-sampling check of `shape` (config `cfg`; tokens drawn from `rng` through
+/// `tokd`): prints its row and returns whether it passes.
+bool equiv_sampling(const std::shared_ptr<Model>& m, const ModelConfig& cfg, const std::string& shape,
+                    std::mt19937& rng, std::uniform_int_distribution<int32_t>& tokd) {
+  const int V = static_cast<int>(cfg.vocab_size);
+  // Device sampling against the CPU sampler: greedy against kvb::argmax of the same logits;
+  // temperature + top-p: for a stratified grid of uniforms u, the device's pick must be the
+  // id-order inverse CDF of the CPU sampler's distribution (kvb::sample_token's kept set and
+  // probabilities) at u — i.e. the same distribution; misses are allowed only where u lies
+  // within 1e-4 of a CDF step (f32 vs double rounding).
+  KVCacheConfig kc = kv_cache_config(cfg);
+  kc.payload = kv_payload_for("cuda", PolicyNeeds{});  // full cache: no host K/V
+  KVCache cache(kc);
+  CudaBackend be(*m, cache);
+  std::vector<int32_t> toks(64);
+  for (auto& t : toks) t = tokd(rng);
+  std::vector<ForwardItem> items(4);
+  for (int b = 0; b < 4; ++b) {
+    items[b].seq = cache.add_sequence();
+    items[b].tokens = toks.data() + 16 * b;
+    items[b].n = 16;
+    items[b].prefill = items[b].prefill_last = true;
+  }
+  std::vector<float> logits;
+  be.forward(items, nullptr, logits);
+  std::vector<SamplingParams> sp(4);
+  const auto dev = be.sample_last(sp, std::vector<float>(4, 0.5f));
+  int agree = 0;
+  for (int b = 0; b < 4; ++b) agree += dev[b] == argmax(&logits[static_cast<size_t>(b) * V], V);
+  const float temps[4] = {0.05f, 0.2f, 0.7f, 1.0f}, tops[4] = {1.0f, 0.9f, 0.5f, 0.95f};
+  std::vector<SamplingParams> tp(4);
+  std::vector<std::vector<double>> cdf(4);
+  for (int b = 0; b < 4; ++b) {
+    tp[b].temperature = temps[b];
+    tp[b].top_p = tops[b];
+    const auto p = cpu_sampler_dist(&logits[static_cast<size_t>(b) * V], V, temps[b], tops[b]);
+    cdf[b].resize(V);
+    double c = 0;
+    for (int i = 0; i < V; ++i) cdf[b][i] = (c += p[i]);
+  }
+  const int N = 2000;
+  int match = 0, near = 0, bad = 0;
+  for (int k = 0; k < N; ++k) {
+    const float uu = (k + 0.5f) / N;
+    const auto drawn = be.sample_last(tp, std::vector<float>(4, uu));
+    for (int b = 0; b < 4; ++b) {
+      const auto& C = cdf[b];
+      const int exp = static_cast<int>(std::upper_bound(C.begin(), C.end(), static_cast<double>(uu)) - C.begin());
+      const int e = std::min(exp, V - 1);
+      if (drawn[b] == e) ++match;
+      else if (drawn[b] >= 0 && drawn[b] < V &&
+               (std::fabs(C[drawn[b]] - uu) < 1e-4 || (drawn[b] > 0 && std::fabs(C[drawn[b] - 1] - uu) < 1e-4)))
+        ++near;
+      else ++bad;
+    }
+  }
+  const bool pass = agree == 4 && bad == 0;
+  std::printf(
+      "%-14s device sampling: greedy == host argmax %d/4; T/top-p (0.05/1, 0.2/0.9, 0.7/0.5, 1/0.95) "
+      "picks == CPU sampler's inverse CDF %d/%d, at a CDF step (rounding) %d, wrong %d  %s\n",
+      shape.c_str(), agree, match, 4 * N, near, bad, pass ? "ok" : "FAIL");
+  return pass;
+}
+
 int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vector<std::string>& policy_shapes,
           const std::string& dev) {
   bool ok = true;
@@ -364,134 +489,13 @@ int equiv(const std::vector<std::string>& shapes, int64_t budget, const std::vec
         // Policies compress only beyond the budget; the read-selection probe runs on every shape
         // (sliding windows and soft-caps with ranged reads).
         if (pol != "full" && (len < 300 || (!all_policies && pol != "readsel-probe"))) continue;
-        const int64_t b = pol == "full" ? 0 : budget;
-        const bool score_free = pol == "full" || pol == "streamingllm" || pol == "random";
-        const bool selects = pol != "readsel-probe" && reads_selected(pol);
-        try {
-          std::vector<Snapshot> sc, sg, sf;
-          const auto f32 = run_score(m, "cpu", pol, b, prompt, forced, &sf);
-          const auto ref = run_score(m, "cpu-bf16", pol, b, prompt, forced, &sc);
-          const auto got = run_score(m, dev, pol, b, prompt, forced, &sg);
-          const Err ef = compare(got, f32, V), eb = compare(got, ref, V);
-          const KeepAgreement ka = agreement(sg, sc), floor = agreement(sf, sc);
-          bool pass = ka.same_steps;
-          if (score_free) pass = pass && ka.all == 100.0;
-          else pass = pass && ka.first >= std::min(95.0, floor.first - 10.0) && ka.all >= floor.all - 10.0;
-          if (selects) pass = ka.same_steps && ka.all == 100.0;  // nothing is evicted; reads: see the header
-          else if (ka.all == 100.0) pass = pass && eb.max_rel <= 2e-2;
-          if (pol == "full") pass = pass && ef.max_rel <= 2e-2;
-          ok = ok && pass;
-          std::printf("%-14s %-58s %6d %11.3e %11.3e %8.2f %8.2f %8.2f %8.2f  %s\n", shape.c_str(), pol.c_str(), len,
-                      ef.max_rel, eb.max_rel, ka.first, ka.all, floor.first, floor.all, pass ? "ok" : "FAIL");
-        } catch (const std::exception& e) {
-          ok = false;
-          std::printf("%-14s %-58s %6d  FAIL: %s\n", shape.c_str(), pol.c_str(), len, e.what());
-        }
+        ok = equiv_row(m, shape, pol, budget, prompt, forced, dev, V) && ok;
         std::fflush(stdout);
       }
     }
-    // Engine-level generation, a batch of three unequal prompts, 64 greedy tokens each, decode
-    // steps sampling on the device: tokens must equal cpu-bf16's (f32 CPU agreement printed);
-    // a sampled run must reproduce itself.
-    {
-      std::vector<GenerationRequest> reqs(4);
-      for (size_t r = 0; r < reqs.size(); ++r) {
-        reqs[r].prompt.resize(40 + 37 * r);
-        for (auto& t : reqs[r].prompt) t = tokd(rng);
-        reqs[r].max_new_tokens = 64;
-        reqs[r].seed = 100 + r;
-      }
-      reqs[3].sampling.temperature = 0.8f;
-      reqs[3].sampling.top_p = 0.95f;
-      auto gen = [&](const std::string& backend) {
-        EngineOptions eo;
-        eo.backend = backend;
-        Engine e(m, eo, make_policy(PolicySpec::parse("full")));
-        return e.generate(reqs, nullptr);
-      };
-      const auto f32 = gen("cpu");
-      const auto ref = gen("cpu-bf16");
-      const auto got = gen(dev);
-      const auto again = gen(dev);
-      size_t lead = 0, lead32 = 0, n = 0;
-      for (size_t r = 0; r < 3; ++r) {
-        auto common = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-          size_t i = 0;
-          while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
-          return i;
-        };
-        lead += common(ref[r].tokens, got[r].tokens);
-        lead32 += common(f32[r].tokens, got[r].tokens);
-        n += ref[r].tokens.size();
-      }
-      const bool repro = got[3].tokens == again[3].tokens && !got[3].tokens.empty();
-      const bool same = lead == n && n == 3 * 64;
-      ok = ok && repro && same;
-      std::printf(
-          "%-14s generate (prompts 40/77/114, batched): greedy cuda == cpu-bf16 for %zu of %zu tokens, == f32 cpu "
-          "for %zu (info); sampled run reproducible: %s  %s\n",
-          shape.c_str(), lead, n, lead32, repro ? "yes" : "NO", repro && same ? "ok" : "FAIL");
-    }
+    ok = equiv_generation(m, shape, dev, rng, tokd) && ok;
     if (dev != "cuda") continue;  // a dry run of the checks on a CPU backend (--backend): no device sampler
-    // Device sampling against the CPU sampler: greedy against kvb::argmax of the same logits;
-    // temperature + top-p: for a stratified grid of uniforms u, the device's pick must be the
-    // id-order inverse CDF of the CPU sampler's distribution (kvb::sample_token's kept set and
-    // probabilities) at u — i.e. the same distribution; misses are allowed only where u lies
-    // within 1e-4 of a CDF step (f32 vs double rounding).
-    {
-      KVCacheConfig kc = kv_cache_config(cfg);
-      kc.payload = kv_payload_for("cuda", PolicyNeeds{});  // full cache: no host K/V
-      KVCache cache(kc);
-      CudaBackend be(*m, cache);
-      std::vector<int32_t> toks(64);
-      for (auto& t : toks) t = tokd(rng);
-      std::vector<ForwardItem> items(4);
-      for (int b = 0; b < 4; ++b) {
-        items[b].seq = cache.add_sequence();
-        items[b].tokens = toks.data() + 16 * b;
-        items[b].n = 16;
-        items[b].prefill = items[b].prefill_last = true;
-      }
-      std::vector<float> logits;
-      be.forward(items, nullptr, logits);
-      std::vector<SamplingParams> sp(4);
-      const auto dev = be.sample_last(sp, std::vector<float>(4, 0.5f));
-      int agree = 0;
-      for (int b = 0; b < 4; ++b) agree += dev[b] == argmax(&logits[static_cast<size_t>(b) * V], V);
-      const float temps[4] = {0.05f, 0.2f, 0.7f, 1.0f}, tops[4] = {1.0f, 0.9f, 0.5f, 0.95f};
-      std::vector<SamplingParams> tp(4);
-      std::vector<std::vector<double>> cdf(4);
-      for (int b = 0; b < 4; ++b) {
-        tp[b].temperature = temps[b];
-        tp[b].top_p = tops[b];
-        const auto p = cpu_sampler_dist(&logits[static_cast<size_t>(b) * V], V, temps[b], tops[b]);
-        cdf[b].resize(V);
-        double c = 0;
-        for (int i = 0; i < V; ++i) cdf[b][i] = (c += p[i]);
-      }
-      const int N = 2000;
-      int match = 0, near = 0, bad = 0;
-      for (int k = 0; k < N; ++k) {
-        const float uu = (k + 0.5f) / N;
-        const auto drawn = be.sample_last(tp, std::vector<float>(4, uu));
-        for (int b = 0; b < 4; ++b) {
-          const auto& C = cdf[b];
-          const int exp = static_cast<int>(std::upper_bound(C.begin(), C.end(), static_cast<double>(uu)) - C.begin());
-          const int e = std::min(exp, V - 1);
-          if (drawn[b] == e) ++match;
-          else if (drawn[b] >= 0 && drawn[b] < V &&
-                   (std::fabs(C[drawn[b]] - uu) < 1e-4 || (drawn[b] > 0 && std::fabs(C[drawn[b] - 1] - uu) < 1e-4)))
-            ++near;
-          else ++bad;
-        }
-      }
-      const bool pass = agree == 4 && bad == 0;
-      ok = ok && pass;
-      std::printf(
-          "%-14s device sampling: greedy == host argmax %d/4; T/top-p (0.05/1, 0.2/0.9, 0.7/0.5, 1/0.95) "
-          "picks == CPU sampler's inverse CDF %d/%d, at a CDF step (rounding) %d, wrong %d  %s\n",
-          shape.c_str(), agree, match, 4 * N, near, bad, pass ? "ok" : "FAIL");
-    }
+    ok = equiv_sampling(m, cfg, shape, rng, tokd) && ok;
   }
   std::printf("equivalence: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;

@@ -1,0 +1,95 @@
+// CudaBackend's KV side on the device (cuda_impl.h KvPool, DevPageTables): the pool of bf16 K/V
+// slots addressed by the host KVCache's page ids, the device-resident page tables (plan.h
+// PageTableStore: a step uploads only new page ids), and keep-set compaction mirrored from the host
+// cache onto the pool (plan.h compaction_pairs + kernels.h compact_pairs).
+#include <algorithm>
+#include <utility>
+
+#include "engine/backend/cuda/cuda_impl.h"
+#include "engine/util/error.h"
+
+namespace kvb {
+
+using cuda::check;
+using cuda::DevBuf;
+
+void CudaBackend::Impl::ensure_pool() {
+  const int64_t need = cache.pages_allocated();
+  meas.peak_pool_pages = std::max(meas.peak_pool_pages, cache.pages_in_use());
+  if (need <= pool.pages) return;
+  int64_t cap = std::max<int64_t>(need, pool.pages + pool.pages / 2);
+  cap = std::max<int64_t>(cap, 64);
+  // A page limit (EngineOptions::max_kv_pages, `bench --memory`): reserve it whole at the first
+  // allocation, so the pool never grows (a growth holds the old and the new pool at once).
+  if (cache.config().max_pages > 0) cap = std::max<int64_t>(need, cache.config().max_pages);
+  const size_t slot_bytes = static_cast<size_t>(D) * 2 * 2 + 4;
+  size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "memory info");
+  // Old and new pools coexist during the copy: cap the growth by what is free.
+  const int64_t afford = static_cast<int64_t>(free_b * 0.9 / (slot_bytes * P));
+  if (cap > afford) cap = std::max(need, afford);
+  if (cap > afford)
+    fail("--backend cuda: KV pool needs {} pages of {} tokens ({:.1f} GiB) but only {:.1f} GiB of device memory is free",
+         need, P, need * slot_bytes * P / 1073741824.0, free_b / 1073741824.0);
+  const size_t slots = static_cast<size_t>(cap) * P, old = static_cast<size_t>(pool.pages) * P;
+  DevBuf<uint16_t> nk, nv;
+  DevBuf<int32_t> np;
+  nk.grow(slots * D, "KV pool (keys)");
+  nv.grow(slots * D, "KV pool (values)");
+  np.grow(slots, "KV pool (positions)");
+  if (old) {
+    check(cudaMemcpyAsync(nk.p, pool.k.p, old * D * 2, cudaMemcpyDeviceToDevice, stream), "grow pool");
+    check(cudaMemcpyAsync(nv.p, pool.v.p, old * D * 2, cudaMemcpyDeviceToDevice, stream), "grow pool");
+    check(cudaMemcpyAsync(np.p, pool.pos.p, old * 4, cudaMemcpyDeviceToDevice, stream), "grow pool");
+    check(cudaStreamSynchronize(stream), "grow pool");
+  }
+  pool.k = std::move(nk);  // frees the old pools
+  pool.v = std::move(nv);
+  pool.pos = std::move(np);
+  pool.pages = cap;
+}
+
+int32_t CudaBackend::Impl::compact(SeqId seq, int layer, int h, const std::vector<int32_t>& keep,
+                                   std::vector<int64_t>& src, std::vector<int64_t>& dst) {
+  const std::vector<int32_t>& pg = cache.pages(seq, layer, h);
+  cuda::compaction_pairs(pg, cache.length(seq, layer, h), P, keep, src, dst);
+  const uint64_t before = cache.page_list_shrinks();
+  const int32_t evicted = cache.compact(seq, layer, h, keep);
+  if (before == pt.seen_shrinks) pt.seen_shrinks = cache.page_list_shrinks();  // ours, reported below
+  pt.store->shrunk(seq, layer, h, cache.pages(seq, layer, h).size());
+  return evicted;
+}
+
+void CudaBackend::Impl::flush_pages() {
+  if (pt.store->take_grew()) {
+    stage_upload(pt.table, pt.store->image(), "device page tables");
+  } else if (!pt.writes.empty()) {
+    stage_upload(pt.writes_d, pt.writes, "page table writes");
+    cuda::set_entries(pt.writes_d.p, static_cast<int>(pt.writes.size() / 2), pt.table.p, stream);
+  }
+  pt.writes.clear();
+}
+
+void CudaBackend::Impl::flush_compaction(std::vector<int64_t>& src, std::vector<int64_t>& dst) {
+  if (src.empty()) return;
+  const int n = static_cast<int>(src.size());
+  pool.csrc.upload(src, stream, "compaction");
+  pool.cdst.upload(dst, stream, "compaction");
+  pool.scratch_kv.grow(static_cast<size_t>(2) * n * D, "compaction scratch");
+  pool.scratch_pos.grow(n, "compaction scratch");
+  cuda::compact_pairs(pool.csrc.p, pool.cdst.p, n, D, pool.k.p, pool.v.p, pool.pos.p, pool.scratch_kv.p,
+                      pool.scratch_pos.p, stream);
+  check(cudaStreamSynchronize(stream), "compaction");  // src/dst host vectors are reused
+  src.clear();
+  dst.clear();
+}
+
+void CudaBackend::Impl::refresh_page_tables() {
+  pt.store->release_if([this](int32_t s) { return !cache.has_sequence(s); });
+  if (cache.page_list_shrinks() != pt.seen_shrinks) {
+    pt.store->invalidate();
+    pt.seen_shrinks = cache.page_list_shrinks();
+  }
+}
+
+}  // namespace kvb
