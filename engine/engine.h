@@ -111,14 +111,23 @@ class Engine {
   Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::unique_ptr<Policy> policy);
   ~Engine();
 
-  /// Generates for every request with continuous batching (at most max_batch at once).
-  /// `tok` is needed for stop strings and result text (may be null: text stays empty).
+  /// Generates for every request with continuous batching (at most max_batch at once): the step
+  /// scheduler runs chunked prefill steps batched across the sequences with input left, then one
+  /// decode step over every active sequence; generate() samples each sequence's tokens and
+  /// applies its stop rules and turns. `tok` is needed for stop strings and result text (may be
+  /// null: text stays empty). Throws kvb::Error for an empty prompt or turn, stop strings without
+  /// a tokenizer, a prompt longer than the model's context, and what forward() throws.
   std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& reqs, const tok::Tokenizer* tok,
                                          const TokenCallback& cb = {});
 
   /// Teacher-forced scoring: runs `prompt` as a prefill, then feeds `forced` one token per decode
-  /// step, returning the logits [forced.size() + 1, V] predicted after the prompt and after each
-  /// forced token. The policy is active throughout (used by tests and `kvbench fidelity`).
+  /// step, returning the logits [forced.size() + 1, V] f32 predicted after the prompt and after
+  /// each forced token. The policy is active throughout (used by tests and `kvbench fidelity`).
+  /// Its steps go through the step scheduler generate() uses (prefill chunks of at most
+  /// prefill_chunk tokens, then one-token decode steps), with the same KV-cache step bookkeeping
+  /// and measurements: `stats` (may be null) gets them as generate() reports them (prompt_tokens,
+  /// prefill / decode seconds of its steps, policy seconds, evictions, KV bytes, KV reads; no
+  /// tokens or text). Throws kvb::Error for an empty prompt, and what forward() throws.
   std::vector<float> score(const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced,
                            GenerationResult* stats = nullptr);
 
