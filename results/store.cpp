@@ -479,15 +479,8 @@ int64_t Store::begin_run(const RunInfo& info, Shard shard) {
              "INSERT INTO runs (run_key, name, kvbench_version, git_sha, host, backend, device, "
              "config_json, started_at) VALUES (?,?,?,?,?,?,?,?,?)",
              KVB_ERR);
-    ins.bind(1, info.run_key)
-        .bind(2, info.name)
-        .bind(3, info.kvbench_version)
-        .bind(4, info.git_sha)
-        .bind(5, info.host.empty() ? hostname() : info.host)
-        .bind(6, info.backend)
-        .bind(7, info.device)
-        .bind(8, info.config.dump())
-        .bind(9, now);
+    ins.bind_row(info.run_key, info.name, info.kvbench_version, info.git_sha,
+                 info.host.empty() ? hostname() : info.host, info.backend, info.device, info.config.dump(), now);
     ins.run();
     run_id = sqlite3_last_insert_rowid(db_);
   } else {
@@ -505,14 +498,10 @@ int64_t Store::begin_run(const RunInfo& info, Shard shard) {
            "INSERT INTO run_parts (run_id, shard_index, shard_count, host, pid, started_at, "
            "part_uid) VALUES (?,?,?,?,?,?,?)",
            KVB_ERR);
-    p.bind(1, run_id)
-        .bind(2, shard.index)
-        .bind(3, shard.count)
-        .bind(4, info.host.empty() ? hostname() : info.host)
-        .bind(5, static_cast<int64_t>(getpid()))
-        .bind(6, now)
-        .bind(7, sha256_hex(fmt::format("{}\x1f{}\x1f{}\x1f{}", info.run_key, hostname(), getpid(),
-                                        std::chrono::steady_clock::now().time_since_epoch().count())));
+    p.bind_row(run_id, shard.index, shard.count, info.host.empty() ? hostname() : info.host,
+               static_cast<int64_t>(getpid()), now,
+               sha256_hex(fmt::format("{}\x1f{}\x1f{}\x1f{}", info.run_key, hostname(), getpid(),
+                                      std::chrono::steady_clock::now().time_since_epoch().count())));
     p.run();
     part_id_ = sqlite3_last_insert_rowid(db_);
   }
@@ -548,19 +537,8 @@ void Store::add_work_items(const std::vector<WorkItem>& items) {
            KVB_ERR);
   for (const auto& it : items) {
     if (it.key.empty()) fail("{}: work item without key (task {}, example {})", path_, it.task, it.example_id);
-    ins.bind(1, it.key)
-        .bind(2, it.model_id)
-        .bind(3, it.model_revision)
-        .bind(4, it.policy)
-        .bind(5, it.policy_params.dump())
-        .bind(6, it.policy_label)
-        .bind(7, it.budget)
-        .bind(8, it.task)
-        .bind(9, it.example_id)
-        .bind(10, it.prompt_sha256)
-        .bind(11, it.sample_index)
-        .bind(12, it.seed)
-        .bind(13, it.sampling.dump());
+    ins.bind_row(it.key, it.model_id, it.model_revision, it.policy, it.policy_params.dump(), it.policy_label, it.budget,
+                 it.task, it.example_id, it.prompt_sha256, it.sample_index, it.seed, it.sampling.dump());
     ins.run();
   }
   txn.commit();
@@ -588,17 +566,8 @@ static void insert_grades(sqlite3* db, int64_t run_id, const std::vector<GradeRe
     if (gr.score && !(*gr.score >= 0 && *gr.score <= 1))
       fail("{}: grade for item {}: score {} outside [0, 1]", path, gr.item_key, *gr.score);
     if (!gr.score && !gr.ungraded) fail("{}: grade for item {}: no score but not marked ungraded", path, gr.item_key);
-    g.bind(1, run_id)
-        .bind(2, gr.item_key)
-        .bind(3, gr.score)
-        .bind(4, gr.extracted)
-        .bind(5, gr.pred_norm)
-        .bind(6, gr.gold_norm)
-        .bind(7, gr.reason)
-        .bind(8, gr.grader)
-        .bind(9, gr.ungraded)
-        .bind(10, gr.judge_key)
-        .bind(11, now);
+    g.bind_row(run_id, gr.item_key, gr.score, gr.extracted, gr.pred_norm, gr.gold_norm, gr.reason, gr.grader,
+               gr.ungraded, gr.judge_key, now);
     g.run();
   }
 }
@@ -615,24 +584,9 @@ void Store::write_batch(int64_t run_id, const std::vector<GenerationRecord>& gen
   std::string now = now_iso();
   for (size_t i = 0; i < gens.size(); ++i) {
     const auto& g = gens[i];
-    ins.bind(1, run_id)
-        .bind(2, g.item_key)
-        .bind(3, g.text)
-        .bind(4, g.prompt_tokens)
-        .bind(5, g.generated_tokens)
-        .bind(6, g.finish_reason)
-        .bind(7, g.prefill_s)
-        .bind(8, g.decode_s)
-        .bind(9, g.ttft_s)
-        .bind(10, g.evictions)
-        .bind(11, g.kv_bytes_peak)
-        .bind(12, g.kv_bytes_final)
-        .bind(13, g.device_peak_bytes)
-        .bind(14, g.extra.dump())
-        .bind(15, now)
-        .bind(16, g.kv_bytes_read_step)
-        .bind(17, g.kv_bytes_steady)
-        .bind(18, g.decode_share_s);
+    ins.bind_row(run_id, g.item_key, g.text, g.prompt_tokens, g.generated_tokens, g.finish_reason, g.prefill_s,
+                 g.decode_s, g.ttft_s, g.evictions, g.kv_bytes_peak, g.kv_bytes_final, g.device_peak_bytes,
+                 g.extra.dump(), now, g.kv_bytes_read_step, g.kv_bytes_steady, g.decode_share_s);
     ins.run();
     if (after_row_hook_for_testing) after_row_hook_for_testing(i);
   }
@@ -703,13 +657,7 @@ void Store::judge_put(const JudgeEntry& e) {
          "INSERT OR REPLACE INTO judge_cache (judge_key, judge_model, request, response, score, "
          "created_at, template) VALUES (?,?,?,?,?,?,?)",
          KVB_ERR);
-  q.bind(1, e.judge_key)
-      .bind(2, e.judge_model)
-      .bind(3, e.request)
-      .bind(4, e.response)
-      .bind(5, e.score)
-      .bind(6, now_iso())
-      .bind(7, e.template_name);
+  q.bind_row(e.judge_key, e.judge_model, e.request, e.response, e.score, now_iso(), e.template_name);
   q.run();
 }
 

@@ -39,6 +39,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
+import goldens_env
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
 OUT_DIR = os.path.join(ROOT, "tests", "fixtures", "policies")
@@ -62,6 +64,21 @@ def rope(x, pos, inv_freq, scale):
     half = x.shape[-1] // 2
     rot = torch.cat([-x[..., half:], x[..., :half]], -1)
     return x * cos + rot * sin
+
+
+def qkv_proj(w, l, x, Hq, Hk, D, eps):
+    """Layer l's q [n, Hq, D], k and v [n, Hk, D] of hidden states x [n, H] (float64): input RMSNorm,
+    the three projections, and Qwen3's q/k RMSNorm when the layer has one; before RoPE.
+    w(l, name) gives the layer's tensor `model.layers.{l}.<name>` or None."""
+    n = x.shape[0]
+    xn = rms(x, w(l, "input_layernorm.weight"), eps)
+    q = (xn @ w(l, "self_attn.q_proj.weight").T).view(n, Hq, D)
+    k = (xn @ w(l, "self_attn.k_proj.weight").T).view(n, Hk, D)
+    v = (xn @ w(l, "self_attn.v_proj.weight").T).view(n, Hk, D)
+    if w(l, "self_attn.q_norm.weight") is not None:
+        q = rms(q, w(l, "self_attn.q_norm.weight"), eps)
+        k = rms(k, w(l, "self_attn.k_norm.weight"), eps)
+    return q, k, v
 
 
 class Restatement:
@@ -99,13 +116,7 @@ class Restatement:
             x = emb[ids]
             n = e - b
             for l in range(self.L):
-                xn = rms(x, self.layer_w(l, "input_layernorm.weight"), self.eps)
-                q = (xn @ self.layer_w(l, "self_attn.q_proj.weight").T).view(n, self.Hq, self.D)
-                k = (xn @ self.layer_w(l, "self_attn.k_proj.weight").T).view(n, self.Hk, self.D)
-                v = (xn @ self.layer_w(l, "self_attn.v_proj.weight").T).view(n, self.Hk, self.D)
-                if self.layer_w(l, "self_attn.q_norm.weight") is not None:
-                    q = rms(q, self.layer_w(l, "self_attn.q_norm.weight"), self.eps)
-                    k = rms(k, self.layer_w(l, "self_attn.k_norm.weight"), self.eps)
+                q, k, v = qkv_proj(self.layer_w, l, x, self.Hq, self.Hk, self.D, self.eps)
                 # retaining head on [q; k; v] before RoPE
                 feat = torch.cat([q.reshape(n, -1), k.reshape(n, -1), v.reshape(n, -1)], -1)
                 w1, w2 = self.heads[f"model.layers.{l}.self_attn.fc1.weight"], self.heads[f"model.layers.{l}.self_attn.fc2.weight"]
@@ -195,10 +206,8 @@ def golden_for(model, seed):
 def main():
     goldens = [golden_for(m, 31 + i) for i, m in enumerate(MODELS)]
     path = os.path.join(OUT_DIR, "locret_goldens.json")
-    with open(path, "w") as f:
-        json.dump(dict(generator="tools/gen_locret_goldens.py", reference="huangyuxiang03/Locret@bbd27bc",
-                       torch=torch.__version__, models=goldens), f, separators=(",", ":"))
-    print(f"wrote {os.path.relpath(path)} ({os.path.getsize(path)} bytes)")
+    goldens_env.write_json(path, generator="tools/gen_locret_goldens.py", reference="huangyuxiang03/Locret@bbd27bc",
+                           torch=torch.__version__, models=goldens)
 
 
 if __name__ == "__main__":

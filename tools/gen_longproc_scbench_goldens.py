@@ -37,6 +37,8 @@ import sys
 import tempfile
 from collections import Counter
 
+from longproc_countdown import countdown_trace
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(ROOT, ".venv-goldens")
 PINS = ["pandas>=2.2,<3", "nltk==3.10.4", "rouge-score==0.1.2", "absl-py", "numpy"]
@@ -210,81 +212,6 @@ def ref_tom_tracking(prediction, gold):
 
 
 # ---- countdown
-def countdown_demonstration(nums, target):
-    """The verbalised DFS trace LongProc uses as the reference output (countdown_evaluator.py)."""
-    log = []
-    found = []
-
-    def ind(level):
-        return "" if level == 0 else " " * level + "|- "
-
-    def pairs(ns):
-        for i in range(len(ns)):
-            for j in range(i + 1, len(ns)):
-                yield ns[i], ns[j], [x for k, x in enumerate(ns) if k not in (i, j)]
-
-    def dfs(ns, eq, depth, path):
-        if eq is not None:
-            v = ns[0]
-            if v == "DIV0":
-                log.append("\n%sTry %s. drop this branch." % (ind(depth), eq))
-                return False
-            if v % 1 != 0:
-                log.append("\n%sTry %s. %.1f is a decimal, drop this branch." % (ind(depth), eq, v))
-                return False
-            if v >= 2000:
-                log.append("\n%sTry %s. %d exceeds the maximum intermediate result, drop this branch." % (ind(depth), eq, v))
-                return False
-        if len(ns) == 1:
-            ok = ns[0] == target
-            log.append("\n%sTry %s. Evaluate %d %s %d, %s" % (ind(depth), eq, ns[0], "==" if ok else "!=", target,
-                                                              "target found!" if ok else "drop this branch."))
-            if ok:
-                found.extend(path)
-            return ok
-        if eq is not None:
-            log.append("\n%sTry %s. Add %d to the number set." % (ind(depth), eq, ns[0]))
-        opts = [(a, b) for a, b, _ in pairs(ns)]
-        if len(ns) == 2:
-            log.append(" Current number set: %s, target: %d, just two numbers left." % (ns, target))
-        else:
-            if eq is not None:
-                log.append(" Current number set: %s, target: %d. Options for choosing two numbers: %s." % (ns, target, opts))
-            else:
-                log.append("Initial number set: %s, target: %d. Options for choosing two numbers: %s." % (ns, target, opts))
-            depth += 1
-        for a, b, rest in pairs(ns):
-            if len(ns) > 2:
-                log.append("\n%sPick two numbers (%d, %d) (numbers left: %s). Try possible operations." % (ind(depth), a, b, rest))
-            if a < b:
-                a, b = b, a
-            for val, e in [(a + b, "%d + %d = %d" % (a, b, a + b)), (a - b, "%d - %d = %d" % (a, b, a - b)),
-                           (a * b, "%d * %d = %d" % (a, b, a * b))]:
-                if dfs([val] + rest, e, depth + 1, path + [e]):
-                    return True
-            if b != 0:
-                if a % b == 0:
-                    e = "%d / %d = %d" % (a, b, a // b)
-                    if dfs([a // b] + rest, e, depth + 1, path + [e]):
-                        return True
-                else:
-                    e = "%d / %d = %.1f" % (a, b, a / b)
-                    if dfs([a / b] + rest, e, depth + 1, path + [e]):
-                        return True
-            else:
-                e = "%d / %d (invalid operation)" % (a, b)
-                if dfs(["DIV0"] + rest, e, depth + 1, path + [e]):
-                    return True
-        return False
-
-    assert dfs(list(nums), None, 0, [])
-    sol = found
-    tail = ("Now we have found the target, let's trace back the solution:\nFinal step: %s\nThe step before: %s\n"
-            "The first step: %s\n\nOutput the solution in the required format:\n<Solution>\n%s\n%s\n%s\n</Solution>\n"
-            % (sol[2], sol[1], sol[0], sol[0], sol[1], sol[2]))
-    return sol, "# Search Procedure\n" + "".join(log) + "\n\n" + tail
-
-
 def _cd_final(nums, target, solution):
     nums = list(nums)
 
@@ -672,7 +599,7 @@ def longproc_cases(shared):
     cd = json.load(open(os.path.join(lp, "countdown", "countdown_0.5k.json")))
     for i, r in enumerate(cd[:6]):
         nums, target = r["nums"], r["target"]
-        sol, demo = countdown_demonstration(nums, target)
+        sol, _, demo = countdown_trace(nums, target)
         proc = demo.split("Now we have found the target")[0]
         plines = proc.strip().split("\n")
         div = list(plines)

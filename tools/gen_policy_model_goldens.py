@@ -66,6 +66,8 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, DynamicCache
 
+import goldens_env
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
 OUT = os.path.join(ROOT, "tests", "fixtures", "policies", "policy_model_goldens.json")
@@ -311,12 +313,8 @@ def golden_for(kp, model_dir, seed):
 def main():
     kp = load_kvpress()
     models = [golden_for(kp, m, 2024 + i) for i, m in enumerate(MODELS)]
-    os.makedirs(os.path.dirname(OUT), exist_ok=True)
-    with open(OUT, "w") as f:
-        json.dump(dict(generator="tools/gen_policy_model_goldens.py", kvpress="0.5.5", torch=torch.__version__,
-                       transformers=transformers.__version__, models=models),
-                  f, separators=(",", ":"))
-    print(f"wrote {os.path.relpath(OUT)} ({os.path.getsize(OUT)} bytes)")
+    goldens_env.write_json(OUT, generator="tools/gen_policy_model_goldens.py", kvpress="0.5.5",
+                           torch=torch.__version__, transformers=transformers.__version__, models=models)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from gen_locret_goldens import rms, rope  # float64 RMSNorm and rotate-half RoPE, shared
+import goldens_env
+
+from gen_locret_goldens import qkv_proj, rms, rope  # float64 RMSNorm, q/k/v, rotate-half RoPE, shared
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 OUT_DIR = os.path.join(ROOT, "tests", "fixtures", "policies")
@@ -89,15 +91,7 @@ class Restatement:
         return self.gates.get(f"model.layers.{l}.self_attn.attn_gate.{name}")
 
     def qkv(self, l, x):
-        n = x.shape[0]
-        xn = rms(x, self.lw(l, "input_layernorm.weight"), self.eps)
-        q = (xn @ self.lw(l, "self_attn.q_proj.weight").T).view(n, self.Hq, self.D)
-        k = (xn @ self.lw(l, "self_attn.k_proj.weight").T).view(n, self.Hk, self.D)
-        v = (xn @ self.lw(l, "self_attn.v_proj.weight").T).view(n, self.Hk, self.D)
-        if self.lw(l, "self_attn.q_norm.weight") is not None:
-            q = rms(q, self.lw(l, "self_attn.q_norm.weight"), self.eps)
-            k = rms(k, self.lw(l, "self_attn.k_norm.weight"), self.eps)
-        return q, k, v
+        return qkv_proj(self.lw, l, x, self.Hq, self.Hk, self.D, self.eps)
 
     def mlp(self, l, x):
         xn = rms(x, self.lw(l, "post_attention_layernorm.weight"), self.eps)
@@ -262,10 +256,8 @@ def golden_for(model, qpool, kpool, qk_norm, seed):
 def main():
     goldens = [golden_for(*m) for m in MODELS]
     path = os.path.join(OUT_DIR, "seerattn_goldens.json")
-    with open(path, "w") as f:
-        json.dump(dict(generator="tools/gen_seerattn_goldens.py", reference="microsoft/SeerAttention@aba03e3",
-                       torch=torch.__version__, models=goldens), f, separators=(",", ":"))
-    print(f"wrote {os.path.relpath(path)} ({os.path.getsize(path)} bytes)")
+    goldens_env.write_json(path, generator="tools/gen_seerattn_goldens.py", reference="microsoft/SeerAttention@aba03e3",
+                           torch=torch.__version__, models=goldens)
 
 
 if __name__ == "__main__":

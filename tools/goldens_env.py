@@ -33,3 +33,14 @@ def ensure(modules, *pip_installs):
     for args in pip_installs:
         subprocess.check_call([py, "-m", "pip", "install", *args])
     os.execv(py, [py] + sys.argv)
+
+
+def write_json(path, **fields):
+    """Writes ``fields`` (in order: generator, reference versions, then the goldens) to ``path`` as
+    compact JSON, creating its folder, and prints the path and size."""
+    import json
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(fields, f, separators=(",", ":"))
+    print(f"wrote {os.path.relpath(path)} ({os.path.getsize(path)} bytes)")

@@ -266,18 +266,13 @@ float dot_f32(int64_t n, const void* w, const void* a) {
   for (int64_t i = 0; i < n; ++i) s += x[i] * y[i];
   return s;
 }
-float dot_f16(int64_t n, const void* w, const void* a) {
+/// Dot product of 16-bit weights (f16 or bf16 bits, decoded by `ToF32`) with f32 activations.
+template <float (*ToF32)(uint16_t)>
+float dot_16bit(int64_t n, const void* w, const void* a) {
   const uint8_t* x = static_cast<const uint8_t*>(w);
   const float* y = static_cast<const float*>(a);
   float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += f16_bits_to_f32(rd16(x + 2 * i)) * y[i];
-  return s;
-}
-float dot_bf16(int64_t n, const void* w, const void* a) {
-  const uint8_t* x = static_cast<const uint8_t*>(w);
-  const float* y = static_cast<const float*>(a);
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += bf16_bits_to_f32(rd16(x + 2 * i)) * y[i];
+  for (int64_t i = 0; i < n; ++i) s += ToF32(rd16(x + 2 * i)) * y[i];
   return s;
 }
 
@@ -359,8 +354,8 @@ namespace kernels_detail {
 VecDotFn scalar_dot(DType w) {
   switch (w) {
     case DType::F32: return dot_f32;
-    case DType::F16: return dot_f16;
-    case DType::BF16: return dot_bf16;
+    case DType::F16: return dot_16bit<f16_bits_to_f32>;
+    case DType::BF16: return dot_16bit<bf16_bits_to_f32>;
     case DType::Q4_0: return dot_q32<DType::Q4_0>;
     case DType::Q4_1: return dot_q32<DType::Q4_1>;
     case DType::Q5_0: return dot_q32<DType::Q5_0>;

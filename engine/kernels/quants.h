@@ -23,21 +23,15 @@
 
 namespace kvb {
 
+// clang-format off
 /// Element type of a stored tensor. The values are ggml's type ids (ggml.h enum ggml_type), so
 /// a GGUF tensor's type converts with a cast.
 enum class DType : uint32_t {
-  F32 = 0,
-  F16 = 1,
-  Q4_0 = 2,
-  Q4_1 = 3,
-  Q5_0 = 6,
-  Q5_1 = 7,
-  Q8_0 = 8,
-  Q4_K = 12,
-  Q5_K = 13,
-  Q6_K = 14,
-  BF16 = 30,
+  F32 = 0, F16 = 1, BF16 = 30,                       // one element per value
+  Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8,  // blocks of 32
+  Q4_K = 12, Q5_K = 13, Q6_K = 14,                   // super-blocks of 256
 };
+// clang-format on
 
 /// bf16 bits -> f32 (exact).
 inline float bf16_bits_to_f32(uint16_t b) {

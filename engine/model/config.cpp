@@ -52,6 +52,16 @@ void add_ids(const json& v, std::vector<int32_t>& out, const std::string& origin
   else push(v);
 }
 
+/// `bos_token_id` of config.json or generation_config.json: nullopt when absent or null, else a
+/// token id in [0, 2^31-1]; throws kvb::Error naming `origin` and the key otherwise.
+std::optional<int32_t> get_bos_id(const json& j, const std::string& origin) {
+  auto it = j.find("bos_token_id");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX)
+    fail_at(origin, "bos_token_id", "expected a token id (an integer in [0, 2^31-1]) or null, got {}", it->dump());
+  return it->get<int32_t>();
+}
+
 /// Sets c.layer_window from config.json as transformers reads it for `a` (its SlidingRule):
 /// `sliding_window` (null = none) applies to every layer (Mistral), to the layers `layer_types`
 /// marks "sliding_attention" (Ministral: every layer without layer_types; Gemma 2: the even
@@ -179,12 +189,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
       fail_at(origin, f + ".original_max_position_embeddings", "required for llama3 RoPE");
   }
   if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], c.eos_token_ids, origin, "eos_token_id");
-  if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
-    const json& b = j["bos_token_id"];
-    if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > INT32_MAX)
-      fail_at(origin, "bos_token_id", "expected a token id (an integer in [0, 2^31-1]) or null, got {}", b.dump());
-    c.bos_token_id = b.get<int32_t>();
-  }
+  if (const auto bos = get_bos_id(j, origin)) c.bos_token_id = *bos;
   c.validate(origin);
   return c;
 }
@@ -210,12 +215,7 @@ GenerationDefaults GenerationDefaults::from_file(const std::string& path) {
     g.top_k = static_cast<int>(k);
   }
   if (j.contains("eos_token_id")) add_ids(j["eos_token_id"], g.eos_token_ids, path, "eos_token_id");
-  if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
-    const json& b = j["bos_token_id"];
-    if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > INT32_MAX)
-      fail_at(path, "bos_token_id", "expected a token id (an integer in [0, 2^31-1]) or null, got {}", b.dump());
-    g.bos_token_id = b.get<int32_t>();
-  }
+  g.bos_token_id = get_bos_id(j, path);
   return g;
 }
 

@@ -73,22 +73,7 @@ GgmlTypeTraits ggml_type_traits(uint32_t t) {
   }
 }
 
-bool gguf_type_supported(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K: return true;
-    default: return false;
-  }
-}
+bool gguf_type_supported(GgmlType t) { return dtype_traits(static_cast<DType>(t)).block != 0; }
 
 // ---------------------------------------------------------------------------------------------
 // dequantisation (engine/kernels/quants.cpp dequantize_row; gguf-py quants.py)

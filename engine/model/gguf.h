@@ -18,68 +18,29 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/kernels/quants.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
 #include "engine/util/io.h"
 
 namespace kvb {
 
+// clang-format off
 /// GGUF metadata value types (the numbering of the file format).
 enum class GgufValueType : uint32_t {
-  UINT8 = 0,
-  INT8 = 1,
-  UINT16 = 2,
-  INT16 = 3,
-  UINT32 = 4,
-  INT32 = 5,
-  FLOAT32 = 6,
-  BOOL = 7,
-  STRING = 8,
-  ARRAY = 9,
-  UINT64 = 10,
-  INT64 = 11,
-  FLOAT64 = 12,
+  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, UINT64 = 10, INT64 = 11,
+  FLOAT32 = 6, FLOAT64 = 12, BOOL = 7, STRING = 8, ARRAY = 9,
 };
+// clang-format on
 /// "UINT8", ..., "FLOAT64"; "?" for values outside the enum.
 const char* gguf_value_type_name(GgufValueType t);
 
-/// ggml tensor element types (the numbering of ggml.h / gguf-py GGMLQuantizationType).
-/// Only the ones listed in `gguf_type_supported` can be dequantised; the others are known so that
-/// a file holding them parses and fails with a clear message only when such a tensor is loaded.
-enum class GgmlType : uint32_t {
-  F32 = 0,
-  F16 = 1,
-  Q4_0 = 2,
-  Q4_1 = 3,
-  Q5_0 = 6,
-  Q5_1 = 7,
-  Q8_0 = 8,
-  Q8_1 = 9,
-  Q2_K = 10,
-  Q3_K = 11,
-  Q4_K = 12,
-  Q5_K = 13,
-  Q6_K = 14,
-  Q8_K = 15,
-  IQ2_XXS = 16,
-  IQ2_XS = 17,
-  IQ3_XXS = 18,
-  IQ1_S = 19,
-  IQ4_NL = 20,
-  IQ3_S = 21,
-  IQ2_S = 22,
-  IQ4_XS = 23,
-  I8 = 24,
-  I16 = 25,
-  I32 = 26,
-  I64 = 27,
-  F64 = 28,
-  IQ1_M = 29,
-  BF16 = 30,
-  TQ1_0 = 34,
-  TQ2_0 = 35,
-  MXFP4 = 39,
-};
+/// A ggml tensor element type id (the numbering of ggml.h enum ggml_type / gguf-py
+/// GGMLQuantizationType): ggml_type_traits names every id ggml defines, and the ones
+/// `gguf_type_supported` accepts are exactly the values of kvb::DType (engine/kernels/quants.h),
+/// which converts with a cast. A file holding another type parses and fails with a clear message
+/// only when such a tensor is loaded.
+enum class GgmlType : uint32_t {};
 
 /// Block geometry of a ggml type: `block_size` elements are stored in `type_size` bytes.
 struct GgmlTypeTraits {
@@ -125,7 +86,7 @@ struct GgufValue {
 /// One tensor's header entry.
 struct GgufTensorInfo {
   std::string name;
-  GgmlType type = GgmlType::F32;
+  GgmlType type{0};           ///< F32
   std::vector<int64_t> dims;  ///< ggml order: dims[0] is the innermost (contiguous) dimension
   uint64_t offset = 0;        ///< from the start of the tensor data section
   uint64_t nbytes = 0;

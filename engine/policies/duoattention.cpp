@@ -35,11 +35,6 @@ namespace {
 
 std::vector<PolicyParamInfo> params() {
   return {
-      {"pattern", "",
-       "DuoAttention head pattern: a directory with full_attention_heads.tsv (layers x kv_heads gate values) and "
-       "config.json (sink_size, recent_size), as released in mit-han-lab/duo-attention attn_patterns/, or a .tsv "
-       "file; required unless random_pattern"},
-      {"random_pattern", "-1", "seed of RANDOM test gate values (not DuoAttention; -1 = off)"},
       {"sparsity", "0.5",
        "fraction of kv heads that become streaming heads, lowest gate value first (kvpress "
        "head_compression_ratio)"},
@@ -193,7 +188,11 @@ PolicyInfo duoattention_policy_info() {
              "duoattention",
              "Retrieval heads keep everything, streaming heads keep sinks + recent; head pattern from the released "
              "files (DuoAttention §3; kvpress DuoAttentionPress)",
-             params(), LearnedWeightsInfo{"pattern", "random_pattern", "head pattern", "DuoAttention"})
+             params(),
+             LearnedWeightsInfo{
+                 "pattern", "random_pattern", "head pattern", "DuoAttention",
+                 "a directory with full_attention_heads.tsv (layers x kv_heads gate values) and config.json (sink_size, "
+                 "recent_size), as released in mit-han-lab/duo-attention attn_patterns/, or a .tsv file"})
       .with_tests({.min_budget = 0, .params = "random_pattern=1", .needs_weights = true});
 }
 

@@ -51,11 +51,6 @@ std::vector<PolicyParamInfo> params() {
        "generate() default; independent of --prefill-chunk)"},
       {"stabilizers", "2500", "last cached tokens always kept after a chunk other than the last (n_s)"},
       {"local_len", "100", "last prompt tokens prefilled after the chunks, without eviction"},
-      {"heads", "",
-       "retaining heads: a Hub id (hyx21/Locret-phi-3-mini-128K), a directory, or a "
-       ".bin/.pth/.pt/.safetensors file; required unless random_heads (kvbench run picks the released "
-       "heads of a known model)"},
-      {"random_heads", "-1", "seed of RANDOM test heads (not LocRet; -1 = off)"},
       {"head_hidden", "1024", "hidden width I of random heads (the released heads: 1024)"},
       {"compress", "chunked",
        "chunked (LocRet compresses after each of its own chunk_size prompt chunks; "
@@ -249,7 +244,10 @@ PolicyInfo locret_policy_info() {
              "locret",
              "LocRet: trained retaining heads score [q; k; v]; chunked prefill keeps top-budget + stabilizers "
              "(Huang et al. 2024 §3.2-3.3)",
-             params(), LearnedWeightsInfo{"heads", "random_heads", "retaining heads", "LocRet"},
+             params(),
+             LearnedWeightsInfo{
+                 "heads", "random_heads", "retaining heads", "LocRet",
+                 "a Hub id (hyx21/Locret-phi-3-mini-128K), a directory, or a .bin/.pth/.pt/.safetensors file"},
              GateSource{"locret", "heads", "model.safetensors", true, is_head_tensor, /*model_shards=*/true})
       .with_tests({.min_budget = 1,
                    .params = "random_heads=1,chunk_size=16,stabilizers=8,local_len=4",

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "engine/policies/checkpoints.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -36,6 +37,19 @@ std::vector<PolicyParamInfo> extend_params(std::vector<PolicyParamInfo> base,
   }
   base.insert(base.end(), std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()));
   return base;
+}
+
+std::vector<PolicyParamInfo> weights_params(const std::string& policy, const LearnedWeightsInfo& w,
+                                            std::vector<PolicyParamInfo> rest) {
+  std::string file_help = w.what + ": " + w.where + "; required unless " + w.random_param;
+  const auto& known = known_checkpoints();
+  if (std::any_of(known.begin(), known.end(), [&](const KnownCheckpoint& c) { return c.policy == policy; }))
+    file_help += " (kvbench run picks the released " + w.what + " of a known model)";
+  std::vector<PolicyParamInfo> out{
+      {w.file_param, "", std::move(file_help)},
+      {w.random_param, "-1", "seed of RANDOM test " + w.what + " (not " + w.paper + "; -1 = off)"}};
+  out.insert(out.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+  return out;
 }
 
 double PolicyParams::get_double_in(const std::string& key, double lo, double hi) {

@@ -24,6 +24,15 @@ std::vector<PolicyParamInfo> extend_params(std::vector<PolicyParamInfo> base,
                                            std::initializer_list<std::pair<const char*, const char*>> help,
                                            std::vector<PolicyParamInfo> extra = {});
 
+/// The table of learned policy `policy`: the two parameters of its weights, then `rest`.
+/// `w.file_param` (default empty; help "<w.what>: <w.where>; required unless <w.random_param>",
+/// plus "(kvbench run picks the released <w.what> of a known model)" when known_checkpoints()
+/// lists `policy`) and `w.random_param` (default -1: the seed of RANDOM test weights, which are
+/// not `w.paper`'s). The registry entry (registration.h) calls it, so every learned policy's table
+/// words them alike. Throws nothing.
+std::vector<PolicyParamInfo> weights_params(const std::string& policy, const LearnedWeightsInfo& w,
+                                            std::vector<PolicyParamInfo> rest);
+
 class PolicyParams {
  public:
   /// Validates that every key in `spec.params` is declared in `declared`; throws kvb::Error

@@ -260,16 +260,19 @@ struct PolicyParamInfo {
   std::string key, default_value, help;
 };
 
-/// A policy that needs learned weights (TRIM-KV, WG-KV, ForesightKV, LocRet, SeerAttention-R):
-/// which parameter names the checkpoint, which one asks for RANDOM test weights instead, and how
-/// to name them in messages. `kvbench run` fills a missing checkpoint from known_checkpoints()
-/// (checkpoints.h) for the model, else falls back to random weights with a loud warning
-/// (docs/policies.md#released-checkpoints).
+/// A policy that needs learned weights (TRIM-KV, WG-KV, ForesightKV, LocRet, SeerAttention-R,
+/// DuoAttention): which parameter names the checkpoint, which one asks for RANDOM test weights
+/// instead, and how to name them in messages. The registry entry adds both parameters to the
+/// policy's table (weights_params, params.h). `kvbench run` fills a missing checkpoint from
+/// known_checkpoints() (checkpoints.h) for the model, else falls back to random weights with a
+/// loud warning (docs/policies.md#released-checkpoints).
 struct LearnedWeightsInfo {
   std::string file_param;    ///< "gates" / "scorer" / "heads"
   std::string random_param;  ///< "random_gates" / "random_scorer" / "random_heads"
   std::string what;          ///< "gates" / "scorer weights" (plural noun phrase for messages)
   std::string paper;         ///< "TRIM-KV"
+  /// What `file_param` takes, for its help line: "a Hub id (org/name), a directory, or a .pt file".
+  std::string where;
 };
 
 /// What registry-wide tests and the device check (`kvb_cuda_check`) need to build and run a policy

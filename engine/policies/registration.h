@@ -19,11 +19,12 @@ namespace kvb {
 /// The registry entry of policy class `T`, which is constructed as `T(PolicyParams)`.
 /// `description` is the one line `kvbench policies` prints (what the policy keeps, with its
 /// source); `learned` is set for a policy that needs weights the factory does not load itself
-/// (LearnedWeightsInfo). The factory throws what PolicyParams' constructor throws ("policy
+/// (LearnedWeightsInfo; its two parameters are put first in the table, weights_params). The factory throws what PolicyParams' constructor throws ("policy
 /// '<name>': unknown parameter ...", a negative budget) and then what T's constructor throws.
 template <class T>
 PolicyInfo policy_entry(std::string name, std::string description, std::vector<PolicyParamInfo> params,
                         std::optional<LearnedWeightsInfo> learned = std::nullopt) {
+  if (learned) params = weights_params(name, *learned, std::move(params));
   PolicyInfo info{std::move(name), std::move(description), std::move(params), std::move(learned), nullptr, {}};
   info.make = [declared = info.params](const PolicySpec& spec) -> std::unique_ptr<Policy> {
     return std::make_unique<T>(PolicyParams(spec, declared));
@@ -37,7 +38,7 @@ PolicyInfo policy_entry(std::string name, std::string description, std::vector<P
 using CheckpointSpecFn = PolicySpec (*)(PolicySpec spec, const GateWeights& weights);
 
 /// The registry entry of a policy with learned weights, constructed as `T(PolicyParams,
-/// GateWeights)`. The factory first checks the spec's keys against `params` (an unknown key is
+/// GateWeights)`; the two parameters of `learned` are put first in `params` (weights_params). The factory first checks the spec's keys against `params` (an unknown key is
 /// reported before any file is read), then, when the parameter `learned.file_param` is set and
 /// not empty, reads the weights with GateWeights::load(value, source) (a file, directory or Hub
 /// id; throws kvb::Error naming the file and tensor), applies `adjust` when given, and builds T;
@@ -47,6 +48,7 @@ template <class T>
 PolicyInfo learned_policy_entry(std::string name, std::string description, std::vector<PolicyParamInfo> params,
                                 LearnedWeightsInfo learned, GateSource source, CheckpointSpecFn adjust = nullptr) {
   const std::string file_param = learned.file_param;
+  params = weights_params(name, learned, std::move(params));
   PolicyInfo info{std::move(name), std::move(description), std::move(params), std::move(learned), nullptr, {}};
   info.make = [declared = info.params, file_param, source = std::move(source),
                adjust](const PolicySpec& spec) -> std::unique_ptr<Policy> {

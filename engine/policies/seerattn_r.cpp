@@ -61,11 +61,6 @@ namespace {
 
 std::vector<PolicyParamInfo> params() {
   return {
-      {"gates", "",
-       "AttnGates: a Hub id (SeerAttention/SeerAttention-Decode-Qwen3-4B-AttnGates), a directory, or a "
-       ".pth/.pt/.safetensors file; required unless random_gates (kvbench run picks the released gates of a known "
-       "model)"},
-      {"random_gates", "-1", "seed of RANDOM test gates (not SeerAttention-R; -1 = off)"},
       {"start_layer", "0", "layers below it attend densely (the reference's seerattn_start_layer; TRIM-KV's setting 0)"},
       {"block_size", "0",
        "tokens per key block; 0 = the checkpoint's seerattn_gate_block_size (64; random gates: 64). "
@@ -520,7 +515,10 @@ PolicyInfo seerattn_r_policy_info() {
              "seerattn_r",
              "SeerAttention-R: full cache; a learned AttnGate picks the top budget/64 key blocks per kv head each decode "
              "step, plus the newest (Gao et al. 2025 §3; microsoft/SeerAttention decode_sparse); --budget = tokens read",
-             params(), LearnedWeightsInfo{"gates", "random_gates", "AttnGates", "SeerAttention-R"},
+             params(),
+             LearnedWeightsInfo{
+                 "gates", "random_gates", "AttnGates", "SeerAttention-R",
+                 "a Hub id (SeerAttention/SeerAttention-Decode-Qwen3-4B-AttnGates), a directory, or a .pth/.pt/.safetensors file"},
              GateSource{"seerattn_r", "gates", "attn_gate_weights.pth", true, is_gate_tensor})
       .with_tests({.min_budget = 1, .params = "random_gates=1", .needs_weights = true, .evicts = false});
 }

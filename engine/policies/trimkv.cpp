@@ -211,13 +211,10 @@ PolicyInfo trimkv_policy_info() {
              "trimkv", "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)",
              extend_params(
                  schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/true, /*global_kind=*/true), {},
-                 {{"gates", "",
-                   "retention gates: a Hub id (ngocbh/TrimKV-Qwen3-4B-Math), a directory, or a .pth/.pt/.safetensors "
-                   "file; required unless random_gates (kvbench run picks the released gates of a known model)"},
-                  {"random_gates", "-1", "seed of RANDOM test gates (not TRIM-KV; -1 = off)"},
-                  {"gate_hidden", "512", "hidden width I of random gates"},
+                 {{"gate_hidden", "512", "hidden width I of random gates"},
                   {"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"}}),
-             LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV"},
+             LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV",
+                                "a Hub id (ngocbh/TrimKV-Qwen3-4B-Math), a directory, or a .pth/.pt/.safetensors file"},
              GateSource{"trimkv", "gates", "trimkv_weights.pth", true}, with_checkpoint_config)
       .with_tests({.min_budget = 1, .params = "random_gates=1", .needs_weights = true});
 }

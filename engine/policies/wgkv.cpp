@@ -52,10 +52,6 @@ namespace {
 
 std::vector<PolicyParamInfo> params() {
   return {
-      {"gates", "",
-       "write gates: a Hub id with the file (WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt), a directory, or a "
-       ".pt/.pth/.safetensors file; required unless random_gates (kvbench run picks the released gates of a known model)"},
-      {"random_gates", "-1", "seed of RANDOM test gates (not WG-KV; -1 = off)"},
       {"gate_expand", "1.5", "hidden width I = gate_expand x head_dim of random gates (Qwen3 1.5, Llama 4.0)"},
       {"window", "256", "local window W: newest tokens always kept"},
       {"tau", "0.1", "admission threshold: a token leaving the window stays iff g > tau"},
@@ -272,7 +268,10 @@ PolicyInfo wgkv_policy_info() {
   return learned_policy_entry<WGKVPolicy>(
              "wgkv",
              "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0",
-             params(), LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV"},
+             params(),
+             LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV",
+                                "a Hub id with the file (WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt), a directory, or a "
+                                ".pt/.pth/.safetensors file"},
              GateSource{"wgkv", "gates", "", false})
       .with_tests({.min_budget = 0, .params = "random_gates=1", .needs_weights = true});
 }

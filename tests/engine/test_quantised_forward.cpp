@@ -57,21 +57,15 @@ std::shared_ptr<std::vector<uint8_t>> random_matrix(DType t, int64_t rows, int64
       case DType::Q5_0: put(o, f16(6, false)); break;
       case DType::Q8_0: put(o, f16(3, false)); break;
       case DType::Q4_1:
-        put(o, f16(7, false));
-        put(o + 2, f16(10, true));
-        break;
-      case DType::Q5_1:
-        put(o, f16(6, false));
-        put(o + 2, f16(10, true));
-        break;
+      case DType::Q5_1:  // scale d, then a negative minimum m
       case DType::Q4_K:
-        put(o, f16(2, false));
-        put(o + 2, f16(5, false));
+      case DType::Q5_K: {  // super-block scales d, dmin
+        const bool k_quant = t == DType::Q4_K || t == DType::Q5_K;
+        const int d_exp = t == DType::Q4_1 ? 7 : t == DType::Q5_1 ? 6 : t == DType::Q4_K ? 2 : 1;
+        put(o, f16(d_exp, false));
+        put(o + 2, f16(k_quant ? 5 : 10, !k_quant));
         break;
-      case DType::Q5_K:
-        put(o, f16(1, false));
-        put(o + 2, f16(5, false));
-        break;
+      }
       case DType::Q6_K: put(o + 208, f16(1, false)); break;
     }
   }

@@ -183,43 +183,26 @@ TEST(PagedAttention, RowBitsIndependentOfChunkAndBatch) {
         const float scale = 0.125f;
         // The whole chunk in one call (row blocks split over threads), batched with another
         // sequence; then each token alone, as a decode step would run it.
+        auto task = [&](SeqId seq, int h, int n_tok, int64_t pos, const float* qp, float* op) {
+          return AttentionTask{.seq = seq,
+                               .head = h,
+                               .n = n_tok,
+                               .start_pos = pos,
+                               .q = qp,
+                               .out = op,
+                               .stride = int64_t(Hq) * s.D,
+                               .window = window};
+        };
         std::vector<AttentionTask> tasks;
         for (int h = 0; h < s.Hkv; ++h) {
-          tasks.push_back({.seq = other,
-                           .head = h,
-                           .n = n,
-                           .start_pos = start,
-                           .q = &oq[h * s.G * s.D],
-                           .out = &oo[h * s.G * s.D],
-                           .stride = int64_t(Hq) * s.D,
-                           .colsum = nullptr,
-                           .ranges = {},
-                           .window = window});
-          tasks.push_back({.seq = f.seq,
-                           .head = h,
-                           .n = n,
-                           .start_pos = start,
-                           .q = &q[h * s.G * s.D],
-                           .out = &whole[h * s.G * s.D],
-                           .stride = int64_t(Hq) * s.D,
-                           .colsum = nullptr,
-                           .ranges = {},
-                           .window = window});
+          tasks.push_back(task(other, h, n, start, &oq[h * s.G * s.D], &oo[h * s.G * s.D]));
+          tasks.push_back(task(f.seq, h, n, start, &q[h * s.G * s.D], &whole[h * s.G * s.D]));
         }
         paged_attention(f.cache, 0, s.G, scale, tasks, isa);
         for (int i = 0; i < n; ++i)
           for (int h = 0; h < s.Hkv; ++h) {
             const size_t off = (size_t(i) * Hq + h * s.G) * s.D;
-            const AttentionTask one{.seq = f.seq,
-                                    .head = h,
-                                    .n = 1,
-                                    .start_pos = start + i,
-                                    .q = &q[off],
-                                    .out = &single[off],
-                                    .stride = int64_t(Hq) * s.D,
-                                    .colsum = nullptr,
-                                    .ranges = {},
-                                    .window = window};
+            const AttentionTask one = task(f.seq, h, 1, start + i, &q[off], &single[off]);
             paged_attention(f.cache, 0, s.G, scale, std::span(&one, 1), isa);
           }
         ASSERT_EQ(0, std::memcmp(whole.data(), single.data(), sizeof(float) * whole.size()));

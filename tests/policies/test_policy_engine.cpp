@@ -102,20 +102,6 @@ TEST(PolicyEngine, LengthsStayWithinBudgetPlusBufferEveryStep) {
   }
 }
 
-TEST(PolicyEngine, BudgetAboveSequenceLengthGivesFullCacheTokens) {
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
-  Engine full(stories(), {}, nullptr);
-  const auto ref = full.generate({request(0, 0.0f)}, nullptr)[0].tokens;
-  for (const auto& c : cases()) {
-    if (c.budget == 0) continue;  // ratio / admission policies have no token budget
-    SCOPED_TRACE(c.spec);
-    Engine e(stories(), {}, make_policy(PolicySpec::parse(c.spec, 1024)));
-    auto res = e.generate({request(0, 0.0f)}, nullptr);
-    EXPECT_EQ(res[0].tokens, ref);
-    EXPECT_EQ(res[0].evictions, 0);
-  }
-}
-
 TEST(PolicyEngine, SameSeedSameSampledOutput) {
   KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   for (const auto& c : cases()) {
@@ -171,17 +157,23 @@ TEST(PolicyEngine, RegistryEveryPolicyRunsEvictsAsDeclaredAndRepeatsItsSamples) 
   EXPECT_GE(ran, 22);
 }
 
-// A budget above the sequence length changes nothing for any registered evicting policy that
+// A budget above the sequence length changes nothing, for every registered evicting policy that
 // takes one (quest keeps the whole cache and reads whole pages only: it departs by design,
-// docs/fidelity.md).
-TEST(PolicyEngine, RegistryBudgetAboveSequenceLengthGivesFullCacheTokens) {
+// docs/fidelity.md) and every parameter variant of cases() (ratio and admission policies, budget
+// 0 there, have no token budget).
+TEST(PolicyEngine, BudgetAboveSequenceLengthGivesFullCacheTokens) {
   KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
   Engine full(stories(), {}, nullptr);
   const auto ref = full.generate({request(0, 0.0f)}, nullptr)[0].tokens;
-  for (const auto& info : policy_registry()) {
-    if (info.tests.needs_trace || info.tests.min_budget == 0 || !info.tests.evicts) continue;
-    SCOPED_TRACE(info.name);
-    Engine e(stories(), {}, make_policy(info.test_spec(1024)));
+  std::vector<PolicySpec> specs;
+  for (const auto& info : policy_registry())
+    if (!info.tests.needs_trace && info.tests.min_budget != 0 && info.tests.evicts)
+      specs.push_back(info.test_spec(1024));
+  for (const auto& c : cases())
+    if (c.budget != 0) specs.push_back(PolicySpec::parse(c.spec, 1024));
+  for (const auto& spec : specs) {
+    SCOPED_TRACE(spec.to_string());
+    Engine e(stories(), {}, make_policy(spec));
     const auto res = e.generate({request(0, 0.0f)}, nullptr);
     EXPECT_EQ(res[0].tokens, ref);
     EXPECT_EQ(res[0].evictions, 0);

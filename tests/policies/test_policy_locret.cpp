@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/policy.h"
+#include "tests/support/model_goldens.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
@@ -21,16 +22,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const json& goldens() {
-  static json j = parse_json_file(test::fixture("policies/locret_goldens.json"));
-  return j;
-}
-
-const json& golden(const std::string& model) {
-  for (const auto& g : goldens()["models"])
-    if (g["model"] == model) return g;
-  throw std::runtime_error("no LocRet golden for " + model);
-}
+const json& golden(const std::string& model) { return test::model_golden("policies/locret_goldens.json", model); }
 
 std::string spec_of(const json& g, const std::string& heads) {
   const auto& p = g["params"];
@@ -119,18 +111,10 @@ TEST_P(LocretGoldens, DecodingNeverEvicts) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, LocretGoldens, ::testing::Values("models/tiny-llama3", "models/tiny-qwen3"),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param.substr(i.param.find('/') + 1);
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(TinyModels, LocretGoldens, test::golden_models(), test::model_test_name);
 
-TEST(Locret, WithoutWeightsNamesTheHeadsParameter) {
-  const std::string e = test::input_error_of([] { make_policy(PolicySpec::parse("locret", 6000)); });
-  EXPECT_NE(e.find("heads="), std::string::npos) << e;
-  EXPECT_NE(e.find("random_heads="), std::string::npos) << e;
+// Without weights: PolicyRegistry.NeedsWeightsIsTrueExactlyWhenThePolicyRefusesToRunWithoutThem.
+TEST(Locret, BudgetAndCompressAreRequiredAsThePaperSetsThem) {
   const std::string nb = test::input_error_of([] { make_policy(PolicySpec::parse("locret:random_heads=1", 0)); });
   EXPECT_NE(nb.find("budget"), std::string::npos) << nb;
   const std::string cp =

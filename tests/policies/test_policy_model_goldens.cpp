@@ -12,17 +12,13 @@
 
 #include "engine/engine.h"
 #include "engine/policies/policy.h"
+#include "tests/support/model_goldens.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
 
 using nlohmann::json;
-
-const json& goldens() {
-  static json j = parse_json_file(test::fixture("policies/policy_model_goldens.json"));
-  return j;
-}
 
 /// Positions held by every (layer, kv head), [layer][head], after the prompt.
 std::vector<std::vector<std::vector<int32_t>>> kept_after_prompt(std::shared_ptr<const Model> m,
@@ -47,11 +43,7 @@ std::vector<std::vector<std::vector<int32_t>>> kept_after_prompt(std::shared_ptr
 class PolicyModelGoldens : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PolicyModelGoldens, KeepSetsMatchKvpressForEveryChunking) {
-  const json* found = nullptr;
-  for (const auto& x : goldens()["models"])
-    if (x["model"] == GetParam()) found = &x;
-  ASSERT_NE(found, nullptr) << GetParam() << " has no golden";
-  const json& g = *found;
+  const json& g = test::model_golden("policies/policy_model_goldens.json", GetParam());
   auto m = Model::load_dir(test::fixture(g["model"].get<std::string>()));
   const auto& cases = g["cases"];
   ASSERT_GE(cases.size(), 8u);
@@ -94,13 +86,7 @@ TEST_P(PolicyModelGoldens, KeepSetsMatchKvpressForEveryChunking) {
   EXPECT_EQ(heads_checked, cases.size() * 2 * m->config().num_layers * m->config().num_kv_heads);
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, PolicyModelGoldens, ::testing::Values("models/tiny-llama3", "models/tiny-qwen3"),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param.substr(i.param.find('/') + 1);
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(TinyModels, PolicyModelGoldens, test::golden_models(), test::model_test_name);
 
 }  // namespace
 }  // namespace kvb

@@ -48,7 +48,8 @@ TEST(PolicyRegistry, MinBudgetIsTheSmallestAcceptedBudget) {
 }
 
 // needs_weights matches the entry's LearnedWeightsInfo, and then the policy refuses to build
-// without the stand-in `params` name, naming the parameter that takes the file.
+// without the stand-in `params` name, naming the parameter that takes the file and the one that
+// asks for RANDOM test weights.
 TEST(PolicyRegistry, NeedsWeightsIsTrueExactlyWhenThePolicyRefusesToRunWithoutThem) {
   int learned = 0;
   for (const auto& info : policy_registry()) {
@@ -63,7 +64,8 @@ TEST(PolicyRegistry, NeedsWeightsIsTrueExactlyWhenThePolicyRefusesToRunWithoutTh
     EXPECT_NE(info.tests.params.find(info.learned->random_param + "="), std::string::npos)
         << "params must ask for the random stand-in: " << info.tests.params;
     const std::string err = build_error(plain);
-    EXPECT_NE(err.find(info.learned->file_param), std::string::npos) << err;
+    EXPECT_NE(err.find(info.learned->file_param + "="), std::string::npos) << err;
+    EXPECT_NE(err.find(info.learned->random_param + "="), std::string::npos) << err;
   }
   EXPECT_GE(learned, 6);  // trimkv, wgkv, foresightkv, duoattention, locret, seerattn_r
 }

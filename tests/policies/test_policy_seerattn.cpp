@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/policy.h"
+#include "tests/support/model_goldens.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
@@ -26,16 +27,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-const json& goldens() {
-  static json j = parse_json_file(test::fixture("policies/seerattn_goldens.json"));
-  return j;
-}
-
-const json& golden(const std::string& model) {
-  for (const auto& g : goldens()["models"])
-    if (g["model"] == model) return g;
-  throw std::runtime_error("no SeerAttention-R golden for " + model);
-}
+const json& golden(const std::string& model) { return test::model_golden("policies/seerattn_goldens.json", model); }
 
 /// [decode step][layer][kv head] → blocks read.
 using Reads = std::vector<std::vector<std::vector<std::vector<int32_t>>>>;
@@ -150,13 +142,7 @@ TEST_P(SeerAttnGoldens, BlocksReadAndLogitsMatchTheFloat64RestatementForEveryChu
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModels, SeerAttnGoldens, ::testing::Values("models/tiny-llama3", "models/tiny-qwen3"),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param.substr(i.param.find('/') + 1);
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(TinyModels, SeerAttnGoldens, test::golden_models(), test::model_test_name);
 
 TEST(SeerAttnR, KeepsTheWholeCacheAndReadsLess) {
   const json& g = golden("models/tiny-qwen3");
@@ -228,10 +214,8 @@ TEST(SeerAttnR, BatchCompositionDoesNotChangeTheOutput) {
   EXPECT_LT(alone[2].kv_read_bytes, full.kv_read_bytes);
 }
 
-TEST(SeerAttnR, WithoutWeightsOrBudgetIsOneClearError) {
-  const std::string e = test::input_error_of([] { make_policy(PolicySpec::parse("seerattn_r", 2048)); });
-  EXPECT_NE(e.find("gates="), std::string::npos) << e;
-  EXPECT_NE(e.find("random_gates="), std::string::npos) << e;
+// Without weights: PolicyRegistry.NeedsWeightsIsTrueExactlyWhenThePolicyRefusesToRunWithoutThem.
+TEST(SeerAttnR, WithoutBudgetOrWithABadStartLayerIsOneClearError) {
   const std::string nb = test::input_error_of([] { make_policy(PolicySpec::parse("seerattn_r:random_gates=1", 0)); });
   EXPECT_NE(nb.find("budget"), std::string::npos) << nb;
   const std::string bad =

@@ -24,9 +24,12 @@ void check_model_support(const ModelConfig& cf) {
   }
   if (has_role(a, TensorRole::kPostAttnNorm) != has_role(a, TensorRole::kPostMlpNorm))
     refuse("a post-attention norm without a post-MLP norm (or the reverse)");
-  if (!(cf.attn_logit_softcap >= 0) || !(cf.final_logit_softcap >= 0)) refuse("a negative or NaN logit soft-cap");
+  // Values ModelConfig::validate refuses when it reads a config.json; checked again here for a
+  // config built in code.
+  auto invalid = [&](const std::string& what) { fail("--backend cuda: {}: {} is invalid", cf.model_type, what); };
+  if (!(cf.attn_logit_softcap >= 0) || !(cf.final_logit_softcap >= 0)) invalid("a negative or NaN logit soft-cap");
   for (int64_t l = 0; l < cf.num_layers; ++l)
-    if (cf.window(l) < 0) refuse(fmt::format("layer {}'s negative sliding window {}", l, cf.window(l)));
+    if (cf.window(l) < 0) invalid(fmt::format("layer {}'s negative sliding window {}", l, cf.window(l)));
 }
 
 namespace {

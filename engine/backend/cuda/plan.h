@@ -27,7 +27,9 @@ namespace kvb::cuda {
 
 /// Throws kvb::Error ("--backend cuda: <model_type>: <what> is not implemented by the CUDA kernels;
 /// use --backend cpu") when the CUDA backend's block does not implement what `cfg`'s architecture
-/// (engine/model/architecture.h) needs. Implemented: SiLU and GeLU-tanh MLPs, the √H embedding
+/// (engine/model/architecture.h) needs, and ("--backend cuda: <model_type>: <what> is invalid") for
+/// a negative or NaN soft-cap or a negative window (which ModelConfig::validate refuses on load).
+/// Implemented: SiLU and GeLU-tanh MLPs, the √H embedding
 /// scale, post-attention/post-MLP norms (both or neither), attention-logit and final-logit
 /// soft-capping (≥ 0), sliding-window layers (windows ≥ 0) and query_pre_attn_scalar (through
 /// ModelConfig::attention_scale); (1 + w) norms need nothing (Model folds them into the weights it

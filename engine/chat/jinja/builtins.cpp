@@ -22,6 +22,8 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <string_view>
+#include <utility>
 
 #include "engine/chat/jinja/interp.h"
 #include "engine/util/py_format.h"
@@ -410,26 +412,13 @@ Value str_edit_method(const Value& sv, const std::string& name) {
       return Value::string(std::move(r));
     });
   }
-  if (name == "upper")
-    return make_method(name, [sv](Interp&, Args&) {
-      const std::string& s = sv.str_ref();
-      return Value::string(py_upper(s));
-    });
-  if (name == "lower")
-    return make_method(name, [sv](Interp&, Args&) {
-      const std::string& s = sv.str_ref();
-      return Value::string(py_lower(s));
-    });
-  if (name == "title")
-    return make_method(name, [sv](Interp&, Args&) {
-      const std::string& s = sv.str_ref();
-      return Value::string(py_title(s));
-    });
-  if (name == "capitalize")
-    return make_method(name, [sv](Interp&, Args&) {
-      const std::string& s = sv.str_ref();
-      return Value::string(py_capitalize(s));
-    });
+  // The case methods: str.upper(), lower(), title(), capitalize().
+  using CaseFn = std::string (*)(const std::string&);
+  static constexpr std::pair<std::string_view, CaseFn> kCaseMethods[] = {
+      {"upper", py_upper}, {"lower", py_lower}, {"title", py_title}, {"capitalize", py_capitalize}};
+  for (const auto& [method, fn] : kCaseMethods)
+    if (name == method)
+      return make_method(name, [sv, fn = fn](Interp&, Args&) { return Value::string(fn(sv.str_ref())); });
   if (name == "format")
     return make_method(name, [sv](Interp& in, Args& a) {
       const std::string& s = sv.str_ref();
