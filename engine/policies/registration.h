@@ -19,8 +19,9 @@ namespace kvb {
 /// The registry entry of policy class `T`, which is constructed as `T(PolicyParams)`.
 /// `description` is the one line `kvbench policies` prints (what the policy keeps, with its
 /// source); `learned` is set for a policy that needs weights the factory does not load itself
-/// (LearnedWeightsInfo; its two parameters are put first in the table, weights_params). The factory throws what PolicyParams' constructor throws ("policy
-/// '<name>': unknown parameter ...", a negative budget) and then what T's constructor throws.
+/// (LearnedWeightsInfo; its two parameters are put first in the table, weights_params). The
+/// factory throws what PolicyParams' constructor throws ("policy '<name>': unknown parameter ...",
+/// a negative budget) and then what T's constructor throws.
 template <class T>
 PolicyInfo policy_entry(std::string name, std::string description, std::vector<PolicyParamInfo> params,
                         std::optional<LearnedWeightsInfo> learned = std::nullopt) {
@@ -38,8 +39,9 @@ PolicyInfo policy_entry(std::string name, std::string description, std::vector<P
 using CheckpointSpecFn = PolicySpec (*)(PolicySpec spec, const GateWeights& weights);
 
 /// The registry entry of a policy with learned weights, constructed as `T(PolicyParams,
-/// GateWeights)`; the two parameters of `learned` are put first in `params` (weights_params). The factory first checks the spec's keys against `params` (an unknown key is
-/// reported before any file is read), then, when the parameter `learned.file_param` is set and
+/// GateWeights)`; the two parameters of `learned` are put first in `params` (weights_params).
+/// The factory first checks the spec's keys against `params` (an unknown key is reported before
+/// any file is read), then, when the parameter `learned.file_param` is set and
 /// not empty, reads the weights with GateWeights::load(value, source) (a file, directory or Hub
 /// id; throws kvb::Error naming the file and tensor), applies `adjust` when given, and builds T;
 /// without that parameter T gets empty GateWeights (and decides itself: random test weights or
