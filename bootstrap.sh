@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 PKGS=(build-essential cmake ninja-build pkg-config git
-      libopenblas-dev nlohmann-json3-dev libcli11-dev libfmt-dev libre2-dev
+      nlohmann-json3-dev libcli11-dev libfmt-dev libre2-dev
       libgtest-dev libgmock-dev
       libginac-dev libcpp-httplib-dev
       libyaml-cpp-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev libutf8proc-dev libzip-dev

@@ -1,12 +1,9 @@
 #include "engine/kernels/matmul.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <vector>
 
 namespace kvb {
@@ -19,57 +16,6 @@ constexpr int64_t kParallelWork = 1 << 15;
 // Weight rows per tile of the dot-product GEMM (16 rows of 1536 Q4_1 weights = 15 KiB: in L1).
 constexpr int64_t kTileRows = 16;
 
-/// OpenBLAS runs inside OpenMP's threads, never with its own (one pool; see matmul.h).
-void blas_single_threaded() {
-  static const bool once = [] {
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)once;
-}
-
-enum class PrefillGemm { kDot, kDequant };
-PrefillGemm prefill_gemm() {
-  static const PrefillGemm g = [] {
-    const char* e = std::getenv("KVB_PREFILL_GEMM");
-    return e && std::string_view(e) == "dot" ? PrefillGemm::kDot : PrefillGemm::kDequant;
-  }();
-  return g;
-}
-
-/// Activation rows per sgemm call of the prefill paths (matmul_nt). Every call multiplies exactly
-/// this many rows (a shorter last piece is zero-padded), so a row's bits never depend on how many
-/// rows share a matmul_nt call: OpenBLAS chooses its blocking and its edge kernels from the call
-/// shape, and on some CPUs (a 2-core AVX-512 EPYC, issue 33) a row came out with different bits
-/// in a 64–128-row call than in a 515-row one.
-constexpr int64_t kSgemmRows = 64;
-
-/// y[rows, ldy-strided, n columns] = x[rows, in] · W[n, in]ᵀ as ONE cblas_sgemm call of shape
-/// [kSgemmRows, n, in] (rows ≤ kSgemmRows; fewer rows are copied into a zero-padded buffer and
-/// the padding's outputs dropped).
-void sgemm_rows(const float* x, int64_t rows, int64_t in, const float* w, int64_t n, float* y, int64_t ldy) {
-  if (rows == kSgemmRows) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(kSgemmRows), static_cast<int>(n),
-                static_cast<int>(in), 1.0f, x, static_cast<int>(in), w, static_cast<int>(in), 0.0f, y,
-                static_cast<int>(ldy));
-    return;
-  }
-  thread_local std::vector<float> xp, yp;
-  xp.assign(static_cast<size_t>(kSgemmRows) * in, 0.0f);
-  yp.resize(static_cast<size_t>(kSgemmRows) * n);
-  std::memcpy(xp.data(), x, sizeof(float) * rows * in);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(kSgemmRows), static_cast<int>(n),
-              static_cast<int>(in), 1.0f, xp.data(), static_cast<int>(in), w, static_cast<int>(in), 0.0f, yp.data(),
-              static_cast<int>(n));
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(y + r * ldy, yp.data() + r * n, sizeof(float) * n);
-}
-
-void add_bias(float* y, const float* bias, int64_t T, int64_t out) {
-  if (!bias) return;
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < out; ++j) y[t * out + j] += bias[j];
-}
-
 /// The dot-product path of matmul_nt / matmul_nt_many: each activation row quantised once per
 /// weight type (quants.h), then tiles of kTileRows weight rows × all T rows, the tiles of every
 /// product in one static split over `nthreads` threads. Each y element is one vec_dot, so its
@@ -79,6 +25,7 @@ void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulO
     VecDotFn dot;
     VecDot4Fn dot4;  ///< four activation rows per weight row (nullptr: dot per row)
     F32TileFn tile;  ///< f32 weights: the tile kernel (dot unused); nullptr otherwise
+    VecDotTileFn qtile;  ///< register-blocked tile of the block types (nullptr: dot4 / dot per row)
     const uint8_t* act;
     size_t ab;
     int64_t tile0;  ///< first global tile index of this product
@@ -98,6 +45,7 @@ void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulO
     pr.dot = vec_dot_fn(w.type, best_isa());
     pr.dot4 = vec_dot4_fn(w.type, best_isa());
     pr.tile = w.type == DType::F32 ? f32_tile_fn(best_isa()) : nullptr;
+    pr.qtile = vec_dot_tile_fn(w.type, best_isa());
     pr.ab = act_row_bytes(w.type, in);
     pr.tile0 = tiles;
     tiles += (w.rows + kTileRows - 1) / kTileRows;
@@ -134,6 +82,15 @@ void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulO
       const float* rows[kTileRows];
       for (int64_t j = j0; j < j1; ++j) rows[j - j0] = static_cast<const float*>(o.w->row(j));
       pr.tile(in, rows, static_cast<int>(j1 - j0), x, T, in, o.y + j0, out);
+      if (o.bias)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = j0; j < j1; ++j) o.y[t * out + j] += o.bias[j];
+      continue;
+    }
+    if (pr.qtile) {  // NW weight rows × 4 activation rows in registers (quants_x86.inc dot_tile)
+      const void* rows[kTileRows];
+      for (int64_t j = j0; j < j1; ++j) rows[j - j0] = o.w->row(j);
+      pr.qtile(in, rows, static_cast<int>(j1 - j0), pr.act, pr.ab, T, o.y + j0, out);
       if (o.bias)
         for (int64_t t = 0; t < T; ++t)
           for (int64_t j = j0; j < j1; ++j) o.y[t * out + j] += o.bias[j];
@@ -179,63 +136,15 @@ Mat Mat::of(DType type, const void* p, int64_t rows, int64_t cols, const int32_t
   return m;
 }
 
-bool matmul_uses_sgemm(const Mat& w, int64_t T) {
-  // f32 weights below 64 rows (decode, batched decode) take the f32 tile kernel (quants.h
-  // F32TileFn): OpenBLAS's sgemm packs W on every call, which at a few rows costs more than the
-  // product (measured on a 2-core Zen 4, SmolLM2-135M F32: batch-1 decode 31 vs 38 tokens/s).
-  if (w.type == DType::F32) return T >= 64;
-  return T >= 32 && (!dtype_is_quantised(w.type) || prefill_gemm() == PrefillGemm::kDequant);
-}
-
 void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in, int64_t out) {
-  blas_single_threaded();
-  const bool parallel = T * in * out > kParallelWork;
-  const int nthreads = parallel ? omp_get_max_threads() : 1;
-  // Prefill shapes (matmul_uses_sgemm): sgemm on f32 / dequantised weight tiles in fixed-shape
-  // row pieces (sgemm_rows).
-  const bool f32_gemm = w.f32 != nullptr;
-  if (matmul_uses_sgemm(w, T)) {
-    constexpr int64_t kDeqRows = 64;
-    const int64_t pieces = (T + kSgemmRows - 1) / kSgemmRows;
-#pragma omp parallel num_threads(nthreads)
-    {
-      thread_local std::vector<float> tile;
-      if (!f32_gemm) tile.resize(static_cast<size_t>(kDeqRows) * in);
-        // Tiles of kDeqRows weight rows (f32 rows used in place, others dequantised once per tile)
-        // × pieces of kSgemmRows activation rows: every sgemm call has the shape
-        // [kSgemmRows, nb, in], nb fixed per tile, so a row's bits depend neither on how many rows
-        // share the matmul_nt call (chunked prefill == whole prompt == MLP pieces) nor on the
-        // thread count.
-#pragma omp for schedule(dynamic)
-      for (int64_t j0 = 0; j0 < out; j0 += kDeqRows) {
-        const int64_t nb = std::min(kDeqRows, out - j0);
-        const float* wt = w.f32 ? w.f32 + j0 * in : tile.data();
-        if (!f32_gemm)
-          for (int64_t r = 0; r < nb; ++r) dequantize_row(w.type, w.row(j0 + r), in, tile.data() + r * in);
-        for (int64_t p = 0; p < pieces; ++p)
-          sgemm_rows(x + p * kSgemmRows * in, std::min(kSgemmRows, T - p * kSgemmRows), in, wt, nb,
-                     y + p * kSgemmRows * out + j0, out);
-      }
-    }
-    add_bias(y, bias, T, out);
-    return;
-  }
   const MatmulOut one{&w, bias, y};
-  dot_products(x, T, in, std::span<const MatmulOut>(&one, 1), nthreads);
+  dot_products(x, T, in, std::span<const MatmulOut>(&one, 1),
+               T * in * out > kParallelWork ? omp_get_max_threads() : 1);
 }
 
 void matmul_nt_many(const float* x, int64_t T, int64_t in, std::span<const MatmulOut> outs) {
-  blas_single_threaded();
   int64_t rows = 0;
-  bool sgemm = false;
-  for (const MatmulOut& o : outs) {
-    rows += o.w->rows;
-    sgemm = sgemm || matmul_uses_sgemm(*o.w, T);
-  }
-  if (sgemm) {
-    for (const MatmulOut& o : outs) matmul_nt(x, *o.w, o.bias, o.y, T, in, o.w->rows);
-    return;
-  }
+  for (const MatmulOut& o : outs) rows += o.w->rows;
   dot_products(x, T, in, outs, T * in * rows > kParallelWork ? omp_get_max_threads() : 1);
 }
 

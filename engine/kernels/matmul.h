@@ -1,14 +1,20 @@
 // kvb::Mat and matmul_nt — y = x·Wᵀ with W held as stored (f32, f16, bf16 or a ggml block
 // format), on the engine's one thread pool (OpenMP).
 //
-// Decode (few activation rows): each activation row is quantised once to the weight type's
-// partner format (quants.h), then every output row j is one dot product of W's row j with it;
-// the output rows are split between the OpenMP threads (the matrix is read once per step, which
-// bounds decode by memory bandwidth, as in llama.cpp's ggml_compute_forward_mul_mat).
-// Prefill (many rows): OpenBLAS sgemm on 64-row tiles of W (f32 in place, other types
-// dequantised) in fixed 64-row pieces of the activations; optionally the dot-product kernels over tiles of 16
-// weight rows × all activation rows. OpenBLAS itself runs single-threaded
-// (openblas_set_num_threads(1) on first use) so that only OpenMP's threads exist.
+// Every row count takes the same kernels (issue 38, "one reduction order per output element"):
+// each activation row is quantised once to the weight type's partner format (quants.h; f32
+// rows as they are for f32/f16/bf16 weights), then every output element y[t, j] is exactly one
+// vec_dot of W's row j with row t — computed by the register-blocked tile kernels at prefill row
+// counts (VecDotTileFn: NW weight rows × 4 activation rows; f32 weights: F32TileFn) and by the
+// single-row or four-row kernels at decode row counts, all bit-identical per element. So a
+// row's bits depend only on its own values, W and the ISA: never on how many rows share the call
+// (prefill chunk, batch, MLP pieces), on the row's place in it, or on the thread count. This is
+// the batch-invariant construction of "Defeating Nondeterminism in LLM Inference" (Thinking
+// Machines, 2025) and vLLM's batch-invariant mode, on the CPU. No BLAS library is used: a BLAS
+// chooses its blocking and edge kernels from the call shape (OpenBLAS 0.3.21 gave a row other
+// bits at other row counts on AMD EPYC, issue 38). Output rows of W are split between the OpenMP
+// threads in 16-row tiles; decode reads W once per step, bounded by memory bandwidth, as in
+// llama.cpp's ggml_compute_forward_mul_mat.
 #pragma once
 
 #include <cstdint>
@@ -44,19 +50,12 @@ struct Mat {
 };
 
 /// y[T, out] = x[T, in] · W[out, in]ᵀ (+ bias[out]), row-major f32 x and y, for a weight held as
-/// stored (w.rows == out, w.cols == in). Accumulation is f32;
-/// quantised weights multiply activations quantised per row to 8 bits (quants.h), so the result
-/// differs from the dequantised f32 product by the activation rounding (tests/kernels state the
-/// bounds). Kernels: vec_dot_fn(w.type, best_isa()); f32 weights below 64 rows: f32_tile_fn
-/// (no activation rounding; an element's bits independent of T), from 64 rows on sgemm on
-/// 64-row weight tiles. From 32 rows on, weights that are not f32
-/// are dequantised in 64-row tiles and multiplied with sgemm (f32 activations, no activation
-/// rounding; measured faster than the dot-product tiles on a 2-core Zen 4: 60 vs 38 prefill
-/// tokens/s on the default model); KVB_PREFILL_GEMM=dot selects the dot-product tiles instead.
-/// Every sgemm call multiplies exactly 64 activation rows (the last piece zero-padded) with one
-/// weight tile, so on the sgemm path a row's bits depend only on its values and W, never on T,
-/// on where the row sits in x, or on the thread count (issue 33: OpenBLAS picks its blocking
-/// from the call shape, and some CPUs gave a row different bits at different T).
+/// stored (w.rows == out, w.cols == in). Accumulation is f32; quantised weights multiply
+/// activations quantised per row to 8 bits (quants.h), so the result differs from the
+/// dequantised f32 product by the activation rounding (tests/kernels state the bounds). Every
+/// element is vec_dot_fn(w.type, best_isa()) of its two rows (F32TileFn for f32 weights), bit for
+/// bit, whatever T, the row's place and the thread count (tests/kernels:
+/// MatmulRowsHaveOneReductionOrderWhateverTheCall).
 void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in, int64_t out);
 
 /// One product of matmul_nt_many: y[T, w.rows] = x · Wᵀ (+ bias).
@@ -70,12 +69,7 @@ struct MatmulOut {
 /// and up projections), each output exactly as matmul_nt gives it, in one parallel region: the
 /// activations are quantised once per weight type and one team of threads shares the weight
 /// rows of all products (batch-1 decode of a 135M model runs 30 layers × 7 products, where each
-/// fork/join and activation quantisation costs as much as a small product). Prefill shapes
-/// (matmul_uses_sgemm) run matmul_nt per product.
+/// fork/join and activation quantisation costs as much as a small product).
 void matmul_nt_many(const float* x, int64_t T, int64_t in, std::span<const MatmulOut> outs);
-
-/// True when matmul_nt(…, w, …, T, …) multiplies f32 activations with dequantised (or f32)
-/// weight tiles through sgemm rather than quantising the activations (T rows).
-bool matmul_uses_sgemm(const Mat& w, int64_t T);
 
 }  // namespace kvb

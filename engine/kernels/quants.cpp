@@ -446,6 +446,18 @@ VecDot4Fn vec_dot4_fn(DType w, Isa isa) {
   return nullptr;
 }
 
+VecDotTileFn vec_dot_tile_fn(DType w, Isa isa) {
+#if defined(__x86_64__)
+  // The build vec_dot_fn takes the single-row kernel from, so that the bits agree.
+  if (isa == Isa::kAvx512Vnni && kernels_detail::avx512vnni_dot(w)) return kernels_detail::avx512vnni_dot_tile(w);
+  if ((isa == Isa::kAvx2 || isa == Isa::kAvx512Vnni) && kernels_detail::avx2_dot(w))
+    return kernels_detail::avx2_dot_tile(w);
+#endif
+  (void)w;
+  (void)isa;
+  return nullptr;
+}
+
 F32TileFn f32_tile_fn(Isa isa) {
 #if defined(__x86_64__)
   if (isa == Isa::kAvx512Vnni && isa_supported(Isa::kAvx512Vnni)) return kernels_detail::f32_tile_avx512;

@@ -134,6 +134,19 @@ using VecDot4Fn = void (*)(int64_t n, const void* w_row, const void* act, size_t
 /// Q5_1, Q8_0.
 VecDot4Fn vec_dot4_fn(DType w, Isa isa);
 
+/// A tile of nw ≤ 16 weight rows × T activation rows (act_row_bytes format, `act_bytes` apart):
+/// y[t·ystride + r] = vec_dot_fn(w, isa)(n, w_rows[r], act + t·act_bytes), bit for bit, with
+/// each weight block decoded once per four activation rows and each activation block loaded
+/// once per few weight rows (the register-blocked prefill GEMM of matmul_nt). Because every
+/// element is the single-row kernel's, a result does not depend on T, on where the row sits in
+/// the tile or on how the caller tiles (issue 38: one reduction order per output element).
+using VecDotTileFn = void (*)(int64_t n, const void* const* w_rows, int nw, const void* act, size_t act_bytes,
+                              int64_t T, float* y, int64_t ystride);
+/// The tile kernel from the same ISA build as vec_dot_fn(w, isa), or nullptr where that build
+/// has none (then call VecDot4Fn / VecDotFn per row). x86 AVX2 / AVX-512 VNNI: Q4_0, Q4_1, Q5_0,
+/// Q5_1, Q8_0.
+VecDotTileFn vec_dot_tile_fn(DType w, Isa isa);
+
 /// y[t·ystride + r] = Σ_k w[r][k]·x[t·xstride + k] in f32 for nw ≤ 16 f32 weight rows w[r][in]
 /// and T activation rows: the f32 weight kernel of matmul_nt at decode row counts
 /// (gemm_f32_impl.inc). An element's bits do not depend on T, nw or the call's blocking
@@ -150,6 +163,8 @@ VecDotFn avx2_dot(DType w);          ///< nullptr where the type has no AVX2 ker
 VecDotFn avx512vnni_dot(DType w);    ///< nullptr where the type has no VNNI kernel
 VecDot4Fn avx2_dot4(DType w);        ///< nullptr where the AVX2 build has no four-row kernel
 VecDot4Fn avx512vnni_dot4(DType w);  ///< nullptr where the VNNI build has no four-row kernel
+VecDotTileFn avx2_dot_tile(DType w);        ///< nullptr where the AVX2 build has no tile kernel
+VecDotTileFn avx512vnni_dot_tile(DType w);  ///< nullptr where the VNNI build has no tile kernel
 void f32_tile_scalar(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);
 void f32_tile_avx2(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);
 void f32_tile_avx512(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);

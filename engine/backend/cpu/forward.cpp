@@ -1,6 +1,5 @@
 #include "engine/backend/cpu/forward.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>

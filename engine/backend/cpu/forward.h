@@ -2,7 +2,7 @@
 //
 // One forward() call runs a batch of sequences, each contributing n ≥ 1 new tokens (a prefill
 // chunk, or one decode token), through every layer: GEMMs over all batch tokens at once
-// (OpenBLAS sgemm), attention per (sequence, kv_head) over that head's own cached tokens with a
+// (matmul_nt: kvbench's own kernels, one reduction order per output element), attention per (sequence, kv_head) over that head's own cached tokens with a
 // causal mask by absolute position (so ragged, evicted heads are exact; sliding-window layers
 // also mask keys older than the window), then the policy hook for each (sequence, layer), then
 // the MLP. Each layer is attention_block then mlp_block. OpenMP parallelises attention and elementwise work.
@@ -126,10 +126,9 @@ void rms_norm(const float* x, const float* weight, float* y, int64_t T, int64_t 
 /// [T·i/p, T·(i+1)/p), so the gate/up buffers (2 × rows × intermediate_size f32) hold 128 rows,
 /// not the chunk (a 4096-token chunk of an 8B model would otherwise take 470 MB there).
 inline constexpr int64_t kMlpPieceRows = 128;
-/// Pieces of a T-row MLP: 1 up to kMlpPieceRows rows, else ⌈T / kMlpPieceRows⌉. Every piece of
-/// T ≥ 128 rows has at least 64 (> T/p ≥ 128·T/(T + 128)), so it takes the same matmul path
-/// (matmul_uses_sgemm: 32 and 64 rows) as the whole chunk, and rows are independent in every path:
-/// the result does not depend on the split.
+/// Pieces of a T-row MLP: 1 up to kMlpPieceRows rows, else ⌈T / kMlpPieceRows⌉. matmul_nt gives
+/// every output element one reduction order whatever the row count (matmul.h), so the result
+/// does not depend on the split.
 int64_t mlp_pieces(int64_t T);
 /// The lowest key position a query at `qpos` attends to under a sliding window of `window` tokens
 /// (qpos − window + 1, transformers' sliding_window_overlay `kv_idx > q_idx − window`);
