@@ -6,6 +6,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 #include <span>
 
 #include "engine/backend/backend.h"
@@ -36,12 +37,26 @@ struct Engine::Impl {
 Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::unique_ptr<Policy> policy)
     : model_(std::move(model)), opts_(opts), policy_(std::move(policy)), impl_(new Impl) {
   if (opts_.prefill_chunk <= 0) fail("--prefill-chunk must be > 0, got {}", opts_.prefill_chunk);
-  if (opts_.max_batch <= 0) fail("--batch must be > 0, got {}", opts_.max_batch);
+  if (opts_.max_batch < 0) fail("--batch must be > 0, got {}", opts_.max_batch);
+  if (opts_.max_step_tokens < 0) fail("--max-step-tokens must be >= 0, got {}", opts_.max_step_tokens);
+  if (opts_.max_step_tokens > 0 && opts_.max_step_tokens < opts_.prefill_chunk)
+    fail("--max-step-tokens {} is smaller than --prefill-chunk {}: a step must hold one prompt chunk",
+         opts_.max_step_tokens, opts_.prefill_chunk);
   KVCacheConfig kc = kv_cache_config(model_->config(), opts_.page_size);
   const PolicyNeeds needs = policy_ ? policy_->needs() : PolicyNeeds{};
   kc.num_scalars = needs.num_scalars;
   kc.max_pages = opts_.max_kv_pages;
   kc.payload = kv_payload_for(opts_.backend, needs);
+  if (opts_.kv_pool_bytes < 0) fail("--memory must be > 0");
+  if (opts_.kv_pool_bytes > 0) {
+    if (opts_.max_kv_pages > 0) fail("give the KV page pool once: as bytes (--memory) or as pages, not both");
+    const size_t page_bytes = KVCache(kc).page_bytes();
+    opts_.max_kv_pages = opts_.kv_pool_bytes / static_cast<int64_t>(page_bytes);
+    if (opts_.max_kv_pages < 1) fail("--memory: {} bytes hold no KV page of {} bytes", opts_.kv_pool_bytes, page_bytes);
+  }
+  kc.max_pages = opts_.max_kv_pages;
+  if (opts_.max_batch == 0 && opts_.max_kv_pages <= 0)
+    fail("--batch: no count limit needs a page pool (--memory) to bound the batch");
   cache_ = std::make_unique<KVCache>(kc);
   impl_->backend = make_backend(opts_.backend, *model_, *cache_);
 }
@@ -113,13 +128,24 @@ struct SeqState {
 // prediction after its last token (nullptr when the step's logits stayed on the device).
 using StepRowFn = std::function<void(size_t k, const float* row)>;
 
-// The engine's scheduler of forward steps, shared by Engine::generate and Engine::score. It runs
-// the prefill steps (prompt chunks of at most --prefill-chunk tokens, batched across the sequences
-// with input left) and the batched decode steps of a list of sequences, and keeps each step's
-// bookkeeping in one place: the KV cache's step bracket (KVCache::begin_step / end_step, which the
-// KV peak is measured by), the policy's sequence hooks, and every sequence's measurements (prefill
-// and decode seconds, policy seconds, KV reads, KV peaks, Engine::on_step). What to do with the
-// logits of a step — sample and apply stop rules, or keep them — is the caller's.
+// One planned forward step: prompt chunks of the prefilling sequences, then one decode token of
+// each decoding sequence (StepScheduler::plan).
+struct StepPlan {
+  std::vector<ForwardItem> items;
+  std::vector<SeqState*> owner;  // items[i]'s sequence
+  size_t n_prefill = 0;          // items [0, n_prefill) are prompt chunks, the rest decode tokens
+  std::vector<int32_t> toks;     // the decode items' input tokens
+  bool empty() const { return items.empty(); }
+};
+
+// The engine's scheduler of forward steps, shared by Engine::generate and Engine::score. It plans
+// and runs steps that carry prompt chunks of the sequences with input left (at most
+// --prefill-chunk tokens each, and at most max_prompt_tokens in all) together with one decode
+// token of each decoding sequence, and keeps each step's bookkeeping in one place: the KV
+// cache's step bracket (KVCache::begin_step / end_step, which the KV peak is measured by), the
+// policy's sequence hooks, and every sequence's measurements (prefill and decode seconds, policy
+// seconds, KV reads, KV peaks, Engine::on_step). What to do with the logits of a step — sample
+// and apply stop rules, or keep them — is the caller's.
 class StepScheduler {
  public:
   StepScheduler(KVCache& cache, Backend& backend, Policy* policy, int prefill_chunk, int vocab,
@@ -157,97 +183,128 @@ class StepScheduler {
     s.done = true;
   }
 
-  // One prefill step over every sequence of `seqs` that is not done and has input left: the
-  // next prefill_step_tokens of its input (a query-agnostic request's context ends a prompt of
-  // its own). Each of them gets the step's seconds in prefill_s and its share of policy_s; then,
-  // in order, `on_input_end(k, row)` for each sequence k whose input the step completed. Returns
-  // false, running nothing, when no sequence has input left.
-  bool prefill_step(const std::vector<SeqState*>& seqs, const StepRowFn& on_input_end) {
-    std::vector<ForwardItem> items;
-    std::vector<size_t> owners;
-    for (size_t k = 0; k < seqs.size(); ++k) {
-      SeqState& s = *seqs[k];
+  // Plans one step: for each sequence of `prefill` that is not done and has input left, in order,
+  // the next prefill_step_tokens of its input (a query-agnostic request's context ends a prompt of
+  // its own), while the step's prompt tokens stay within `max_prompt_tokens` (0 = no limit; a
+  // chunk that does not fit waits for the next step, the first always runs); then one decode item
+  // per sequence of `decode`, feeding its `next` token.
+  StepPlan plan(const std::vector<SeqState*>& prefill, const std::vector<SeqState*>& decode,
+                int64_t max_prompt_tokens) const {
+    StepPlan p;
+    int64_t prompt_tokens = 0;
+    for (SeqState* sp : prefill) {
+      SeqState& s = *sp;
       if (s.done) continue;
-      const auto& p = *s.input;
-      if (s.prompt_done >= p.size()) continue;
+      const auto& in = *s.input;
+      if (s.prompt_done >= in.size()) continue;
       // The context of a query-agnostic request ends a prefill of its own (policy compresses).
       const size_t split = s.context_tokens;
-      const size_t end = split > 0 && split < p.size() && s.prompt_done < split ? split : p.size();
+      const size_t end = split > 0 && split < in.size() && s.prompt_done < split ? split : in.size();
       ForwardItem it;
       it.seq = s.seq;
-      it.tokens = p.data() + s.prompt_done;
+      it.tokens = in.data() + s.prompt_done;
       const int64_t end_pos = s.pos + static_cast<int64_t>(end - s.prompt_done);
       it.n = prefill_step_tokens(s.pos, end_pos, prefill_chunk_, policy_ ? &needs_ : nullptr);
+      // Whole chunks only, so a sequence's chunk boundaries never depend on what shares its steps
+      // (compress=chunked compresses at them); a chunk that does not fit waits for the next step.
+      if (max_prompt_tokens > 0 && prompt_tokens > 0 && prompt_tokens + it.n > max_prompt_tokens) break;
       it.start_pos = s.pos;
       it.prompt_end = end_pos;
       it.prefill = true;
       it.prefill_last = s.prompt_done + it.n == end;
-      it.want_logits = s.prompt_done + it.n == p.size();
+      it.want_logits = s.prompt_done + it.n == in.size();
       it.history = &s.history;
-      items.push_back(it);
-      owners.push_back(k);
+      prompt_tokens += it.n;
+      p.items.push_back(it);
+      p.owner.push_back(&s);
     }
-    if (items.empty()) return false;
-    const auto t0 = clock_t_::now();
-    forward(items);
-    const double dt = secs(t0, clock_t_::now());
-    size_t li = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      SeqState& s = *seqs[owners[i]];
-      s.prompt_done += items[i].n;
-      s.pos += items[i].n;
-      s.result->prefill_s += dt;
-      s.result->policy_s += fs_.policy_s / items.size();
-      after_step(s, items[i].want_logits);
-      if (items[i].want_logits) on_input_end(owners[i], &logits_[li++ * vocab_]);
-    }
-    return true;
-  }
-
-  // One batched decode step over `seqs` (none done), each feeding its `next` token. With
-  // `sample_on_device` the step's logits stay on the device (Backend::defer_logits) and it is
-  // called right after the forward (the rows passed on are null). For each sequence in order:
-  // its position advances, its share of policy_s, its KV reads and peaks are recorded, then
-  // `on_token(k, row)`. The step's seconds (forward to the last on_token) go to decode_s and
-  // decode_share_s of the results the sequences had when the step began.
-  void decode_step(const std::vector<SeqState*>& seqs, const std::function<void()>& sample_on_device,
-                   const StepRowFn& on_token) {
-    std::vector<ForwardItem> items;
-    std::vector<int32_t> toks(seqs.size());
-    for (size_t k = 0; k < seqs.size(); ++k) {
-      SeqState& s = *seqs[k];
-      toks[k] = s.next;
+    p.n_prefill = p.items.size();
+    p.toks.resize(decode.size());
+    for (size_t k = 0; k < decode.size(); ++k) {
+      SeqState& s = *decode[k];
+      p.toks[k] = s.next;
       ForwardItem it;
       it.seq = s.seq;
-      it.tokens = &toks[k];
       it.n = 1;
       it.start_pos = s.pos;
+      it.want_logits = true;
       it.history = &s.history;
-      items.push_back(it);
+      p.items.push_back(it);
+      p.owner.push_back(&s);
     }
-    // The results this step's time goes to (on_token may move a sequence on to its next turn).
-    std::vector<GenerationResult*> step_results;
-    for (const SeqState* s : seqs) step_results.push_back(s->result);
-    const auto t_step = clock_t_::now();
+    // Pointers into p.toks once it no longer moves.
+    for (size_t k = 0; k < decode.size(); ++k) p.items[p.n_prefill + k].tokens = &p.toks[k];
+    return p;
+  }
+
+  // Pages the pool must have free for `p` to run: every (layer, kv head) of every item grows to
+  // ⌈(length + n) / page_size⌉ pages. An upper bound (a compression inside the step frees pages
+  // the later layers may reuse).
+  int64_t pages_needed(const StepPlan& p) const {
+    const KVCacheConfig& c = cache_.config();
+    int64_t need = 0;
+    for (const ForwardItem& it : p.items)
+      for (int l = 0; l < c.num_layers; ++l)
+        for (int h = 0; h < c.num_kv_heads; ++h) {
+          const int64_t len = cache_.length(it.seq, l, h);
+          const int64_t have = static_cast<int64_t>(cache_.pages(it.seq, l, h).size());
+          need += std::max<int64_t>(0, (len + it.n + c.page_size - 1) / c.page_size - have);
+        }
+    return need;
+  }
+
+  // Runs planned step `p`. With `sample_on_device` the step's logits stay on the device
+  // (Backend::defer_logits) and it is called right after the forward (the rows passed on are
+  // null). Then, in item order: each prompt chunk's sequence advances, gets the step's seconds in
+  // prefill_s and its share of policy_s, and `on_row(s, row)` when the chunk completed its input;
+  // each decoded sequence advances, gets its share of policy_s, its KV reads and peaks, then
+  // `on_row(s, row)`. The step's seconds (forward to the last on_row) go to decode_s and
+  // decode_share_s of the results the decoded sequences had when the step began.
+  void run(StepPlan& p, const std::function<void()>& sample_on_device,
+           const std::function<void(SeqState&, const float*)>& on_row) {
+    if (p.items.empty()) return;
+    const size_t n_decode = p.items.size() - p.n_prefill;
+    // The results this step's time goes to (on_row may move a sequence on to its next turn).
+    std::vector<GenerationResult*> prefill_results, decode_results;
+    for (size_t i = 0; i < p.items.size(); ++i)
+      (i < p.n_prefill ? prefill_results : decode_results).push_back(p.owner[i]->result);
+    const auto t0 = clock_t_::now();
     if (sample_on_device) {
       backend_.defer_logits();
-      forward(items);
+      forward(p.items);
       sample_on_device();
     } else {
-      forward(items);
+      forward(p.items);
     }
-    for (size_t k = 0; k < seqs.size(); ++k) {
-      SeqState& s = *seqs[k];
-      s.pos += 1;
-      s.result->policy_s += fs_.policy_s / seqs.size();
-      count_reads(*s.result, fs_, k, cache_.kv_bytes_per_token());
-      after_step(s, true);
-      on_token(k, sample_on_device ? nullptr : &logits_[k * vocab_]);
+    const double dt_forward = secs(t0, clock_t_::now());
+    size_t li = 0;  // logits row
+    for (size_t i = 0; i < p.items.size(); ++i) {
+      SeqState& s = *p.owner[i];
+      const ForwardItem& it = p.items[i];
+      const float* row = nullptr;
+      if (it.want_logits) {
+        if (!sample_on_device) row = &logits_[li * vocab_];
+        ++li;
+      }
+      s.result->policy_s += fs_.policy_s / static_cast<double>(p.items.size());
+      if (i < p.n_prefill) {
+        s.prompt_done += it.n;
+        s.pos += it.n;
+        s.result->prefill_s += dt_forward;
+        after_step(s, it.want_logits);
+        if (it.want_logits) on_row(s, row);
+      } else {
+        s.pos += 1;
+        count_reads(*s.result, fs_, i, cache_.kv_bytes_per_token());
+        s.result->decode_batch_sum += static_cast<int64_t>(n_decode);
+        after_step(s, true);
+        on_row(s, row);
+      }
     }
-    const double dt = secs(t_step, clock_t_::now());
-    for (GenerationResult* r : step_results) {
+    const double dt = secs(t0, clock_t_::now());
+    for (GenerationResult* r : decode_results) {
       r->decode_s += dt;
-      r->decode_share_s += dt / static_cast<double>(step_results.size());
+      r->decode_share_s += dt / static_cast<double>(decode_results.size());
     }
   }
 
@@ -298,38 +355,69 @@ std::vector<GenerationResult> results_for(const std::vector<GenerationRequest>& 
   return out;
 }
 
-// One Engine::generate call: admits requests as sequences (at most max_batch at once), runs
-// them through the step scheduler, samples their tokens and applies the stop rules and turns.
+// What Generation needs to admit by pages: the pool, the rule, and the policy's projection.
+struct PagePool {
+  int64_t max_pages = 0;  // 0: unbounded (admission by count only, no preemption)
+  Admission admission = Admission::kReserve;
+  const Policy* policy = nullptr;  // null: the full cache
+  FootprintQuery shape;            // page size, layers, kv heads, prefill chunk (context, gen per request)
+};
+
+// One Engine::generate call: admits requests as sequences (by count and, with a page pool, by
+// pages), runs them through the step scheduler in steps that interleave prompt chunks with decode
+// tokens, preempts the newest sequence when the pool cannot hold a step, samples their tokens and
+// applies the stop rules and turns.
 class Generation {
  public:
   Generation(const std::vector<GenerationRequest>& reqs, std::vector<GenerationResult>& out, const tok::Tokenizer* tok,
-             const TokenCallback& cb, StepScheduler& sched, Backend& backend, int max_batch, int64_t max_ctx, int vocab)
+             const TokenCallback& cb, const FinishedCallback& on_finished, StepScheduler& sched, Backend& backend,
+             KVCache& cache, const EngineOptions& opts, PagePool pool, int64_t max_ctx, int vocab, ScheduleStats& stats)
       : reqs_(reqs),
         out_(out),
         tok_(tok),
         cb_(cb),
+        on_finished_(on_finished),
         sched_(sched),
         backend_(backend),
-        max_batch_(max_batch),
+        cache_(cache),
+        max_batch_(opts.max_batch),
+        max_step_tokens_(opts.max_step_tokens),
+        pool_(pool),
         max_ctx_(max_ctx),
-        V_(vocab) {
-    for (size_t i = 0; i < reqs.size(); ++i) pending_.push_back(i);
+        V_(vocab),
+        stats_(stats) {
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      auto a = std::make_unique<Active>();
+      a->req = i;
+      a->rng = Rng(reqs[i].seed);
+      pending_.push_back(std::move(a));
+    }
   }
 
   // Generates until every request has finished.
   void run() {
     while (!pending_.empty() || !active_.empty()) {
       admit();
-      // Prefill every sequence with input left (new sequences, and sequences entering their next
-      // turn), chunked and batched across those sequences.
-      const std::vector<SeqState*> seqs = active_states();
-      while (sched_.prefill_step(seqs, [&](size_t k, const float* row) { first_token(*active_[k], row); })) {
+      std::vector<SeqState*> prefill, decode;
+      split(prefill, decode);
+      StepPlan plan = sched_.plan(prefill, decode, max_step_tokens_);
+      while (pool_.max_pages > 0 && cache_.pages_in_use() + sched_.pages_needed(plan) > pool_.max_pages) {
+        preempt_newest(plan);
+        split(prefill, decode);
+        plan = sched_.plan(prefill, decode, max_step_tokens_);
       }
-      remove_done();
-      if (active_.empty()) continue;
-      decode();
+      if (plan.empty()) continue;  // everything running finished in the previous step
+      const size_t n_decode = plan.items.size() - plan.n_prefill;
+      ++stats_.steps;
+      if (n_decode > 0) {
+        ++stats_.decode_steps;
+        stats_.decoded_sequences += static_cast<int64_t>(n_decode);
+        stats_.max_decode_batch = std::max(stats_.max_decode_batch, static_cast<int>(n_decode));
+      }
+      step(plan);
       remove_done();
     }
+    stats_.peak_pages = static_cast<int64_t>(cache_.peak_bytes_total() / cache_.page_bytes());
   }
 
  private:
@@ -337,8 +425,14 @@ class Generation {
     size_t req = 0;
     size_t turn = 0;        // 0: the request's prompt; k: followups[k - 1]
     int64_t gen_start = 0;  // position of the current turn's first generated token
+    int64_t order = 0;      // admission order (the newest is preempted first)
+    size_t replayed = 0;    // after a preemption: tokens of the first turn fed again so far
     Rng rng{0};
     clock_t_::time_point t0, t_first;
+    bool started = false;  // admitted once (t0 set)
+    // Tokens of the first turn generated so far: what a recomputation after a preemption feeds
+    // again (0 before the first admission).
+    size_t replay_tokens() const { return turn == 0 && result ? result->tokens.size() : 0; }
   };
 
   // The current turn's cap and stop strings of a sequence.
@@ -348,65 +442,171 @@ class Generation {
   const std::vector<std::string>& stops_of(const Active& a) const {
     return a.turn == 0 ? reqs_[a.req].stop_strings : reqs_[a.req].followups[a.turn - 1].stop_strings;
   }
-  std::vector<SeqState*> active_states() const {
-    std::vector<SeqState*> v;
-    for (const auto& up : active_) v.push_back(up.get());
-    return v;
-  }
   void remove_done() {
     active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& a) { return a->done; }), active_.end());
   }
+  // The running sequences with input left (prompt chunks) and those with a token to decode. A
+  // backend without mixed steps (Backend::mixed_steps) prefills first, then decodes.
+  void split(std::vector<SeqState*>& prefill, std::vector<SeqState*>& decode) const {
+    prefill.clear();
+    decode.clear();
+    for (const auto& a : active_) {
+      if (a->done) continue;
+      if (a->prompt_done < a->input->size()) prefill.push_back(a.get());
+      else if (a->next >= 0) decode.push_back(a.get());
+    }
+    if (!prefill.empty() && !backend_.mixed_steps()) decode.clear();
+  }
 
-  // Admits new sequences.
+  // What request `req` projects to hold (Policy::kv_footprint over all its turns).
+  KvFootprint footprint(size_t req) const {
+    const GenerationRequest& q = reqs_[req];
+    FootprintQuery f = pool_.shape;
+    f.context = static_cast<int64_t>(q.prompt.size());
+    f.gen = q.max_new_tokens;
+    for (const auto& t : q.followups) {
+      f.context += static_cast<int64_t>(t.append.size());
+      f.gen += t.max_new_tokens;
+    }
+    return pool_.policy ? pool_.policy->kv_footprint(f) : full_cache_footprint(f);
+  }
+  // Pages a sequence of `tokens` tokens in every head holds (the recompute of a preempted one).
+  int64_t pages_of(int64_t tokens) const {
+    const FootprintQuery& f = pool_.shape;
+    return static_cast<int64_t>(f.num_layers) * f.num_kv_heads * ((tokens + f.page_size - 1) / f.page_size);
+  }
+  // Pages `a` reserves under Admission::kReserve: its projected peak while it has input left, its
+  // steady state after.
+  int64_t reserved(const Active& a) const {
+    const KvFootprint fp = footprint(a.req);
+    return a.prompt_done < a.input->size() ? fp.peak_pages : fp.steady_pages;
+  }
+  // True when pending request `a` may start now beside the running sequences.
+  bool fits(const Active& a) const {
+    if (pool_.max_pages <= 0) return true;
+    if (active_.empty()) return true;  // alone it runs; a step it cannot hold fails with a clear error
+    if (pool_.admission == Admission::kReserve) {
+      int64_t used = 0;
+      for (const auto& r : active_) used += reserved(*r);
+      const int64_t need = std::max(footprint(a.req).peak_pages,
+                                    pages_of(static_cast<int64_t>(reqs_[a.req].prompt.size() + a.replay_tokens())));
+      return used + need <= pool_.max_pages;
+    }
+    // Optimistic: its input (and, after a preemption, what it had generated) fits in the free pool,
+    // beside what the sequences still prefilling will add to reach their prompts' ends.
+    int64_t ahead = 0;
+    for (const auto& r : active_)
+      if (r->prompt_done < r->input->size())
+        ahead += pages_of(r->pos + static_cast<int64_t>(r->input->size() - r->prompt_done)) - pages_of(r->pos);
+    // Headroom: one more page in every head of every running sequence (their next growth), so that
+    // an admission is not undone by the next decode step (vLLM's watermark plays this part).
+    const int64_t headroom = static_cast<int64_t>(active_.size()) * pages_of(1);
+    const int64_t need = pages_of(static_cast<int64_t>(reqs_[a.req].prompt.size() + a.replay_tokens()) + 1);
+    return cache_.pages_in_use() + ahead + headroom + need <= pool_.max_pages;
+  }
+
+  // Admits pending requests in order while the count and the pool allow.
   void admit() {
-    while (!pending_.empty() && static_cast<int>(active_.size()) < max_batch_) {
-      auto a = std::make_unique<Active>();
-      a->req = pending_.front();
+    while (!pending_.empty()) {
+      if (max_batch_ > 0 && static_cast<int>(active_.size()) >= max_batch_) break;
+      if (!fits(*pending_.front())) break;
+      std::unique_ptr<Active> a = std::move(pending_.front());
       pending_.pop_front();
       const GenerationRequest& q = reqs_[a->req];
+      if (static_cast<int64_t>(q.prompt.size()) > max_ctx_)
+        fail("generate: prompt of {} tokens exceeds the model's context of {}", q.prompt.size(), max_ctx_);
       a->input = &q.prompt;
       a->context_tokens = q.context_tokens;
       a->result = &out_[a->req];
+      a->prompt_done = 0;
+      a->pos = 0;
+      a->next = -1;
+      a->done = false;
+      a->history = QueryHistory{};
+      a->order = next_order_++;
       sched_.begin_sequence(*a, q.seed);
-      a->rng = Rng(q.seed);
-      a->t0 = clock_t_::now();
-      if (static_cast<int64_t>(q.prompt.size()) > max_ctx_)
-        fail("generate: prompt of {} tokens exceeds the model's context of {}", q.prompt.size(), max_ctx_);
+      if (!a->started) {
+        a->started = true;
+        a->t0 = clock_t_::now();
+      }
       active_.push_back(std::move(a));
+      stats_.max_running = std::max(stats_.max_running, static_cast<int>(active_.size()));
     }
   }
 
-  // The prefill step that completed a's turn input gave `row` [V]: samples the turn's first token.
-  void first_token(Active& a, const float* row) {
-    const int32_t t = sample_token(row, V_, reqs_[a.req].sampling, a.rng, scratch_);
-    a.gen_start = a.pos;
-    a.t_first = clock_t_::now();
-    a.result->ttft_s = secs(a.t0, a.t_first);
-    accept(a, t);
+  // Frees the newest preemptible running sequence and puts it back at the head of the queue; it
+  // is recomputed from its prompt and the tokens it had generated when it is admitted again
+  // (vLLM's recompute preemption). Throws kvb::Error when nothing else can be preempted.
+  void preempt_newest(const StepPlan& plan) {
+    Active* victim = nullptr;
+    for (const auto& a : active_)
+      if (!a->done && a->turn == 0 && (!victim || a->order > victim->order)) victim = a.get();
+    if (!victim || active_.size() == 1) {
+      const int64_t need = sched_.pages_needed(plan);
+      throw Error(fmt::format("generate: the KV page pool of {} pages cannot hold the next step ({} pages in use, {} "
+                              "more needed) with {} sequence(s) running that can be preempted no further; give "
+                              "more memory (--memory), or shorter prompts or --max-new-tokens",
+                              pool_.max_pages, cache_.pages_in_use(), need, active_.size()),
+                  ErrorKind::kRuntime);
+    }
+    ++stats_.preemptions;
+    GenerationResult& r = *victim->result;
+    ++r.preemptions;
+    // The recomputation measures the KV again from scratch (times keep accumulating).
+    r.kv_bytes_peak = r.kv_bytes_final = r.kv_bytes_steady = r.kv_token_bytes_peak = 0;
+    r.kv_read_bytes = r.decode_steps = r.decode_batch_sum = 0;
+    r.evictions = 0;
+    sched_.end_sequence(*victim);
+    victim->replayed = 0;
+    auto it = std::find_if(active_.begin(), active_.end(), [&](const auto& a) { return a.get() == victim; });
+    std::unique_ptr<Active> moved = std::move(*it);
+    active_.erase(it);
+    pending_.push_front(std::move(moved));
   }
 
-  // One batched decode step over every active sequence.
-  void decode() {
+  // Runs planned step `plan`, then samples (or replays) each completed row's token.
+  void step(StepPlan& plan) {
     // Device sampling when the backend supports every row's parameters (CUDA: no [B, V] logits
-    // copy); one uniform draw per non-greedy row from the sequence's own RNG.
-    bool on_device = true;
-    for (const auto& up : active_) on_device = on_device && backend_.device_sampling(reqs_[up->req].sampling);
+    // copy); one uniform draw per non-greedy row from the sequence's own RNG. A row that replays
+    // a preempted sequence's token draws nothing.
+    std::vector<Active*> rows;
+    for (size_t i = 0; i < plan.items.size(); ++i)
+      if (plan.items[i].want_logits) rows.push_back(static_cast<Active*>(plan.owner[i]));
+    bool on_device = !rows.empty();
+    for (const Active* a : rows) on_device = on_device && backend_.device_sampling(reqs_[a->req].sampling);
     std::vector<int32_t> sampled;
+    std::map<const SeqState*, size_t> row_of;
     auto sample_rows = [&] {
-      std::vector<SamplingParams> sp(active_.size());
-      std::vector<float> u(active_.size(), 0.0f);
-      for (size_t k = 0; k < active_.size(); ++k) {
-        sp[k] = reqs_[active_[k]->req].sampling;
-        if (!sp[k].greedy()) u[k] = std::min(static_cast<float>(active_[k]->rng.uniform()), 0.99999994f);
+      std::vector<SamplingParams> sp(rows.size());
+      std::vector<float> u(rows.size(), 0.0f);
+      for (size_t k = 0; k < rows.size(); ++k) {
+        row_of[rows[k]] = k;
+        if (replaying(*rows[k])) continue;  // greedy, no draw: the row is ignored
+        sp[k] = reqs_[rows[k]->req].sampling;
+        if (!sp[k].greedy()) u[k] = std::min(static_cast<float>(rows[k]->rng.uniform()), 0.99999994f);
       }
       sampled = backend_.sample_rows(sp, u);
     };
-    sched_.decode_step(
-        active_states(), on_device ? std::function<void()>(sample_rows) : nullptr, [&](size_t k, const float* row) {
-          Active& a = *active_[k];
-          accept(a, on_device ? sampled[k] : sample_token(row, V_, reqs_[a.req].sampling, a.rng, scratch_));
-        });
+    sched_.run(plan, on_device ? std::function<void()>(sample_rows) : nullptr, [&](SeqState& s, const float* row) {
+      Active& a = static_cast<Active&>(s);
+      if (replaying(a)) {  // a recomputed sequence feeds its own tokens again: no draw, no callback
+        if (a.replayed == 0) a.gen_start = a.pos;
+        a.next = a.result->tokens[a.replayed++];
+        return;
+      }
+      const int32_t t =
+          on_device ? sampled[row_of.at(&s)] : sample_token(row, V_, reqs_[a.req].sampling, a.rng, scratch_);
+      if (a.next < 0) {  // the turn's first token
+        a.gen_start = a.pos;
+        a.t_first = clock_t_::now();
+        a.result->ttft_s = secs(a.t0, a.t_first);
+      }
+      accept(a, t);
+    });
   }
+
+  // True while a preempted sequence feeds again the tokens it had generated.
+  static bool replaying(const Active& a) { return a.turn == 0 && a.replayed < a.replay_tokens(); }
 
   // True when the decoded tail of `tokens` contains one of `stop_strings` (stop strings may span
   // tokens).
@@ -426,6 +626,7 @@ class Generation {
     GenerationResult& r = *a.result;
     const GenerationRequest& q = reqs_[a.req];
     r.tokens.push_back(token);
+    if (a.turn == 0) a.replayed = r.tokens.size();
     if (cb_) cb_(a.req, token);
     if (std::find(q.stop_ids.begin(), q.stop_ids.end(), token) != q.stop_ids.end()) {
       finish(a, FinishReason::kEos);
@@ -484,30 +685,63 @@ class Generation {
       for (size_t t = a.turn; t < followups.size(); ++t) out_[a.req].followups[t].finish = FinishReason::kContext;
     }
     sched_.end_sequence(a);
+    if (on_finished_) on_finished_(a.req);
   }
 
   const std::vector<GenerationRequest>& reqs_;
   std::vector<GenerationResult>& out_;
   const tok::Tokenizer* tok_;
   const TokenCallback& cb_;
+  const FinishedCallback& on_finished_;
   StepScheduler& sched_;
   Backend& backend_;
+  KVCache& cache_;
   const int max_batch_;
+  const int64_t max_step_tokens_;
+  const PagePool pool_;
   const int64_t max_ctx_;
   const int V_;
-  std::deque<size_t> pending_;
+  ScheduleStats& stats_;
+  std::deque<std::unique_ptr<Active>> pending_;
   std::vector<std::unique_ptr<Active>> active_;
+  int64_t next_order_ = 0;
   std::vector<std::pair<float, int32_t>> scratch_;
 };
 }  // namespace
 
+const char* admission_name(Admission a) { return a == Admission::kReserve ? "reserve" : "optimistic"; }
+
+Admission parse_admission(const std::string& text) {
+  if (text == "reserve") return Admission::kReserve;
+  if (text == "optimistic") return Admission::kOptimistic;
+  fail("--admission: expected reserve or optimistic, got '{}'", text);
+}
+
 std::vector<GenerationResult> Engine::generate(const std::vector<GenerationRequest>& reqs, const tok::Tokenizer* tok,
-                                               const TokenCallback& cb) {
-  std::vector<GenerationResult> out = results_for(reqs, tok);
+                                               const TokenCallback& cb, const FinishedCallback& on_finished) {
+  std::vector<GenerationResult> out;
+  generate_into(reqs, tok, out, cb, on_finished);
+  return out;
+}
+
+void Engine::generate_into(const std::vector<GenerationRequest>& reqs, const tok::Tokenizer* tok,
+                           std::vector<GenerationResult>& out, const TokenCallback& cb,
+                           const FinishedCallback& on_finished) {
+  out = results_for(reqs, tok);
+  stats_ = ScheduleStats{};
   const int V = static_cast<int>(model_->config().vocab_size);
   StepScheduler sched(*cache_, *impl_->backend, policy_.get(), opts_.prefill_chunk, V, on_step);
-  Generation(reqs, out, tok, cb, sched, *impl_->backend, opts_.max_batch, model_->config().max_position_embeddings, V).run();
-  return out;
+  PagePool pool;
+  pool.max_pages = opts_.max_kv_pages;
+  pool.admission = opts_.admission;
+  pool.policy = policy_.get();
+  pool.shape.prefill_chunk = opts_.prefill_chunk;
+  pool.shape.page_size = opts_.page_size;
+  pool.shape.num_layers = cache_->config().num_layers;
+  pool.shape.num_kv_heads = cache_->config().num_kv_heads;
+  Generation(reqs, out, tok, cb, on_finished, sched, *impl_->backend, *cache_, opts_, pool,
+             model_->config().max_position_embeddings, V, stats_)
+      .run();
 }
 
 std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced,
@@ -524,15 +758,17 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
   std::vector<float> all;
   size_t fed = 0;  // forced tokens fed so far
   // After the prompt and after each forced token: keep the logits row, feed the next forced token.
-  auto keep = [&](size_t, const float* row) {
+  auto keep = [&](SeqState&, const float* row) {
     all.insert(all.end(), row, row + V);
     if (fed < forced.size()) s.next = forced[fed++];
     else s.done = true;
   };
   const std::vector<SeqState*> seqs{&s};
-  while (sched.prefill_step(seqs, keep)) {
+  for (StepPlan p = sched.plan(seqs, {}, 0); !p.empty(); p = sched.plan(seqs, {}, 0)) sched.run(p, nullptr, keep);
+  while (!s.done) {
+    StepPlan p = sched.plan({}, seqs, 0);
+    sched.run(p, nullptr, keep);
   }
-  while (!s.done) sched.decode_step(seqs, nullptr, keep);
   sched.record_kv(s, r);
   sched.end_sequence(s);
   if (stats) *stats = r;

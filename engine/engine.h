@@ -17,14 +17,57 @@
 
 namespace kvb {
 
+/// How a waiting request is admitted when the page pool is bounded (EngineOptions::max_kv_pages).
+enum class Admission {
+  /// A sequence reserves what its policy projects it will ever hold (Policy::kv_footprint: its
+  /// peak while it prefills, its steady state once its prompt is done); a waiting sequence is
+  /// admitted when its peak fits beside every running sequence's reservation. Preemption then
+  /// happens only where a projection falls short.
+  kReserve,
+  /// vLLM's rule: a waiting sequence is admitted when its prompt's pages fit in the free pool now;
+  /// a running sequence that outgrows the pool preempts the most recently admitted one.
+  kOptimistic,
+};
+/// "reserve" | "optimistic".
+const char* admission_name(Admission a);
+/// Parses "reserve" | "optimistic"; throws kvb::Error naming `--admission` otherwise.
+Admission parse_admission(const std::string& text);
+
 /// Engine-wide settings.
 struct EngineOptions {
   std::string backend =
       "cpu";  ///< cpu | cpu-bf16 | cuda (backend_registry(), engine/backend/backend.h; cuda needs a KVB_CUDA build)
-  int prefill_chunk = 512;   ///< prompt tokens per sequence per forward step
-  int max_batch = 8;         ///< sequences decoded together (continuous batching)
+  int prefill_chunk = 512;  ///< prompt tokens per sequence per forward step
+  /// Sequences running at once at most (continuous batching); 0 = no count limit (then the page
+  /// pool, max_kv_pages, bounds the batch and must be set).
+  int max_batch = 8;
   int page_size = 16;        ///< KV page size in tokens
-  int64_t max_kv_pages = 0;  ///< page-pool limit (0 = unbounded)
+  int64_t max_kv_pages = 0;  ///< page-pool limit (0 = unbounded): admission by pages and preemption
+  /// The page pool as bytes (`--memory GIB` · 2^30): max_kv_pages becomes ⌊bytes / page bytes⌋
+  /// (KVCache::page_bytes, which counts K, V, positions and the policy's scalars). 0 = not set;
+  /// setting both this and max_kv_pages is an error.
+  int64_t kv_pool_bytes = 0;
+  /// Prompt tokens per forward step over all prefilling sequences (Sarathi-Serve's token budget;
+  /// vLLM's max_num_batched_tokens, less the decode tokens); 0 = no limit beyond prefill_chunk per
+  /// sequence. Whole chunks only (so ≥ prefill_chunk, else the Engine throws kvb::Error). A step
+  /// always carries the running sequences' decode tokens as well.
+  int64_t max_step_tokens = 0;
+  Admission admission = Admission::kReserve;  ///< used when max_kv_pages > 0
+};
+
+/// What the step scheduler did in one Engine::generate call (the batch a cell really ran at).
+struct ScheduleStats {
+  int64_t steps = 0;              ///< forward steps
+  int64_t decode_steps = 0;       ///< steps that decoded at least one sequence
+  int64_t decoded_sequences = 0;  ///< Σ over decode steps of the sequences decoded in it
+  int max_decode_batch = 0;       ///< most sequences decoded in one step
+  int max_running = 0;            ///< most sequences admitted at once
+  int64_t preemptions = 0;        ///< sequences preempted (freed and recomputed later)
+  int64_t peak_pages = 0;         ///< most pages in use in the pool at once
+  /// Mean sequences per decode step (decoded_sequences / decode_steps; 0 without decode steps).
+  double mean_decode_batch() const {
+    return decode_steps > 0 ? static_cast<double>(decoded_sequences) / static_cast<double>(decode_steps) : 0.0;
+  }
 };
 
 /// A follow-up turn of a multi-turn request (SCBench's shared-context protocol,
@@ -94,6 +137,13 @@ struct GenerationResult {
   /// decode step. A policy that holds N tokens in a head reads N; Quest reads its selected pages.
   int64_t kv_read_bytes = 0;
   int64_t decode_steps = 0;
+  /// Σ over this sequence's decode steps of the number of sequences each decoded (the realised
+  /// batch it ran in: decode_batch_sum / decode_steps is its mean).
+  int64_t decode_batch_sum = 0;
+  /// Times this request was preempted (its pages freed when the pool ran short, then recomputed
+  /// from its prompt and the tokens it had generated: vLLM's recompute preemption). The result is
+  /// the one an unpreempted run gives; prefill_s and decode_s include the recomputation.
+  int64_t preemptions = 0;
   /// Results of GenerationRequest::followups, in order (each with its own tokens, text, finish,
   /// prompt_tokens = its appended tokens, times, and the KV bytes at its end; kv_bytes_peak is
   /// the sequence's peak so far). A turn the context could not hold finishes kContext, and the
@@ -103,6 +153,11 @@ struct GenerationResult {
 
 /// Called for each generated token (request index, token id), in generation order per request.
 using TokenCallback = std::function<void(size_t, int32_t)>;
+/// Called once when a request has finished (every turn), with its index; its result in the
+/// vector generate() returns is then final and may be read (the caller may store it while the
+/// other requests run). It must not call into the Engine; an exception it throws ends generate()
+/// (the engine then holds the unfinished sequences until it is destroyed).
+using FinishedCallback = std::function<void(size_t)>;
 
 /// Generation engine for one model and one policy. Not thread-safe.
 class Engine {
@@ -111,14 +166,26 @@ class Engine {
   Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::unique_ptr<Policy> policy);
   ~Engine();
 
-  /// Generates for every request with continuous batching (at most max_batch at once): the step
-  /// scheduler runs chunked prefill steps batched across the sequences with input left, then one
-  /// decode step over every active sequence; generate() samples each sequence's tokens and
-  /// applies its stop rules and turns. `tok` is needed for stop strings and result text (may be
-  /// null: text stays empty). Throws kvb::Error for an empty prompt or turn, stop strings without
-  /// a tokenizer, a prompt longer than the model's context, and what forward() throws.
+  /// Generates for every request with continuous batching: requests are admitted in order, up to
+  /// max_batch at once and, with a page pool (max_kv_pages), while their projected pages fit
+  /// (EngineOptions::admission). Every forward step carries one decode token of each running
+  /// sequence plus prompt chunks of the sequences still prefilling (chunked prefill interleaved
+  /// with decode, at most max_step_tokens prompt tokens). When the pool cannot hold a step, the
+  /// most recently admitted sequence is preempted and recomputed later. generate() samples each
+  /// sequence's tokens (each with its own RNG) and applies its stop rules and turns. Because
+  /// every kernel gives a row the same bits whatever shares its step, results do not depend on
+  /// the batch, the step composition or preemption. `tok` is needed for stop strings and result
+  /// text (may be null: text stays empty). Throws kvb::Error for an empty prompt or turn, stop
+  /// strings without a tokenizer, a prompt longer than the model's context, max_batch 0 without a
+  /// page pool, a pool that cannot hold one sequence's next step (runtime), and what forward()
+  /// throws.
   std::vector<GenerationResult> generate(const std::vector<GenerationRequest>& reqs, const tok::Tokenizer* tok,
-                                         const TokenCallback& cb = {});
+                                         const TokenCallback& cb = {}, const FinishedCallback& on_finished = {});
+  /// generate() writing into `out` (sized and filled by it), so that a FinishedCallback can read
+  /// out[i] while the other requests run.
+  void generate_into(const std::vector<GenerationRequest>& reqs, const tok::Tokenizer* tok,
+                     std::vector<GenerationResult>& out, const TokenCallback& cb = {},
+                     const FinishedCallback& on_finished = {});
 
   /// Teacher-forced scoring: runs `prompt` as a prefill, then feeds `forced` one token per decode
   /// step, returning the logits [forced.size() + 1, V] f32 predicted after the prompt and after
@@ -130,6 +197,9 @@ class Engine {
   /// tokens or text). Throws kvb::Error for an empty prompt, and what forward() throws.
   std::vector<float> score(const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced,
                            GenerationResult* stats = nullptr);
+
+  /// What the scheduler did in the last generate() call (ScheduleStats).
+  const ScheduleStats& schedule_stats() const { return stats_; }
 
   KVCache& cache() { return *cache_; }
   const Model& model() const { return *model_; }
@@ -147,6 +217,7 @@ class Engine {
   std::unique_ptr<Policy> policy_;
   std::unique_ptr<KVCache> cache_;
   std::unique_ptr<Impl> impl_;
+  ScheduleStats stats_;
 };
 
 /// Peak resident set size of this process, in bytes (getrusage).

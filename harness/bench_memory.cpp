@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -12,36 +11,26 @@
 
 namespace kvb::cli {
 
-namespace {
-
-/// A resolved parameter as text ("" when absent), whatever JSON type the policy stored it as.
-std::string param(const nlohmann::json& p, const char* key) {
-  if (!p.is_object() || !p.contains(key)) return {};
-  const auto& v = p.at(key);
-  return v.is_string() ? v.get<std::string>() : v.dump();
+int64_t BenchMemoryPlan::pool_pages(int64_t batch) const {
+  return batch <= 0 ? 0 : pages_per_seq + (batch - 1) * steady_pages_per_seq;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Policies that share the budget unevenly across heads or layers (a head may exceed B + buffer):
-// sized as the full cache.
-const std::set<std::string> kUnevenBudget = {"pyramidkv", "adakv", "cake"};
-
-}  // namespace
-
-size_t BenchMemoryPlan::bytes_for(int64_t batch) const {
-  return weight_bytes + fixed_bytes + static_cast<size_t>(batch) * (kv_bytes_per_seq + work_bytes_per_seq);
+double BenchMemoryPlan::bytes_for(int64_t batch) const {
+  return static_cast<double>(weight_bytes) + static_cast<double>(fixed_bytes) + static_cast<double>(work_bytes_fixed) +
+         static_cast<double>(batch) * static_cast<double>(work_bytes_per_seq) +
+         static_cast<double>(pool_pages(batch)) * static_cast<double>(page_bytes);
 }
 
 int64_t BenchMemoryPlan::max_batch(double budget_bytes) const {
-  const double base = static_cast<double>(weight_bytes + fixed_bytes);
-  const double per = static_cast<double>(kv_bytes_per_seq + work_bytes_per_seq);
-  if (!(budget_bytes >= base + per) || per <= 0) return 0;
-  int64_t b = static_cast<int64_t>(std::floor((budget_bytes - base) / per));
-  // Exact in integers at the boundary (the double quotient may round either way).
-  while (b > 0 && static_cast<double>(bytes_for(b)) > budget_bytes) --b;
-  while (static_cast<double>(bytes_for(b + 1)) <= budget_bytes) ++b;
-  return b;
+  constexpr int64_t kMax = int64_t{1} << 20;
+  if (!(budget_bytes >= bytes_for(1))) return 0;  // also NaN
+  if (bytes_for(kMax) <= budget_bytes) return kMax;
+  int64_t lo = 1, hi = kMax;  // bytes_for(lo) fits, bytes_for(hi) does not; bytes_for grows with the batch
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (bytes_for(mid) <= budget_bytes ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 size_t cuda_weight_bytes(const ModelConfig& c) {
@@ -70,48 +59,21 @@ BenchMemoryPlan plan_bench_memory(const BenchMemoryInput& in, const Policy* poli
   PolicyNeeds needs;
   if (policy) needs = policy->needs();
 
+  // The policy answers for its own footprint (Policy::kv_footprint): pages at its peak.
+  FootprintQuery fq;
+  fq.context = in.context;
+  fq.gen = in.gen;
+  fq.prefill_chunk = in.prefill_chunk;
+  fq.page_size = static_cast<int>(P);
+  fq.num_layers = static_cast<int>(c.num_layers);
+  fq.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  const KvFootprint f = policy ? policy->kv_footprint(fq) : full_cache_footprint(fq);
+  (void)budget;
   BenchMemoryPlan plan;
-  plan.peak_tokens_per_head = full;
-  plan.pages_per_seq = heads * ceil_div(full, P);
-  plan.footprint = "full cache: context + gen";
-  const std::string name = policy ? policy->name() : "full";
-  const nlohmann::json rp = policy ? policy->resolved_params() : nlohmann::json::object();
-  const std::string kind = param(rp, "budget_kind"), buf = param(rp, "buffer");
-  if (name != "full" && !kUnevenBudget.count(name) && !buf.empty() &&
-      (kind == "tokens" || kind == "ratio" || kind == "global")) {
-    const int64_t b = std::max<int64_t>(1, std::stoll(buf));
-    int64_t B = budget;
-    if (kind == "ratio") B = static_cast<int64_t>(std::ceil(std::stod(param(rp, "ratio")) * static_cast<double>(full)));
-    const bool chunked = param(rp, "compress") == "chunked";
-    const bool decode = param(rp, "decode") != "false";
-    if (B > 0) {
-      int64_t peak = 0;
-      if (!decode) {  // compressed once at the end of the prompt, then grows by gen
-        peak = std::max(in.context, std::min(in.context, B) + in.gen);
-        plan.footprint = "decode=false: max(context, min(context, B) + gen)";
-      } else if (chunked) {
-        // Prefill: a head below B + buffer gains a chunk, never beyond the prompt; decode: B + buffer.
-        peak = std::min(full, std::max(std::min(in.context, B + b - 1 + chunk), B + b));
-        plan.footprint =
-            "compress=chunked: min(context + gen, max(min(context, B + buffer - 1 + prefill chunk), B + buffer))";
-      } else {
-        peak = std::max(in.context, std::min(full, B + b));
-        plan.footprint =
-            "compress=prompt_end: max(context, min(context + gen, B + buffer)) (whole prompt held before compression)";
-      }
-      plan.peak_tokens_per_head = peak;
-      plan.pages_per_seq = heads * ceil_div(peak, P);
-      if (kind == "global") {
-        // Heads are ragged; their total stays within heads · peak tokens, plus a partial page each.
-        plan.pages_per_seq = ceil_div(heads * peak, P) + heads;
-        plan.footprint += ", budget_kind=global: total over heads + one partial page per head";
-      }
-      plan.footprint = fmt::format("{} (B {}, buffer {})", plan.footprint, B, b);
-    }
-  } else if (name != "full") {
-    plan.footprint =
-        fmt::format("{}: no per-head schedule known to the search, sized as the full cache (context + gen)", name);
-  }
+  plan.peak_tokens_per_head = f.peak_tokens_per_head;
+  plan.pages_per_seq = f.peak_pages;
+  plan.steady_pages_per_seq = f.steady_pages;
+  plan.footprint = f.rule;
 
   // Bytes of one page as the backend stores it.
   plan.page_bytes =
@@ -133,7 +95,8 @@ BenchMemoryPlan plan_bench_memory(const BenchMemoryInput& in, const Policy* poli
     per_token = 4 * (2 * H + QKV + HqD);
     if (needs.keys_pre_rope) per_token += 4 * c.num_kv_heads * D;
   }
-  plan.work_bytes_per_seq = static_cast<size_t>(chunk * per_token + 4 * c.vocab_size);
+  plan.work_bytes_fixed = static_cast<size_t>(chunk * per_token);
+  plan.work_bytes_per_seq = static_cast<size_t>(per_token + 4 * c.vocab_size);
   plan.weight_bytes = cuda ? cuda_weight_bytes(c) : in.host_weight_bytes;
   plan.fixed_bytes = cuda ? (size_t(1) << 30) : (size_t(128) << 20) + static_cast<size_t>(4 * 128 * 2 * I);
   return plan;

@@ -3,30 +3,19 @@
 // Memory, "Throughput at a fixed memory budget"). The sizing is a pure function of the model config, the
 // backend, the page size and the policy's resolved parameters, so it is unit-tested without a run.
 //
-// What one sequence holds at its high-water mark (the search sizes for the PEAK, so the run it
-// picks cannot run out of memory on account of the KV cache):
-//   - tokens per (layer, kv head): the full cache holds context + gen. A scheduled policy with a
-//     token budget B and buffer b holds at most B + b inside a step after the prompt; but under
-//     compress=prompt_end (the default) the WHOLE prompt is prefilled with the full cache before
-//     it is compressed, and every sequence of the batch is prefilled at the same time, so the
-//     peak is max(context, min(context + gen, B + b)): at a long prompt a compressing policy buys
-//     no batch over the full cache unless it generates far more than it reads (R-KV's setting),
-//     or runs compress=chunked, whose peak is min(context + gen, max(min(context, B + b − 1 +
-//     chunk), B + b)) (a head is compressed after any step that brings it to B + b; a prefill step
-//     adds up to --prefill-chunk tokens first, and decode one). These are upper bounds where a
-//     backend compresses layer by layer inside the step that ends a prompt of ONE chunk (the CPU
-//     backend then never holds every layer's whole prompt at once); for a prompt longer than a
-//     chunk every layer holds all but the last chunk before any is compressed. budget_kind=ratio uses B = ceil(ratio · (context + gen)); budget_kind=global
-//     (heads ragged, their total bounded) counts the total plus one partial page per head.
-//     Policies whose footprint is not the per-head schedule (PyramidKV, AdaKV, CAKE and any
-//     policy without a `buffer` parameter) are sized as the full cache, an upper bound;
-//   - pages: every (layer, kv head) rounds up to whole pages of --page-size tokens; a page costs
-//     what the backend stores: CPU P·(2·D·4 + 4 + 4·S) bytes (f32 K and V, positions, S policy
-//     scalars: KVCache::page_bytes), CUDA P·(2·D·2 + 4) (bf16 K and V, positions; policy scalars
-//     and a host_kv policy's f32 mirror live in host memory, outside a device budget);
-//   - work buffers: all sequences of a batch are prefilled together, so activations scale with
-//     min(--prefill-chunk, context) × batch tokens (plan_bench_memory lists the buffers per token),
-//     plus one f32 logit row of the vocabulary per sequence.
+// What one sequence holds: the policy answers (Policy::kv_footprint, policy.h): the pages it holds
+// at its peak (under compress=prompt_end the whole prompt, uncompressed) and at its steady state
+// (budget + buffer per head for a policy that compresses while decoding; context + gen for the
+// full cache). The run uses the engine's scheduler (engine.h): at most one prompt chunk per step
+// (--max-step-tokens = --prefill-chunk), a sequence admitted while its peak fits beside the
+// others' reservations, so at most one sequence is at its prefill peak while the rest decode at
+// their steady state, and the KV pool for a batch of b is peak + (b − 1) · steady pages. Pages:
+// every (layer, kv head) rounds up to whole pages of --page-size tokens; a page costs what the
+// backend stores: CPU P·(2·D·4 + 4 + 4·S) bytes (f32 K and V, positions, S policy scalars:
+// KVCache::page_bytes), CUDA P·(2·D·2 + 4) (bf16 K and V, positions; policy scalars and a
+// host_kv policy's f32 mirror live in host memory, outside a device budget).
+// Work buffers: one prefill chunk of activations (plan_bench_memory lists the buffers per token)
+// plus, per sequence, one decode row and one f32 logit row of the vocabulary.
 // Plus per run: the weights as the backend holds them and a fixed reserve (CPU 128 MiB: the
 // process, libraries and one MLP piece; CUDA 1 GiB: the CUDA context, cuBLAS workspace,
 // attention partials and decode metadata).
@@ -57,16 +46,22 @@ struct BenchMemoryInput {
 struct BenchMemoryPlan {
   int64_t peak_tokens_per_head = 0;  ///< most tokens one (layer, kv head) holds at once
   int64_t pages_per_seq = 0;         ///< pages one sequence holds at its peak (all layers, heads)
+  int64_t steady_pages_per_seq = 0;  ///< pages one sequence holds once its prompt is done
   size_t page_bytes = 0;             ///< bytes of one page on this backend
   size_t kv_bytes_per_seq = 0;       ///< pages_per_seq × page_bytes
-  size_t work_bytes_per_seq = 0;     ///< activation and logit buffers per sequence of the batch
+  size_t work_bytes_per_seq = 0;     ///< decode activation and logit buffers per sequence of the batch
+  size_t work_bytes_fixed = 0;       ///< one prefill chunk's activations
   size_t weight_bytes = 0;           ///< weights as the backend holds them
   size_t fixed_bytes = 0;            ///< runtime reserve independent of the batch
-  std::string footprint;             ///< how peak_tokens_per_head was derived (for the printout)
+  std::string footprint;             ///< how the pages were derived (the policy's rule, for the printout)
 
-  /// weight_bytes + fixed_bytes + batch × (kv_bytes_per_seq + work_bytes_per_seq).
-  size_t bytes_for(int64_t batch) const;
-  /// The largest batch with bytes_for(batch) ≤ budget_bytes; 0 when not even batch 1 fits.
+  /// KV pages of a batch: one sequence at its peak, the others at their steady state (0 for 0).
+  int64_t pool_pages(int64_t batch) const;
+  /// weight_bytes + fixed_bytes + work_bytes_fixed + batch × work_bytes_per_seq + pool_pages(batch)
+  /// × page_bytes, as a double (no wrap at any batch).
+  double bytes_for(int64_t batch) const;
+  /// The largest batch ≤ 2^20 with bytes_for(batch) ≤ budget_bytes (binary search; any finite or
+  /// infinite budget returns at once); 0 when not even batch 1 fits.
   int64_t max_batch(double budget_bytes) const;
 };
 

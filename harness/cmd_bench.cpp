@@ -101,37 +101,45 @@ BenchMemoryPlan size_batch(const ModelConfig& c, size_t host_weight_bytes, Bench
   in.page_size = EngineOptions{}.page_size;
   in.host_weight_bytes = host_weight_bytes;
   const BenchMemoryPlan plan = plan_bench_memory(in, probe.get(), a.budget);
-  const int64_t b = plan.max_batch(a.memory_gib * kGiB);
+  const double budget = a.memory_gib * kGiB;
+  const int64_t b = plan.max_batch(budget);
   if (b < 1)
     fail(
-        "--memory: {} GiB does not hold batch 1: weights {:.3f} GiB + fixed reserve {:.3f} GiB + per sequence "
-        "KV {:.3f} GiB ({} tokens per head at peak) + work buffers {:.3f} GiB = {:.3f} GiB",
-        a.memory_gib, plan.weight_bytes / kGiB, plan.fixed_bytes / kGiB, plan.kv_bytes_per_seq / kGiB,
-        plan.peak_tokens_per_head, plan.work_bytes_per_seq / kGiB, plan.bytes_for(1) / kGiB);
-  if (b > (1 << 20))
-    fail("--memory: {} GiB holds {} sequences of this configuration; at most 1048576 are run", a.memory_gib, b);
+        "--memory: {} GiB does not hold batch 1: weights {:.3f} GiB + fixed reserve {:.3f} GiB + work buffers {:.3f} "
+        "GiB + KV {:.3f} GiB ({} tokens per head at peak) = {:.3f} GiB",
+        a.memory_gib, plan.weight_bytes / kGiB, plan.fixed_bytes / kGiB,
+        (plan.work_bytes_fixed + plan.work_bytes_per_seq) / kGiB, plan.kv_bytes_per_seq / kGiB,
+        plan.peak_tokens_per_head, plan.bytes_for(1) / kGiB);
+  if (b >= (1 << 20))
+    fail("--memory: {} GiB holds {} or more sequences of this configuration; at most {} are run", a.memory_gib,
+         int64_t{1} << 20, (1 << 20) - 1);
   a.batch = static_cast<int>(b);
   std::printf(
-      "memory_plan: %.2f GiB for %s, context %d, gen %d, %s: weights %.3f GiB + fixed %.3f GiB + batch %d x "
-      "(KV %.2f MiB + work %.2f MiB) = %.3f GiB; batch %d would need %.3f GiB\n",
+      "memory_plan: %.2f GiB for %s, context %d, gen %d, %s: weights %.3f GiB + fixed %.3f GiB + work %.3f GiB + KV "
+      "pool %lld pages (one sequence at its peak, %d at their steady state) = %.3f GiB; batch %d would need %.3f "
+      "GiB\n",
       a.memory_gib, a.backend.c_str(), a.context, a.gen,
       (a.policy + (a.budget ? "@" + std::to_string(a.budget) : "")).c_str(), plan.weight_bytes / kGiB,
-      plan.fixed_bytes / kGiB, a.batch, plan.kv_bytes_per_seq / 1048576.0, plan.work_bytes_per_seq / 1048576.0,
-      plan.bytes_for(b) / kGiB, a.batch + 1, plan.bytes_for(b + 1) / kGiB);
+      plan.fixed_bytes / kGiB, (plan.work_bytes_fixed + b * plan.work_bytes_per_seq) / kGiB,
+      static_cast<long long>(plan.pool_pages(b)), a.batch - 1, plan.bytes_for(b) / kGiB, a.batch + 1,
+      plan.bytes_for(b + 1) / kGiB);
   std::printf(
-      "memory_plan_kv: %lld tokens per (layer, kv head) at peak, %lld pages of %d tokens per sequence, %zu "
-      "bytes per page; %s\n",
-      static_cast<long long>(plan.peak_tokens_per_head), static_cast<long long>(plan.pages_per_seq), in.page_size,
-      plan.page_bytes, plan.footprint.c_str());
+      "memory_plan_kv: %lld tokens per (layer, kv head) at peak; per sequence %lld pages at peak, %lld steady, of %d "
+      "tokens, %zu bytes per page; %s\n",
+      static_cast<long long>(plan.peak_tokens_per_head), static_cast<long long>(plan.pages_per_seq),
+      static_cast<long long>(plan.steady_pages_per_seq), in.page_size, plan.page_bytes, plan.footprint.c_str());
   plan_json = {{"memory_gib", a.memory_gib},
                {"batch", a.batch},
                {"weight_bytes", plan.weight_bytes},
                {"fixed_bytes", plan.fixed_bytes},
                {"kv_bytes_per_seq", plan.kv_bytes_per_seq},
                {"work_bytes_per_seq", plan.work_bytes_per_seq},
+               {"work_bytes_fixed", plan.work_bytes_fixed},
                {"planned_bytes", plan.bytes_for(b)},
                {"peak_tokens_per_head", plan.peak_tokens_per_head},
                {"pages_per_seq", plan.pages_per_seq},
+               {"steady_pages_per_seq", plan.steady_pages_per_seq},
+               {"pool_pages", plan.pool_pages(b)},
                {"footprint", plan.footprint}};
   return plan;
 }
@@ -224,9 +232,15 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
   eo.backend = a.backend;
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_batch = a.batch;
-  // --memory: the planned pages are the pool's hard limit (a wrong plan fails with "page pool
-  // exhausted" instead of overrunning the budget), and the CUDA backend reserves them at once.
-  if (a.memory_gib > 0) eo.max_kv_pages = static_cast<int64_t>(a.batch) * plan.pages_per_seq;
+  // --memory: the engine's scheduler, as `kvbench run --memory` runs it: the planned pool is the
+  // page limit (the CUDA backend reserves it at once), sequences are admitted by pages (no count
+  // limit), one prompt chunk per step rides with the decode tokens, and a sequence that would
+  // overrun the pool preempts the newest instead of failing.
+  if (a.memory_gib > 0) {
+    eo.max_kv_pages = plan.pool_pages(a.batch);
+    eo.max_batch = 0;
+    eo.max_step_tokens = a.prefill_chunk;
+  }
   std::printf(
       "model %s (%s, %.1fM params, %d layers, Hq=%lld Hkv=%lld D=%lld), backend %s, threads %d, OMP_WAIT_POLICY %s\n",
       id.c_str(), c.model_type.c_str(), c.num_parameters() / 1e6, static_cast<int>(c.num_layers),
@@ -250,18 +264,21 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
       engine.generate(wr, nullptr);
     }
     auto res = engine.generate(reqs, nullptr);
-    double prefill = 0, decode = 0, policy = 0;
+    double prefill = 0, decode = 0, policy = 0, decode_wall = 0;
     size_t kv_peak = 0;
     int64_t gen_tokens = 0;
     for (const auto& r : res) {
       prefill = std::max(prefill, r.prefill_s);
       decode = std::max(decode, r.decode_s);
+      decode_wall += r.decode_share_s;  // Σ shares = the decode steps' wall time
       policy += r.policy_s;
       kv_peak += r.kv_bytes_peak;
       gen_tokens += static_cast<int64_t>(r.tokens.size());
     }
     const double steps = std::max(1, a.gen - 1);
-    const double decode_tps = decode > 0 ? (gen_tokens - a.batch) / decode : 0;
+    // Aggregate decode throughput: tokens fed by decode steps over those steps' wall time (under
+    // --memory the sequences start at different times, so the slowest one's decode_s is not it).
+    const double decode_tps = decode_wall > 0 ? (gen_tokens - a.batch) / decode_wall : 0;
     std::printf("%-8d %-6d %-6d %-22s %12.1f %12.1f %10.2f %14zu %12.1f %9.2f\n", a.context, a.gen, a.batch,
                 (a.policy + (a.budget ? "@" + std::to_string(a.budget) : "")).c_str(),
                 prefill > 0 ? double(a.context) * a.batch / prefill : 0.0, decode_tps, 1000.0 * decode / steps, kv_peak,
@@ -270,10 +287,13 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
     const std::string dev = engine.backend_report();  // device backends: memory, bandwidth vs roofline
     if (!dev.empty()) std::printf("%s", dev.c_str());
     const double rss_mib = peak_rss_bytes() / 1048576.0;
+    const ScheduleStats& st = engine.schedule_stats();
     if (a.memory_gib > 0)
       std::printf(
-          "memory_result: batch %d, decode %.1f tok/s, KV pool peak %lld pages = %.3f GiB (planned %lld), peak RSS %.3f GiB%s\n",
-          a.batch, decode_tps, static_cast<long long>(engine.cache().pages_allocated()),
+          "memory_result: planned batch %d, realised mean decode batch %.1f (largest %d), %lld preemptions, decode "
+          "%.1f tok/s, KV pool peak %lld pages = %.3f GiB (planned %lld), peak RSS %.3f GiB%s\n",
+          a.batch, st.mean_decode_batch(), st.max_decode_batch, static_cast<long long>(st.preemptions), decode_tps,
+          static_cast<long long>(engine.cache().pages_allocated()),
           engine.cache().pages_allocated() * static_cast<double>(plan.page_bytes) / kGiB,
           static_cast<long long>(eo.max_kv_pages), rss_mib / 1024.0,
           dev.empty() ? "" : " (device: device_used_GiB above)");
@@ -290,6 +310,9 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
                            {"peak_rss_mib", rss_mib},
                            {"policy_pct", (prefill + decode) > 0 ? 100.0 * policy / a.batch / (prefill + decode) : 0.0},
                            {"memory_plan", plan_json},
+                           {"decode_batch_mean", st.mean_decode_batch()},
+                           {"decode_batch_max", st.max_decode_batch},
+                           {"preemptions", st.preemptions},
                            {"device", report_json(dev)}});
   }
 }

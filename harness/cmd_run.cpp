@@ -72,6 +72,7 @@ void apply_config(RunArgs& a, CLI::App* c) {
   if (f.min_p && unset("--min-p")) a.min_p = *f.min_p;
   if (f.max_new_tokens && unset("--max-new-tokens")) a.max_new_tokens = f.max_new_tokens;
   if (f.seed && unset("--seed")) a.seed = *f.seed;
+  if (f.memory && unset("--memory")) a.memory_gib = *f.memory;
 }
 
 /// Counters of the generation loop and its progress line on stderr.
@@ -188,6 +189,11 @@ results::GenerationRecord generation_record(const results::WorkItem& it, const t
   if (read_steps > 0) g.kv_bytes_read_step = static_cast<double>(read_bytes) / static_cast<double>(read_steps);
   g.device_peak_bytes = static_cast<int64_t>(peak_rss_bytes());
   g.extra = {{"policy_s", res.policy_s}, {"kv_token_bytes_peak", res.kv_token_bytes_peak}, {"policy_spec", spec_text}};
+  // The batch this generation really ran in (mean sequences per decode step it took part in) and
+  // how often it was preempted (docs/results.md, generations.extra).
+  if (res.decode_steps > 0)
+    g.extra["decode_batch_mean"] = static_cast<double>(res.decode_batch_sum) / static_cast<double>(res.decode_steps);
+  if (res.preemptions > 0) g.extra["preemptions"] = res.preemptions;
   if (b.truncated_from) g.extra["prompt_truncated_from"] = b.truncated_from;
   if (!turns.empty()) g.extra["turns"] = turns;
   if (!b.turn_note.empty()) g.extra["turns_note"] = b.turn_note;
@@ -206,14 +212,90 @@ struct BatchContext {
   int64_t run_id;
 };
 
-/// Generates, grades and stores one batch of work items (one transaction).
-void run_batch(const BatchContext& c, const std::vector<const results::WorkItem*>& batch, RunProgress& progress) {
-  const RunArgs& a = c.args;
+/// The request options of a run.
+RequestOptions request_options(const RunArgs& a) {
   RequestOptions ro;
   ro.min_p = a.min_p;
   ro.max_new_tokens = a.max_new_tokens;
   ro.query_agnostic = a.query_agnostic;
   ro.truncate_middle = a.truncate == "middle";
+  return ro;
+}
+
+/// Grades finished generations and stores them with `gens` / `grades` already built (one
+/// transaction), then counts them in `progress`.
+void grade_and_store(const BatchContext& c, std::vector<results::GenerationRecord>& gens,
+                     std::vector<results::GradeRecord>& grades, std::vector<GradeJob>& grade_todo, RunProgress& progress) {
+  for (auto& gr : grade_jobs(grade_todo, c.judge, c.store)) {
+    if (gr.ungraded) {
+      ++progress.n_ungraded;
+      if (progress.first_ungraded.empty()) progress.first_ungraded = gr.reason;
+    }
+    grades.push_back(std::move(gr));
+  }
+  c.store.write_batch(c.run_id, gens, grades);
+  progress.done += gens.size();
+  progress.print(false);
+  gens.clear();
+  grades.clear();
+  grade_todo.clear();
+}
+
+/// Thrown by the finished-request callback of stream_items on Ctrl-C (ends Engine::generate).
+struct Interrupted {};
+
+/// Generates the work items of one (policy, budget) engine in ONE Engine::generate call, so the
+/// scheduler can fill the batch (by count, or by pages under --memory) across all of them, and
+/// grades and stores them as they finish, --write-every at a time (one transaction each): a kill
+/// loses at most the finished generations not yet written and the ones in flight. Returns false
+/// when interrupted.
+bool stream_items(const BatchContext& c, const std::vector<const results::WorkItem*>& items, RunProgress& progress) {
+  const RunArgs& a = c.args;
+  const RequestOptions ro = request_options(a);
+  std::vector<BuiltRequest> built;
+  std::vector<GenerationRequest> reqs;
+  std::vector<const tasks::Example*> exs;
+  std::vector<const results::WorkItem*> req_items;
+  std::vector<results::GenerationRecord> gens;
+  std::vector<results::GradeRecord> grades;
+  std::vector<GradeJob> grade_todo;
+  for (const auto* it : items) {
+    const ExampleRef& er = c.grid.by_example.at(it->task + "\n" + it->example_id);
+    BuiltRequest b = build_request(c.lm, *er.ex, it->sampling, er.max_new_tokens, it->seed, ro);
+    if (!b.error.empty()) {  // too long for the model: stored as an error (ungraded), the run goes on
+      store_not_generated(*it, *er.ex, b, gens, grades);
+      continue;
+    }
+    reqs.push_back(b.request);
+    built.push_back(std::move(b));
+    exs.push_back(er.ex);
+    req_items.push_back(it);
+  }
+  if (!gens.empty()) grade_and_store(c, gens, grades, grade_todo, progress);
+  std::vector<GenerationResult> results;
+  auto finished = [&](size_t k) {
+    std::vector<std::string> turn_texts;
+    gens.push_back(generation_record(*req_items[k], *exs[k], results[k], built[k], c.spec_text, &turn_texts));
+    if (built[k].truncated_from) ++progress.n_truncated;
+    progress.gen_tokens += gens.back().generated_tokens;
+    grade_todo.push_back({req_items[k]->key, exs[k], results[k].text, turn_texts});
+    if (gens.size() >= static_cast<size_t>(a.write_every)) grade_and_store(c, gens, grades, grade_todo, progress);
+    if (g_interrupted) throw Interrupted{};
+  };
+  try {
+    if (!reqs.empty()) c.engine.generate_into(reqs, c.lm.tokenizer.get(), results, {}, finished);
+  } catch (const Interrupted&) {
+    return false;
+  }
+  if (!gens.empty()) grade_and_store(c, gens, grades, grade_todo, progress);
+  return true;
+}
+
+/// Generates, grades and stores one batch of work items (one transaction): the items whose
+/// fresh-context follow-ups generate again after their first turn (run_fresh_followups).
+void run_batch(const BatchContext& c, const std::vector<const results::WorkItem*>& batch, RunProgress& progress) {
+  const RunArgs& a = c.args;
+  const RequestOptions ro = request_options(a);
   std::vector<BuiltRequest> built;
   std::vector<GenerationRequest> reqs;
   std::vector<const tasks::Example*> exs;
@@ -242,16 +324,31 @@ void run_batch(const BatchContext& c, const std::vector<const results::WorkItem*
     progress.gen_tokens += gens.back().generated_tokens;
     grade_todo.push_back({req_items[k]->key, exs[k], results[k].text, turn_texts});
   }
-  for (auto& gr : grade_jobs(grade_todo, c.judge, c.store)) {
-    if (gr.ungraded) {
-      ++progress.n_ungraded;
-      if (progress.first_ungraded.empty()) progress.first_ungraded = gr.reason;
-    }
-    grades.push_back(std::move(gr));
-  }
-  c.store.write_batch(c.run_id, gens, grades);
-  progress.done += gens.size();
-  progress.print(false);
+  grade_and_store(c, gens, grades, grade_todo, progress);
+}
+
+/// The engine options of a run: backend, prefill chunk, the batch bound and the page pool.
+EngineOptions engine_options(const RunArgs& a) {
+  EngineOptions eo;
+  eo.backend = a.backend;
+  eo.max_batch = a.batch;
+  eo.prefill_chunk = a.prefill_chunk;
+  eo.max_step_tokens = a.max_step_tokens;
+  eo.admission = parse_admission(a.admission);
+  if (a.memory_gib > 0) eo.kv_pool_bytes = static_cast<int64_t>(a.memory_gib * 1073741824.0);
+  return eo;
+}
+
+/// Under --memory: the batch a cell really ran at, and its preemptions (stderr).
+void print_schedule(Engine& engine, const RunArgs& a) {
+  if (a.memory_gib <= 0 || a.quiet) return;
+  const ScheduleStats& st = engine.schedule_stats();
+  std::fprintf(stderr,
+               "%skvbench: --memory %.3g GiB (%lld KV pages): mean decode batch %.1f, largest %d, %lld preemptions, "
+               "peak %lld pages\n",
+               isatty(fileno(stderr)) ? "\n" : "", a.memory_gib,
+               static_cast<long long>(engine.cache().config().max_pages), st.mean_decode_batch(), st.max_decode_batch,
+               static_cast<long long>(st.preemptions), static_cast<long long>(st.peak_pages));
 }
 
 /// Generates the pending items of one model: its weights loaded once, one engine per (policy,
@@ -267,15 +364,19 @@ void run_model(const RunArgs& a, const RunGrid& rg, const RunPolicies& policies,
   release_freed_heap();  // what loading freed (tokenizer build, conversions) goes back to the OS
   for (const auto& [key, group] : groups) {
     const std::string& spec_text = policies.label_to_spec.at(key.first);
-    EngineOptions eo;
-    eo.backend = a.backend;
-    eo.max_batch = a.batch;
-    eo.prefill_chunk = a.prefill_chunk;
-    Engine engine(lm.model, eo, make_policy(PolicySpec::parse(spec_text, key.second)));
+    Engine engine(lm.model, engine_options(a), make_policy(PolicySpec::parse(spec_text, key.second)));
     const BatchContext c{a, rg, lm, engine, spec_text, judge, store, run_id};
-    for (size_t start = 0; start < group.size() && !g_interrupted; start += a.write_every) {
-      const size_t end = std::min(group.size(), start + a.write_every);
-      run_batch(c, std::vector<const results::WorkItem*>(group.begin() + start, group.begin() + end), progress);
+    // One generate call for the cell (the scheduler fills the batch across all its items); the
+    // items with fresh-context follow-ups, which generate again after their first turn, batch by
+    // batch after them.
+    std::vector<const results::WorkItem*> streamed, batched;
+    for (const auto* it : group)
+      (fresh_context_followups(*rg.by_example.at(it->task + "\n" + it->example_id).ex) ? batched : streamed).push_back(it);
+    if (!stream_items(c, streamed, progress)) return;
+    print_schedule(engine, a);
+    for (size_t start = 0; start < batched.size() && !g_interrupted; start += a.write_every) {
+      const size_t end = std::min(batched.size(), start + a.write_every);
+      run_batch(c, std::vector<const results::WorkItem*>(batched.begin() + start, batched.begin() + end), progress);
     }
     if (g_interrupted) return;
   }
@@ -369,7 +470,23 @@ void register_run(CLI::App& app) {
   c->add_option("--shard", a->shard, "This process's slice i/n of the grid (default: Slurm/Open MPI rank or 0/1)");
   c->add_option("--data-dir", a->data_dirs, "Local dataset mirror laid out as docs/benchmarks.md describes (repeatable)");
   c->add_option("--on-bad-example", a->on_bad, "skip or fail on a malformed dataset record");
-  c->add_option("--batch", a->batch, "Sequences decoded together")->check(kvb::cli::positive());
+  c->add_option("--batch", a->batch,
+                "Sequences running at once at most (default 8; with --memory: no count limit, the pool bounds it)")
+      ->check(kvb::cli::positive());
+  c->add_option("--memory", a->memory_gib,
+                "KV page pool in GiB: sequences are admitted while their projected pages fit (each policy projects "
+                "its own), and preempted and recomputed when the pool runs short (docs/architecture.md, "
+                "Memory-aware batching)")
+      ->check(kvb::cli::positive());
+  c->add_option("--max-step-tokens", a->max_step_tokens,
+                "Prompt tokens per forward step over all prefilling sequences, whole chunks (0 = no limit: "
+                "--prefill-chunk each; else at least --prefill-chunk); decode tokens of the running sequences "
+                "ride along")
+      ->check(kvb::cli::non_negative());
+  c->add_option("--admission", a->admission,
+                "With --memory: reserve (a sequence reserves its projected peak, then its steady pages) or optimistic "
+                "(vLLM: admit when the prompt fits now, preempt when the pool runs short)")
+      ->capture_default_str();
   c->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per prefill step")->check(kvb::cli::positive());
   c->add_option("--write-every", a->write_every, "Generations per stored batch (transaction)")->check(kvb::cli::positive());
   c->add_option("--weights", a->weights,
@@ -395,6 +512,10 @@ void register_run(CLI::App& app) {
   add_judge_options(c, a->judge);
   c->callback([a, c] {
     apply_config(*a, c);
+    parse_admission(a->admission);  // a bad value fails before anything is opened
+    if (a->memory_gib > 0 && !(a->memory_gib <= 1048576.0))
+      fail("--memory: at most 1048576 GiB, got {}", a->memory_gib);
+    if (a->memory_gib > 0 && c->count("--batch") == 0) a->batch = 0;  // the pool bounds the batch
     run_main(*a);
   });
 }

@@ -88,7 +88,10 @@ void apply_run_section(RunConfigFile& c, const nlohmann::json& run, const std::s
     else if (k == "top_p") c.top_p = get_number_in(v, w, 0, 1);
     else if (k == "top_k") c.top_k = static_cast<int>(get_int(v, w, 0));
     else if (k == "min_p") c.min_p = get_number_in(v, w, 0, 1);
-    else if (k == "max_new_tokens") c.max_new_tokens = static_cast<int>(get_int(v, w, 1));
+    else if (k == "memory") {
+      c.memory = get_number_in(v, w, 0, 1048576);
+      if (*c.memory <= 0) fail("{}: must be > 0 GiB, got {}", w, v.dump());
+    } else if (k == "max_new_tokens") c.max_new_tokens = static_cast<int>(get_int(v, w, 1));
     else if (k == "seed") {
       // Seeds are 64-bit unsigned (as --seed); a larger YAML integer arrives as a float or string.
       if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
@@ -99,7 +102,7 @@ void apply_run_section(RunConfigFile& c, const nlohmann::json& run, const std::s
     else
       fail(
           "{}: unknown key (known: suite, models, policies, budgets, samples, limit, temperature, top_p, "
-          "top_k, min_p, max_new_tokens, seed, backend)",
+          "top_k, min_p, max_new_tokens, seed, backend, memory)",
           w);
   }
 }

@@ -87,7 +87,11 @@ RunPolicies resolve_policies(const std::string& list, int64_t first_budget, cons
     g.name = ps.name;
     g.params = pol->resolved_params();
     g.params.erase("budget");  // the grid's budget column carries it (it was first_budget here)
-    g.uses_budget = ps.name != "full";
+    // The registry entry says whether the policy takes a budget (PolicyInfo::uses_budget): one
+    // cell per budget for those, one cell for the others (full, wgkv, duoattention).
+    g.uses_budget = false;
+    for (const auto& info : policy_registry())
+      if (info.name == ps.name) g.uses_budget = info.uses_budget();
     g.display = policy_cell_label(ps.name, g.params);
     p.label_to_spec[g.label()] = pt;
     p.grid.push_back(g);
@@ -186,6 +190,11 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
                  {"policy_notes", policies.notes},
                  {"query_agnostic", a.query_agnostic},
                  {"sampling", rg.sampling_record}};
+  // The scheduler's memory settings, only when given, so the run key of a run without them is
+  // unchanged (the batch a cell runs at changes no result, only its speed: docs/results.md).
+  if (a.memory_gib > 0) info.config["memory_gib"] = a.memory_gib;
+  if (a.max_step_tokens > 0) info.config["max_step_tokens"] = a.max_step_tokens;
+  if (a.admission != "reserve") info.config["admission"] = a.admission;
   // Only when a model has one, so the run key of runs without generation_config.json is unchanged.
   if (!rg.gen_configs.empty()) info.config["generation_config"] = rg.gen_configs;
   if (!a.config.empty()) info.config["config_file"] = {{"path", a.config}, {"profile", a.config_profile}};

@@ -68,7 +68,11 @@ struct RunArgs {
   std::string truncate = "middle";  // over-long prompts: middle (LongBench/HELMET) or none (stored as errors)
   std::string config, config_profile;
   std::optional<std::string> shard;
-  int batch = 8, prefill_chunk = 512, write_every = 8;
+  int batch = 8, prefill_chunk = 512, write_every = 8;  // batch 0: no count limit (with --memory)
+  /// --memory GIB: the KV page pool (EngineOptions::kv_pool_bytes); 0 = unbounded (count only).
+  double memory_gib = 0;
+  int64_t max_step_tokens = 0;        ///< --max-step-tokens (EngineOptions::max_step_tokens)
+  std::string admission = "reserve";  ///< --admission reserve|optimistic (EngineOptions::admission)
   /// --weights: how weight matrices are held (parse_weights_option: stored, f32, bf16).
   std::string weights = "stored";
   bool bf16 = false;  // --bf16-weights, the old spelling of --weights bf16

@@ -26,6 +26,7 @@ struct RunConfigFile {
   std::optional<int> samples, max_new_tokens, top_k;
   std::optional<size_t> limit;
   std::optional<double> temperature, top_p, min_p;
+  std::optional<double> memory;  ///< `memory`: the KV page pool in GiB (kvbench run --memory)
   std::optional<uint64_t> seed;
   std::optional<double> alpha, min_drop_points;  ///< `thresholds` (for `kvbench compare`)
 };

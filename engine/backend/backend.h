@@ -28,6 +28,10 @@ class Backend {
   /// Throws kvb::Error on invalid token ids, an exhausted page pool or a device failure.
   virtual void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits,
                        ForwardStats* stats = nullptr) = 0;
+  /// True when one forward() may carry prompt chunks and decode tokens together with every row
+  /// getting the bits it gets in a step of its own kind (the CPU backend: every kernel has one
+  /// reduction order per row). False: the engine runs prefill steps and decode steps apart.
+  virtual bool mixed_steps() const { return true; }
   /// Human-readable device measurements since construction (device name, memory peak, achieved
   /// decode bandwidth, ...), one "key: value" per line; empty for the CPU backend.
   virtual std::string report() const { return {}; }

@@ -23,8 +23,8 @@ constexpr int64_t kTileRows = 16;
 void dot_products(const float* x, int64_t T, int64_t in, std::span<const MatmulOut> outs, int nthreads) {
   struct Prod {
     VecDotFn dot;
-    VecDot4Fn dot4;  ///< four activation rows per weight row (nullptr: dot per row)
-    F32TileFn tile;  ///< f32 weights: the tile kernel (dot unused); nullptr otherwise
+    VecDot4Fn dot4;      ///< four activation rows per weight row (nullptr: dot per row)
+    F32TileFn tile;      ///< f32 weights: the tile kernel (dot unused); nullptr otherwise
     VecDotTileFn qtile;  ///< register-blocked tile of the block types (nullptr: dot4 / dot per row)
     const uint8_t* act;
     size_t ab;
@@ -138,8 +138,7 @@ Mat Mat::of(DType type, const void* p, int64_t rows, int64_t cols, const int32_t
 
 void matmul_nt(const float* x, const Mat& w, const float* bias, float* y, int64_t T, int64_t in, int64_t out) {
   const MatmulOut one{&w, bias, y};
-  dot_products(x, T, in, std::span<const MatmulOut>(&one, 1),
-               T * in * out > kParallelWork ? omp_get_max_threads() : 1);
+  dot_products(x, T, in, std::span<const MatmulOut>(&one, 1), T * in * out > kParallelWork ? omp_get_max_threads() : 1);
 }
 
 void matmul_nt_many(const float* x, int64_t T, int64_t in, std::span<const MatmulOut> outs) {

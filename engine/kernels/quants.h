@@ -159,10 +159,10 @@ F32TileFn f32_tile_fn(Isa isa);
 /// Per-ISA kernel tables (internal; defined in quants_scalar.cpp / quants_x86.cpp).
 namespace kernels_detail {
 VecDotFn scalar_dot(DType w);
-VecDotFn avx2_dot(DType w);          ///< nullptr where the type has no AVX2 kernel
-VecDotFn avx512vnni_dot(DType w);    ///< nullptr where the type has no VNNI kernel
-VecDot4Fn avx2_dot4(DType w);        ///< nullptr where the AVX2 build has no four-row kernel
-VecDot4Fn avx512vnni_dot4(DType w);  ///< nullptr where the VNNI build has no four-row kernel
+VecDotFn avx2_dot(DType w);                 ///< nullptr where the type has no AVX2 kernel
+VecDotFn avx512vnni_dot(DType w);           ///< nullptr where the type has no VNNI kernel
+VecDot4Fn avx2_dot4(DType w);               ///< nullptr where the AVX2 build has no four-row kernel
+VecDot4Fn avx512vnni_dot4(DType w);         ///< nullptr where the VNNI build has no four-row kernel
 VecDotTileFn avx2_dot_tile(DType w);        ///< nullptr where the AVX2 build has no tile kernel
 VecDotTileFn avx512vnni_dot_tile(DType w);  ///< nullptr where the VNNI build has no tile kernel
 void f32_tile_scalar(int64_t, const float* const*, int, const float*, int64_t, int64_t, float*, int64_t);

@@ -206,6 +206,40 @@ struct LayerStep {
 
 struct StepEnd;
 
+/// What Policy::kv_footprint projects for: one sequence of `context` input tokens (its prompt,
+/// plus every follow-up turn's appended tokens) that generates at most `gen` tokens, prefilled
+/// in steps of at most `prefill_chunk` tokens, in a cache of `num_layers` × `num_kv_heads` heads
+/// with `page_size` tokens per page.
+struct FootprintQuery {
+  int64_t context = 0;          ///< input tokens (> 0)
+  int64_t gen = 0;              ///< generated tokens at most (≥ 0)
+  int64_t prefill_chunk = 512;  ///< tokens per prefill step at most (> 0)
+  int page_size = 16;           ///< tokens per page (> 0)
+  int num_layers = 0;           ///< layers (> 0)
+  int num_kv_heads = 0;         ///< kv heads per layer (> 0)
+};
+
+/// A policy's projection of what one sequence holds in the paged KV cache (pages of
+/// KVCache::page_bytes each, summed over its (layer, kv head) page lists): at its peak, and at
+/// its steady state — the most it holds at any point from the end of its prompt on, inside a
+/// step included (a decode step appends before it compresses). The engine's admission by pages
+/// reserves `peak_pages` for a sequence that is still prefilling and `steady_pages` for one that
+/// is decoding (Engine, docs/architecture.md#memory-aware-batching); `kvbench bench --memory`
+/// sizes its batch with it. An upper bound, exact for the scheduled policies' per-head budgets.
+struct KvFootprint {
+  int64_t peak_pages = 0;              ///< pages at the sequence's peak
+  int64_t steady_pages = 0;            ///< pages at most once its prompt has been prefilled
+  int64_t peak_tokens_per_head = 0;    ///< tokens of the largest head at the peak
+  int64_t steady_tokens_per_head = 0;  ///< tokens of the largest head from the prompt's end on
+  std::string rule;                    ///< how it was worked out, for plans and messages
+};
+
+/// The footprint of a sequence whose every (layer, kv head) holds at most `peak_tokens` tokens
+/// (`steady_tokens` from the prompt's end on): pages = layers · kv heads · ⌈tokens / page_size⌉.
+KvFootprint per_head_footprint(const FootprintQuery& q, int64_t peak_tokens, int64_t steady_tokens, std::string rule);
+/// The full cache's footprint: every head holds context + gen tokens at the end.
+KvFootprint full_cache_footprint(const FootprintQuery& q, std::string rule = "full cache: context + gen");
+
 /// Base class of every policy. One instance per (model, run); it may keep per-sequence state
 /// keyed by SeqId (release it in on_sequence_end).
 class Policy {
@@ -235,6 +269,11 @@ class Policy {
   virtual void on_sequence_begin(SeqId seq, uint64_t sample_seed) {}
   /// Called when a sequence finishes (free per-sequence state).
   virtual void on_sequence_end(SeqId seq) {}
+  /// The pages one sequence of `q` holds at its peak and at its steady state (KvFootprint).
+  /// Default: the full cache (context + gen tokens in every head), an upper bound for any policy;
+  /// the scheduled policies give their budget + buffer schedule (ScheduledPolicy). Throws
+  /// kvb::Error for a query with a non-positive context, chunk, page size or shape.
+  virtual KvFootprint kv_footprint(const FootprintQuery& q) const { return full_cache_footprint(q); }
 };
 
 /// What a policy sees after the last layer of one forward step (Policy::on_step_end).
@@ -327,6 +366,10 @@ struct PolicyInfo {
   /// The spec registry-wide tests build: the name, PolicyTestInfo::params, and `extra` ("k=v,..."
   /// appended; a key given twice is an error), at `budget` (PolicySpec::parse's errors).
   PolicySpec test_spec(int64_t budget, const std::string& extra = "") const;
+  /// True when the policy takes a token budget (`--budgets` makes one grid cell per budget);
+  /// false for full, wgkv's admission gate and duoattention's head pattern
+  /// (PolicyTestInfo::min_budget == 0).
+  bool uses_budget() const { return tests.min_budget > 0; }
   /// The budget a test that wants `want` tokens uses: 0 for a policy that takes no budget
   /// (PolicyTestInfo::min_budget == 0), else at least PolicyTestInfo::min_budget.
   int64_t test_budget(int64_t want) const {

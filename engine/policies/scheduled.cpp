@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
@@ -69,6 +71,45 @@ int64_t ScheduledPolicy::budget_now(const LayerStep& step) const {
   if (!ratio_kind_) return budget_;
   const int64_t b = static_cast<int64_t>(std::floor(ratio_ * static_cast<double>(step.seq_len)));
   return std::max<int64_t>(b, sinks_ + std::max(window_, 0) + 1);
+}
+
+KvFootprint ScheduledPolicy::kv_footprint(const FootprintQuery& q) const {
+  const int64_t full = q.context + q.gen;
+  int64_t B = budget_;
+  if (ratio_kind_) B = std::max<int64_t>(static_cast<int64_t>(std::ceil(ratio_ * static_cast<double>(full))), 1);
+  if (B <= 0) return full_cache_footprint(q, "budget 0 (never compresses): the full cache, context + gen");
+  const int64_t b = buffer_;
+  int64_t peak = 0, steady = 0;
+  std::string rule;
+  if (!decode_) {
+    steady = std::min(q.context, B) + q.gen;
+    peak = std::max(q.context, steady);
+    rule = "decode=false: peak max(context, min(context, B) + gen), steady min(context, B) + gen";
+  } else if (chunked_) {
+    // A head that never reaches B + buffer is never compressed: it ends at min(context, B) + gen.
+    steady = std::min({full, B + b, std::min(q.context, B) + q.gen});  // the prompt's end compresses to B
+    peak = std::min(full, std::max(std::min(q.context, B + b - 1 + q.prefill_chunk), steady));
+    rule =
+        "compress=chunked: peak max(min(context, B + buffer - 1 + prefill chunk), steady), steady min(B + buffer, "
+        "min(context, B) + gen)";
+  } else {
+    steady = std::min({full, B + b, std::min(q.context, B) + q.gen});
+    peak = std::max(q.context, steady);
+    rule =
+        "compress=prompt_end: peak max(context, steady) (whole prompt held before compression), steady "
+        "min(B + buffer, min(context, B) + gen)";
+  }
+  rule = fmt::format("{} (B {}, buffer {}, capped at context + gen)", rule, B, b);
+  KvFootprint f = per_head_footprint(q, peak, steady, rule);
+  if (global_kind_) {
+    // Ragged heads: their total stays within heads · the per-head bound, plus a partial page each.
+    const int64_t heads = static_cast<int64_t>(q.num_layers) * q.num_kv_heads;
+    auto pages = [&](int64_t tokens) { return (heads * tokens + q.page_size - 1) / q.page_size + heads; };
+    f.peak_pages = pages(peak);
+    f.steady_pages = pages(steady);
+    f.rule += ", budget_kind=global: total over heads + one partial page per head";
+  }
+  return f;
 }
 
 bool compress_point(bool prefill, bool prefill_last, bool chunked) { return !prefill || prefill_last || chunked; }

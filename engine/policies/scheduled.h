@@ -57,6 +57,20 @@ class ScheduledPolicy : public ParamPolicy {
   ScheduledPolicy(std::string name, PolicyParams p, bool global_kind = false);
 
   void on_layer_step(LayerStep& step) override;
+  /// The budget + buffer schedule's pages (docs/architecture.md#budget-buffer-window-sinks), with
+  /// B the token budget (budget_kind=ratio: ⌈ratio · (context + gen)⌉, its largest value) and b
+  /// the buffer, per head, capped at context + gen:
+  ///   decode=false:        peak max(context, min(context, B) + gen), steady min(context, B) + gen;
+  ///   compress=prompt_end: steady min(B + b, min(context, B) + gen) (a decode step appends, then
+  ///                        compresses; a head that never reaches B + b is never compressed), peak
+  ///                        max(context, steady) (the whole prompt is held before it is compressed);
+  ///   compress=chunked:    steady as prompt_end (the prompt's end compresses to B), peak
+  ///                        max(min(context, B + b − 1 + prefill chunk), steady).
+  /// budget_kind=global (budget shared by every head): the heads' total tokens stay within
+  /// heads · the per-head bound, plus one partial page per head. Budget 0 (never compress): the
+  /// full cache. Policies whose heads or layers share the budget unevenly (PyramidKV, AdaKV,
+  /// CAKE) override this with the full cache.
+  KvFootprint kv_footprint(const FootprintQuery& q) const override;
 
  protected:
   /// Scores of the L tokens of head h (higher = keep). Entries of protected tokens are ignored.

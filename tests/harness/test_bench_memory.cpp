@@ -5,6 +5,7 @@
 // held against the plan's peak.
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -49,8 +50,11 @@ TEST(BenchMemory, FullCacheOnTheCpuByHand) {
   EXPECT_EQ(pl.pages_per_seq, kHeads * 8);       // ceil(128 / 16) = 8 per head
   EXPECT_EQ(pl.page_bytes, 16u * (16 + 1) * 4);  // 1088
   EXPECT_EQ(pl.kv_bytes_per_seq, 160u * 1088);
-  // Work: min(512, 100) = 100 prompt tokens × 4 B × (2·64 + (8 + 2·4)·8 + 8·8) + 512 logits × 4 B.
-  EXPECT_EQ(pl.work_bytes_per_seq, 100u * 4 * (128 + 128 + 64) + 512 * 4);
+  // Work: one chunk of min(512, 100) = 100 prompt tokens × 4 B × (2·64 + (8 + 2·4)·8 + 8·8), and
+  // per sequence one decode row and 512 logits × 4 B.
+  EXPECT_EQ(pl.work_bytes_fixed, 100u * 4 * (128 + 128 + 64));
+  EXPECT_EQ(pl.work_bytes_per_seq, 4u * (128 + 128 + 64) + 512 * 4);
+  EXPECT_EQ(pl.steady_pages_per_seq, pl.pages_per_seq);  // the full cache: steady = peak
   EXPECT_EQ(pl.weight_bytes, 1000000u);
   EXPECT_EQ(pl.fixed_bytes, (size_t(128) << 20) + 4u * 128 * 2 * 172);
   // "full" by name is the same as no policy.
@@ -93,9 +97,11 @@ TEST(BenchMemory, ChunkedCompressionBoundsThePrefill) {
   // A prompt shorter than B + buffer never compresses in prefill: decode's B + buffer is the peak.
   pl = plan(stories(100, 300), "rkv:compress=chunked", 32);
   EXPECT_EQ(pl.peak_tokens_per_head, 160);
-  // ... and a short generation stops below it.
+  // ... and after a short prompt with a short generation the prompt is the peak: its end
+  // compresses it to B, and B + gen stays below B + buffer.
   pl = plan(stories(100, 20), "rkv:compress=chunked", 32);
-  EXPECT_EQ(pl.peak_tokens_per_head, 120);
+  EXPECT_EQ(pl.peak_tokens_per_head, 100);
+  EXPECT_EQ(pl.steady_pages_per_seq, kHeads * 4);  // ceil((32 + 20) / 16)
 }
 
 TEST(BenchMemory, DecodeFalseAndRatioAndGlobalBudgets) {
@@ -135,18 +141,30 @@ TEST(BenchMemory, CudaPagesAreBf16AndWeightsMatchTheDevice) {
   EXPECT_NEAR(pl.weight_bytes / 1073741824.0, 15.26, 0.005);
   // Activations per prompt token (x, xn, qkv, att, gate|up, act) for 512 tokens + a logit row.
   const size_t per_token = 4 * 4096 + 2 * 4096 + 4 * 6144 + 2 * 4096 + 8 * 12288 + 2 * 12288;
-  EXPECT_EQ(pl.work_bytes_per_seq, 512 * per_token + 4 * 151936);
+  EXPECT_EQ(pl.work_bytes_fixed, 512 * per_token);
+  EXPECT_EQ(pl.work_bytes_per_seq, per_token + 4 * 151936);
   EXPECT_EQ(pl.fixed_bytes, size_t(1) << 30);
 }
 
 TEST(BenchMemory, MaxBatchIsTheLargestThatFits) {
-  const auto pl = plan_bench_memory(stories(100, 28), nullptr, 0);
-  const size_t per = pl.kv_bytes_per_seq + pl.work_bytes_per_seq, base = pl.weight_bytes + pl.fixed_bytes;
-  EXPECT_EQ(pl.bytes_for(3), base + 3 * per);
-  EXPECT_EQ(pl.max_batch(static_cast<double>(base + 3 * per)), 3);      // exactly full
-  EXPECT_EQ(pl.max_batch(static_cast<double>(base + 4 * per - 1)), 3);  // one byte short of 4
-  EXPECT_EQ(pl.max_batch(static_cast<double>(base + per - 1)), 0);
+  // R-KV at B 32 after a 300-token prompt: one sequence at its peak (the prompt), the others at
+  // their steady state (B + buffer).
+  const auto pl = plan(stories(300, 400), "rkv", 32);
+  ASSERT_LT(pl.steady_pages_per_seq, pl.pages_per_seq);
+  EXPECT_EQ(pl.pool_pages(1), pl.pages_per_seq);
+  EXPECT_EQ(pl.pool_pages(3), pl.pages_per_seq + 2 * pl.steady_pages_per_seq);
+  const double base = static_cast<double>(pl.weight_bytes + pl.fixed_bytes + pl.work_bytes_fixed);
+  const double three = base + 3.0 * pl.work_bytes_per_seq + static_cast<double>(pl.pool_pages(3) * pl.page_bytes);
+  EXPECT_EQ(pl.bytes_for(3), three);
+  EXPECT_EQ(pl.max_batch(three), 3);                // exactly full
+  EXPECT_EQ(pl.max_batch(pl.bytes_for(4) - 1), 3);  // one byte short of 4
+  EXPECT_EQ(pl.max_batch(pl.bytes_for(1) - 1), 0);
   EXPECT_EQ(pl.max_batch(0.0), 0);
+  // Huge budgets answer at once with the cap (a byte count never wraps; issue 40).
+  for (const double huge :
+       {1e11 * 1073741824.0, 1e300, std::numeric_limits<double>::max(), std::numeric_limits<double>::infinity()})
+    EXPECT_EQ(pl.max_batch(huge), int64_t{1} << 20) << huge;
+  EXPECT_EQ(pl.max_batch(std::numeric_limits<double>::quiet_NaN()), 0);
 }
 
 TEST(BenchMemory, BadSizesAreErrors) {
@@ -172,8 +190,8 @@ std::string memory_for(int64_t batch, int64_t context, int64_t gen, const std::s
   BenchMemoryInput in = stories(context, gen, chunk);
   in.host_weight_bytes = kvb::Model::random(in.config, 1)->weight_bytes();
   const auto pl = plan(in, spec, budget);
-  // Half a sequence above batch `batch`: that batch fits, the next does not.
-  const double gib = (pl.bytes_for(batch) + (pl.kv_bytes_per_seq + pl.work_bytes_per_seq) / 2) / 1073741824.0;
+  // Halfway to batch `batch + 1`: that batch fits, the next does not.
+  const double gib = (pl.bytes_for(batch) + pl.bytes_for(batch + 1)) / 2 / 1073741824.0;
   return fmt::format("{:.12f}", gib);
 }
 

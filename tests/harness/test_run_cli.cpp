@@ -172,17 +172,24 @@ TEST(RunCli, MainJobOnRealDataFromAConfigFileThenReport) {
   fs::remove_all(d);
 }
 
-TEST(RunCli, KilledMidGridResumesToTheSameSamples) {
-  REQUIRE_INPUTS();
-  fs::path d = tmp_dir("kill");
+/// Runs a grid (gsm8k on stories260K, full and snapkv, 4 sampled samples of 6 examples) with
+/// `sched` (the scheduler's options) to completion, then again killed with SIGKILL once some
+/// batches are stored, then resumed: every sample must equal the uninterrupted run's. With
+/// `preempting`, the uninterrupted run must have preempted (the check would be vacuous otherwise).
+void killed_mid_grid_resumes(const std::string& name, const std::string& sched, bool preempting) {
+  fs::path d = tmp_dir(name);
   const std::string args = " run --task gsm8k --model " + kModel + " --data-dir " + kData +
                            " --policies full,snapkv --budgets 32 --samples 4 --limit 6 --max-new-tokens 96"
-                           " --temperature 0.8 --top-p 0.95 --seed 11 --batch 2 --write-every 2 --quiet --db ";
+                           " --temperature 0.8 --top-p 0.95 --seed 11 " +
+                           sched + " --write-every 2 --quiet --db ";
   const int64_t total = 6 * 2 * 4;
   const std::string db_ref = (d / "ref.db").string(), db = (d / "killed.db").string();
   std::string out;
   ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + args + db_ref, &out), 0) << out;
   ASSERT_EQ(count(db_ref, "SELECT COUNT(*) FROM generations"), total);
+  const int64_t preemptions =
+      count(db_ref, "SELECT COALESCE(SUM(json_extract(extra_json, '$.preemptions')), 0) FROM generations");
+  if (preempting) EXPECT_GT(preemptions, 0) << "no preemption: the check would be vacuous";
 
   // The same grid, killed with SIGKILL once some batches are stored.
   const std::string cmd = std::string(KVB_BINARY) + args + db + " > " + (d / "killed.log").string() + " 2>&1";
@@ -234,6 +241,19 @@ TEST(RunCli, KilledMidGridResumesToTheSameSamples) {
   EXPECT_EQ(count(db, "SELECT COUNT(*) FROM runs"), 1);
   EXPECT_EQ(count(db, "SELECT COUNT(*) FROM runs WHERE finished_at IS NOT NULL"), 1);
   fs::remove_all(d);
+}
+
+TEST(RunCli, KilledMidGridResumesToTheSameSamples) {
+  REQUIRE_INPUTS();
+  killed_mid_grid_resumes("kill", "--batch 2", false);
+}
+
+TEST(RunCli, KilledMidPreemptingGridResumesToTheSameSamples) {
+  // A KV pool of about three full-cache sequences, vLLM's optimistic admission: sequences are
+  // preempted and recomputed throughout (issue 37), and a kill in the middle still resumes to the
+  // uninterrupted run's samples.
+  REQUIRE_INPUTS();
+  killed_mid_grid_resumes("killmem", "--memory 0.0011 --admission optimistic", true);
 }
 
 TEST(RunCli, BadConfigAndTruncateOptionsAreOneClearError) {

@@ -47,6 +47,10 @@ class CudaBackend final : public Backend {
                ForwardStats* stats = nullptr) override;
   std::string report() const override;
   bool device_sampling(const SamplingParams& p) const override;
+  /// False until the device checks show that a decode token gets the same bits in a mixed step
+  /// (which runs the prefill attention path for every item) as in a decode step (issue 38's device
+  /// part): the engine then runs prompt chunks and decode tokens in separate steps.
+  bool mixed_steps() const override { return false; }
   void defer_logits() override;
   std::vector<int32_t> sample_rows(const std::vector<SamplingParams>& params, const std::vector<float>& u) override {
     return sample_last(params, u);
