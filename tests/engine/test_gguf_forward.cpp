@@ -69,9 +69,11 @@ TEST(GgufForward, DefaultModelSmolLM2TopLogitsMatchTransformers) {
 
 TEST(GgufForward, StoredQ4_1MatchesTransformers) {
   // The Q4_1 weights multiplied in place (WeightFormat::kStored, 8-bit activations): within
-  // 1.5e-2 (measured 3.9e-3 to 5.3e-3), the error the activation quantisation adds on a trained
-  // model (llama.cpp's CPU path quantises activations the same way).
-  check_default_model(WeightFormat::kStored, 1.5e-2);
+  // 2.5e-2, the error the activation quantisation adds on a trained model (llama.cpp's CPU path
+  // quantises activations the same way). Measured 1.0e-2 to 1.6e-2 since every row count takes
+  // the 8-bit activations (issue 38: one reduction order per element; until then a prompt of 32
+  // or more rows took f32 activations through OpenBLAS and measured 3.9e-3 to 5.3e-3).
+  check_default_model(WeightFormat::kStored, 2.5e-2);
 }
 
 }  // namespace
