@@ -45,6 +45,9 @@ const std::vector<KnownCheckpoint>& known_checkpoints() {
        "decode AttnGates (Qproj, Kmaxminavg, block 64), self-distilled; README budgets 2048-8192"},
       {"seerattn_r", "SeerAttention/SeerAttention-Decode-Qwen3-14B-AttnGates", "Qwen/Qwen3-14B",
        "decode AttnGates (Qproj, Kmaxminavg, block 64), self-distilled; README budgets 2048-8192"},
+      // KVzap (NVIDIA/kvpress kvzap/README.md; KVzapPress loads nvidia/KVzap-{mlp,linear}-<model name>):
+      // config.json + model.safetensors of a KVzapModel.
+      {"kvzap", "nvidia/KVzap-mlp-Qwen3-8B", "Qwen/Qwen3-8B", "KVzip+ surrogate MLP; README threshold -4"},
       {"wgkv", "WG-KV/checkpoints/llama-3.1-8b-instruct-0.16.pt", "meta-llama/Llama-3.1-8B-Instruct",
        "write gates, FineWeb-Edu, lambda = 0.16"},
       {"wgkv", "WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt", "Qwen/Qwen3-4B-Instruct-2507",

@@ -79,9 +79,14 @@ bool parse_hub_spec(const std::string& spec, HubSpec* out) {
 
 /// True when the file starts with a pickle PROTO opcode (0x80): what legacy torch.save writes.
 bool starts_with_pickle(const std::string& path) {
+  // A pickle starts with PROTO (0x80). So does a safetensors file whose 8-byte little-endian
+  // header length has 0x80 as its low byte (a 640-byte header: KVzap's released layout), but its
+  // JSON header then opens with '{' at byte 8, where a legacy torch.save stream holds its magic.
   std::ifstream in(path, std::ios::binary);
-  char b = 0;
-  return in.get(b) && static_cast<unsigned char>(b) == 0x80;
+  char b[9] = {};
+  in.read(b, 9);
+  if (in.gcount() < 1 || static_cast<unsigned char>(b[0]) != 0x80) return false;
+  return !(in.gcount() == 9 && b[8] == '{');
 }
 
 void read_safetensors(GateWeights& w, const std::string& path, const GateSource& source) {
