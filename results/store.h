@@ -216,8 +216,8 @@ class Store {
   /// All runs, oldest first.
   std::vector<RunRow> runs();
   /// Resolves a run reference: a numeric run id, "latest", "previous" (second newest), or a
-  /// run name (newest run with that name), or a run_key prefix of >= 8 hex digits.
-  /// Throws kvb::Error listing the known runs when nothing matches.
+  /// run name, or a run_key prefix of >= 8 hex digits. Throws kvb::Error listing the known runs
+  /// when nothing matches, and naming the runs when a name or prefix matches several.
   int64_t resolve_run(const std::string& ref);
 
   /// Rows of v_samples for the given runs (all runs when empty), ordered by run, model, task,
@@ -259,6 +259,10 @@ class Store {
   void open(const std::string& file);
   void init(Mode mode);
   void migrate();
+  /// Throws kvb::Error (kInput, one line naming the table/column/view) unless the file holds
+  /// every table migrations 0 .. version-1 create, each with all its columns, and, when
+  /// `views`, every view views_sql() creates. Reads only.
+  void check_schema(int version, bool views);
   /// The views this build creates (views_sql()) and the ones the file holds: name -> SQL text.
   static std::map<std::string, std::string> expected_views();
   std::map<std::string, std::string> stored_views();
