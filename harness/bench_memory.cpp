@@ -37,7 +37,10 @@ int64_t BenchMemoryPlan::max_batch(double budget_bytes) const {
   const double base = static_cast<double>(weight_bytes + fixed_bytes);
   const double per = static_cast<double>(kv_bytes_per_seq + work_bytes_per_seq);
   if (!(budget_bytes >= base + per) || per <= 0) return 0;
-  int64_t b = static_cast<int64_t>(std::floor((budget_bytes - base) / per));
+  constexpr double kCap = 1099511627776.0;  // 2^40: bytes_for() stays far from size_t overflow
+  const double q = std::floor((budget_bytes - base) / per);
+  if (!(q <= kCap)) return static_cast<int64_t>(kCap) + 1;
+  int64_t b = static_cast<int64_t>(q);
   // Exact in integers at the boundary (the double quotient may round either way).
   while (b > 0 && static_cast<double>(bytes_for(b)) > budget_bytes) --b;
   while (static_cast<double>(bytes_for(b + 1)) <= budget_bytes) ++b;

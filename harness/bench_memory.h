@@ -66,9 +66,14 @@ struct BenchMemoryPlan {
 
   /// weight_bytes + fixed_bytes + batch × (kv_bytes_per_seq + work_bytes_per_seq).
   size_t bytes_for(int64_t batch) const;
-  /// The largest batch with bytes_for(batch) ≤ budget_bytes; 0 when not even batch 1 fits.
+  /// The largest batch with bytes_for(batch) ≤ budget_bytes, at most 2^40 (a batch beyond that is
+  /// reported as 2^40 + 1, still "more than fits any run"); 0 when not even batch 1 fits.
   int64_t max_batch(double budget_bytes) const;
 };
+
+/// Largest `bench --memory` in GiB (1 PiB): a budget beyond it is refused (1e11 made the batch
+/// search's byte counts wrap around and loop without end).
+inline constexpr double kMaxMemoryGiB = 1048576;
 
 /// Sizes one bench configuration (see the file comment for every term). `policy` may be null (the
 /// full cache); `budget` is the spec's --budget. Throws kvb::Error ("--memory: ...") for a

@@ -24,7 +24,7 @@ void register_report(CLI::App& app) {
   cmd->add_option("--reference", o->reference, "policy name of the reference cells")->capture_default_str();
   cmd->add_option("--resamples", o->resamples, "paired-bootstrap resamples")
       ->capture_default_str()
-      ->check(kvb::cli::positive());
+      ->check(kvb::cli::in_range(1, results::kMaxBootstrapResamples));
   cmd->add_option("--title", o->title, "report title")->capture_default_str();
   cmd->callback([o] {
     results::Store store(o->db, results::Store::Mode::kReadOnly);
