@@ -73,9 +73,6 @@ MeanCI pass1_wilson(const std::vector<double>& xs, double level = 0.95);
 
 /// Default number of bootstrap resamples and seed used by reports and compare.
 inline constexpr int kBootstrapResamples = 10000;
-/// Most resamples `report --resamples` accepts (ten times the default): each costs one pass over
-/// a cell's examples and 8 bytes (2147483647 allocated 16 GiB and failed as "out of memory").
-inline constexpr int kMaxBootstrapResamples = 100000;
 inline constexpr uint64_t kBootstrapSeed = 0x6b7662656e6368ULL;  // "kvbench"
 
 /// Percentile bootstrap CI of the mean of paired differences `diffs` (one value per

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <ctime>
 #include <thread>
 #include <type_traits>
@@ -343,6 +344,85 @@ void Store::open(const std::string& file) {
   }
 }
 
+namespace {
+// Table name -> its column names in order, of the database `db` (sqlite_ tables left out).
+std::map<std::string, std::vector<std::string>> table_columns(sqlite3* db,
+                                                              const std::function<void(int, const std::string&)>& err) {
+  std::map<std::string, std::vector<std::string>> out;
+  std::vector<std::string> names;
+  {
+    Stmt t(db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", err);
+    while (t.step()) names.push_back(t.text(0));
+  }
+  for (const auto& n : names) {
+    Stmt c(db, "SELECT name FROM pragma_table_info(?)", err);
+    c.bind(1, n);
+    auto& cols = out[n];
+    while (c.step()) cols.push_back(c.text(0));
+  }
+  return out;
+}
+
+// Throws kvb::Error (kInput, one line naming the table, column or view) unless the database
+// `db` (shown as `path_`) holds every table migrations 0 .. version-1 create, each with all its
+// columns, and, when `views`, every view views_sql() creates. Reads only. `raise` reports SQLite
+// errors of `db`.
+void check_schema(sqlite3* db, const std::string& path_, int version, bool views,
+                  const std::function<void(int, const std::string&)>& raise) {
+  // What migrations 0 .. version-1 create, built in a private in-memory database.
+  static std::mutex mu;
+  static std::map<int, std::map<std::string, std::vector<std::string>>> cache;
+  std::map<std::string, std::vector<std::string>> want;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(version);
+    if (it == cache.end()) {
+      sqlite3* mem = nullptr;
+      if (sqlite3_open(":memory:", &mem) != SQLITE_OK) {
+        sqlite3_close(mem);
+        throw Error(path_ + ": cannot check the schema (out of memory)", ErrorKind::kRuntime);
+      }
+      auto mem_err = [](int rc, const std::string& w) {
+        throw Error("results schema: " + w + ": " + sqlite3_errstr(rc), ErrorKind::kRuntime);
+      };
+      for (int v = 0; v < version && v < static_cast<int>(migrations().size()); ++v)
+        if (sqlite3_exec(mem, migrations()[v].c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+          sqlite3_close(mem);
+          throw Error("results schema: migration " + std::to_string(v) + " failed", ErrorKind::kRuntime);
+        }
+      it = cache.emplace(version, table_columns(mem, mem_err)).first;
+      sqlite3_close(mem);
+    }
+    want = it->second;
+  }
+  const auto have = table_columns(db, raise);
+  const std::string hint = " (the file was changed outside kvbench: restore it from a copy)";
+  for (const auto& [table, cols] : want) {
+    auto h = have.find(table);
+    if (h == have.end()) throw Error(fmt::format("{}: table '{}' is missing{}", path_, table, hint), ErrorKind::kInput);
+    for (const auto& c : cols)
+      if (std::find(h->second.begin(), h->second.end(), c) == h->second.end())
+        throw Error(fmt::format("{}: table '{}': column '{}' is missing{}", path_, table, c, hint), ErrorKind::kInput);
+  }
+  if (!views) return;
+  std::set<std::string> stored;
+  {
+    Stmt q(db, "SELECT name FROM sqlite_master WHERE type = 'view'", raise);
+    while (q.step()) stored.insert(q.text(0));
+  }
+  const std::string& v = views_sql();  // "CREATE VIEW name AS ..." statements
+  for (size_t at = 0; (at = v.find("CREATE VIEW ", at)) != std::string::npos; at += 12) {
+    const std::string name = v.substr(at + 12, v.find_first_of(" \n(", at + 12) - (at + 12));
+    if (!stored.count(name))
+      throw Error(fmt::format("{}: view '{}' is missing (the file was changed outside kvbench; a read-write open, "
+                              "e.g. `kvbench grade --db {}`, recreates the views)",
+                              path_, name, path_),
+                  ErrorKind::kInput);
+  }
+}
+
+}  // namespace
+
 void Store::init(Mode mode) {
   sqlite3_extended_result_codes(db_, 1);
   sqlite3_busy_timeout(db_, 30000);
@@ -389,7 +469,9 @@ void Store::init(Mode mode) {
   // Before anything is written (the WAL switch included): every table of this schema version
   // with its columns, and (readers) every view, so that a damaged file is one error line here
   // rather than a raw SQLite error later, after `report` made its folder.
-  if (!creating_) check_schema(version, mode == Mode::kReadOnly && version == kSchemaVersion);
+  if (!creating_)
+    check_schema(db_, path_, version, mode == Mode::kReadOnly && version == kSchemaVersion,
+                 [this](int rc, const std::string& w) { raise(rc, w); });
   exec("PRAGMA foreign_keys = ON");
   if (mode == Mode::kReadOnly) {
     if (version != kSchemaVersion)
@@ -466,72 +548,6 @@ void Store::migrate() {
   Txn txn(*this);
   exec(views_sql());
   txn.commit();
-}
-
-namespace {
-// Table name -> its column names in order, of the database `db` (sqlite_ tables left out).
-std::map<std::string, std::vector<std::string>> table_columns(sqlite3* db,
-                                                              const std::function<void(int, const std::string&)>& err) {
-  std::map<std::string, std::vector<std::string>> out;
-  std::vector<std::string> names;
-  {
-    Stmt t(db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", err);
-    while (t.step()) names.push_back(t.text(0));
-  }
-  for (const auto& n : names) {
-    Stmt c(db, "SELECT name FROM pragma_table_info(?)", err);
-    c.bind(1, n);
-    auto& cols = out[n];
-    while (c.step()) cols.push_back(c.text(0));
-  }
-  return out;
-}
-}  // namespace
-
-void Store::check_schema(int version, bool views) {
-  // What migrations 0 .. version-1 create, built in a private in-memory database.
-  static std::mutex mu;
-  static std::map<int, std::map<std::string, std::vector<std::string>>> cache;
-  std::map<std::string, std::vector<std::string>> want;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(version);
-    if (it == cache.end()) {
-      sqlite3* mem = nullptr;
-      if (sqlite3_open(":memory:", &mem) != SQLITE_OK) {
-        sqlite3_close(mem);
-        throw Error(path_ + ": cannot check the schema (out of memory)", ErrorKind::kRuntime);
-      }
-      auto mem_err = [](int rc, const std::string& w) {
-        throw Error("results schema: " + w + ": " + sqlite3_errstr(rc), ErrorKind::kRuntime);
-      };
-      for (int v = 0; v < version && v < static_cast<int>(migrations().size()); ++v)
-        if (sqlite3_exec(mem, migrations()[v].c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
-          sqlite3_close(mem);
-          throw Error("results schema: migration " + std::to_string(v) + " failed", ErrorKind::kRuntime);
-        }
-      it = cache.emplace(version, table_columns(mem, mem_err)).first;
-      sqlite3_close(mem);
-    }
-    want = it->second;
-  }
-  const auto have = table_columns(db_, [this](int rc, const std::string& w) { raise(rc, w); });
-  const std::string hint = " (the file was changed outside kvbench: restore it from a copy)";
-  for (const auto& [table, cols] : want) {
-    auto h = have.find(table);
-    if (h == have.end()) throw Error(fmt::format("{}: table '{}' is missing{}", path_, table, hint), ErrorKind::kInput);
-    for (const auto& c : cols)
-      if (std::find(h->second.begin(), h->second.end(), c) == h->second.end())
-        throw Error(fmt::format("{}: table '{}': column '{}' is missing{}", path_, table, c, hint), ErrorKind::kInput);
-  }
-  if (!views) return;
-  const auto stored = stored_views();
-  for (const auto& [name, sql] : expected_views())
-    if (!stored.count(name))
-      throw Error(fmt::format("{}: view '{}' is missing (the file was changed outside kvbench; a read-write open, "
-                              "e.g. `kvbench grade --db {}`, recreates the views)",
-                              path_, name, path_),
-                  ErrorKind::kInput);
 }
 
 std::map<std::string, std::string> Store::expected_views() {

@@ -259,10 +259,6 @@ class Store {
   void open(const std::string& file);
   void init(Mode mode);
   void migrate();
-  /// Throws kvb::Error (kInput, one line naming the table/column/view) unless the file holds
-  /// every table migrations 0 .. version-1 create, each with all its columns, and, when
-  /// `views`, every view views_sql() creates. Reads only.
-  void check_schema(int version, bool views);
   /// The views this build creates (views_sql()) and the ones the file holds: name -> SQL text.
   static std::map<std::string, std::string> expected_views();
   std::map<std::string, std::string> stored_views();
