@@ -1134,7 +1134,7 @@ INSTANTIATE_TEST_SUITE_P(Inputs, Hostile, ::testing::ValuesIn(cases()),
 struct Verdict {
   std::string name;
   std::map<std::string, std::string> files;  // relative path -> content, written under $D
-  std::vector<std::string> argv;             // kvbench arguments, passed without a shell ($D expanded)
+  std::vector<std::string> argv;             // kvbench arguments, passed without a shell ($D, $S expanded)
   std::string expect;                        // substring of stdout
   double max_seconds = 20;
 };
@@ -1180,6 +1180,15 @@ std::vector<Verdict> verdicts() {
       {"rouge_zh_40000_chars", {}, ca("longbench.rouge_zh", zh, zh), "\n0\n"},
       {"code_sim_115kb_lines", {}, ca("longbench.code_sim", line_a, line_b), "\n0\n"},
   };
+  // 100,000 chat messages: JSON parsing was quadratic (nlohmann's callback parser).
+  std::string msgs = "[";
+  for (int i = 0; i < 100000; ++i)
+    msgs += std::string(i ? "," : "") + R"({"role": ")" + (i % 2 ? "assistant" : "user") + R"(", "content": "hi"})";
+  v.push_back({"tokenize_100k_messages",
+               {{"m.json", msgs + "]"}},
+               {"tokenize", "--model", "$S/tokenizers/llama3_1", "--messages", "$D/m.json"},
+               "===== TOKENS (",
+               30});
   for (auto& c : v) c.name = "i40_" + c.name;
   return v;
 }
@@ -1199,6 +1208,7 @@ TEST_P(HostileVerdict, ExitZeroInTimeWithTheVerdict) {
   std::vector<std::string> args = {KVB_BINARY};
   for (std::string a : c.argv) {
     for (size_t at; (at = a.find("$D")) != std::string::npos;) a.replace(at, 2, dir.string());
+    for (size_t at; (at = a.find("$S")) != std::string::npos;) a.replace(at, 2, KVB_SHARED_DIR);
     args.push_back(a);
   }
   const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
