@@ -133,27 +133,44 @@ std::vector<std::string> split_space(const std::string& s) {  // Python s.split(
   return out;
 }
 
-// Words of the LCS of x and y, reconstructed with the package's tie-breaking.
-std::vector<std::string> recon_lcs(const std::vector<std::string>& x, const std::vector<std::string>& y) {
-  size_t n = x.size(), m = y.size();
-  std::vector<std::vector<int>> t(n + 1, std::vector<int>(m + 1, 0));
-  for (size_t i = 1; i <= n; ++i)
-    for (size_t j = 1; j <= m; ++j)
-      t[i][j] = x[i - 1] == y[j - 1] ? t[i - 1][j - 1] + 1 : std::max(t[i - 1][j], t[i][j - 1]);
-  std::vector<std::string> out;
+// Word ids of the LCS of x and y (ids: equal words, equal ids), reconstructed with the
+// package's tie-breaking: from (n, m) back, a match goes diagonally, else up when
+// table[i-1][j] > table[i][j-1], else left. Only that comparison is kept, one bit per cell
+// (the package's dict of (n+1)(m+1) entries, or a table of ints, took 2.6 GB for 26,000 words a
+// side); the table itself lives in two rows.
+// Appends the ids to `out`; the buffers are reused across calls (one sentence pair each).
+void recon_lcs(const std::vector<int>& x, const std::vector<int>& y, std::vector<int>& out) {
+  const size_t n = x.size(), m = y.size(), w = m + 1;
+  thread_local std::vector<uint64_t> up;  // bit (i*w + j): table[i-1][j] > table[i][j-1]
+  thread_local std::vector<int> prev, cur;
+  up.assign((n + 1) * w / 64 + 1, 0);
+  prev.assign(m + 1, 0);
+  cur.assign(m + 1, 0);
+  for (size_t i = 1; i <= n; ++i) {
+    cur[0] = 0;
+    for (size_t j = 1; j <= m; ++j) {
+      if (x[i - 1] == y[j - 1]) {
+        cur[j] = prev[j - 1] + 1;
+      } else {
+        const bool u = prev[j] > cur[j - 1];
+        cur[j] = u ? prev[j] : cur[j - 1];
+        if (u) up[(i * w + j) / 64] |= uint64_t{1} << ((i * w + j) % 64);
+      }
+    }
+    std::swap(prev, cur);
+  }
   size_t i = n, j = m;
   while (i > 0 && j > 0) {
     if (x[i - 1] == y[j - 1]) {
       out.push_back(x[i - 1]);
       --i;
       --j;
-    } else if (t[i - 1][j] > t[i][j - 1]) {
+    } else if ((up[(i * w + j) / 64] >> ((i * w + j) % 64)) & 1) {
       --i;
     } else {
       --j;
     }
   }
-  return out;
 }
 
 }  // namespace
@@ -162,23 +179,35 @@ double rouge_l(std::string_view prediction, std::string_view ground_truth) {
   auto hyp = rouge_sentences(prediction);
   auto ref = rouge_sentences(ground_truth);
   if (hyp.empty() || ref.empty()) return 0.0;
-  std::vector<std::vector<std::string>> hw, rw;
-  std::set<std::string> hset, rset;
-  for (const auto& s : hyp) {
-    hw.push_back(split_space(s));
-    hset.insert(hw.back().begin(), hw.back().end());
-  }
-  for (const auto& s : ref) {
-    rw.push_back(split_space(s));
-    rset.insert(rw.back().begin(), rw.back().end());
-  }
-  std::set<std::string> uni;
+  std::map<std::string, int> ids;  // word -> id, so that the LCS compares ints
+  auto words = [&](const std::vector<std::string>& sentences, std::set<int>& all, size_t& count) {
+    std::vector<std::vector<int>> out;
+    for (const auto& s : sentences) {
+      out.emplace_back();
+      for (auto& word : split_space(s)) {
+        const int id = ids.emplace(std::move(word), static_cast<int>(ids.size())).first->second;
+        out.back().push_back(id);
+        all.insert(id);
+      }
+      count += out.back().size();
+    }
+    return out;
+  };
+  std::set<int> hset, rset;
+  size_t hn = 0, rn = 0;
+  auto hw = words(hyp, hset, hn);
+  auto rw = words(ref, rset, rn);
+  if (hn > kRougeMaxWords || rn > kRougeMaxWords) return 0.0;  // see kRougeMaxWords
+  std::vector<char> in_union(ids.size(), 0);
+  std::vector<int> l;
+  size_t llcs_count = 0;
   for (const auto& r : rw)
     for (const auto& h : hw) {
-      auto l = recon_lcs(r, h);
-      uni.insert(l.begin(), l.end());
+      l.clear();
+      recon_lcs(r, h, l);
+      for (int id : l) llcs_count += in_union[id] ? 0 : (in_union[id] = 1);
     }
-  double llcs = static_cast<double>(uni.size());
+  double llcs = static_cast<double>(llcs_count);
   double rr = llcs / static_cast<double>(rset.size());
   double p = llcs / static_cast<double>(hset.size());
   return 2.0 * ((p * rr) / (p + rr + 1e-8));
@@ -235,6 +264,7 @@ int fuzz_ratio(std::string_view a, std::string_view b) {
   if (a == b) return 100;
   if (a.empty() || b.empty()) return 0;
   auto x = code_points(a), y = code_points(b);
+  if (static_cast<double>(x.size()) * static_cast<double>(y.size()) > kFuzzRatioMaxCells) return 0;
   std::vector<int> prev(y.size() + 1, 0), cur(y.size() + 1, 0);
   for (size_t i = 1; i <= x.size(); ++i) {
     for (size_t j = 1; j <= y.size(); ++j)

@@ -494,6 +494,18 @@ LongProcResult longproc_countdown(std::string_view prediction, const std::vector
 
 namespace {
 
+// A run of ASCII digits as a number, saturated at 10^18: Python's int has no limit, and a day
+// number that long matches no plan (std::stoll threw std::out_of_range on "Day 99999999999999999999").
+long long day_number(const std::string& digits) {
+  constexpr long long kCap = 1000000000000000000LL;
+  long long v = 0;
+  for (char c : digits) {
+    if (v > kCap / 10) return kCap;
+    v = std::min(kCap, v * 10 + (c - '0'));
+  }
+  return v;
+}
+
 // NATURAL-PLAN _parse_response → (city, stay days).
 std::vector<std::pair<std::string, long long>> parse_plan(std::string_view response) {
   static const RE2 visit_re("(\\d+-\\d+)");
@@ -504,11 +516,11 @@ std::vector<std::pair<std::string, long long>> parse_plan(std::string_view respo
   std::optional<long long> total;
   for (const auto& piece : py::split(response, "\n")) {
     std::string td;
-    if (RE2::PartialMatch(piece, days_re, &td)) total = std::stoll(td);
+    if (RE2::PartialMatch(piece, days_re, &td)) total = day_number(td);
     std::string v;
     if (RE2::PartialMatch(piece, visit_re, &v)) {
       days.push_back(v);
-      long long end = std::stoll(v.substr(v.find('-') + 1));
+      long long end = day_number(v.substr(v.find('-') + 1));
       if (total && end == *total) break;
     }
     std::string d, from, to;
@@ -517,13 +529,13 @@ std::vector<std::pair<std::string, long long>> parse_plan(std::string_view respo
   std::vector<std::string> cities;
   std::vector<long long> fdays;
   for (const auto& [d, from, to] : flights) {
-    fdays.push_back(std::stoll(d));
+    fdays.push_back(day_number(d));
     if (cities.empty()) cities.push_back(from);
     cities.push_back(to);
   }
   std::vector<std::pair<std::string, long long>> plan;
   if (days.empty() || flights.empty() || cities.empty()) return plan;
-  long long last = std::stoll(days.back().substr(days.back().find('-') + 1));
+  long long last = day_number(days.back().substr(days.back().find('-') + 1));
   fdays.insert(fdays.begin(), 1);
   fdays.push_back(last);
   for (size_t i = 0; i < cities.size(); ++i) plan.emplace_back(cities[i], fdays[i + 1] - fdays[i] + 1);

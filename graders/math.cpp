@@ -17,13 +17,22 @@
 namespace kvb::graders {
 namespace {
 
+// Every occurrence of `from` replaced, left to right, in one pass (linear time: replacing in place
+// moved the tail once per occurrence, quadratic on 1 MB of "\\!").
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   if (from.empty()) return;
-  size_t pos = 0;
-  while ((pos = s.find(from, pos)) != std::string::npos) {
-    s.replace(pos, from.size(), to);
-    pos += to.size();
+  size_t pos = s.find(from);
+  if (pos == std::string::npos) return;
+  std::string out;
+  out.reserve(s.size());
+  size_t start = 0;
+  for (; pos != std::string::npos; pos = s.find(from, start)) {
+    out.append(s, start, pos - start);
+    out.append(to);
+    start = pos + from.size();
   }
+  out.append(s, start, std::string::npos);
+  s = std::move(out);
 }
 
 std::string trim(std::string_view s) {
@@ -369,8 +378,27 @@ std::optional<double> parse_plain_number(std::string_view sv) {
 }
 
 namespace {
+// Python math.isclose(a, b, rel_tol=rel): a non-finite value is close only to itself (the
+// plain formula made inf "close" to every number: |inf - 18| <= rel * inf).
 bool isclose(double a, double b, double rel) {
-  return a == b || std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b));
+  if (a == b) return true;
+  if (!std::isfinite(a) || !std::isfinite(b)) return false;
+  return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b));
+}
+
+// An integer literal (is_int_text) in canonical form: no '+', no leading zeros, "-0" -> "0".
+std::string canonical_int(std::string_view s) {
+  const bool neg = !s.empty() && s[0] == '-';
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  while (s.size() > 1 && s[0] == '0') s.remove_prefix(1);
+  if (s == "0") return "0";
+  return (neg ? "-" : "") + std::string(s);
+}
+
+// Digits of an integer literal, sign and leading zeros not counted.
+size_t int_digits(std::string_view s) {
+  const std::string c = canonical_int(s);
+  return c.size() - (c[0] == '-' ? 1 : 0);
 }
 
 // "(B)", "B", "\text{(B)}" → 'B' when the whole string is a choice letter A–E.
@@ -394,16 +422,32 @@ MathVerdict math_equivalent(const std::string& pred, const std::string& gold, co
   auto pv = parse_plain_number(pred);
   auto gv = parse_plain_number(gold);
   if (pv && gv) {
+    // Two integer literals compare exactly, as integers of any size (ours: Qwen's rel tol 1e-4
+    // would accept 28801 for 28800; as doubles, 10^20 + 1 would equal 10^20), as Math-Verify's
+    // sympy Integers do. Percent variants: gold * 100 appends "00"; gold / 100 is an integer
+    // only when the gold ends in "00".
+    if (is_int_text(pred) && is_int_text(gold)) {
+      const std::string p = canonical_int(pred), g = canonical_int(gold);
+      std::vector<std::pair<std::string, const char*>> cands = {{g, ""}};
+      if (opt.percent && g != "0") {
+        cands.push_back({g + "00", " (gold*100, percent)"});
+        if (g.size() > 2 && g.compare(g.size() - 2, 2, "00") == 0)
+          cands.push_back({g.substr(0, g.size() - 2), " (gold/100, percent)"});
+      }
+      for (const auto& [c, why] : cands)
+        if (p == c) return {true, fmt::format("integer {} == {}{}", p, g, why)};
+      return {false, fmt::format("integer {} != {}", p.size() > 40 ? p.substr(0, 40) + "..." : p,
+                                 g.size() > 40 ? g.substr(0, 40) + "..." : g)};
+    }
+    // A number beyond double range (1e400, a 1 MB digit string) parses as infinity; it equals
+    // no finite gold (isclose).
     std::vector<std::pair<double, const char*>> cands = {{*gv, ""}};
     if (opt.percent) {
       cands.push_back({*gv / 100, " (gold/100, percent)"});
       cands.push_back({*gv * 100, " (gold*100, percent)"});
     }
-    // Two integer literals compare exactly (ours: Qwen's rel tol 1e-4 would accept 28801 for
-    // 28800); a decimal or fraction on either side uses the relative tolerance.
-    const bool both_int = is_int_text(pred) && is_int_text(gold);
     for (auto [c, why] : cands)
-      if (both_int ? *pv == c : isclose(*pv, c, opt.rel_tol))
+      if (std::isfinite(*pv) && std::isfinite(c) && isclose(*pv, c, opt.rel_tol))
         return {true, fmt::format("numeric {} == {}{} (rel tol {:g})", *pv, *gv, why, opt.rel_tol)};
     return {false, fmt::format("numeric {} != {}", *pv, *gv)};
   }
@@ -477,6 +521,20 @@ Grade grade_gsm8k(std::string_view prediction, std::string_view gold_in) {
   }
   if (!pv) {
     g.reason = g.pred_norm.empty() ? "no answer extracted" : "prediction is not a number";
+    return g;
+  }
+  // Integers a double cannot hold exactly (more than 15 digits) compare exactly as integers:
+  // 10^20 + 1 is not 10^20 (Math-Verify compares sympy Integers); shorter ones keep Qwen's rel tol.
+  if (is_int_text(pn) && is_int_text(g.gold_norm) && std::max(int_digits(pn), int_digits(g.gold_norm)) > 15) {
+    const bool eq = canonical_int(pn) == canonical_int(g.gold_norm);
+    g.score = eq ? 1.0 : 0.0;
+    auto clip = [](const std::string& x) { return x.size() > 40 ? x.substr(0, 40) + "..." : x; };
+    g.reason = fmt::format("integer {} {} {} (exact: beyond 15 digits)", clip(canonical_int(pn)),
+                           eq ? "==" : "!=", clip(canonical_int(g.gold_norm)));
+    return g;
+  }
+  if (!std::isfinite(*pv) || !std::isfinite(*gv)) {  // beyond double range: equal to no finite gold
+    g.reason = fmt::format("numeric {} != {} (not a finite number)", *pv, *gv);
     return g;
   }
   bool eq = isclose(*pv, *gv, 1e-4);

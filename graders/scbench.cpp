@@ -334,6 +334,9 @@ void register_scbench_graders(std::vector<GraderInfo>& v) {
                      fail("scbench_math_find: reference '{}' is not a number", refs.front());
                    is_int = refs.front().find_first_of(".eE") == std::string::npos;
                  }
+                 if (!std::isfinite(label))  // "1e400", "inf": no output could equal it
+                   fail("scbench_math_find: label '{}' is not a finite number",
+                        meta.is_object() && meta.contains("label") ? meta["label"].dump() : refs.front());
                  Grade g = simple(scbench_math_find(p, label, is_int), p, refs, "math_find");
                  g.reason = fmt::format("first number of the output vs label {:g}: {}", label,
                                         g.score ? "equal" : "different/none");

@@ -65,6 +65,10 @@ struct BenchMemoryPlan {
   int64_t max_batch(double budget_bytes) const;
 };
 
+/// Largest `bench --memory` in GiB (1 PiB): a budget beyond it is refused (1e11 made the batch
+/// search's byte counts wrap around and loop without end).
+inline constexpr double kMaxMemoryGiB = 1048576;
+
 /// Sizes one bench configuration (see the file comment for every term). `policy` may be null (the
 /// full cache); `budget` is the spec's --budget. Throws kvb::Error ("--memory: ...") for a
 /// non-positive context, gen, prefill chunk or page size.

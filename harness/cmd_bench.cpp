@@ -151,6 +151,13 @@ void run_bench(BenchArgs a) {
   if (runs.empty()) runs.push_back(a);
   // Before an 8B shape's weights are generated (minutes on a few cores): the backend must exist.
   if (!a.plan_only) check_backend_name(a.backend);
+  // --plan-only may plan for a backend this build lacks (cuda on a CPU machine), but not for one
+  // that does not exist.
+  if (a.plan_only && !find_backend(a.backend)) {
+    std::vector<std::string> known;
+    for (const auto& b : backend_registry()) known.push_back(b.name);
+    fail("--backend {}: no such backend (known: {})", a.backend, fmt::join(known, ", "));
+  }
   if (a.plan_only) {
     // The plan alone: a --model-shape needs no weights (its random F32 weights are 4 B per parameter).
     if (a.memory_gib <= 0) fail("--plan-only: needs --memory");
@@ -332,6 +339,7 @@ void register_bench(CLI::App& app) {
                 "Memory budget in GiB (host RAM for cpu, device memory for cuda): run the largest batch whose weights, "
                 "KV cache at its peak and work buffers fit (docs/architecture.md, Memory)")
       ->check(kvb::cli::positive())
+      ->check(kvb::cli::in_range(0, kMaxMemoryGiB))
       ->excludes(batch);
   c->add_option("--case", a->cases,
                 "Run this configuration instead of --context/--gen/--batch/--policy/--budget, on the same weights: "

@@ -58,15 +58,26 @@ void register_compare(CLI::App& app) {
     results::Store store(o->db, results::Store::Mode::kReadOnly);
     const int64_t c = store.resolve_run(o->candidate);
     int64_t b = 0;
+    int others = 0;  // finished runs besides the candidate
+    for (const auto& r : store.runs()) others += r.run_id != c && !r.finished_at.empty();
     try {
       b = store.resolve_run(o->baseline);
     } catch (const kvb::Error& e) {
       // Only when there is nothing to compare with: a wrong name next to other runs stays an error.
-      int others = 0;
-      for (const auto& r : store.runs()) others += r.run_id != c && !r.finished_at.empty();
       if (!o->missing_baseline_ok || e.kind() != kvb::ErrorKind::kInput || others > 0) throw;
       std::fprintf(stderr, "kvbench: note: no baseline run to compare with (%s); nothing compared\n", e.what());
       return;
+    }
+    if (b == c) {  // `latest latest`, `2 2`: a run compared with itself finds nothing, and says so
+      if (o->missing_baseline_ok && others == 0) {
+        std::fprintf(stderr,
+                     "kvbench: note: no baseline run to compare with (run %lld is the only one); nothing "
+                     "compared\n",
+                     static_cast<long long>(c));
+        return;
+      }
+      fail("--baseline '{}' and --candidate '{}' are the same run ({}): nothing to compare", o->baseline, o->candidate,
+           c);
     }
     results::CompareOptions opt;
     opt.alpha = o->alpha;

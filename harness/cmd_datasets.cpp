@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "datasets/hub.h"
 #include "datasets/registry.h"
@@ -133,16 +134,19 @@ void run_fetch(const DatasetsArgs& a) {
 int run_verify(const DatasetsArgs& a) {
   auto dirs = all_dirs(a);
   if (dirs.empty()) fail("datasets verify: give --data-dir DIR (or set KVB_DATA_DIR)");
+  for (const auto& d : a.data_dirs)
+    if (!fs::is_directory(d)) fail("--data-dir {}: not a directory", d);
   int bad = 0, ok = 0, unknown = 0;
   for (const auto* s : a.what.empty() ? std::vector<const datasets::SourceFile*>{} : select(a.what)) (void)s;
+  std::vector<int> found(a.what.size(), 0);  // files found per requested name
   for (const auto& s : datasets::sources()) {
-    if (!a.what.empty()) {
-      bool wanted = false;
-      for (const auto& w : a.what) wanted |= (w == s.key || w == s.benchmark);
-      if (!wanted) continue;
-    }
+    std::vector<size_t> wanted_by;
+    for (size_t i = 0; i < a.what.size(); ++i)
+      if (a.what[i] == s.key || a.what[i] == s.benchmark) wanted_by.push_back(i);
+    if (!a.what.empty() && wanted_by.empty()) continue;
     std::string p = find_local(dirs, s.key);
     if (p.empty()) continue;
+    for (size_t i : wanted_by) ++found[i];
     std::string got = sha256_file(p);
     if (s.sha256.empty()) {
       std::printf("?     %s sha256 %s (no registered hash)\n", p.c_str(), got.c_str());
@@ -155,6 +159,12 @@ int run_verify(const DatasetsArgs& a) {
       ++bad;
     }
   }
+  // Nothing verified is not a pass: a named benchmark with no file in the data dirs, or no
+  // registered file at all, is an error (it printed "0 ok" and exited 0).
+  const std::string where = fmt::format("{}", fmt::join(dirs, ", "));
+  for (size_t i = 0; i < a.what.size(); ++i)
+    if (found[i] == 0) fail("datasets verify: {}: no file of it in the data dirs ({})", a.what[i], where);
+  if (ok + bad + unknown == 0) fail("datasets verify: no registered file in the data dirs ({})", where);
   std::printf("%d ok, %d mismatched, %d without a registered hash\n", ok, bad, unknown);
   return bad ? 1 : 0;
 }
@@ -169,8 +179,11 @@ void register_datasets(CLI::App& app) {
   // task registry is first used.
   c->preparse_callback([](size_t) { (void)tasks::task_names(); });
   auto add_dirs = [a](CLI::App* s) {
+    // One folder per --data-dir (repeat it for several): otherwise `--data-dir D gsm8k` took the
+    // benchmark name as a second folder.
     s->add_option("--data-dir", a->data_dirs,
-                  "local data mirror laid out as docs/benchmarks.md describes (also $KVB_DATA_DIR)");
+                  "local data mirror laid out as docs/benchmarks.md describes (also $KVB_DATA_DIR); repeatable")
+        ->allow_extra_args(false);
   };
   auto* l = c->add_subcommand("list", "every registered file: source, size, sha256, local copy");
   add_dirs(l);

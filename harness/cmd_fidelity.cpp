@@ -42,7 +42,9 @@ std::vector<std::vector<int32_t>> load_prompts(const FidelityArgs& a, const Load
     out.push_back(build_prompt(m, text, a.chat && m.chat, "", std::nullopt));
   };
   if (!a.text_file.empty()) {
-    add_text(read_file(a.text_file));
+    const std::string text = read_file(a.text_file);
+    if (text.empty()) fail("--text {}: empty file (no prompt to measure)", a.text_file);
+    add_text(text);
   } else if (!a.prompts_file.empty()) {
     const std::string body = read_file(a.prompts_file);
     const bool jsonl = a.prompts_file.size() > 6 && a.prompts_file.substr(a.prompts_file.size() - 6) == ".jsonl";
@@ -90,6 +92,9 @@ void run_fidelity(const FidelityArgs& a) {
   const std::vector<std::string> specs = fidelity::split_policy_list(a.policies);
   const std::vector<int64_t> budgets = parse_budget_list(a.budgets);
   for (const auto& s : specs) PolicySpec::parse(s);  // syntax errors before loading anything
+  // A folder reads as an empty file (`--text DIR` measured an empty prompt and exited 0).
+  for (const auto& [opt, path] : {std::pair{"--text", &a.text_file}, std::pair{"--prompts", &a.prompts_file}})
+    if (!path->empty() && std::filesystem::is_directory(*path)) fail("{} {}: is a directory, not a file", opt, *path);
   if (!a.json_out.empty()) {
     // The output must not be any file this command reads: the prompts, the text, the model (a
     // .gguf file or any file of the model directory).

@@ -8,6 +8,13 @@
 
 namespace kvb::cli {
 
+namespace {
+/// Most resamples `report --resamples` accepts (ten times results::kBootstrapResamples): each
+/// costs one pass over a cell's examples and 8 bytes (2147483647 allocated 16 GiB and failed as
+/// "out of memory" without naming the option).
+constexpr int kMaxBootstrapResamples = 100000;
+}  // namespace
+
 void register_report(CLI::App& app) {
   auto* cmd = app.add_subcommand("report", "Write index.html (inline SVG), report.md and cells.csv from a results DB");
   struct Opts {
@@ -24,7 +31,7 @@ void register_report(CLI::App& app) {
   cmd->add_option("--reference", o->reference, "policy name of the reference cells")->capture_default_str();
   cmd->add_option("--resamples", o->resamples, "paired-bootstrap resamples")
       ->capture_default_str()
-      ->check(kvb::cli::positive());
+      ->check(kvb::cli::in_range(1, kMaxBootstrapResamples));
   cmd->add_option("--title", o->title, "report title")->capture_default_str();
   cmd->callback([o] {
     results::Store store(o->db, results::Store::Mode::kReadOnly);

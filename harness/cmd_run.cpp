@@ -511,6 +511,13 @@ void register_run(CLI::App& app) {
                 "A top-level section of --config whose keys override its run section (e.g. gpu_run)");
   add_judge_options(c, a->judge);
   c->callback([a, c] {
+    // `--weights stored --bf16-weights` asked for two things (bf16 silently won): only
+    // `--weights bf16` agrees with the old flag.
+    if (a->bf16 && c->get_option("--weights")->count() > 0 && a->weights != "bf16")
+      fail("--bf16-weights contradicts --weights {}", a->weights);
+    // `--config-profile ""` named no profile and ran the plain run section.
+    if (c->get_option("--config-profile")->count() > 0 && a->config_profile.empty())
+      fail("--config-profile: empty name (give a top-level section of --config, e.g. gpu_run)");
     apply_config(*a, c);
     parse_admission(a->admission);  // a bad value fails before anything is opened
     if (a->memory_gib > 0 && !(a->memory_gib <= 1048576.0))

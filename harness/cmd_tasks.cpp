@@ -112,7 +112,8 @@ void register_tasks(CLI::App& app) {
   c->add_option("names", a->names, "task specs (name[:key=value,...]); default: all tasks");
   c->add_option("--suite", a->suite, "a built-in suite name or a suite YAML file");
   c->add_option("--data-dir", a->data_dirs,
-                "local data mirror(s) laid out as docs/benchmarks.md describes (also $KVB_DATA_DIR)");
+                "local data mirror(s) laid out as docs/benchmarks.md describes (also $KVB_DATA_DIR); repeatable")
+      ->allow_extra_args(false);  // `--data-dir D gsm8k`: gsm8k is a task, not a second folder
   c->add_flag("--count", a->count, "load the data and count the examples");
   c->add_option("--show", a->show, "print the first N examples of each task as JSON lines")->check(non_negative());
   c->add_flag("--suites", a->suites, "list the built-in suites");

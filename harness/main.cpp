@@ -12,6 +12,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "engine/util/error.h"
 #include "harness/build_info.h"
@@ -98,6 +99,21 @@ void choose_openmp_wait(char** argv) {
   execv(self, argv);
 }
 
+/// `msg` on one line: CR, LF and the other ASCII control characters but tab written as \n, \r,
+/// \xNN (a template's raise_exception('a\nb'), a server's reply quoted in an error), so that
+/// every error is exactly one line.
+std::string one_line(const char* msg) {
+  std::string out;
+  for (const char* p = msg; *p; ++p) {
+    const auto c = static_cast<unsigned char>(*p);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if ((c < 0x20 && c != '\t') || c == 0x7F) out += fmt::format("\\x{:02x}", c);
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,16 +132,16 @@ int main(int argc, char** argv) {
     // CLI::RuntimeError(code) (compare's exit 1 on a regression) keeps its code; every usage error
     // is one line in kvbench's format with exit 2, like any other bad input.
     if (e.get_exit_code() == 0 || e.get_name() == "RuntimeError") return app.exit(e);
-    std::fprintf(stderr, "kvbench: error: %s\n", e.what());
+    std::fprintf(stderr, "kvbench: error: %s\n", one_line(e.what()).c_str());
     return 2;
   } catch (const kvb::Error& e) {
-    std::fprintf(stderr, "kvbench: error: %s\n", e.what());
+    std::fprintf(stderr, "kvbench: error: %s\n", one_line(e.what()).c_str());
     return e.exit_code();
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "kvbench: error: out of memory\n");
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kvbench: internal error: %s\n", e.what());
+    std::fprintf(stderr, "kvbench: internal error: %s\n", one_line(e.what()).c_str());
     return 1;
   }
   return 0;

@@ -13,10 +13,15 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <set>
 #include <ctime>
 #include <thread>
 #include <type_traits>
 #include <unordered_set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/util/error.h"
 #include "engine/util/hash.h"
@@ -115,8 +120,16 @@ class Stmt {
     const unsigned char* p = sqlite3_column_text(st_, c);
     return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(st_, c)) : "";
   }
-  int64_t i64(int c) { return sqlite3_column_int64(st_, c); }
-  double dbl(int c) { return sqlite3_column_double(st_, c); }
+  /// The column as an integer / a number. Text or a blob where a number belongs (SQLite would
+  /// read it as 0) is refused with SQLITE_MISMATCH naming the column; NULL reads as 0.
+  int64_t i64(int c) {
+    numeric(c);
+    return sqlite3_column_int64(st_, c);
+  }
+  double dbl(int c) {
+    numeric(c);
+    return sqlite3_column_double(st_, c);
+  }
   std::optional<double> opt_dbl(int c) {
     if (is_null(c)) return std::nullopt;
     return dbl(c);
@@ -144,6 +157,16 @@ class Stmt {
   void column(int c, I& v) { v = static_cast<I>(i64(c)); }
   void ok(int rc) {
     if (rc != SQLITE_OK) err_(rc, "binding SQL parameter");
+  }
+  void numeric(int c) {
+    const int t = sqlite3_column_type(st_, c);
+    if (t != SQLITE_TEXT && t != SQLITE_BLOB) return;
+    const char* name = sqlite3_column_name(st_, c);
+    std::string v = t == SQLITE_TEXT ? text(c) : "(a blob)";
+    if (v.size() > 40) v = v.substr(0, 40) + "...";
+    for (auto& ch : v)
+      if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
+    err_(SQLITE_MISMATCH, fmt::format("column '{}': expected a number, found '{}'", name ? name : "?", v));
   }
   sqlite3* db_;
   sqlite3_stmt* st_ = nullptr;
@@ -176,6 +199,9 @@ void Store::raise(int rc, const std::string& what) {
                       "-wal/-shm files next to it) (" +
                       detail + ")",
                   ErrorKind::kRuntime);
+    case SQLITE_MISMATCH:  // Stmt::numeric: a value of the wrong type in a kvbench column
+      throw Error(path_ + ": " + what + " (the file was changed outside kvbench: restore it from a copy)",
+                  ErrorKind::kInput);
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT:
       throw Error(path_ + ": not a SQLite database or the file is corrupt (" + detail +
@@ -318,6 +344,85 @@ void Store::open(const std::string& file) {
   }
 }
 
+namespace {
+// Table name -> its column names in order, of the database `db` (sqlite_ tables left out).
+std::map<std::string, std::vector<std::string>> table_columns(sqlite3* db,
+                                                              const std::function<void(int, const std::string&)>& err) {
+  std::map<std::string, std::vector<std::string>> out;
+  std::vector<std::string> names;
+  {
+    Stmt t(db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", err);
+    while (t.step()) names.push_back(t.text(0));
+  }
+  for (const auto& n : names) {
+    Stmt c(db, "SELECT name FROM pragma_table_info(?)", err);
+    c.bind(1, n);
+    auto& cols = out[n];
+    while (c.step()) cols.push_back(c.text(0));
+  }
+  return out;
+}
+
+// Throws kvb::Error (kInput, one line naming the table, column or view) unless the database
+// `db` (shown as `path_`) holds every table migrations 0 .. version-1 create, each with all its
+// columns, and, when `views`, every view views_sql() creates. Reads only. `raise` reports SQLite
+// errors of `db`.
+void check_schema(sqlite3* db, const std::string& path_, int version, bool views,
+                  const std::function<void(int, const std::string&)>& raise) {
+  // What migrations 0 .. version-1 create, built in a private in-memory database.
+  static std::mutex mu;
+  static std::map<int, std::map<std::string, std::vector<std::string>>> cache;
+  std::map<std::string, std::vector<std::string>> want;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(version);
+    if (it == cache.end()) {
+      sqlite3* mem = nullptr;
+      if (sqlite3_open(":memory:", &mem) != SQLITE_OK) {
+        sqlite3_close(mem);
+        throw Error(path_ + ": cannot check the schema (out of memory)", ErrorKind::kRuntime);
+      }
+      auto mem_err = [](int rc, const std::string& w) {
+        throw Error("results schema: " + w + ": " + sqlite3_errstr(rc), ErrorKind::kRuntime);
+      };
+      for (int v = 0; v < version && v < static_cast<int>(migrations().size()); ++v)
+        if (sqlite3_exec(mem, migrations()[v].c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+          sqlite3_close(mem);
+          throw Error("results schema: migration " + std::to_string(v) + " failed", ErrorKind::kRuntime);
+        }
+      it = cache.emplace(version, table_columns(mem, mem_err)).first;
+      sqlite3_close(mem);
+    }
+    want = it->second;
+  }
+  const auto have = table_columns(db, raise);
+  const std::string hint = " (the file was changed outside kvbench: restore it from a copy)";
+  for (const auto& [table, cols] : want) {
+    auto h = have.find(table);
+    if (h == have.end()) throw Error(fmt::format("{}: table '{}' is missing{}", path_, table, hint), ErrorKind::kInput);
+    for (const auto& c : cols)
+      if (std::find(h->second.begin(), h->second.end(), c) == h->second.end())
+        throw Error(fmt::format("{}: table '{}': column '{}' is missing{}", path_, table, c, hint), ErrorKind::kInput);
+  }
+  if (!views) return;
+  std::set<std::string> stored;
+  {
+    Stmt q(db, "SELECT name FROM sqlite_master WHERE type = 'view'", raise);
+    while (q.step()) stored.insert(q.text(0));
+  }
+  const std::string& v = views_sql();  // "CREATE VIEW name AS ..." statements
+  for (size_t at = 0; (at = v.find("CREATE VIEW ", at)) != std::string::npos; at += 12) {
+    const std::string name = v.substr(at + 12, v.find_first_of(" \n(", at + 12) - (at + 12));
+    if (!stored.count(name))
+      throw Error(fmt::format("{}: view '{}' is missing (the file was changed outside kvbench; a read-write open, "
+                              "e.g. `kvbench grade --db {}`, recreates the views)",
+                              path_, name, path_),
+                  ErrorKind::kInput);
+  }
+}
+
+}  // namespace
+
 void Store::init(Mode mode) {
   sqlite3_extended_result_codes(db_, 1);
   sqlite3_busy_timeout(db_, 30000);
@@ -361,6 +466,12 @@ void Store::init(Mode mode) {
     throw Error(path_ + ": written by a newer kvbench (schema version " + std::to_string(version) + " > " +
                     std::to_string(kSchemaVersion) + "); upgrade kvbench",
                 ErrorKind::kInput);
+  // Before anything is written (the WAL switch included): every table of this schema version
+  // with its columns, and (readers) every view, so that a damaged file is one error line here
+  // rather than a raw SQLite error later, after `report` made its folder.
+  if (!creating_)
+    check_schema(db_, path_, version, mode == Mode::kReadOnly && version == kSchemaVersion,
+                 [this](int rc, const std::string& w) { raise(rc, w); });
   exec("PRAGMA foreign_keys = ON");
   if (mode == Mode::kReadOnly) {
     if (version != kSchemaVersion)
@@ -709,11 +820,23 @@ int64_t Store::resolve_run(const std::string& ref) {
     for (const auto& r : all)
       if (r.run_id == id) return id;
   }
-  for (auto it = all.rbegin(); it != all.rend(); ++it)
-    if (!ref.empty() && it->name == ref) return it->run_id;
-  if (ref.size() >= 8)
-    for (auto it = all.rbegin(); it != all.rend(); ++it)
-      if (it->run_key.rfind(ref, 0) == 0) return it->run_id;
+  // A name or key prefix must pick one run: with two runs named "nightly", "nightly" is
+  // ambiguous (it silently meant the newest, so `compare` compared a run with itself).
+  auto unique = [&](const std::vector<int64_t>& ids, const char* what) -> std::optional<int64_t> {
+    if (ids.empty()) return std::nullopt;
+    if (ids.size() > 1)
+      throw Error(fmt::format("{}: run '{}': {} matches {} runs (ids {}); give a run id", path_, ref, what, ids.size(),
+                              fmt::join(ids, ", ")),
+                  ErrorKind::kInput);
+    return ids.front();
+  };
+  std::vector<int64_t> named, keyed;
+  for (const auto& r : all) {
+    if (!ref.empty() && r.name == ref) named.push_back(r.run_id);
+    if (ref.size() >= 8 && r.run_key.rfind(ref, 0) == 0) keyed.push_back(r.run_id);
+  }
+  if (auto id = unique(named, "the name")) return *id;
+  if (auto id = unique(keyed, "the run key prefix")) return *id;
   throw Error(path_ + ": no run '" + ref +
                   "' (give a run id, a name, a run key prefix, 'latest' "
                   "or 'previous'); runs:" +
@@ -741,6 +864,12 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
           s.prompt_tokens, s.generated_tokens, s.finish_reason, s.prefill_s, s.decode_s, s.ttft_s, s.evictions,
           s.kv_bytes_peak, s.kv_bytes_final, s.device_peak_bytes, s.score, s.pred_norm, s.kv_bytes_read_step,
           s.kv_bytes_steady, s.decode_share_s);
+    // A score outside [0, 1] (+inf, 7) was never written by a grader: refused, not averaged.
+    if (s.score && !(*s.score >= 0 && *s.score <= 1))
+      throw Error(fmt::format("{}: run {}: item {}: score {} is not in [0, 1] (the file was changed outside kvbench: "
+                              "restore it from a copy)",
+                              path_, s.run_id, s.item_key.substr(0, 16), *s.score),
+                  ErrorKind::kInput);
     out.push_back(std::move(s));
   }
   return out;

@@ -216,8 +216,8 @@ class Store {
   /// All runs, oldest first.
   std::vector<RunRow> runs();
   /// Resolves a run reference: a numeric run id, "latest", "previous" (second newest), or a
-  /// run name (newest run with that name), or a run_key prefix of >= 8 hex digits.
-  /// Throws kvb::Error listing the known runs when nothing matches.
+  /// run name, or a run_key prefix of >= 8 hex digits. Throws kvb::Error listing the known runs
+  /// when nothing matches, and naming the runs when a name or prefix matches several.
   int64_t resolve_run(const std::string& ref);
 
   /// Rows of v_samples for the given runs (all runs when empty), ordered by run, model, task,

@@ -108,11 +108,19 @@ class LongMemEvalTask : public BasicTask {
     for (size_t k = 0; k < order.size(); ++k) {
       const auto& sess = sessions[order[k]];
       if (!sess.is_array()) fail("{}: haystack_sessions[{}]: expected a list of turns", pos.where(), order[k]);
+      // Every turn is a {"role": str, "content": str} object, in both formats (a turn that was a
+      // number, or a content that was a list, went into the prompt as JSON).
+      for (size_t i = 0; i < sess.size(); ++i) {
+        const auto& t = sess[i];
+        if (!t.is_object() || !t.contains("role") || !t.contains("content") || !t["role"].is_string() ||
+            !t["content"].is_string())
+          fail("{}: haystack_sessions[{}][{}]: expected a turn {{\"role\": string, \"content\": string}}, got {}",
+               pos.where(), order[k], i,
+               t.is_object() ? "an object without both as strings" : std::string(t.type_name()));
+      }
       std::string body;
       if (nl_) {
         for (const auto& t : sess) {
-          if (!t.is_object() || !t.contains("role") || !t.contains("content"))
-            fail("{}: haystack_sessions[{}]: turn without role/content", pos.where(), order[k]);
           body += "\n\n" + t["role"].get<std::string>() + ": " + py_strip(t["content"].get<std::string>());
         }
       } else {

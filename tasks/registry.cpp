@@ -137,6 +137,9 @@ size_t emit_records(const TaskContext& ctx, const RecordReader& read,
 
 std::pair<std::string, TaskOptions> parse_task_spec(const std::string& spec) {
   NamedSpec n = parse_named_spec(spec, "task spec");
+  // "gsm8k:template=" meant the default template without saying so: every task option needs a value.
+  for (const auto& [k, v] : n.params)
+    if (v.empty()) fail("task spec '{}': parameter '{}' has an empty value", spec, k);
   return {std::move(n.name), std::move(n.params)};
 }
 

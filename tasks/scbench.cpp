@@ -200,6 +200,14 @@ class ScBenchTask : public BasicTask {
               auto it =
                   turn.meta.contains("repo") ? needles_by_repo.find(py_str(turn.meta["repo"])) : needles_by_repo.end();
               if (turn.grader == "scbench_repoqa" && it != needles_by_repo.end()) turn.meta["needles"] = it->second;
+              // The grader passes an output only when its best needle is this name: without one,
+              // every sample would score 0 as if the model were wrong.
+              if (turn.grader == "scbench_repoqa" && (!turn.meta.contains("name") || !turn.meta["name"].is_string() ||
+                                                      turn.meta["name"].get<std::string>().empty()))
+                fail(
+                    "{}: multi_turns[{}]: field 'name': a repoqa turn needs the name of the function to retrieve "
+                    "(a non-empty string, in the turn or the record)",
+                    pos.where(), i);
             }
             if (opts_.count("max_new_tokens")) turn.max_new_tokens = max_new_tokens_or(turn.max_new_tokens);
             all.push_back(std::move(turn));

@@ -10,6 +10,7 @@
 #include "engine/chat/chat_template.h"
 
 #include <filesystem>
+#include <string_view>
 
 #include "engine/chat/jinja/jinja.h"
 #include "engine/util/error.h"
@@ -55,8 +56,41 @@ nlohmann::ordered_json normalize_message(const nlohmann::ordered_json& m) {
 
 }  // namespace
 
+namespace {
+// Offset of the first byte that does not start or continue a well-formed UTF-8 sequence
+// (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), or npos.
+size_t invalid_utf8_at(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
+    if (b < 0x80) n = 1;
+    else if (b >= 0xC2 && b <= 0xDF) n = 2;
+    else if (b == 0xE0) n = 3, lo = 0xA0;
+    else if (b >= 0xE1 && b <= 0xEC) n = 3;
+    else if (b == 0xED) n = 3, hi = 0x9F;
+    else if (b >= 0xEE && b <= 0xEF) n = 3;
+    else if (b == 0xF0) n = 4, lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3) n = 4;
+    else if (b == 0xF4) n = 4, hi = 0x8F;
+    else return i;
+    if (i + n > s.size()) return i;
+    for (size_t k = 1; k < n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) return i;
+    }
+    i += n;
+  }
+  return std::string_view::npos;
+}
+}  // namespace
+
 ChatTemplate::ChatTemplate(std::string source, std::string origin, std::string bos_token, std::string eos_token)
     : source_(std::move(source)), origin_(std::move(origin)), bos_(std::move(bos_token)), eos_(std::move(eos_token)) {
+  // transformers reads templates as UTF-8 text (a .jinja file with a stray byte raises
+  // UnicodeDecodeError); rendering the bytes as they are would put them into the prompt.
+  if (const size_t at = invalid_utf8_at(source_); at != std::string_view::npos)
+    fail("{}: not valid UTF-8 (byte {} of the template)", origin_, at);
   program_ = std::make_shared<const jinja::Template>(source_, origin_);
 }
 
@@ -74,15 +108,18 @@ std::string select_template(const nlohmann::json& v, const std::string& name, co
   }
   if (!v.is_array()) fail_at(path, field, "expected a string or a list of named templates");
   std::string names;
+  const nlohmann::json* found = nullptr;
   for (size_t i = 0; i < v.size(); ++i) {
     const auto& e = v[i];
     if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("template") ||
         !e["template"].is_string())
       fail_at(path, fmt::format("{}[{}]", field, i), "expected an object with string \"name\" and \"template\"");
     const std::string n = e["name"].get<std::string>();
-    if (n == want) return e["template"].get<std::string>();
+    // The last of equal names wins, as transformers' {t["name"]: t["template"] for t in list}.
+    if (n == want) found = &e["template"];
     names += (names.empty() ? "" : ", ") + n;
   }
+  if (found) return found->get<std::string>();
   fail_at(path, field, "no template named \"{}\" (the list has: {})", want, names.empty() ? "nothing" : names);
 }
 

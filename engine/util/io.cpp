@@ -26,16 +26,34 @@ std::string read_file(const std::string& path) {
 namespace {
 struct TooDeep {};
 
+// Throws TooDeep when an array or object opens inside kMaxJsonDepth others (outside strings).
+// A linear pre-scan: nlohmann's callback parser, which checked this before, searches the
+// enclosing array for discarded values after every element, so 100,000 messages took seconds
+// (quadratic).
+void check_depth(std::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (depth >= kMaxJsonDepth) throw TooDeep{};
+      ++depth;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
 template <typename Json>
 Json parse_limited(std::string_view text, const std::string& origin) {
-  typename Json::parser_callback_t limit = [](int depth, nlohmann::json::parse_event_t ev, Json&) {
-    if ((ev == nlohmann::json::parse_event_t::object_start || ev == nlohmann::json::parse_event_t::array_start) &&
-        depth >= kMaxJsonDepth)
-      throw TooDeep{};
-    return true;
-  };
   try {
-    return Json::parse(text.begin(), text.end(), limit);
+    check_depth(text);
+    return Json::parse(text.begin(), text.end());
   } catch (const TooDeep&) {
     fail("{}: JSON nested deeper than {} levels", origin, kMaxJsonDepth);
   } catch (const nlohmann::json::parse_error& e) {

@@ -4,6 +4,7 @@
 // Chinese variants: retrieval_zh is the reference as is; qa_f1_zh and rouge_zh goldens are the
 // reference formulas on CHARACTER tokens (kvbench is character-level by design; LongBench uses
 // jieba words — each row's "score_jieba" records the jieba value, which is not compared).
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -77,6 +78,39 @@ TEST(LongBench, RegistryTakesMaxOverReferencesAndFirstLine) {
   EXPECT_EQ(g.extracted, "Paris");
   EXPECT_THROW(grade("longbench.classification", "x", {"y"}), std::exception);  // needs all_classes
   EXPECT_DOUBLE_EQ(grade("longbench_v2.choice", "The correct answer is (B)", {"B"}).score, 1.0);
+}
+
+// Issue 40: ROUGE-L keeps one bit per LCS cell and caps a side at kRougeMaxWords words (score 0
+// past it, as LongBench's reference scores 0 when the package's recursive LCS hits Python's
+// recursion limit); fuzz.ratio caps its LCS at kFuzzRatioMaxCells steps.
+TEST(LongBench, LongInputsAreBounded) {
+  auto words = [](size_t n, const std::string& prefix) {
+    std::string s;
+    for (size_t i = 0; i < n; ++i) s += (i ? " " : "") + prefix + std::to_string(i % 997);
+    return s;
+  };
+  const std::string at_cap = words(kRougeMaxWords, "w");
+  const auto t0 = std::chrono::steady_clock::now();
+  // The same 8,192 words on both sides: every distinct word is in the LCS, P = R = 1.
+  EXPECT_NEAR(rouge_l(at_cap, at_cap), 1.0, 1e-7);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  EXPECT_EQ(rouge_l(at_cap + " w1", at_cap), 0.0);  // one word past the cap
+  EXPECT_EQ(rouge_l(at_cap, at_cap + " w1"), 0.0);
+  // Many one-word sentences: every sentence pair is an LCS of its own, within the same cap.
+  std::string dots;
+  for (int i = 0; i < 3000; ++i) dots += "w" + std::to_string(i % 50) + ". ";
+  EXPECT_NEAR(rouge_l(dots, dots), 1.0, 1e-7);
+  // rouge_zh counts characters.
+  std::string zh;
+  for (size_t i = 0; i <= kRougeMaxWords; ++i) zh += "中";
+  EXPECT_EQ(rouge_l_chars(zh, zh), 0.0);
+  EXPECT_GT(rouge_l_chars(zh.substr(3), zh), 0.99);
+  // fuzz.ratio: up to 2^28 cells computed, past it 0 unless equal.
+  const std::string a(16384, 'x'), b(16384, 'y');
+  EXPECT_EQ(fuzz_ratio(a, std::string(16383, 'x') + "y"), 100);  // 2 * 16383 / 32768 = 99.99...
+  EXPECT_EQ(fuzz_ratio(a + "x", b), 0);
+  EXPECT_EQ(fuzz_ratio(std::string(115000, 'x'), std::string(115000, 'x')), 100);
+  EXPECT_EQ(fuzz_ratio(std::string(115000, 'x'), std::string(115000, 'y')), 0);
 }
 
 TEST(LongBench, ChineseCharF1) {

@@ -1,7 +1,9 @@
 // Math grader tests: extraction, normalisation, and agreement with Hugging Face Math-Verify on
 // the committed golden cases (tools/gen_math_grader_goldens.py; ≥ 99 % required, every
 // disagreement must be listed in tests/fixtures/graders/math_known_disagreements.md).
+#include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -156,6 +158,68 @@ TEST(MathGrade, AimeAndGsm8k) {
   EXPECT_EQ(grade_gsm8k("The answer is 12", "#### 13").score, 0.0);
   EXPECT_EQ(grade("math", "\\boxed{2}", {"3", "2"}).score, 1.0);
   EXPECT_THROW(grade("no-such-grader", "x", {"y"}), std::exception);
+}
+
+// Issue 40: a number beyond double range parses as infinity and is equal to no finite gold;
+// integers compare exactly however long (Math-Verify 0.9.0 gives the same verdicts: 18 vs 1e400,
+// 10^20 vs 10^20 + 1 and 1000 vs "1,000,1,000,..." are all False, equal huge integers True).
+TEST(MathGrade, NonFiniteAndHugeNumbers) {
+  EXPECT_EQ(grade_gsm8k("The answer is 1e400", "#### 18").score, 0.0);
+  EXPECT_EQ(grade_gsm8k("The answer is -1e400", "#### -18").score, 0.0);
+  EXPECT_EQ(grade_math("so \\boxed{1e400}", "18").score, 0.0);
+  EXPECT_EQ(grade_math("so \\boxed{1e400}", "1e300").score, 0.0);
+  EXPECT_FALSE(math_equivalent("1e400", "18").equal);
+  EXPECT_FALSE(math_equivalent("1e400", "1e400\\%").equal);
+  std::string thousands = "1,000";  // 1 MB: "1,000,1,000,..." is one number of 800,000 digits
+  while (thousands.size() < (1u << 20)) thousands += ",1,000";
+  EXPECT_EQ(grade_gsm8k("The answer is " + thousands, "#### 1000").score, 0.0);
+  std::string digits = thousands;  // equal integers are equal at any length
+  std::erase(digits, ',');
+  EXPECT_EQ(grade_gsm8k(thousands, "#### " + thousands).score, 1.0);
+  EXPECT_EQ(grade_gsm8k(digits + "0", "#### " + thousands).score, 0.0);
+  EXPECT_EQ(grade_math(thousands, "1000").score, 0.0);
+  // Integers: exact, as text, at any length.
+  EXPECT_EQ(grade_gsm8k("18446744073709551616", "#### 18446744073709551617").score, 0.0);
+  EXPECT_EQ(grade_gsm8k("18446744073709551617", "#### 18446744073709551617").score, 1.0);
+  EXPECT_EQ(grade_gsm8k("The answer is 1,000,000,000,000,000,001", "#### 1000000000000000000").score, 0.0);
+  EXPECT_EQ(grade_math("\\boxed{100000000000000000001}", "100000000000000000000").score, 0.0);
+  EXPECT_EQ(grade_math("\\boxed{0100000000000000000000}", "100000000000000000000").score, 1.0);
+  EXPECT_TRUE(math_equivalent("-0", "0").equal);
+  EXPECT_TRUE(math_equivalent("1500", "15").equal);   // gold * 100 (percent)
+  EXPECT_TRUE(math_equivalent("15", "1500").equal);   // gold / 100
+  EXPECT_FALSE(math_equivalent("15", "1501").equal);  // 15.01 is not an integer
+  // Short integers keep GSM8K's relative tolerance (Qwen's math_equal); 28801 is within 1e-4.
+  EXPECT_EQ(grade_gsm8k("28801", "#### 28800").score, 1.0);
+}
+
+// Issue 40: the normaliser is linear in the answer's length (1 MB of `\!` took 33 s: every
+// replacement moved the rest of the string), and a deep answer is cut by the symbolic stage's
+// time limit.
+TEST(MathGrade, MegabyteAnswersFinishInSeconds) {
+  auto seconds = [](const std::function<void()>& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  MathOptions opt;
+  opt.time_limit_s = 1.0;
+  for (const std::string unit : {"\\!", "\\,", "\\;", "\\quad ", "\\ "}) {
+    std::string spaced = "\\boxed{1";
+    while (spaced.size() < (1u << 20)) spaced += unit;
+    spaced += "8}";
+    Grade g;
+    const double s = seconds([&] { g = grade_math(spaced, "18", opt); });
+    EXPECT_LT(s, 8.0) << unit;
+    if (unit == "\\!") {
+      EXPECT_EQ(g.score, 1.0) << g.reason;  // "\\!" is removed: 18
+    }
+  }
+  const std::string braces = "\\boxed{" + std::string(500000, '{') + "1" + std::string(500000, '}') + "}";
+  Grade g;
+  EXPECT_LT(seconds([&] { g = grade_math(braces, "2", opt); }), 8.0);
+  EXPECT_EQ(g.score, 0.0);
+  EXPECT_LT(seconds([&] { g = grade_gsm8k(braces, "#### 2"); }), 8.0);
+  EXPECT_EQ(g.score, 0.0);
 }
 
 TEST(MathGoldens, AgreesWithMathVerify) {

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <functional>
 
 #include <nlohmann/json.hpp>
@@ -190,10 +191,32 @@ void make_db(const fs::path& p, const std::string& kind) {
   if (kind == "other_app") return sql("PRAGMA application_id = 1234; CREATE TABLE t (a)");
   // A SQLite file with a header and no tables: application_id 0, user_version 0.
   if (kind == "empty_sqlite") return sql("CREATE TABLE t (a); DROP TABLE t");
+  // Issue 40: a kvbench application_id and schema version but no tables (a `grade` switched it to
+  // WAL before failing).
+  if (kind == "no_tables_app")
+    return sql("PRAGMA application_id = " + std::to_string(Store::kApplicationId) +
+               "; PRAGMA user_version = " + std::to_string(Store::kSchemaVersion) + "; CREATE TABLE t (a); DROP TABLE t");
   {
     Store s(p.string());
-    fill(s, expand_grid(small_grid(2, 1)), run_info("hostile"));
+    fill(s, expand_grid(small_grid(2, 1)), run_info(kind.rfind("two_nightly", 0) == 0 ? "nightly" : "hostile"));
   }
+  if (kind == "two_nightly" || kind == "two_nightly_inf" || kind == "two_nightly_text") {
+    // A second finished run also named "nightly" (another config, so another run key).
+    RunInfo other = run_info("nightly");
+    other.config["suite"] = "math2";
+    other.run_key = default_run_key(other);
+    Store s(p.string());
+    fill(s, expand_grid(small_grid(2, 1)), other);
+  }
+  // grades.score has a CHECK (0 <= score <= 1), which another program may switch off.
+  if (kind == "two_nightly_inf")
+    return sql("PRAGMA ignore_check_constraints = 1; UPDATE grades SET score = 9e999 WHERE rowid = 1");
+  if (kind == "two_nightly_text")
+    return sql("PRAGMA ignore_check_constraints = 1; UPDATE grades SET score = 'high' WHERE rowid = 1");
+  if (kind == "two_nightly") return;
+  if (kind == "grades_dropped") return sql("DROP TABLE grades");
+  if (kind == "column_renamed") return sql("ALTER TABLE grades RENAME COLUMN score TO score_was");
+  if (kind == "view_dropped") return sql("DROP VIEW v_samples");
   if (kind == "newer") return sql("PRAGMA user_version = 99");
   if (kind == "results_rollback") return sql("PRAGMA journal_mode = DELETE");  // opened without -wal/-shm
   if (kind == "uv_negative") return sql("PRAGMA user_version = -1");
@@ -892,6 +915,140 @@ std::vector<Case> cases() {
                  "",
                  "env " + env});
   }
+  // --- Issue 40.
+  // 6. Work without bounds: refused at once, naming the option or the template's call.
+  for (const auto& [tag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"1e11", "1e11"}, {"2e10", "2e10"}, {"1e300", "1e300"}, {"dbl_max", "1.7976931348623157e308"}}) {
+    v.push_back({"i40_bench_memory_" + tag,
+                 {},
+                 "bench --model-shape stories260k --plan-only --memory " + value,
+                 "--memory: must be in [0, 1048576]",
+                 ""});
+    v.push_back({"i40_bench_memory_run_" + tag,
+                 {},
+                 "bench --model-shape stories260k --memory " + value,
+                 "--memory: must be in [0, 1048576]",
+                 ""});
+  }
+  v.push_back({"i40_report_resamples_int_max",
+               {{"r.db", "@db:results"}},
+               "report --db $D/r.db --out $D/rep --resamples 2147483647",
+               "--resamples: must be in [1, 100000]",
+               "rep"});
+  {
+    std::string call = "{% macro f(a) %}{{ a }}{% endmacro %}{{ f(1";
+    for (int i = 0; i < 100000; ++i) call += ", k" + std::to_string(i) + "=1";
+    call += ") }}";
+    auto files = model_files;
+    files["model/tokenizer_config.json"] =
+        nlohmann::json{{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"chat_template", call}}.dump();
+    v.push_back({"i40_macro_100k_unknown_kwargs", files, "tokenize --model $D/model --chat --text hi",
+                 "macro 'f' takes no keyword argument 'k0'", ""});
+    files["model/tokenizer_config.json"] =
+        nlohmann::json{{"chat_template", "{% macro f(a) %}{{ a }}{% endmacro %}{{ f(1, 2) }}"}}.dump();
+    v.push_back({"i40_macro_extra_positional", files, "tokenize --model $D/model --chat --text hi",
+                 "macro 'f' takes not more than 1 argument(s)", ""});
+  }
+  // 7. Ambiguous or empty selections.
+  for (const auto& [tag, args, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"compare_name_twice", "compare --db $D/r.db --baseline nightly --candidate 2",
+            "run 'nightly': the name matches 2 runs (ids 1, 2); give a run id"},
+           {"compare_latest_latest", "compare --db $D/r.db --baseline latest --candidate latest",
+            "--baseline 'latest' and --candidate 'latest' are the same run (2)"},
+           {"compare_2_2", "compare --db $D/r.db --baseline 2 --candidate 2", "are the same run (2)"},
+           {"compare_previous_1", "compare --db $D/r.db --baseline previous --candidate 1", "are the same run (1)"},
+           {"report_name_twice", "report --db $D/r.db --out $D/rep --run nightly", "the name matches 2 runs"}})
+    v.push_back({"i40_" + tag, {{"r.db", "@db:two_nightly"}}, args, err, "rep"});
+  for (const auto& [tag, args, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"verify_named_empty_dir", "datasets verify gsm8k --data-dir $D/empty",
+            "datasets verify: gsm8k: no file of it in the data dirs"},
+           {"verify_name_after_dir", "datasets verify --data-dir $D/empty gsm8k",
+            "datasets verify: gsm8k: no file of it in the data dirs"},
+           {"verify_all_empty_dir", "datasets verify --data-dir $D/empty",
+            "datasets verify: no registered file in the data dirs"},
+           {"verify_dir_missing", "datasets verify gsm8k --data-dir $D/nothere", "nothere: not a directory"},
+           {"plan_only_backend", "bench --model-shape stories260k --plan-only --memory 1 --backend foo",
+            "--backend foo: no such backend"},
+           {"config_profile_empty", "run --config $D/c.yaml --config-profile '' --db $D/r.db",
+            "--config-profile: empty name"},
+           {"weights_stored_bf16",
+            "run --task smoke --model $S/models/stories260K-hf --weights stored --bf16-weights "
+            "--db $D/r.db",
+            "--bf16-weights contradicts --weights stored"},
+           {"weights_f32_bf16",
+            "run --task smoke --model $S/models/stories260K-hf --weights f32 --bf16-weights "
+            "--db $D/r.db",
+            "--bf16-weights contradicts --weights f32"},
+           {"task_template_empty", "tasks 'gsm8k:template='",
+            "task spec 'gsm8k:template=': parameter 'template' has "
+            "an empty value"},
+           {"fidelity_text_empty", "fidelity --model $S/models/stories260K-hf --text $D/empty.txt",
+            "empty.txt: empty file (no prompt"},
+           {"fidelity_text_dir", "fidelity --model $S/models/stories260K-hf --text $D/empty",
+            "empty: is a directory, not a file"}}) {
+    std::string e = err;
+    v.push_back({"i40_" + tag,
+                 {{"empty/.keep", ""}, {"empty.txt", ""}, {"c.yaml", "run: {limit: 1}\ngpu_run: {limit: 2}\n"}},
+                 args,
+                 e,
+                 "r.db",
+                 "env -u KVB_DATA_DIR"});  // only the data dirs given count
+  }
+  // 8. Chat templates: not UTF-8; raise_exception with a newline (one line, escaped).
+  {
+    auto files = model_files;
+    files["model/tokenizer_config.json"] = R"({"bos_token": "<s>", "eos_token": "</s>"})";
+    files["model/chat_template.jinja"] = "{{ messages[0].content }}caf\xe9";
+    v.push_back({"i40_chat_template_jinja_not_utf8", files, "tokenize --model $D/model --chat --text hi",
+                 "model/chat_template.jinja: not valid UTF-8 (byte 28 of the template)", ""});
+    files.erase("model/chat_template.jinja");
+    files["model/tokenizer_config.json"] =
+        nlohmann::json{{"chat_template", "{{ raise_exception('first line\\nsecond line') }}"}}.dump();
+    v.push_back({"i40_raise_exception_newline", files, "tokenize --model $D/model --chat --text hi",
+                 "raise_exception: first line\\nsecond line", ""});
+  }
+  // 8. Dataset records that could only give wrong prompts or wrong scores.
+  const std::string lme =
+      R"([{"question_id": "q1", "question_type": "t", "question": "q", "question_date": "2023/01/01", )"
+      R"("answer": "a", "haystack_dates": ["2023/01/01"], "haystack_sessions": [[{"role": "user", "content": "hi"}, 5]]}])";
+  v.push_back({"i40_longmemeval_turn_number",
+               {{"data/longmemeval/longmemeval_oracle.json", lme}},
+               "tasks longmemeval_oracle --data-dir $D/data --count",
+               "haystack_sessions[0][1]: expected a turn {\"role\": string, \"content\": string}, got number",
+               ""});
+  v.push_back(
+      {"i40_repoqa_turn_without_name",
+       {{"data/scbench/scbench_repoqa.jsonl",
+         R"({"id": 1, "context": "c", "lang": "python", "repo": "x/y", "multi_turns": [{"input": "q", "answer": "def f(): pass"}]})"
+         "\n"}},
+       "tasks scbench_repoqa --data-dir $D/data --count",
+       "multi_turns[0]: field 'name': a repoqa turn needs the name of the function",
+       ""});
+  // 8. Results databases damaged outside kvbench: one line, nothing written, no report folder.
+  for (const auto& [kind, err] : std::vector<std::pair<std::string, std::string>>{
+           {"grades_dropped", "r.db: table 'grades' is missing"},
+           {"column_renamed", "r.db: table 'grades': column 'score' is missing"},
+           {"no_tables_app", "r.db: table '"}}) {
+    v.push_back({"i40_db_report_" + kind, {{"r.db", "@db:" + kind}}, "report --db $D/r.db --out $D/rep", err, "rep"});
+    v.push_back({"i40_db_grade_" + kind, {{"r.db", "@db:" + kind}}, "grade --db $D/r.db", err, ""});
+    v.push_back(
+        {"i40_db_compare_" + kind, {{"r.db", "@db:" + kind}}, "compare --db $D/r.db --baseline 1 --candidate 2", err, ""});
+  }
+  v.push_back({"i40_db_report_view_dropped",
+               {{"r.db", "@db:view_dropped"}},
+               "report --db $D/r.db --out $D/rep",
+               "r.db: view 'v_samples' is missing",
+               "rep"});
+  v.push_back({"i40_db_compare_score_inf",
+               {{"r.db", "@db:two_nightly_inf"}},
+               "compare --db $D/r.db --baseline 1 --candidate 2",
+               "score inf is not in [0, 1]",
+               ""});
+  v.push_back({"i40_db_compare_score_text",
+               {{"r.db", "@db:two_nightly_text"}},
+               "compare --db $D/r.db --baseline 1 --candidate 2",
+               "column 'score': expected a number, found 'high'",
+               ""});
   return v;
 }
 
@@ -970,5 +1127,118 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
 
 INSTANTIATE_TEST_SUITE_P(Inputs, Hostile, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// Hostile inputs that are not errors: the command must succeed (exit 0) within `max_seconds`
+// and its stdout must contain `expect` (check-answer's verdict is its last line) — a non-finite
+// or huge number graded as wrong, work bounded in time and memory (issue 40).
+struct Verdict {
+  std::string name;
+  std::map<std::string, std::string> files;  // relative path -> content, written under $D
+  std::vector<std::string> argv;             // kvbench arguments, passed without a shell ($D, $S expanded)
+  std::string expect;                        // substring of stdout
+  double max_seconds = 20;
+};
+
+void PrintTo(const Verdict& c, std::ostream* os) { *os << c.name; }
+
+std::vector<Verdict> verdicts() {
+  auto ca = [](const std::string& grader, const std::string& gold, const std::string& pred) {
+    return std::vector<std::string>{"check-answer", "--grader", grader, "--gold", gold, "--pred", pred};
+  };
+  std::string thousands = "1,000";  // "1,000,1,000,..." (100 KB): one number of 80,000 digits
+  while (thousands.size() < 100000) thousands += ",1,000";
+  std::string words_a, words_b;  // 26,000 words a side, no period: one sentence each
+  for (int i = 0; i < 26000; ++i) {
+    words_a += i ? " a" : "a";
+    words_b += i ? " b" : "b";
+  }
+  std::string zh;  // 40,000 Chinese characters (120 KB)
+  for (int i = 0; i < 40000; ++i) zh += "\xe4\xb8\xad";
+  const std::string line_a(115000, 'x'), line_b(115000, 'y');
+  std::vector<Verdict> v = {
+      // 4. Infinity is no answer: "1e400" parses beyond double range.
+      {"gsm8k_1e400", {}, ca("gsm8k", "#### 18", "The answer is 1e400"), "\n0\n"},
+      {"gsm8k_minus_1e400", {}, ca("gsm8k", "#### -18", "The answer is -1e400"), "\n0\n"},
+      {"math_boxed_1e400", {}, ca("math", "18", "so \\boxed{1e400}"), "\n0\n"},
+      {"math_boxed_1e400_vs_huge", {}, ca("math", "1e300", "so \\boxed{1e400}"), "\n0\n"},
+      {"gsm8k_thousands_100kb", {}, ca("gsm8k", "#### 1000", "The answer is " + thousands), "\n0\n"},
+      {"math_thousands_100kb", {}, ca("math", "1000", thousands), "\n0\n"},
+      // Huge integers compare exactly (a double cannot tell 10^20 + 1 from 10^20) ...
+      {"gsm8k_int_2_pow_64_plus_1", {}, ca("gsm8k", "#### 18446744073709551617", "18446744073709551616"), "\n0\n"},
+      {"math_int_1e20_plus_1", {}, ca("math", "100000000000000000000", "\\boxed{100000000000000000001}"), "\n0\n"},
+      // ... and equal ones still match.
+      {"gsm8k_int_2_pow_64_same", {}, ca("gsm8k", "#### 18446744073709551617", "18446744073709551617"), "\n1\n"},
+      {"math_int_1e20_same", {}, ca("math", "100000000000000000000", "\\boxed{0100000000000000000000}"), "\n1\n"},
+      // 6. Work without bounds: a cap (score 0) or linear time.
+      {"rouge_26000_words", {}, ca("longbench.rouge", words_a, words_b), "\n0\n"},
+      {"rouge_26000_same_words", {}, ca("longbench.rouge", words_a, words_a), "\n0\n"},
+      // Below the cap (8,192 words a side) the score is computed: one sentence of 8,000 words each.
+      {"rouge_8000_words",
+       {},
+       ca("longbench.rouge", words_a.substr(0, 16000 - 1), words_a.substr(0, 16000 - 1)),
+       "\n1.0000\n"},
+      {"rouge_zh_40000_chars", {}, ca("longbench.rouge_zh", zh, zh), "\n0\n"},
+      {"code_sim_115kb_lines", {}, ca("longbench.code_sim", line_a, line_b), "\n0\n"},
+  };
+  // 100,000 chat messages: JSON parsing was quadratic (nlohmann's callback parser).
+  std::string msgs = "[";
+  for (int i = 0; i < 100000; ++i)
+    msgs += std::string(i ? "," : "") + R"({"role": ")" + (i % 2 ? "assistant" : "user") + R"(", "content": "hi"})";
+  v.push_back({"tokenize_100k_messages",
+               {{"m.json", msgs + "]"}},
+               {"tokenize", "--model", "$S/tokenizers/llama3_1", "--messages", "$D/m.json"},
+               "===== TOKENS (",
+               30});
+  for (auto& c : v) c.name = "i40_" + c.name;
+  return v;
+}
+
+class HostileVerdict : public ::testing::TestWithParam<Verdict> {};
+
+TEST_P(HostileVerdict, ExitZeroInTimeWithTheVerdict) {
+  const Verdict& c = GetParam();
+  const fs::path dir = fs::temp_directory_path() / ("kvb_verdict_" + c.name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& [rel, content] : c.files) {
+    fs::create_directories((dir / rel).parent_path());
+    std::ofstream(dir / rel, std::ios::binary) << content;
+  }
+  // Arguments go through execv, not a shell: they hold backslashes, quotes and 120 KB.
+  std::vector<std::string> args = {KVB_BINARY};
+  for (std::string a : c.argv) {
+    for (size_t at; (at = a.find("$D")) != std::string::npos;) a.replace(at, 2, dir.string());
+    for (size_t at; (at = a.find("$S")) != std::string::npos;) a.replace(at, 2, KVB_SHARED_DIR);
+    args.push_back(a);
+  }
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::vector<char*> cargv;
+    for (auto& a : args) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr)) _exit(127);
+    ::alarm(120);  // a hang ends as a failure, not a stuck test
+    ::execv(cargv[0], cargv.data());
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string stdout_text = slurp(out), stderr_text = slurp(err);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << stderr_text;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << stderr_text;
+  EXPECT_NE(stdout_text.find(c.expect), std::string::npos)
+      << "expected '" << c.expect << "' in stdout:\n"
+      << stdout_text.substr(stdout_text.size() > 2000 ? stdout_text.size() - 2000 : 0);
+  EXPECT_LT(seconds, c.max_seconds) << "took " << seconds << " s";
+  if (std::getenv("KVB_HOSTILE_SHOW")) std::printf("%-40s %.2f s\n", c.name.c_str(), seconds);
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Inputs, HostileVerdict, ::testing::ValuesIn(verdicts()),
+                         [](const ::testing::TestParamInfo<Verdict>& i) { return i.param.name; });
 
 }  // namespace

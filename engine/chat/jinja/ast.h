@@ -70,6 +70,10 @@ struct Node {
   std::vector<NodeList> bodies;
   NodeList body, else_body;
   bool ns_target = false;  ///< SetBlock: target is a namespace attribute
+  /// Macro, CallBlock: the body names `kwargs` / `varargs`, so the macro accepts unknown
+  /// keyword / extra positional arguments (jinja2's catch_kwargs / catch_varargs); otherwise
+  /// a call with them is an error ("takes no keyword argument 'x'"), as in jinja2.
+  bool catch_kwargs = false, catch_varargs = false;
 
   Node(K kind, int ln) : k(kind), line(ln) {}
 };

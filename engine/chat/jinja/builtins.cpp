@@ -1346,7 +1346,11 @@ void install_globals(Frame& g) {
     return Value::ns(std::move(d));
   });
   g["raise_exception"] = Value::callable("raise_exception", [](Interp& in, Args& a) -> Value {
-    in.fail("raise_exception: " + (a.pos.empty() ? std::string() : a.pos[0].to_str()));
+    // One line: the message ends up in an error line (and a run's stored error); CR/LF escaped.
+    std::string msg;
+    for (char c : a.pos.empty() ? std::string() : a.pos[0].to_str())
+      msg += c == '\n' ? std::string("\\n") : c == '\r' ? std::string("\\r") : std::string(1, c);
+    in.fail("raise_exception: " + msg);
   });
   g["strftime_now"] = Value::callable("strftime_now", [](Interp& in, Args& a) {
     if (a.pos.empty()) in.fail("strftime_now() missing argument 'format'");

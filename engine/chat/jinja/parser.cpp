@@ -5,6 +5,7 @@
 // lstrip_blocks (whitespace between a line start and a `{%`/`{#` tag is dropped) and trim_blocks
 // (the first newline after `%}`/`#}` is dropped), bracket balancing inside tags, raw blocks.
 // The parser mirrors parser.py's grammar (see ast.h for the precedence ladder).
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -708,6 +709,30 @@ class Parser {
     expect_op(")");
   }
 
+  // Whether a Name node called `name` occurs anywhere under `n` (jinja2 looks for undeclared
+  // uses of kwargs/varargs/caller in a macro's body the same way; the AST is at most max_depth deep).
+  static bool uses_name(const Node* n, const std::string& name) {
+    if (!n) return false;
+    if (n->k == Node::K::Name && n->name == name) return true;
+    auto any = [&](const NodeList& l) {
+      return std::any_of(l.begin(), l.end(), [&](const NodeP& k) { return uses_name(k.get(), name); });
+    };
+    if (uses_name(n->a.get(), name) || uses_name(n->b.get(), name) || uses_name(n->c.get(), name)) return true;
+    if (any(n->kids) || any(n->body) || any(n->else_body)) return true;
+    for (const auto& [k, v] : n->kw)
+      if (uses_name(v.get(), name)) return true;
+    for (const auto& [k, v] : n->ops)
+      if (uses_name(v.get(), name)) return true;
+    return std::any_of(n->bodies.begin(), n->bodies.end(), any);
+  }
+
+  static void mark_catches(Node& n) {
+    for (const auto& k : n.body) {
+      n.catch_kwargs = n.catch_kwargs || uses_name(k.get(), "kwargs");
+      n.catch_varargs = n.catch_varargs || uses_name(k.get(), "varargs");
+    }
+  }
+
   NodeP parse_macro() {
     int line = next().line;
     auto n = mk(Node::K::Macro, line);
@@ -715,6 +740,7 @@ class Parser {
     parse_signature(*n);
     n->body = statements({"endmacro"}, true);
     expect_block_end();
+    mark_catches(*n);
     return n;
   }
 
@@ -726,6 +752,7 @@ class Parser {
     if (n->a->k != Node::K::Call) syntax(line, "expected call");
     n->body = statements({"endcall"}, true);
     expect_block_end();
+    mark_catches(*n);
     return n;
   }
 
