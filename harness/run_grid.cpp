@@ -87,7 +87,9 @@ RunPolicies resolve_policies(const std::string& list, int64_t first_budget, cons
     g.name = ps.name;
     g.params = pol->resolved_params();
     g.params.erase("budget");  // the grid's budget column carries it (it was first_budget here)
-    g.uses_budget = ps.name != "full";
+    // The full cache and budget_kind=threshold (whose keep-sets a score threshold decides) take
+    // no budget: one cell each, stored with budget kNoBudget, its realised tokens measured instead.
+    g.uses_budget = ps.name != "full" && g.params.value("budget_kind", "") != "threshold";
     g.display = policy_cell_label(ps.name, g.params);
     p.label_to_spec[g.label()] = pt;
     p.grid.push_back(g);
