@@ -321,8 +321,26 @@ class StepScheduler {
   void after_step(SeqState& s, bool after_input) {
     GenerationResult& r = *s.result;
     r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_.token_bytes(s.seq));
-    if (after_input) r.kv_bytes_steady = std::max(r.kv_bytes_steady, cache_.bytes(s.seq));
+    if (after_input) {
+      r.kv_bytes_steady = std::max(r.kv_bytes_steady, cache_.bytes(s.seq));
+      count_tokens(r, s.seq);
+    }
     if (on_step_) on_step_(cache_, s.seq);
+  }
+
+  // The realised tokens per head after a step (GenerationResult::kv_tokens_mean / _peak).
+  void count_tokens(GenerationResult& r, SeqId seq) const {
+    int64_t total = 0, most = 0;
+    for (int l = 0; l < cache_.config().num_layers; ++l)
+      for (int h = 0; h < cache_.config().num_kv_heads; ++h) {
+        const int64_t n = cache_.length(seq, l, h);
+        total += n;
+        most = std::max(most, n);
+      }
+    const double heads = static_cast<double>(cache_.config().num_layers) * cache_.config().num_kv_heads;
+    ++r.kv_token_steps;
+    r.kv_tokens_mean += (static_cast<double>(total) / heads - r.kv_tokens_mean) / static_cast<double>(r.kv_token_steps);
+    r.kv_tokens_peak = std::max(r.kv_tokens_peak, most);
   }
 
   KVCache& cache_;

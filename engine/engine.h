@@ -130,6 +130,15 @@ struct GenerationResult {
   /// every decode step, after its compression): budget + buffer per head, page-rounded, for a
   /// policy that compresses while decoding (docs/results.md, kv_bytes_steady).
   size_t kv_bytes_steady = 0;
+  /// Realised KV tokens per (layer, kv_head), measured at the end of the same steps as
+  /// kv_bytes_steady (from the end of the turn's input on): `kv_tokens_mean` is the mean over those
+  /// steps of the tokens held per head (the sequence's tokens over all heads / (layers × kv_heads)),
+  /// `kv_tokens_peak` the most tokens any one head held, `kv_token_steps` the number of steps.
+  /// With budget_kind=threshold, whose budget is not fixed, they are the budget the policy
+  /// realised (docs/results.md, kv_tokens_mean / kv_tokens_peak).
+  double kv_tokens_mean = 0;
+  int64_t kv_tokens_peak = 0;
+  int64_t kv_token_steps = 0;
   size_t kv_token_bytes_peak = 0;  ///< K+V bytes of held tokens (no page rounding)
   /// K+V bytes the attention of this sequence's decode steps read, summed over the steps, layers
   /// and kv heads (ForwardStats::kv_read_tokens × KVCache::kv_bytes_per_token: f32 rows, as

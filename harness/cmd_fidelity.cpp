@@ -115,7 +115,9 @@ void run_fidelity(const FidelityArgs& a) {
   const auto refs = fidelity::make_references(m.model, prompts, a.max_new_tokens, m.eos_ids);
   std::vector<fidelity::Row> rows;
   for (const auto& spec : specs) {
-    const bool budgetless = PolicySpec::parse(spec).name == "full";
+    const PolicySpec ps = PolicySpec::parse(spec);
+    const auto kind = ps.params.find("budget_kind");  // threshold: the scores decide, no budget
+    const bool budgetless = ps.name == "full" || (kind != ps.params.end() && kind->second == "threshold");
     for (int64_t b : budgetless ? std::vector<int64_t>{0} : budgets) {
       std::fprintf(stderr, "[kvbench] fidelity: %s budget %lld\n", spec.c_str(), static_cast<long long>(b));
       rows.push_back(fidelity::evaluate(m.model, refs, spec, b, m.eos_ids));

@@ -104,6 +104,8 @@ void store_not_generated(const results::WorkItem& it, const tasks::Example& ex, 
   g.prompt_tokens = static_cast<int64_t>(b.request.prompt.size());
   g.finish_reason = "error: " + b.error;
   g.kv_bytes_steady = 0;  // nothing held, nothing decoded (zeros like its other measurements)
+  g.kv_tokens_mean = 0.0;
+  g.kv_tokens_peak = 0;
   g.decode_share_s = 0.0;
   gens.push_back(g);
   results::GradeRecord gr;
@@ -160,6 +162,9 @@ results::GenerationRecord generation_record(const results::WorkItem& it, const t
   int64_t steady = static_cast<int64_t>(res.kv_bytes_steady);
   double share = res.decode_share_s;
   int64_t read_bytes = res.kv_read_bytes, read_steps = res.decode_steps;
+  // Realised tokens per head: the mean over every turn's counted steps, the most one head held.
+  double tok_sum = res.kv_tokens_mean * static_cast<double>(res.kv_token_steps);
+  int64_t tok_steps = res.kv_token_steps, tok_peak = res.kv_tokens_peak;
   nlohmann::json turns = nlohmann::json::array();
   for (const auto& t : res.followups) {
     turns.push_back({{"text", t.text},
@@ -178,6 +183,9 @@ results::GenerationRecord generation_record(const results::WorkItem& it, const t
     steady = std::max<int64_t>(steady, static_cast<int64_t>(t.kv_bytes_steady));
     g.kv_bytes_peak = std::max<int64_t>(g.kv_bytes_peak, static_cast<int64_t>(t.kv_bytes_peak));
     read_bytes += t.kv_read_bytes;
+    tok_sum += t.kv_tokens_mean * static_cast<double>(t.kv_token_steps);
+    tok_steps += t.kv_token_steps;
+    tok_peak = std::max(tok_peak, t.kv_tokens_peak);
     read_steps += t.decode_steps;
     if (!fresh_context_followups(ex)) {
       g.evictions = t.evictions;
@@ -186,6 +194,8 @@ results::GenerationRecord generation_record(const results::WorkItem& it, const t
   }
   g.kv_bytes_steady = steady;
   g.decode_share_s = share;
+  g.kv_tokens_mean = tok_steps > 0 ? tok_sum / static_cast<double>(tok_steps) : 0.0;
+  g.kv_tokens_peak = tok_peak;
   if (read_steps > 0) g.kv_bytes_read_step = static_cast<double>(read_bytes) / static_cast<double>(read_steps);
   g.device_peak_bytes = static_cast<int64_t>(peak_rss_bytes());
   g.extra = {{"policy_s", res.policy_s}, {"kv_token_bytes_peak", res.kv_token_bytes_peak}, {"policy_spec", spec_text}};

@@ -88,10 +88,13 @@ RunPolicies resolve_policies(const std::string& list, int64_t first_budget, cons
     g.params = pol->resolved_params();
     g.params.erase("budget");  // the grid's budget column carries it (it was first_budget here)
     // The registry entry says whether the policy takes a budget (PolicyInfo::uses_budget): one
-    // cell per budget for those, one cell for the others (full, wgkv, duoattention).
+    // cell per budget for those, one cell for the others (full, wgkv, duoattention, kvzap); and
+    // budget_kind=threshold (whose keep-sets a score threshold decides) takes none either: one
+    // cell, stored with budget kNoBudget, its realised tokens measured instead.
     g.uses_budget = false;
     for (const auto& info : policy_registry())
       if (info.name == ps.name) g.uses_budget = info.uses_budget();
+    if (g.params.value("budget_kind", "") == "threshold") g.uses_budget = false;
     g.display = policy_cell_label(ps.name, g.params);
     p.label_to_spec[g.label()] = pt;
     p.grid.push_back(g);

@@ -55,8 +55,9 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
     // Per-example graded samples, in sample order (rows arrive sorted; sort again to be safe).
     std::map<std::string, std::vector<const SampleRow*>> ex;
     double gen_tok = 0, dec_s = 0, pr_tok = 0, pr_s = 0, ttft = 0, kvp = 0, kvf = 0, ev = 0, evf = 0, trunc = 0, rd = 0,
-           share = 0, steady = 0;
-    int n_rd = 0, n_share = 0, n_steady = 0;
+           share = 0, steady = 0, tok_mean = 0;
+    int n_rd = 0, n_share = 0, n_steady = 0, n_tok = 0;
+    int64_t tok_peak = 0;
     for (const auto* s : g) {
       if (s->score) {
         ++c.n_graded;
@@ -84,6 +85,11 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
         steady += static_cast<double>(*s->kv_bytes_steady);
         ++n_steady;
       }
+      if (s->kv_tokens_mean && s->kv_tokens_peak) {
+        tok_mean += *s->kv_tokens_mean;
+        tok_peak = std::max(tok_peak, *s->kv_tokens_peak);
+        ++n_tok;
+      }
       c.kv_bytes_peak_max = std::max(c.kv_bytes_peak_max, s->kv_bytes_peak);
       c.device_peak_bytes = std::max(c.device_peak_bytes, s->device_peak_bytes);
     }
@@ -99,6 +105,10 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
     if (n_rd > 0) c.kv_bytes_read_step_mean = rd / n_rd;
     if (n_share == c.n_samples && share > 0) c.decode_tok_s_agg = gen_tok / share;
     if (n_steady == c.n_samples) c.kv_bytes_steady_mean = steady / n_steady;
+    if (n_tok == c.n_samples) {
+      c.kv_tokens_mean = tok_mean / n_tok;
+      c.kv_tokens_peak = tok_peak;
+    }
     c.n_ungraded = c.n_samples - c.n_graded;
     c.n_examples = static_cast<int>(ex.size());
     if (!ex.empty()) {

@@ -43,6 +43,11 @@ struct Cell {
   /// Mean steady KV footprint after compression (SampleRow::kv_bytes_steady); nullopt unless every
   /// sample measured it.
   std::optional<double> kv_bytes_steady_mean;
+  /// Realised KV tokens per (layer, kv_head): the mean over samples of SampleRow::kv_tokens_mean,
+  /// and the largest SampleRow::kv_tokens_peak; nullopt unless every sample measured them (rows
+  /// from before schema v5 did not). A budget_kind=threshold cell's realised budget.
+  std::optional<double> kv_tokens_mean;
+  std::optional<int64_t> kv_tokens_peak;
   double kv_bytes_peak_mean = 0, kv_bytes_final_mean = 0;
   int64_t kv_bytes_peak_max = 0, device_peak_bytes = 0;
   /// Mean over the samples that measured it of the K+V bytes read per decode step

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -52,6 +53,26 @@ std::string human_bytes(double b) {
 std::string pct(double v) { return fmt::format("{:.1f}", 100 * v); }
 
 std::string budget_str(int64_t b) { return b == kNoBudget ? "full" : std::to_string(b); }
+
+/// True for a cell stored without a budget that is not the full cache (budget_kind=threshold,
+/// whose keep-sets a score threshold decides) and that measured its realised tokens per head
+/// (Cell::kv_tokens_mean, schema v5): the report places it by what it realised.
+bool realised_budget(const Cell* c) { return c->key.budget == kNoBudget && c->policy != "full" && c->kv_tokens_mean; }
+
+/// A cell's position on the budget axis (tokens per head): its budget, or its realised mean
+/// tokens per head (realised_budget); nullopt for the full cache (drawn as the reference line)
+/// and an unbudgeted cell without the measurement.
+std::optional<double> budget_x(const Cell* c) {
+  if (c->key.budget != kNoBudget) return static_cast<double>(c->key.budget);
+  if (realised_budget(c)) return *c->kv_tokens_mean;
+  return std::nullopt;
+}
+
+/// A cell's budget as the tables print it: the budget, "full" for the full cache, and
+/// "~N realised" for a cell placed by its realised tokens per head.
+std::string cell_budget_str(const Cell* c) {
+  return realised_budget(c) ? fmt::format("~{:.0f} realised", *c->kv_tokens_mean) : budget_str(c->key.budget);
+}
 
 const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                           "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
@@ -266,11 +287,12 @@ std::string cells_csv(const std::vector<Cell>& cells) {
       "pass1,pass1_lo,pass1_hi,delta_vs_full,delta_lo,delta_hi,paired_examples,pass_at_k_max_k,"
       "pass_at_k,maj_at_k,decode_tok_s,prefill_tok_s,ttft_s_mean,kv_bytes_peak_mean,"
       "kv_bytes_peak_max,kv_bytes_final_mean,device_peak_bytes,evictions_mean,evicted_frac,"
-      "truncated_frac,is_reference,kv_bytes_read_step_mean,decode_tok_s_agg,kv_bytes_steady_mean\n";
+      "truncated_frac,is_reference,kv_bytes_read_step_mean,decode_tok_s_agg,kv_bytes_steady_mean,kv_tokens_mean,"
+      "kv_tokens_peak\n";
   for (const auto& c : cells) {
     int kmax = c.pass_at_k.empty() ? 0 : c.pass_at_k.rbegin()->first;
     o += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
         c.key.run_id, csv_field(c.key.model_id), csv_field(c.key.task), csv_field(c.policy),
         csv_field(c.key.policy_label), c.key.budget, c.n_samples, c.n_graded, c.n_ungraded, c.n_examples,
         c.pass1 ? num(c.pass1->mean) : "", c.pass1 ? num(c.pass1->lo) : "", c.pass1 ? num(c.pass1->hi) : "",
@@ -281,7 +303,8 @@ std::string cells_csv(const std::vector<Cell>& cells) {
         num(c.prefill_tok_s), num(c.ttft_s_mean), num(c.kv_bytes_peak_mean), c.kv_bytes_peak_max,
         num(c.kv_bytes_final_mean), c.device_peak_bytes, num(c.evictions_mean), num(c.evicted_frac),
         num(c.truncated_frac), c.is_reference ? 1 : 0, c.kv_bytes_read_step_mean ? num(*c.kv_bytes_read_step_mean) : "",
-        c.decode_tok_s_agg ? num(*c.decode_tok_s_agg) : "", c.kv_bytes_steady_mean ? num(*c.kv_bytes_steady_mean) : "");
+        c.decode_tok_s_agg ? num(*c.decode_tok_s_agg) : "", c.kv_bytes_steady_mean ? num(*c.kv_bytes_steady_mean) : "",
+        c.kv_tokens_mean ? num(*c.kv_tokens_mean) : "", c.kv_tokens_peak ? std::to_string(*c.kv_tokens_peak) : "");
   }
   return o;
 }
@@ -428,7 +451,7 @@ GroupView group_view(const std::vector<const Cell*>& gcells, bool multi_run, std
     std::vector<std::pair<double, double>> pts;
     std::vector<const Cell*> idx;
     for (const auto* c : acc_cells) {
-      if (skip_unbudgeted && c->key.budget == kNoBudget) continue;
+      if (skip_unbudgeted && !budget_x(c)) continue;
       if (read_only && !c->kv_bytes_read_step_mean) continue;
       pts.push_back({xfn(c), c->pass1->mean});
       idx.push_back(c);
@@ -437,7 +460,7 @@ GroupView group_view(const std::vector<const Cell*>& gcells, bool multi_run, std
     for (size_t i : pareto_front(pts, lower)) on.insert(idx[i]);
     return on;
   };
-  v.f_budget = front([](const Cell* c) { return double(c->key.budget); }, true, true);
+  v.f_budget = front([](const Cell* c) { return budget_x(c).value_or(0.0); }, true, true);
   v.f_bytes = front([](const Cell* c) { return c->kv_bytes_peak_mean; }, true, false);
   v.f_speed = front([](const Cell* c) { return c->decode_tok_s; }, false, false);
   // Bytes read per decode step: cells stored before schema v3 have no measurement and stay out.
@@ -461,7 +484,7 @@ GroupView group_view(const std::vector<const Cell*>& gcells, bool multi_run, std
 void render_group_charts(const GroupView& v, const std::string& model, const std::string& task,
                          const std::map<std::string, std::string>& model_name, std::string& html) {
   auto tip = [&](const Cell* c) {
-    std::string t = fmt::format("{} budget {}: pass@1 {}%", c->key.policy_label, budget_str(c->key.budget),
+    std::string t = fmt::format("{} budget {}: pass@1 {}%", c->key.policy_label, cell_budget_str(c),
                                 c->pass1 ? pct(c->pass1->mean) : "n/a");
     if (c->pass1) t += fmt::format(" [{}, {}]", pct(c->pass1->lo), pct(c->pass1->hi));
     if (c->delta_vs_reference)
@@ -469,6 +492,8 @@ void render_group_charts(const GroupView& v, const std::string& model, const std
                        100 * c->delta_vs_reference->lo, 100 * c->delta_vs_reference->hi);
     t += fmt::format("; KV peak {}", human_bytes(c->kv_bytes_peak_mean));
     if (c->kv_bytes_steady_mean) t += fmt::format("; KV steady {}", human_bytes(*c->kv_bytes_steady_mean));
+    if (c->kv_tokens_mean && c->kv_tokens_peak)
+      t += fmt::format("; KV tokens/head mean {:.1f}, peak {}", *c->kv_tokens_mean, *c->kv_tokens_peak);
     if (c->kv_bytes_read_step_mean) t += fmt::format("; KV read/step {}", human_bytes(*c->kv_bytes_read_step_mean));
     t += fmt::format("; decode {:.1f} tok/s per sequence; n={}", c->decode_tok_s, c->n_samples);
     return t;
@@ -494,10 +519,10 @@ void render_group_charts(const GroupView& v, const std::string& model, const std
       s.color = v.color.at(name);
       for (const auto* c : v.by_series.at(name)) {
         if (!c->pass1) continue;
-        if (budget_chart && c->key.budget == kNoBudget) continue;  // the reference line
-        if (read_chart && !c->kv_bytes_read_step_mean) continue;   // not measured (before v3)
-        if (steady_chart && !c->kv_bytes_steady_mean) continue;    // not measured (before v4)
-        s.reference = c->key.budget == kNoBudget;
+        if (budget_chart && !budget_x(c)) continue;               // the reference line (or not measured)
+        if (read_chart && !c->kv_bytes_read_step_mean) continue;  // not measured (before v3)
+        if (steady_chart && !c->kv_bytes_steady_mean) continue;   // not measured (before v4)
+        s.reference = c->key.budget == kNoBudget && !realised_budget(c);
         Pt p{xfn(c), c->pass1->mean,        c->pass1->n > 1 ? c->pass1->lo : NAN, c->pass1->n > 1 ? c->pass1->hi : NAN,
              tip(c), front_set.count(c) > 0};
         s.pts.push_back(p);
@@ -515,8 +540,8 @@ void render_group_charts(const GroupView& v, const std::string& model, const std
       "<span>&#9711; Pareto frontier</span><span>- - full cache (band: 95% CI)</span></div>\n"
       "<div class=charts>\n";
   html += chart(
-      "pass@1 vs budget", "budget (tokens kept)", true, false, [](const Cell* c) { return double(c->key.budget); },
-      v.f_budget, true);
+      "pass@1 vs budget", "budget (tokens kept per head; threshold cells: realised mean)", true, false,
+      [](const Cell* c) { return budget_x(c).value_or(0.0); }, v.f_budget, true);
   html += chart(
       "pass@1 vs realised KV bytes", "KV-cache bytes per sequence (mean high-water mark)", true, true,
       [](const Cell* c) { return c->kv_bytes_peak_mean; }, v.f_bytes, false);
@@ -582,13 +607,13 @@ void render_group_table(const GroupView& v, const std::string& model, const std:
           "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{:.1f}</td><td>{:.3f}</td>"
           "<td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
           "<td>{:.0f}</td><td>{:.0f}</td><td class=l>{}</td></tr>\n",
-          esc(name), budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, dcls, d, dcls,
-          dci, pk, mk, c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st,
+          esc(name), cell_budget_str(c), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, dcls, d, dcls, dci,
+          pk, mk, c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st,
           human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac, 100 * c->truncated_frac, pf);
       md += fmt::format(
           "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {:.1f} | {:.3f} | {} | {} | {} | {} |\n",
-          md_esc(name), budget_str(c->key.budget), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, d, dci, pk,
-          mk, c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st, rd, pf);
+          md_esc(name), cell_budget_str(c), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, d, dci, pk, mk,
+          c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st, rd, pf);
     }
   }
   html += "</table>\n";

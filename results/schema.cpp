@@ -126,6 +126,14 @@ ALTER TABLE generations ADD COLUMN kv_bytes_read_step REAL;
 ALTER TABLE generations ADD COLUMN kv_bytes_steady INTEGER;
 ALTER TABLE generations ADD COLUMN decode_share_s REAL;
 )SQL",
+      // v4 -> v5 (issue 41): the realised KV tokens per (layer, kv_head) from the prompt end on —
+      // their mean over the steps and the most one head held — because a budget_kind=threshold
+      // policy has no fixed budget. NULL in rows written before. (A separate step: other columns
+      // added concurrently go in steps of their own.)
+      R"SQL(
+ALTER TABLE generations ADD COLUMN kv_tokens_mean REAL;
+ALTER TABLE generations ADD COLUMN kv_tokens_peak INTEGER;
+)SQL",
   };
   return m;
 }
@@ -146,7 +154,7 @@ SELECT g.run_id, w.item_key, w.model_id, w.model_revision, w.task, w.policy, w.p
        w.budget, w.example_id, w.sample_index, w.seed,
        g.prompt_tokens, g.generated_tokens, g.finish_reason, g.prefill_s, g.decode_s, g.ttft_s,
        g.evictions, g.kv_bytes_peak, g.kv_bytes_final, g.device_peak_bytes, g.kv_bytes_read_step,
-       g.kv_bytes_steady, g.decode_share_s,
+       g.kv_bytes_steady, g.decode_share_s, g.kv_tokens_mean, g.kv_tokens_peak,
        CASE WHEN gr.ungraded = 0 THEN gr.score END AS score,
        CASE WHEN gr.ungraded = 0 AND gr.score IS NOT NULL
             THEN (gr.score >= 1.0 - 1e-9) END AS correct,
@@ -179,6 +187,10 @@ GROUP BY run_id, model_id, task, policy_label, budget, example_id;
 --   kv_bytes_*       per-sequence KV-cache bytes (mean of peaks, max of peaks, mean final)
 --   kv_bytes_steady_mean  mean steady footprint after compression (NULL unless every row of the
 --                    cell has one: rows from before schema v4 do not)
+--   kv_tokens_mean   mean over sequences of the realised KV tokens per (layer, kv_head) (each
+--                    sequence's mean over its steps from the prompt end on); kv_tokens_peak the
+--                    most tokens one head held in any sequence of the cell. NULL unless every row
+--                    has them (rows from before schema v5 do not)
 --   evicted_frac     share of sequences where the policy evicted at least once
 --   kv_bytes_read_step_mean  mean over sequences of the K+V bytes read per decode step (NULL when
 --                    no sequence of the cell measured it: rows from before schema v3)
@@ -206,7 +218,9 @@ WITH acc AS (
          AVG(kv_bytes_read_step) AS kv_bytes_read_step_mean,
          CASE WHEN COUNT(decode_share_s) = COUNT(*)
               THEN SUM(generated_tokens) / NULLIF(SUM(decode_share_s), 0) END AS decode_tok_s_agg,
-         CASE WHEN COUNT(kv_bytes_steady) = COUNT(*) THEN AVG(kv_bytes_steady) END AS kv_bytes_steady_mean
+         CASE WHEN COUNT(kv_bytes_steady) = COUNT(*) THEN AVG(kv_bytes_steady) END AS kv_bytes_steady_mean,
+         CASE WHEN COUNT(kv_tokens_mean) = COUNT(*) THEN AVG(kv_tokens_mean) END AS kv_tokens_mean,
+         CASE WHEN COUNT(kv_tokens_peak) = COUNT(*) THEN MAX(kv_tokens_peak) END AS kv_tokens_peak
   FROM v_samples
   GROUP BY run_id, model_id, task, policy_label, budget
 )
@@ -226,7 +240,8 @@ SELECT perf.run_id, perf.model_id, perf.task, perf.policy, perf.policy_label, pe
        perf.decode_tok_s, perf.prefill_tok_s, perf.ttft_s_mean, perf.generated_tokens_mean,
        perf.kv_bytes_peak_mean, perf.kv_bytes_peak_max, perf.kv_bytes_final_mean,
        perf.device_peak_bytes, perf.evictions_mean, perf.evicted_frac, perf.truncated_frac,
-       perf.kv_bytes_read_step_mean, perf.decode_tok_s_agg, perf.kv_bytes_steady_mean
+       perf.kv_bytes_read_step_mean, perf.decode_tok_s_agg, perf.kv_bytes_steady_mean,
+       perf.kv_tokens_mean, perf.kv_tokens_peak
 FROM perf
 LEFT JOIN acc USING (run_id, model_id, task, policy_label, budget);
 

@@ -690,14 +690,16 @@ void Store::write_batch(int64_t run_id, const std::vector<GenerationRecord>& gen
            "INSERT OR REPLACE INTO generations (run_id, item_key, text, prompt_tokens, "
            "generated_tokens, finish_reason, prefill_s, decode_s, ttft_s, evictions, "
            "kv_bytes_peak, kv_bytes_final, device_peak_bytes, extra_json, created_at, kv_bytes_read_step, "
-           "kv_bytes_steady, decode_share_s) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+           "kv_bytes_steady, decode_share_s, kv_tokens_mean, kv_tokens_peak) "
+           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
            KVB_ERR);
   std::string now = now_iso();
   for (size_t i = 0; i < gens.size(); ++i) {
     const auto& g = gens[i];
     ins.bind_row(run_id, g.item_key, g.text, g.prompt_tokens, g.generated_tokens, g.finish_reason, g.prefill_s,
                  g.decode_s, g.ttft_s, g.evictions, g.kv_bytes_peak, g.kv_bytes_final, g.device_peak_bytes,
-                 g.extra.dump(), now, g.kv_bytes_read_step, g.kv_bytes_steady, g.decode_share_s);
+                 g.extra.dump(), now, g.kv_bytes_read_step, g.kv_bytes_steady, g.decode_share_s, g.kv_tokens_mean,
+                 g.kv_tokens_peak);
     ins.run();
     if (after_row_hook_for_testing) after_row_hook_for_testing(i);
   }
@@ -849,7 +851,8 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
       "SELECT run_id, item_key, model_id, task, policy, policy_label, example_id, budget, "
       "sample_index, prompt_tokens, generated_tokens, finish_reason, prefill_s, decode_s, "
       "ttft_s, evictions, kv_bytes_peak, kv_bytes_final, device_peak_bytes, score, "
-      "COALESCE(pred_norm, ''), kv_bytes_read_step, kv_bytes_steady, decode_share_s FROM v_samples";
+      "COALESCE(pred_norm, ''), kv_bytes_read_step, kv_bytes_steady, decode_share_s, kv_tokens_mean, "
+      "kv_tokens_peak FROM v_samples";
   if (!run_ids.empty()) {
     sql += " WHERE run_id IN (";
     for (size_t i = 0; i < run_ids.size(); ++i) sql += (i ? "," : "") + std::to_string(run_ids[i]);
@@ -863,7 +866,7 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
     q.row(s.run_id, s.item_key, s.model_id, s.task, s.policy, s.policy_label, s.example_id, s.budget, s.sample_index,
           s.prompt_tokens, s.generated_tokens, s.finish_reason, s.prefill_s, s.decode_s, s.ttft_s, s.evictions,
           s.kv_bytes_peak, s.kv_bytes_final, s.device_peak_bytes, s.score, s.pred_norm, s.kv_bytes_read_step,
-          s.kv_bytes_steady, s.decode_share_s);
+          s.kv_bytes_steady, s.decode_share_s, s.kv_tokens_mean, s.kv_tokens_peak);
     // A score outside [0, 1] (+inf, 7) was never written by a grader: refused, not averaged.
     if (s.score && !(*s.score >= 0 && *s.score <= 1))
       throw Error(fmt::format("{}: run {}: item {}: score {} is not in [0, 1] (the file was changed outside kvbench: "
@@ -951,10 +954,11 @@ void Store::merge(const std::string& out, const std::vector<std::string>& inputs
           "INSERT OR IGNORE INTO main.generations (run_id, item_key, text, prompt_tokens, "
           "generated_tokens, finish_reason, prefill_s, decode_s, ttft_s, evictions, kv_bytes_peak, "
           "kv_bytes_final, device_peak_bytes, extra_json, created_at, kv_bytes_read_step, kv_bytes_steady, "
-          "decode_share_s) SELECT m.dst_id, g.item_key, g.text, "
+          "decode_share_s, kv_tokens_mean, kv_tokens_peak) SELECT m.dst_id, g.item_key, g.text, "
           "g.prompt_tokens, g.generated_tokens, g.finish_reason, g.prefill_s, g.decode_s, "
           "g.ttft_s, g.evictions, g.kv_bytes_peak, g.kv_bytes_final, g.device_peak_bytes, "
-          "g.extra_json, g.created_at, g.kv_bytes_read_step, g.kv_bytes_steady, g.decode_share_s "
+          "g.extra_json, g.created_at, g.kv_bytes_read_step, g.kv_bytes_steady, g.decode_share_s, "
+          "g.kv_tokens_mean, g.kv_tokens_peak "
           "FROM src.generations g JOIN temp.run_map m "
           "ON m.src_id = g.run_id");
       dst.exec(

@@ -96,6 +96,12 @@ struct GenerationRecord {
   /// wall time, so Σ generated / Σ share is the aggregate decode throughput (schema v4, NULL
   /// before).
   std::optional<double> decode_share_s;
+  /// Realised KV tokens per (layer, kv_head) from the end of the prompt on (GenerationResult::
+  /// kv_tokens_mean / kv_tokens_peak, every turn's steps counted): the mean over those steps of the
+  /// tokens held per head, and the most one head held. The budget a `budget_kind=threshold` policy
+  /// realised (schema v5, NULL in rows written before and for a prompt that was not generated).
+  std::optional<double> kv_tokens_mean;
+  std::optional<int64_t> kv_tokens_peak;
   nlohmann::json extra = nlohmann::json::object();  ///< anything else (free-form)
 };
 
@@ -147,6 +153,8 @@ struct SampleRow {
   std::optional<double> kv_bytes_read_step;  ///< see GenerationRecord (NULL: not measured)
   std::optional<int64_t> kv_bytes_steady;    ///< see GenerationRecord (NULL: before schema v4)
   std::optional<double> decode_share_s;      ///< see GenerationRecord (NULL: before schema v4)
+  std::optional<double> kv_tokens_mean;      ///< see GenerationRecord (NULL: before schema v5)
+  std::optional<int64_t> kv_tokens_peak;     ///< see GenerationRecord (NULL: before schema v5)
   std::optional<double> score;               ///< nullopt when not graded or ungraded
   std::string pred_norm;
 };
@@ -157,7 +165,7 @@ struct SampleRow {
 class Store {
  public:
   /// The schema version this build writes (PRAGMA user_version).
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
   /// PRAGMA application_id marking kvbench databases ("kvb0").
   static constexpr int kApplicationId = 0x6b766230;
 

@@ -11,7 +11,7 @@ namespace kvb::tasks {
 
 /// Starts the definition of a task file's factory: `KVB_TASK_FAMILY(mybench) { TaskFactory f; ...
 /// return f; }` defines `TaskFactory kvb_task_family_mybench()`. The line must start the line
-/// (column 0): the build lists every tasks/*.cpp with one (tasks/gen_task_registry.cmake) and the
+/// (column 0): the build lists every tasks/*.cpp with one (cmake/gen_registry_list.cmake) and the
 /// registry calls them all (registry.cpp), so a new task file needs no other registration.
 #define KVB_TASK_FAMILY(family) TaskFactory kvb_task_family_##family()
 

@@ -18,7 +18,6 @@
 #include <cmath>
 
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/snapkv.h"
@@ -29,6 +28,7 @@ namespace {
 class AdaKVPolicy : public SnapKVPolicy {
  public:
   explicit AdaKVPolicy(PolicyParams p) : SnapKVPolicy("adakv", std::move(p)) {
+    refuse_threshold("its per-layer budget is shared among the heads by score");
     alpha_ = params_.get_double_in("alpha", 0, 1);
   }
 
@@ -101,7 +101,7 @@ class AdaKVPolicy : public SnapKVPolicy {
 
 }  // namespace
 
-PolicyInfo adakv_policy_info() {
+KVB_POLICY(adakv) {
   return policy_entry<AdaKVPolicy>(
              "adakv",
              "SnapKV scores, one budget per layer shared among kv heads by score (Ada-KV §3.2; kvpress AdaKVPress); "
@@ -109,7 +109,8 @@ PolicyInfo adakv_policy_info() {
              extend_params(snapkv_params(/*window=*/64, /*kernel=*/5, "avg", "mean", /*buffer=*/128),
                            {{"budget_kind",
                              "tokens: budget = AVERAGE tokens per kv head of a layer (the layer keeps budget x kv_heads); "
-                             "ratio: floor(ratio x tokens seen)"}},
+                             "ratio: floor(ratio x tokens seen) (no threshold: the layer budget is shared by score)"},
+                            {"threshold", "unused (adakv supports budget_kind=tokens and ratio)"}},
                            {{"alpha", "0.2",
                              "safeguard: each head keeps at least max(1, floor(alpha x budget)) of its own top tokens, the "
                              "window counted first (kvpress alpha_safeguard)"}}))

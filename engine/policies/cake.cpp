@@ -69,6 +69,7 @@ namespace {
 class CakePolicy : public ScheduledPolicy {
  public:
   explicit CakePolicy(PolicyParams p) : ScheduledPolicy("cake", std::move(p)) {
+    refuse_threshold("CAKE allocates budgets across layers");
     kernel_ = static_cast<int>(params_.get_int_min("kernel", 1));
     tau1_ = params_.get_double("tau1");
     tau2_ = params_.get_double("tau2");
@@ -216,7 +217,7 @@ class CakePolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo cake_policy_info() {
+KVB_POLICY(cake) {
   return policy_entry<CakePolicy>(
              "cake",
              "Layer budgets by attention dispersion x shift, indicator mean + gamma x var (CAKE §3.2-3.3, tau1 1.6, tau2 "
@@ -224,7 +225,8 @@ PolicyInfo cake_policy_info() {
              extend_params(schedule_params(/*buffer=*/128, /*window=*/32, /*sinks=*/0),
                            {{"budget_kind",
                              "tokens: budget = AVERAGE tokens per kv head over the layers (window included); ratio: "
-                             "floor(ratio x tokens seen)"}},
+                             "floor(ratio x tokens seen) (no threshold: CAKE allocates layer budgets)"},
+                            {"threshold", "unused (cake supports budget_kind=tokens and ratio)"}},
                            {{"kernel", "5", "avg-pooling kernel of the eviction indicator (1 = none)"},
                             {"tau1", "1.6", "dispersion exponent: preference = entropy^(1/tau1) x shift^(1/tau2)"},
                             {"tau2", "0.6", "shift exponent"},

@@ -23,7 +23,6 @@
 #include <sstream>
 
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -183,7 +182,7 @@ class DuoAttentionPolicy : public ParamPolicy {
 
 }  // namespace
 
-PolicyInfo duoattention_policy_info() {
+KVB_POLICY(duoattention) {
   return policy_entry<DuoAttentionPolicy>(
              "duoattention",
              "Retrieval heads keep everything, streaming heads keep sinks + recent; head pattern from the released "

@@ -23,7 +23,6 @@
 #include <map>
 
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -174,7 +173,7 @@ class ExpectedAttentionPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo expected_attention_policy_info() {
+KVB_POLICY(expected_attention) {
   return policy_entry<ExpectedAttentionPolicy>(
              "expected_attention",
              "Expected attention of future queries from pre-RoPE query statistics, times ||v|| (Devoto et al. 2025 §3; "

@@ -32,7 +32,6 @@
 
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -227,7 +226,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo foresightkv_policy_info() {
+KVB_POLICY(foresightkv) {
   return policy_entry<ForesightKVPolicy>(
              "foresightkv",
              "ForesightKV: learned MLP scorer over [k, v, attention features], top-2L sampling (Dong et al. 2026 §3.1)",

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 
+#include "engine/policies/registration.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
 namespace kvb {
 
-PolicyInfo full_policy_info() {
+KVB_POLICY(full) {
   PolicyInfo info;
   info.name = "full";
   info.description = "Full KV cache: keeps every token (reference for every other policy).";

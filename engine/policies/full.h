@@ -14,9 +14,6 @@ class FullPolicy : public Policy {
   void on_layer_step(LayerStep&) override {}
 };
 
-/// Registry entry for `full`.
-PolicyInfo full_policy_info();
-
 /// Test policy (not in the registry): after the prompt, evicts the given token indices from the
 /// given (layer, kv_head)s, so tests can build ragged heads with known contents.
 class EvictIndicesPolicy : public Policy {

@@ -22,7 +22,6 @@
 #include <cmath>
 
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -101,10 +100,11 @@ class GKVPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo gkv_policy_info() {
+KVB_POLICY(gkv) {
   return policy_entry<GKVPolicy>(
              "gkv", "G-KV: decayed global attention score + normalised redundancy (Liao et al. 2025 §5, App. D)",
-             extend_params(schedule_params(/*buffer=*/128, /*window=*/16, /*sinks=*/0),
+             extend_params(schedule_params(/*buffer=*/128, /*window=*/16, /*sinks=*/0, /*decode=*/true,
+                                           /*global_kind=*/false, "score_threshold"),
                            {{"buffer", "compression interval s: tokens added between compressions (peak = budget + s)"},
                             {"window", "observation window w: queries scored and newest tokens always kept"}},
                            {{"alpha", "0.8", "memory decay rate of the global score (0 = local score only)"},

@@ -12,7 +12,6 @@
 // H2O. window = -1 (default) protects the newest budget/2 tokens (the paper's 50/50 split);
 // buffer 128 puts it on the seeds' decode schedule, buffer=1 is the paper's per-step eviction.
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/util/error.h"
@@ -43,7 +42,7 @@ class H2OPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo h2o_policy_info() {
+KVB_POLICY(h2o) {
   return policy_entry<H2OPolicy>("h2o", "Accumulated attention (heavy hitters) + recent window (H2O §3.3)",
                                  schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0))
       .with_tests({.min_budget = 1});

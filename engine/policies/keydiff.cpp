@@ -9,7 +9,6 @@
 #include <cmath>
 
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 
@@ -52,7 +51,7 @@ class KeyDiffPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo keydiff_policy_info() {
+KVB_POLICY(keydiff) {
   return policy_entry<KeyDiffPolicy>(
              "keydiff", "-cos(key, mean normalised key): keep distinctive keys (KeyDiff §3; kvpress KeyDiffPress)",
              schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0))

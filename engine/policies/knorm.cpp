@@ -10,7 +10,6 @@
 #include <cmath>
 
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 
@@ -36,7 +35,7 @@ class KnormPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo knorm_policy_info() {
+KVB_POLICY(knorm) {
   return policy_entry<KnormPolicy>("knorm",
                                    "-||key||: keep the lowest-norm keys (Devoto et al. 2024 §3; kvpress KnormPress)",
                                    schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0))

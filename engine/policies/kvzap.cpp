@@ -158,7 +158,7 @@ class KVzapPolicy : public ParamPolicy {
 
 }  // namespace
 
-PolicyInfo kvzap_policy_info() {
+KVB_POLICY(kvzap) {
   return learned_policy_entry<KVzapPolicy>(
              "kvzap",
              "KVzap: learned scorer over the attention input; tokens older than the window with a score below the "

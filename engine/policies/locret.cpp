@@ -36,7 +36,6 @@
 
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
@@ -239,7 +238,7 @@ class LocretPolicy : public ParamPolicy {
 
 }  // namespace
 
-PolicyInfo locret_policy_info() {
+KVB_POLICY(locret) {
   return learned_policy_entry<LocretPolicy>(
              "locret",
              "LocRet: trained retaining heads score [q; k; v]; chunked prefill keeps top-budget + stabilizers "

@@ -16,7 +16,6 @@
 #include <cmath>
 
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -58,7 +57,7 @@ class MorphKVPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo morphkv_policy_info() {
+KVB_POLICY(morphkv) {
   return policy_entry<MorphKVPolicy>(
              "morphkv", "Recent window + older tokens it attends to (sum/max fusion), every step (MorphKV §3)",
              extend_params(

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/util/error.h"
 
@@ -25,6 +24,7 @@ std::vector<PolicyParamInfo> oracle_params() {
       schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0),
       {{"budget_kind", "tokens only: budget = tokens per (layer, kv_head) (the block grid needs a fixed B)"},
        {"ratio", "unused (the oracle supports budget_kind=tokens only)"},
+       {"threshold", "unused (the oracle supports budget_kind=tokens only)"},
        {"buffer",
         "L: block length of the golden schedule; a head is compressed when it reaches budget + L, and future "
         "attention is pooled over blocks of L queries"},
@@ -131,7 +131,7 @@ void OracleRecorder::on_layer_step(LayerStep& step) {
 }
 
 OraclePolicy::OraclePolicy(PolicyParams p) : ScheduledPolicy("oracle", std::move(p)) {
-  if (ratio_kind_) params_.fail_param("budget_kind", "the oracle supports only budget_kind=tokens");
+  if (ratio_kind_ || threshold_kind_) params_.fail_param("budget_kind", "the oracle supports only budget_kind=tokens");
   if (chunked_)
     params_.fail_param("compress",
                        "the oracle's query blocks assume compress=prompt_end (compressions at the end "
@@ -178,7 +178,7 @@ void OraclePolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& 
         static_cast<float>(scores_->future_score(step.layer, h, kv.position(step.seq, step.layer, h, i), step.seq_len));
 }
 
-PolicyInfo oracle_policy_info() {
+KVB_POLICY(oracle) {
   return policy_entry<OraclePolicy>(
              "oracle",
              "Golden eviction: keep the top tokens by the future attention of a full-cache teacher-forced trace "

@@ -134,7 +134,4 @@ class OraclePolicy : public ScheduledPolicy {
   std::shared_ptr<const OracleScores> scores_;
 };
 
-/// Registry entry for `oracle`.
-PolicyInfo oracle_policy_info();
-
 }  // namespace kvb

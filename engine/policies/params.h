@@ -62,6 +62,15 @@ class PolicyParams {
   /// <lo>", followed by " (<why>)" when `why` is not empty, when v < lo.
   void check_min(const std::string& key, int64_t v, int64_t lo, const std::string& why = "") const;
 
+  /// True when the user's spec sets `key` (whatever the value); false for a declared default.
+  bool given(const std::string& key) const { return user_.count(key) != 0; }
+  /// True when the policy's table declares `key`.
+  bool declares(const std::string& key) const {
+    for (const auto& p : declared_)
+      if (p.key == key) return true;
+    return false;
+  }
+
   /// Throws kvb::Error "policy '<name>': parameter '<key>': <msg>".
   [[noreturn]] void fail_param(const std::string& key, const std::string& msg) const;
 

@@ -24,7 +24,6 @@
 #include <cmath>
 #include <map>
 
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/snapkv.h"
 
@@ -136,7 +135,7 @@ class PyramidKVPolicy : public SnapKVPolicy {
 
 }  // namespace
 
-PolicyInfo pyramidkv_policy_info() {
+KVB_POLICY(pyramidkv) {
   return policy_entry<PyramidKVPolicy>(
              "pyramidkv", "SnapKV scoring with pyramid layer budgets (PyramidKV §3.2, beta = 20)",
              extend_params(snapkv_params(32, 5, "avg", "mean", 128), {},

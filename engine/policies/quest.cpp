@@ -25,7 +25,6 @@
 #include <numeric>
 
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/util/error.h"
 
@@ -188,7 +187,7 @@ class QuestPolicy : public ParamPolicy {
 
 }  // namespace
 
-PolicyInfo quest_policy_info() {
+KVB_POLICY(quest) {
   return policy_entry<QuestPolicy>(
              "quest",
              "Full cache; each decode step every query head reads the top-k pages by the key min/max bound (Quest "

@@ -6,7 +6,6 @@
 // keep-sets cannot be reproduced bit for bit). Schedule defaults as the decode-time baselines
 // (buffer 128, no window, no sinks).
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -37,7 +36,7 @@ class RandomPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo random_policy_info() {
+KVB_POLICY(random) {
   return policy_entry<RandomPolicy>("random", "Uniformly random keep-set, seeded (kvpress RandomPress; lower bound)",
                                     extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0), {},
                                                   {{"seed", "0", "random seed (same seed => same keep-sets)"}}))

@@ -1,5 +1,6 @@
-// Building a policy's registry entry (PolicyInfo) from its class, in one call per policy file
-// (docs/architecture.md#adding-a-policy). The entry's `params` table is the single source of the
+// A policy file registers itself: `KVB_POLICY(mypolicy) { return policy_entry<MyPolicy>(...); }`
+// defines its registry entry (PolicyInfo) from its class, and the build lists every such line
+// (docs/policies.md#adding-a-policy). The entry's `params` table is the single source of the
 // defaults: `kvbench policies` prints it and the factory merges the user's spec over the same
 // table (kvb::PolicyParams), so the two cannot drift apart.
 #pragma once
@@ -15,6 +16,15 @@
 #include "engine/policies/policy.h"
 
 namespace kvb {
+
+/// Starts the definition of a policy file's registry entry, inside `namespace kvb`:
+/// `KVB_POLICY(mypolicy) { return policy_entry<MyPolicy>("mypolicy", ...); }` defines
+/// `PolicyInfo kvb_policy_entry_mypolicy()`. `id` is the policy's registered name (PolicyInfo::name;
+/// the registry refuses an entry whose name differs). The line must start the line (column 0): the
+/// build lists every engine/policies/*.cpp line that does (cmake/gen_registry_list.cmake writes
+/// policy_entries.inc) and registry.cpp calls each listed function, which also keeps every policy's
+/// object file in the static-library link. A new policy therefore edits no list.
+#define KVB_POLICY(id) PolicyInfo kvb_policy_entry_##id()
 
 /// The registry entry of policy class `T`, which is constructed as `T(PolicyParams)`.
 /// `description` is the one line `kvbench policies` prints (what the policy keeps, with its

@@ -1,18 +1,13 @@
-// Policy spec parsing and the policy registry (docs/architecture.md, Policies and the policy driver).
+// Policy spec parsing and the policy registry, which lists every policy file's KVB_POLICY entry
+// (docs/architecture.md, Policies and the policy driver; docs/policies.md#adding-a-policy).
 #include <algorithm>
+#include <utility>
 
-#include "engine/policies/full.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 #include "engine/util/spec.h"
 
 namespace kvb {
-
-// Entries of the issue-41 policies, declared here rather than in policies.h so that adding one
-// touches only its file and this list (the registry is moving to self-registration, issue 41).
-PolicyInfo triattention_policy_info();  ///< triattention.cpp
-PolicyInfo kvzap_policy_info();         ///< kvzap.cpp
 
 PolicySpec PolicySpec::parse(const std::string& text, int64_t budget) {
   NamedSpec n = parse_named_spec(text, "policy spec");
@@ -40,34 +35,26 @@ PolicySpec PolicyInfo::test_spec(int64_t budget, const std::string& extra) const
   return PolicySpec::parse(params.empty() ? name : name + ":" + params, budget);
 }
 
+// Every policy file's entry (KVB_POLICY in engine/policies/*.cpp), listed by the build.
+#define KVB_POLICY_ENTRY(id) PolicyInfo kvb_policy_entry_##id();
+#include "engine/policies/policy_entries.inc"
+#undef KVB_POLICY_ENTRY
+
 const std::vector<PolicyInfo>& policy_registry() {
   static const std::vector<PolicyInfo> reg = [] {
+    std::vector<std::pair<std::string, PolicyInfo>> listed = {
+#define KVB_POLICY_ENTRY(id) {#id, kvb_policy_entry_##id()},
+#include "engine/policies/policy_entries.inc"
+#undef KVB_POLICY_ENTRY
+    };
     std::vector<PolicyInfo> r;
-    r.push_back(full_policy_info());
-    r.push_back(streamingllm_policy_info());
-    r.push_back(h2o_policy_info());
-    r.push_back(snapkv_policy_info());
-    r.push_back(pyramidkv_policy_info());
-    r.push_back(rkv_policy_info());
-    r.push_back(keydiff_policy_info());
-    r.push_back(gkv_policy_info());
-    r.push_back(trimkv_policy_info());
-    r.push_back(wgkv_policy_info());
-    r.push_back(foresightkv_policy_info());
-    r.push_back(oracle_policy_info());
-    r.push_back(random_policy_info());
-    r.push_back(tova_policy_info());
-    r.push_back(knorm_policy_info());
-    r.push_back(expected_attention_policy_info());
-    r.push_back(adakv_policy_info());
-    r.push_back(duoattention_policy_info());
-    r.push_back(morphkv_policy_info());
-    r.push_back(cake_policy_info());
-    r.push_back(quest_policy_info());
-    r.push_back(locret_policy_info());
-    r.push_back(seerattn_r_policy_info());
-    r.push_back(triattention_policy_info());
-    r.push_back(kvzap_policy_info());
+    for (auto& [id, info] : listed) {
+      if (info.name != id) fail("policy registry: KVB_POLICY({}) registers a policy named '{}'", id, info.name);
+      r.push_back(std::move(info));
+    }
+    std::sort(r.begin(), r.end(), [](const PolicyInfo& a, const PolicyInfo& b) { return a.name < b.name; });
+    for (size_t i = 1; i < r.size(); ++i)
+      if (r[i].name == r[i - 1].name) fail("policy registry: policy '{}' is registered twice", r[i].name);
     return r;
   }();
   return reg;

@@ -16,7 +16,6 @@
 #include <algorithm>
 
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -53,10 +52,11 @@ class RKVPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo rkv_policy_info() {
+KVB_POLICY(rkv) {
   return policy_entry<RKVPolicy>(
              "rkv", "R-KV: lambda*importance - (1-lambda)*key redundancy, decode-time (Cai et al. 2025 §3)",
-             extend_params(schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0),
+             extend_params(schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0, /*decode=*/true,
+                                           /*global_kind=*/false, "score_threshold"),
                            {{"window", "observation window w: queries scored and newest tokens always kept"}},
                            {{"lambda", "0.1", "mix: lambda * importance - (1 - lambda) * redundancy"},
                             {"kernel", "7", "max-pool kernel of the importance (1 = none)"},

@@ -11,13 +11,19 @@
 namespace kvb {
 
 std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int64_t sinks, bool decode,
-                                             bool global_kind) {
+                                             bool global_kind, const char* threshold_key) {
   return {
       {"budget_kind", "tokens",
        global_kind ? "tokens: budget = tokens per (layer, kv_head); ratio: floor(ratio x tokens seen); "
+                     "threshold: evict tokens scoring below `threshold` (no budget); "
                      "global: budget x layers x kv_heads tokens shared by all heads and layers"
-                   : "tokens: budget = tokens per (layer, kv_head); ratio: floor(ratio x tokens seen)"},
+                   : "tokens: budget = tokens per (layer, kv_head); ratio: floor(ratio x tokens seen); "
+                     "threshold: evict tokens scoring below `threshold` (no budget)"},
       {"ratio", "0.5", "kept fraction of the context when budget_kind=ratio"},
+      {threshold_key, "",
+       "budget_kind=threshold (required there, refused otherwise): tokens outside the sinks and the `window` "
+       "newest whose score is below it are evicted at the prompt end and, with decode=true, every `buffer` "
+       "decode tokens (kvpress DMSPress)"},
       {"buffer", std::to_string(buffer),
        "tokens that may accumulate before the next compression (peak = budget + buffer); 1 = every step"},
       {"window", std::to_string(window),
@@ -42,10 +48,12 @@ bool parse_compress(PolicyParams& p) { return p.get_choice("compress", {"prompt_
 ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_kind)
     : ParamPolicy(std::move(name), std::move(p)) {
   budget_ = params_.budget();
-  const std::string kind = global_kind ? params_.get_choice("budget_kind", {"tokens", "ratio", "global"})
-                                       : params_.get_choice("budget_kind", {"tokens", "ratio"});
+  const std::string kind = global_kind ? params_.get_choice("budget_kind", {"tokens", "ratio", "threshold", "global"})
+                                       : params_.get_choice("budget_kind", {"tokens", "ratio", "threshold"});
   ratio_kind_ = kind == "ratio";
   global_kind_ = kind == "global";
+  threshold_kind_ = kind == "threshold";
+  const std::string tkey = params_.declares("score_threshold") ? "score_threshold" : "threshold";
   ratio_ = params_.get_double("ratio");
   buffer_ = params_.get_int("buffer");
   const int64_t window = params_.get_int("window");
@@ -58,6 +66,15 @@ ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_k
   if (sinks < 0 || sinks > (1 << 30)) params_.fail_param("sinks", "must be >= 0");
   window_ = static_cast<int32_t>(window);
   sinks_ = static_cast<int32_t>(sinks);
+  if (threshold_kind_) {
+    if (params_.get_string(tkey).empty())
+      params_.fail_param(tkey, "required with budget_kind=threshold (tokens scoring below it are evicted)");
+    evict_threshold_ = params_.get_double(tkey);
+    if (!std::isfinite(evict_threshold_)) params_.fail_param(tkey, "must be a finite number");
+    if (window < 0) params_.fail_param("window", "must be >= 0 with budget_kind=threshold (-1 halves a token budget)");
+    return;
+  }
+  if (params_.given(tkey)) params_.fail_param(tkey, "is only used with budget_kind=threshold");
   if (!ratio_kind_ && budget_ <= 0)
     fail(
         "policy '{}' compresses the cache to a budget but none was given: pass --budget N (tokens kept per "
@@ -112,6 +129,25 @@ KvFootprint ScheduledPolicy::kv_footprint(const FootprintQuery& q) const {
   return f;
 }
 
+void ScheduledPolicy::refuse_threshold(const std::string& why) const {
+  if (threshold_kind_) params_.fail_param("budget_kind", "threshold is not supported by this policy (" + why + ")");
+}
+
+bool ScheduledPolicy::threshold_due(const LayerStep& step) const {
+  if (!compress_point(step.prefill, step.prefill_last, chunked_)) return false;
+  if (step.prefill) return true;  // the prompt end, or any chunk with compress=chunked
+  return decode_ && step.seq_len % buffer_ == 0;
+}
+
+std::vector<int32_t> ScheduledPolicy::threshold_keep(const std::vector<float>& scores, int32_t L) const {
+  std::vector<int32_t> keep;
+  keep.reserve(L);
+  const int32_t recent = L - window_;  // tokens at index >= recent are in the protected window
+  for (int32_t i = 0; i < L; ++i)
+    if (i < sinks_ || i >= recent || static_cast<double>(scores[i]) >= evict_threshold_) keep.push_back(i);
+  return keep;
+}
+
 bool compress_point(bool prefill, bool prefill_last, bool chunked) { return !prefill || prefill_last || chunked; }
 
 bool ScheduledPolicy::due(const LayerStep& step, int32_t L, int64_t B) const {
@@ -126,6 +162,20 @@ bool ScheduledPolicy::due(const LayerStep& step, int32_t L, int64_t B) const {
 void ScheduledPolicy::on_layer_step(LayerStep& step) {
   observe(step);
   if (global_kind_) return;
+  if (threshold_kind_) {
+    if (!threshold_due(step)) return;
+    std::vector<float> scores;
+    for (int h = 0; h < step.num_kv_heads; ++h) {
+      const int32_t L = step.cache->length(step.seq, step.layer, h);
+      if (L <= sinks_ + window_) continue;  // nothing outside the protected tokens
+      scores.assign(L, 0.f);
+      score(step, h, L, scores);
+      std::vector<int32_t> keep = threshold_keep(scores, L);
+      kept(step, h, keep, scores);  // per-token state of the survivors (G-KV's decayed score), evicting or not
+      if (static_cast<int32_t>(keep.size()) < L) step.keep(h, std::move(keep));
+    }
+    return;
+  }
   const int64_t B0 = budget_now(step);
   if (B0 <= 0) return;
   const int64_t B = layer_budget(step, B0, step.cache->length(step.seq, step.layer, 0));

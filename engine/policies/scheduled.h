@@ -18,8 +18,13 @@
 // during prefill, for protocols that compress chunk by chunk on purpose).
 // A token budget is required (0 is an error: a compressing policy without a budget would silently
 // run the full cache); budget_kind=ratio needs none.
-// Budget kinds: `budget_kind=tokens` (default; B = the spec's budget; 0 = never compress) and
-// `budget_kind=ratio` (B = floor(ratio · tokens seen so far), at least sinks + window + 1).
+// Budget kinds: `budget_kind=tokens` (default; B = the spec's budget; 0 = never compress),
+// `budget_kind=ratio` (B = floor(ratio · tokens seen so far), at least sinks + window + 1) and
+// `budget_kind=threshold` (no budget: at each compression point every token of a head outside the
+// sinks and the `window` most recent ones whose score() is below `threshold` is evicted; kvpress
+// DMSPress's rule, docs/policies.md "Threshold budgets"). Threshold compression points: the end
+// of the prompt (every prefill chunk with compress=chunked) and, with decode=true, every decode
+// step whose new position is a multiple of `buffer` (buffer=1: every step, as DMSPress).
 #pragma once
 
 #include <cstdint>
@@ -32,12 +37,14 @@
 namespace kvb {
 
 /// Parameter entries shared by the scheduled policies, with per-policy defaults.
-/// Keys: budget_kind, ratio, buffer, window, sinks, decode, compress.
+/// Keys: budget_kind, ratio, threshold, buffer, window, sinks, decode, compress.
+/// `threshold_key` names the eviction threshold's key ("threshold"; R-KV and G-KV, whose own
+/// `threshold` is a redundancy cosine, use "score_threshold"); the policy's constructor finds it.
 /// `window` < 0 means "half of the budget" (H2O's equal heavy/recent split). `global_kind`
 /// adds budget_kind=global (a budget of budget × layers × kv_heads tokens shared across all
 /// heads and layers, for policies that define one; they implement it in on_step_end).
 std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int64_t sinks, bool decode = true,
-                                             bool global_kind = false);
+                                             bool global_kind = false, const char* threshold_key = "threshold");
 
 /// The `compress` parameter entry (prompt_end | chunked) shared by every compressing policy.
 PolicyParamInfo compress_param();
@@ -52,8 +59,11 @@ bool compress_point(bool prefill, bool prefill_last, bool chunked);
 class ScheduledPolicy : public ParamPolicy {
  public:
   /// Reads the schedule_params() keys from `p` and validates them (buffer ≥ 1, window ≥ 0,
-  /// sinks ≥ 0, 0 < ratio ≤ 1, and for token budgets B > sinks + window unless B = 0); throws
-  /// kvb::Error naming the parameter. Subclasses read their own keys from params_ afterwards.
+  /// sinks ≥ 0, 0 < ratio ≤ 1, and for token budgets B > sinks + window unless B = 0; with
+  /// budget_kind=threshold a finite `threshold` is required, the budget is not, and window ≥ 0;
+  /// `threshold` given with another kind is an error); throws kvb::Error naming the parameter.
+  /// Subclasses read their own keys from params_ afterwards; a subclass without threshold
+  /// support refuses it with refuse_threshold().
   ScheduledPolicy(std::string name, PolicyParams p, bool global_kind = false);
 
   void on_layer_step(LayerStep& step) override;
@@ -86,16 +96,26 @@ class ScheduledPolicy : public ParamPolicy {
   /// Budget of this layer given the policy budget B (PyramidKV overrides).
   /// `L` is the current length of the layer's heads (head 0).
   virtual int64_t layer_budget(const LayerStep& step, int64_t B, int32_t L) const { return B; }
+  /// Throws kvb::Error naming `budget_kind` when budget_kind=threshold (for subclasses whose
+  /// keep rule is not "score, then keep the top": `why` says what they do instead).
+  void refuse_threshold(const std::string& why) const;
   /// The protected recent window for budget B (window < 0: B / 2).
   int32_t window_for(int64_t B) const { return window_ < 0 ? static_cast<int32_t>(B / 2) : window_; }
   /// The budget B in force at this step (tokens or ratio kind), 0 = none.
   int64_t budget_now(const LayerStep& step) const;
   /// True when head of length L must be compressed to B at this step.
   bool due(const LayerStep& step, int32_t L, int64_t B) const;
+  /// budget_kind=threshold: true when this step is a compression point (see the file comment).
+  bool threshold_due(const LayerStep& step) const;
+  /// budget_kind=threshold: the keep-set of a head of L tokens with `scores` — the sinks, the
+  /// `window` newest tokens and every other token whose score is >= threshold (ascending indices).
+  std::vector<int32_t> threshold_keep(const std::vector<float>& scores, int32_t L) const;
 
   int64_t budget_ = 0;
   bool ratio_kind_ = false;
-  bool global_kind_ = false;  ///< budget_kind=global: on_layer_step only observes
+  bool global_kind_ = false;     ///< budget_kind=global: on_layer_step only observes
+  bool threshold_kind_ = false;  ///< budget_kind=threshold: evict scores below threshold_
+  double evict_threshold_ = 0.0;
   double ratio_ = 1.0;
   int64_t buffer_ = 1;
   int32_t window_ = 0, sinks_ = 0;

@@ -52,7 +52,6 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/registration.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
@@ -510,7 +509,7 @@ class SeerAttnRPolicy : public Policy {
 
 }  // namespace
 
-PolicyInfo seerattn_r_policy_info() {
+KVB_POLICY(seerattn_r) {
   return learned_policy_entry<SeerAttnRPolicy>(
              "seerattn_r",
              "SeerAttention-R: full cache; a learned AttnGate picks the top budget/64 key blocks per kv head each decode "

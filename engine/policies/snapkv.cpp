@@ -16,7 +16,6 @@
 // factor and does not change the ranking, so it is not a parameter.
 #include "engine/policies/snapkv.h"
 
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/util/error.h"
 
@@ -50,7 +49,7 @@ void SnapKVPolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& 
   for (size_t i = 0; i < imp.size(); ++i) scores[i] = imp[i];
 }
 
-PolicyInfo snapkv_policy_info() {
+KVB_POLICY(snapkv) {
   return policy_entry<SnapKVPolicy>(
              "snapkv",
              "Observation-window attention, pooled (SnapKV §4.2; decode-time every `buffer` tokens as in R-KV/TRIM-KV)",

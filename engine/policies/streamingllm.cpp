@@ -9,7 +9,6 @@
 // per-step rolling window. Positions are not re-indexed (keys stay rotated at their original
 // positions, as in R-KV and kvpress; the paper's in-cache re-positioning is not modelled).
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 
@@ -18,7 +17,9 @@ namespace {
 
 class StreamingLLMPolicy : public ScheduledPolicy {
  public:
-  explicit StreamingLLMPolicy(PolicyParams p) : ScheduledPolicy("streamingllm", std::move(p)) {}
+  explicit StreamingLLMPolicy(PolicyParams p) : ScheduledPolicy("streamingllm", std::move(p)) {
+    refuse_threshold("it keeps tokens by position and scores none");
+  }
   PolicyNeeds needs() const override { return {}; }
 
  protected:
@@ -35,12 +36,13 @@ class StreamingLLMPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo streamingllm_policy_info() {
+KVB_POLICY(streamingllm) {
   return policy_entry<StreamingLLMPolicy>(
              "streamingllm",
              "Attention sinks + most recent tokens (Xiao et al. 2023 §3.2; R-KV/TRIM-KV baseline schedule)",
              extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
-                           {{"window", "unused: the recent part is budget - sinks"}}))
+                           {{"window", "unused: the recent part is budget - sinks"},
+                            {"threshold", "unused (streamingllm keeps by position: budget_kind=tokens or ratio)"}}))
       .with_tests({.min_budget = 5});
 }
 

@@ -15,7 +15,6 @@
 #include <tuple>
 
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -66,7 +65,7 @@ class TovaPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo tova_policy_info() {
+KVB_POLICY(tova) {
   return policy_entry<TovaPolicy>(
              "tova",
              "Newest query's attention averaged over the layer's heads, one keep-set per layer (TOVA §3.3; kvpress "

@@ -344,7 +344,7 @@ class TriAttentionPolicy : public ParamPolicy {
 
 }  // namespace
 
-PolicyInfo triattention_policy_info() {
+KVB_POLICY(triattention) {
   return policy_entry<TriAttentionPolicy>(
              "triattention",
              "TriAttention: keys scored by a trigonometric series of calibrated pre-RoPE query centres, decode-time "

@@ -31,7 +31,6 @@
 
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -206,7 +205,7 @@ class TrimKVPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-PolicyInfo trimkv_policy_info() {
+KVB_POLICY(trimkv) {
   return learned_policy_entry<TrimKVPolicy>(
              "trimkv", "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)",
              extend_params(

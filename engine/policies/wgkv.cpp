@@ -41,7 +41,6 @@
 
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
-#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -264,7 +263,7 @@ class WGKVPolicy : public ParamPolicy {
 
 }  // namespace
 
-PolicyInfo wgkv_policy_info() {
+KVB_POLICY(wgkv) {
   return learned_policy_entry<WGKVPolicy>(
              "wgkv",
              "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0",

@@ -349,6 +349,16 @@ std::vector<Case> cases() {
        "generate --model $S/models/stories260K-hf --prompt x --policy snapkv:ratio=inf --budget 8",
        "ratio",
        ""},
+      {"policy_threshold_nan",
+       {},
+       "generate --model $S/models/stories260K-hf --prompt x --policy snapkv:budget_kind=threshold,threshold=nan",
+       "threshold",
+       ""},
+      {"policy_threshold_without_kind",
+       {},
+       "generate --model $S/models/stories260K-hf --prompt x --policy knorm:threshold=0.5 --budget 8",
+       "'threshold': is only used with budget_kind=threshold",
+       ""},
       // Results databases that do not exist are not created by readers.
       {"grade_missing_db", {}, "grade --db $D/typo.db", "typo.db: no such results database", "typo.db"},
       // merge: inputs are validated before the output is created; self-merges refused at once.

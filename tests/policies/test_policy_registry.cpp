@@ -3,13 +3,21 @@
 // test_policy_protocol, test_policy_behaviour, test_policy_engine, tests/engine/test_kv_cache)
 // choose budgets and parameters from these fields alone, so a wrong declaration would silently
 // weaken them. A new policy is covered without editing any of them (docs/policies.md#adding-a-policy).
+// The last tests check the three-file procedure of that guide: every registered policy (a
+// KVB_POLICY entry in its own file) has its section and table row in docs/policies.md and a test
+// that names it, and the documentation names no policy that is not registered.
+#include <filesystem>
+#include <fstream>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
+#include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
@@ -95,6 +103,109 @@ TEST(PolicyRegistry, TestSpecAppendsParamsAndRejectsARepeatedKey) {
     EXPECT_TRUE(s.params.count(first_key)) << info.name;
     EXPECT_THROW(info.test_spec(7, first_key + "=2"), Error) << info.name;
   }
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::set<std::string> registered_names() {
+  std::set<std::string> names;
+  for (const auto& info : policy_registry()) names.insert(info.name);
+  return names;
+}
+
+std::string set_text(const std::set<std::string>& s) {
+  std::string out;
+  for (const auto& n : s) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// The lines of docs/policies.md from the line `start` (exclusive) to the next line starting with
+// `stop` (exclusive); empty when `start` is missing.
+std::vector<std::string> doc_lines(const std::string& start, const std::string& stop) {
+  std::istringstream in(slurp(test::source_path("docs/policies.md")));
+  std::vector<std::string> out;
+  bool on = false;
+  for (std::string line; std::getline(in, line);) {
+    if (!on) {
+      on = line == start;
+      continue;
+    }
+    if (line.rfind(stop, 0) == 0) break;
+    out.push_back(line);
+  }
+  return out;
+}
+
+// Each registered policy has a `### \`name\`` section in docs/policies.md, and every such section
+// names a registered policy (a renamed or removed policy leaves no stale section).
+TEST(PolicyRegistry, EveryPolicyHasExactlyOneDocsSection) {
+  const std::set<std::string> names = registered_names();
+  std::istringstream in(slurp(test::source_path("docs/policies.md")));
+  const std::regex heading("^### `([a-z0-9_]+)`.*");
+  std::set<std::string> documented;
+  std::smatch m;
+  for (std::string line; std::getline(in, line);) {
+    if (!std::regex_match(line, m, heading)) continue;
+    EXPECT_TRUE(documented.insert(m[1]).second) << "two sections for " << m[1];
+    EXPECT_TRUE(names.count(m[1])) << "docs/policies.md documents '" << m[1] << "', which is not registered";
+  }
+  for (const auto& n : names) EXPECT_TRUE(documented.count(n)) << "docs/policies.md has no ### `" << n << "` section";
+}
+
+// The policy table at the top of docs/policies.md, "The policies" (README.md links to it), lists
+// exactly the registered policies, each once.
+TEST(PolicyRegistry, ThePolicyTableListsExactlyTheRegisteredPolicies) {
+  const std::vector<std::string> lines = doc_lines("## The policies", "### ");
+  ASSERT_FALSE(lines.empty()) << "docs/policies.md has no '## The policies' section";
+  const std::regex name("`([a-z0-9_]+)`");
+  std::set<std::string> listed;
+  for (const auto& line : lines) {
+    if (line.rfind("| ", 0) != 0) continue;
+    const size_t cell = line.find(" | ");  // the policies column: after the kind
+    if (cell == std::string::npos) continue;
+    const std::string rest = line.substr(cell);
+    for (auto it = std::sregex_iterator(rest.begin(), rest.end(), name); it != std::sregex_iterator(); ++it)
+      listed.insert((*it)[1]);
+  }
+  EXPECT_EQ(set_text(listed), set_text(registered_names()))
+      << "the table under '## The policies' in docs/policies.md must list every registered policy";
+}
+
+// Each registered policy is named by at least one test of its own: a string literal starting with
+// its name ("name" or "name:params") in some tests/**/*.cpp other than this file.
+TEST(PolicyRegistry, EveryPolicyIsNamedByATest) {
+  std::string corpus;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(test::source_path("tests"))) {
+    if (!e.is_regular_file() || e.path().extension() != ".cpp") continue;
+    if (e.path().filename() == "test_policy_registry.cpp") continue;
+    corpus += slurp(e.path());
+  }
+  ASSERT_FALSE(corpus.empty());
+  for (const auto& n : registered_names()) {
+    const bool named =
+        corpus.find("\"" + n + "\"") != std::string::npos || corpus.find("\"" + n + ":") != std::string::npos;
+    EXPECT_TRUE(named) << "no test in tests/ names policy '" << n << "' (\"" << n << "\" or \"" << n << ":...\")";
+  }
+}
+
+// The guide's claim that the registry needs no list: every policy file's KVB_POLICY line is what
+// registers it, and each engine/policies/*.cpp with such a line is registered under that name.
+TEST(PolicyRegistry, EveryKvbPolicyLineIsRegistered) {
+  const std::set<std::string> names = registered_names();
+  const std::regex line_re("(^|\n)KVB_POLICY\\(([a-z0-9_]+)\\)");
+  std::set<std::string> declared;
+  for (const auto& e : std::filesystem::directory_iterator(test::source_path("engine/policies"))) {
+    if (e.path().extension() != ".cpp") continue;
+    const std::string text = slurp(e.path());
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), line_re); it != std::sregex_iterator(); ++it)
+      declared.insert((*it)[2]);
+  }
+  EXPECT_EQ(set_text(declared), set_text(names));
 }
 
 }  // namespace

@@ -32,12 +32,13 @@ inline std::string slurp(const std::string& p) {
   return ss.str();
 }
 
-/// Writes at `path` a database exactly as the kvbench of schema `version` (2 or 3) wrote it:
+/// Writes at `path` a database exactly as the kvbench of schema `version` (2, 3 or 4) wrote it:
 /// migrations 0..version-1, user_version `version`, one finished run "old" (run_id 1) holding
-/// every item of `items` generated and graded. Schema 3 rows store kv_bytes_read_step = 1000.0.
+/// every item of `items` generated and graded. Schema 3 rows store kv_bytes_read_step = 1000.0;
+/// schema 4 rows also kv_bytes_steady = 2000 and decode_share_s = 0.05.
 /// Fails the calling test (gtest ASSERT) on an SQLite error.
 inline void write_legacy_db(const std::string& path, const std::vector<WorkItem>& items, int version) {
-  ASSERT_TRUE(version == 2 || version == 3) << version;
+  ASSERT_TRUE(version >= 2 && version <= 4) << version;
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   auto exec = [&](const std::string& sql) {
@@ -54,7 +55,7 @@ inline void write_legacy_db(const std::string& path, const std::vector<WorkItem>
       "INSERT INTO runs (run_id, run_key, name, kvbench_version, git_sha, host, backend, device, config_json, "
       "started_at, finished_at) VALUES (1, 'old-key', 'old', '0.1.0', 'abc', 'h', 'cpu', 'cpu', '{}', "
       "'2026-01-01T00:00:00Z', '2026-01-01T01:00:00Z')");
-  const bool read_bytes = version >= 3;
+  const bool read_bytes = version >= 3, steady = version >= 4;
   for (const auto& it : items) {
     exec("INSERT INTO work_items VALUES (" + q(it.key) + "," + q(it.model_id) + "," + q(it.model_revision) + "," +
          q(it.policy) + "," + q(it.policy_params.dump()) + "," + q(it.policy_label) + "," + std::to_string(it.budget) +
@@ -64,10 +65,11 @@ inline void write_legacy_db(const std::string& path, const std::vector<WorkItem>
     exec(std::string("INSERT INTO generations (run_id, item_key, text, prompt_tokens, generated_tokens, finish_reason, "
                      "prefill_s, decode_s, ttft_s, evictions, kv_bytes_peak, kv_bytes_final, device_peak_bytes, "
                      "extra_json, created_at") +
-         (read_bytes ? ", kv_bytes_read_step" : "") + ") VALUES (1," + q(it.key) + "," + q(g.text) + "," +
-         std::to_string(g.prompt_tokens) + "," + std::to_string(g.generated_tokens) + ",'stop',0.01,0.1,0.012," +
-         std::to_string(g.evictions) + "," + std::to_string(g.kv_bytes_peak) + "," + std::to_string(g.kv_bytes_final) +
-         ",1,'{}','2026-01-01T00:30:00Z'" + (read_bytes ? ",1000.0" : "") + ")");
+         (read_bytes ? ", kv_bytes_read_step" : "") + (steady ? ", kv_bytes_steady, decode_share_s" : "") +
+         ") VALUES (1," + q(it.key) + "," + q(g.text) + "," + std::to_string(g.prompt_tokens) + "," +
+         std::to_string(g.generated_tokens) + ",'stop',0.01,0.1,0.012," + std::to_string(g.evictions) + "," +
+         std::to_string(g.kv_bytes_peak) + "," + std::to_string(g.kv_bytes_final) + ",1,'{}','2026-01-01T00:30:00Z'" +
+         (read_bytes ? ",1000.0" : "") + (steady ? ",2000,0.05" : "") + ")");
     const GradeRecord r = fake_grade(it);
     exec("INSERT INTO grades (run_id, item_key, score, extracted, pred_norm, gold_norm, grader, graded_at) VALUES (1," +
          q(it.key) + "," + std::to_string(*r.score) + "," + q(r.extracted) + "," + q(r.pred_norm) + "," +

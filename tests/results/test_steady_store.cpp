@@ -22,13 +22,13 @@ using namespace kvb::results;
 using namespace kvb::results::testing;
 
 TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
-  ASSERT_EQ(migrations().size(), 4u);
+  ASSERT_GE(migrations().size(), 4u);
   auto p = temp_db("steady_v3");
   const auto items = expand_grid(small_grid(4, 2));
   write_legacy_db(p, items, 3);
   EXPECT_THROW({ Store ro(p, Store::Mode::kReadOnly); }, kvb::Error);  // needs the migration
   Store s(p);
-  EXPECT_EQ(s.schema_version(), 4);
+  EXPECT_EQ(s.schema_version(), static_cast<int>(migrations().size()));
   for (const auto& r : s.samples({1})) {
     EXPECT_FALSE(r.kv_bytes_steady) << "rows from v3 have no steady footprint";
     EXPECT_FALSE(r.decode_share_s);
@@ -103,7 +103,7 @@ TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
     EXPECT_NE(html.find(std::string("<th>") + col + "</th>"), std::string::npos) << col;
     EXPECT_NE(md.find(std::string("| ") + col + " |"), std::string::npos) << col;
   }
-  EXPECT_NE(csv.find(",decode_tok_s_agg,kv_bytes_steady_mean\n"), std::string::npos);
+  EXPECT_NE(csv.find(",decode_tok_s_agg,kv_bytes_steady_mean,"), std::string::npos);
   std::filesystem::remove_all(opt.out_dir);
 
   // A report over the v3 run alone has no steady footprint to plot.
