@@ -149,12 +149,7 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Peak resident set size of this process, in bytes: `VmHWM` of /proc/self/status, the
-/// high-water mark of the process's own address space (execve starts it afresh, so a large
-/// parent that launched kvbench does not count; parse_vm_hwm, engine/util/proc_status.h). Where
-/// /proc/self/status is unreadable or lacks the line: getrusage(RUSAGE_SELF).ru_maxrss, which
-/// Linux carries across execve and so may be the launcher's peak. Never throws. `run` stores it
-/// as device_peak_bytes; `generate` and `bench` print it (docs/results.md).
+/// Peak RSS of this process in bytes: its own VmHWM, not the launcher's (engine/util/proc_status.h).
 size_t peak_rss_bytes();
 
 }  // namespace kvb

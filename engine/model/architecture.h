@@ -51,9 +51,7 @@ struct TensorName {
 enum class QkvBias : uint8_t {
   kNever,   ///< no bias tensors
   kAlways,  ///< always present (Qwen2)
-  kConfig,  ///< config.json `attention_bias` (default false; Llama, Qwen3, Gemma 2). `true` is
-            ///< refused: transformers then biases o_proj too, which kvbench does not implement.
-            ///< GGUF: biased when `blk.0.attn_q.bias` is present (llama.cpp's optional biases).
+  kConfig,  ///< config.json `attention_bias`: false (true biases o_proj too: refused); GGUF: attn_q.bias
 };
 
 /// Which layers use sliding-window attention, as transformers reads config.json.
