@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <map>
 #include <span>
 
 #include "engine/backend/backend.h"
+#include "engine/util/proc_status.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -24,7 +27,44 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
+std::optional<size_t> parse_vm_hwm(std::string_view status) {
+  static constexpr std::string_view kKey = "VmHWM:";
+  auto skip_blanks = [](std::string_view v) {
+    const size_t at = v.find_first_not_of(" \t");
+    return at == std::string_view::npos ? std::string_view() : v.substr(at);
+  };
+  for (size_t at = 0; at < status.size();) {
+    size_t end = status.find('\n', at);
+    if (end == std::string_view::npos) end = status.size();
+    const std::string_view line = status.substr(at, end - at);
+    at = end + 1;
+    if (line.substr(0, kKey.size()) != kKey) continue;
+    std::string_view rest = skip_blanks(line.substr(kKey.size()));
+    size_t kib = 0, n = 0;
+    for (; n < rest.size() && rest[n] >= '0' && rest[n] <= '9'; ++n) {
+      if (kib > (SIZE_MAX / 1024 - 9) / 10) return std::nullopt;  // more bytes than size_t counts
+      kib = kib * 10 + static_cast<size_t>(rest[n] - '0');
+    }
+    rest = skip_blanks(rest.substr(n));
+    if (n == 0 || rest.substr(0, 2) != "kB" || !skip_blanks(rest.substr(2)).empty()) return std::nullopt;
+    return kib * 1024;
+  }
+  return std::nullopt;
+}
+
 size_t peak_rss_bytes() {
+  // VmHWM: the high-water mark of this process's own address space, which execve starts afresh.
+  // ru_maxrss is not the process's own: Linux folds the replaced image's high-water mark into it
+  // at execve, so a process started by a large parent (fork + exec) reports the parent's RSS.
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    std::string text;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+    std::fclose(f);
+    if (const std::optional<size_t> b = parse_vm_hwm(text)) return *b;
+  }
+  // No /proc (a container without it, a non-Linux system): ru_maxrss (KiB on Linux), which may
+  // include the launching process's peak (docs/results.md, device_peak_bytes).
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<size_t>(ru.ru_maxrss) * 1024;

@@ -229,7 +229,7 @@ class Engine {
   ScheduleStats stats_;
 };
 
-/// Peak resident set size of this process, in bytes (getrusage).
+/// Peak RSS of this process in bytes: its own VmHWM, not the launcher's (engine/util/proc_status.h).
 size_t peak_rss_bytes();
 
 }  // namespace kvb

@@ -51,7 +51,7 @@ struct TensorName {
 enum class QkvBias : uint8_t {
   kNever,   ///< no bias tensors
   kAlways,  ///< always present (Qwen2)
-  kConfig,  ///< config.json `attention_bias` (default false; Llama, Mistral)
+  kConfig,  ///< config.json `attention_bias`: false (true biases o_proj too: refused); GGUF: attn_q.bias
 };
 
 /// Which layers use sliding-window attention, as transformers reads config.json.

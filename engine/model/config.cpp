@@ -62,6 +62,16 @@ std::optional<int32_t> get_bos_id(const json& j, const std::string& origin) {
   return it->get<int32_t>();
 }
 
+/// Refuses `partial_rotary_factor` (transformers' RoPE rotates only that share of each head's
+/// dims; kvbench rotates all of them) unless it is absent, null or 1. `field` names it in `j`
+/// ("partial_rotary_factor" or "rope_parameters.partial_rotary_factor").
+void check_partial_rotary(const json& j, const std::string& origin, const std::string& field) {
+  auto it = j.find("partial_rotary_factor");
+  if (it == j.end() || it->is_null()) return;
+  if (!it->is_number() || it->get<double>() != 1.0)
+    fail_at(origin, field, "{} is not supported (kvbench applies RoPE to the whole head, factor 1)", it->dump());
+}
+
 /// Sets c.layer_window from config.json as transformers reads it for `a` (its SlidingRule):
 /// `sliding_window` (null = none) applies to every layer (Mistral), to the layers `layer_types`
 /// marks "sliding_attention" (Ministral: every layer without layer_types; Gemma 2: the even
@@ -136,6 +146,20 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
   c.attention_bias = arch->qkv_bias == QkvBias::kAlways ||
                      (arch->qkv_bias == QkvBias::kConfig && get_bool(j, "attention_bias", origin, false));
   c.qk_norm = arch->qk_norm;
+  // Flags that change the model and that kvbench does not implement are refused, never ignored:
+  // an ignored flag would run a different model than the checkpoint's (docs/robustness.md).
+  if (arch->qkv_bias == QkvBias::kConfig && c.attention_bias)
+    fail_at(origin, "attention_bias",
+            "true is not supported for {}: transformers then gives o_proj a bias as well, which kvbench does not "
+            "implement (q/k/v biases only, as Qwen2 has them)",
+            c.model_type);
+  if (get_bool(j, "mlp_bias", origin, false))
+    fail_at(origin, "mlp_bias", "true is not supported (kvbench's MLP projections have no bias)");
+  if (auto q = j.find("quantization_config"); q != j.end() && !q->is_null())
+    fail_at(origin, "quantization_config",
+            "quantised checkpoints ({}) are not supported; use the unquantised weights or a GGUF file",
+            q->is_object() && q->contains("quant_method") ? (*q)["quant_method"].dump() : q->dump());
+  check_partial_rotary(j, origin, "partial_rotary_factor");
   if (auto act = j.find(arch->act_key); act != j.end() && !act->is_null()) {
     const char* want = hidden_act_name(arch->activation);
     if (*act != want)
@@ -171,6 +195,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
     if (type != "default" && type != "linear" && type != "llama3" && type != "yarn")
       fail_at(origin, f + ".rope_type", "unsupported RoPE scaling '{}' (default, linear, llama3, yarn)", type);
     c.rope_scaling.type = type;
+    check_partial_rotary(r, origin, f + ".partial_rotary_factor");
     if (r.contains("rope_theta")) c.rope_theta = get_num(r, "rope_theta", origin + ": " + f, c.rope_theta);
     c.rope_scaling.factor = get_num(r, "factor", origin + ": " + f, 1.0);
     c.rope_scaling.low_freq_factor = get_num(r, "low_freq_factor", origin + ": " + f, 1.0);

@@ -515,6 +515,15 @@ ModelConfig gguf_model_config(const GgufFile& f) {
       fail_at(f.path(), "metadata '" + p + "rope.scaling.type'", "unsupported rope scaling '{}'", t);
     }
   }
+  // Metadata that changes the model and that kvbench does not implement is refused, never
+  // ignored (tensors the model does not bind are refused by Model; docs/robustness.md).
+  if (f.find(p + "expert_count") && f.get_int(p + "expert_count") > 0)
+    fail_at(f.path(), "metadata '" + p + "expert_count'", "mixture-of-experts models ({} experts) are not supported",
+            f.get_int(p + "expert_count"));
+  if (f.find(p + "rope.dimension_count") && f.get_int(p + "rope.dimension_count") != c.head_dim)
+    fail_at(f.path(), "metadata '" + p + "rope.dimension_count'",
+            "RoPE over {} of the head's {} dims is not supported (kvbench rotates the whole head)",
+            f.get_int(p + "rope.dimension_count"), c.head_dim);
   // Tied embeddings, q/k/v bias and q/k norm: by the presence of the tensors.
   auto has = [&](TensorRole r) {
     for (const TensorName& t : a->tensors)

@@ -1,9 +1,12 @@
 #include "engine/model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
 #include <random>
+#include <set>
+#include <string_view>
 
 #include "engine/model/architecture.h"
 #include "engine/util/error.h"
@@ -69,6 +72,77 @@ const float** vec_slot(LayerWeights& w, TensorRole r) {
     case TensorRole::kQNorm: return &w.q_norm;
     case TensorRole::kKNorm: return &w.k_norm;
     default: return nullptr;
+  }
+}
+
+/// GGUF's RoPE frequency-factor tensor [head_dim / 2] (llama.cpp's converter writes it for
+/// Llama 3 RoPE scaling); bound for the llama architecture.
+constexpr const char* kRopeFreqs = "rope_freqs.weight";
+
+/// The layer index when `name` matches `pattern` ("{}" = decimal digits), else -1; 0 for a
+/// pattern without "{}" equal to name.
+int64_t layer_of(std::string_view pattern, std::string_view name) {
+  const size_t at = pattern.find("{}");
+  if (at == std::string_view::npos) return pattern == name ? 0 : -1;
+  const std::string_view pre = pattern.substr(0, at), post = pattern.substr(at + 2);
+  if (name.size() <= pre.size() + post.size() || !name.starts_with(pre) || !name.ends_with(post)) return -1;
+  const std::string_view digits = name.substr(pre.size(), name.size() - pre.size() - post.size());
+  if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos) return -1;
+  return std::stoll(std::string(digits));
+}
+
+/// Tensors checkpoints carry beside the model's own that no architecture's forward reads; bind
+/// skips them on purpose (every other unbound tensor is an error). `{}`: a layer index below
+/// num_hidden_layers. The tied lm_head copy is the one other skip (check_all_bound).
+constexpr const char* kIgnorable[] = {
+    // Older transformers versions saved each layer's RoPE buffer in the state dict; it is
+    // recomputed from config.json, and transformers skips it on load too.
+    "model.layers.{}.self_attn.rotary_emb.inv_freq",
+    "model.rotary_emb.inv_freq",
+    // LocRet's full checkpoints (hyx21/Locret-*) hold the retaining heads inside each attention
+    // block; the locret policy reads them (heads=), the forward does not.
+    "model.layers.{}.self_attn.fc1.weight",
+    "model.layers.{}.self_attn.fc2.weight",
+};
+
+/// True when `name` is one of kIgnorable with a layer index in [0, num_layers).
+bool ignorable(std::string_view name, int64_t num_layers) {
+  for (const char* pattern : kIgnorable)
+    if (const int64_t l = layer_of(pattern, name); l >= 0 && l < std::max<int64_t>(num_layers, 1)) return true;
+  return false;
+}
+
+/// How an error names tensor `name` of `t`'s file: GGUF files (origin *.gguf) call the tensors of
+/// `a`'s table by their llama.cpp names, "blk.4.attn_norm.weight' (as 'model.layers.4...".
+std::string shown_name(const Architecture& a, const std::string& name, const TensorView& t) {
+  if (!t.origin.ends_with(".gguf")) return name;
+  for (const TensorName& n : a.tensors) {
+    if (!n.gguf) continue;
+    if (const int64_t l = layer_of(n.hf, name); l >= 0) {
+      std::string g = n.gguf;
+      if (const size_t at = g.find("{}"); at != std::string::npos) g.replace(at, 2, std::to_string(l));
+      return g + "' (as '" + name;
+    }
+  }
+  return name;
+}
+
+/// Refuses the first tensor of `ws` (in name order) that is not in `bound`, not the tied lm_head
+/// copy and not ignorable(): llama.cpp's tensor-count check (llama_model_loader's
+/// done_getting_tensors), naming the tensor. Throws kvb::Error
+/// "<file>: tensor '<name>': not used by the <arch> architecture as configured (...)".
+void check_all_bound(const ModelConfig& c, const WeightStore& ws, const std::set<std::string>& bound,
+                     const std::string& origin) {
+  const Architecture& a = architecture(c.model_type);
+  for (const auto& [name, t] : ws.tensors()) {
+    if (bound.count(name)) continue;
+    // Tied: transformers points lm_head at the embedding and ignores a stored copy.
+    if (c.tie_word_embeddings && name == hf_tensor_name(a, TensorRole::kLmHead)) continue;
+    if (ignorable(name, c.num_layers)) continue;
+    fail_at(t.origin.empty() ? origin : t.origin, "tensor '" + shown_name(a, name, t) + "'",
+            "not used by the {} architecture as configured (kvbench binds {} of the {} tensors; ignoring this one "
+            "would run a different model than the checkpoint's)",
+            c.model_type, bound.size(), ws.tensors().size());
   }
 }
 
@@ -193,22 +267,36 @@ void Model::bind(const std::string& origin) {
   const ModelConfig& c = cfg_;
   const Architecture& a = architecture(c.model_type);
   const int64_t H = c.hidden_size, V = c.vocab_size;
-  embed_ = mat(hf_tensor_name(a, TensorRole::kEmbed), {V, H});
-  norm_ = norm(hf_tensor_name(a, TensorRole::kFinalNorm), {H});
+  std::set<std::string> bound;  // every tensor name resolved below
+  auto use = [&](const std::string& name) -> const std::string& { return *bound.insert(name).first; };
+  embed_ = mat(use(hf_tensor_name(a, TensorRole::kEmbed)), {V, H});
+  norm_ = norm(use(hf_tensor_name(a, TensorRole::kFinalNorm)), {H});
   // Gemma2Model: hidden * torch.tensor(H ** 0.5, dtype=float32).
   embed_scale_ = a.embed_scale ? static_cast<float>(std::sqrt(static_cast<double>(H))) : 1.0f;
-  lm_head_ = c.tie_word_embeddings ? embed_ : mat(hf_tensor_name(a, TensorRole::kLmHead), {V, H});
+  lm_head_ = c.tie_word_embeddings ? embed_ : mat(use(hf_tensor_name(a, TensorRole::kLmHead)), {V, H});
   const std::vector<TensorSpec> specs = layer_tensor_specs(c);
   layers_.resize(c.num_layers);
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (const TensorSpec& t : specs) {
-      const std::string name = hf_tensor_name(a, t.role, l);
+      const std::string& name = use(hf_tensor_name(a, t.role, l));
       if (t.kind == TensorKind::kMatrix) *mat_slot(layers_[l], t.role) = mat(name, t.shape);
       else if (t.kind == TensorKind::kNorm) *vec_slot(layers_[l], t.role) = norm(name, t.shape);
       else *vec_slot(layers_[l], t.role) = f32(name, t.shape);
     }
   inv_freq_ = rope_inv_freq(c, &rope_mscale_);
-  (void)origin;
+  // llama.cpp's converter stores Llama 3 RoPE scaling as one divisor per frequency, GGUF
+  // `rope_freqs.weight` [D/2]; ggml's rope divides each angle by it. llama.cpp reads it for its
+  // "llama" architecture only.
+  if (c.model_type == "llama" && weights_.find(kRopeFreqs)) {
+    const float* ff = f32(use(kRopeFreqs), {c.head_dim / 2});
+    for (int64_t i = 0; i < c.head_dim / 2; ++i) {
+      if (!(ff[i] > 0) || !std::isfinite(ff[i]))
+        fail_at(weights_.find(kRopeFreqs)->origin, std::string("tensor '") + kRopeFreqs + "'",
+                "element {} is {}; RoPE frequency factors must be finite and > 0", i, ff[i]);
+      inv_freq_[i] /= ff[i];
+    }
+  }
+  check_all_bound(c, weights_, bound, origin);
 }
 
 std::shared_ptr<Model> Model::from_weights(ModelConfig cfg, WeightStore weights, std::string id, WeightFormat fmt) {

@@ -57,10 +57,10 @@ struct LayerWeights {
 class Model {
  public:
   /// Loads DIR/config.json (+ generation_config.json) and the safetensors weights. Every tensor
-  /// the config implies must be present with the implied shape. Throws kvb::Error naming the
-  /// file and the field or tensor.
+  /// the config implies must be present with the implied shape, and every file tensor bound or
+  /// known-ignorable (from_weights). Throws kvb::Error naming the file and the field or tensor.
   static std::shared_ptr<Model> load_dir(const std::string& dir, WeightFormat fmt = WeightFormat::kF32);
-  /// Builds a model from a config and a weight store (safetensors or GGUF-dequantised).
+  /// Builds a model from a config and a weight store; an unbound tensor is an error (model.cpp).
   static std::shared_ptr<Model> from_weights(ModelConfig cfg, WeightStore weights, std::string id,
                                              WeightFormat fmt = WeightFormat::kF32);
   /// A model with the given shape and random weights for benchmarks and backend checks: every

@@ -37,7 +37,8 @@ namespace {
 struct Case {
   std::string name;
   // Relative path -> content, or a generator: "@config" (stories260K's config.json), "@shared:REL"
-  // (a copy of ../shared/REL), "@tok:NAME" (a mutated stories260K tokenizer.json), "@gguf:NAME"
+  // (a copy of ../shared/REL), "@st+:NAME" (stories260K's weights plus extra_tensors() NAME),
+  // "@tok:NAME" (a mutated stories260K tokenizer.json), "@gguf:NAME"
   // (a mutated GGUF fixture), "@db:NAME" (a results database: see make_db). Every file must be
   // byte-for-byte unchanged after the command.
   std::map<std::string, std::string> files;
@@ -168,8 +169,43 @@ const std::map<std::string, std::function<void(std::string&)>>& gguf_mutations()
       // blk.0.attn_q.weight (2 dims) moved to token_embd.weight's offset 0: after the name come
       // n_dims (u32), two u64 dims, the type (u32), then the offset (u64).
       {"tensors_same_offset", [=](std::string& b) { put_u64(b, value_at(b, "blk.0.attn_q.weight") + 16 + 4, 0); }},
+      // Four blocks declared, five in the file: blk.4's tensors are bound by nothing (issue 38).
+      {"block_count_4", [=](std::string& b) { put_u32(b, value_at(b, "llama.block_count"), 4); }},
   };
   return m;
+}
+
+/// stories260K's model.safetensors with extra F32 tensors appended ("@st+:NAME" as a file's
+/// content): NAME -> (tensor name, shape) list. No layer or config option of the model reads them.
+const std::map<std::string, std::vector<std::pair<std::string, std::vector<int64_t>>>>& extra_tensors() {
+  static const std::map<std::string, std::vector<std::pair<std::string, std::vector<int64_t>>>> m = {
+      {"mlp_bias", {{"model.layers.0.mlp.gate_proj.bias", {172}}}},
+      {"o_proj_bias", {{"model.layers.2.self_attn.o_proj.bias", {64}}}},
+      {"unknown", {{"model.layers.3.self_attn.sinks", {8}}}},
+      {"layer_beyond", {{"model.layers.5.input_layernorm.weight", {64}}}},
+      {"inv_freq_beyond", {{"model.layers.5.self_attn.rotary_emb.inv_freq", {4}}}},
+  };
+  return m;
+}
+
+/// The bytes of `src` (a safetensors file) with extra_tensors().at(name) appended, zero-filled.
+std::string with_extra_tensors(const fs::path& src, const std::string& name) {
+  std::ifstream in(src, std::ios::binary);
+  const std::string b{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(b[i]);
+  nlohmann::json header = nlohmann::json::parse(b.substr(8, n));
+  std::string data = b.substr(8 + n);
+  for (const auto& [tensor, shape] : extra_tensors().at(name)) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    header[tensor] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + 4 * numel}}};
+    data.append(static_cast<size_t>(4 * numel), '\0');
+  }
+  const std::string h = header.dump();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  return out + h + data;
 }
 
 /// A SQLite file for "@db:NAME": "results" (a kvbench results DB with one finished run of 8
@@ -853,6 +889,42 @@ std::vector<Case> cases() {
     if (tag == "layers_huge_int") c = with("num_hidden_layers", "1099511627776");
     v.push_back({"config31_" + tag, {{"model/config.json", c}}, gen, err, ""});
   }
+  // Issue 38: every tensor of the file is bound or the load fails naming it; every config.json
+  // flag that changes the model and that kvbench does not implement is refused.
+  for (const auto& [tag, tensors] : extra_tensors()) {
+    v.push_back({"bind38_" + tag,
+                 {{"model/config.json", "@config"},
+                  {"model/model.safetensors", "@st+:" + tag},
+                  {"model/tokenizer.json", "@shared:models/stories260K-hf/tokenizer.json"}},
+                 gen,
+                 "model.safetensors: tensor '" + tensors[0].first + "': not used by the llama architecture",
+                 ""});
+  }
+  v.push_back({"bind38_gguf_block_count_4",
+               {{"m.gguf", "@gguf:block_count_4"}},
+               "generate --model $D/m.gguf --prompt hi --max-new-tokens 2",
+               "m.gguf: tensor 'blk.4.attn_norm.weight' (as 'model.layers.4.input_layernorm.weight'): not used by the "
+               "llama architecture",
+               ""});
+  for (const auto& [tag, extra, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"mlp_bias", R"("mlp_bias": true)", "config.json: mlp_bias: true is not supported"},
+           {"attention_bias", R"("attention_bias": true)", "config.json: attention_bias: true is not supported for llama"},
+           {"quantization_config", R"("quantization_config": {"quant_method": "gptq", "bits": 4})",
+            "config.json: quantization_config: quantised checkpoints (\"gptq\") are not supported"},
+           {"partial_rotary", R"("partial_rotary_factor": 0.5)", "config.json: partial_rotary_factor: 0.5"},
+           {"partial_rotary_rope_parameters",
+            R"("rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})",
+            "config.json: rope_parameters.partial_rotary_factor: 0.25"},
+           {"rope_dynamic", R"("rope_scaling": {"rope_type": "dynamic", "factor": 2.0})",
+            "config.json: rope_scaling.rope_type: unsupported RoPE scaling 'dynamic'"}}) {
+    // The weights are stories260K's own: only the flag is wrong.
+    v.push_back({"flag38_" + tag,
+                 {{"model/config.json", cfg_with(extra)},
+                  {"model/model.safetensors", "@shared:models/stories260K-hf/model.safetensors"}},
+                 gen,
+                 err,
+                 ""});
+  }
   // generation_config.json beside a model: token ids out of range are named, not truncated.
   for (const auto& [tag, text] :
        std::vector<std::pair<std::string, std::string>>{{"bos_huge", R"({"bos_token_id": 99999999999})"},
@@ -1079,6 +1151,10 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
       const fs::path src = fs::path(KVB_SHARED_DIR) / from;
       ASSERT_TRUE(fs::exists(src)) << "the stories260K model is part of ../shared: " << src;
       fs::copy_file(src, p);
+    } else if (content.rfind("@st+:", 0) == 0) {
+      const fs::path src = fs::path(KVB_SHARED_DIR) / "models/stories260K-hf/model.safetensors";
+      ASSERT_TRUE(fs::exists(src)) << src;
+      std::ofstream(p, std::ios::binary) << with_extra_tensors(src, content.substr(5));
     } else if (content.rfind("@tok:", 0) == 0) {
       const fs::path src = fs::path(KVB_SHARED_DIR) / "models/stories260K-hf/tokenizer.json";
       ASSERT_TRUE(fs::exists(src)) << src;
