@@ -32,12 +32,13 @@ inline std::string slurp(const std::string& p) {
   return ss.str();
 }
 
-/// Writes at `path` a database exactly as the kvbench of schema `version` (2 or 3) wrote it:
+/// Writes at `path` a database exactly as the kvbench of schema `version` (2, 3 or 4) wrote it:
 /// migrations 0..version-1, user_version `version`, one finished run "old" (run_id 1) holding
-/// every item of `items` generated and graded. Schema 3 rows store kv_bytes_read_step = 1000.0.
+/// every item of `items` generated and graded. Schema 3 and 4 rows store kv_bytes_read_step =
+/// 1000.0 (schema 4's kv_bytes_steady and decode_share_s are left NULL).
 /// Fails the calling test (gtest ASSERT) on an SQLite error.
 inline void write_legacy_db(const std::string& path, const std::vector<WorkItem>& items, int version) {
-  ASSERT_TRUE(version == 2 || version == 3) << version;
+  ASSERT_TRUE(version >= 2 && version <= 4) << version;
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   auto exec = [&](const std::string& sql) {
