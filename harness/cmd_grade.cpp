@@ -6,12 +6,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "harness/commands.h"
+#include "harness/input_identity.h"
 #include "harness/judge_grading.h"
 #include "harness/run_grid.h"
 #include "results/store.h"
@@ -49,6 +51,20 @@ void grade_main(const GradeArgs& a) {
       sts.push_back(st);
     }
     loaded[r.run_id] = load_tasks(sts, cfg.value("data_dirs", std::vector<std::string>{}), 0, "skip");
+  }
+  // Grades come from the dataset files the run read: one changed since is refused, naming it
+  // (runs stored before schema v5 recorded no hashes and are not checked).
+  std::set<int64_t> to_check;
+  for (const auto& tg : todo) to_check.insert(tg.run_id);
+  for (const int64_t rid : to_check) {
+    auto lit = loaded.find(rid);
+    if (lit == loaded.end()) continue;
+    std::vector<results::RunInput> recorded;
+    for (auto& in : store.run_inputs(rid))
+      if (in.role == "dataset") recorded.push_back(std::move(in));
+    if (recorded.empty()) continue;
+    if (auto change = results::describe_input_change(recorded, dataset_inputs(lit->second), rid))
+      fail("{} in {}; grading run {} against other data would mix inputs: restore the file", *change, a.db, rid);
   }
   size_t n = 0, n_ungraded = 0;
   std::string first_ungraded;

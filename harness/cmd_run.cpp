@@ -26,6 +26,7 @@
 #include "engine/util/memory.h"
 #include "harness/cli_checks.h"
 #include "harness/commands.h"
+#include "harness/input_identity.h"
 #include "harness/judge_grading.h"
 #include "harness/model_source.h"
 #include "harness/requests.h"
@@ -371,7 +372,8 @@ void run_model(const RunArgs& a, const RunGrid& rg, const RunPolicies& policies,
     if (it.model_id == model_id) groups[{it.policy_label, it.budget}].push_back(&it);
   if (groups.empty()) return;
   LoadedModel lm = load_model(rg.spec_of.at(model_id), parse_weights_option(a.weights));
-  release_freed_heap();  // what loading freed (tokenizer build, conversions) goes back to the OS
+  recheck_input_files();  // the files just loaded are the ones the run recorded
+  release_freed_heap();   // what loading freed (tokenizer build, conversions) goes back to the OS
   for (const auto& [key, group] : groups) {
     const std::string& spec_text = policies.label_to_spec.at(key.first);
     Engine engine(lm.model, engine_options(a), make_policy(PolicySpec::parse(spec_text, key.second)));
@@ -406,6 +408,7 @@ void run_main(RunArgs a) {
   const std::vector<int64_t> budgets = resolve_budgets(a, suite);
   const std::vector<std::string> model_specs = a.models.empty() ? std::vector<std::string>{kDefaultModelName} : a.models;
   const RunPolicies policies = resolve_policies(a.policies, budgets.front(), model_specs);
+  use_hash_cache(a.db);  // unchanged model and data files are not read again (harness/input_identity.h)
   const RunGrid rg = expand_run_grid(a, model_specs, lt, policies, budgets);
 
   // Store, run row, shard, resume. Everything that can be refused is checked first, so a bad
@@ -415,7 +418,12 @@ void run_main(RunArgs a) {
   std::unique_ptr<graders::Judge> judge = make_judge(a.judge);  // null without --judge
   const results::RunInfo info = run_info(a, suite, lt, model_specs, policies, budgets, data_dirs, rg);
   results::Store store(a.db);
-  const int64_t run_id = store.begin_run(info, shard);
+  const int64_t run_id = store.begin_run(info, shard);  // refuses a run whose input files changed
+  store.put_file_hashes(cacheable_file_hashes());
+  const HashCounters hc = hash_counters();
+  std::fprintf(stderr, "kvbench: %zu input files identified by sha256 (%.1f MB read, %.1f MB from the hash cache)\n",
+               info.inputs.size(), static_cast<double>(hc.bytes_read) / 1e6,
+               static_cast<double>(hc.bytes_from_cache) / 1e6);
   auto mine = results::select_shard(rg.items, shard);
   store.add_work_items(mine);
   const auto todo = store.pending(run_id, mine);

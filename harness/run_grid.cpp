@@ -17,6 +17,7 @@
 #include "engine/util/io.h"
 #include "harness/build_info.h"
 #include "harness/cli_checks.h"
+#include "harness/input_identity.h"
 #include "harness/model_source.h"
 #include "harness/run_support.h"
 #include "results/cells.h"
@@ -33,7 +34,11 @@ LoadedTasks load_tasks(const std::vector<tasks::SuiteTask>& suite_tasks, const s
     datasets::BadRecords bad;
     bad.mode = datasets::parse_on_bad(on_bad);
     tasks::TaskContext ctx;
-    ctx.locate = [&](const std::string& key) { return loc.locate(key); };
+    ctx.locate = [&, spec = st.spec](const std::string& key) {
+      std::string path = loc.locate(key);
+      lt.data_files[spec].emplace_back(key, path);  // hashed into the run's input identity
+      return path;
+    };
     ctx.bad = &bad;
     ctx.limit = cli_limit ? cli_limit : st.limit;
     lt.examples[st.spec] = task->load_all(ctx);
@@ -202,7 +207,7 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
   if (!rg.gen_configs.empty()) info.config["generation_config"] = rg.gen_configs;
   if (!a.config.empty()) info.config["config_file"] = {{"path", a.config}, {"profile", a.config_profile}};
   info.models = rg.run_models;
-  for (const auto& st : lt.suite_tasks) info.datasets.push_back({st.spec, "", ""});
+  add_input_identity(info, model_specs, lt);  // harness/input_identity.h
   info.run_key = results::default_run_key(info);
   return info;
 }
@@ -243,7 +248,7 @@ std::string weights_sha256(const std::string& spec) {
     for (const auto& s : shards) files.push_back(spec + "/" + s);
   }
   std::string cat;
-  for (const auto& f : files) cat += sha256_file(f);
+  for (const auto& f : files) cat += hash_input_file(f).sha256;
   return files.size() == 1 ? cat : sha256_hex(cat);
 }
 

@@ -27,6 +27,9 @@ struct LoadedTasks {
   std::vector<tasks::SuiteTask> suite_tasks;
   std::map<std::string, std::vector<tasks::Example>> examples;  ///< by SuiteTask::spec
   std::vector<std::string> skipped;                             ///< one line per skipped record
+  /// The dataset files each task located, by SuiteTask::spec: (registry key, local path), in
+  /// the order located (the run's input identity hashes them: harness/input_identity.h).
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> data_files;
 };
 
 /// Loads every example of `suite_tasks` from the data directories (datasets::DataLocator),
@@ -44,6 +47,7 @@ std::string policy_cell_label(const std::string& name, const nlohmann::json& par
 
 /// The revision of a model: the sha256 (hex) of its weight file, or of the concatenated hex
 /// digests of its safetensors shards; "" hashed for a directory without known weight files.
+/// Each file is hashed once per process (hash_input_file, harness/input_identity.h).
 /// Throws kvb::Error when a file cannot be read.
 std::string weights_sha256(const std::string& spec);
 
@@ -133,7 +137,10 @@ RunGrid expand_run_grid(const RunArgs& a, const std::vector<std::string>& model_
                         const RunPolicies& policies, const std::vector<int64_t>& budgets);
 
 /// The run row: version, git sha, host, backend, device, the resolved configuration (what the
-/// run key covers; docs/results.md#run-keys-and-resume), models and datasets, and its run key.
+/// run key covers; docs/results.md#run-keys-and-resume), models and datasets (each with the
+/// combined sha256 of its files), its run key, and the hashes of every file it reads
+/// (RunInfo::inputs: model_inputs and dataset_inputs of harness/input_identity.h; a resume of a
+/// run whose inputs changed is refused by Store::begin_run).
 results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const LoadedTasks& lt,
                           const std::vector<std::string>& model_specs, const RunPolicies& policies,
                           const std::vector<int64_t>& budgets, const std::vector<std::string>& data_dirs,

@@ -134,6 +134,35 @@ ALTER TABLE generations ADD COLUMN decode_share_s REAL;
 ALTER TABLE generations ADD COLUMN kv_tokens_mean REAL;
 ALTER TABLE generations ADD COLUMN kv_tokens_peak INTEGER;
 )SQL",
+      // v5 -> v6 (issue 40): the content of every file a run read — model weights, config,
+      // tokenizer, chat template, dataset files — by SHA-256, so a resume or a merge never mixes
+      // results of changed inputs. runs.inputs_sha256 digests the run's run_inputs rows; NULL
+      // for runs stored before v6 (their inputs are unknown). file_hashes caches a file's hash
+      // under its (path, device, inode, size, mtime, ctime), so an unchanged multi-GB model is
+      // not read again on resume.
+      R"SQL(
+ALTER TABLE runs ADD COLUMN inputs_sha256 TEXT;
+CREATE TABLE run_inputs (
+  run_id INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  role   TEXT NOT NULL,
+  owner  TEXT NOT NULL,
+  name   TEXT NOT NULL,
+  path   TEXT NOT NULL,
+  bytes  INTEGER NOT NULL,
+  sha256 TEXT NOT NULL,
+  PRIMARY KEY (run_id, owner, name)
+);
+CREATE TABLE file_hashes (
+  path      TEXT PRIMARY KEY,
+  dev       INTEGER NOT NULL,
+  inode     INTEGER NOT NULL,
+  bytes     INTEGER NOT NULL,
+  mtime_ns  INTEGER NOT NULL,
+  ctime_ns  INTEGER NOT NULL,
+  sha256    TEXT NOT NULL,
+  hashed_at TEXT NOT NULL
+);
+)SQL",
   };
   return m;
 }

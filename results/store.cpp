@@ -175,6 +175,39 @@ class Stmt {
 
 }  // namespace
 
+std::string inputs_digest(const std::vector<RunInput>& inputs) {
+  std::vector<std::string> lines;
+  for (const auto& in : inputs) lines.push_back(in.role + "\t" + in.owner + "\t" + in.name + "\t" + in.sha256 + "\n");
+  std::sort(lines.begin(), lines.end());
+  std::string cat;
+  for (const auto& l : lines) cat += l;
+  return sha256_hex(cat);
+}
+
+std::optional<std::string> describe_input_change(const std::vector<RunInput>& before, const std::vector<RunInput>& now,
+                                                 int64_t run_id) {
+  auto key = [](const RunInput& in) { return in.owner + "\n" + in.name; };
+  std::map<std::string, const RunInput*> old_by, new_by;
+  for (const auto& in : before) old_by[key(in)] = &in;
+  for (const auto& in : now) new_by[key(in)] = &in;
+  auto short_sha = [](const std::string& h) { return h.substr(0, 16); };
+  std::vector<std::string> changes;
+  for (const auto& in : now) {  // in this process's order: weights first
+    auto it = old_by.find(key(in));
+    if (it == old_by.end())
+      changes.push_back(fmt::format("{}: not read by run {} (a new {} file)", in.path, run_id, in.role));
+    else if (it->second->sha256 != in.sha256 || it->second->role != in.role)
+      changes.push_back(fmt::format("{}: content changed since run {} ({} sha256 {} -> {})", in.path, run_id, in.role,
+                                    short_sha(it->second->sha256), short_sha(in.sha256)));
+  }
+  for (const auto& in : before)
+    if (!new_by.count(key(in)))
+      changes.push_back(fmt::format("{}: read by run {} ({} file) but not now", in.path, run_id, in.role));
+  if (changes.empty()) return std::nullopt;
+  if (changes.size() > 1) changes.front() += fmt::format(", and {} more changed input(s)", changes.size() - 1);
+  return changes.front();
+}
+
 std::string default_run_key(const RunInfo& info) {
   nlohmann::json j{{"version", info.kvbench_version},
                    {"git_sha", info.git_sha},
@@ -595,7 +628,16 @@ int64_t Store::begin_run(const RunInfo& info, Shard shard) {
     ins.run();
     run_id = sqlite3_last_insert_rowid(db_);
   } else {
+    check_resume_inputs(run_id, info.inputs);
     exec("UPDATE runs SET finished_at = NULL WHERE run_id = " + std::to_string(run_id));
+  }
+  {
+    Stmt u(db_, "UPDATE runs SET inputs_sha256 = ? WHERE run_id = ? AND inputs_sha256 IS NULL", KVB_ERR);
+    u.bind_row(inputs_digest(info.inputs), run_id).run();
+    Stmt in(db_,
+            "INSERT OR IGNORE INTO run_inputs (run_id, role, owner, name, path, bytes, sha256) VALUES (?,?,?,?,?,?,?)",
+            KVB_ERR);
+    for (const auto& f : info.inputs) in.bind_row(run_id, f.role, f.owner, f.name, f.path, f.bytes, f.sha256).run();
   }
   {
     Stmt m(db_,
@@ -618,6 +660,57 @@ int64_t Store::begin_run(const RunInfo& info, Shard shard) {
   }
   txn.commit();
   return run_id;
+}
+
+void Store::check_resume_inputs(int64_t run_id, const std::vector<RunInput>& inputs) {
+  Stmt q(db_, "SELECT inputs_sha256 FROM runs WHERE run_id = ?", KVB_ERR);
+  q.bind(1, run_id);
+  if (!q.step()) return;
+  if (q.is_null(0))
+    throw Error(fmt::format("{}: run {}: stored before schema v6, without the hashes of the model, tokenizer and "
+                            "dataset files it read, so resuming it could mix results of changed inputs; start a new "
+                            "run with another --run-name, or use another --db",
+                            path_, run_id),
+                ErrorKind::kInput);
+  if (q.text(0) == inputs_digest(inputs)) return;
+  auto change = describe_input_change(run_inputs(run_id), inputs, run_id);
+  throw Error(fmt::format("{} in {}; resuming would mix results of different inputs: start a new run with another "
+                          "--run-name, or use another --db",
+                          change ? *change : fmt::format("run {}: recorded inputs differ", run_id), path_),
+              ErrorKind::kInput);
+}
+
+std::vector<RunInput> Store::run_inputs(int64_t run_id) {
+  std::vector<RunInput> out;
+  Stmt q(db_, "SELECT role, owner, name, path, bytes, sha256 FROM run_inputs WHERE run_id = ? ORDER BY rowid", KVB_ERR);
+  q.bind(1, run_id);
+  while (q.step()) {
+    RunInput in;
+    q.row(in.role, in.owner, in.name, in.path, in.bytes, in.sha256);
+    out.push_back(std::move(in));
+  }
+  return out;
+}
+
+std::optional<FileHash> Store::cached_file_hash(const std::string& path) {
+  Stmt q(db_, "SELECT path, dev, inode, bytes, mtime_ns, ctime_ns, sha256 FROM file_hashes WHERE path = ?", KVB_ERR);
+  q.bind(1, path);
+  if (!q.step()) return std::nullopt;
+  FileHash h;
+  q.row(h.path, h.dev, h.inode, h.bytes, h.mtime_ns, h.ctime_ns, h.sha256);
+  return h;
+}
+
+void Store::put_file_hashes(const std::vector<FileHash>& hashes) {
+  if (hashes.empty()) return;
+  Txn txn(*this);
+  Stmt p(db_,
+         "INSERT OR REPLACE INTO file_hashes (path, dev, inode, bytes, mtime_ns, ctime_ns, sha256, hashed_at) "
+         "VALUES (?,?,?,?,?,?,?,?)",
+         KVB_ERR);
+  const std::string now = now_iso();
+  for (const auto& h : hashes) p.bind_row(h.path, h.dev, h.inode, h.bytes, h.mtime_ns, h.ctime_ns, h.sha256, now).run();
+  txn.commit();
 }
 
 void Store::end_run(int64_t run_id) {
@@ -898,6 +991,66 @@ Store::Totals Store::totals() {
   return {std::stoll(n.at(0).at(0)), std::stoll(n.at(0).at(1)), std::stoll(n.at(0).at(2))};
 }
 
+namespace {
+
+/// What merge() compares of a run: where it is, its models' weight hashes and its inputs.
+struct RunIdentity {
+  std::string file;
+  int64_t run_id = 0;
+  std::optional<std::string> inputs_digest;    ///< nullopt: stored before schema v6
+  std::map<std::string, std::string> weights;  ///< model_id -> weights_sha256
+  std::vector<RunInput> inputs;
+};
+
+}  // namespace
+
+void Store::check_merge_identities(const std::vector<std::string>& files) {
+  std::map<std::string, RunIdentity> seen;  // run key -> the first copy met
+  for (const auto& file : files) {
+    Store s(file, Mode::kReadOnly);
+    std::vector<std::pair<std::string, RunIdentity>> runs;
+    {
+      Stmt q(s.db_, "SELECT run_key, run_id, inputs_sha256 FROM runs ORDER BY run_id",
+             [&s](int rc, const std::string& w) { s.raise(rc, w); });
+      while (q.step()) {
+        RunIdentity r;
+        r.file = file;
+        r.run_id = q.i64(1);
+        if (!q.is_null(2)) r.inputs_digest = q.text(2);
+        runs.emplace_back(q.text(0), std::move(r));
+      }
+    }
+    for (auto& [key, r] : runs) {
+      Stmt m(s.db_, "SELECT model_id, weights_sha256 FROM run_models WHERE run_id = ?",
+             [&s](int rc, const std::string& w) { s.raise(rc, w); });
+      m.bind(1, r.run_id);
+      while (m.step()) r.weights[m.text(0)] = m.text(1);
+      r.inputs = s.run_inputs(r.run_id);
+      auto it = seen.find(key);
+      if (it == seen.end()) {
+        seen.emplace(key, std::move(r));
+        continue;
+      }
+      const RunIdentity& a = it->second;
+      auto refuse = [&](const std::string& what) {
+        throw Error(fmt::format("{}: merge: run {} has the run key of run {} in {} but read other files: {}", file,
+                                r.run_id, a.run_id, a.file, what),
+                    ErrorKind::kInput);
+      };
+      for (const auto& [model, sha] : r.weights) {
+        auto w = a.weights.find(model);
+        if (w != a.weights.end() && w->second != sha)
+          refuse(fmt::format("model {}: weights sha256 {} -> {}", model, w->second.substr(0, 16), sha.substr(0, 16)));
+      }
+      if (a.inputs_digest && r.inputs_digest && *a.inputs_digest != *r.inputs_digest) {
+        auto change = describe_input_change(a.inputs, r.inputs, a.run_id);
+        refuse(change ? *change : std::string("recorded inputs differ"));
+      }
+      if (!a.inputs_digest && r.inputs_digest) it->second = std::move(r);  // compare later copies with the known one
+    }
+  }
+}
+
 void Store::merge(const std::string& out, const std::vector<std::string>& inputs) {
   if (inputs.empty()) fail("merge: no input databases given");
   // The same file twice (under any spelling), or the output among the inputs, is refused at once
@@ -914,9 +1067,20 @@ void Store::merge(const std::string& out, const std::vector<std::string>& inputs
       if (inputs[i] == inputs[j] || same_file(inputs[i], inputs[j]))
         fail("{}: merge: given twice as an input", inputs[i]);
   }
-  // Validate every input (a kvbench store at the current schema version) before the output is
-  // opened or created, so that an error names the input at fault.
+  // Validate every input (a kvbench store at the current schema version), and that runs sharing
+  // a run key read the same files, before the output is opened or created, so that an error
+  // names the input at fault and nothing is written.
   for (const auto& in : inputs) Store src(in, Mode::kReadOnly);
+  {
+    std::vector<std::string> files;
+    std::error_code ec;
+    if (fs::exists(out, ec)) {
+      Store migrated(out);  // an older output is migrated first (read-only needs the current version)
+      files.push_back(out);
+    }
+    files.insert(files.end(), inputs.begin(), inputs.end());
+    check_merge_identities(files);
+  }
   Store dst(out);
   for (const auto& in : inputs) {
     std::string alias = "src";
@@ -931,8 +1095,8 @@ void Store::merge(const std::string& out, const std::vector<std::string>& inputs
       // Map runs by run_key (insert missing ones).
       dst.exec(
           "INSERT OR IGNORE INTO main.runs (run_key, name, kvbench_version, git_sha, host, backend, "
-          "device, config_json, started_at, finished_at) SELECT run_key, name, kvbench_version, "
-          "git_sha, host, backend, device, config_json, started_at, finished_at FROM src.runs "
+          "device, config_json, started_at, finished_at, inputs_sha256) SELECT run_key, name, kvbench_version, "
+          "git_sha, host, backend, device, config_json, started_at, finished_at, inputs_sha256 FROM src.runs "
           "ORDER BY run_id");
       dst.exec("DROP TABLE IF EXISTS temp.run_map");
       dst.exec(
@@ -944,6 +1108,15 @@ void Store::merge(const std::string& out, const std::vector<std::string>& inputs
       dst.exec(
           "INSERT OR IGNORE INTO main.run_datasets SELECT m.dst_id, r.task, r.source, r.sha256 "
           "FROM src.run_datasets r JOIN temp.run_map m ON m.src_id = r.run_id");
+      // Inputs: equal on both sides (checked above), or known on one side only (kept).
+      dst.exec(
+          "UPDATE main.runs SET inputs_sha256 = (SELECT s.inputs_sha256 FROM src.runs s WHERE s.run_key = "
+          "runs.run_key) WHERE inputs_sha256 IS NULL AND run_id IN (SELECT dst_id FROM temp.run_map)");
+      dst.exec(
+          "INSERT OR IGNORE INTO main.run_inputs (run_id, role, owner, name, path, bytes, sha256) SELECT m.dst_id, "
+          "i.role, i.owner, i.name, i.path, i.bytes, i.sha256 FROM src.run_inputs i JOIN temp.run_map m "
+          "ON m.src_id = i.run_id JOIN main.runs d ON d.run_id = m.dst_id JOIN src.runs s ON s.run_id = m.src_id "
+          "WHERE d.inputs_sha256 = s.inputs_sha256 ORDER BY i.rowid");
       dst.exec(
           "INSERT OR IGNORE INTO main.run_parts (part_uid, run_id, shard_index, shard_count, host, "
           "pid, started_at, finished_at) SELECT p.part_uid, m.dst_id, p.shard_index, p.shard_count, "

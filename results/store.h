@@ -38,6 +38,39 @@ struct RunDataset {
   std::string sha256;
 };
 
+/// One file a run read, with the SHA-256 of its bytes (schema v5, table run_inputs). A run's
+/// identity on resume and merge is its run key plus the content of these files.
+struct RunInput {
+  std::string role;   ///< "weights" | "config" | "tokenizer" | "chat_template" | "dataset"
+  std::string owner;  ///< the --model spec, or the suite task spec for a dataset file
+  /// Machine-independent name within `owner`: the file name inside the model directory (the
+  /// file name for a .gguf), or the dataset registry key (e.g. "gsm8k/test.jsonl").
+  std::string name;
+  std::string path;    ///< where this process read it (for messages)
+  int64_t bytes = 0;   ///< file size
+  std::string sha256;  ///< 64 lower-case hex digits
+};
+
+/// The digest a run stores in runs.inputs_sha256: SHA-256 of the lines "role\towner\tname\tsha256\n"
+/// sorted (paths and sizes left out, so shards on machines with other paths share it).
+std::string inputs_digest(const std::vector<RunInput>& inputs);
+
+/// The first difference between a run's recorded inputs `before` and this process's `now`
+/// (matched by owner and name), as "<path>: <what>" — "content changed since run N (sha256 A ->
+/// B)", "not read by run N" or "read by run N but not now" — followed by ", and K more" when
+/// several differ; nullopt when they hold the same files with the same hashes. `run_id` is put
+/// into the text.
+std::optional<std::string> describe_input_change(const std::vector<RunInput>& before, const std::vector<RunInput>& now,
+                                                 int64_t run_id);
+
+/// A cached file hash (schema v5, table file_hashes): valid while the file keeps its device,
+/// inode, size, mtime and ctime (nanoseconds). See harness/input_identity.h for when it is used.
+struct FileHash {
+  std::string path;
+  int64_t dev = 0, inode = 0, bytes = 0, mtime_ns = 0, ctime_ns = 0;
+  std::string sha256;
+};
+
 /// What `kvbench run` records about itself. `run_key` identifies the run across reruns and
 /// shards (see default_run_key); `config` is the full resolved configuration.
 struct RunInfo {
@@ -51,6 +84,9 @@ struct RunInfo {
   nlohmann::json config = nlohmann::json::object();
   std::vector<RunModel> models;
   std::vector<RunDataset> datasets;
+  /// Every file the run reads (model weights, config, tokenizer, chat template, dataset files)
+  /// with its hash: begin_run refuses to resume a run whose recorded inputs differ.
+  std::vector<RunInput> inputs;
 };
 
 /// The run key `kvbench run` uses unless told otherwise: SHA-256 of the compact JSON
@@ -165,7 +201,7 @@ struct SampleRow {
 class Store {
  public:
   /// The schema version this build writes (PRAGMA user_version).
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
   /// PRAGMA application_id marking kvbench databases ("kvb0").
   static constexpr int kApplicationId = 0x6b766230;
 
@@ -190,8 +226,20 @@ class Store {
   int schema_version();
 
   /// Finds the run with info.run_key (creating it when absent; provenance of the first writer
-  /// is kept) and records this process as a part (shard, host, start time). Returns run_id.
+  /// is kept, with info.inputs and their digest) and records this process as a part (shard,
+  /// host, start time). Returns run_id. Resuming an existing run is refused (kvb::Error,
+  /// kInput, nothing written) when its recorded inputs differ from info.inputs — the message
+  /// names the first changed file (describe_input_change) — or when it was stored before schema
+  /// v5 and has no recorded inputs.
   int64_t begin_run(const RunInfo& info, Shard shard = {});
+  /// The inputs recorded for run `run_id` (empty for a run stored before schema v5).
+  std::vector<RunInput> run_inputs(int64_t run_id);
+
+  /// The cached hash of `path` (table file_hashes), or nullopt. The caller checks that the
+  /// file's identity (FileHash fields) still matches before trusting it.
+  std::optional<FileHash> cached_file_hash(const std::string& path);
+  /// Inserts or replaces cached file hashes in one transaction.
+  void put_file_hashes(const std::vector<FileHash>& hashes);
   /// Marks this process's part (and, when every shard of the run has a finished part, the run)
   /// finished.
   void end_run(int64_t run_id);
@@ -240,7 +288,11 @@ class Store {
   /// Merges the stores `inputs` into `out` (created when missing): runs are matched by run_key,
   /// work items by key, generations and grades by (run, item) — the first copy wins, so merging
   /// the shards of one run gives the same rows as one unsharded run. Each input is merged in
-  /// one transaction. Throws kvb::Error naming the input on a schema mismatch or a bad file.
+  /// one transaction. Throws kvb::Error naming the input on a schema mismatch or a bad file,
+  /// and (kInput, nothing of that input merged) when a run of the input matches a run of `out`
+  /// by run key but read other files: a model whose weights_sha256 differs, or recorded inputs
+  /// (schema v5) that differ (describe_input_change). Runs with unknown inputs (stored before
+  /// v5) are checked on their weights only. The file-hash cache is not merged.
   static void merge(const std::string& out, const std::vector<std::string>& inputs);
 
   /// Row counts of the whole file (what `kvbench merge` reports after merging).
@@ -267,6 +319,11 @@ class Store {
   void open(const std::string& file);
   void init(Mode mode);
   void migrate();
+  /// merge(): throws kvb::Error (kInput) naming the later file when runs of two of `files`
+  /// (opened read-only, in order) share a run key but not their model weights or inputs.
+  static void check_merge_identities(const std::vector<std::string>& files);
+  /// Throws kvb::Error (kInput) when run `run_id` has no recorded inputs or others than `inputs`.
+  void check_resume_inputs(int64_t run_id, const std::vector<RunInput>& inputs);
   /// The views this build creates (views_sql()) and the ones the file holds: name -> SQL text.
   static std::map<std::string, std::string> expected_views();
   std::map<std::string, std::string> stored_views();
