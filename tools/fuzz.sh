@@ -33,7 +33,7 @@ seed() {  # seed TARGET DIR: copy the fixtures that fit the target's input forma
   mkdir -p "$d"
   case "$t" in
     fuzz_json|fuzz_config|fuzz_tokenizer)
-      find tests/fixtures ../shared/models/stories260K-hf -maxdepth 3 -name '*.json' -size -256k 2>/dev/null | head -40 | cp_all "$d" ;;
+      find tests/fixtures tests/data/models/stories260K-hf -maxdepth 3 -name '*.json' -size -256k 2>/dev/null | head -40 | cp_all "$d" ;;
     fuzz_yaml) find . -path ./build\* -prune -o \( -name '*.yaml' -o -name '*.yml' \) -size -64k -print 2>/dev/null | head -40 | cp_all "$d" ;;
     fuzz_safetensors) find tests/fixtures -name '*.safetensors' -size -256k 2>/dev/null | head -10 | cp_all "$d" ;;
     fuzz_gguf) find tests/fixtures -name '*.gguf' -size -512k 2>/dev/null | cp_all "$d" ;;

@@ -21,7 +21,7 @@ Outputs (committed):
     tests/fixtures/chat/jinja_goldens.json   small templates -> rendered text or error
     tests/fixtures/chat/chat_goldens.json    real chat templates x conversations x options
 
-Inputs: ../shared/tokenizers/{qwen3,llama3_1} (rendered through AutoTokenizer +
+Inputs: the test data's tokenizers/{qwen3,llama3_1} (tests/data, unpacked into build/test-data) (rendered through AutoTokenizer +
 apply_chat_template) and tests/fixtures/chat/*/tokenizer_config.json (rendered through
 transformers.utils.chat_template_utils.render_jinja_template, i.e. apply_chat_template's
 renderer, after the same None-key dropping apply_chat_template performs).
@@ -32,7 +32,7 @@ import os
 import goldens_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+SHARED = goldens_env.test_data()  # tests/data, unpacked (its "shared" tokenizers)
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "chat")
 
 

@@ -19,7 +19,7 @@ What it writes (all small; the real SmolLM2 file is ~98 MB and is never committe
   tiny_llama.gguf             a random-weight llama (mixed F32/F16/BF16/Q8_0/Q4_0/Q4_1, untied
                               lm_head, Q/K rows permuted as llama.cpp's converter does) with a
                               byte-level BPE ("gpt2") tokenizer trained here, and SmolLM2's template
-  stories260K.gguf            ../shared/models/stories260K-hf converted as llama.cpp would (tied,
+  stories260K.gguf            tests/data/models/stories260K-hf converted as llama.cpp would (tied,
                               Q8_0/F16/F32) with the llama2.c SentencePiece vocabulary and scores
   <name>.golden.json          for both models: transformers' config, its state dict (checksums),
                               its tokenizer.json (backend_tokenizer) and tokenizer_config
@@ -73,7 +73,7 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf import quants  # noqa: E402
 
 OUT = os.path.join(REPO, "tests", "fixtures", "gguf")
-SHARED = os.path.join(REPO, "..", "shared")
+SHARED = os.path.join(REPO, "tests", "data")  # plain files: models/stories260K-hf, models/stories260K
 MULT = np.uint64(0x9E3779B97F4A7C15)
 
 

@@ -3,7 +3,7 @@
 
 How to run (from the repository root; the script creates .venv-goldens with pip when the
 packages are missing and re-runs itself there):
-    python3 tools/gen_longproc_scbench_goldens.py [--shared ../shared]
+    python3 tools/gen_longproc_scbench_goldens.py [--shared build/test-data]
 Writes tests/fixtures/graders/longproc_goldens.json and tests/fixtures/graders/scbench_goldens.json:
 lists of {"metric", "pred", "gold", "meta", "expect": {...}}.
 
@@ -14,7 +14,8 @@ repository is on PyPI, so their evaluator functions are re-written below from th
 the heavy parts use the same PyPI libraries the references use: pandas (html_to_tsv frames),
 Python's csv module, g++ via subprocess (pseudo_to_code, 3 s timeout), rouge_score (what HF
 `evaluate.load("rouge")` wraps; rougeLsum), and nltk (sentence_bleu, SmoothingFunction.method4).
-Inputs are real LongProc records from ../shared/datasets/longproc plus seeded, model-output-like
+Inputs are real LongProc records from the test data's datasets/longproc (tests/data, unpacked into
+build/test-data by configuring the build) plus seeded, model-output-like
 perturbations (missing tags, extra whitespace, partial tables, wrong code, reasoning traces).
 
 Deviations of the C++ side kept out of the goldens on purpose: SCBench repoqa's tree-sitter
@@ -880,7 +881,7 @@ def scbench_cases():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shared", default=os.path.join(os.path.dirname(ROOT), "shared"))
+    ap.add_argument("--shared", default=os.environ.get("KVB_TEST_DATA_DIR", os.path.join(ROOT, "build", "test-data")))
     args = ap.parse_args()
     out_dir = os.path.join(ROOT, "tests", "fixtures", "graders")
     os.makedirs(out_dir, exist_ok=True)

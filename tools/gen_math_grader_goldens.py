@@ -3,7 +3,8 @@
 with verdicts from Hugging Face Math-Verify (the reference; docs/benchmarks.md,
 Math).
 
-How to run (from the repository root; needs ../shared/datasets/math500/test.jsonl):
+How to run (from the repository root; needs the test data's datasets/math500/test.jsonl, which
+configuring the build unpacks from tests/data into build/test-data):
     python3 -m venv .venv-goldens && .venv-goldens/bin/pip install math-verify==0.9.0
     .venv-goldens/bin/python tools/gen_math_grader_goldens.py
 It writes tests/fixtures/graders/math_goldens.jsonl, one JSON object per line:
@@ -25,7 +26,8 @@ from fractions import Fraction
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(ROOT, "..", "shared", "datasets", "math500", "test.jsonl")
+DATA = os.path.join(os.environ.get("KVB_TEST_DATA_DIR", os.path.join(ROOT, "build", "test-data")), "datasets", "math500",
+                    "test.jsonl")
 OUT = os.path.join(ROOT, "tests", "fixtures", "graders", "math_goldens.jsonl")
 
 WRAPS = [

@@ -4,7 +4,8 @@ order (tasks/longproc_helmet_order.inc), computed the way the reference Python c
 plain str.format / str.replace on the reference templates, yaml.safe_load for prompts.yaml,
 numpy's default_rng(42).permutation for HELMET's datasets shuffle(seed=42).
 
-Run from the repository root (needs ../shared for the offline goldens):
+Run from the repository root (the offline goldens need the test data: tests/data, which configuring
+the build unpacks into build/test-data; --shared names another folder of that layout):
     python3 -m venv .venv-goldens
     .venv-goldens/bin/pip install numpy pyyaml
     .venv-goldens/bin/python tools/gen_task_goldens.py            # everything
@@ -126,7 +127,7 @@ def offline_goldens(shared):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    ap.add_argument("--shared", default=os.environ.get("KVB_TEST_DATA_DIR", os.path.join(ROOT, "build", "test-data")))
     ap.add_argument("--orders", action="store_true", help="only write tasks/longproc_helmet_order.inc")
     args = ap.parse_args()
     write_orders()

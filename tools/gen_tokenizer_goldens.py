@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden token ids for tests/tokenizer, made with the PyPI `tokenizers` reference.
 
-How to run (from the repository root; needs ../shared):
+How to run (from the repository root; needs the test data: tests/data, which configuring the build
+unpacks into build/test-data, or $KVB_TEST_DATA_DIR):
 
     python3 -m venv .venv-goldens
     .venv-goldens/bin/pip install 'tokenizers==0.23.3'
@@ -11,7 +12,7 @@ How to run (from the repository root; needs ../shared):
 Outputs:
   tests/fixtures/tokenizer/texts.jsonl   one {"t": text} per line (the same strings for every
                                          tokenizer), selected deterministically from
-                                         ../shared/datasets plus hand-written edge cases.
+                                         the test data's datasets plus hand-written edge cases.
   tests/fixtures/tokenizer/<name>.jsonl  line i belongs to text i: {"ids": encode(text,
                                          add_special_tokens=False), "dec": decode(ids) when it
                                          differs from the text, "dsk": decode(ids,
@@ -32,7 +33,7 @@ import random
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(ROOT, "..", "shared")
+SHARED = os.environ.get("KVB_TEST_DATA_DIR", os.path.join(ROOT, "build", "test-data"))
 FIX = os.path.join(ROOT, "tests", "fixtures", "tokenizer")
 
 TOKENIZERS = {
@@ -147,7 +148,7 @@ def gen_goldens():
                     row["fdec"] = tok.decode(full, skip_special_tokens=False)
                     row["fdsk"] = tok.decode(full, skip_special_tokens=True)
                 f.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
-        info = {"source": "../shared/" + rel, "strings": len(texts), "prefix": prefix,
+        info = {"source": rel, "strings": len(texts), "prefix": prefix,
                 "vocab_size": tok.get_vocab_size(with_added_tokens=True)}
         cfg_path = os.path.join(os.path.dirname(os.path.join(SHARED, rel)), "tokenizer_config.json")
         cfg = json.load(open(cfg_path)) if os.path.exists(cfg_path) else {}
@@ -230,5 +231,5 @@ if __name__ == "__main__":
     ap.add_argument("--tables", action="store_true", help="write engine/tokenizer/unicode_tables.inc")
     args = ap.parse_args()
     if not os.path.isdir(SHARED):
-        sys.exit("needs ../shared next to the repository")
+        sys.exit(f"{SHARED}: not found; configure the build first (cmake -S . -B build), which unpacks tests/data there")
     gen_tables() if args.tables else gen_goldens()

@@ -17,7 +17,7 @@
    written with Python's zipfile (deflate, fixed timestamps, so the bytes are reproducible) from
    the LongBench fixture JSONL files, at tests/fixtures/longbench_zip/longbench/data.zip.
 
-Run from the repository root (needs ../shared). If PyYAML is missing, the script creates
+Run from the repository root (needs the test data unpacked: configure the build first). If PyYAML is missing, the script creates
 `.venv-goldens` with pip and re-runs itself there:
     python3 tools/gen_travel_zip_fixtures.py
 """
@@ -200,7 +200,8 @@ def _w(path, data):
 
 
 def main():
-    shared = os.path.join(ROOT, "..", "shared", "datasets", "longproc", "travel_planning")
+    shared = os.path.join(os.environ.get("KVB_TEST_DATA_DIR", os.path.join(ROOT, "build", "test-data")), "datasets",
+                          "longproc", "travel_planning")
     icl_text = open(os.path.join(shared, "travel_planning_icl_examples.json"), encoding="utf-8").read()
     yaml_text = open(os.path.join(shared, "prompts.yaml"), encoding="utf-8").read()
     icl = json.loads(icl_text)

@@ -16,6 +16,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.abspath(os.environ.get("KVB_GOLDENS_VENV", os.path.join(ROOT, ".venv-goldens")))
 
 
+def test_data(rel=""):
+    """The repository's test data (tests/data) as configuring the build unpacks it (plain files
+    copied, archives extracted): ``$KVB_TEST_DATA_DIR``, else ``build/test-data``; ``rel`` joined
+    on. Exits naming the folder and how to make it when it is absent."""
+    d = os.path.abspath(os.environ.get("KVB_TEST_DATA_DIR", os.path.join(ROOT, "build", "test-data")))
+    if not os.path.isdir(d):
+        sys.exit(f"{d}: not found; configure the build first (cmake -S . -B build), which unpacks tests/data there")
+    return os.path.join(d, rel) if rel else d
+
+
 def ensure(modules, *pip_installs):
     """Makes ``modules`` importable, re-running the script inside .venv-goldens if needed."""
     try:

@@ -34,7 +34,7 @@ ldd "$BUILD/kvbench" "$BUILD/kvb_cuda_check" | awk '/=> \//{print $3}' | sort -u
     cp -L "$lib" "$stage/kvb/lib/$(basename "$lib")"
   done
 # The real model of gpu_check.sh's `grid` step (1.1 MiB): stories260K in Hugging Face layout.
-grid_model="${KVB_GRID_MODEL:-../shared/models/stories260K-hf}"
+grid_model="${KVB_GRID_MODEL:-tests/data/models/stories260K-hf}"
 if [ -f "$grid_model/config.json" ]; then
   mkdir -p "$stage/kvb/models"
   cp -rL "$grid_model" "$stage/kvb/models/stories260K-hf"

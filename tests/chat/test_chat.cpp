@@ -4,7 +4,7 @@
 // transformers 5 + jinja2 3.1.6: 13 conversations (system or not, multi-turn, <think> history,
 // reasoning_content, unicode, whitespace, template-looking text, empty content, None-valued keys)
 // x add_generation_prompt on/off x per-template options (Qwen3: enable_thinking unset/true/false;
-// Llama-3.1 tools template: fixed date_string) for Qwen3 and Llama-3.1 from ../shared/tokenizers
+// Llama-3.1 tools template: fixed date_string) for Qwen3 and Llama-3.1 from tests/data/tokenizers
 // and the DeepSeek-R1-Distill, Phi-3 and SmolLM2 fixtures in tests/fixtures/chat/. Every render
 // must be byte-equal.
 #include <gtest/gtest.h>
@@ -36,7 +36,8 @@ ojson goldens() { return ojson::parse(kvb::read_file(kFixtures + "/chat_goldens.
 
 std::string config_path(const ojson& spec) {
   std::string loc = spec["location"].get<std::string>();
-  if (spec["kind"] == "shared") return std::string(KVB_SHARED_DIR) + "/" + loc + "/tokenizer_config.json";
+  // "shared": a tokenizer of tests/data/tokenizers (the golden script's name for them).
+  if (spec["kind"] == "shared") return kvb::test::test_data(loc + "/tokenizer_config.json");
   return kFixtures + "/" + loc + "/tokenizer_config.json";
 }
 
@@ -78,13 +79,13 @@ int check_template(const std::string& name) {
 }  // namespace
 
 TEST(ChatTemplate, Qwen3ThinkingOnOffAndHistory) {
-  KVB_REQUIRE_SHARED("tokenizers/qwen3/tokenizer_config.json");
+  KVB_REQUIRE_TEST_DATA("tokenizers/qwen3/tokenizer_config.json");
   int n = check_template("qwen3");
   EXPECT_GE(n, 10 * 3 * 2);
 }
 
-TEST(ChatTemplate, Llama31FromShared) {
-  KVB_REQUIRE_SHARED("tokenizers/llama3_1/tokenizer_config.json");
+TEST(ChatTemplate, Llama31FromTestData) {
+  KVB_REQUIRE_TEST_DATA("tokenizers/llama3_1/tokenizer_config.json");
   int n = check_template("llama3_1");
   EXPECT_GE(n, 20);
 }

@@ -128,8 +128,8 @@ TEST(ArchitectureFeatures, WindowsAndSoftCapsAreReadAndMatter) {
 }
 
 TEST(Stories260K, Greedy200FromBosEqualsOracle) {
-  const std::string dir = test::shared_dir("models/stories260K-hf");
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  const std::string dir = test::test_data("models/stories260K-hf");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   auto model = Model::load_dir(dir);
   auto tok = tok::Tokenizer::from_dir(dir);
   GenerationRequest r;
@@ -144,8 +144,8 @@ TEST(Stories260K, Greedy200FromBosEqualsOracle) {
 
 TEST(Stories260K, RaggedFullCacheDecodeLengths) {
   // Every head grows by one token per step under `full`; bytes are accounted per page.
-  const std::string dir = test::shared_dir("models/stories260K-hf");
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  const std::string dir = test::test_data("models/stories260K-hf");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   auto model = Model::load_dir(dir);
   EngineOptions o;
   o.page_size = 16;

@@ -31,7 +31,7 @@ struct Stories {
   WeightStore ws;
 };
 Stories stories() {
-  const std::string dir = kvb::test::shared_dir(kStories);
+  const std::string dir = kvb::test::test_data(kStories);
   return {ModelConfig::from_dir(dir), WeightStore::from_safetensors_dir(dir)};
 }
 
@@ -41,7 +41,7 @@ std::string load_error(Stories s) {
 }
 
 TEST(ModelBinding, StoriesBindsEveryTensorOfItsFile) {
-  KVB_REQUIRE_SHARED(kStories);
+  KVB_REQUIRE_TEST_DATA(kStories);
   Stories s = stories();
   const size_t n = s.ws.tensors().size();
   ASSERT_EQ(n, 47u);  // embed + final norm + 5 × 9 per-layer tensors; tied, so no lm_head
@@ -49,7 +49,7 @@ TEST(ModelBinding, StoriesBindsEveryTensorOfItsFile) {
 }
 
 TEST(ModelBinding, UnboundTensorIsRefusedByName) {
-  KVB_REQUIRE_SHARED(kStories);
+  KVB_REQUIRE_TEST_DATA(kStories);
   struct Extra {
     std::string name;
     std::vector<int64_t> shape;
@@ -75,7 +75,7 @@ TEST(ModelBinding, UnboundTensorIsRefusedByName) {
 }
 
 TEST(ModelBinding, KnownIgnorableTensorsLoadAndChangeNothing) {
-  KVB_REQUIRE_SHARED(kStories);
+  KVB_REQUIRE_TEST_DATA(kStories);
   Stories plain = stories();
   const auto ref = Model::from_weights(std::move(plain.cfg), std::move(plain.ws), "stories");
   Stories s = stories();
@@ -97,7 +97,7 @@ TEST(ModelBinding, KnownIgnorableTensorsLoadAndChangeNothing) {
 }
 
 TEST(ModelBinding, UntiedLmHeadIsBoundAndAMissingOneNamed) {
-  KVB_REQUIRE_SHARED(kStories);
+  KVB_REQUIRE_TEST_DATA(kStories);
   Stories s = stories();
   s.cfg.tie_word_embeddings = false;
   EXPECT_TRUE(kvb::test::contains_all(load_error(std::move(s)), {"tensor 'lm_head.weight'", "missing"}));
@@ -115,7 +115,7 @@ TEST(ModelBinding, UntiedLmHeadIsBoundAndAMissingOneNamed) {
 // low one, 1 / ((1 − s) / factor + s) between). Dividing the plain frequencies by them must give
 // what transformers' llama3 rope computes from config.json.
 TEST(ModelBinding, GgufRopeFreqsGiveTheLlama3Frequencies) {
-  KVB_REQUIRE_SHARED(kStories);
+  KVB_REQUIRE_TEST_DATA(kStories);
   const double factor = 8, low = 1, high = 4, orig = 2048, theta = 10000;
   const int64_t D = 8;
   std::vector<float> divisors;
@@ -139,7 +139,7 @@ TEST(ModelBinding, GgufRopeFreqsGiveTheLlama3Frequencies) {
   s.ws.add_owned("rope_freqs.weight", {D / 2}, divisors, "m.gguf");
   const auto m = Model::from_weights(std::move(s.cfg), std::move(s.ws), "stories");
 
-  ModelConfig scaled = ModelConfig::from_dir(kvb::test::shared_dir(kStories));
+  ModelConfig scaled = ModelConfig::from_dir(kvb::test::test_data(kStories));
   scaled.rope_scaling.type = "llama3";
   scaled.rope_scaling.factor = factor;
   scaled.rope_scaling.low_freq_factor = low;

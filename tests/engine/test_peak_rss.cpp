@@ -67,8 +67,8 @@ std::string slurp(const std::string& path) {
 
 TEST(PeakRss, LaunchedFromALargeParentEqualsLaunchedFromAShell) {
   KVB_REQUIRE_BINARY();
-  KVB_REQUIRE_SHARED("models/stories260K-hf");
-  const std::string model = kvb::test::shared_dir("models/stories260K-hf");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf");
+  const std::string model = kvb::test::test_data("models/stories260K-hf");
   const std::vector<std::string> args = {KVB_BINARY,         "generate",         "--model", model,           "--prompt",
                                          "Once upon a time", "--max-new-tokens", "24",      "--temperature", "0"};
 

@@ -19,7 +19,7 @@ namespace kvb::fidelity {
 namespace {
 
 const std::string kFixtures = std::string(KVB_SOURCE_DIR) + "/tests/fixtures";
-const std::string kStories = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
+const std::string kStories = std::string(KVB_TEST_DATA_DIR) + "/models/stories260K-hf";
 
 using ::kvb::test::error_of;
 
@@ -132,7 +132,7 @@ std::string run(const std::string& args, int* rc) {
 
 TEST(FidelityCli, TableAndJsonOnStories260K) {
   KVB_REQUIRE_BINARY();
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   const std::string dir = testing::TempDir();
   {
     std::ofstream f(dir + "/prompts.txt");

@@ -730,8 +730,8 @@ TEST(JudgeCli, GradeJudgesStoresFailuresUngradedAndRetryFailedRegrades) {
 
 TEST(JudgeCli, RunJudgesWithOpenAIAndLocalJudges) {
   KVB_REQUIRE_BINARY();
-  const std::string model = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  const std::string model = std::string(KVB_TEST_DATA_DIR) + "/models/stories260K-hf";
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   FakeOpenAI srv;
   auto dir = temp_path("run");
   fs::create_directories(dir);

@@ -24,13 +24,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kModelSrc = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
-const std::string kGsm8k = std::string(KVB_SHARED_DIR) + "/datasets/gsm8k/test.jsonl";
+const std::string kModelSrc = std::string(KVB_TEST_DATA_DIR) + "/models/stories260K-hf";
+const std::string kGsm8k = std::string(KVB_TEST_DATA_DIR) + "/datasets/gsm8k/test.jsonl";
 
 #define REQUIRE_INPUTS()                                         \
   KVB_REQUIRE_BINARY();                                          \
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors"); \
-  KVB_REQUIRE_SHARED("datasets/gsm8k/test.jsonl")
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors"); \
+  KVB_REQUIRE_TEST_DATA("datasets/gsm8k/test.jsonl")
 
 /// A writable copy of stories260K-hf at d/model and of gsm8k/test.jsonl at d/data/gsm8k.
 void copy_inputs(const fs::path& d) {
@@ -258,7 +258,7 @@ TEST(InputIdentity, CacheableOnlyWhenUnchangedAndOlderThanTheRacyWindow) {
 }
 
 TEST(InputIdentity, ModelAndDatasetFilesAreHashedAndNonRegularFilesRefused) {
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   auto in = kvb::cli::model_inputs(kModelSrc);
   std::vector<std::string> names;
   for (const auto& f : in) {

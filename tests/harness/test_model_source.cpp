@@ -27,9 +27,8 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kShared = KVB_SHARED_DIR;
-const std::string kModel = kShared + "/models/stories260K-hf";
-const std::string kData = kShared + "/datasets";
+const std::string kModel = kvb::test::test_data("models/stories260K-hf");
+const std::string kData = kvb::test::test_data("datasets");
 
 fs::path tmp_dir(const std::string& name) { return kvb::test::temp_dir("model_source_" + name); }
 
@@ -75,7 +74,7 @@ fs::path model_copy(const std::string& name, const std::map<std::string, std::st
   return d;
 }
 
-#define REQUIRE_MODEL() KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors")
+#define REQUIRE_MODEL() KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors")
 
 }  // namespace
 
@@ -168,7 +167,7 @@ TEST(ModelSource, ChatTemplateFromJinjaFileAndByName) {
 TEST(RunCliGenerationConfig, DefaultsAppliedAndRecorded) {
   KVB_REQUIRE_BINARY();
   REQUIRE_MODEL();
-  KVB_REQUIRE_SHARED("datasets/gsm8k");
+  KVB_REQUIRE_TEST_DATA("datasets/gsm8k");
   fs::path d = model_copy("gencfg", {{"generation_config.json",
                                       R"({"bos_token_id": 1, "eos_token_id": [2], "do_sample": true,
                                           "temperature": 0.7, "top_p": 0.9, "top_k": 5})"}});

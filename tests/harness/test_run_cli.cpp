@@ -1,4 +1,4 @@
-// `kvbench run` end to end through the binary, on real data (../shared): the main job of the
+// `kvbench run` end to end through the binary, on real data (tests/data): the main job of the
 // harness issue (math suite on stories260K with full, snapkv, rkv and trimkv with random gates),
 // driven by a --config file with a command-line override; report renders the DB; a rerun
 // resumes with nothing to do; and a run killed with SIGKILL mid-grid resumes to exactly the
@@ -21,16 +21,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kShared = KVB_SHARED_DIR;
-const std::string kModel = kShared + "/models/stories260K-hf";
-const std::string kData = kShared + "/datasets";
+const std::string kModel = kvb::test::test_data("models/stories260K-hf");
+const std::string kData = kvb::test::test_data("datasets");
 
-/// The kvbench binary and ../shared's stories260K-hf and datasets (KVB_REQUIRE: skip, or fail
-/// under KVB_REQUIRE_ALL=1).
-#define REQUIRE_INPUTS()                                         \
-  KVB_REQUIRE_BINARY();                                          \
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors"); \
-  KVB_REQUIRE_SHARED("datasets/gsm8k")
+/// The kvbench binary (KVB_REQUIRE: skip, or fail under KVB_REQUIRE_ALL=1) and the shipped
+/// stories260K-hf and datasets (KVB_REQUIRE_TEST_DATA: fail when absent).
+#define REQUIRE_INPUTS()                                            \
+  KVB_REQUIRE_BINARY();                                             \
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors"); \
+  KVB_REQUIRE_TEST_DATA("datasets/gsm8k")
 
 fs::path tmp_dir(const std::string& name) { return kvb::test::temp_dir("run_cli_" + name); }
 

@@ -5,7 +5,7 @@
 // "internal error", a file created as a side effect, or an input changed: every file a case
 // gives (a results database beside a bad input above all) must be byte-for-byte unchanged
 // afterwards. Each case writes its inputs into a fresh temporary directory. Cases that need a
-// model take it from the stories260K model in ../shared (present in CI) or the GGUF fixtures.
+// model take it from the stories260K model in tests/data or the GGUF fixtures.
 #include <gtest/gtest.h>
 
 #include <sqlite3.h>
@@ -37,12 +37,12 @@ namespace {
 struct Case {
   std::string name;
   // Relative path -> content, or a generator: "@config" (stories260K's config.json), "@shared:REL"
-  // (a copy of ../shared/REL), "@st+:NAME" (stories260K's weights plus extra_tensors() NAME),
-  // "@tok:NAME" (a mutated stories260K tokenizer.json), "@gguf:NAME"
+  // (a copy of the test data's REL, tests/data), "@st+:NAME" (stories260K's weights plus
+  // extra_tensors() NAME), "@tok:NAME" (a mutated stories260K tokenizer.json), "@gguf:NAME"
   // (a mutated GGUF fixture), "@db:NAME" (a results database: see make_db). Every file must be
   // byte-for-byte unchanged after the command.
   std::map<std::string, std::string> files;
-  std::string args;            // kvbench arguments; $D = the case's directory, $S = ../shared
+  std::string args;            // kvbench arguments; $D = the case's directory, $S = the test data
   std::string expect;          // substring of the error line (names the file/field)
   std::string must_not_exist;  // a path under $D the command must not create
   std::string prefix;          // shell words before the command (env settings, ulimit)
@@ -1148,15 +1148,15 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
     fs::create_directories(p.parent_path());
     if (content == "@config" || content.rfind("@shared:", 0) == 0) {
       const std::string from = content == "@config" ? "models/stories260K-hf/config.json" : content.substr(8);
-      const fs::path src = fs::path(KVB_SHARED_DIR) / from;
-      ASSERT_TRUE(fs::exists(src)) << "the stories260K model is part of ../shared: " << src;
+      const fs::path src = fs::path(KVB_TEST_DATA_DIR) / from;
+      ASSERT_TRUE(fs::exists(src)) << "the stories260K model is part of tests/data (cmake unpacks it): " << src;
       fs::copy_file(src, p);
     } else if (content.rfind("@st+:", 0) == 0) {
-      const fs::path src = fs::path(KVB_SHARED_DIR) / "models/stories260K-hf/model.safetensors";
+      const fs::path src = fs::path(KVB_TEST_DATA_DIR) / "models/stories260K-hf/model.safetensors";
       ASSERT_TRUE(fs::exists(src)) << src;
       std::ofstream(p, std::ios::binary) << with_extra_tensors(src, content.substr(5));
     } else if (content.rfind("@tok:", 0) == 0) {
-      const fs::path src = fs::path(KVB_SHARED_DIR) / "models/stories260K-hf/tokenizer.json";
+      const fs::path src = fs::path(KVB_TEST_DATA_DIR) / "models/stories260K-hf/tokenizer.json";
       ASSERT_TRUE(fs::exists(src)) << src;
       nlohmann::json t = nlohmann::json::parse(std::ifstream(src));
       tokenizer_mutations().at(content.substr(5))(t);
@@ -1180,7 +1180,7 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
   for (const auto& [rel, content] : c.files) before[dir / rel] = slurp(dir / rel);
   std::string args = c.args;
   for (size_t at; (at = args.find("$D")) != std::string::npos;) args.replace(at, 2, dir.string());
-  for (size_t at; (at = args.find("$S")) != std::string::npos;) args.replace(at, 2, KVB_SHARED_DIR);
+  for (size_t at; (at = args.find("$S")) != std::string::npos;) args.replace(at, 2, KVB_TEST_DATA_DIR);
   const std::string out_file = (dir / "stderr.txt").string();  // stdout may hold a table; not checked
   // Under the sanitizer build LeakSanitizer would append its "Suppressions used" table (CLN's
   // static allocations) to stderr; the one-line contract is about kvbench's own output.
@@ -1294,7 +1294,7 @@ TEST_P(HostileVerdict, ExitZeroInTimeWithTheVerdict) {
   std::vector<std::string> args = {KVB_BINARY};
   for (std::string a : c.argv) {
     for (size_t at; (at = a.find("$D")) != std::string::npos;) a.replace(at, 2, dir.string());
-    for (size_t at; (at = a.find("$S")) != std::string::npos;) a.replace(at, 2, KVB_SHARED_DIR);
+    for (size_t at; (at = a.find("$S")) != std::string::npos;) a.replace(at, 2, KVB_TEST_DATA_DIR);
     args.push_back(a);
   }
   const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";

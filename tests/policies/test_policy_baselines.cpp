@@ -39,7 +39,7 @@ void run(const std::string& spec, int64_t budget, int steps, const std::function
   ASSERT_EQ(static_cast<int>(res[0].tokens.size()), steps);
 }
 
-#define REQUIRE_STORIES() KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors")
+#define REQUIRE_STORIES() KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors")
 
 TEST(Baselines, TovaKeepsOneSetPerLayer) {
   REQUIRE_STORIES();

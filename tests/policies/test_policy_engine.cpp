@@ -1,4 +1,4 @@
-// Every policy inside the real engine on stories260K (../shared/models/stories260K-hf), 200 decode
+// Every policy inside the real engine on stories260K (tests/data/models/stories260K-hf), 200 decode
 // steps each (issue 4, "Checks"): per (layer, kv_head) length ≤ budget + buffer after every step,
 // the K+V byte peak within the bound from the shapes, budget ≥ sequence length ⇒ tokens identical
 // to `full`, and the same seed ⇒ identical sampled output twice. The Registry* tests run every
@@ -71,7 +71,7 @@ GenerationRequest request(uint64_t seed, float temperature) {
 }
 
 TEST(PolicyEngine, LengthsStayWithinBudgetPlusBufferEveryStep) {
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   const auto& cfg = stories()->config();
   for (const auto& c : cases()) {
     SCOPED_TRACE(c.spec);
@@ -103,7 +103,7 @@ TEST(PolicyEngine, LengthsStayWithinBudgetPlusBufferEveryStep) {
 }
 
 TEST(PolicyEngine, SameSeedSameSampledOutput) {
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   for (const auto& c : cases()) {
     SCOPED_TRACE(c.spec);
     std::vector<std::vector<int32_t>> outs;
@@ -120,7 +120,7 @@ TEST(PolicyEngine, SameSeedSameSampledOutput) {
 // cache's token count bounded by layers × kv_heads × (budget + buffer + 1) when it takes a budget,
 // and repeats its sampled output for the same seed.
 TEST(PolicyEngine, RegistryEveryPolicyRunsEvictsAsDeclaredAndRepeatsItsSamples) {
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   int ran = 0;
   for (const auto& info : policy_registry()) {
     if (info.tests.needs_trace) continue;
@@ -162,7 +162,7 @@ TEST(PolicyEngine, RegistryEveryPolicyRunsEvictsAsDeclaredAndRepeatsItsSamples) 
 // docs/fidelity.md) and every parameter variant of cases() (ratio and admission policies, budget
 // 0 there, have no token budget).
 TEST(PolicyEngine, BudgetAboveSequenceLengthGivesFullCacheTokens) {
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   Engine full(stories(), {}, nullptr);
   const auto ref = full.generate({request(0, 0.0f)}, nullptr)[0].tokens;
   std::vector<PolicySpec> specs;

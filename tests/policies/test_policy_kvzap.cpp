@@ -88,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, KVzapGoldens, test::golden_models(), test::
 // tiny-llama3's scorer (hidden size 64, 2 kv heads) on stories260K (hidden size 64, 4 kv heads):
 // the output layer does not fit, and the error names the file and the tensor.
 TEST(KVzap, ACheckpointThatDoesNotFitTheModelIsRefused) {
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   const std::string dir = test::fixture("policies/kvzap_mlp_tiny-llama3");
   Engine e(test::stories_model(), {}, make_policy(PolicySpec::parse("kvzap:scorer=" + dir, 0)));
   EXPECT_TRUE(test::contains_all(test::input_error_of([&] {

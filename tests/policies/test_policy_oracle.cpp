@@ -24,7 +24,7 @@ namespace kvb {
 namespace {
 
 const std::string kFixtures = std::string(KVB_SOURCE_DIR) + "/tests/fixtures";
-const std::string kStories = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
+const std::string kStories = std::string(KVB_TEST_DATA_DIR) + "/models/stories260K-hf";
 
 const nlohmann::json& goldens() {
   static nlohmann::json j = nlohmann::json::parse(read_file(kFixtures + "/policies/oracle_goldens.json"));
@@ -130,7 +130,7 @@ double continuation_nll(const std::vector<float>& logits, const std::vector<int3
 }
 
 TEST(OracleStories, FollowsFullCacheAtLeastAsWellAsSnapKV) {
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   std::shared_ptr<const Model> model = Model::load_dir(kStories);
   auto tk = tok::Tokenizer::from_dir(kStories);
   const int V = static_cast<int>(model->config().vocab_size);

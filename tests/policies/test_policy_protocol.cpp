@@ -26,9 +26,9 @@
 namespace kvb {
 namespace {
 
-const std::string kStories = std::string(KVB_SHARED_DIR) + "/models/stories260K-hf";
+const std::string kStories = std::string(KVB_TEST_DATA_DIR) + "/models/stories260K-hf";
 
-#define REQUIRE_STORIES() KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors")
+#define REQUIRE_STORIES() KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors")
 
 std::shared_ptr<const Model> stories() {
   static std::shared_ptr<const Model> m = Model::load_dir(kStories);

@@ -240,7 +240,7 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(QuestEngine, SelectsAtDecodeIndependentOfPrefillChunk) {
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   const auto p = prompt_tokens(150);
   const std::vector<int32_t> forced = forced_tokens(60);
   GenerationResult rf, r1, r2, rd;
@@ -271,7 +271,7 @@ TEST(QuestEngine, SelectsAtDecodeIndependentOfPrefillChunk) {
 }
 
 TEST(QuestEngine, BytesReadPerDecodeStep) {
-  KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   const auto& cfg = stories()->config();
   const int64_t layers = cfg.num_layers, hkv = cfg.num_kv_heads, row = 2 * cfg.head_dim * sizeof(float);
   const auto p = prompt_tokens(40);

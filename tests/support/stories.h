@@ -1,6 +1,6 @@
-// Test helper: ../shared/models/stories260K-hf, the real tiny Llama (with tokenizer and a greedy
-// oracle) that engine-level tests run on: its directory, the KVB_REQUIRE for it, the model loaded
-// once per test binary, and a fixture that requires and loads it.
+// Test helper: stories260K-hf (tests/data/models/stories260K-hf), the real tiny Llama (with
+// tokenizer and a greedy oracle) that engine-level tests run on: its directory, the check that it
+// is there, the model loaded once per test binary, and a fixture that checks and loads it.
 #pragma once
 
 #include <memory>
@@ -13,11 +13,12 @@
 
 namespace kvb::test {
 
-/// ../shared/models/stories260K-hf.
-inline const std::string kStoriesDir = shared_dir("models/stories260K-hf");
+/// <build>/test-data/models/stories260K-hf (a copy of tests/data/models/stories260K-hf).
+inline const std::string kStoriesDir = test_data("models/stories260K-hf");
 
-/// KVB_REQUIRE for stories260K-hf (use before stories_model()).
-#define KVB_REQUIRE_STORIES() KVB_REQUIRE_SHARED("models/stories260K-hf/model.safetensors")
+/// Asserts that stories260K-hf is there (use before stories_model()); it ships with the
+/// repository, so its absence fails the test (KVB_REQUIRE_TEST_DATA).
+#define KVB_REQUIRE_STORIES() KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors")
 
 /// stories260K-hf loaded once per test binary (f32 weights). Throws kvb::Error when it is absent:
 /// callers check KVB_REQUIRE_STORIES first.
@@ -26,7 +27,7 @@ inline std::shared_ptr<Model> stories_model() {
   return m;
 }
 
-/// A fixture whose tests need stories260K-hf: SetUp requires it and sets model_. A derived
+/// A fixture whose tests need stories260K-hf: SetUp checks it and sets model_. A derived
 /// SetUp calls StoriesTest::SetUp() first and returns when IsSkipped() || HasFatalFailure().
 class StoriesTest : public ::testing::Test {
  protected:

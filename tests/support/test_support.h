@@ -1,8 +1,9 @@
 // Helpers every test folder shares (header-only; tests/CMakeLists.txt puts tests/ on each test's
-// include path): fixture and ../shared paths, running the kvbench binary or any command with its
-// output captured, the message of an expected kvb::Error, and KVB_REQUIRE — the one way a test
-// says it needs something outside the repository (../shared, a built binary, the default model,
-// an optional tool).
+// include path): fixture and test-data paths, running the kvbench binary or any command with its
+// output captured, the message of an expected kvb::Error, KVB_REQUIRE_TEST_DATA for the real
+// models, tokenizers and datasets that ship in tests/data, and KVB_REQUIRE — the one way a test
+// says it needs something outside the repository (a built binary, the default model, an optional
+// tool).
 //
 // KVB_REQUIRE skips the test with its reason on a developer's machine; when the environment
 // variable KVB_REQUIRE_ALL is 1 (.ci/run sets it) a missing prerequisite FAILS the test instead,
@@ -29,10 +30,14 @@
 
 namespace kvb::test {
 
-/// A path under the source tree, tests/fixtures and ../shared (KVB_SHARED_DIR) respectively.
+/// A path under the source tree and tests/fixtures respectively.
 inline std::string source_path(const std::string& rel) { return std::string(KVB_SOURCE_DIR) + "/" + rel; }
 inline std::string fixture(const std::string& rel) { return source_path("tests/fixtures/" + rel); }
-inline std::string shared_dir(const std::string& rel) { return std::string(KVB_SHARED_DIR) + "/" + rel; }
+/// A path under the test data: tests/data as configuring unpacks it into the build tree
+/// (KVB_TEST_DATA_DIR = <build>/test-data; tests/data/README.md lists what is there): e.g.
+/// test_data("models/stories260K-hf"), test_data("tokenizers/qwen3/tokenizer.json"),
+/// test_data("datasets") (a data directory laid out as `kvbench run --data-dir` expects).
+inline std::string test_data(const std::string& rel) { return std::string(KVB_TEST_DATA_DIR) + "/" + rel; }
 
 /// Where tools/fetch_default_model.sh puts the default model (SmolLM2-135M-Instruct Q4_1):
 /// ${XDG_CACHE_HOME:-$HOME/.cache}/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -162,8 +167,12 @@ inline bool path_exists(const std::string& p) {
 /// KVB_REQUIRE for a file or directory.
 #define KVB_REQUIRE_PATH(path, how) KVB_REQUIRE(::kvb::test::path_exists(path), (path) << " absent (" << how << ")")
 
-/// KVB_REQUIRE for something under ../shared (models, datasets, tokenizers).
-#define KVB_REQUIRE_SHARED(rel) KVB_REQUIRE_PATH(::kvb::test::shared_dir(rel), "../shared is not checked out")
+/// Asserts that test_data(rel) exists. The test data ships with the repository, so a missing file
+/// is a broken build tree, never a reason to skip: the test fails (re-running cmake unpacks it).
+#define KVB_REQUIRE_TEST_DATA(rel)                                                                   \
+  ASSERT_TRUE(::kvb::test::path_exists(::kvb::test::test_data(rel)))                                 \
+      << ::kvb::test::test_data(rel) << " absent: configuring the build (cmake) unpacks tests/data " \
+      << "there"
 
 /// KVB_REQUIRE for the kvbench binary of this build.
 #define KVB_REQUIRE_BINARY() KVB_REQUIRE_PATH(std::string(KVB_BINARY), "build the kvbench target first")

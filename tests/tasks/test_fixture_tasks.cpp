@@ -324,12 +324,11 @@ TEST(TaskRegistry, EveryTaskIsMadeByNameRegistersItsDataAndIsDocumented) {
 
 // Every benchmark family (TaskInfo::benchmark) has at least one task that loads from a fixture
 // (tests/fixtures/datasets/, laid out as a data mirror) or, for the benchmarks whose real files
-// are in ../shared/datasets, from those; every task that loads gives examples that carry what the
+// ship in tests/data/datasets, from those; every task that loads gives examples that carry what the
 // harness needs to generate and grade them. A new family without a fixture fails here.
-TEST(TaskRegistry, EveryFamilyLoadsFromAFixtureOrTheSharedData) {
-  const std::string shared = std::string(KVB_SHARED_DIR) + "/datasets";
-  const bool have_shared = std::filesystem::exists(shared);
-  datasets::DataLocator loc({fixtures(), shared});
+TEST(TaskRegistry, EveryFamilyLoadsFromAFixtureOrTheTestData) {
+  KVB_REQUIRE_TEST_DATA("datasets");
+  datasets::DataLocator loc({fixtures(), kvb::test::test_data("datasets")});
   TaskContext ctx;
   ctx.locate = [&loc](const std::string& k) { return loc.locate(k); };
   ctx.limit = 2;
@@ -358,11 +357,7 @@ TEST(TaskRegistry, EveryFamilyLoadsFromAFixtureOrTheSharedData) {
   std::string all;
   for (const auto& [family, why] : family_missing)
     if (!loaded_families.count(family)) all += family + ": " + why + "\n";
-  if (have_shared) {
-    EXPECT_TRUE(all.empty()) << "benchmark families without a fixture:\n" << all;
-  } else {
-    KVB_REQUIRE(all.empty(), "../shared/datasets is absent; families not loaded:\n" << all);
-  }
+  EXPECT_TRUE(all.empty()) << "benchmark families without a fixture:\n" << all;
   EXPECT_GT(loaded_families.size(), 5u);
 }
 

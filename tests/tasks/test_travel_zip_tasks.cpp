@@ -91,10 +91,10 @@ TEST(TravelPlanning, GithubLayoutPromptsReferencesAndSplit) {
 }
 
 TEST(TravelPlanning, DemonstrationOfTheRealIclExamples) {
-  // The offline mirror's ICL file (fixture copy when ../shared is absent): every example's search
-  // must reproduce its ground_truth_plan, and the text must equal the Python rendering.
-  std::string p = std::string(KVB_SHARED_DIR) + "/datasets/longproc/travel_planning/travel_planning_icl_examples.json";
-  if (!fs::exists(p)) p = kFix + "/longproc/travel_planning/travel_planning_icl_examples.json";
+  // The real ICL file (the LongProc data in tests/data): every example's search must reproduce its
+  // ground_truth_plan, and the text must equal the Python rendering.
+  const std::string p = kvb::test::test_data("datasets/longproc/travel_planning/travel_planning_icl_examples.json");
+  KVB_REQUIRE_TEST_DATA("datasets/longproc/travel_planning/travel_planning_icl_examples.json");
   auto icl = read_json(p);
   ASSERT_EQ(icl.size(), 4u);
   EXPECT_EQ(travel_demonstration(icl, p), gold()["demonstration"].get<std::string>());

@@ -21,7 +21,7 @@
 namespace {
 
 using nlohmann::json;
-const std::string kShared = KVB_SHARED_DIR;
+const std::string kData = KVB_TEST_DATA_DIR;  // tests/data, unpacked
 const std::string kFix = std::string(KVB_SOURCE_DIR) + "/tests/fixtures/tokenizer/";
 
 std::string shell_quote(const std::string& s) {
@@ -51,7 +51,7 @@ class TokenizeCli : public ::testing::Test {
  protected:
   void SetUp() override {
     KVB_REQUIRE_BINARY();
-    KVB_REQUIRE_SHARED("tokenizers/qwen3/tokenizer.json");
+    KVB_REQUIRE_TEST_DATA("tokenizers/qwen3/tokenizer.json");
   }
 };
 
@@ -66,7 +66,7 @@ TEST_F(TokenizeCli, TextIdsMatchGoldens) {
   for (int32_t id : row["ids"].get<std::vector<int32_t>>()) want.push_back(id);
   int st = -1;
   const std::string out = run(
-      std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/llama3_1 --text " + shell_quote(text), &st);
+      std::string(KVB_BINARY) + " tokenize --model " + kData + "/tokenizers/llama3_1 --text " + shell_quote(text), &st);
   ASSERT_EQ(st, 0) << out;
   EXPECT_EQ(ids_line(out), want) << out;
   EXPECT_EQ(out.find("BEGIN PROMPT"), std::string::npos);
@@ -80,7 +80,7 @@ TEST_F(TokenizeCli, ChatPromptAndIdsMatchTransformers) {
        {std::pair<std::string, std::string>{"qwen3", ""}, {"qwen3_no_thinking", " --no-thinking"}}) {
     const json& want = meta["chat"][key];
     int st = -1;
-    const std::string out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared +
+    const std::string out = run(std::string(KVB_BINARY) + " tokenize --model " + kData +
                                     "/tokenizers/qwen3 --chat --messages " + kFix + "messages.json" + flag,
                                 &st);
     ASSERT_EQ(st, 0) << out;
@@ -100,18 +100,18 @@ TEST_F(TokenizeCli, ErrorsAreReported) {
   std::string out = run(std::string(KVB_BINARY) + " tokenize --model /nonexistent-kvb --text hi", &st);
   EXPECT_EQ(st, 2) << out;
   EXPECT_NE(out.find("tokenizer.json"), std::string::npos) << out;
-  out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/qwen3", &st);
+  out = run(std::string(KVB_BINARY) + " tokenize --model " + kData + "/tokenizers/qwen3", &st);
   EXPECT_NE(st, 0) << out;
 }
 
 TEST_F(TokenizeCli, EmptyTextGivesTheSpecialTokensAlone) {
   int st = -1;
-  std::string out = run(std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/llama3_1 --text ''", &st);
+  std::string out = run(std::string(KVB_BINARY) + " tokenize --model " + kData + "/tokenizers/llama3_1 --text ''", &st);
   ASSERT_EQ(st, 0) << out;
   EXPECT_EQ(ids_line(out), std::vector<int32_t>({128000})) << out;  // BOS alone, as tokenizers' encode("")
   EXPECT_NE(out.find("===== TOKENS (1) =====\n0\t128000\t\"<|begin_of_text|>\""), std::string::npos) << out;
-  out = run(
-      std::string(KVB_BINARY) + " tokenize --model " + kShared + "/tokenizers/llama3_1 --text '' --no-add-special", &st);
+  out = run(std::string(KVB_BINARY) + " tokenize --model " + kData + "/tokenizers/llama3_1 --text '' --no-add-special",
+            &st);
   ASSERT_EQ(st, 0) << out;
   EXPECT_NE(out.find("===== TOKENS (0) =====\nids: []"), std::string::npos) << out;
 }
@@ -122,12 +122,12 @@ TEST_F(TokenizeCli, ChatTemplateJinjaFileAndNamedTemplates) {
   const auto dir = std::filesystem::temp_directory_path() / ("kvb_tok_jinja_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  json cfg = kvb::parse_json_file(kShared + "/tokenizers/qwen3/tokenizer_config.json");
+  json cfg = kvb::parse_json_file(kData + "/tokenizers/qwen3/tokenizer_config.json");
   const std::string source = cfg["chat_template"].get<std::string>();
   cfg.erase("chat_template");
   std::ofstream(dir / "tokenizer_config.json") << cfg.dump();
   std::ofstream(dir / "chat_template.jinja") << source;
-  std::filesystem::copy_file(kShared + "/tokenizers/qwen3/tokenizer.json", dir / "tokenizer.json");
+  std::filesystem::copy_file(kData + "/tokenizers/qwen3/tokenizer.json", dir / "tokenizer.json");
   const json want = kvb::parse_json_file(kFix + "meta.json")["chat"]["qwen3"];
   int st = -1;
   const std::string base =

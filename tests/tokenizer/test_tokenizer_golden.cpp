@@ -1,6 +1,6 @@
 // Golden parity of kvb::tok::Tokenizer with PyPI `tokenizers` (goldens made by
 // tools/gen_tokenizer_goldens.py): for every string of tests/fixtures/tokenizer/texts.jsonl and
-// each tokenizer (qwen3, llama3_1, llama2 from ../shared/tokenizers, stories260K), encode equals
+// each tokenizer (qwen3, llama3_1, llama2 from tests/data/tokenizers, stories260K), encode equals
 // the reference ids exactly, decode equals the reference decode (with and without special
 // tokens), and StreamDecoder's pieces concatenate to decode and are each valid UTF-8.
 #include <fstream>
@@ -18,7 +18,6 @@
 namespace {
 
 using nlohmann::json;
-const std::string kShared = KVB_SHARED_DIR;
 const std::string kFix = std::string(KVB_SOURCE_DIR) + "/tests/fixtures/tokenizer/";
 
 std::vector<json> read_jsonl(const std::string& path) {
@@ -38,8 +37,9 @@ TEST_P(GoldenTest, EncodeDecodeStreamMatchReference) {
   const std::string name = GetParam();
   const json meta = kvb::parse_json_file(kFix + "meta.json");
   const json& info = meta["tokenizers"][name];
-  const std::string path = kShared + "/" + info["source"].get<std::string>().substr(std::string("../shared/").size());
-  KVB_REQUIRE_PATH(path, "../shared is not checked out");
+  const std::string rel = info["source"].get<std::string>();  // under the test data
+  const std::string path = kvb::test::test_data(rel);
+  KVB_REQUIRE_TEST_DATA(rel);
   const kvb::tok::Tokenizer tok = kvb::tok::Tokenizer::from_file(path);
   const auto texts = read_jsonl(kFix + "texts.jsonl");
   const auto rows = read_jsonl(kFix + name + ".jsonl");
@@ -104,9 +104,9 @@ TEST_P(GoldenTest, VocabularyFactsMatchReference) {
   const std::string name = GetParam();
   const json meta = kvb::parse_json_file(kFix + "meta.json");
   const json& info = meta["tokenizers"][name];
-  const std::string rel = info["source"].get<std::string>().substr(std::string("../shared/").size());
-  const std::string path = kShared + "/" + rel;
-  KVB_REQUIRE_PATH(path, "../shared is not checked out");
+  const std::string rel = info["source"].get<std::string>();  // under the test data
+  const std::string path = kvb::test::test_data(rel);
+  KVB_REQUIRE_TEST_DATA(rel);
   const std::string dir = path.substr(0, path.rfind('/'));
   const kvb::tok::Tokenizer tok = kvb::tok::Tokenizer::from_dir(dir);
   EXPECT_EQ(tok.vocab_size(), info["vocab_size"].get<size_t>());

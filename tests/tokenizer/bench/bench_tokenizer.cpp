@@ -2,8 +2,9 @@
 //
 //   bench_tokenizer [TOKENIZER_JSON] [SECONDS]
 //
-// Defaults to ../shared/tokenizers/qwen3/tokenizer.json and 3 seconds. The corpus is the
-// GSM8K test questions plus the LongProc HTML pages of ../shared/datasets, concatenated into
+// Defaults to the test data's tokenizers/qwen3/tokenizer.json (tests/data, unpacked into
+// <build>/test-data) and 3 seconds. The corpus is the GSM8K test questions plus the LongProc HTML
+// pages of the test data's datasets, concatenated into
 // documents of ~8 KB. Prints characters (code points) and bytes encoded per second; the issue's
 // target for Qwen3 is >= 1M characters/s. The BPE word cache is warm after the first pass,
 // which is how a long benchmark run behaves too.
@@ -17,8 +18,8 @@
 #include "engine/util/io.h"
 
 int main(int argc, char** argv) {
-  const std::string shared = KVB_SHARED_DIR;
-  const std::string path = argc > 1 ? argv[1] : shared + "/tokenizers/qwen3/tokenizer.json";
+  const std::string data = KVB_TEST_DATA_DIR;
+  const std::string path = argc > 1 ? argv[1] : data + "/tokenizers/qwen3/tokenizer.json";
   const double seconds = argc > 2 ? std::stod(argv[2]) : 3.0;
   try {
     const auto tok = kvb::tok::Tokenizer::from_file(path);
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
         cur.clear();
       }
     };
-    for (const std::string& line : {kvb::read_file(shared + "/datasets/gsm8k/test.jsonl")}) {
+    for (const std::string& line : {kvb::read_file(data + "/datasets/gsm8k/test.jsonl")}) {
       size_t pos = 0;
       while (pos < line.size()) {
         size_t nl = line.find('\n', pos);
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
       }
     }
     std::vector<std::filesystem::path> pages;
-    for (const auto& e : std::filesystem::directory_iterator(shared + "/datasets/longproc/html_to_tsv/webpage"))
+    for (const auto& e : std::filesystem::directory_iterator(data + "/datasets/longproc/html_to_tsv/webpage"))
       pages.push_back(e.path());
     std::sort(pages.begin(), pages.end());
     for (size_t i = 0; i < pages.size() && i < 40; ++i) add(kvb::read_file(pages[i].string()));
