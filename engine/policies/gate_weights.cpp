@@ -1,5 +1,7 @@
 #include "engine/policies/gate_weights.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -79,16 +81,18 @@ bool parse_hub_spec(const std::string& spec, HubSpec* out) {
 
 /// True when the file starts with a pickle PROTO opcode (0x80): what legacy torch.save writes.
 bool starts_with_pickle(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char b = 0;
-  return in.get(b) && static_cast<unsigned char>(b) == 0x80;
+  const int fd = open_input(path, InputKind::kCheckpoint, nullptr);  // a regular file, not a FIFO
+  unsigned char b = 0;
+  const bool pickle = ::read(fd, &b, 1) == 1 && b == 0x80;
+  ::close(fd);
+  return pickle;
 }
 
 void read_safetensors(GateWeights& w, const std::string& path, const GateSource& source) {
   // Streams: the header, then only the kept tensors (a model shard may hold gigabytes).
-  std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) fail_at(path, "", "cannot read: {}", ec.message());
+  // A regular file (not a FIFO or device); streamed, so weights of any size are read in part.
+  uint64_t size = 0;
+  ::close(open_input(path, InputKind::kWeights, &size));
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_at(path, "", "cannot open");
   if (size < 8) fail_at(path, "header", "file too short for safetensors ({} bytes)", size);
