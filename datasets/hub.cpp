@@ -47,14 +47,26 @@ std::string strip(std::string s) {
 }
 
 bool is_commit(const std::string& rev) {
-  return rev.size() == 40 && std::all_of(rev.begin(), rev.end(), [](char c) {
-           return std::isxdigit(static_cast<unsigned char>(c)) && !std::isupper(static_cast<unsigned char>(c));
-         });
+  return rev.size() == 40 &&
+         std::all_of(rev.begin(), rev.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-bool is_hex(const std::string& s, size_t n) {
+// `v` for an error line: at most 64 bytes, bytes outside printable ASCII (and the quote and
+// backslash) as \xNN, the length added when cut.
+std::string shown(std::string_view v) {
+  std::string out;
+  for (size_t i = 0; i < v.size() && i < 64; ++i) {
+    const unsigned char c = static_cast<unsigned char>(v[i]);
+    if (c < 0x20 || c >= 0x7f || c == '\'' || c == '\\') out += fmt::format("\\x{:02x}", c);
+    else out += static_cast<char>(c);
+  }
+  if (v.size() > 64) out += fmt::format("... ({} bytes)", v.size());
+  return out;
+}
+
+bool lower_hex(std::string_view s, size_t n) {
   return s.size() == n &&
-         std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // "scheme://host[:port]" of a URL.
@@ -82,11 +94,8 @@ void write_atomic(const fs::path& path, const std::string& content) {
   fs::rename(tmp, path);
 }
 
-std::string read_small(const fs::path& p) {
-  std::ifstream i(p, std::ios::binary);
-  std::string s((std::istreambuf_iterator<char>(i)), std::istreambuf_iterator<char>());
-  return s;
-}
+// A token file or a cache ref: a regular file of at most 64 KiB (engine/util/io.h).
+std::string read_small(const fs::path& p) { return read_file(p.string(), InputKind::kSmall); }
 
 // An exclusive advisory lock on a file, released on destruction.
 class FileLock {
@@ -118,8 +127,11 @@ std::string human_status(long s) {
   }
 }
 
-// The Hub client's retry rule (as huggingface_hub): any transport failure, 429 or 5xx.
-bool retryable(const net::Response& r) { return !r.transport_ok() || r.status == 429 || r.status >= 500; }
+// The Hub client's retry rule (as huggingface_hub): any transport failure but a malformed reply
+// (the server would send it again), 429 or 5xx.
+bool retryable(const net::Response& r) {
+  return (!r.transport_ok() && !net::malformed_reply(r)) || r.status == 429 || r.status >= 500;
+}
 
 }  // namespace
 
@@ -168,15 +180,132 @@ HubConfig HubConfig::from_env() {
   return c;
 }
 
-struct HubClient::Meta {
-  bool ok = false;
-  long status = 0;
-  std::string error;         // why it failed (no token inside)
-  bool input_error = false;  // 401/403/404: the user's fault
-  bool entry_missing = false;
-  std::string commit, etag, location;
-  uint64_t size = 0;
-};
+std::string checked_commit(std::string_view value, const std::string& url, const std::string& header) {
+  if (!lower_hex(value, 40))
+    throw Error(fmt::format("{}: {}: '{}': not a commit id (40 lowercase hex digits); a broken or hostile "
+                            "mirror? nothing was written",
+                            url, header, shown(value)),
+                ErrorKind::kRuntime);
+  return std::string(value);
+}
+
+std::string normalize_etag(std::string_view value, const std::string& url, const std::string& header) {
+  std::string_view v = value;
+  if (v.substr(0, 2) == "W/") v.remove_prefix(2);
+  std::string e;
+  for (char c : v)
+    if (c != '"') e += c;
+  if (!lower_hex(e, 40) && !lower_hex(e, 64))
+    throw Error(fmt::format("{}: {}: '{}': not a content hash (40 or 64 lowercase hex digits); a broken or "
+                            "hostile mirror? nothing was written",
+                            url, header, shown(value)),
+                ErrorKind::kRuntime);
+  return e;
+}
+
+namespace {
+// A size header: 1 to 18 decimal digits (below 10^18 bytes); throws naming the header otherwise.
+uint64_t checked_size(std::string_view value, const std::string& url, const std::string& header) {
+  if (value.empty() || value.size() > 18 ||
+      !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    throw Error(fmt::format("{}: {}: '{}': not a byte count", url, header, shown(value)), ErrorKind::kRuntime);
+  return std::strtoull(std::string(value).c_str(), nullptr, 10);
+}
+
+// The reason a "/"-separated name is refused as a path below the cache, or "".
+std::string bad_relative_path(const std::string& v) {
+  if (v.empty()) return "is empty";
+  if (v.size() > 1024) return "is longer than 1024 bytes";
+  if (v[0] == '/') return "is an absolute path";
+  for (unsigned char c : v)
+    if (c < 0x20 || c == 0x7f || c == '\\') return "holds a control character or a backslash";
+  size_t at = 0;
+  while (at <= v.size()) {
+    size_t e = v.find('/', at);
+    if (e == std::string::npos) e = v.size();
+    const std::string part = v.substr(at, e - at);
+    if (part.empty()) return "has an empty path component";
+    if (part == "." || part == "..") return "has a '" + part + "' path component";
+    at = e + 1;
+  }
+  return "";
+}
+}  // namespace
+
+void check_hub_names(const std::string& repo_id, const std::string& revision, const std::string& path,
+                     const std::string& what) {
+  const size_t slash = repo_id.find('/');
+  auto part_ok = [](const std::string& p) {
+    return !p.empty() && p.size() <= 96 && p != "." && p != ".." && std::all_of(p.begin(), p.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+    });
+  };
+  const bool repo_ok = slash == std::string::npos
+                           ? part_ok(repo_id)
+                           : repo_id.find('/', slash + 1) == std::string::npos && part_ok(repo_id.substr(0, slash)) &&
+                                 part_ok(repo_id.substr(slash + 1));
+  if (!repo_ok)
+    fail("{}: repository id '{}': expected org/name of letters, digits, '-', '_' and '.'", what, shown(repo_id));
+  if (std::string why = bad_relative_path(revision); !why.empty())
+    fail("{}: revision '{}' {}", what, shown(revision), why);
+  if (std::string why = bad_relative_path(path); !why.empty()) fail("{}: path '{}' {}", what, shown(path), why);
+}
+
+FileMetadata parse_file_metadata(long status, const std::map<std::string, std::string>& headers, const std::string& url,
+                                 const std::string& location) {
+  FileMetadata m;
+  m.status = status;
+  m.location = location;
+  auto hv = [&](const char* k) {
+    auto it = headers.find(k);
+    return it == headers.end() ? std::string() : it->second;
+  };
+  const std::string code = hv("x-error-code");
+  const std::string code_shown = shown(code);
+  if (status == 401 || status == 403) {
+    m.input_error = true;
+    m.error = fmt::format(
+        "{}: {}{}: gated or private repository, or a bad token: set HF_TOKEN (and accept the "
+        "repository's terms on the Hub)",
+        url, human_status(status), code.empty() ? "" : " " + code_shown);
+    return m;
+  }
+  if (status == 404) {
+    m.input_error = true;
+    const std::string commit = hv("x-repo-commit");
+    if (!commit.empty()) m.commit = checked_commit(commit, url, "X-Repo-Commit");
+    m.entry_missing = !m.commit.empty() || code == "EntryNotFound";
+    m.error =
+        fmt::format("{}: 404 {}", url, code.empty() ? (m.entry_missing ? "EntryNotFound" : "not found") : code_shown);
+    return m;
+  }
+  if (status >= 400) {
+    m.error = fmt::format("{}: HTTP {}", url, human_status(status));
+    return m;
+  }
+  const std::string commit = hv("x-repo-commit");
+  std::string etag_header = "X-Linked-Etag";
+  std::string etag = hv("x-linked-etag");
+  if (etag.empty()) {
+    etag = hv("etag");
+    etag_header = "ETag";
+  }
+  if (commit.empty() || etag.empty()) {
+    m.error = fmt::format("{}: the server sent no X-Repo-Commit or ETag (not a Hub endpoint?)", url);
+    return m;
+  }
+  m.commit = checked_commit(commit, url, "X-Repo-Commit");
+  m.etag = normalize_etag(etag, url, etag_header);
+  std::string size_header = "X-Linked-Size";
+  std::string size = hv("x-linked-size");
+  if (size.empty() && location.empty()) {
+    size = hv("content-length");
+    size_header = "Content-Length";
+  }
+  m.size = size.empty() ? 0 : checked_size(size, url, size_header);
+  m.ok = true;
+  return m;
+}
 
 HubClient::HubClient(HubConfig cfg) : cfg_(std::move(cfg)) {
   while (!cfg_.endpoint.empty() && cfg_.endpoint.back() == '/') cfg_.endpoint.pop_back();
@@ -199,8 +328,8 @@ net::Backoff HubClient::backoff() const {
   return b;
 }
 
-HubClient::Meta HubClient::head(const std::string& first_url) {
-  Meta m;
+FileMetadata HubClient::head(const std::string& first_url) {
+  std::string location;
   std::string url = first_url;
   net::Response r;
   net::with_retries(
@@ -224,7 +353,7 @@ HubClient::Meta HubClient::head(const std::string& first_url) {
               url = origin(url) + loc;
               continue;
             }
-            m.location = loc;  // absolute: the CDN; download from there later
+            location = loc;  // absolute: the CDN; download from there later
           }
           break;
         }
@@ -234,47 +363,12 @@ HubClient::Meta HubClient::head(const std::string& first_url) {
       [&](int n, double delay_s, const std::string& why) {
         log_(fmt::format("hub: {}; retry {} in {} ms", why, n + 1, std::lround(delay_s * 1000)));
       });
-  m.status = r.status;
   if (!r.transport_ok()) {
+    FileMetadata m;
     m.error = fmt::format("{}: network error: {}", url, r.error);
     return m;
   }
-  auto hv = [&](const char* k) { return r.header(k); };
-  std::string code = hv("x-error-code");
-  if (r.status == 401 || r.status == 403) {
-    m.input_error = true;
-    m.error = fmt::format(
-        "{}: {}{}: gated or private repository, or a bad token: set HF_TOKEN (and accept the "
-        "repository's terms on the Hub)",
-        url, human_status(r.status), code.empty() ? "" : " " + code);
-    return m;
-  }
-  if (r.status == 404) {
-    m.input_error = true;
-    m.commit = hv("x-repo-commit");
-    m.entry_missing = !m.commit.empty() || code == "EntryNotFound";
-    m.error = fmt::format("{}: 404 {}", url, code.empty() ? (m.entry_missing ? "EntryNotFound" : "not found") : code);
-    return m;
-  }
-  if (r.status >= 400) {
-    m.error = fmt::format("{}: HTTP {}", url, human_status(r.status));
-    return m;
-  }
-  m.commit = hv("x-repo-commit");
-  std::string etag = hv("x-linked-etag");
-  if (etag.empty()) etag = hv("etag");
-  if (etag.rfind("W/", 0) == 0) etag = etag.substr(2);
-  etag.erase(std::remove(etag.begin(), etag.end(), '"'), etag.end());
-  m.etag = etag;
-  std::string size = hv("x-linked-size");
-  if (size.empty() && m.location.empty()) size = hv("content-length");
-  m.size = size.empty() ? 0 : std::strtoull(size.c_str(), nullptr, 10);
-  if (m.commit.empty() || m.etag.empty()) {
-    m.error = fmt::format("{}: the server sent no X-Repo-Commit or ETag (not a Hub endpoint?)", url);
-    return m;
-  }
-  m.ok = true;
-  return m;
+  return parse_file_metadata(r.status, r.headers, url, location);
 }
 
 void HubClient::get_to_file(const std::string& url, const std::string& part, uint64_t expected, bool send_auth) {
@@ -362,6 +456,7 @@ std::string HubClient::cached_path(const HubFile& f, const std::string& folder, 
     fs::path ref = fs::path(folder) / "refs" / f.revision;
     if (!fs::exists(ref)) return "";
     commit = strip(read_small(ref));
+    if (!is_commit(commit)) return "";  // a damaged ref: not a usable cached copy
   }
   if (commit_out) *commit_out = commit;
   fs::path p = fs::path(folder) / "snapshots" / commit / f.path;
@@ -377,6 +472,7 @@ std::string HubClient::download(const HubFile& f) {
 }
 
 std::string HubClient::download_impl(const HubFile& f) {
+  check_hub_names(f.repo_id, f.revision, f.path, std::string(type_prefix(f.type)) + shown(f.repo_id));
   if (f.repo_id.find('/') == std::string::npos && f.type != RepoType::kModel)
     fail("{}: expected a repository id of the form org/name", f.repo_id);
   std::string folder = repo_folder(f.type, f.repo_id);
@@ -391,7 +487,7 @@ std::string HubClient::download_impl(const HubFile& f) {
     if (!p.empty()) return p;
     fail("{}: not in the cache {} and HF_HUB_OFFLINE is set (download it once online)", what, cfg_.cache_dir);
   }
-  Meta m = head(url);
+  FileMetadata m = head(url);
   if (!m.ok) {
     if (m.entry_missing) {
       if (!m.commit.empty()) {
@@ -429,10 +525,8 @@ std::string HubClient::download_impl(const HubFile& f) {
       std::string part = blob.string() + ".incomplete";
       std::string dl = m.location.empty() ? url : m.location;
       get_to_file(dl, part, m.size, origin(dl) == origin(cfg_.endpoint));
-      std::string got;
-      if (is_hex(m.etag, 64)) got = sha256_file(part);
-      else if (is_hex(m.etag, 40)) got = git_blob_sha1_file(part);
-      if (!got.empty() && got != m.etag) {
+      const std::string got = m.etag.size() == 64 ? sha256_file(part) : git_blob_sha1_file(part);
+      if (got != m.etag) {
         fs::remove(part);
         throw Error(fmt::format("{}: content hash {} does not match the ETag {}", what, got, m.etag),
                     ErrorKind::kRuntime);
@@ -500,6 +594,7 @@ std::string HubClient::resolve_model(const std::string& spec) {
     rev = spec.substr(at + 1);
   }
   if (repo.empty() || rev.empty()) fail("--model '{}': expected org/name[@revision] or a local directory", spec);
+  check_hub_names(repo, rev, "config.json", "--model " + shown(spec));
   std::string folder = repo_folder(RepoType::kModel, repo);
   auto wanted = [](const std::string& name) {
     static const char* exact[] = {"config.json",           "generation_config.json",  "tokenizer.json",
@@ -514,6 +609,7 @@ std::string HubClient::resolve_model(const std::string& spec) {
       fs::path ref = fs::path(folder) / "refs" / rev;
       if (!fs::exists(ref)) fail("--model {}: not in the cache {} and HF_HUB_OFFLINE is set", spec, cfg_.cache_dir);
       commit = strip(read_small(ref));
+      if (!is_commit(commit)) fail("--model {}: {}: not a commit id; delete the damaged ref", spec, ref.string());
     }
     fs::path snap = fs::path(folder) / "snapshots" / commit;
     if (!fs::exists(snap / "config.json"))
@@ -529,7 +625,7 @@ std::string HubClient::resolve_model(const std::string& spec) {
   }
   if (!info.contains("sha") || !info["sha"].is_string() || !info.contains("siblings"))
     throw Error(fmt::format("{}: model info lacks sha/siblings", repo), ErrorKind::kRuntime);
-  std::string commit = info["sha"].get<std::string>();
+  const std::string commit = checked_commit(info["sha"].get<std::string>(), cfg_.endpoint + "/api/models/" + repo, "sha");
   std::string last;
   for (const auto& s : info["siblings"]) {
     std::string name = s.value("rfilename", "");

@@ -13,7 +13,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "net/http.h"
@@ -30,6 +32,49 @@ struct HubFile {
   std::string revision = "main";
   std::string path;  ///< path inside the repo, "/"-separated
 };
+
+/// What the HEAD of a resolve URL says about a file. Every server-supplied name in it is
+/// validated (parse_file_metadata): `commit` is 40 lowercase hex digits, `etag` a content hash
+/// (40 or 64 lowercase hex digits), so either can be a cache path component.
+struct FileMetadata {
+  bool ok = false;           ///< commit, etag (and maybe size) are set
+  long status = 0;           ///< HTTP status of the last response
+  std::string error;         ///< why it failed (one line, no token inside)
+  bool input_error = false;  ///< 401/403/404: the user's fault
+  bool entry_missing = false;
+  std::string commit;    ///< X-Repo-Commit
+  std::string etag;      ///< X-Linked-Etag, else ETag, normalised (no W/, no quotes)
+  std::string location;  ///< an absolute redirect (the CDN URL), "" if none
+  uint64_t size = 0;     ///< X-Linked-Size, else Content-Length when not redirected (0: unknown)
+};
+
+/// Reads the metadata of a HEAD response (`status`, lower-case `headers` as net::Response
+/// holds them) of `url`; `location` is an absolute redirect already taken from it ("" if none).
+/// HTTP failures (401/403/404/other >= 400) are returned with ok = false and `error` set.
+/// A server-supplied value that is not what the Hub sends throws kvb::Error (ErrorKind::kRuntime,
+/// exit 1) naming `url` and the header, before anything is written: X-Repo-Commit not 40
+/// lowercase hex digits, an ETag that is not a content hash after normalize_etag, a size that is
+/// not a decimal number below 2^63. Never uses a value as a path.
+FileMetadata parse_file_metadata(long status, const std::map<std::string, std::string>& headers, const std::string& url,
+                                 const std::string& location);
+
+/// `value` (the header `header` of `url`'s response) when it is a commit id: exactly 40
+/// lowercase hex digits. Throws kvb::Error (kRuntime) "<url>: <header>: '<value>': not a
+/// 40-hex-digit commit id ..." otherwise (the value quoted with \xNN escapes, at most 64 bytes).
+std::string checked_commit(std::string_view value, const std::string& url, const std::string& header);
+
+/// A server's ETag as a content hash, as huggingface_hub normalises it: a leading "W/" and the
+/// double quotes removed; the rest must be 40 (git blob sha1) or 64 (sha256) lowercase hex
+/// digits. Throws kvb::Error (kRuntime) naming `url` and `header` otherwise.
+std::string normalize_etag(std::string_view value, const std::string& url, const std::string& header);
+
+/// Checks the names a user or a task gives the client before any is joined to the cache path:
+/// `repo_id` is "name" or "org/name" with [A-Za-z0-9._-] parts other than "." and "..";
+/// `revision` and `path` are "/"-separated parts, none empty, "." or "..", with no control
+/// character or backslash, at most 1024 bytes (`path` may not start with "/"). Throws kvb::Error
+/// (ErrorKind::kInput, exit 2) "<what>: <field> '<value>': <why>".
+void check_hub_names(const std::string& repo_id, const std::string& revision, const std::string& path,
+                     const std::string& what);
 
 /// Client settings; from_env() reads the variables huggingface_hub reads.
 struct HubConfig {
@@ -90,10 +135,9 @@ class HubClient {
   int requests() const { return requests_; }
 
  private:
-  struct Meta;
   net::Backoff backoff() const;  ///< cfg_.max_retries retries, retry_base_ms doubling
   std::string download_impl(const HubFile& f);
-  Meta head(const std::string& url);
+  FileMetadata head(const std::string& url);
   void get_to_file(const std::string& url, const std::string& part_path, uint64_t expected_size, bool send_auth);
   std::string api_get(const std::string& url);
   std::string cached_path(const HubFile& f, const std::string& folder, std::string* commit_out) const;

@@ -97,7 +97,10 @@ class ArrayElementSax : public nlohmann::json_sax<json> {
     if (!std::isfinite(v)) fail("{}: element {}: number out of range: {}", path_, index_, text);
     return scalar(json(v));
   }
-  bool string(string_t& v) override { return scalar(json(std::move(v))); }
+  bool string(string_t& v) override {
+    count(v.size());
+    return scalar(json(std::move(v)));
+  }
   bool binary(binary_t& v) override { return scalar(json::binary(std::move(v))); }
 
   bool start_object(std::size_t) override { return open(json::object()); }
@@ -110,6 +113,7 @@ class ArrayElementSax : public nlohmann::json_sax<json> {
     return open(json::array());
   }
   bool key(string_t& k) override {
+    count(k.size());
     key_ = std::move(k);
     return true;
   }
@@ -126,8 +130,17 @@ class ArrayElementSax : public nlohmann::json_sax<json> {
   }
 
  private:
+  // Adds `bytes` (+ 16 per value) to the size of the element being built; an element larger
+  // than the data-record cap (engine/util/io.h) is refused before it grows further.
+  void count(size_t bytes) {
+    elem_bytes_ += bytes + 16;
+    if (elem_bytes_ > input_cap(InputKind::kDataRecord))
+      fail("{}: element {}: larger than the {} limit for data records", path_, index_,
+           cap_text(input_cap(InputKind::kDataRecord)));
+  }
   // Inserts `v` into the value under construction; returns a pointer to the stored value.
   json* insert(json&& v) {
+    count(0);
     if (stack_.empty()) {
       current_ = std::move(v);
       return &current_;
@@ -165,6 +178,7 @@ class ArrayElementSax : public nlohmann::json_sax<json> {
     RecordPos pos{path_, index_++, 0};
     if (deliver(fn_, std::move(current_), pos, bad_)) ++delivered_;
     current_ = json();
+    elem_bytes_ = 0;
   }
 
   const std::string& path_;
@@ -176,6 +190,7 @@ class ArrayElementSax : public nlohmann::json_sax<json> {
   size_t depth_ = 0;
   size_t index_ = 0;
   size_t delivered_ = 0;
+  uint64_t elem_bytes_ = 0;
   bool top_is_array_ = false;
 };
 
@@ -214,25 +229,60 @@ struct JsonlLines {
   }
 };
 
+// A data file as a stream (engine/util/io.h open_input_stream: a regular file of at most the
+// data-file cap); a read past the cap is reported naming the file.
+struct DataStream {
+  bool over = false;
+  std::unique_ptr<std::FILE, FileCloser> f;
+  explicit DataStream(const std::string& path) : f(open_input_stream(path, InputKind::kDataFile, &over)) {}
+  void check(const std::string& path) const {
+    if (over)
+      fail("{}: grew past the {} limit for data files while being read", path, cap_text(input_cap(InputKind::kDataFile)));
+    if (std::ferror(f.get())) throw Error(fmt::format("{}: read error", path), ErrorKind::kRuntime);
+  }
+};
+
 template <typename json, typename Fn>
 size_t read_jsonl_t(const std::string& path, const Fn& fn, BadRecords& bad) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
+  DataStream in(path);
+  std::setvbuf(in.f.get(), nullptr, _IOFBF, 1 << 20);
   JsonlLines<json, Fn> lines{path, fn, bad};
+  const uint64_t cap = input_cap(InputKind::kDataRecord);
   std::string line;
-  while (std::getline(in, line)) lines.line(line);
-  if (in.bad()) throw Error(fmt::format("{}: read error", path), ErrorKind::kRuntime);
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, in.f.get())) > 0) {
+    for (size_t at = 0; at < n;) {
+      const char* nl = static_cast<const char*>(std::memchr(buf + at, '\n', n - at));
+      const size_t end = nl ? static_cast<size_t>(nl - buf) : n;
+      line.append(buf + at, end - at);
+      if (line.size() > cap)
+        fail("{}: line {}: longer than the {} limit for data records", path, lines.lineno + 1, cap_text(cap));
+      if (nl) {
+        lines.line(line);
+        line.clear();
+      }
+      at = end + (nl ? 1 : 0);
+    }
+  }
+  in.check(path);
+  if (!line.empty()) lines.line(line);
   if (lines.index == 0) fail("{}: no records (the file is empty)", path);
   return lines.ok;
 }
 
 template <typename json, typename Fn>
 size_t stream_json_array_t(const std::string& path, const Fn& fn, BadRecords& bad) {
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
-  std::setvbuf(f.get(), nullptr, _IOFBF, 1 << 20);
+  DataStream in(path);
+  std::setvbuf(in.f.get(), nullptr, _IOFBF, 1 << 20);
   ArrayElementSax<json, Fn> sax(path, fn, bad);
-  json::sax_parse(f.get(), &sax, nlohmann::detail::input_format_t::json, /*strict=*/true);
+  try {
+    json::sax_parse(in.f.get(), &sax, nlohmann::detail::input_format_t::json, /*strict=*/true);
+  } catch (const Error&) {
+    in.check(path);  // a parse error at the cap is the cap's
+    throw;
+  }
+  in.check(path);
   if (!sax.top_is_array()) fail("{}: expected a JSON array at the top level", path);
   if (sax.elements() == 0) fail("{}: no records (an empty JSON array)", path);
   return sax.delivered();
@@ -240,8 +290,8 @@ size_t stream_json_array_t(const std::string& path, const Fn& fn, BadRecords& ba
 
 template <typename json, typename Fn>
 size_t read_records_t(const std::string& path, const Fn& fn, BadRecords& bad) {
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
+  DataStream in(path);
+  auto& f = in.f;
   int c;
   int skipped_bom = 0;
   while ((c = std::fgetc(f.get())) != EOF) {
@@ -419,11 +469,6 @@ json parse_yaml(const std::string& text, const std::string& name) {
   return yaml_to_json(root, budget, 0);
 }
 
-json load_yaml_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_yaml(text, path);
-}
+json load_yaml_file(const std::string& path) { return parse_yaml(read_file(path, InputKind::kYaml), path); }
 
 }  // namespace kvb::datasets

@@ -18,6 +18,7 @@
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 #include "engine/util/memory.h"
 #include "harness/bench_memory.h"
 #include "harness/cli_checks.h"
@@ -146,6 +147,8 @@ BenchMemoryPlan size_batch(const ModelConfig& c, size_t host_weight_bytes, Bench
 
 void run_bench(BenchArgs a) {
   if (a.model.empty() == a.shape.empty()) fail("bench: give exactly one of --model DIR or --model-shape NAME");
+  // The output policy (engine/util/io.h): never the model (its folder's files) nor a device.
+  if (!a.json.empty()) check_output_path(a.json, "--json", {a.model});
   std::vector<BenchArgs> runs;  // parsed before the weights load: a bad --case fails at once
   for (const std::string& text : a.cases) runs.push_back(parse_case(text, a));
   if (runs.empty()) runs.push_back(a);
@@ -173,11 +176,7 @@ void run_bench(BenchArgs a) {
       size_batch(c, wb, r, pj);
       out["plans"].push_back(pj);
     }
-    if (!a.json.empty()) {
-      std::ofstream f(a.json);
-      f << out.dump(2) << "\n";
-      if (!f) fail("--json: {}: cannot write", a.json);
-    }
+    if (!a.json.empty()) write_output_file(a.json, out.dump(2) + "\n");
     return;
   }
   std::shared_ptr<Model> model;
@@ -196,9 +195,8 @@ void run_bench(BenchArgs a) {
   for (const BenchArgs& r : runs) {
     run_case(model, id, r, out);
     if (a.json.empty()) continue;
-    std::ofstream f(a.json);  // rewritten after every case: a run cut short keeps what it measured
-    f << out.dump(2) << "\n";
-    if (!f) fail("--json: {}: cannot write", a.json);
+    // Rewritten (temp file + rename) after every case: a run cut short keeps what it measured.
+    write_output_file(a.json, out.dump(2) + "\n");
   }
 }
 

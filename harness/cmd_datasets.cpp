@@ -6,6 +6,8 @@
 //           Hub-hosted files go into the Hugging Face cache (huggingface_hub layout) and are
 //           linked into --data-dir when one is given
 //   verify  sha256 of every registered file found in the data dirs; exit code 1 on a mismatch
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +21,7 @@
 #include "datasets/registry.h"
 #include "engine/util/error.h"
 #include "engine/util/hash.h"
+#include "engine/util/io.h"
 #include "tasks/task.h"
 #include "harness/commands.h"
 
@@ -39,9 +42,13 @@ std::vector<std::string> all_dirs(const DatasetsArgs& a) {
   return d;
 }
 
+// The first data dir holding `key` (anything by that name: verify then refuses what is not a
+// regular file, naming it; a symlink loop is found too, as lstat does not follow it).
 std::string find_local(const std::vector<std::string>& dirs, const std::string& key) {
-  for (const auto& d : dirs)
-    if (fs::exists(fs::path(d) / key)) return (fs::path(d) / key).string();
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(fs::path(d) / key, ec))) return (fs::path(d) / key).string();
+  }
   return "";
 }
 
@@ -101,10 +108,12 @@ void run_fetch(const DatasetsArgs& a) {
     if (s->host == "github") {
       if (dir.empty()) fail("datasets fetch: {} is hosted on GitHub; give --data-dir DIR to store it", s->key);
       fs::path dest = fs::path(dir) / s->key;
+      // (sha256_file refuses a FIFO or device by name: engine/util/io.h open_input.)
       if (fs::exists(dest) && (s->sha256.empty() || sha256_file(dest.string()) == s->sha256)) {
         std::printf("ok    %s (already present)\n", dest.c_str());
         continue;
       }
+      check_replaceable(dest.string(), "datasets fetch");  // the output policy: a regular file or a new name
       hub.download_url(datasets::source_url(*s, hub.config().endpoint), dest.string(), s->sha256, s->size);
       if (s->sha256.empty()) {
         std::printf("got   %s (unverified: %s; sha256 %s)\n", dest.c_str(), s->note.c_str(),
@@ -123,7 +132,12 @@ void run_fetch(const DatasetsArgs& a) {
     if (!dir.empty()) {
       fs::path dest = fs::path(dir) / s->key;
       fs::create_directories(dest.parent_path());
-      if (!fs::exists(dest)) fs::create_symlink(fs::canonical(cached), dest);
+      std::error_code ec;
+      if (!fs::exists(fs::symlink_status(dest, ec))) {
+        fs::create_symlink(fs::canonical(cached), dest);
+      } else if (!fs::is_symlink(fs::symlink_status(dest, ec))) {
+        check_replaceable(dest.string(), "datasets fetch");  // kept as it is, unless a device or FIFO
+      }
       std::printf("got   %s -> %s\n", dest.c_str(), cached.c_str());
     } else {
       std::printf("got   %s\n", cached.c_str());
@@ -147,11 +161,21 @@ int run_verify(const DatasetsArgs& a) {
     std::string p = find_local(dirs, s.key);
     if (p.empty()) continue;
     for (size_t i : wanted_by) ++found[i];
+    // A regular file within the data cap (a FIFO, device or symlink loop is named and refused);
+    // a registered size that differs is a mismatch without reading the file.
+    uint64_t size = 0;
+    ::close(open_input(p, InputKind::kDataFile, &size));
+    if (s.size && size != s.size) {
+      std::printf("BAD   %s: %llu bytes, expected %llu\n", p.c_str(), static_cast<unsigned long long>(size),
+                  static_cast<unsigned long long>(s.size));
+      ++bad;
+      continue;
+    }
     std::string got = sha256_file(p);
     if (s.sha256.empty()) {
       std::printf("?     %s sha256 %s (no registered hash)\n", p.c_str(), got.c_str());
       ++unknown;
-    } else if (got == s.sha256 && (s.size == 0 || fs::file_size(p) == s.size)) {
+    } else if (got == s.sha256) {
       std::printf("ok    %s\n", p.c_str());
       ++ok;
     } else {

@@ -42,11 +42,11 @@ std::vector<std::vector<int32_t>> load_prompts(const FidelityArgs& a, const Load
     out.push_back(build_prompt(m, text, a.chat && m.chat, "", std::nullopt));
   };
   if (!a.text_file.empty()) {
-    const std::string text = read_file(a.text_file);
+    const std::string text = read_file(a.text_file, InputKind::kPrompts);
     if (text.empty()) fail("--text {}: empty file (no prompt to measure)", a.text_file);
     add_text(text);
   } else if (!a.prompts_file.empty()) {
-    const std::string body = read_file(a.prompts_file);
+    const std::string body = read_file(a.prompts_file, InputKind::kPrompts);
     const bool jsonl = a.prompts_file.size() > 6 && a.prompts_file.substr(a.prompts_file.size() - 6) == ".jsonl";
     size_t start = 0, line_no = 0;
     while (start < body.size()) {
@@ -106,7 +106,7 @@ void run_fidelity(const FidelityArgs& a) {
     if (same_file(parent.empty() ? "." : parent.string(), a.model) && file_exists(a.json_out))
       fail("--json {}: is a file of the model directory {}; name another file", a.json_out, a.model);
     for (const auto& d : a.data_dirs) inputs.push_back(d);
-    check_output_not_input(a.json_out, "--json", inputs);
+    check_output_path(a.json_out, "--json", inputs);
   }
   LoadedModel m = load_model(a.model, WeightFormat::kF32, a.chat_template);
   const auto prompts = load_prompts(a, m);

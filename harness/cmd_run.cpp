@@ -8,6 +8,7 @@
 // run_main reads as its steps: resolve the suite, budgets, policies and models; expand the
 // grid; open the run; generate model by model, engine by engine, batch by batch. Request
 // building is harness/requests.h, the grid pieces shared with `kvbench grade` harness/run_grid.h.
+#include <filesystem>
 #include <unistd.h>
 
 #include <atomic>
@@ -417,6 +418,17 @@ void run_main(RunArgs a) {
   const results::Shard shard = results::resolve_shard(a.shard, [](const char* k) { return std::getenv(k); });
   std::unique_ptr<graders::Judge> judge = make_judge(a.judge);  // null without --judge
   const results::RunInfo info = run_info(a, suite, lt, model_specs, policies, budgets, data_dirs, rg);
+  // The output policy (engine/util/io.h): the database is none of the files read (config, suite,
+  // a model file) and a regular file or a new name (the store refuses "", :memory: and URIs).
+  if (!a.db.empty() && a.db.rfind("file:", 0) != 0 && a.db != ":memory:") {
+    std::vector<std::string> inputs = {a.config};
+    std::error_code ec;
+    for (const auto& m : model_specs)
+      if (std::filesystem::exists(m, ec)) inputs.push_back(m);  // a local model, not a Hub id
+    if (file_exists(a.suite)) inputs.push_back(a.suite);        // a suite file, not a built-in name
+    check_output_not_input(a.db, "--db", inputs);
+    check_replaceable(a.db, "--db");
+  }
   results::Store store(a.db);
   const int64_t run_id = store.begin_run(info, shard);  // refuses a run whose input files changed
   store.put_file_hashes(cacheable_file_hashes());

@@ -69,7 +69,7 @@ void run_tokenize(const TokenizeArgs& a) {
   if (chat) {
     nlohmann::json messages;
     if (!a.messages.empty()) {
-      messages = parse_json_file(a.messages);
+      messages = parse_json_file(a.messages, InputKind::kMessages);
       if (messages.is_object() && messages.contains("messages")) messages = messages["messages"];
       if (!messages.is_array()) fail_at(a.messages, "", "must be a JSON array of {{\"role\", \"content\"}} objects");
     } else {

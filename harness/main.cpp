@@ -2,12 +2,14 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <new>
 #include <string>
 
@@ -137,6 +139,15 @@ int main(int argc, char** argv) {
   } catch (const kvb::Error& e) {
     std::fprintf(stderr, "kvbench: error: %s\n", one_line(e.what()).c_str());
     return e.exit_code();
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path met by a std::filesystem call outside the loaders' checks (a symlink loop, a
+    // permission): one line naming it, never "internal error". Input-like errors exit 2.
+    const int ev = e.code().value();
+    const bool input = ev == ELOOP || ev == ENOENT || ev == ENOTDIR || ev == ENAMETOOLONG || ev == EACCES ||
+                       ev == EISDIR || ev == EEXIST;
+    std::fprintf(stderr, "kvbench: error: %s: %s\n", e.path1().empty() ? "file system" : e.path1().c_str(),
+                 e.code().message().c_str());
+    return input ? 2 : 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "kvbench: error: out of memory\n");
     return 1;

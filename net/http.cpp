@@ -93,18 +93,7 @@ struct Transfer {
 };
 
 size_t header_cb(char* buf, size_t size, size_t n, void* ud) {
-  auto* t = static_cast<Transfer*>(ud);
-  std::string line(buf, size * n);
-  if (line.rfind("HTTP/", 0) == 0) {
-    t->resp->headers.clear();  // a new response (after a redirect or 100-continue)
-    return size * n;
-  }
-  const size_t colon = line.find(':');
-  if (colon != std::string::npos) {
-    std::string k = line.substr(0, colon);
-    std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    t->resp->headers[k] = trim(line.substr(colon + 1));
-  }
+  add_header_line(std::string_view(buf, size * n), static_cast<Transfer*>(ud)->resp->headers);
   return size * n;
 }
 
@@ -126,6 +115,18 @@ int progress_cb(void* ud, curl_off_t total, curl_off_t now, curl_off_t, curl_off
 }
 
 }  // namespace
+
+void add_header_line(std::string_view line, std::map<std::string, std::string>& headers) {
+  if (line.substr(0, 5) == "HTTP/") {
+    headers.clear();  // a new response (after a redirect or 100-continue)
+    return;
+  }
+  const size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return;
+  std::string k(line.substr(0, colon));
+  std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  headers[k] = trim(std::string(line.substr(colon + 1)));
+}
 
 std::string Response::header(const std::string& lower_name) const {
   auto it = headers.find(lower_name);
@@ -193,6 +194,8 @@ bool transient(const Response& r) {
   }
   return r.status == 408 || r.status == 429 || r.status >= 500;
 }
+
+bool malformed_reply(const Response& r) { return r.curl_code == CURLE_WEIRD_SERVER_REPLY; }
 
 double parse_retry_after(std::string_view value, int64_t now_unix) {
   std::string v(value);

@@ -48,6 +48,13 @@ struct Response {
   std::string header(const std::string& lower_name) const;
 };
 
+/// Adds one raw response header line ("Name: value\r\n", as received) to `headers`: the name
+/// lower-cased, the value with surrounding blanks trimmed; a status line ("HTTP/...") clears
+/// `headers` (a new response after a redirect or 100-continue); a line without ':' is ignored.
+/// Bytes are kept as sent (a value may hold any byte but CR/LF at its ends): callers validate
+/// what they use (datasets/hub.cpp's parse_file_metadata).
+void add_header_line(std::string_view line, std::map<std::string, std::string>& headers);
+
 /// Performs `r` on this thread's reusable libcurl handle (connections are kept alive between
 /// calls). Only http:// and https:// URLs are followed (any other scheme is a transport error).
 /// Never throws for network or HTTP errors: they are in the Response.
@@ -56,6 +63,11 @@ Response perform(const Request& r);
 /// Whether a failed exchange is worth retrying: a connection, resolution, send/receive, partial
 /// transfer or timeout failure, or HTTP 408, 429 or 5xx.
 bool transient(const Response& r);
+
+/// Whether the transfer failed because the server's reply is not valid HTTP (curl's
+/// CURLE_WEIRD_SERVER_REPLY: e.g. a NUL byte in a header): the same server will answer the same
+/// way, so such a failure is never retried.
+bool malformed_reply(const Response& r);
 
 /// Parses a Retry-After header value (RFC 9110 §10.2.3): delay in seconds (non-negative
 /// integer or decimal), or an HTTP-date relative to `now_unix`. Returns a negative number when

@@ -269,7 +269,7 @@ class LongProcTask : public BasicTask {
             for (const char* k : {"task_topic", "task_description", "filtering_instruction", "tsv_header"})
               f[k] = str_field(r, k, pos);
             std::string html = str_field(r, "html_path", pos);
-            f["html_str"] = read_file((fs::path(dir) / html).string());
+            f["html_str"] = read_file((fs::path(dir) / html).string(), InputKind::kDataRecord);
             ref = str_field(r, "gt", pos);
             ex.meta["task_id"] = str_field(r, "task_id", pos);
             ex.meta["tsv_header"] = f["tsv_header"];

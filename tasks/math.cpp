@@ -30,7 +30,7 @@ MathPrompt MathPrompt::from_option(const std::string& value) {
   } else if (value.rfind("file:", 0) == 0) {
     p.kind = Kind::kUserTemplate;
     std::string path = value.substr(5);
-    p.user_template = read_file(path);
+    p.user_template = read_file(path, InputKind::kChatTemplate);
     if (p.user_template.find("{question}") == std::string::npos)
       fail("{}: math prompt template has no {{question}} placeholder", path);
   } else {

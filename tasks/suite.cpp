@@ -151,7 +151,7 @@ Suite load_suite(const std::string& name_or_path) {
   const std::string& n = name_or_path;
   bool is_path = n.find('/') != std::string::npos || (n.size() > 5 && n.substr(n.size() - 5) == ".yaml") ||
                  (n.size() > 4 && n.substr(n.size() - 4) == ".yml");
-  if (is_path) return parse_suite(read_file(n), n);
+  if (is_path) return parse_suite(read_file(n, InputKind::kYaml), n);
   return parse_suite(builtin_suite_text(n), "builtin:" + n);
 }
 

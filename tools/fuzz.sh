@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 SECS="${1:-60}"
 shift || true
 ALL=(fuzz_json fuzz_yaml fuzz_safetensors fuzz_torch_checkpoint fuzz_gguf fuzz_config fuzz_tokenizer fuzz_jinja
-     fuzz_math_answer fuzz_records fuzz_results_db fuzz_judge_reply fuzz_suite_config)
+     fuzz_math_answer fuzz_records fuzz_results_db fuzz_judge_reply fuzz_suite_config fuzz_hub_headers)
 TARGETS=("${@:-${ALL[@]}}")
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 2; }
 if [ ! -f build-fuzz/build.ninja ]; then
@@ -79,6 +79,15 @@ PY
       printf '%s' '{"error":{"message":"bad key","type":"invalid_request_error"}}' > "$d/err"
       printf '%s' '{"choices":[]}' > "$d/empty"
       printf '%s' 'Wed, 21 Oct 2015 07:28:00 GMT' > "$d/date" ;;
+    fuzz_hub_headers)  # byte 0: status (bits 0-2 mod 5: 200 302 401 404 500) and redirect flag (8); header lines
+      printf '\0HTTP/1.1 200 OK\r\nX-Repo-Commit: %s\r\nETag: "%s"\r\nContent-Length: 15\r\n' \
+        5555555555555555555555555555555555555555 0123456789abcdef0123456789abcdef01234567 > "$d/plain"
+      printf '\11HTTP/1.1 302 Found\r\nX-Repo-Commit: %s\r\nX-Linked-Etag: "%s"\r\nX-Linked-Size: 300000\r\n' \
+        5555555555555555555555555555555555555555 \
+        0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef > "$d/lfs"
+      printf '\3HTTP/1.1 404 Not Found\r\nX-Repo-Commit: %s\r\nX-Error-Code: EntryNotFound\r\n' \
+        5555555555555555555555555555555555555555 > "$d/missing"
+      printf '\0X-Repo-Commit: ../../x\r\nETag: W/"../../outside/pwned"\r\n' > "$d/hostile" ;;
   esac
   [ -d "fuzz/regressions/$t" ] && find "fuzz/regressions/$t" -type f | cp_all "$d"
   [ -n "$(ls -A "$d")" ] || [ "$t" = fuzz_results_db ] || printf '{}' > "$d/empty"

@@ -157,10 +157,10 @@ ChatTemplate ChatTemplate::from_model_dir(const std::string& dir, const std::str
   if (file_exists(jinja)) {
     // transformers >= 4.50: the default template in chat_template.jinja, named ones in
     // additional_chat_templates/NAME.jinja; these replace any template in tokenizer_config.json.
-    if (want == "default") return ChatTemplate(read_file(jinja), jinja, bos, eos);
+    if (want == "default") return ChatTemplate(read_file(jinja, InputKind::kChatTemplate), jinja, bos, eos);
     const std::string extra = dir + "/additional_chat_templates/" + want + ".jinja";
     if (want.find('/') == std::string::npos && file_exists(extra))
-      return ChatTemplate(read_file(extra), extra, bos, eos);
+      return ChatTemplate(read_file(extra, InputKind::kChatTemplate), extra, bos, eos);
     std::string names;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir + "/additional_chat_templates", ec))

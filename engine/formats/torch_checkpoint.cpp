@@ -1,5 +1,7 @@
 #include "engine/formats/torch_checkpoint.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -10,6 +12,7 @@
 
 #include "engine/formats/zip_archive.h"
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 
 namespace kvb {
 
@@ -502,9 +505,8 @@ bool looks_like_zip(const std::string& path) {
 }
 
 TorchCheckpoint read_torch_checkpoint(const std::string& path) {
-  std::ifstream probe(path, std::ios::binary);
-  if (!probe) fail_at(path, "", "cannot open the checkpoint");
-  probe.close();
+  // A regular file within the checkpoint cap (a FIFO or device is refused, never waited on).
+  ::close(open_input(path, InputKind::kCheckpoint, nullptr));
   if (!looks_like_zip(path))
     fail_at(path, "",
             "not a ZIP archive: only torch.save's ZIP format (torch >= 1.6) is read; re-save the "

@@ -1,5 +1,7 @@
 #include "engine/policies/gate_weights.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -82,18 +84,19 @@ bool starts_with_pickle(const std::string& path) {
   // A pickle starts with PROTO (0x80). So does a safetensors file whose 8-byte little-endian
   // header length has 0x80 as its low byte (a 640-byte header: KVzap's released layout), but its
   // JSON header then opens with '{' at byte 8, where a legacy torch.save stream holds its magic.
-  std::ifstream in(path, std::ios::binary);
-  char b[9] = {};
-  in.read(b, 9);
-  if (in.gcount() < 1 || static_cast<unsigned char>(b[0]) != 0x80) return false;
-  return !(in.gcount() == 9 && b[8] == '{');
+  const int fd = open_input(path, InputKind::kCheckpoint, nullptr);  // a regular file, not a FIFO
+  unsigned char b[9] = {};
+  const ssize_t got = ::read(fd, b, 9);
+  ::close(fd);
+  if (got < 1 || b[0] != 0x80) return false;
+  return !(got == 9 && b[8] == '{');
 }
 
 void read_safetensors(GateWeights& w, const std::string& path, const GateSource& source) {
   // Streams: the header, then only the kept tensors (a model shard may hold gigabytes).
-  std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) fail_at(path, "", "cannot read: {}", ec.message());
+  // A regular file (not a FIFO or device); streamed, so weights of any size are read in part.
+  uint64_t size = 0;
+  ::close(open_input(path, InputKind::kWeights, &size));
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_at(path, "", "cannot open");
   if (size < 8) fail_at(path, "header", "file too short for safetensors ({} bytes)", size);

@@ -735,7 +735,9 @@ Tokenizer Tokenizer::from_json(const json& tj, const std::string& origin, const 
   return tok;
 }
 
-Tokenizer Tokenizer::from_file(const std::string& path) { return from_json(parse_json_file(path), path); }
+Tokenizer Tokenizer::from_file(const std::string& path) {
+  return from_json(parse_json_file(path, InputKind::kTokenizer), path);
+}
 
 Tokenizer Tokenizer::from_dir(const std::string& dir) {
   const std::string tj = dir + "/tokenizer.json";
@@ -743,7 +745,7 @@ Tokenizer Tokenizer::from_dir(const std::string& dir) {
   const std::string cfg_path = dir + "/tokenizer_config.json";
   json cfg = json::object();
   if (file_exists(cfg_path)) cfg = parse_json_file(cfg_path);
-  return from_json(parse_json_file(tj), tj, cfg);
+  return from_json(parse_json_file(tj, InputKind::kTokenizer), tj, cfg);
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {

@@ -1,6 +1,8 @@
 // SHA-256 / git blob SHA-1 over OpenSSL's EVP interface; see engine/util/hash.h.
 #include "engine/util/hash.h"
 
+#include <unistd.h>
+
 #include <openssl/evp.h>
 #include <sys/stat.h>
 
@@ -12,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 
 namespace kvb {
 
@@ -50,8 +53,13 @@ class Digest {
 };
 
 std::string hash_file(const std::string& path, const EVP_MD* md, const std::string& prefix) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
+  // A regular file (engine/util/io.h open_input: a FIFO or device is refused, not read forever).
+  const int fd = open_input(path, InputKind::kWeights, nullptr);
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (!f) {
+    ::close(fd);
+    throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
+  }
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> guard(f, std::fclose);
   Digest d(md);
   d.update(prefix.data(), prefix.size());

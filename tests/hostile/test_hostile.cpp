@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1130,6 +1131,130 @@ std::vector<Case> cases() {
                {{"r.db", "@db:two_nightly_text"}},
                "compare --db $D/r.db --baseline 1 --candidate 2",
                "column 'score': expected a number, found 'high'",
+  // Issue 40, item 5: every file input is a regular file within its kind's cap
+  // (engine/util/io.h open_input; docs/robustness.md "Input caps"): devices, FIFOs (never waited
+  // on), symlink loops and sparse multi-gigabyte files are refused by type or size before a read.
+  const std::string model = "$S/models/stories260K-hf";
+  const std::string fid = "fidelity --model " + model + " --policies full --max-new-tokens 2";
+  const std::string tok = "tokenize --model " + model + " --messages ";
+  const std::string loop = "@symlink:loop_b";
+  struct In40 {
+    std::string name, file, content, args, expect;
+    int exit_code = 2;
+  };
+  for (const In40& c : std::vector<In40>{
+           {"suite_dev_zero", "", "", "tasks --suite /dev/zero", "/dev/zero: is a character device, not a regular file"},
+           {"suite_fifo", "s.yaml", "@fifo", "tasks --suite $D/s.yaml", "s.yaml: is a FIFO, not a regular file"},
+           {"suite_sparse", "s.yaml", "@sparse:3000000000", "tasks --suite $D/s.yaml",
+            "s.yaml: 3000000000 bytes is over the 16 MiB limit for YAML files"},
+           {"suite_symlink_loop", "s.yaml", loop, "tasks --suite $D/s.yaml", "Too many levels of symbolic links"},
+           {"messages_dev_urandom", "", "", tok + "/dev/urandom", "/dev/urandom: is a character device"},
+           {"messages_fifo", "m.json", "@fifo", tok + "$D/m.json", "m.json: is a FIFO"},
+           {"messages_sparse", "m.json", "@sparse:2200000000", tok + "$D/m.json", "over the 64 MiB limit"},
+           {"messages_dir", "m.json", "@dir", tok + "$D/m.json", "m.json: is a directory"},
+           {"prompts_dev_zero", "", "", fid + " --prompts /dev/zero", "/dev/zero: is a character device"},
+           {"prompts_fifo", "p.txt", "@fifo", fid + " --prompts $D/p.txt", "p.txt: is a FIFO"},
+           {"text_sparse", "t.txt", "@sparse:2500000000", fid + " --text $D/t.txt", "over the 64 MiB limit"},
+           {"text_symlink_loop", "t.txt", loop, fid + " --text $D/t.txt", "Too many levels of symbolic links"},
+           {"verify_fifo", "data/gsm8k/test.jsonl", "@fifo", "datasets verify gsm8k --data-dir $D/data",
+            "test.jsonl: is a FIFO"},
+           {"verify_symlink_loop", "data/gsm8k/test.jsonl", "@symlink:test.jsonl",
+            "datasets verify gsm8k --data-dir $D/data", "Too many levels of symbolic links"},
+           {"verify_sparse", "data/gsm8k/test.jsonl", "@sparse:3000000000", "datasets verify gsm8k --data-dir $D/data",
+            "datasets verify: hash mismatch", 1},
+           {"data_jsonl_sparse_line", "data/gsm8k/test.jsonl", "@sparse:3000000000",
+            "tasks gsm8k --data-dir $D/data --show 1", "line 1: longer than the 256 MiB limit for data records"},
+           {"data_fifo", "data/gsm8k/test.jsonl", "@fifo", "tasks gsm8k --data-dir $D/data --show 1", "is a FIFO"},
+       }) {
+    std::map<std::string, std::string> files;
+    if (!c.file.empty()) files[c.file] = c.content;
+    if (c.content == loop) files["loop_b"] = "@symlink:" + c.file;  // s.yaml -> loop_b -> s.yaml
+    v.push_back({"in40_" + c.name, files, c.args, c.expect, "", "", c.exit_code});
+  }
+  // Model files: config.json, tokenizer.json, the chat template and the weights.
+  const std::map<std::string, std::string> model_dir = {
+      {"model/config.json", "@config"},
+      {"model/model.safetensors", "@shared:models/stories260K-hf/model.safetensors"},
+      {"model/tokenizer.json", "@shared:models/stories260K-hf/tokenizer.json"}};
+  for (const auto& [tag, file, content, expect] :
+       std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
+           {"config_fifo", "model/config.json", "@fifo", "config.json: is a FIFO"},
+           {"tokenizer_sparse", "model/tokenizer.json", "@sparse:600000000", "over the 256 MiB limit for tokenizer.json"},
+           {"tokenizer_fifo", "model/tokenizer.json", "@fifo", "tokenizer.json: is a FIFO"},
+           {"weights_fifo", "model/model.safetensors", "@fifo", "model.safetensors: is a FIFO"},
+           {"template_fifo", "model/chat_template.jinja", "@fifo", "chat_template.jinja: is a FIFO"},
+           {"template_sparse", "model/chat_template.jinja", "@sparse:100000000", "over the 4 MiB limit for template"}}) {
+    auto files = model_dir;
+    files[file] = content;
+    v.push_back(
+        {"in40_model_" + tag, files, "generate --model $D/model --chat --prompt hi --max-new-tokens 2", expect, ""});
+  }
+  // Issue 40, item 2: the output policy (engine/util/io.h check_output_path, write_output_file).
+  const std::string bench = "bench --context 8 --gen 2 --warmup 0";
+  auto with_model = [&](std::map<std::string, std::string> f) {
+    for (const auto& kv : model_dir) f.insert(kv);
+    return f;
+  };
+  v.push_back({"out40_bench_json_is_model_config", with_model({}),
+               bench + " --model $D/model --json $D/model/config.json", "is a file of the input directory", ""});
+  v.push_back({"out40_bench_json_is_weights", with_model({}),
+               bench + " --model $D/model --json $D/model/model.safetensors", "is a file of the input directory", ""});
+  v.push_back({"out40_bench_json_is_gguf",
+               {{"m.gguf", "GGUF? not read before the check"}},
+               bench + " --model $D/m.gguf --json $D/./m.gguf",
+               "is also an input",
+               ""});
+  v.push_back({"out40_bench_json_dev_null",
+               {},
+               bench + " --model-shape stories260k --json /dev/null",
+               "--json /dev/null: is a character device, not a regular file",
+               ""});
+  v.push_back({"out40_bench_json_fifo",
+               {{"o.json", "@fifo"}},
+               bench + " --model-shape stories260k --json $D/o.json",
+               "o.json: is a FIFO",
+               ""});
+  v.push_back({"out40_bench_json_symlink_to_device",
+               {{"null", "@symlink:/dev/null"}},
+               bench + " --model-shape stories260k --json $D/null",
+               "is a symbolic link",
+               ""});
+  v.push_back({"out40_bench_json_dir",
+               {{"o.json", "@dir"}},
+               bench + " --model-shape stories260k --json $D/o.json",
+               "o.json: is a directory",
+               ""});
+  v.push_back(
+      {"out40_bench_json_no_folder", {}, bench + " --model-shape stories260k --json $D/nope/o.json", "folder", "nope"});
+  v.push_back({"out40_bench_json_ulimit",
+               {},
+               bench + " --model-shape stories260k --json $D/o.json",
+               "o.json: write failed (File too large)",
+               "o.json",
+               "ulimit -f 1;",
+               1});
+  v.push_back({"out40_fidelity_json_is_dataset",
+               {{"data/gsm8k/test.jsonl", "@shared:datasets/gsm8k/test.jsonl"}, {"p.txt", "Once upon a time\n"}},
+               fid + " --prompts $D/p.txt --data-dir $D/data --json $D/data/gsm8k/test.jsonl",
+               "is a file of the input directory",
+               ""});
+  v.push_back({"out40_fidelity_json_dev_null",
+               {{"p.txt", "Once upon a time\n"}},
+               fid + " --prompts $D/p.txt --json /dev/null",
+               "is a character device",
+               ""});
+  v.push_back({"out40_run_db_is_config",
+               {{"c.yaml", "run: {limit: 1}\n"}},
+               run_smoke + " --config $D/c.yaml --db $D/c.yaml",
+               "--db ",
+               ""});
+  v.push_back({"out40_run_db_dev_null", {}, run_smoke + " --db /dev/null", "is a character device", ""});
+  v.push_back({"out40_run_db_fifo", {{"r.db", "@fifo"}}, run_smoke + " --db $D/r.db", "r.db: is a FIFO", ""});
+  v.push_back({"out40_merge_out_is_input", {{"r.db", "@db:results"}}, "merge $D/r.db $D/r.db", "is also an input", ""});
+  v.push_back({"out40_datasets_fetch_fifo",
+               {{"data/gsm8k/test.jsonl", "@fifo"}},
+               "datasets fetch gsm8k --data-dir $D/data",
+               "test.jsonl: is a FIFO",
                ""});
   return v;
 }
@@ -1168,6 +1293,13 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
       std::ofstream(p, std::ios::binary) << b;
     } else if (content.rfind("@symlink:", 0) == 0) {  // a symbolic link to the given target
       fs::create_symlink(content.substr(9), p);
+    } else if (content == "@fifo") {  // a named pipe nobody writes to
+      ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0) << p;
+    } else if (content == "@dir") {
+      fs::create_directories(p);
+    } else if (content.rfind("@sparse:", 0) == 0) {  // a sparse file of that many bytes (zeros)
+      std::ofstream(p, std::ios::binary).close();
+      fs::resize_file(p, std::stoull(content.substr(8)));
     } else if (content.rfind("@db:", 0) == 0) {
       make_db(p, content.substr(4));
       if (HasFatalFailure()) return;
@@ -1175,9 +1307,21 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
       std::ofstream(p, std::ios::binary) << content;
     }
   }
-  // Inputs are never written to: every file is compared byte for byte after the command.
+  // Inputs are never written to: every file is compared byte for byte after the command (a FIFO,
+  // directory, link or sparse file by its type and size, without reading it).
   std::map<fs::path, std::string> before;
-  for (const auto& [rel, content] : c.files) before[dir / rel] = slurp(dir / rel);
+  auto shape = [](const fs::path& p) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0) return std::string("missing");
+    return std::to_string(st.st_mode) + " " + std::to_string(st.st_size);
+  };
+  auto special = [](const std::string& c) {
+    for (const char* g : {"@fifo", "@dir", "@sparse:", "@symlink:"})
+      if (c.rfind(g, 0) == 0) return true;
+    return false;
+  };
+  for (const auto& [rel, content] : c.files)
+    before[dir / rel] = special(content) ? "shape:" + shape(dir / rel) : slurp(dir / rel);
   std::string args = c.args;
   for (size_t at; (at = args.find("$D")) != std::string::npos;) args.replace(at, 2, dir.string());
   for (size_t at; (at = args.find("$S")) != std::string::npos;) args.replace(at, 2, KVB_TEST_DATA_DIR);
@@ -1205,6 +1349,10 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
   EXPECT_EQ(lines[0].find("internal error"), std::string::npos) << lines[0];
   if (!c.must_not_exist.empty()) EXPECT_FALSE(fs::exists(dir / c.must_not_exist)) << c.must_not_exist << " was created";
   for (const auto& [path, bytes] : before) {
+    if (bytes.rfind("shape:", 0) == 0) {
+      EXPECT_EQ("shape:" + shape(path), bytes) << path << " was replaced by the command";
+      continue;
+    }
     EXPECT_TRUE(slurp(path) == bytes) << path << " was changed by the command";
     EXPECT_FALSE(fs::exists(path.string() + "-wal")) << path << "-wal was left behind";
   }
