@@ -256,46 +256,65 @@ void grade_and_store(const BatchContext& c, std::vector<results::GenerationRecor
 /// Thrown by the finished-request callback of stream_items on Ctrl-C (ends Engine::generate).
 struct Interrupted {};
 
+/// The engine requests of some work items, and what their results are stored with.
+struct BuiltBatch {
+  std::vector<BuiltRequest> built;
+  std::vector<GenerationRequest> reqs;
+  std::vector<const tasks::Example*> exs;
+  std::vector<const results::WorkItem*> items;
+};
+
+/// Builds the requests of `items`; an item too long for the model is stored as an error
+/// (ungraded) into `gens` / `grades` instead, and the run goes on.
+BuiltBatch build_batch(const BatchContext& c, const std::vector<const results::WorkItem*>& items,
+                       std::vector<results::GenerationRecord>& gens, std::vector<results::GradeRecord>& grades) {
+  const RequestOptions ro = request_options(c.args);
+  BuiltBatch b;
+  for (const auto* it : items) {
+    const ExampleRef& er = c.grid.by_example.at(it->task + "\n" + it->example_id);
+    BuiltRequest r = build_request(c.lm, *er.ex, it->sampling, er.max_new_tokens, it->seed, ro);
+    if (!r.error.empty()) {
+      store_not_generated(*it, *er.ex, r, gens, grades);
+      continue;
+    }
+    b.reqs.push_back(r.request);
+    b.built.push_back(std::move(r));
+    b.exs.push_back(er.ex);
+    b.items.push_back(it);
+  }
+  return b;
+}
+
+/// Adds finished request k of `b` (result `res`) to `gens` and `grade_todo`, and counts it.
+void record_result(const BatchContext& c, const BuiltBatch& b, size_t k, const GenerationResult& res,
+                   std::vector<results::GenerationRecord>& gens, std::vector<GradeJob>& grade_todo,
+                   RunProgress& progress) {
+  std::vector<std::string> turn_texts;
+  gens.push_back(generation_record(*b.items[k], *b.exs[k], res, b.built[k], c.spec_text, &turn_texts));
+  if (b.built[k].truncated_from) ++progress.n_truncated;
+  progress.gen_tokens += gens.back().generated_tokens;
+  grade_todo.push_back({b.items[k]->key, b.exs[k], res.text, turn_texts});
+}
+
 /// Generates the work items of one (policy, budget) engine in ONE Engine::generate call, so the
 /// scheduler can fill the batch (by count, or by pages under --memory) across all of them, and
 /// grades and stores them as they finish, --write-every at a time (one transaction each): a kill
 /// loses at most the finished generations not yet written and the ones in flight. Returns false
 /// when interrupted.
 bool stream_items(const BatchContext& c, const std::vector<const results::WorkItem*>& items, RunProgress& progress) {
-  const RunArgs& a = c.args;
-  const RequestOptions ro = request_options(a);
-  std::vector<BuiltRequest> built;
-  std::vector<GenerationRequest> reqs;
-  std::vector<const tasks::Example*> exs;
-  std::vector<const results::WorkItem*> req_items;
   std::vector<results::GenerationRecord> gens;
   std::vector<results::GradeRecord> grades;
   std::vector<GradeJob> grade_todo;
-  for (const auto* it : items) {
-    const ExampleRef& er = c.grid.by_example.at(it->task + "\n" + it->example_id);
-    BuiltRequest b = build_request(c.lm, *er.ex, it->sampling, er.max_new_tokens, it->seed, ro);
-    if (!b.error.empty()) {  // too long for the model: stored as an error (ungraded), the run goes on
-      store_not_generated(*it, *er.ex, b, gens, grades);
-      continue;
-    }
-    reqs.push_back(b.request);
-    built.push_back(std::move(b));
-    exs.push_back(er.ex);
-    req_items.push_back(it);
-  }
+  const BuiltBatch b = build_batch(c, items, gens, grades);
   if (!gens.empty()) grade_and_store(c, gens, grades, grade_todo, progress);
   std::vector<GenerationResult> results;
   auto finished = [&](size_t k) {
-    std::vector<std::string> turn_texts;
-    gens.push_back(generation_record(*req_items[k], *exs[k], results[k], built[k], c.spec_text, &turn_texts));
-    if (built[k].truncated_from) ++progress.n_truncated;
-    progress.gen_tokens += gens.back().generated_tokens;
-    grade_todo.push_back({req_items[k]->key, exs[k], results[k].text, turn_texts});
-    if (gens.size() >= static_cast<size_t>(a.write_every)) grade_and_store(c, gens, grades, grade_todo, progress);
+    record_result(c, b, k, results[k], gens, grade_todo, progress);
+    if (gens.size() >= static_cast<size_t>(c.args.write_every)) grade_and_store(c, gens, grades, grade_todo, progress);
     if (g_interrupted) throw Interrupted{};
   };
   try {
-    if (!reqs.empty()) c.engine.generate_into(reqs, c.lm.tokenizer.get(), results, {}, finished);
+    if (!b.reqs.empty()) c.engine.generate_into(b.reqs, c.lm.tokenizer.get(), results, {}, finished);
   } catch (const Interrupted&) {
     return false;
   }
@@ -306,36 +325,13 @@ bool stream_items(const BatchContext& c, const std::vector<const results::WorkIt
 /// Generates, grades and stores one batch of work items (one transaction): the items whose
 /// fresh-context follow-ups generate again after their first turn (run_fresh_followups).
 void run_batch(const BatchContext& c, const std::vector<const results::WorkItem*>& batch, RunProgress& progress) {
-  const RunArgs& a = c.args;
-  const RequestOptions ro = request_options(a);
-  std::vector<BuiltRequest> built;
-  std::vector<GenerationRequest> reqs;
-  std::vector<const tasks::Example*> exs;
-  std::vector<const results::WorkItem*> req_items;
   std::vector<results::GenerationRecord> gens;
   std::vector<results::GradeRecord> grades;
-  for (const auto* it : batch) {
-    const ExampleRef& er = c.grid.by_example.at(it->task + "\n" + it->example_id);
-    BuiltRequest b = build_request(c.lm, *er.ex, it->sampling, er.max_new_tokens, it->seed, ro);
-    if (!b.error.empty()) {  // too long for the model: stored as an error (ungraded), the run goes on
-      store_not_generated(*it, *er.ex, b, gens, grades);
-      continue;
-    }
-    reqs.push_back(b.request);
-    built.push_back(std::move(b));
-    exs.push_back(er.ex);
-    req_items.push_back(it);
-  }
-  auto results = reqs.empty() ? std::vector<GenerationResult>{} : c.engine.generate(reqs, c.lm.tokenizer.get());
-  run_fresh_followups(c.engine, c.lm, exs, reqs, results, a.max_new_tokens);
   std::vector<GradeJob> grade_todo;
-  for (size_t k = 0; k < results.size(); ++k) {
-    std::vector<std::string> turn_texts;
-    gens.push_back(generation_record(*req_items[k], *exs[k], results[k], built[k], c.spec_text, &turn_texts));
-    if (built[k].truncated_from) ++progress.n_truncated;
-    progress.gen_tokens += gens.back().generated_tokens;
-    grade_todo.push_back({req_items[k]->key, exs[k], results[k].text, turn_texts});
-  }
+  const BuiltBatch b = build_batch(c, batch, gens, grades);
+  auto results = b.reqs.empty() ? std::vector<GenerationResult>{} : c.engine.generate(b.reqs, c.lm.tokenizer.get());
+  run_fresh_followups(c.engine, c.lm, b.exs, b.reqs, results, c.args.max_new_tokens);
+  for (size_t k = 0; k < results.size(); ++k) record_result(c, b, k, results[k], gens, grade_todo, progress);
   grade_and_store(c, gens, grades, grade_todo, progress);
 }
 

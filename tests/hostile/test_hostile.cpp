@@ -1131,6 +1131,7 @@ std::vector<Case> cases() {
                {{"r.db", "@db:two_nightly_text"}},
                "compare --db $D/r.db --baseline 1 --candidate 2",
                "column 'score': expected a number, found 'high'",
+               ""});
   // Issue 40, item 5: every file input is a regular file within its kind's cap
   // (engine/util/io.h open_input; docs/robustness.md "Input caps"): devices, FIFOs (never waited
   // on), symlink loops and sparse multi-gigabyte files are refused by type or size before a read.
