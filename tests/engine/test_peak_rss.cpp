@@ -75,7 +75,7 @@ TEST(PeakRss, LaunchedFromALargeParentEqualsLaunchedFromAShell) {
   // From a shell, while this process is small: sh starts kvbench (fork + exec of a small sh).
   std::string cmd;
   for (const std::string& a : args) cmd += "'" + a + "' ";
-  const kvb::test::CommandResult shell = kvb::test::run_command(cmd + "; true");  // `; true`: sh forks
+  const kvb::test::CommandResult shell = kvb::test::run_command(cmd + "2>&1; true");  // `; true`: sh forks
   ASSERT_EQ(shell.rc, 0) << shell.out;
   const double from_shell = reported_peak_mib(shell.out);
   ASSERT_GT(from_shell, 0) << shell.out;
