@@ -103,7 +103,7 @@ TEST(LongBench, LongInputsAreBounded) {
   // rouge_zh counts characters.
   std::string zh;
   for (size_t i = 0; i <= kRougeMaxWords; ++i) zh += "中";
-  EXPECT_EQ(rouge_l_chars(zh, zh), 0.0);  // one character past the cap
+  EXPECT_EQ(rouge_l_chars(zh, zh), 0.0);       // one character past the cap
   const std::string at_cap_zh = zh.substr(3);  // "中" is 3 bytes: exactly the cap
   EXPECT_NEAR(rouge_l_chars(at_cap_zh, at_cap_zh), 1.0, 1e-7);
   EXPECT_EQ(rouge_l_chars(at_cap_zh, zh), 0.0);  // a side past the cap scores 0

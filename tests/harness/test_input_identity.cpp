@@ -27,8 +27,8 @@ namespace {
 const std::string kModelSrc = std::string(KVB_TEST_DATA_DIR) + "/models/stories260K-hf";
 const std::string kGsm8k = std::string(KVB_TEST_DATA_DIR) + "/datasets/gsm8k/test.jsonl";
 
-#define REQUIRE_INPUTS()                                         \
-  KVB_REQUIRE_BINARY();                                          \
+#define REQUIRE_INPUTS()                                            \
+  KVB_REQUIRE_BINARY();                                             \
   KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors"); \
   KVB_REQUIRE_TEST_DATA("datasets/gsm8k/test.jsonl")
 
