@@ -139,7 +139,8 @@ void check_all_bound(const ModelConfig& c, const WeightStore& ws, const std::set
     // Tied: transformers points lm_head at the embedding and ignores a stored copy.
     if (c.tie_word_embeddings && name == hf_tensor_name(a, TensorRole::kLmHead)) continue;
     if (ignorable(name, c.num_layers)) continue;
-    fail_at(t.origin.empty() ? origin : t.origin, "tensor '" + shown_name(a, name, t) + "'",
+    const std::string shown = shown_name(a, name, t);  // GGUF: "<gguf name>' (as '<name>"
+    fail_at(t.origin.empty() ? origin : t.origin, "tensor '" + shown + (shown == name ? "'" : "')"),
             "not used by the {} architecture as configured (kvbench binds {} of the {} tensors; ignoring this one "
             "would run a different model than the checkpoint's)",
             c.model_type, bound.size(), ws.tensors().size());

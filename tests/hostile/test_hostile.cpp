@@ -407,7 +407,7 @@ std::vector<Case> cases() {
       {"merge_output_is_input",
        {{"c.db", std::string(200, 'x')}},
        "merge $D/c.db $D/c.db",
-       "c.db: merge: the output database is also an input",
+       "c.db: is also an input",
        ""},
       {"merge_input_twice",
        {{"c.db", std::string(200, 'x')}},
@@ -1165,7 +1165,8 @@ std::vector<Case> cases() {
             "datasets verify: hash mismatch", 1},
            {"data_jsonl_sparse_line", "data/gsm8k/test.jsonl", "@sparse:3000000000",
             "tasks gsm8k --data-dir $D/data --show 1", "line 1: longer than the 256 MiB limit for data records"},
-           {"data_fifo", "data/gsm8k/test.jsonl", "@fifo", "tasks gsm8k --data-dir $D/data --show 1", "is a FIFO"},
+           {"data_fifo", "data/gsm8k/test.jsonl", "@fifo", "tasks gsm8k --data-dir $D/data --show 1",
+            "gsm8k/test.jsonl: not found in data directories"},  // a FIFO is not a data file
        }) {
     std::map<std::string, std::string> files;
     if (!c.file.empty()) files[c.file] = c.content;
@@ -1179,11 +1180,12 @@ std::vector<Case> cases() {
       {"model/tokenizer.json", "@shared:models/stories260K-hf/tokenizer.json"}};
   for (const auto& [tag, file, content, expect] :
        std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
-           {"config_fifo", "model/config.json", "@fifo", "config.json: is a FIFO"},
+           // A FIFO is not a regular file: the model directory has no config.json to read.
+           {"config_fifo", "model/config.json", "@fifo", "not a model directory (no config.json)"},
            {"tokenizer_sparse", "model/tokenizer.json", "@sparse:600000000", "over the 256 MiB limit for tokenizer.json"},
-           {"tokenizer_fifo", "model/tokenizer.json", "@fifo", "tokenizer.json: is a FIFO"},
-           {"weights_fifo", "model/model.safetensors", "@fifo", "model.safetensors: is a FIFO"},
-           {"template_fifo", "model/chat_template.jinja", "@fifo", "chat_template.jinja: is a FIFO"},
+           {"tokenizer_fifo", "model/tokenizer.json", "@fifo", "no tokenizer.json, cannot tokenize"},
+           {"weights_fifo", "model/model.safetensors", "@fifo", "no model.safetensors"},
+           {"template_fifo", "model/chat_template.jinja", "@fifo", "chat_template: missing"},
            {"template_sparse", "model/chat_template.jinja", "@sparse:100000000", "over the 4 MiB limit for template"}}) {
     auto files = model_dir;
     files[file] = content;
