@@ -50,7 +50,9 @@ std::vector<Reply> replies(const std::string& dir) {
       {"commit_not_hex", std::string(40, 'g'), "\"" + kSha1 + "\"", "", "X-Repo-Commit: 'gggg"},
       {"commit_short", "abc123", "\"" + kSha1 + "\"", "", "X-Repo-Commit: 'abc123'"},
       {"commit_overlong", std::string(300, '1'), "\"" + kSha1 + "\"", "", "X-Repo-Commit"},
-      {"etag_nul", kCommit, std::string("\"../../outside/nul\0x\"", 21), "", "outside", true},
+      // A NUL in a header line: kvbench refuses the name, or curl refuses the reply first ("Weird
+      // server reply"), whichever sees it: one error line, exit 1, no file outside the cache.
+      {"etag_nul", kCommit, std::string("\"../../outside/nul\0x\"", 21), "", "", true},
       {"etag_newline", kCommit, "\"../../outside/nl\nX-Other: 1\"", "", "ETag: '\"../../outside/nl'", true},
       // curl itself refuses a NUL in a header line ("Weird server reply"): one error line, exit 1.
       {"commit_nul", std::string("../../outside/c\0", 16), "\"" + kSha1 + "\"", "", "", true},
