@@ -95,8 +95,8 @@ def main():
     verdicts = [{"reply": r, "label": "yes" in r.strip().lower()} for r in replies]
 
     with open(args.out, "w", encoding="utf-8") as f:
-        json.dump({"source": "../shared/reference/datasets-graders.md §7(c) (xiaowu0162/LongMemEval @9e0b455 "
-                             "src/evaluation/evaluate_qa.py)",
+        json.dump({"source": "xiaowu0162/LongMemEval @9e0b455 "
+                             "src/evaluation/evaluate_qa.py (docs/benchmarks.md, LongMemEval)",
                    "templates": tmpl, "cases": cases, "verdicts": verdicts}, f, ensure_ascii=False, indent=1)
         f.write("\n")
     print(f"wrote {len(cases)} prompts and {len(verdicts)} verdicts to {args.out}")

@@ -1,5 +1,5 @@
 // The LLM judge: LongMemEval's five templates and yes/no rule against goldens that
-// tools/gen_longmemeval_judge_goldens.py reads out of ../shared/reference/datasets-graders.md §7(c)
+// tools/gen_longmemeval_judge_goldens.py reads out of docs/benchmarks.md (LongMemEval's judge prompts, from xiaowu0162/LongMemEval @9e0b455)
 // and fills with Python's str.format; the OpenAI-compatible client against a fake
 // chat-completions server (cpp-httplib on 127.0.0.1) answering yes/no, 429 with Retry-After,
 // 500, too slowly (timeouts), malformed JSON, empty choices and 401; the verdict cache in the
@@ -283,7 +283,7 @@ TEST(JudgeSpecs, ParseAndReject) {
   auto s = JudgeSpec::parse("openai:gpt-4o-2024-08-06");
   EXPECT_EQ(s.kind, "openai");
   EXPECT_EQ(s.model, "gpt-4o-2024-08-06");
-  EXPECT_EQ(JudgeSpec::parse("local:../shared/models/x:y").model, "../shared/models/x:y");
+  EXPECT_EQ(JudgeSpec::parse("local:../models/x:y").model, "../models/x:y");
   EXPECT_THROW(JudgeSpec::parse("gpt-4o"), Error);
   EXPECT_THROW(JudgeSpec::parse("anthropic:claude"), Error);
   EXPECT_THROW(JudgeSpec::parse("openai:"), Error);

@@ -1,6 +1,6 @@
 // LongProc evaluators and SCBench scorers against goldens computed by the reference algorithms
 // (tools/gen_longproc_scbench_goldens.py: LongProc / SCBench evaluators re-written from
-// ../shared/reference/datasets-graders.md §6(c), §8(c), using pandas + csv, g++, rouge_score and
+// docs/benchmarks.md (LongProc and SCBench graders), using pandas + csv, g++, rouge_score and
 // nltk from PyPI as the references do), on real LongProc records with model-output-like edits.
 #include <cmath>
 #include <fstream>

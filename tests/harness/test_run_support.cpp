@@ -32,7 +32,7 @@ TEST(RunConfig, NightlyYamlRunSectionProfileAndThresholds) {
   auto c = load_run_config(path);  // the CPU profile (ci/README.md)
   EXPECT_EQ(c.suite.value_or(""), "ci/nightly-suite.yaml");
   EXPECT_EQ(c.db.value_or(""), "nightly.db");
-  EXPECT_EQ(c.data_dirs, (std::vector<std::string>{"nightly-data", "../shared/datasets"}));
+  EXPECT_EQ(c.data_dirs, (std::vector<std::string>{"nightly-data", "build/test-data/datasets"}));
   EXPECT_EQ(c.models, std::vector<std::string>{"smollm2-135m-instruct"});
   EXPECT_EQ(c.policies, (std::vector<std::string>{"full", "snapkv", "rkv", "streamingllm"}));
   EXPECT_EQ(c.budgets, (std::vector<int64_t>{32, 48}));
