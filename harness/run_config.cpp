@@ -155,7 +155,9 @@ RunConfigFile load_run_config(const std::string& path, const std::string& profil
     for (const auto& [k, v] : t.items()) {
       if (k == "alpha") c.alpha = get_number(v, path + ": thresholds.alpha");
       else if (k == "min_drop_points") c.min_drop_points = get_number(v, path + ": thresholds.min_drop_points");
-      else fail("{}: thresholds.{}: unknown key (known: alpha, min_drop_points)", path, k);
+      else if (k == "max_throughput_drop_pct")
+        c.max_throughput_drop_pct = get_number(v, path + ": thresholds.max_throughput_drop_pct");
+      else fail("{}: thresholds.{}: unknown key (known: alpha, min_drop_points, max_throughput_drop_pct)", path, k);
     }
   }
   return c;

@@ -29,12 +29,14 @@ struct RunConfigFile {
   std::optional<double> memory;  ///< `memory`: the KV page pool in GiB (kvbench run --memory)
   std::optional<uint64_t> seed;
   std::optional<double> alpha, min_drop_points;  ///< `thresholds` (for `kvbench compare`)
+  /// `thresholds.max_throughput_drop_pct` (kvbench compare --max-throughput-drop).
+  std::optional<double> max_throughput_drop_pct;
 };
 
 /// Reads `path` (YAML): top-level `suite`, `data_dir`/`data_dirs`, `db`, a `run` mapping (suite,
 /// models, policies, budgets, samples, limit, temperature, top_p, top_k, min_p, max_new_tokens,
 /// seed, backend; its `suite` wins over the top-level one) and `thresholds` (alpha,
-/// min_drop_points). With `profile` (e.g. "gpu_run") the keys
+/// min_drop_points, max_throughput_drop_pct). With `profile` (e.g. "gpu_run") the keys
 /// of that top-level mapping override those of `run` (as ci/nightly.yaml's gpu_run does). Other
 /// top-level mappings are profiles, checked as run sections whether selected or not; `report`
 /// may hold only `out` (a string). Throws kvb::Error naming the file and the key for a missing

@@ -1,7 +1,10 @@
 #include "results/cells.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 namespace kvb::results {
 
@@ -27,6 +30,19 @@ std::vector<double> paired_example_diffs(const std::vector<const SampleRow*>& a,
   if (n_pairs) *n_pairs = pairs;
   std::vector<double> out;
   for (const auto& [ex, sc] : per_example) out.push_back(sc.first / sc.second);
+  return out;
+}
+
+std::map<int64_t, double> run_memory_gib(const std::vector<RunRow>& runs) {
+  std::map<int64_t, double> out;
+  for (const auto& r : runs) {
+    const auto j = nlohmann::json::parse(r.config_json, nullptr, false);
+    if (!j.is_object()) continue;
+    auto it = j.find("memory_gib");
+    if (it == j.end() || !it->is_number()) continue;
+    const double g = it->get<double>();
+    if (std::isfinite(g) && g > 0) out[r.run_id] = g;
+  }
   return out;
 }
 
@@ -56,7 +72,8 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
     std::map<std::string, std::vector<const SampleRow*>> ex;
     double gen_tok = 0, dec_s = 0, pr_tok = 0, pr_s = 0, ttft = 0, kvp = 0, kvf = 0, ev = 0, evf = 0, trunc = 0, rd = 0,
            share = 0, steady = 0, tok_mean = 0;
-    int n_rd = 0, n_share = 0, n_steady = 0, n_tok = 0;
+    int n_rd = 0, n_share = 0, n_steady = 0, n_tok = 0, n_batch = 0;
+    double batch = 0;
     int64_t tok_peak = 0;
     for (const auto* s : g) {
       if (s->score) {
@@ -90,6 +107,11 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
         tok_peak = std::max(tok_peak, *s->kv_tokens_peak);
         ++n_tok;
       }
+      if (s->decode_batch_mean) {
+        batch += *s->decode_batch_mean;
+        ++n_batch;
+      }
+      c.preemptions += s->preemptions;
       c.kv_bytes_peak_max = std::max(c.kv_bytes_peak_max, s->kv_bytes_peak);
       c.device_peak_bytes = std::max(c.device_peak_bytes, s->device_peak_bytes);
     }
@@ -105,6 +127,8 @@ std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOp
     if (n_rd > 0) c.kv_bytes_read_step_mean = rd / n_rd;
     if (n_share == c.n_samples && share > 0) c.decode_tok_s_agg = gen_tok / share;
     if (n_steady == c.n_samples) c.kv_bytes_steady_mean = steady / n_steady;
+    if (n_batch == c.n_samples) c.decode_batch_mean = batch / n_batch;
+    if (auto m = opt.run_memory_gib.find(k.run_id); m != opt.run_memory_gib.end()) c.memory_gib = m->second;
     if (n_tok == c.n_samples) {
       c.kv_tokens_mean = tok_mean / n_tok;
       c.kv_tokens_peak = tok_peak;

@@ -48,6 +48,13 @@ struct Cell {
   /// from before schema v5 did not). A budget_kind=threshold cell's realised budget.
   std::optional<double> kv_tokens_mean;
   std::optional<int64_t> kv_tokens_peak;
+  /// The run's `--memory` KV page pool in GiB (RunRow config `memory_gib`; CellOptions::run_memory_gib);
+  /// nullopt for a run admitted by count. Cells with equal memory_gib ran under the same pool.
+  std::optional<double> memory_gib;
+  /// Mean over samples of SampleRow::decode_batch_mean (sequences decoding together); nullopt
+  /// unless every sample recorded it.
+  std::optional<double> decode_batch_mean;
+  int64_t preemptions = 0;  ///< Σ SampleRow::preemptions over the cell's samples
   double kv_bytes_peak_mean = 0, kv_bytes_final_mean = 0;
   int64_t kv_bytes_peak_max = 0, device_peak_bytes = 0;
   /// Mean over the samples that measured it of the K+V bytes read per decode step
@@ -64,6 +71,8 @@ struct Cell {
 /// Options for compute_cells.
 struct CellOptions {
   std::string reference_policy = "full";  ///< policy name of the reference (full cache) cells
+  /// run_id -> the run's `--memory` in GiB (run_memory_gib); runs absent ran without a pool.
+  std::map<int64_t, double> run_memory_gib;
   int resamples = kBootstrapResamples;
   uint64_t seed = kBootstrapSeed;
 };
@@ -74,6 +83,10 @@ struct CellOptions {
 /// per-example differences (ordered by example id) and, via `n_pairs`, the number of pairs.
 std::vector<double> paired_example_diffs(const std::vector<const SampleRow*>& a, const std::vector<const SampleRow*>& b,
                                          bool match_by_item_key, int* n_pairs = nullptr);
+
+/// run_id -> `memory_gib` of each run's stored config (`kvbench run --memory`), for the runs
+/// that set a positive, finite one. A config_json that is not JSON is skipped.
+std::map<int64_t, double> run_memory_gib(const std::vector<RunRow>& runs);
 
 /// Groups `rows` into cells and computes every metric (see Cell). Deterministic.
 std::vector<Cell> compute_cells(const std::vector<SampleRow>& rows, const CellOptions& opt = {});

@@ -73,11 +73,42 @@ std::map<std::string, std::string> prompt_seed_keys(Store& store, int64_t run) {
 
 std::string budget_text(int64_t b) { return b == kNoBudget ? "-" : std::to_string(b); }
 
+/// Σ generated tokens / Σ decode_share_s of a cell's samples; nullopt when a sample lacks its
+/// share (stored before schema v4) or the shares sum to 0.
+std::optional<double> aggregate_tok_s(const Samples& s) {
+  double tok = 0, sec = 0;
+  for (const auto* r : s) {
+    if (!r->decode_share_s) return std::nullopt;
+    tok += static_cast<double>(r->generated_tokens);
+    sec += *r->decode_share_s;
+  }
+  if (!(sec > 0)) return std::nullopt;
+  return tok / sec;
+}
+
 }  // namespace
 
 CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate, const CompareOptions& opt) {
   if (!(opt.alpha > 0 && opt.alpha < 1)) fail("compare: --alpha must be in (0, 1), got {}", opt.alpha);
   if (opt.min_drop < 0) fail("compare: --min-drop must be >= 0 points, got {}", opt.min_drop);
+  if (opt.max_throughput_drop && !(*opt.max_throughput_drop > 0 && *opt.max_throughput_drop < 100))
+    fail("compare: --max-throughput-drop must be in (0, 100) percent, got {}", *opt.max_throughput_drop);
+  // Throughput is compared only between runs of one KV page pool (--memory).
+  std::optional<double> memory;
+  {
+    const auto mem = run_memory_gib(store.runs());
+    auto b = mem.find(baseline), c = mem.find(candidate);
+    if (b != mem.end() && c != mem.end() && b->second == c->second) memory = b->second;
+  }
+  auto throughput = [&](const Samples& b, const Samples& c, CompareRow& row) {
+    if (!memory) return;
+    row.memory_gib = memory;
+    row.tok_s_baseline = aggregate_tok_s(b);
+    row.tok_s_candidate = aggregate_tok_s(c);
+    if (opt.max_throughput_drop && row.tok_s_baseline && row.tok_s_candidate)
+      row.throughput_regression =
+          *row.tok_s_candidate < *row.tok_s_baseline * (1.0 - *opt.max_throughput_drop / 100.0);
+  };
   auto base_rows = store.samples({baseline});
   auto cand_rows = store.samples({candidate});
   std::map<CellId, Samples> bc, cc;
@@ -92,6 +123,7 @@ CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate, co
     CompareRow row;
     std::tie(row.model_id, row.task, row.policy_label, row.budget) = k;
     if (!compare_cell(b, it->second, opt, row)) continue;
+    throughput(b, it->second, row);
     b_done.insert(k);
     c_done.insert(k);
     rows[k] = std::move(row);
@@ -130,13 +162,14 @@ CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate, co
     std::tie(row.model_id, row.task, row.policy_label, row.budget) = ck;
     row.baseline_label = std::get<2>(bk.front());
     if (!compare_cell(b, c, opt, row)) continue;
+    throughput(b, c, row);
     b_done.insert(bk.front());
     c_done.insert(ck);
     rows[ck] = std::move(row);
   }
 
   for (auto& [k, row] : rows) {
-    res.any_regression |= row.regression;
+    res.any_regression |= row.regression || row.throughput_regression;
     res.rows.push_back(std::move(row));
   }
   std::set<std::string> ids;
@@ -198,6 +231,24 @@ std::string format_compare_table(const CompareResult& r, const CompareOptions& o
       "points); {} baseline-only and {} candidate-only cells skipped\n",
       r.rows.size(), reg, opt.alpha, opt.min_drop, r.baseline_only_cells, r.candidate_only_cells);
   for (const auto& s : r.skipped) out += "  skipped " + s + "\n";
+  // Throughput at equal memory, when both runs used the same --memory.
+  bool any_tput = false;
+  for (const auto& row : r.rows) any_tput |= row.tok_s_baseline && row.tok_s_candidate;
+  if (!any_tput) return out;
+  int slow = 0;
+  out += fmt::format("aggregate decode tok/s at --memory {:g} GiB (both runs){}:\n", *r.rows.front().memory_gib,
+                     opt.max_throughput_drop ? fmt::format(", flagged below -{:g} %", *opt.max_throughput_drop)
+                                             : std::string(", not flagged (--max-throughput-drop)"));
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const auto& row = r.rows[i];
+    if (!row.tok_s_baseline || !row.tok_s_candidate) continue;
+    slow += row.throughput_regression;
+    out += fmt::format("  {:<{}} {:<14} {:<{}} {:>7} {:>10.1f} {:>10.1f} {:>+8.1f} %  {}\n", names.at(row.model_id), mw,
+                       row.task, labels[i], pw, budget_text(row.budget), *row.tok_s_baseline, *row.tok_s_candidate,
+                       100.0 * (*row.tok_s_candidate / *row.tok_s_baseline - 1.0),
+                       row.throughput_regression ? "SLOWER" : "ok");
+  }
+  out += fmt::format("{} throughput regression(s)\n", slow);
   return out;
 }
 

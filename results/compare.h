@@ -16,9 +16,17 @@
 // revision, task, example id, prompt sha256, sample index, seed, sampling parameters) — same
 // prompt, same seed — and the row records the baseline's label (CompareRow::baseline_label).
 // Other unmatched cells are listed as skipped.
+//
+// Throughput at equal memory: when both runs were made with the same `kvbench run --memory`
+// (one KV page pool of that many GiB), each compared cell also carries both runs' aggregate
+// decode rate (Σ generated tokens / Σ decode_share_s over the cell's samples: docs/results.md,
+// decode_tok_s_agg). With CompareOptions::max_throughput_drop set, a cell whose candidate rate
+// is more than that percentage below the baseline's is a throughput regression. Rates are wall
+// time: compare runs made on the same machine, and allow for its noise.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +41,9 @@ struct CompareOptions {
   double min_drop = 0.0;  ///< minimum drop in percentage points (score x 100) to flag
   int resamples = kBootstrapResamples;
   uint64_t seed = kBootstrapSeed;
+  /// Percent (0, 100): flag a cell run at equal --memory in both runs whose aggregate decode
+  /// tok/s fell by more than this; nullopt: throughput is shown, never flagged.
+  std::optional<double> max_throughput_drop;
 };
 
 /// One compared cell (run ids left out of the key: model, task, policy label, budget).
@@ -50,6 +61,10 @@ struct CompareRow {
   int worse = 0, better = 0;  ///< examples with d < 0 / d > 0
   double p_value = 1;         ///< exact sign test
   bool regression = false;
+  /// Both runs' --memory (GiB) when equal, and then each cell's aggregate decode tok/s (nullopt
+  /// when the runs' memory differs or is unset, or a sample lacks its decode_share_s).
+  std::optional<double> memory_gib, tok_s_baseline, tok_s_candidate;
+  bool throughput_regression = false;  ///< see CompareOptions::max_throughput_drop
 };
 
 /// Result of compare_runs.
@@ -64,7 +79,7 @@ struct CompareResult {
 
 /// Compares runs `baseline` and `candidate` of `store`, cell by cell (see the file comment for
 /// how cells and samples are matched). Throws kvb::Error when no cell could be compared, or
-/// for alpha outside (0, 1) or a negative min_drop.
+/// for alpha outside (0, 1), a negative min_drop or a max_throughput_drop outside (0, 100).
 CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate, const CompareOptions& opt = {});
 
 /// A fixed-width text table of the result: one line per cell (model shown by display name, see

@@ -288,11 +288,12 @@ std::string cells_csv(const std::vector<Cell>& cells) {
       "pass_at_k,maj_at_k,decode_tok_s,prefill_tok_s,ttft_s_mean,kv_bytes_peak_mean,"
       "kv_bytes_peak_max,kv_bytes_final_mean,device_peak_bytes,evictions_mean,evicted_frac,"
       "truncated_frac,is_reference,kv_bytes_read_step_mean,decode_tok_s_agg,kv_bytes_steady_mean,kv_tokens_mean,"
-      "kv_tokens_peak\n";
+      "kv_tokens_peak,memory_gib,decode_batch_mean,preemptions\n";
   for (const auto& c : cells) {
     int kmax = c.pass_at_k.empty() ? 0 : c.pass_at_k.rbegin()->first;
     o += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},"
+        "{}\n",
         c.key.run_id, csv_field(c.key.model_id), csv_field(c.key.task), csv_field(c.policy),
         csv_field(c.key.policy_label), c.key.budget, c.n_samples, c.n_graded, c.n_ungraded, c.n_examples,
         c.pass1 ? num(c.pass1->mean) : "", c.pass1 ? num(c.pass1->lo) : "", c.pass1 ? num(c.pass1->hi) : "",
@@ -304,7 +305,9 @@ std::string cells_csv(const std::vector<Cell>& cells) {
         num(c.kv_bytes_final_mean), c.device_peak_bytes, num(c.evictions_mean), num(c.evicted_frac),
         num(c.truncated_frac), c.is_reference ? 1 : 0, c.kv_bytes_read_step_mean ? num(*c.kv_bytes_read_step_mean) : "",
         c.decode_tok_s_agg ? num(*c.decode_tok_s_agg) : "", c.kv_bytes_steady_mean ? num(*c.kv_bytes_steady_mean) : "",
-        c.kv_tokens_mean ? num(*c.kv_tokens_mean) : "", c.kv_tokens_peak ? std::to_string(*c.kv_tokens_peak) : "");
+        c.kv_tokens_mean ? num(*c.kv_tokens_mean) : "", c.kv_tokens_peak ? std::to_string(*c.kv_tokens_peak) : "",
+        c.memory_gib ? num(*c.memory_gib) : "", c.decode_batch_mean ? num(*c.decode_batch_mean) : "",
+        c.memory_gib ? std::to_string(c.preemptions) : "");
   }
   return o;
 }
@@ -421,6 +424,10 @@ struct GroupView {
   std::map<std::string, std::string> color;
   const Cell* ref = nullptr;
   std::set<const Cell*> f_budget, f_bytes, f_speed, f_read, f_steady;
+  /// Cells run under a `--memory` pool with an aggregate decode rate, by memory (GiB), and the
+  /// Pareto frontier of pass@1 against that rate among the cells of the same memory.
+  std::map<double, std::vector<const Cell*>> by_memory;
+  std::set<const Cell*> f_memory;
   bool any_read = false;    ///< some cell measured its KV bytes read per decode step
   bool any_steady = false;  ///< some cell measured its steady KV footprint (schema v4)
 };
@@ -476,6 +483,14 @@ GroupView group_view(const std::vector<const Cell*>& gcells, bool multi_run, std
     }
   for (size_t i : pareto_front(pts, true)) v.f_steady.insert(idx[i]);
   v.any_steady = !pts.empty();
+  // Accuracy against aggregate throughput at equal memory: one frontier per --memory value.
+  for (const auto* c : acc_cells)
+    if (c->memory_gib && c->decode_tok_s_agg) v.by_memory[*c->memory_gib].push_back(c);
+  for (const auto& [mem, cs] : v.by_memory) {
+    std::vector<std::pair<double, double>> mp;
+    for (const auto* c : cs) mp.push_back({*c->decode_tok_s_agg, c->pass1->mean});
+    for (size_t i : pareto_front(mp, false)) v.f_memory.insert(cs[i]);
+  }
   return v;
 }
 
@@ -495,12 +510,19 @@ void render_group_charts(const GroupView& v, const std::string& model, const std
     if (c->kv_tokens_mean && c->kv_tokens_peak)
       t += fmt::format("; KV tokens/head mean {:.1f}, peak {}", *c->kv_tokens_mean, *c->kv_tokens_peak);
     if (c->kv_bytes_read_step_mean) t += fmt::format("; KV read/step {}", human_bytes(*c->kv_bytes_read_step_mean));
-    t += fmt::format("; decode {:.1f} tok/s per sequence; n={}", c->decode_tok_s, c->n_samples);
+    t += fmt::format("; decode {:.1f} tok/s per sequence", c->decode_tok_s);
+    if (c->memory_gib) {
+      t += fmt::format("; --memory {:g} GiB", *c->memory_gib);
+      if (c->decode_tok_s_agg) t += fmt::format(": {:.1f} tok/s aggregate", *c->decode_tok_s_agg);
+      if (c->decode_batch_mean) t += fmt::format(", mean decode batch {:.2f}", *c->decode_batch_mean);
+      t += fmt::format(", {} preemptions", c->preemptions);
+    }
+    t += fmt::format("; n={}", c->n_samples);
     return t;
   };
   auto chart = [&](const std::string& title, const std::string& xlabel, bool logx, bool bytes, auto xfn,
                    const std::set<const Cell*>& front_set, bool budget_chart, bool read_chart = false,
-                   bool steady_chart = false) {
+                   bool steady_chart = false, const std::vector<const Cell*>* only = nullptr) {
     Chart ch;
     ch.title = title;
     ch.xlabel = xlabel;
@@ -522,6 +544,7 @@ void render_group_charts(const GroupView& v, const std::string& model, const std
         if (budget_chart && !budget_x(c)) continue;               // the reference line (or not measured)
         if (read_chart && !c->kv_bytes_read_step_mean) continue;  // not measured (before v3)
         if (steady_chart && !c->kv_bytes_steady_mean) continue;   // not measured (before v4)
+        if (only && std::find(only->begin(), only->end(), c) == only->end()) continue;  // another --memory
         s.reference = c->key.budget == kNoBudget && !realised_budget(c);
         Pt p{xfn(c), c->pass1->mean,        c->pass1->n > 1 ? c->pass1->lo : NAN, c->pass1->n > 1 ? c->pass1->hi : NAN,
              tip(c), front_set.count(c) > 0};
@@ -554,6 +577,13 @@ void render_group_charts(const GroupView& v, const std::string& model, const std
   html += chart(
       "pass@1 vs decode speed", "decode tokens/s per sequence", false, false,
       [](const Cell* c) { return c->decode_tok_s; }, v.f_speed, false);
+  // The seeds' systems claim: at one KV memory, a compressing policy decodes more sequences
+  // together. The full cache's reference line stays: its own point is in the chart too.
+  for (const auto& [mem, cs] : v.by_memory)
+    html += chart(
+        fmt::format("pass@1 vs throughput at --memory {:g} GiB", mem),
+        "aggregate decode tokens/s (all sequences of the pool together)", false, false,
+        [](const Cell* c) { return *c->decode_tok_s_agg; }, v.f_memory, false, false, false, &cs);
   html += "</div>\n";
 }
 
@@ -564,14 +594,15 @@ void render_group_table(const GroupView& v, const std::string& model, const std:
   html +=
       "<table><tr><th class=l>policy</th><th>budget</th><th>n</th><th>pass@1 %</th>"
       "<th>95% CI</th><th>&Delta; vs full (pts)</th><th>paired 95% CI</th><th>pass@k %</th>"
-      "<th>maj@k %</th><th>decode tok/s/seq</th><th>decode tok/s agg</th><th>prefill tok/s</th><th>TTFT s</th>"
+      "<th>maj@k %</th><th>decode tok/s/seq</th><th>decode tok/s agg</th><th>memory GiB</th><th>decode batch</th>"
+      "<th>preempted</th><th>prefill tok/s</th><th>TTFT s</th>"
       "<th>KV peak</th><th>KV steady</th><th>KV final</th><th>KV read/step</th><th>evicted %</th>"
       "<th>truncated %</th><th>Pareto</th></tr>\n";
   md += fmt::format(
       "## {} — {}\n\n| policy | budget | n | pass@1 % | 95% CI | Δ vs full (pts) | paired 95% CI "
-      "| pass@k % | maj@k % | decode tok/s/seq | decode tok/s agg | prefill tok/s | TTFT s | KV peak "
-      "| KV steady | KV read/step | Pareto |\n"
-      "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+      "| pass@k % | maj@k % | decode tok/s/seq | decode tok/s agg | memory GiB | decode batch | preempted "
+      "| prefill tok/s | TTFT s | KV peak | KV steady | KV read/step | Pareto |\n"
+      "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
       md_esc(model_name.at(model)), md_esc(task));
   for (const auto& name : v.order) {
     auto cs = v.by_series.at(name);
@@ -597,23 +628,30 @@ void render_group_table(const GroupView& v, const std::string& model, const std:
       if (v.f_bytes.count(c)) pf += "bytes ";
       if (v.f_speed.count(c)) pf += "speed ";
       if (v.f_read.count(c)) pf += "read ";
-      if (v.f_steady.count(c)) pf += "steady";
+      if (v.f_steady.count(c)) pf += "steady ";
+      if (v.f_memory.count(c)) pf += "memory";
       while (!pf.empty() && pf.back() == ' ') pf.pop_back();
       const std::string rd = c->kv_bytes_read_step_mean ? human_bytes(*c->kv_bytes_read_step_mean) : "";
       const std::string st = c->kv_bytes_steady_mean ? human_bytes(*c->kv_bytes_steady_mean) : "";
       const std::string agg = c->decode_tok_s_agg ? fmt::format("{:.1f}", *c->decode_tok_s_agg) : "";
+      const std::string mem = c->memory_gib ? fmt::format("{:g}", *c->memory_gib) : "";
+      const std::string bat = c->decode_batch_mean ? fmt::format("{:.2f}", *c->decode_batch_mean) : "";
+      const std::string pre = c->memory_gib ? std::to_string(c->preemptions) : "";
       html += fmt::format(
           "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td>"
-          "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{:.1f}</td><td>{:.3f}</td>"
+          "<td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+          "<td>{:.1f}</td><td>{:.3f}</td>"
           "<td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
           "<td>{:.0f}</td><td>{:.0f}</td><td class=l>{}</td></tr>\n",
           esc(name), cell_budget_str(c), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, dcls, d, dcls, dci,
-          pk, mk, c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st,
+          pk, mk, c->decode_tok_s, agg, mem, bat, pre, c->prefill_tok_s, c->ttft_s_mean,
+          human_bytes(c->kv_bytes_peak_mean), st,
           human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac, 100 * c->truncated_frac, pf);
       md += fmt::format(
-          "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {:.1f} | {:.3f} | {} | {} | {} | {} |\n",
+          "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {} | {} | {} | {:.1f} | {:.3f} | {} | {} | {} "
+          "| {} |\n",
           md_esc(name), cell_budget_str(c), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, d, dci, pk, mk,
-          c->decode_tok_s, agg, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st, rd, pf);
+          c->decode_tok_s, agg, mem, bat, pre, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st, rd, pf);
     }
   }
   html += "</table>\n";
@@ -642,7 +680,10 @@ std::string methods_text(const CellOptions& cells) {
       "over the seconds of the decode steps each sequence took part in; decode tok/s agg is generated "
       "tokens over the decode steps' wall time (all sequences of a batch together); prefill tok/s is prompt "
       "tokens over the seconds of each sequence's prefill steps; TTFT s is the mean time from a request's "
-      "start to its first token. See docs/results.md.",
+      "start to its first token. A run with --memory admits sequences by KV pages into one pool of that size: "
+      "its cells get a chart of pass@1 against decode tok/s agg whose frontier is over the cells of the same "
+      "--memory; decode batch is the mean over sequences of the sequences decoding together in each one's "
+      "decode steps, preempted the sequences' preemptions (pages freed, recomputed later). See docs/results.md.",
       cells.resamples, cells.seed);
 }
 
@@ -669,8 +710,10 @@ ReportFiles write_report(Store& store, const ReportOptions& opt) {
   }
   auto rows = store.samples(opt.run_ids);
   if (rows.empty()) fail("{}: no generations stored for the selected runs", store.path());
-  auto cells = compute_cells(rows, opt.cells);
   auto all_runs = store.runs();
+  CellOptions cell_opt = opt.cells;
+  cell_opt.run_memory_gib = run_memory_gib(all_runs);
+  auto cells = compute_cells(rows, cell_opt);
   std::set<int64_t> used_runs;
   for (const auto& c : cells) used_runs.insert(c.key.run_id);
   bool multi_run = used_runs.size() > 1;

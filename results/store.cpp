@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -945,7 +946,15 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
       "sample_index, prompt_tokens, generated_tokens, finish_reason, prefill_s, decode_s, "
       "ttft_s, evictions, kv_bytes_peak, kv_bytes_final, device_peak_bytes, score, "
       "COALESCE(pred_norm, ''), kv_bytes_read_step, kv_bytes_steady, decode_share_s, kv_tokens_mean, "
-      "kv_tokens_peak FROM v_samples";
+      "kv_tokens_peak, "
+      // The scheduler's per-generation figures live in extra_json (no column of their own);
+      // a value that is not a number reads as absent.
+      "(SELECT CASE WHEN json_valid(g.extra_json) AND json_type(g.extra_json, '$.decode_batch_mean') IN "
+      "('real', 'integer') THEN json_extract(g.extra_json, '$.decode_batch_mean') END FROM generations g "
+      "WHERE g.run_id = v_samples.run_id AND g.item_key = v_samples.item_key), "
+      "(SELECT CASE WHEN json_valid(g.extra_json) AND json_type(g.extra_json, '$.preemptions') = 'integer' "
+      "THEN json_extract(g.extra_json, '$.preemptions') ELSE 0 END FROM generations g "
+      "WHERE g.run_id = v_samples.run_id AND g.item_key = v_samples.item_key) FROM v_samples";
   if (!run_ids.empty()) {
     sql += " WHERE run_id IN (";
     for (size_t i = 0; i < run_ids.size(); ++i) sql += (i ? "," : "") + std::to_string(run_ids[i]);
@@ -959,7 +968,11 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
     q.row(s.run_id, s.item_key, s.model_id, s.task, s.policy, s.policy_label, s.example_id, s.budget, s.sample_index,
           s.prompt_tokens, s.generated_tokens, s.finish_reason, s.prefill_s, s.decode_s, s.ttft_s, s.evictions,
           s.kv_bytes_peak, s.kv_bytes_final, s.device_peak_bytes, s.score, s.pred_norm, s.kv_bytes_read_step,
-          s.kv_bytes_steady, s.decode_share_s, s.kv_tokens_mean, s.kv_tokens_peak);
+          s.kv_bytes_steady, s.decode_share_s, s.kv_tokens_mean, s.kv_tokens_peak, s.decode_batch_mean,
+          s.preemptions);
+    if (s.decode_batch_mean && !(std::isfinite(*s.decode_batch_mean) && *s.decode_batch_mean >= 0))
+      s.decode_batch_mean.reset();
+    if (s.preemptions < 0) s.preemptions = 0;
     // A score outside [0, 1] (+inf, 7) was never written by a grader: refused, not averaged.
     if (s.score && !(*s.score >= 0 && *s.score <= 1))
       throw Error(fmt::format("{}: run {}: item {}: score {} is not in [0, 1] (the file was changed outside kvbench: "

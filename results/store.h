@@ -191,6 +191,13 @@ struct SampleRow {
   std::optional<double> decode_share_s;      ///< see GenerationRecord (NULL: before schema v4)
   std::optional<double> kv_tokens_mean;      ///< see GenerationRecord (NULL: before schema v5)
   std::optional<int64_t> kv_tokens_peak;     ///< see GenerationRecord (NULL: before schema v5)
+  /// Under `run --memory`: the mean decode batch over the decode steps this generation took part
+  /// in (sequences decoding together), from GenerationRecord::extra's `decode_batch_mean`;
+  /// nullopt when not recorded (rows written without a scheduler measurement).
+  std::optional<double> decode_batch_mean;
+  /// Times this generation was preempted (its pages freed, later recomputed; extra's
+  /// `preemptions`, 0 when absent).
+  int64_t preemptions = 0;
   std::optional<double> score;               ///< nullopt when not graded or ungraded
   std::string pred_norm;
 };

@@ -182,3 +182,106 @@ TEST_F(CompareFixture, CliExitCodes) {
       << out;
   EXPECT_NE(out.find("no baseline run to compare with"), std::string::npos) << out;
 }
+
+// Two runs of one --memory: each cell's aggregate decode rate is Σ generated tokens / Σ
+// decode_share_s, and --max-throughput-drop flags a cell that fell by more than that percentage;
+// runs of different (or no) --memory are never compared on speed.
+static int64_t timed_run(Store& s, const std::vector<WorkItem>& items, const std::string& name,
+                         std::optional<double> memory_gib, const std::function<double(const WorkItem&)>& share) {
+  auto info = run_info(name);
+  if (memory_gib) info.config["memory_gib"] = *memory_gib;
+  info.run_key = default_run_key(info);
+  int64_t run = s.begin_run(info);
+  s.add_work_items(items);
+  std::vector<GenerationRecord> gens;
+  std::vector<GradeRecord> grades;
+  for (const auto& it : items) {
+    GenerationRecord g = fake_generation(it);
+    g.decode_share_s = share(it);
+    g.extra["decode_batch_mean"] = 2.5;
+    g.extra["preemptions"] = 1;
+    gens.push_back(g);
+    GradeRecord gr = fake_grade(it);
+    gr.score = 1.0;
+    grades.push_back(gr);
+  }
+  s.write_batch(run, gens, grades);
+  s.end_run(run);
+  return run;
+}
+
+TEST(CompareThroughput, AggregateRateAtEqualMemoryIsComparedAndFlagged) {
+  const std::string path = temp_db("compare_tput");
+  Store store(path);
+  const auto items = expand_grid(small_grid(6, 1));
+  const int64_t base = timed_run(store, items, "base", 0.5, [](const WorkItem&) { return 0.1; });
+  // rkv's cells decode 30 % slower: their decode steps took 0.1 / 0.7 s per sample.
+  const int64_t cand = timed_run(store, items, "cand", 0.5,
+                                 [](const WorkItem& it) { return it.policy == "rkv" ? 0.1 / 0.7 : 0.1; });
+  const int64_t other = timed_run(store, items, "other-pool", 1.0, [](const WorkItem&) { return 1.0; });
+  const int64_t unpooled = timed_run(store, items, "by-count", std::nullopt, [](const WorkItem&) { return 1.0; });
+
+  auto r = compare_runs(store, base, cand);
+  EXPECT_FALSE(r.any_regression);  // shown, never flagged without --max-throughput-drop
+  int rkv = 0;
+  for (const auto& row : r.rows) {
+    ASSERT_TRUE(row.memory_gib && row.tok_s_baseline && row.tok_s_candidate) << row.policy_label;
+    EXPECT_EQ(*row.memory_gib, 0.5);
+    double tok = 0;
+    for (const auto& it : items)
+      if (it.policy_label == row.policy_label && it.budget == row.budget) tok += fake_generation(it).generated_tokens;
+    const double n = r.rows.empty() ? 0 : row.shared_samples;
+    EXPECT_NEAR(*row.tok_s_baseline, tok / (0.1 * n), 1e-9);
+    if (row.policy_label.rfind("rkv", 0) == 0) {
+      ++rkv;
+      EXPECT_NEAR(*row.tok_s_candidate / *row.tok_s_baseline, 0.7, 1e-9);
+    } else {
+      EXPECT_NEAR(*row.tok_s_candidate, *row.tok_s_baseline, 1e-9);
+    }
+    EXPECT_FALSE(row.throughput_regression);
+  }
+  EXPECT_GT(rkv, 0);
+  CompareOptions o;
+  o.max_throughput_drop = 20;
+  r = compare_runs(store, base, cand, o);
+  EXPECT_TRUE(r.any_regression);
+  for (const auto& row : r.rows) EXPECT_EQ(row.throughput_regression, row.policy_label.rfind("rkv", 0) == 0);
+  const std::string table = format_compare_table(r, o);
+  EXPECT_NE(table.find("SLOWER"), std::string::npos) << table;
+  EXPECT_NE(table.find("-30.0 %"), std::string::npos) << table;
+  o.max_throughput_drop = 40;  // a 30 % drop is within it
+  EXPECT_FALSE(compare_runs(store, base, cand, o).any_regression);
+  // Another pool, or none: no speed comparison at all, whatever the rates.
+  o.max_throughput_drop = 20;
+  for (int64_t c : {other, unpooled}) {
+    r = compare_runs(store, base, c, o);
+    EXPECT_FALSE(r.any_regression);
+    for (const auto& row : r.rows) EXPECT_FALSE(row.memory_gib || row.tok_s_candidate);
+  }
+  o.max_throughput_drop = 100;
+  EXPECT_THROW(compare_runs(store, base, cand, o), kvb::Error);
+  o.max_throughput_drop = 0;
+  EXPECT_THROW(compare_runs(store, base, cand, o), kvb::Error);
+}
+
+TEST(CompareThroughput, CliFlagsASlowerCellAndRefusesBadPercentages) {
+  KVB_REQUIRE_BINARY();
+  const std::string path = temp_db("compare_tput_cli");
+  {
+    Store store(path);
+    const auto items = expand_grid(small_grid(6, 1));
+    timed_run(store, items, "base", 0.5, [](const WorkItem&) { return 0.1; });
+    timed_run(store, items, "cand", 0.5, [](const WorkItem& it) { return it.policy == "rkv" ? 0.2 : 0.1; });
+  }
+  std::string out;
+  const std::string cmd = "compare --db " + path + " --baseline base --candidate cand";
+  EXPECT_EQ(kvb::test::run_cli(cmd, &out), 0) << out;
+  EXPECT_NE(out.find("aggregate decode tok/s at --memory 0.5 GiB"), std::string::npos) << out;
+  EXPECT_EQ(kvb::test::run_cli(cmd + " --max-throughput-drop 25", &out), 1) << out;
+  EXPECT_NE(out.find("SLOWER"), std::string::npos) << out;
+  EXPECT_EQ(kvb::test::run_cli(cmd + " --max-throughput-drop 60", &out), 0) << out;
+  for (const char* bad : {"0", "100", "-5", "nan", "inf"}) {
+    EXPECT_EQ(kvb::test::run_cli(cmd + " --max-throughput-drop " + bad, &out), 2) << bad << ": " << out;
+    EXPECT_NE(out.find("--max-throughput-drop"), std::string::npos) << out;
+  }
+}

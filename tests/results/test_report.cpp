@@ -75,6 +75,66 @@ TEST(Report, WritesSelfContainedHtmlMarkdownAndCsv) {
   EXPECT_THROW(write_report(s, opt), kvb::Error);
 }
 
+// A run made with --memory: its cells carry the pool, the mean decode batch and preemptions
+// read back from each generation's extra JSON, and get a chart of pass@1 against aggregate
+// throughput whose frontier is over the cells of that pool only.
+TEST(Report, MemoryRunsGetAThroughputChartAtEqualMemory) {
+  auto p = temp_db("report_memory");
+  Store s(p);
+  auto items = expand_grid(small_grid(6, 1));
+  for (double mem : {0.25, 0.5}) {
+    auto info = run_info(mem == 0.25 ? "small-pool" : "large-pool");
+    info.config["memory_gib"] = mem;
+    info.run_key = default_run_key(info);
+    const int64_t run = s.begin_run(info);
+    s.add_work_items(items);
+    std::vector<GenerationRecord> gens;
+    std::vector<GradeRecord> grades;
+    for (const auto& it : items) {
+      GenerationRecord g = fake_generation(it);
+      g.decode_share_s = it.budget > 0 ? 0.02 : 0.1;  // compressed cells decode 5x faster
+      g.extra["decode_batch_mean"] = it.budget > 0 ? 5.0 : 1.0;
+      g.extra["preemptions"] = it.budget > 0 ? 0 : 2;
+      gens.push_back(g);
+      grades.push_back(fake_grade(it));
+    }
+    s.write_batch(run, gens, grades);
+    s.end_run(run);
+  }
+  // A row whose extra JSON was damaged outside kvbench reads as "not recorded", not as an error.
+  s.exec("UPDATE generations SET extra_json = '{not json' WHERE rowid = (SELECT MIN(rowid) FROM generations)");
+  ReportOptions opt;
+  opt.out_dir = out_dir("memory");
+  opt.cells.resamples = 200;
+  auto files = write_report(s, opt);
+  const std::string html = slurp(files.html), csv = slurp(files.csv);
+  EXPECT_NE(html.find("pass@1 vs throughput at --memory 0.25 GiB"), std::string::npos);
+  EXPECT_NE(html.find("pass@1 vs throughput at --memory 0.5 GiB"), std::string::npos);
+  EXPECT_NE(html.find("mean decode batch 5.00"), std::string::npos);
+  EXPECT_NE(csv.find("memory_gib,decode_batch_mean,preemptions"), std::string::npos) << csv;
+  const auto rows = s.samples();
+  int damaged = 0;
+  for (const auto& r : rows) {
+    if (!r.decode_batch_mean) {
+      ++damaged;
+      continue;
+    }
+    EXPECT_EQ(*r.decode_batch_mean, r.budget > 0 ? 5.0 : 1.0);
+    EXPECT_EQ(r.preemptions, r.budget > 0 ? 0 : 2);
+  }
+  EXPECT_EQ(damaged, 1);
+  CellOptions co;
+  co.run_memory_gib = run_memory_gib(s.runs());
+  ASSERT_EQ(co.run_memory_gib.size(), 2u);
+  for (const auto& c : compute_cells(rows, co)) {
+    ASSERT_TRUE(c.memory_gib);
+    EXPECT_EQ(*c.memory_gib, co.run_memory_gib.at(c.key.run_id));
+    if (c.key.budget > 0 && c.decode_batch_mean) {
+      EXPECT_EQ(*c.decode_batch_mean, 5.0);
+    }
+  }
+}
+
 TEST(ReportModels, DisplayNamesAreIdsOrFileNamesNotPaths) {
   auto n = display_model_names({"smollm2-135m-instruct", "Qwen/Qwen3-4B", "/data/shared/models/stories260K-hf/",
                                 "../shared/models/tiny.gguf", "models/x.gguf", "./ckpt"});
