@@ -43,6 +43,17 @@ HashState& state() {
 
 int64_t ns_of(const struct timespec& t) { return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec; }
 
+/// The identity fields of `st` (device, inode, size, modification and change times in ns).
+FileStat file_stat_of(const struct stat& st) {
+  FileStat f;
+  f.dev = static_cast<int64_t>(st.st_dev);
+  f.inode = static_cast<int64_t>(st.st_ino);
+  f.bytes = static_cast<int64_t>(st.st_size);
+  f.mtime_ns = ns_of(st.st_mtim);
+  f.ctime_ns = ns_of(st.st_ctim);
+  return f;
+}
+
 int64_t now_ns() {
   struct timespec t {};
   clock_gettime(CLOCK_REALTIME, &t);
@@ -58,13 +69,7 @@ FileStat stat_input_file(const std::string& path) {
     throw Error(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)), ErrorKind::kRuntime);
   }
   if (!S_ISREG(st.st_mode)) fail("{}: not a regular file", path);
-  FileStat f;
-  f.dev = static_cast<int64_t>(st.st_dev);
-  f.inode = static_cast<int64_t>(st.st_ino);
-  f.bytes = static_cast<int64_t>(st.st_size);
-  f.mtime_ns = ns_of(st.st_mtim);
-  f.ctime_ns = ns_of(st.st_ctim);
-  return f;
+  return file_stat_of(st);
 }
 
 bool hash_cacheable(const FileStat& before, const FileStat& after, int64_t start_ns) {
@@ -130,13 +135,7 @@ void recheck_input_files() {
     struct stat st {};
     bool same = ::stat(path.c_str(), &st) == 0;
     if (same) {
-      FileStat now;
-      now.dev = static_cast<int64_t>(st.st_dev);
-      now.inode = static_cast<int64_t>(st.st_ino);
-      now.bytes = static_cast<int64_t>(st.st_size);
-      now.mtime_ns = ns_of(st.st_mtim);
-      now.ctime_ns = ns_of(st.st_ctim);
-      same = now == h.st;
+      same = file_stat_of(st) == h.st;
     }
     if (!same)
       throw Error(fmt::format("{}: changed on disk after this run hashed it (its recorded sha256 is {}); keep a "

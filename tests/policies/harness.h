@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
+#include "engine/policies/policies.h"
 #include "engine/policies/policy.h"
 #include "tests/support/stories.h"
 
@@ -75,5 +77,30 @@ struct HandCache {
   std::vector<float> queries;  ///< [Hq, qw, D]
   int qw = 0;
 };
+
+/// Positions held by each (layer, kv head) of one sequence: [layer][kv head] -> positions, in cache order.
+using HeldPositions = std::vector<std::vector<std::vector<int32_t>>>;
+
+/// The positions every (layer, kv head) holds after every step of a teacher-forced run of
+/// `model` under policy `spec` at `budget`: the prompt prefilled in chunks of `chunk` tokens,
+/// then each of `forced` fed as a decode token (Engine::score). One entry per engine step.
+/// Throws kvb::Error for a bad spec.
+inline std::vector<HeldPositions> held_per_step(std::shared_ptr<const Model> model, const std::string& spec,
+                                                int64_t budget, int chunk, const std::vector<int32_t>& prompt,
+                                                const std::vector<int32_t>& forced) {
+  EngineOptions eo;
+  eo.prefill_chunk = chunk;
+  Engine e(std::move(model), eo, make_policy(PolicySpec::parse(spec, budget)));
+  std::vector<HeldPositions> steps;
+  e.on_step = [&](const KVCache& kv, SeqId s) {
+    HeldPositions h(kv.config().num_layers, std::vector<std::vector<int32_t>>(kv.config().num_kv_heads));
+    for (int l = 0; l < kv.config().num_layers; ++l)
+      for (int k = 0; k < kv.config().num_kv_heads; ++k)
+        for (int32_t i = 0; i < kv.length(s, l, k); ++i) h[l][k].push_back(kv.position(s, l, k, i));
+    steps.push_back(std::move(h));
+  };
+  e.score(prompt, forced);
+  return steps;
+}
 
 }  // namespace kvb::test

@@ -16,30 +16,15 @@
 #include "engine/util/error.h"
 #include "tests/support/model_goldens.h"
 #include "tests/support/stories.h"
+#include "tests/policies/harness.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
 
 using nlohmann::json;
-using Held = std::vector<std::vector<std::vector<int32_t>>>;  // [layer][kv head] positions
-
-std::vector<Held> held_per_step(std::shared_ptr<const Model> m, const std::string& spec, int chunk,
-                                const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced) {
-  EngineOptions eo;
-  eo.prefill_chunk = chunk;
-  Engine e(m, eo, make_policy(PolicySpec::parse(spec, 0)));
-  std::vector<Held> steps;
-  e.on_step = [&](const KVCache& kv, SeqId s) {
-    Held h(kv.config().num_layers, std::vector<std::vector<int32_t>>(kv.config().num_kv_heads));
-    for (int l = 0; l < kv.config().num_layers; ++l)
-      for (int k = 0; k < kv.config().num_kv_heads; ++k)
-        for (int32_t i = 0; i < kv.length(s, l, k); ++i) h[l][k].push_back(kv.position(s, l, k, i));
-    steps.push_back(std::move(h));
-  };
-  e.score(prompt, forced);
-  return steps;
-}
+using Held = test::HeldPositions;
+using test::held_per_step;
 
 class KVzapGoldens : public ::testing::TestWithParam<std::string> {};
 
@@ -59,7 +44,7 @@ TEST_P(KVzapGoldens, KeptPositionsMatchKvpressDMSPressWithKVzap) {
     bool evicted_at_prompt = false, evicted_decoding = false;
     for (int chunk : {64, P}) {
       SCOPED_TRACE(c["name"].get<std::string>() + " (" + spec + "), prefill chunk " + std::to_string(chunk));
-      const std::vector<Held> steps = held_per_step(m, spec, chunk, prompt, forced);
+      const std::vector<Held> steps = held_per_step(m, spec, 0, chunk, prompt, forced);
       const int prefill_steps = (P + chunk - 1) / chunk;
       ASSERT_EQ(static_cast<int>(steps.size()), prefill_steps + static_cast<int>(forced.size()));
       size_t prev_total = 0;

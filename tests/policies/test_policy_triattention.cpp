@@ -17,31 +17,15 @@
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 #include "tests/support/model_goldens.h"
+#include "tests/policies/harness.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
 namespace {
 
 using nlohmann::json;
-using Held = std::vector<std::vector<std::vector<int32_t>>>;  // [layer][kv head] positions
-
-/// Positions held by every (layer, kv head) after every step of a teacher-forced run.
-std::vector<Held> held_per_step(std::shared_ptr<const Model> m, const std::string& spec, int64_t budget, int chunk,
-                                const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced) {
-  EngineOptions eo;
-  eo.prefill_chunk = chunk;
-  Engine e(m, eo, make_policy(PolicySpec::parse(spec, budget)));
-  std::vector<Held> steps;
-  e.on_step = [&](const KVCache& kv, SeqId s) {
-    Held h(kv.config().num_layers, std::vector<std::vector<int32_t>>(kv.config().num_kv_heads));
-    for (int l = 0; l < kv.config().num_layers; ++l)
-      for (int k = 0; k < kv.config().num_kv_heads; ++k)
-        for (int32_t i = 0; i < kv.length(s, l, k); ++i) h[l][k].push_back(kv.position(s, l, k, i));
-    steps.push_back(std::move(h));
-  };
-  e.score(prompt, forced);
-  return steps;
-}
+using Held = test::HeldPositions;
+using test::held_per_step;
 
 std::string with_stats(std::string spec, const std::string& stats) {
   const auto at = spec.find("{stats}");
@@ -111,7 +95,10 @@ TEST(TriAttention, StatsFileErrorsNameTheFileAndTensor) {
                                    }),
                                    {"triattention_stats_tiny-llama3.safetensors", "layer00_head00.q_mean_real"}));
   }
-  GateWeights w = GateWeights::load(llama_stats, GateSource{"triattention", "stats"});
+  GateSource src;
+  src.policy = "triattention";
+  src.param = "stats";
+  GateWeights w = GateWeights::load(llama_stats, src);
   w.tensors.erase("layer01_head03.q_abs_mean");
   const auto dir = test::temp_dir("triattention_stats");
   const std::string cut = (dir / "cut.safetensors").string();
