@@ -106,8 +106,7 @@ CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate, co
     row.tok_s_baseline = aggregate_tok_s(b);
     row.tok_s_candidate = aggregate_tok_s(c);
     if (opt.max_throughput_drop && row.tok_s_baseline && row.tok_s_candidate)
-      row.throughput_regression =
-          *row.tok_s_candidate < *row.tok_s_baseline * (1.0 - *opt.max_throughput_drop / 100.0);
+      row.throughput_regression = *row.tok_s_candidate < *row.tok_s_baseline * (1.0 - *opt.max_throughput_drop / 100.0);
   };
   auto base_rows = store.samples({baseline});
   auto cand_rows = store.samples({candidate});

@@ -643,15 +643,15 @@ void render_group_table(const GroupView& v, const std::string& model, const std:
           "<td>{:.1f}</td><td>{:.3f}</td>"
           "<td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
           "<td>{:.0f}</td><td>{:.0f}</td><td class=l>{}</td></tr>\n",
-          esc(name), cell_budget_str(c), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, dcls, d, dcls, dci,
-          pk, mk, c->decode_tok_s, agg, mem, bat, pre, c->prefill_tok_s, c->ttft_s_mean,
-          human_bytes(c->kv_bytes_peak_mean), st,
-          human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac, 100 * c->truncated_frac, pf);
+          esc(name), cell_budget_str(c), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, dcls, d, dcls, dci, pk,
+          mk, c->decode_tok_s, agg, mem, bat, pre, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean),
+          st, human_bytes(c->kv_bytes_final_mean), rd, 100 * c->evicted_frac, 100 * c->truncated_frac, pf);
       md += fmt::format(
           "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1f} | {} | {} | {} | {} | {:.1f} | {:.3f} | {} | {} | {} "
           "| {} |\n",
           md_esc(name), cell_budget_str(c), c->n_samples, c->pass1 ? pct(c->pass1->mean) : "n/a", ci, d, dci, pk, mk,
-          c->decode_tok_s, agg, mem, bat, pre, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st, rd, pf);
+          c->decode_tok_s, agg, mem, bat, pre, c->prefill_tok_s, c->ttft_s_mean, human_bytes(c->kv_bytes_peak_mean), st,
+          rd, pf);
     }
   }
   html += "</table>\n";

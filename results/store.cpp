@@ -968,8 +968,7 @@ std::vector<SampleRow> Store::samples(const std::vector<int64_t>& run_ids) {
     q.row(s.run_id, s.item_key, s.model_id, s.task, s.policy, s.policy_label, s.example_id, s.budget, s.sample_index,
           s.prompt_tokens, s.generated_tokens, s.finish_reason, s.prefill_s, s.decode_s, s.ttft_s, s.evictions,
           s.kv_bytes_peak, s.kv_bytes_final, s.device_peak_bytes, s.score, s.pred_norm, s.kv_bytes_read_step,
-          s.kv_bytes_steady, s.decode_share_s, s.kv_tokens_mean, s.kv_tokens_peak, s.decode_batch_mean,
-          s.preemptions);
+          s.kv_bytes_steady, s.decode_share_s, s.kv_tokens_mean, s.kv_tokens_peak, s.decode_batch_mean, s.preemptions);
     if (s.decode_batch_mean && !(std::isfinite(*s.decode_batch_mean) && *s.decode_batch_mean >= 0))
       s.decode_batch_mean.reset();
     if (s.preemptions < 0) s.preemptions = 0;

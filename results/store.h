@@ -198,7 +198,7 @@ struct SampleRow {
   /// Times this generation was preempted (its pages freed, later recomputed; extra's
   /// `preemptions`, 0 when absent).
   int64_t preemptions = 0;
-  std::optional<double> score;               ///< nullopt when not graded or ungraded
+  std::optional<double> score;  ///< nullopt when not graded or ungraded
   std::string pred_norm;
 };
 

@@ -216,8 +216,8 @@ TEST(CompareThroughput, AggregateRateAtEqualMemoryIsComparedAndFlagged) {
   const auto items = expand_grid(small_grid(6, 1));
   const int64_t base = timed_run(store, items, "base", 0.5, [](const WorkItem&) { return 0.1; });
   // rkv's cells decode 30 % slower: their decode steps took 0.1 / 0.7 s per sample.
-  const int64_t cand = timed_run(store, items, "cand", 0.5,
-                                 [](const WorkItem& it) { return it.policy == "rkv" ? 0.1 / 0.7 : 0.1; });
+  const int64_t cand =
+      timed_run(store, items, "cand", 0.5, [](const WorkItem& it) { return it.policy == "rkv" ? 0.1 / 0.7 : 0.1; });
   const int64_t other = timed_run(store, items, "other-pool", 1.0, [](const WorkItem&) { return 1.0; });
   const int64_t unpooled = timed_run(store, items, "by-count", std::nullopt, [](const WorkItem&) { return 1.0; });
 
