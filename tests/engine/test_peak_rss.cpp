@@ -83,7 +83,8 @@ TEST(PeakRss, LaunchedFromALargeParentEqualsLaunchedFromAShell) {
   // From this process holding 300 MiB of touched memory: fork + exec, as subprocess.run does.
   std::vector<char> held(300 * kMiB);
   for (size_t i = 0; i < held.size(); i += 4096) held[i] = 1;
-  ASSERT_GE(kvb::peak_rss_bytes(), 300 * kMiB);
+  const double parent_peak = static_cast<double>(kvb::peak_rss_bytes()) / kMiB;
+  ASSERT_GE(parent_peak, 300.0);
   const std::string out_path = kvb::test::temp_dir("peak_rss").string() + "/out.txt";
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -105,7 +106,9 @@ TEST(PeakRss, LaunchedFromALargeParentEqualsLaunchedFromAShell) {
   const double from_parent = reported_peak_mib(out);
   EXPECT_EQ(held[4096], 1);  // held until kvbench finished
 
-  EXPECT_LT(from_parent, 150.0) << "kvbench reported the parent's 300 MiB as its own peak";
+  // An inherited figure would be at least the parent's peak at the fork. (Not an absolute bound:
+  // under AddressSanitizer kvbench's own peak is about 240 MiB of shadow memory and redzones.)
+  EXPECT_LT(from_parent, parent_peak - 50.0) << "kvbench reported its parent's " << parent_peak << " MiB as its own peak";
   EXPECT_NEAR(from_parent, from_shell, 0.05 * from_shell) << "shell " << from_shell << " MiB, parent " << from_parent;
   std::printf("peak RSS of kvbench generate (stories260K): from a shell %.1f MiB, from a 300 MiB parent %.1f MiB\n",
               from_shell, from_parent);
