@@ -1044,9 +1044,10 @@ void Store::check_merge_identities(const std::vector<std::string>& files) {
         continue;
       }
       const RunIdentity& a = it->second;
+      const int64_t run_id = r.run_id;  // clang 14 cannot capture a structured binding
       auto refuse = [&](const std::string& what) {
         throw Error(fmt::format("{}: merge: run {} has the run key of run {} in {} but read other files: {}", file,
-                                r.run_id, a.run_id, a.file, what),
+                                run_id, a.run_id, a.file, what),
                     ErrorKind::kInput);
       };
       for (const auto& [model, sha] : r.weights) {
