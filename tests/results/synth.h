@@ -68,7 +68,7 @@ inline RunInfo run_info(const std::string& name = "test") {
   info.device = "cpu";
   info.config = {{"suite", "math"}};
   info.models = {{"stories260K", "rev-abc", std::string(64, 'a')}};
-  info.datasets = {{"math", "../shared/datasets/math", std::string(64, 'b')}};
+  info.datasets = {{"math", "data/datasets/math", std::string(64, 'b')}};
   info.run_key = default_run_key(info);
   return info;
 }

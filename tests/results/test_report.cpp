@@ -136,12 +136,12 @@ TEST(Report, MemoryRunsGetAThroughputChartAtEqualMemory) {
 }
 
 TEST(ReportModels, DisplayNamesAreIdsOrFileNamesNotPaths) {
-  auto n = display_model_names({"smollm2-135m-instruct", "Qwen/Qwen3-4B", "/data/shared/models/stories260K-hf/",
-                                "../shared/models/tiny.gguf", "models/x.gguf", "./ckpt"});
+  auto n = display_model_names({"smollm2-135m-instruct", "Qwen/Qwen3-4B", "/data/mirror/models/stories260K-hf/",
+                                "../weights/models/tiny.gguf", "models/x.gguf", "./ckpt"});
   EXPECT_EQ(n.at("smollm2-135m-instruct"), "smollm2-135m-instruct");  // built-in name
   EXPECT_EQ(n.at("Qwen/Qwen3-4B"), "Qwen/Qwen3-4B");                  // Hub repo id
-  EXPECT_EQ(n.at("/data/shared/models/stories260K-hf/"), "stories260K-hf");
-  EXPECT_EQ(n.at("../shared/models/tiny.gguf"), "tiny.gguf");
+  EXPECT_EQ(n.at("/data/mirror/models/stories260K-hf/"), "stories260K-hf");
+  EXPECT_EQ(n.at("../weights/models/tiny.gguf"), "tiny.gguf");
   EXPECT_EQ(n.at("models/x.gguf"), "x.gguf");
   EXPECT_EQ(n.at("./ckpt"), "ckpt");
   // Paths with the same last component keep as many parent folders as tell them apart; a path
