@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tests/results/synth.h"
+#include "tests/support/test_support.h"
 
 // Cases omit the trailing fields (prefix, exit_code) that most of them leave at their defaults.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -1329,7 +1330,8 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
   // static allocations) to stderr; the one-line contract is about kvbench's own output.
   std::string prefix = c.prefix;
   for (size_t at; (at = prefix.find("$D")) != std::string::npos;) prefix.replace(at, 2, dir.string());
-  const std::string cmd = prefix + (prefix.empty() ? "" : " ") + "LSAN_OPTIONS=print_suppressions=0 timeout 60 " +
+  const std::string cmd = prefix + (prefix.empty() ? "" : " ") + "LSAN_OPTIONS=print_suppressions=0 timeout " +
+                          std::to_string(static_cast<int>(60 * kvb::test::time_scale())) + " " +
                           std::string(KVB_BINARY) + " " + args + " > /dev/null 2> " + out_file;
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status)) << cmd;
@@ -1453,7 +1455,7 @@ TEST_P(HostileVerdict, ExitZeroInTimeWithTheVerdict) {
     for (auto& a : args) cargv.push_back(a.data());
     cargv.push_back(nullptr);
     if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr)) _exit(127);
-    ::alarm(120);  // a hang ends as a failure, not a stuck test
+    ::alarm(static_cast<unsigned>(4 * c.max_seconds * kvb::test::time_scale()));  // a hang fails, not sticks
     ::execv(cargv[0], cargv.data());
     _exit(127);
   }
@@ -1466,7 +1468,7 @@ TEST_P(HostileVerdict, ExitZeroInTimeWithTheVerdict) {
   EXPECT_NE(stdout_text.find(c.expect), std::string::npos)
       << "expected '" << c.expect << "' in stdout:\n"
       << stdout_text.substr(stdout_text.size() > 2000 ? stdout_text.size() - 2000 : 0);
-  EXPECT_LT(seconds, c.max_seconds) << "took " << seconds << " s";
+  EXPECT_LT(seconds, c.max_seconds * kvb::test::time_scale()) << "took " << seconds << " s";
   if (std::getenv("KVB_HOSTILE_SHOW")) std::printf("%-40s %.2f s\n", c.name.c_str(), seconds);
   fs::remove_all(dir);
 }

@@ -154,6 +154,25 @@ inline bool path_exists(const std::string& p) {
   return std::filesystem::exists(p, ec);
 }
 
+/// How many times longer than in the optimised build a wall-clock bound may take in this test
+/// binary: 1 in the Release build, 5 in the sanitizer build (ASan's shadow checks and the -O0/-O1
+/// code there make kvbench several times slower; .ci/run also runs two tests at once). Tests that
+/// bound the time of a hostile input (linear, not quadratic, work) multiply their bound by it: a
+/// quadratic blow-up on those inputs costs minutes, far beyond either bound.
+inline double time_scale() {
+#if defined(__SANITIZE_ADDRESS__)
+  return 5.0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return 5.0;
+#else
+  return 1.0;
+#endif
+#else
+  return 1.0;
+#endif
+}
+
 }  // namespace kvb::test
 
 /// Skips the current test (or fails it under KVB_REQUIRE_ALL=1) unless `cond` holds; `what`
