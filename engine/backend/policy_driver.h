@@ -65,6 +65,7 @@ struct Dims {
   float attn_scale = 0.0f;
   const float* rope_inv_freq = nullptr;  ///< the model's RoPE inverse frequencies [head_dim / 2]
   float rope_mscale = 1.0f;              ///< the model's RoPE attention scaling
+  float rms_norm_eps = 1e-6f;            ///< the model's RMSNorm epsilon
 };
 
 /// Sets the fields LayerStep and StepEnd share — the cache, the sequence, the model's layer and kv
@@ -94,6 +95,7 @@ inline LayerStep layer_step(KVCache& cache, const ForwardItem& it, int layer, co
   st.attn_scale = d.attn_scale;
   st.rope_inv_freq = d.rope_inv_freq;
   st.rope_mscale = d.rope_mscale;
+  st.rms_norm_eps = d.rms_norm_eps;
   QueryHistory* qh = it.history;
   const int Hq = d.num_q_heads, D = d.head_dim;
   st.window_queries = [qh, layer, Hq, D, &wq_buf](int* w_out) -> const float* {

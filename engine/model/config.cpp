@@ -160,6 +160,15 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
             "quantised checkpoints ({}) are not supported; use the unquantised weights or a GGUF file",
             q->is_object() && q->contains("quant_method") ? (*q)["quant_method"].dump() : q->dump());
   check_partial_rotary(j, origin, "partial_rotary_factor");
+  // A DMS checkpoint (NVIDIA Model-Optimizer experimental/dms, Qwen3ConfigDMS) runs as its base model
+  // with the `dms` policy reading its dms_proj_alpha tensors; one trained with dms_separate_alpha
+  // false (the default) instead borrows the last query channel of each group's first head for the
+  // decision and zeroes it in attention: a different forward, refused rather than run wrongly.
+  if (j.contains("dms_window_size") || j.contains("dms_separate_alpha") || j.contains("dms_alpha_scale"))
+    if (auto sep = j.find("dms_separate_alpha"); sep == j.end() || *sep != true)
+      fail_at(origin, "dms_separate_alpha",
+              "a DMS checkpoint whose eviction decision borrows a query channel (dms_separate_alpha false, the "
+              "default) is not supported: kvbench runs DMS checkpoints with a separate dms_proj_alpha projection");
   if (auto act = j.find(arch->act_key); act != j.end() && !act->is_null()) {
     const char* want = hidden_act_name(arch->activation);
     if (*act != want)

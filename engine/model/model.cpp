@@ -103,6 +103,11 @@ constexpr const char* kIgnorable[] = {
     // block; the locret policy reads them (heads=), the forward does not.
     "model.layers.{}.self_attn.fc1.weight",
     "model.layers.{}.self_attn.fc2.weight",
+    // DMS checkpoints (dms_separate_alpha) hold the eviction-decision projection in each attention
+    // block; the dms policy reads it (alpha=), the forward does not.
+    "model.layers.{}.self_attn.dms_proj_alpha.weight",
+    "model.layers.{}.self_attn.dms_proj_alpha.bias",
+    "model.layers.{}.self_attn.dms_proj_alpha_norm.weight",
 };
 
 /// True when `name` is one of kIgnorable with a layer index in [0, num_layers).

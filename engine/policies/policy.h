@@ -47,6 +47,9 @@ struct PolicyNeeds {
   /// LayerStep::layer_input: the attention block's input (after input RMSNorm) of the new tokens,
   /// [n_new, H] f32 (TRIM-KV retention gates).
   bool layer_input = false;
+  /// LayerStep::layer_residual: the residual stream entering the layer (before the input RMSNorm)
+  /// of the new tokens, [n_new, H] f32 (DMS's eviction-decision projection).
+  bool layer_residual = false;
   /// LayerStep::keys_pre_rope: keys of the new tokens before RoPE, [n_new, Hkv, D] (WG-KV).
   bool keys_pre_rope = false;
   /// LayerStep::queries_pre_rope: queries of the new tokens before RoPE (after the q norm of
@@ -162,7 +165,11 @@ struct LayerStep {
   /// there; a query-agnostic request's context ends a prompt of its own). 0 on decode steps.
   int64_t prompt_end = 0;
   const float* layer_input = nullptr;  ///< [n_new, H] when PolicyNeeds::layer_input
+  /// [n_new, H] f32 when PolicyNeeds::layer_residual: the residual stream before the layer's input
+  /// RMSNorm (layer_input = RMSNorm(layer_residual) · input_norm.weight).
+  const float* layer_residual = nullptr;
   int hidden_size = 0;
+  float rms_norm_eps = 1e-6f;               ///< the model's RMSNorm epsilon
   const float* keys_pre_rope = nullptr;     ///< [n_new, Hkv, D] when PolicyNeeds::keys_pre_rope
   const float* queries_pre_rope = nullptr;  ///< [n_new, Hq, D] when PolicyNeeds::queries_pre_rope
   /// The model's RoPE: inverse frequencies [head_dim / 2] and the attention scaling (YaRN mscale,

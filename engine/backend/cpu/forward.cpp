@@ -173,8 +173,15 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   s.items = items;
   s.policy = policy;
   s.needs = policy ? policy->needs() : PolicyNeeds{};
-  s.dims = policy_driver::Dims{static_cast<int>(c.num_layers), Hq, Hkv, D, H, c.attention_scale(), m_.inv_freq().data(),
-                               m_.rope_attention_scaling()};
+  s.dims = policy_driver::Dims{static_cast<int>(c.num_layers),
+                               Hq,
+                               Hkv,
+                               D,
+                               H,
+                               c.attention_scale(),
+                               m_.inv_freq().data(),
+                               m_.rope_attention_scaling(),
+                               static_cast<float>(c.rms_norm_eps)};
   s.compact = [this](SeqId seq, int layer, int h, const std::vector<int32_t>& keep) {
     return static_cast<int64_t>(cache_.compact(seq, layer, h, keep));
   };
@@ -391,6 +398,7 @@ void CpuBackend::policy_block(Step& s, int l) {
     std::vector<float> wq_buf;
     LayerStep st = policy_driver::layer_step(cache_, it, l, s.dims, wq_buf);
     if (needs.layer_input) st.layer_input = &xn_[s.row0[b] * H];
+    if (needs.layer_residual) st.layer_residual = &x_[s.row0[b] * H];  // the residual add comes after
     if (needs.keys_pre_rope) st.keys_pre_rope = &kpre_[s.row0[b] * Hkv * D];
     if (needs.queries_pre_rope) st.queries_pre_rope = &qpre_[s.row0[b] * Hq * D];
     std::vector<std::vector<float>> cs_item;

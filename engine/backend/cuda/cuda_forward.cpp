@@ -147,7 +147,8 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   grow_activations(step);
   refresh_page_tables();
 
-  step.dims = policy_driver::Dims{L, Hq, Hkv, D, H, scale, m.inv_freq().data(), m.rope_attention_scaling()};
+  step.dims = policy_driver::Dims{
+      L, Hq, Hkv, D, H, scale, m.inv_freq().data(), m.rope_attention_scaling(), static_cast<float>(eps)};
   step.compact_fn = [this, &step](SeqId s, int layer, int h, const std::vector<int32_t>& keep) {
     return static_cast<int64_t>(compact(s, layer, h, keep, step.csrc_h, step.cdst_h));
   };

@@ -20,7 +20,8 @@ bool CudaBackend::Impl::graph_eligible(const Policy* policy, const PolicyNeeds& 
   if (!decode) return false;
   if (!policy) return true;
   return !needs.layer_hook && !needs.host_kv && needs.window_queries == 0 && !needs.keys_pre_rope &&
-         !needs.queries_pre_rope && !needs.attention_colsum && !needs.layer_input && !needs.read_select;
+         !needs.queries_pre_rope && !needs.attention_colsum && !needs.layer_input && !needs.layer_residual &&
+         !needs.read_select;
 }
 
 MetaLayout CudaBackend::Impl::meta_layout(int B, int T, const cuda::AttnBound& bound) const {

@@ -163,7 +163,7 @@ int64_t CudaBackend::Impl::policy_layer_item(Step& step, int l, int b, const std
   const ForwardItem& it = step.items[b];
   std::vector<float> wq_buf;
   LayerStep st = policy_driver::layer_step(cache, it, l, step.dims, wq_buf);
-  std::vector<float> li, kp, qp;
+  std::vector<float> li, kp, qp, res;
   if (needs.layer_input && !needs.layer_input_via_mlp) {
     std::vector<uint16_t> bits(static_cast<size_t>(it.n) * H);
     check(cudaMemcpyAsync(bits.data(), acts.xn.p + static_cast<size_t>(row0[b]) * H, bits.size() * 2,
@@ -174,6 +174,8 @@ int64_t CudaBackend::Impl::policy_layer_item(Step& step, int l, int b, const std
     for (size_t i = 0; i < bits.size(); ++i) li[i] = bf16_bits_to_f32(bits[i]);
     st.layer_input = li.data();
   }
+  if (needs.layer_residual)  // DMS: the f32 residual stream, before this layer's output projection adds to it
+    st.layer_residual = copy_rows(res, acts.x.p, row0[b], it.n, H, stream, "layer residual");
   if (needs.keys_pre_rope)
     st.keys_pre_rope = copy_rows(kp, acts.kpre.p, row0[b], it.n, Hkv * D, stream, "keys before RoPE");
   if (needs.queries_pre_rope)  // LocRet's retaining heads, Expected Attention's query statistics
