@@ -91,12 +91,11 @@ def draw_alpha(model, seed):
     return t
 
 
-def run(ref, model, alpha, prompt, forced):
+def run(ref, fake, model, alpha, prompt, forced):
     """Reference run over prompt + forced; returns (logits per step, decision logits [layer][head][token],
     the reference's readable-token count per (layer, head) after every decode step)."""
     core, attention, attention_prefill, cache_mod = ref
     cfg = model.config
-    fake = fake_flash_attn(ref_dir)
     cache = cache_mod.DMSCache(dms_window_size=WINDOW + 1, max_context_length=4096,
                                accommodate_min_initial_context_length=1024, block_size=BLOCK)
     decisions = [[] for _ in range(cfg.num_hidden_layers)]
@@ -155,7 +154,6 @@ def readable(dlog, upto, next_query):
 
 
 def main():
-    global ref_dir
     ap = argparse.ArgumentParser()
     ap.add_argument("--reference", required=True, help=f"checkout of NVIDIA/Model-Optimizer at {REF_COMMIT}")
     a = ap.parse_args()
@@ -165,6 +163,7 @@ def main():
     from dms import cache as cache_mod
 
     ref = (core, attention, attention_prefill, cache_mod)
+    fake = fake_flash_attn(ref_dir)
     path = os.path.join(FIX, MODEL)
     probe = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32)
     alpha = draw_alpha(probe, 5306)
@@ -176,7 +175,7 @@ def main():
         prompt = [1] + torch.randint(3, vocab, (PROMPT_LEN - 1,), generator=gen).tolist()
         forced = torch.randint(3, vocab, (N_FORCED,), generator=gen).tolist()
         model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32).eval()
-        step_logits, dlog, counts = run(ref, model, alpha, prompt, forced)
+        step_logits, dlog, counts = run(ref, fake, model, alpha, prompt, forced)
         margin = min(abs(x) for layer in dlog for head in layer for x in head)
         if margin > MARGIN:
             break
