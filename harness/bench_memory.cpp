@@ -53,8 +53,6 @@ BenchMemoryPlan plan_bench_memory(const BenchMemoryInput& in, const Policy* poli
   const ModelConfig& c = in.config;
   const bool cuda = in.backend == "cuda";
   const int64_t P = in.page_size, D = c.head_dim, H = c.hidden_size, I = c.intermediate_size;
-  const int64_t heads = c.num_layers * c.num_kv_heads;  // (layer, kv head) pairs of one sequence
-  const int64_t full = in.context + in.gen;
   const int64_t chunk = std::min<int64_t>(in.prefill_chunk, in.context);
   PolicyNeeds needs;
   if (policy) needs = policy->needs();

@@ -86,9 +86,7 @@ class DmsPolicy : public ParamPolicy {
           "with dms_separate_alpha), or random_alpha=SEED for RANDOM test weights");
   }
 
-  PolicyNeeds needs() const override {
-    return {.layer_residual = true, .num_scalars = 1, .prefill_chunk = 1};
-  }
+  PolicyNeeds needs() const override { return {.layer_residual = true, .num_scalars = 1, .prefill_chunk = 1}; }
 
   void on_layer_step(LayerStep& step) override {
     if (!step.layer_residual) fail("policy 'dms': LayerStep::layer_residual is not set");
@@ -152,8 +150,7 @@ class DmsPolicy : public ParamPolicy {
   const Alpha& alpha(const LayerStep& step) {
     std::lock_guard<std::mutex> lock(mu_);
     if (layers_.empty()) {
-      if (!path_.empty())
-        weights_.check_model(step.num_layers, step.num_kv_heads, step.hidden_size, step.head_dim);
+      if (!path_.empty()) weights_.check_model(step.num_layers, step.num_kv_heads, step.hidden_size, step.head_dim);
       layers_.resize(static_cast<size_t>(step.num_layers));
     }
     Alpha& a = layers_.at(static_cast<size_t>(step.layer));

@@ -55,7 +55,7 @@ struct DmsRun {
 };
 
 DmsRun run(std::shared_ptr<const Model> m, const std::string& spec, int chunk, const std::vector<int32_t>& prompt,
-        const std::vector<int32_t>& forced) {
+           const std::vector<int32_t>& forced) {
   EngineOptions eo;
   eo.prefill_chunk = chunk;
   Engine e(std::move(m), eo, make_policy(PolicySpec::parse(spec, 0)));
@@ -155,9 +155,9 @@ TEST(Dms, ACheckpointDirectoryIsTheModelAndTheWeights) {
   std::ofstream(dir / "config.json") << cfg.dump(2);
   EXPECT_TRUE(test::contains_all(test::input_error_of([&] { Model::load_dir(dir.string()); }),
                                  {"config.json", "dms_separate_alpha"}));
-  EXPECT_TRUE(test::contains_all(
-      test::input_error_of([&] { make_policy(PolicySpec::parse("dms:alpha=" + dir.string(), 0)); }),
-      {"config.json", "dms_separate_alpha"}));
+  EXPECT_TRUE(
+      test::contains_all(test::input_error_of([&] { make_policy(PolicySpec::parse("dms:alpha=" + dir.string(), 0)); }),
+                         {"config.json", "dms_separate_alpha"}));
   fs::remove_all(dir);
 }
 
@@ -178,7 +178,9 @@ TEST(Dms, RefusesMissingWeightsAndNamesAMissingTensor) {
   save_gate_weights(w, cut);
   auto m = Model::load_dir(test::fixture("models/tiny-qwen3"));
   Engine e(m, {}, make_policy(PolicySpec::parse("dms:alpha=" + cut, 0)));
-  EXPECT_TRUE(test::contains_all(test::input_error_of([&] { e.score({5, 6, 7}, {8}); }),
+  EXPECT_TRUE(test::contains_all(test::input_error_of([&] {
+                                   e.score({5, 6, 7}, {8});
+                                 }),
                                  {"cut.safetensors", "model.layers.1.self_attn.dms_proj_alpha.weight"}));
   fs::remove_all(dir);
 }
