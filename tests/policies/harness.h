@@ -84,10 +84,11 @@ using HeldPositions = std::vector<std::vector<std::vector<int32_t>>>;
 /// The positions every (layer, kv head) holds after every step of a teacher-forced run of
 /// `model` under policy `spec` at `budget`: the prompt prefilled in chunks of `chunk` tokens,
 /// then each of `forced` fed as a decode token (Engine::score). One entry per engine step.
+/// `logits`, when given, receives Engine::score's logits [forced.size() + 1, V] f32.
 /// Throws kvb::Error for a bad spec.
 inline std::vector<HeldPositions> held_per_step(std::shared_ptr<const Model> model, const std::string& spec,
                                                 int64_t budget, int chunk, const std::vector<int32_t>& prompt,
-                                                const std::vector<int32_t>& forced) {
+                                                const std::vector<int32_t>& forced, std::vector<float>* logits = nullptr) {
   EngineOptions eo;
   eo.prefill_chunk = chunk;
   Engine e(std::move(model), eo, make_policy(PolicySpec::parse(spec, budget)));
@@ -99,7 +100,8 @@ inline std::vector<HeldPositions> held_per_step(std::shared_ptr<const Model> mod
         for (int32_t i = 0; i < kv.length(s, l, k); ++i) h[l][k].push_back(kv.position(s, l, k, i));
     steps.push_back(std::move(h));
   };
-  e.score(prompt, forced);
+  std::vector<float> out = e.score(prompt, forced);
+  if (logits) *logits = std::move(out);
   return steps;
 }
 

@@ -56,18 +56,8 @@ struct DmsRun {
 
 DmsRun run(std::shared_ptr<const Model> m, const std::string& spec, int chunk, const std::vector<int32_t>& prompt,
            const std::vector<int32_t>& forced) {
-  EngineOptions eo;
-  eo.prefill_chunk = chunk;
-  Engine e(std::move(m), eo, make_policy(PolicySpec::parse(spec, 0)));
   DmsRun r;
-  e.on_step = [&](const KVCache& kv, SeqId s) {
-    Held h(kv.config().num_layers, std::vector<std::vector<int32_t>>(kv.config().num_kv_heads));
-    for (int l = 0; l < kv.config().num_layers; ++l)
-      for (int k = 0; k < kv.config().num_kv_heads; ++k)
-        for (int32_t i = 0; i < kv.length(s, l, k); ++i) h[l][k].push_back(kv.position(s, l, k, i));
-    r.steps.push_back(std::move(h));
-  };
-  r.logits = e.score(prompt, forced);
+  r.steps = test::held_per_step(std::move(m), spec, 0, chunk, prompt, forced, &r.logits);
   return r;
 }
 
