@@ -1,12 +1,15 @@
 // `kvbench generate`: one prompt through the engine, text streamed to stdout, timings and KV
 // bytes to stderr. The debugging entry point to the engine.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 #include "engine/util/error.h"
+#include "engine/util/io.h"
 #include "engine/util/memory.h"
 #include "harness/cli_checks.h"
 #include "harness/commands.h"
@@ -16,7 +19,8 @@ namespace kvb::cli {
 
 namespace {
 struct GenerateArgs {
-  std::string model, prompt, system, policy = "full", chat_template, weights = "stored";
+  std::string model, prompt, system, policy = "full", chat_template, weights = "stored", json_out;
+  int json_top = 2;
   bool chat = false, no_thinking = false;
   int max_new_tokens = 256, prefill_chunk = 512;
   // Unset: the model's generation_config.json defaults (greedy unless do_sample), else greedy.
@@ -28,6 +32,47 @@ struct GenerateArgs {
   std::vector<std::string> stop;
 };
 
+/// `generate --json FILE`: the prompt ids, the generated ids and text, and for every generated
+/// position the `json_top` highest logits [(id, logit f32), ...] that the engine predicted there.
+/// The logits come from a teacher-forced pass over the generated ids (Engine::score) with a
+/// fresh policy of the same spec: the engine's results do not depend on the step shape
+/// (docs/architecture.md, invariance), so these are the logits the sampler saw. Used by
+/// tools/fidelity_vs_references.py to compare greedy continuations and near-ties with
+/// transformers and llama.cpp.
+void write_generate_json(const GenerateArgs& a, const LoadedModel& m, const std::vector<int32_t>& prompt,
+                         const GenerationResult& r, std::unique_ptr<Policy> policy) {
+  EngineOptions eo;
+  eo.prefill_chunk = a.prefill_chunk;
+  eo.max_batch = 1;
+  Engine scorer(m.model, eo, std::move(policy));
+  std::vector<int32_t> forced(r.tokens.begin(), r.tokens.end());
+  if (!forced.empty()) forced.pop_back();  // logits after the last token are not needed
+  const std::vector<float> logits = scorer.score(prompt, forced);
+  const size_t V = static_cast<size_t>(m.model->config().vocab_size);
+  nlohmann::json top = nlohmann::json::array();
+  for (size_t t = 0; t < r.tokens.size() && (t + 1) * V <= logits.size(); ++t) {
+    const float* row = logits.data() + t * V;
+    std::vector<int32_t> idx(V);
+    for (size_t i = 0; i < V; ++i) idx[i] = static_cast<int32_t>(i);
+    const size_t k = std::min<size_t>(static_cast<size_t>(a.json_top), V);
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(),
+                      [&](int32_t x, int32_t y) { return row[x] > row[y] || (row[x] == row[y] && x < y); });
+    nlohmann::json step = nlohmann::json::array();
+    for (size_t i = 0; i < k; ++i) step.push_back({idx[i], row[idx[i]]});
+    top.push_back(std::move(step));
+  }
+  nlohmann::json j = {{"model", a.model},
+                      {"weights", a.weights},
+                      {"policy", a.policy},
+                      {"budget", a.budget},
+                      {"prompt_ids", prompt},
+                      {"ids", r.tokens},
+                      {"text", r.text},
+                      {"finish", finish_reason_name(r.finish)},
+                      {"top_logits", std::move(top)}};
+  write_output_file(a.json_out, j.dump() + "\n");
+}
+
 void run_generate(const GenerateArgs& a) {
   auto policy = make_policy(PolicySpec::parse(a.policy, a.budget));  // a bad spec fails before loading
   const WeightFormat wf = parse_weights_option(a.weights);
@@ -38,11 +83,14 @@ void run_generate(const GenerateArgs& a) {
                                                    a.temperature, a.top_p, a.top_k, &sampling_source);
   std::optional<bool> thinking;
   if (a.no_thinking) thinking = false;
+  // A bad --json path fails before any compute (the file is written at the end).
+  if (!a.json_out.empty()) write_output_file(a.json_out, "");
   std::vector<int32_t> prompt = build_prompt(m, a.prompt, a.chat, a.system, thinking);
   if (prompt.empty()) fail("--prompt: encodes to no tokens (and the tokenizer adds no BOS)");
   EngineOptions eo;
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_batch = 1;
+  auto json_policy = a.json_out.empty() ? nullptr : make_policy(PolicySpec::parse(a.policy, a.budget));
   Engine engine(m.model, eo, std::move(policy));
   GenerationRequest req;
   req.prompt = prompt;
@@ -82,6 +130,7 @@ void run_generate(const GenerateArgs& a) {
                static_cast<long long>(r.evictions),
                (r.prefill_s + r.decode_s) > 0 ? 100.0 * r.policy_s / (r.prefill_s + r.decode_s) : 0.0,
                peak_rss_bytes() / 1048576.0, sampling.dump().c_str(), sampling_source.c_str());
+  if (!a.json_out.empty()) write_generate_json(a, m, prompt, r, std::move(json_policy));
 }
 }  // namespace
 
@@ -111,6 +160,11 @@ void register_generate(CLI::App& app) {
   c->add_option("--weights", a->weights,
                 "How weight matrices are held: stored (as the file stores them), f32 or bf16 (converted on load)")
       ->capture_default_str();
+  c->add_option("--json", a->json_out,
+                "Also write prompt ids, generated ids, text and each position's top logits (teacher-forced) to this "
+                "JSON file");
+  c->add_option("--json-top", a->json_top, "How many top logits per position --json records (default 2)")
+      ->check(kvb::cli::positive());
   c->callback([a] { run_generate(*a); });
 }
 
