@@ -84,7 +84,13 @@ void run_generate(const GenerateArgs& a) {
   std::optional<bool> thinking;
   if (a.no_thinking) thinking = false;
   // A bad --json path fails before any compute (the file is written at the end).
-  if (!a.json_out.empty()) write_output_file(a.json_out, "");
+  if (!a.json_out.empty()) {
+    try {
+      write_output_file(a.json_out, "");
+    } catch (const Error& e) {
+      throw Error(e.what(), ErrorKind::kInput);  // a path the user named that cannot be written: exit 2
+    }
+  }
   std::vector<int32_t> prompt = build_prompt(m, a.prompt, a.chat, a.system, thinking);
   if (prompt.empty()) fail("--prompt: encodes to no tokens (and the tokenizer adds no BOS)");
   EngineOptions eo;

@@ -4,6 +4,7 @@
 // resumes with nothing to do; and a run killed with SIGKILL mid-grid resumes to exactly the
 // samples of an uninterrupted run (seeded sampling).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -405,4 +406,44 @@ TEST(CheckAnswerCli, VerdictOnTheLastLineWithTheFormsAndReason) {
   EXPECT_EQ(last_line(out), "0") << out;
   EXPECT_EQ(run_cmd(std::string(KVB_BINARY) + " check-answer --grader no_such_grader --gold 1 --pred 1", &out), 2) << out;
   EXPECT_NE(out.find("unknown grader 'no_such_grader'"), std::string::npos) << out;
+}
+
+TEST(GenerateCli, JsonRecordsTheGreedyIdsAsTheArgmaxOfTheirTeacherForcedLogits) {
+  // `generate --json` (used by tools/fidelity_vs_references.py against transformers and
+  // llama.cpp): the logits it records come from a second, teacher-forced pass of the same policy
+  // over the generated ids. Greedy decoding must pick the top-1 id of those logits at every
+  // position, also while snapkv evicts (budget 16, a compression every 4 tokens), which holds only
+  // if the two passes keep the same tokens and compute the same logits.
+  REQUIRE_INPUTS();
+  fs::path d = tmp_dir("generate_json");
+  const std::string json = (d / "g.json").string();
+  std::string out;
+  ASSERT_EQ(run_cmd(std::string(KVB_BINARY) + " generate --model " + kModel +
+                        " --prompt 'Once upon a time' --max-new-tokens 40 --temperature 0 --policy snapkv:buffer=4 "
+                        "--budget 16 --json-top 3 --json " +
+                        json,
+                    &out),
+            0)
+      << out;
+  std::ifstream f(json);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  const auto ids = j.at("ids").get<std::vector<int>>();
+  ASSERT_FALSE(ids.empty());
+  ASSERT_EQ(j.at("top_logits").size(), ids.size());
+  EXPECT_GE(j.at("prompt_ids").size(), 2u);
+  EXPECT_EQ(j.at("policy"), "snapkv:buffer=4");
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const auto& top = j["top_logits"][t];
+    ASSERT_EQ(top.size(), 3u);
+    EXPECT_EQ(top[0][0].get<int>(), ids[t]) << "position " << t;
+    EXPECT_GE(top[0][1].get<double>(), top[1][1].get<double>());
+    EXPECT_GE(top[1][1].get<double>(), top[2][1].get<double>());
+  }
+  // An output path that cannot be written fails before any generation.
+  EXPECT_EQ(run_cmd(std::string(KVB_BINARY) + " generate --model " + kModel + " --prompt x --json " +
+                        (d / "no" / "such" / "dir" / "g.json").string(),
+                    &out),
+            2)
+      << out;
+  fs::remove_all(d);
 }
