@@ -32,6 +32,26 @@ namespace kvb::tasks {
 
 namespace {
 
+/// `rel` (a path a dataset record supplies, field `field`) resolved inside the data directory
+/// `dir`: symlinks are resolved (std::filesystem::weakly_canonical) and the result must still lie
+/// under `dir`'s own resolved path. An absolute path, a `..` that climbs out, or a symlink that
+/// points out is refused (issue 46, item 3): a record never reads a file outside its data.
+/// Throws kvb::Error (exit 2) naming the record and the field.
+std::string confined_path(const std::string& dir, const std::string& rel, const char* field,
+                          const datasets::RecordPos& pos) {
+  std::error_code ec;
+  const std::filesystem::path base = std::filesystem::weakly_canonical(std::filesystem::path(dir), ec);
+  if (ec) fail("{}: field '{}': cannot resolve the data directory {}: {}", pos.where(), field, dir, ec.message());
+  if (rel.empty() || std::filesystem::path(rel).is_absolute())
+    fail("{}: field '{}': '{}' must be a relative path inside the data directory", pos.where(), field, rel);
+  const std::filesystem::path full = std::filesystem::weakly_canonical(base / rel, ec);
+  if (ec) fail("{}: field '{}': cannot resolve '{}': {}", pos.where(), field, rel, ec.message());
+  const std::filesystem::path inside = full.lexically_relative(base);
+  if (inside.empty() || *inside.begin() == "..")
+    fail("{}: field '{}': '{}' resolves outside the data directory {}", pos.where(), field, rel, base.string());
+  return full.string();
+}
+
 // numpy.random.default_rng(42).permutation(n)[:100] for the row counts LongProc has.
 const std::map<size_t, std::vector<uint32_t>>& helmet_orders() {
   static const std::map<size_t, std::vector<uint32_t>> m = {
@@ -269,7 +289,7 @@ class LongProcTask : public BasicTask {
             for (const char* k : {"task_topic", "task_description", "filtering_instruction", "tsv_header"})
               f[k] = str_field(r, k, pos);
             std::string html = str_field(r, "html_path", pos);
-            f["html_str"] = read_file((fs::path(dir) / html).string(), InputKind::kDataRecord);
+            f["html_str"] = read_file(confined_path(dir, html, "html_path", pos), InputKind::kDataRecord);
             ref = str_field(r, "gt", pos);
             ex.meta["task_id"] = str_field(r, "task_id", pos);
             ex.meta["tsv_header"] = f["tsv_header"];

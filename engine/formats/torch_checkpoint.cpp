@@ -499,9 +499,18 @@ std::vector<TorchTensorRecord> parse_torch_state_dict_pickle(std::string_view pk
 }
 
 bool looks_like_zip(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  // Through open_input (O_NONBLOCK, then fstat): a FIFO, device or socket is refused with the
+  // standard error instead of blocking this first read (issue 46, item 5).
+  const int fd = open_input(path, InputKind::kCheckpoint, nullptr);
   char b[4] = {};
-  return in.read(b, 4) && std::memcmp(b, "PK\x03\x04", 4) == 0;
+  size_t got = 0;
+  while (got < 4) {
+    const ssize_t n = ::read(fd, b + got, 4 - got);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return got == 4 && std::memcmp(b, "PK\x03\x04", 4) == 0;
 }
 
 TorchCheckpoint read_torch_checkpoint(const std::string& path) {

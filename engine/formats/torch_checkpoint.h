@@ -89,7 +89,9 @@ struct TorchCheckpoint {
 };
 
 /// True when the file starts with a ZIP local-file header ("PK\x03\x04"): torch.save's format
-/// since torch 1.6 (and any other ZIP archive). False for missing or short files.
+/// since torch 1.6 (and any other ZIP archive). False for short files. Opens through open_input:
+/// throws kvb::Error (exit 2) naming `path` for a missing file, a FIFO, device or socket, or a
+/// file over the checkpoint cap, never blocking on it.
 bool looks_like_zip(const std::string& path);
 
 /// Reads `path` (see the file comment). Throws kvb::Error (input error) naming the file and the

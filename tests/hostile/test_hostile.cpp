@@ -1170,6 +1170,40 @@ std::vector<Case> cases() {
     if (c.content == loop) files["loop_b"] = "@symlink:" + c.file;  // s.yaml -> loop_b -> s.yaml
     v.push_back({"in40_" + c.name, files, c.args, c.expect, "", "", c.exit_code});
   }
+  // Issue 46, item 5: a FIFO named as a learned policy's weights is refused by type, never read
+  // (GateWeights::load's first look at the file went through a blocking ifstream).
+  for (const auto& [tag, spec, file] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"dms_alpha", "dms:alpha=$D/w.safetensors", "w.safetensors"},
+           {"trimkv_pth", "trimkv:gates=$D/g.pth", "g.pth"},
+           {"trimkv_safetensors", "trimkv:gates=$D/g.safetensors", "g.safetensors"},
+           {"kvzap_scorer", "kvzap:scorer=$D/s.safetensors", "s.safetensors"},
+           {"triattention_stats", "triattention:stats=$D/s.safetensors", "s.safetensors"},
+           {"locret_heads", "locret:heads=$D/h.pth", "h.pth"},
+           {"wgkv_gates", "wgkv:gates=$D/g.pt", "g.pt"}})
+    v.push_back({"in46_policy_weights_fifo_" + tag,
+                 {{file, "@fifo"}},
+                 "generate --model $S/models/stories260K-hf --prompt hi --max-new-tokens 2 --budget 16 --policy " + spec,
+                 file + ": is a FIFO, not a regular file",
+                 ""});
+  // Issue 46, item 3: a path a dataset record supplies (LongProc's html_path) stays inside its
+  // data directory after symlinks are resolved: absolute, climbing and linked-out paths are refused.
+  for (const auto& [tag, html_path, expect] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"absolute", "/etc/hostname", "'/etc/hostname' must be a relative path inside the data directory"},
+           {"dotdot", "../../../secret.html", "'../../../secret.html' resolves outside the data directory"},
+           {"symlink_out", "webpage/link.html", "'webpage/link.html' resolves outside the data directory"}}) {
+    const std::string rec = R"([{"output_length_group": "0.5k", "task_id": "t", "website_id": "w", "html_path": ")" +
+                            html_path +
+                            R"(", "task_topic": "a", "task_description": "b", "filtering_instruction": "c",
+                               "tsv_header": "h", "gt": "x"}])";
+    v.push_back({"in46_longproc_html_path_" + tag,
+                 {{"secret.html", "secret\n"},
+                  {"data/longproc/html_to_tsv/prompts.yaml", "@shared:datasets/longproc/html_to_tsv/prompts.yaml"},
+                  {"data/longproc/html_to_tsv/webpage/link.html", "@symlink:../../../../secret.html"},
+                  {"data/longproc/html_to_tsv/html_to_tsv_0.5k.json", rec}},
+                 "tasks longproc_html_to_tsv_0.5k --data-dir $D/data --show 1",
+                 "field 'html_path': " + expect,
+                 ""});
+  }
   // Model files: config.json, tokenizer.json, the chat template and the weights.
   const std::map<std::string, std::string> model_dir = {
       {"model/config.json", "@config"},
