@@ -385,13 +385,19 @@ void HubClient::get_to_file(const std::string& url, const std::string& part, uin
         if (expected && have == expected) return {};
         std::FILE* f = std::fopen(part.c_str(), "ab");
         if (!f) throw Error(fmt::format("{}: cannot write", part), ErrorKind::kRuntime);
-        bool checked = false, to_file = true, restarted = false;
+        bool checked = false, to_file = true, restarted = false, too_long = false;
+        // Bounds (issue 46, item 4): never more bytes than announced (or than the cap when
+        // nothing was announced), and one overall deadline that scales with that size.
+        const uint64_t limit = expected ? expected : cfg_.max_unknown_bytes;
+        uint64_t in_file = have;
         net::Request q;
         q.url = url;
         q.follow_redirects = true;
         q.user_agent = cfg_.user_agent;
         q.connect_timeout_ms = 30000;
         q.low_speed_time_s = 60;
+        q.timeout_ms =
+            1000 * (cfg_.deadline_base_s + static_cast<long>(limit / std::max<uint64_t>(1, cfg_.min_rate_bps)));
         if (send_auth && !cfg_.token.empty()) q.headers.push_back("authorization: Bearer " + cfg_.token);
         if (have > 0) q.headers.push_back("Range: bytes=" + std::to_string(have) + "-");
         q.on_body = [&](long code, std::string_view chunk) {
@@ -405,9 +411,16 @@ void HubClient::get_to_file(const std::string& url, const std::string& part, uin
               if (::ftruncate(::fileno(f), 0) != 0) return false;
               std::fseek(f, 0, SEEK_SET);
               restarted = true;
+              in_file = 0;
             }
           }
-          return !to_file || std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size();
+          if (!to_file) return true;
+          if (chunk.size() > limit - in_file) {  // one byte past the announced size: stop, write none of it
+            too_long = true;
+            return false;
+          }
+          in_file += chunk.size();
+          return std::fwrite(chunk.data(), 1, chunk.size(), f) == chunk.size();
         };
         auto last = std::chrono::steady_clock::time_point{};
         if (cfg_.progress)
@@ -423,6 +436,15 @@ void HubClient::get_to_file(const std::string& url, const std::string& part, uin
         ++requests_;
         const net::Response r = net::perform(q);
         std::fclose(f);
+        if (too_long) {
+          fs::remove(part);
+          throw Error(expected ? fmt::format("{}: the server sent more than the announced {} bytes; nothing kept",
+                                             shown, expected)
+                               : fmt::format("{}: larger than the {} limit for a download of unannounced size; "
+                                             "nothing kept",
+                                             shown, cap_text(limit)),
+                      ErrorKind::kRuntime);
+        }
         const long status = r.status;
         if (status == 416) {  // our partial file does not fit the remote file: start over
           fs::resize_file(part, 0);

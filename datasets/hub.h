@@ -87,6 +87,14 @@ struct HubConfig {
   int max_retries = 4;                              ///< retries of 429 / 5xx / transfer errors (exponential backoff)
   long retry_base_ms = 1000;                        ///< first backoff delay; doubles each retry
   bool progress = true;                             ///< progress line on stderr for files ≥ 16 MiB
+  /// Overall deadline of one download attempt: deadline_base_s + bytes / min_rate_bps seconds
+  /// (the announced size; max_unknown_bytes when none is announced). A body dripping slower than
+  /// that is cut off, whatever its per-second rate (issue 46, item 4).
+  long deadline_base_s = 120;
+  uint64_t min_rate_bps = 64 * 1024;  ///< bytes per second the deadline allows for
+  /// Size cap of a download whose size was not announced (a plain URL without a known size);
+  /// a body longer than an announced size is always refused at the first byte past it.
+  uint64_t max_unknown_bytes = uint64_t{4} << 30;
   std::string user_agent = "kvbench/0.1; hf_hub-compatible";
 
   /// Settings from the environment (see the field comments).

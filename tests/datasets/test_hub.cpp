@@ -388,3 +388,82 @@ TEST_F(HubTest, CacheLayoutEqualsHuggingfaceHubs) {
   }
   EXPECT_EQ(got, golden) << got.dump(1);
 }
+
+namespace {
+
+/// A server whose bodies never end as announced: /drip sends 1 of 15 announced bytes every
+/// 100 ms (1.5 s in all), /endless a chunked body that never stops, /long 200 bytes where the
+/// caller announces 100.
+class RogueServer {
+ public:
+  RogueServer() {
+    http_.server().Get("/drip", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content_provider(15, "application/octet-stream", [](size_t off, size_t, httplib::DataSink& sink) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        return sink.is_writable() && sink.write(off % 2 ? "a" : "b", 1);
+      });
+    });
+    http_.server().Get("/endless", [](const httplib::Request&, httplib::Response& res) {
+      res.set_chunked_content_provider("application/octet-stream", [](size_t, httplib::DataSink& sink) {
+        static const std::string block(65536, 'x');
+        return sink.is_writable() && sink.write(block.data(), block.size());
+      });
+    });
+    http_.server().Get("/long", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(200, 'y'), "application/octet-stream");
+    });
+    http_.server().set_keep_alive_max_count(1);  // no idle keep-alive connection delays stop()
+    http_.start();
+  }
+  std::string url(const std::string& p) const { return http_.url() + p; }
+
+ private:
+  test::LocalHttpServer http_;
+};
+
+}  // namespace
+
+TEST(HubBounds, DownloadsStopAtTheirSizeAndTheirDeadline) {
+  // Issue 46, item 4: a download never outgrows what was announced (or the cap when nothing
+  // was), never outlives a deadline that scales with its size, and keeps nothing when cut off.
+  RogueServer srv;
+  const fs::path dir = kvb::test::temp_dir("hub_bounds");
+  HubConfig cfg;
+  cfg.cache_dir = (dir / "cache").string();
+  cfg.max_retries = 0;
+  cfg.progress = false;
+  cfg.deadline_base_s = 1;  // 1 s + 15 B / 1 MB/s: the 1.5 s drip is cut off after about 1 s
+  cfg.min_rate_bps = 1 << 20;
+  cfg.max_unknown_bytes = 1 << 20;  // 1 MiB for a body of unannounced size
+  HubClient c(cfg);
+  c.set_log([](const std::string&) {});
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string drip = error_of([&] { c.download_url(srv.url("/drip"), (dir / "drip.bin").string(), "", 15); });
+  const double drip_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(drip.find("download failed"), std::string::npos) << "a 10-byte/s body must not be waited out: " << drip;
+  EXPECT_LT(drip_s, 1.4 * kvb::test::time_scale()) << drip;
+  EXPECT_FALSE(fs::exists(dir / "drip.bin"));
+
+  const std::string endless =
+      error_of([&] { c.download_url(srv.url("/endless"), (dir / "endless.bin").string(), "", 0); });
+  EXPECT_NE(endless.find("larger than the 1 MiB limit"), std::string::npos) << endless;
+  EXPECT_FALSE(fs::exists(dir / "endless.bin"));
+  EXPECT_FALSE(fs::exists(dir / "endless.bin.incomplete"));
+
+  const std::string longer = error_of([&] { c.download_url(srv.url("/long"), (dir / "long.bin").string(), "", 100); });
+  EXPECT_NE(longer.find("more than the announced 100 bytes"), std::string::npos) << longer;
+  EXPECT_FALSE(fs::exists(dir / "long.bin.incomplete"));
+
+  // The same bounds let an honest body through.
+  EXPECT_EQ(error_of([&] { c.download_url(srv.url("/long"), (dir / "ok.bin").string(), "", 200); }), "");
+  EXPECT_EQ(fs::file_size(dir / "ok.bin"), 200u);
+  fs::remove_all(dir);
+}
