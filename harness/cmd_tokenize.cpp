@@ -12,6 +12,7 @@
 //   ids: [<id>, ...]
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -23,6 +24,7 @@
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "harness/commands.h"
+#include "harness/model_source.h"
 
 namespace kvb::cli {
 
@@ -63,7 +65,14 @@ std::string quote(std::string_view s) {
 }
 
 void run_tokenize(const TokenizeArgs& a) {
-  const tok::Tokenizer tokenizer = tok::Tokenizer::from_dir(a.model);
+  // A .gguf file or a named model carries its tokenizer and chat template in its metadata (the
+  // weights are only mapped); a directory gives its tokenizer files.
+  std::optional<LoadedModel> gguf;
+  if (model_file_of(a.model) != a.model || (a.model.size() > 5 && a.model.substr(a.model.size() - 5) == ".gguf"))
+    gguf = load_model(a.model, WeightFormat::kStored, a.chat_template);
+  std::shared_ptr<const tok::Tokenizer> tok_ptr =
+      gguf ? gguf->tokenizer : std::make_shared<const tok::Tokenizer>(tok::Tokenizer::from_dir(a.model));
+  const tok::Tokenizer& tokenizer = *tok_ptr;
   const bool chat = a.chat || !a.messages.empty();
   std::string input = a.text;
   if (chat) {
@@ -76,7 +85,10 @@ void run_tokenize(const TokenizeArgs& a) {
       messages = nlohmann::json::array({{{"role", "user"}, {"content", a.text}}});
     }
     // chat_template.jinja, chat_template.json or tokenizer_config.json, as transformers finds it.
-    const chat::ChatTemplate tmpl = chat::ChatTemplate::from_model_dir(a.model, a.chat_template);
+    if (gguf && !gguf->chat) fail_at(a.model, "tokenizer.chat_template", "missing: --chat needs a chat template");
+    std::optional<chat::ChatTemplate> own;
+    if (!gguf) own.emplace(chat::ChatTemplate::from_model_dir(a.model, a.chat_template));
+    const chat::ChatTemplate& tmpl = gguf ? *gguf->chat : *own;
     chat::RenderOptions opts;
     opts.add_generation_prompt = true;
     if (a.no_thinking) opts.enable_thinking = false;
@@ -106,7 +118,8 @@ void register_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* c =
       app.add_subcommand("tokenize", "Show the token ids and pieces of a text or chat (what the model really sees)");
-  c->add_option("--model", a->model, "Model folder (only tokenizer.json / tokenizer_config.json are read)")->required();
+  c->add_option("--model", a->model, "Model folder (only its tokenizer files are read), .gguf file, or named model")
+      ->required();
   auto* text = c->add_option("--text", a->text, "Text to tokenize (with --chat: one user message)");
   auto* msgs = c->add_option("--messages", a->messages,
                              "JSON file with an array of {\"role\", \"content\"} messages (implies --chat)");

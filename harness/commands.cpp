@@ -31,6 +31,7 @@ void register_all_commands(CLI::App& app) {
   register_generate(app);
   register_grade(app);
   register_merge(app);
+  register_models(app);
   register_policies(app);
   register_report(app);
   register_run(app);

@@ -17,6 +17,7 @@ void register_datasets(CLI::App& app);
 void register_fidelity(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_merge(CLI::App& app);
+void register_models(CLI::App& app);
 void register_policies(CLI::App& app);
 void register_report(CLI::App& app);
 void register_grade(CLI::App& app);

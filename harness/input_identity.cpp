@@ -177,9 +177,8 @@ std::vector<results::RunInput> model_inputs(const std::string& spec) {
     const auto slash = p.find_last_of('/');
     return slash == std::string::npos ? p : p.substr(slash + 1);
   };
-  if (spec == kDefaultModelName) {
-    const std::string p = default_model_path();
-    add("weights", base_name(p), p);
+  if (const std::string f = model_file_of(spec); f != spec) {  // a named model: its cached GGUF
+    add("weights", base_name(f), f);
     return out;
   }
   if (spec.size() > 5 && spec.substr(spec.size() - 5) == ".gguf") {

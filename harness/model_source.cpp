@@ -9,6 +9,7 @@
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "engine/util/memory.h"
+#include "harness/named_models.h"
 
 namespace kvb::cli {
 
@@ -50,38 +51,41 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& id, Weig
 
 }  // namespace
 
-std::string default_model_path() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  std::string cache = xdg && *xdg ? xdg : std::string(home ? home : ".") + "/.cache";
-  return cache + "/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
+std::string default_model_path() { return named_model_path(*find_named_model(kDefaultModelName)); }
+
+std::string model_file_of(const std::string& spec) {
+  if (const NamedModel* nm = find_named_model(spec); nm && !file_exists(spec))
+    return ensure_named_model(*nm, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  return spec;
 }
 
 namespace {
-enum class SourceKind { kDefault, kGguf, kDir };
+enum class SourceKind { kGguf, kDir };
 
-/// Which kind of model `spec` names; throws kvb::Error when the file or directory is missing.
-SourceKind source_kind(const std::string& spec) {
-  if (spec == kDefaultModelName) {
-    const std::string path = default_model_path();
-    if (!file_exists(path))
-      fail("--model {}: {} not found; fetch it with tools/fetch_default_model.sh (bootstrap.sh does)", spec, path);
-    return SourceKind::kDefault;
-  }
-  if (ends_with(spec, ".gguf")) {
-    if (!file_exists(spec)) fail("--model {}: file not found", spec);
+/// Which kind of model `spec` names (a named model is fetched here when not cached: its path
+/// goes to `*file`); throws kvb::Error when the file or directory is missing.
+SourceKind source_kind(const std::string& spec, std::string* file) {
+  *file = model_file_of(spec);
+  if (*file != spec || ends_with(spec, ".gguf")) {
+    if (!file_exists(*file)) fail("--model {}: file not found", spec);
     return SourceKind::kGguf;
   }
-  if (!file_exists(spec + "/config.json"))
-    fail("--model {}: not a model directory (no config.json), not a .gguf file, and not '{}'", spec, kDefaultModelName);
+  if (!file_exists(spec + "/config.json")) {
+    std::string names;
+    for (const auto& m : named_models()) names += (names.empty() ? "" : ", ") + m.name;
+    fail(
+        "--model {}: not a model directory (no config.json), not a .gguf file, and not a named model ({}; "
+        "`kvbench models`)",
+        spec, names);
+  }
   return SourceKind::kDir;
 }
 }  // namespace
 
 void check_model_source(const std::string& spec) {
-  switch (source_kind(spec)) {
-    case SourceKind::kDefault: (void)GgufFile::open(default_model_path()); break;
-    case SourceKind::kGguf: (void)GgufFile::open(spec); break;
+  std::string file;
+  switch (source_kind(spec, &file)) {
+    case SourceKind::kGguf: (void)GgufFile::open(file); break;
     case SourceKind::kDir: ModelConfig::from_dir(spec).validate(spec + "/config.json"); break;
   }
 }
@@ -90,17 +94,9 @@ namespace {
 
 /// load_model without release_freed_heap().
 LoadedModel load_model_unreleased(const std::string& spec, WeightFormat fmt, const std::string& chat_template) {
-  const SourceKind kind = source_kind(spec);
-  if (kind == SourceKind::kDefault) {
-    const std::string path = default_model_path();
-    LoadedModel m = load_gguf_model(path, spec, fmt, chat_template);
-    m.eos_ids = m.model->config().eos_token_ids;
-    if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
-      m.eos_ids.push_back(*e);
-    return m;
-  }
-  if (kind == SourceKind::kGguf) {
-    LoadedModel m = load_gguf_model(spec, spec, fmt, chat_template);
+  std::string file;
+  if (source_kind(spec, &file) == SourceKind::kGguf) {
+    LoadedModel m = load_gguf_model(file, spec, fmt, chat_template);
     m.eos_ids = m.model->config().eos_token_ids;
     if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
       m.eos_ids.push_back(*e);
@@ -131,7 +127,7 @@ LoadedModel load_model(const std::string& spec, WeightFormat fmt, const std::str
 }
 
 GenerationDefaults generation_defaults(const std::string& spec) {
-  if (spec == kDefaultModelName || ends_with(spec, ".gguf")) return {};
+  if (find_named_model(spec) || ends_with(spec, ".gguf")) return {};
   return GenerationDefaults::from_file(spec + "/generation_config.json");
 }
 
@@ -161,7 +157,7 @@ nlohmann::json resolve_sampling(const nlohmann::json& suite_sampling, const Gene
 std::string render_chat(const LoadedModel& m, const std::vector<chat::Message>& messages,
                         std::optional<bool> enable_thinking) {
   if (!m.chat) {
-    if (ends_with(m.id, ".gguf") || m.id == kDefaultModelName)
+    if (ends_with(m.id, ".gguf") || find_named_model(m.id))
       fail_at(m.id, "tokenizer.chat_template", "missing: --chat needs a chat template");
     fail_at(m.id + "/tokenizer_config.json", "chat_template",
             "missing: --chat needs a chat template (none in chat_template.jinja, chat_template.json or "

