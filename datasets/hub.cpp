@@ -620,7 +620,8 @@ std::string HubClient::resolve_model(const std::string& spec) {
   std::string folder = repo_folder(RepoType::kModel, repo);
   auto wanted = [](const std::string& name) {
     static const char* exact[] = {"config.json",           "generation_config.json",  "tokenizer.json",
-                                  "tokenizer_config.json", "special_tokens_map.json", "model.safetensors.index.json"};
+                                  "tokenizer_config.json", "special_tokens_map.json", "model.safetensors.index.json",
+                                  "chat_template.jinja",   "chat_template.json"};
     for (const char* e : exact)
       if (name == e) return true;
     return name.find('/') == std::string::npos && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";

@@ -16,8 +16,8 @@ void register_models(CLI::App& app) {
     std::printf("%-30s %9s  %-40s %-11s %s\n", "name", "MB", "source (same bytes, from PyPI)", "licence", "cached");
     for (const auto& m : named_models()) {
       const std::string cached = named_model_cached(m) ? named_model_path(m) : "no (fetched on first use)";
-      std::printf("%-30s %9.1f  %-40s %-11s %s\n", m.name.c_str(), m.bytes / 1e6, m.source.c_str(),
-                  m.licence.c_str(), cached.c_str());
+      std::printf("%-30s %9.1f  %-40s %-11s %s\n", m.name.c_str(), m.bytes / 1e6, m.source.c_str(), m.licence.c_str(),
+                  cached.c_str());
     }
     std::printf("\n");
     for (const auto& m : named_models()) std::printf("%s: %s\n", m.name.c_str(), m.note.c_str());

@@ -177,22 +177,20 @@ std::vector<results::RunInput> model_inputs(const std::string& spec) {
     const auto slash = p.find_last_of('/');
     return slash == std::string::npos ? p : p.substr(slash + 1);
   };
-  if (const std::string f = model_file_of(spec); f != spec) {  // a named model: its cached GGUF
-    add("weights", base_name(f), f);
-    return out;
-  }
-  if (spec.size() > 5 && spec.substr(spec.size() - 5) == ".gguf") {
-    add("weights", base_name(spec), spec);
+  // The files behind the spec: a named model's cached GGUF, a Hub id's snapshot folder or GGUF.
+  const std::string root = model_file_of(spec);
+  if (root.size() > 5 && root.substr(root.size() - 5) == ".gguf") {
+    add("weights", base_name(root), root);
     return out;
   }
   auto add_if = [&](const std::string& role, const std::string& name) {
-    if (file_exists(spec + "/" + name)) add(role, name, spec + "/" + name);
+    if (file_exists(root + "/" + name)) add(role, name, root + "/" + name);
   };
-  if (file_exists(spec + "/model.safetensors")) {
-    add("weights", "model.safetensors", spec + "/model.safetensors");
-  } else if (file_exists(spec + "/model.safetensors.index.json")) {
-    add("weights", "model.safetensors.index.json", spec + "/model.safetensors.index.json");
-    const std::string index = spec + "/model.safetensors.index.json";
+  // The order WeightStore::from_safetensors_dir reads them in: the shard index when there is one
+  // (a stray model.safetensors beside it is never read), else model.safetensors (issue 46, item 1).
+  if (file_exists(root + "/model.safetensors.index.json")) {
+    add("weights", "model.safetensors.index.json", root + "/model.safetensors.index.json");
+    const std::string index = root + "/model.safetensors.index.json";
     auto idx = parse_json_file(index);
     if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
       fail_at(index, "weight_map", "expected an object mapping tensor names to shard files");
@@ -201,7 +199,9 @@ std::vector<results::RunInput> model_inputs(const std::string& spec) {
       if (!v.is_string()) fail_at(index, "weight_map." + k, "expected a shard file name");
       shards.insert(v.get<std::string>());
     }
-    for (const auto& sh : shards) add("weights", sh, spec + "/" + sh);
+    for (const auto& sh : shards) add("weights", sh, root + "/" + sh);
+  } else if (file_exists(root + "/model.safetensors")) {
+    add("weights", "model.safetensors", root + "/model.safetensors");
   }
   add_if("config", "config.json");
   add_if("config", "generation_config.json");

@@ -1,6 +1,8 @@
 #include "harness/model_source.h"
 
 #include <algorithm>
+#include <map>
+#include <regex>
 
 #include <cstdlib>
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "engine/util/memory.h"
+#include "datasets/hub.h"
 #include "harness/named_models.h"
 
 namespace kvb::cli {
@@ -53,10 +56,34 @@ LoadedModel load_gguf_model(const std::string& path, const std::string& id, Weig
 
 std::string default_model_path() { return named_model_path(*find_named_model(kDefaultModelName)); }
 
+bool is_hub_model_id(const std::string& spec) {
+  static const std::regex kHub(R"(^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+(@[A-Za-z0-9._/-]+)?(:[^/:]+\.gguf)?$)");
+  std::error_code ec;
+  return !std::filesystem::exists(spec, ec) && std::regex_match(spec, kHub);
+}
+
 std::string model_file_of(const std::string& spec) {
   if (const NamedModel* nm = find_named_model(spec); nm && !file_exists(spec))
     return ensure_named_model(*nm, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-  return spec;
+  if (!is_hub_model_id(spec)) return spec;
+  // A Hub id: resolved once per process (HubClient::resolve_model: the Hugging Face cache, no
+  // request under HF_HUB_OFFLINE=1, else the Hub's file list), or one GGUF file of the repository.
+  static std::map<std::string, std::string> resolved;
+  if (auto it = resolved.find(spec); it != resolved.end()) return it->second;
+  datasets::HubClient hub(datasets::HubConfig::from_env());
+  std::string local;
+  if (const size_t colon = spec.find(':'); colon != std::string::npos) {
+    std::string repo = spec.substr(0, colon), rev = "main";
+    if (const size_t at = repo.find('@'); at != std::string::npos) {
+      rev = repo.substr(at + 1);
+      repo = repo.substr(0, at);
+    }
+    local = hub.download({datasets::RepoType::kModel, repo, rev, spec.substr(colon + 1)});
+  } else {
+    local = hub.resolve_model(spec);
+  }
+  resolved[spec] = local;
+  return local;
 }
 
 namespace {
@@ -66,11 +93,11 @@ enum class SourceKind { kGguf, kDir };
 /// goes to `*file`); throws kvb::Error when the file or directory is missing.
 SourceKind source_kind(const std::string& spec, std::string* file) {
   *file = model_file_of(spec);
-  if (*file != spec || ends_with(spec, ".gguf")) {
+  if (ends_with(*file, ".gguf")) {
     if (!file_exists(*file)) fail("--model {}: file not found", spec);
     return SourceKind::kGguf;
   }
-  if (!file_exists(spec + "/config.json")) {
+  if (!file_exists(*file + "/config.json")) {
     std::string names;
     for (const auto& m : named_models()) names += (names.empty() ? "" : ", ") + m.name;
     fail(
@@ -86,7 +113,7 @@ void check_model_source(const std::string& spec) {
   std::string file;
   switch (source_kind(spec, &file)) {
     case SourceKind::kGguf: (void)GgufFile::open(file); break;
-    case SourceKind::kDir: ModelConfig::from_dir(spec).validate(spec + "/config.json"); break;
+    case SourceKind::kDir: ModelConfig::from_dir(file).validate(file + "/config.json"); break;
   }
 }
 
@@ -104,12 +131,13 @@ LoadedModel load_model_unreleased(const std::string& spec, WeightFormat fmt, con
   }
   LoadedModel m;
   m.id = spec;
-  m.model = Model::load_dir(spec, fmt);
-  if (file_exists(spec + "/tokenizer.json"))
-    m.tokenizer = std::make_shared<tok::Tokenizer>(tok::Tokenizer::from_dir(spec));
+  const std::string& dir = file;  // spec itself, or a Hub id's snapshot folder
+  m.model = Model::load_dir(dir, fmt);
+  if (file_exists(dir + "/tokenizer.json"))
+    m.tokenizer = std::make_shared<tok::Tokenizer>(tok::Tokenizer::from_dir(dir));
   // With a template name, its absence is an error at load; without, only --chat needs one.
-  if (!chat_template.empty() || chat::ChatTemplate::model_dir_has_template(spec))
-    m.chat = std::make_shared<chat::ChatTemplate>(chat::ChatTemplate::from_model_dir(spec, chat_template));
+  if (!chat_template.empty() || chat::ChatTemplate::model_dir_has_template(dir))
+    m.chat = std::make_shared<chat::ChatTemplate>(chat::ChatTemplate::from_model_dir(dir, chat_template));
   m.eos_ids = m.model->config().eos_token_ids;
   if (m.tokenizer) {
     if (auto e = m.tokenizer->eos_id(); e && std::find(m.eos_ids.begin(), m.eos_ids.end(), *e) == m.eos_ids.end())
@@ -127,8 +155,9 @@ LoadedModel load_model(const std::string& spec, WeightFormat fmt, const std::str
 }
 
 GenerationDefaults generation_defaults(const std::string& spec) {
-  if (find_named_model(spec) || ends_with(spec, ".gguf")) return {};
-  return GenerationDefaults::from_file(spec + "/generation_config.json");
+  const std::string file = model_file_of(spec);
+  if (ends_with(file, ".gguf")) return {};
+  return GenerationDefaults::from_file(file + "/generation_config.json");
 }
 
 nlohmann::json resolve_sampling(const nlohmann::json& suite_sampling, const GenerationDefaults& gen,

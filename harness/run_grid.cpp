@@ -238,14 +238,15 @@ std::string policy_cell_label(const std::string& name, const nlohmann::json& par
 
 std::string weights_sha256(const std::string& spec) {
   std::vector<std::string> files;
-  if (const std::string f = model_file_of(spec); f != spec) files.push_back(f);  // a named model
-  else if (spec.size() > 5 && spec.substr(spec.size() - 5) == ".gguf") files.push_back(spec);
-  else if (file_exists(spec + "/model.safetensors")) files.push_back(spec + "/model.safetensors");
-  else if (file_exists(spec + "/model.safetensors.index.json")) {
-    auto idx = parse_json_file(spec + "/model.safetensors.index.json");
+  const std::string root = model_file_of(spec);  // a named model's or a Hub id's local files
+  if (root.size() > 5 && root.substr(root.size() - 5) == ".gguf") files.push_back(root);
+  else if (file_exists(root + "/model.safetensors.index.json")) {  // the loader's order: the index first
+    auto idx = parse_json_file(root + "/model.safetensors.index.json");
     std::set<std::string> shards;
     for (auto& [k, v] : idx["weight_map"].items()) shards.insert(v.get<std::string>());
-    for (const auto& s : shards) files.push_back(spec + "/" + s);
+    for (const auto& s : shards) files.push_back(root + "/" + s);
+  } else if (file_exists(root + "/model.safetensors")) {
+    files.push_back(root + "/model.safetensors");
   }
   std::string cat;
   for (const auto& f : files) cat += hash_input_file(f).sha256;

@@ -362,3 +362,41 @@ TEST(NamedModels, AMissingOrDuplicatedPartIsRefused) {
   EXPECT_FALSE(fs::exists(d / "cache/kvbench/models/fake-model/fake.gguf"));
   fs::remove_all(d);
 }
+
+TEST(HubModelIds, ResolvedFromAHuggingFaceCacheOfflineAsTransformersDoes) {
+  // `--model org/name[@revision]` (issue 44, item 2) from a cache laid out as huggingface_hub
+  // writes it (blobs/, snapshots/<commit>/ symlinks, refs/main), with HF_HUB_OFFLINE=1: no
+  // request is made, and the model generates exactly what the same files give from a folder.
+  KVB_REQUIRE_BINARY();
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
+  const std::string src = kvb::test::test_data("models/stories260K-hf");
+  const fs::path d = kvb::test::temp_dir("hub_model_ids");
+  const std::string commit = "0123456789abcdef0123456789abcdef01234567";
+  const fs::path repo = d / "hub" / "models--kvb-org--tiny-stories";
+  fs::create_directories(repo / "blobs");
+  fs::create_directories(repo / "snapshots" / commit);
+  fs::create_directories(repo / "refs");
+  for (const char* f :
+       {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
+    const std::string blob = kvb::sha256_file(src + "/" + f);
+    fs::copy_file(src + "/" + f, repo / "blobs" / blob);
+    fs::create_symlink(fs::path("../../blobs") / blob, repo / "snapshots" / commit / f);
+  }
+  std::ofstream(repo / "refs" / "main") << commit;
+  const std::string env = "HF_HUB_OFFLINE=1 HF_HUB_CACHE=" + (d / "hub").string() + " HF_ENDPOINT=http://127.0.0.1:9 ";
+  const std::string gen = " generate --prompt 'Once upon a time' --max-new-tokens 12 --temperature 0 --model ";
+  const auto local = kvb::test::run_command(std::string(KVB_BINARY) + gen + src + " 2>/dev/null");
+  ASSERT_EQ(local.rc, 0) << local.out;
+  for (const std::string& id : {std::string("kvb-org/tiny-stories"), "kvb-org/tiny-stories@" + commit}) {
+    const auto hub = kvb::test::run_command(env + KVB_BINARY + gen + id + " 2>/dev/null");
+    EXPECT_EQ(hub.rc, 0) << id << ": " << hub.out;
+    EXPECT_EQ(hub.out.substr(0, hub.out.find('\n')), local.out.substr(0, local.out.find('\n'))) << id;
+    EXPECT_GT(local.out.find('\n'), 20u) << local.out;
+  }
+  // Not in the cache, offline: one input error naming the id, no request (port 9 would refuse).
+  const auto missing = kvb::test::run_command(env + KVB_BINARY + gen + "kvb-org/absent");
+  EXPECT_EQ(missing.rc, 2) << missing.out;
+  EXPECT_NE(missing.out.find("kvbench: error: --model kvb-org/absent: not in the cache"), std::string::npos)
+      << missing.out;
+  fs::remove_all(d);
+}
