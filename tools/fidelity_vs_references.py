@@ -114,8 +114,9 @@ def main():
     report = {"gguf": a.gguf, "n": len(qs), "max_new_tokens": a.max_new_tokens, "prompts": []}
 
     t0 = time.time()
-    ours_f32 = [kvbench_generate(a.kvbench, a.gguf, q, "f32", a.max_new_tokens) for q in qs]
     ours_stored = [kvbench_generate(a.kvbench, a.gguf, q, "stored", a.max_new_tokens) for q in qs]
+    ours_f32 = ours_stored if a.skip_transformers else [
+        kvbench_generate(a.kvbench, a.gguf, q, "f32", a.max_new_tokens) for q in qs]
     print(f"kvbench: {time.time() - t0:.0f} s", file=sys.stderr)
 
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
@@ -124,7 +125,7 @@ def main():
         ids = tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
-        rows[i]["chat_ids_equal"] = list(ids) == ours_f32[i]["prompt_ids"]
+        rows[i]["chat_ids_equal"] = list(ids) == ours_stored[i]["prompt_ids"]
         rows[i]["prompt_tokens"] = len(ids)
 
     if not a.skip_transformers:
@@ -155,7 +156,7 @@ import json, sys
 import numpy as np
 from llama_cpp import Llama
 cfg = json.load(sys.stdin)
-llm = Llama(model_path=cfg["gguf"], n_ctx=2048, n_threads=cfg["threads"], logits_all=False, verbose=False)
+llm = Llama(model_path=cfg["gguf"], n_ctx=1024, n_threads=cfg["threads"], logits_all=True, verbose=False)
 res = []
 for p in cfg["prompts"]:
     llm.reset()
@@ -172,10 +173,12 @@ for p in cfg["prompts"]:
     res.append({"ids": ids, "logits": lg})
 print(json.dumps(res))
 """
-        eos = report.get("transformers_eos", [])
-        eos = eos if isinstance(eos, list) else [eos]
+        import gguf
+        field = gguf.GGUFReader(a.gguf).fields["tokenizer.ggml.eos_token_id"]
+        eos = [int(field.parts[field.data[0]][0])]  # the GGUF's eos id, as llama.cpp stops on it
+        report["llamacpp_eos"] = eos
         cfg = {"gguf": a.gguf, "threads": a.threads, "max_new": a.max_new_tokens,
-               "prompts": [o["prompt_ids"] for o in ours_stored], "eos": eos or [ours_stored[0]["ids"][-1]]}
+               "prompts": [o["prompt_ids"] for o in ours_stored], "eos": eos}
         t0 = time.time()
         r = subprocess.run([a.llamacpp_python, "-c", code], input=json.dumps(cfg), capture_output=True, text=True)
         if r.returncode != 0:
