@@ -550,6 +550,17 @@ class Generation {
                                     pages_of(static_cast<int64_t>(reqs_[a.req].prompt.size() + a.replay_tokens())));
       return used + need <= pool_.max_pages;
     }
+    // Optimistic, multi-turn: a sequence past its first turn cannot be preempted (its later turns
+    // are not recomputed), so one with turns to come is admitted only when its whole projected
+    // footprint fits beside those of the other multi-turn sequences running. They then never
+    // outgrow the pool together, and single-turn sequences (and first turns) stay preemptible to
+    // make room for them: optimistic admission never dead-ends (issue 46, item 2).
+    if (!reqs_[a.req].followups.empty()) {
+      int64_t multi = 0;
+      for (const auto& r : active_)
+        if (!reqs_[r->req].followups.empty()) multi += footprint(r->req).peak_pages;
+      if (multi + footprint(a.req).peak_pages > pool_.max_pages) return false;
+    }
     // Optimistic: its input (and, after a preemption, what it had generated) fits in the free pool,
     // beside what the sequences still prefilling will add to reach their prompts' ends.
     int64_t ahead = 0;

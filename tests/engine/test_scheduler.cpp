@@ -220,5 +220,33 @@ TEST(Scheduler, FootprintsAreUpperBoundsOfWhatSequencesHold) {
   EXPECT_EQ(full.peak_pages, full_pages(464));
 }
 
+TEST(Scheduler, OptimisticAdmissionOfMultiTurnSequencesNeverDeadEnds) {
+  KVB_REQUIRE_STORIES();
+  // Issue 46, item 2: a sequence past its first turn cannot be preempted (its later turns are not
+  // recomputed), so optimistic admission that let such sequences outgrow the pool dead-ended with
+  // "can be preempted no further". Four two-turn requests in a pool of 1.5 full conversations:
+  // every request finishes, with the outputs of one at a time.
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(3, 511);
+  std::vector<GenerationRequest> reqs = requests(4, 100, 30, false, 5);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    FollowupTurn t;
+    t.append.resize(40);
+    for (auto& x : t.append) x = tok(rng);
+    t.max_new_tokens = 30;
+    reqs[i].followups = {t};
+  }
+  for (const auto& [spec, budget] : std::vector<std::pair<std::string, int64_t>>{{"full", 0}, {"snapkv", 48}}) {
+    SCOPED_TRACE(spec);
+    const Outcome ref = run(spec, budget, batch_one(), reqs);
+    const Outcome tight = run(spec, budget, pooled(3 * full_pages(200) / 2, Admission::kOptimistic), reqs);
+    expect_same(tight.out, ref.out);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_EQ(tight.out[i].followups.size(), 1u);
+      EXPECT_EQ(tight.out[i].followups[0].tokens, ref.out[i].followups[0].tokens) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvb
