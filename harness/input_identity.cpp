@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -246,6 +247,24 @@ void add_input_identity(results::RunInfo& info, const std::vector<std::string>& 
         source += (source.empty() ? "" : ", ") + d.path;
       }
     info.datasets.push_back({st.spec, source, mine.empty() ? "" : combined_sha256(mine)});
+  }
+  // Every other file the tasks and policies read while being set up (engine/util/io.h
+  // opened_inputs): a task's template file, LongProc's webpages, each learned policy's weights.
+  std::set<std::string> seen;
+  for (const auto& in : info.inputs) seen.insert(in.path);
+  for (const auto& o : opened_inputs()) {
+    if (seen.count(o.path)) continue;
+    std::error_code ec;
+    const std::string canon = std::filesystem::weakly_canonical(o.path, ec).string();
+    if (!ec && seen.count(canon)) continue;
+    results::RunInput r = hash_input_file(o.path);
+    r.role = o.kind == InputKind::kChatTemplate ? "template"
+             : o.kind == InputKind::kDataRecord ? "data_record"
+                                                : "policy_weights";
+    r.owner = "read";
+    r.name = o.path;
+    seen.insert(o.path);
+    info.inputs.push_back(std::move(r));
   }
 }
 

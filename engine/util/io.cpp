@@ -5,10 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <mutex>
+#include <vector>
 
 #include "engine/util/error.h"
 
@@ -89,8 +92,32 @@ std::string cap_text(uint64_t bytes) {
   return std::to_string(bytes) + " bytes";
 }
 
+namespace {
+std::mutex& opened_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<OpenedInput>& opened_list() {
+  static std::vector<OpenedInput> v;
+  return v;
+}
+}  // namespace
+
+std::vector<OpenedInput> opened_inputs() {
+  std::lock_guard<std::mutex> g(opened_mutex());
+  return opened_list();
+}
+
 int open_input(const std::string& path, InputKind kind, uint64_t* size) {
   if (path.empty()) fail("an empty file name");
+  if (kind == InputKind::kChatTemplate || kind == InputKind::kDataRecord || kind == InputKind::kCheckpoint ||
+      kind == InputKind::kWeights) {
+    // Opening is registering: the run's input identity hashes every such file (issue 46).
+    std::lock_guard<std::mutex> g(opened_mutex());
+    auto& v = opened_list();
+    if (std::none_of(v.begin(), v.end(), [&](const OpenedInput& o) { return o.path == path; }))
+      v.push_back({path, kind});
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
   struct stat st {};

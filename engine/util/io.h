@@ -52,6 +52,19 @@ std::string cap_text(uint64_t bytes);
 /// device / socket, not a regular file", "<N> bytes is over the <cap> limit for <kind> files".
 int open_input(const std::string& path, InputKind kind, uint64_t* size);
 
+/// A file open_input opened (see opened_inputs).
+struct OpenedInput {
+  std::string path;  ///< as given to open_input
+  InputKind kind;
+};
+
+/// Every file this process opened through open_input as a template (kChatTemplate), a data file
+/// read whole (kDataRecord: a LongProc webpage), a policy checkpoint (kCheckpoint) or weights
+/// (kWeights), in first-open order, each once. Reading such a file registers it: `kvbench run`
+/// hashes every one into the run's input identity (harness/input_identity.h), so no loader can
+/// read an input that a resume would not notice changing. Thread-safe.
+std::vector<OpenedInput> opened_inputs();
+
 /// Reads a whole input file into a string, at most input_cap(kind) bytes (open_input's checks
 /// first; a file that grows past the cap while read is refused). Throws kvb::Error naming `path`.
 std::string read_file(const std::string& path, InputKind kind = InputKind::kMetadata);

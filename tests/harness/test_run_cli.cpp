@@ -462,3 +462,23 @@ TEST(RunCli, ARatioBudgetIsOneCellWhateverTheBudgetsList) {
   EXPECT_NE(out.find(": 2 work items"), std::string::npos) << out;
   fs::remove_all(d);
 }
+
+TEST(RunCli, ATemplateFileChangedBetweenRunsIsNotResumed) {
+  // Issue 46, item 1: a file a task reads besides its data (gsm8k:template=file:T) is part of the
+  // run's input identity: rewritten between two runs of the same command, the second run refuses
+  // to add its items to the first's instead of mixing prompts of two templates.
+  REQUIRE_INPUTS();
+  fs::path d = tmp_dir("template_identity");
+  const std::string t = (d / "t.txt").string();
+  std::ofstream(t) << "Solve: {question}\n";
+  const std::string cmd = std::string(KVB_BINARY) + " run --task gsm8k:template=file:" + t + " --data-dir " + kData +
+                          " --model " + kModel + " --policies full --limit 1 --max-new-tokens 2 --quiet --db " +
+                          (d / "r.db").string();
+  std::string out;
+  ASSERT_EQ(run_cmd(cmd, &out), 0) << out;
+  EXPECT_EQ(query((d / "r.db").string(), "SELECT role FROM run_inputs WHERE path = '" + t + "'"), (Rows{{"template"}}));
+  std::ofstream(t) << "Answer this: {question}\n";
+  EXPECT_NE(run_cmd(cmd, &out), 0) << out;
+  EXPECT_NE(out.find(t + ": content changed since run 1 (template"), std::string::npos) << out;
+  fs::remove_all(d);
+}
