@@ -546,6 +546,9 @@ void register_run(CLI::App& app) {
       fail("--config-profile: empty name (give a top-level section of --config, e.g. gpu_run)");
     apply_config(*a, c);
     parse_admission(a->admission);  // a bad value fails before anything is opened
+    // Admission chooses how sequences enter a KV page pool: without one it would be ignored.
+    if (c->get_option("--admission")->count() > 0 && !(a->memory_gib > 0))
+      fail("--admission: applies only with --memory (a KV page pool); without it --batch bounds the batch");
     if (a->memory_gib > 0 && !(a->memory_gib <= 1048576.0))
       fail("--memory: at most 1048576 GiB, got {}", a->memory_gib);
     if (a->memory_gib > 0 && c->count("--batch") == 0) a->batch = 0;  // the pool bounds the batch

@@ -155,7 +155,14 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& origin) {
             c.model_type);
   if (get_bool(j, "mlp_bias", origin, false))
     fail_at(origin, "mlp_bias", "true is not supported (kvbench's MLP projections have no bias)");
-  if (auto q = j.find("quantization_config"); q != j.end() && !q->is_null())
+  // transformers, after loading a GGUF, saves the dequantised float tensors with
+  // quantization_config {"quant_method": "gguf"} and reloads that directory itself: its tensors
+  // are float, which the safetensors loader checks tensor by tensor (any other dtype is refused
+  // there). Every other quantisation method stores quantised tensors: refused here.
+  const auto q = j.find("quantization_config");
+  const bool gguf_dequantised =
+      q != j.end() && q->is_object() && q->contains("quant_method") && (*q)["quant_method"] == "gguf";
+  if (q != j.end() && !q->is_null() && !gguf_dequantised)
     fail_at(origin, "quantization_config",
             "quantised checkpoints ({}) are not supported; use the unquantised weights or a GGUF file",
             q->is_object() && q->contains("quant_method") ? (*q)["quant_method"].dump() : q->dump());

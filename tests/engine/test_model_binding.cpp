@@ -172,6 +172,10 @@ std::string config_error(const json& j) {
 
 TEST(ModelBinding, ConfigFlagsTheEngineDoesNotImplementAreRefused) {
   ASSERT_NO_THROW(ModelConfig::from_json(llama_config(), "config.json"));  // the flags at their no-op values
+  // Issue 46, item 8: what transformers saves after loading a GGUF (float tensors) is accepted.
+  json from_gguf = llama_config();
+  from_gguf["quantization_config"] = {{"quant_method", "gguf"}, {"dequantize", true}};
+  EXPECT_NO_THROW(ModelConfig::from_json(from_gguf, "config.json"));
   struct Case {
     std::string model_type, key;
     json value;

@@ -1204,6 +1204,13 @@ std::vector<Case> cases() {
                  "field 'html_path': " + expect,
                  ""});
   }
+  // Issue 46, item 7: an option that would be ignored is an error.
+  v.push_back({"in46_admission_without_memory",
+               {},
+               "run --task gsm8k --data-dir $S/datasets --model $S/models/stories260K-hf --limit 1 --admission "
+               "optimistic --db $D/r.db",
+               "--admission: applies only with --memory",
+               "r.db"});
   // Model files: config.json, tokenizer.json, the chat template and the weights.
   const std::map<std::string, std::string> model_dir = {
       {"model/config.json", "@config"},
