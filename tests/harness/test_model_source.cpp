@@ -23,6 +23,7 @@
 
 #include "engine/util/error.h"
 #include "engine/util/hash.h"
+#include "engine/util/io.h"
 #include "harness/model_source.h"
 #include "harness/named_models.h"
 #include "tests/support/test_support.h"
@@ -503,10 +504,48 @@ TEST(HubModelIds, ResolvedFromAHuggingFaceCacheOfflineAsTransformersDoes) {
     EXPECT_EQ(hub.out.substr(0, hub.out.find('\n')), local.out.substr(0, local.out.find('\n'))) << id;
     EXPECT_GT(local.out.find('\n'), 20u) << local.out;
   }
+  // `kvbench tokenize` reads the same snapshot's tokenizer (issue 44, item 3b).
+  const std::string tk = " tokenize --text 'Once upon a time' --model ";
+  const auto tok_local = kvb::test::run_command(std::string(KVB_BINARY) + tk + src + " 2>/dev/null");
+  const auto tok_hub = kvb::test::run_command(env + KVB_BINARY + tk + "kvb-org/tiny-stories 2>/dev/null");
+  EXPECT_EQ(tok_local.rc, 0) << tok_local.out;
+  EXPECT_EQ(tok_hub.rc, 0) << tok_hub.out;
+  EXPECT_NE(tok_local.out.find("\nids: [1,"), std::string::npos) << tok_local.out;
+  EXPECT_EQ(tok_hub.out, tok_local.out);
   // Not in the cache, offline: one input error naming the id, no request (port 9 would refuse).
   const auto missing = kvb::test::run_command(env + KVB_BINARY + gen + "kvb-org/absent");
   EXPECT_EQ(missing.rc, 2) << missing.out;
   EXPECT_NE(missing.out.find("kvbench: error: --model kvb-org/absent: not in the cache"), std::string::npos)
       << missing.out;
   fs::remove_all(d);
+}
+
+TEST(TokenizeCli, GgufFileTokenizesAsTransformersDoes) {
+  // `kvbench tokenize --model FILE.gguf` (issue 44, item 3b: it used to refuse a .gguf) against
+  // transformers' AutoTokenizer.from_pretrained(gguf_file=...) on the same file
+  // (tests/fixtures/gguf/stories260K.ids.json, written by tools/gen_gguf_goldens.py).
+  KVB_REQUIRE_BINARY();
+  const std::string fx = std::string(KVB_SOURCE_DIR) + "/tests/fixtures/gguf/";
+  const json golden = kvb::parse_json_file(fx + "stories260K.ids.json");
+  int checked = 0;
+  for (const auto& c : golden["cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    if (text.empty() || text.find_first_of("'\\\n\t") != std::string::npos || text.size() > 80) continue;
+    for (const bool special : {true, false}) {
+      const auto r = kvb::test::run_command(std::string(KVB_BINARY) + " tokenize --model " + fx + "stories260K.gguf" +
+                                                (special ? "" : " --no-add-special") + " --text '" + text + "'",
+                                            false);
+      ASSERT_EQ(r.rc, 0) << text << ": " << r.out;
+      const size_t at = r.out.rfind("ids: ");
+      ASSERT_NE(at, std::string::npos) << r.out;
+      EXPECT_EQ(json::parse(r.out.substr(at + 5)), c[special ? "ids" : "ids_no_special"]) << text;
+    }
+    if (++checked == 4) break;
+  }
+  EXPECT_EQ(checked, 4);
+  // --chat on a GGUF without a chat template: one error naming the file and the metadata key.
+  const auto r =
+      kvb::test::run_command(std::string(KVB_BINARY) + " tokenize --chat --text hi --model " + fx + "stories260K.gguf");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("stories260K.gguf: tokenizer.chat_template: missing"), std::string::npos) << r.out;
 }
