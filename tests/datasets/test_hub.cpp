@@ -133,7 +133,7 @@ class FakeHub {
                           "{\"rfilename\": \"README.md\"}, {\"rfilename\": \"model.safetensors\"}]}",
                       "application/json");
     });
-    http_.server().Get(R"(/org/model/resolve/main/(config\.json|model\.safetensors|README\.md))",
+    http_.server().Get(R"(/org/model/resolve/[^/]+/(config\.json|model\.safetensors|README\.md))",
                        [=](const httplib::Request& req, httplib::Response& res) {
                          note(req);
                          std::string body = "{\"file\": \"" + req.matches[1].str() + "\"}";
@@ -337,6 +337,17 @@ TEST_F(HubTest, ResolveModelDownloadsEngineFilesIntoOneSnapshot) {
   cfg_.offline = true;
   EXPECT_EQ(client()->resolve_model("org/model@main"), dir);
   EXPECT_EQ(client()->resolve_model(dir), dir);  // a local directory is returned as is
+  // Online but the Hub unreachable (nothing listens on port 9): the cached snapshot of the
+  // revision, as transformers falls back to its cache; without one, a runtime error (exit 1).
+  cfg_.offline = false;
+  cfg_.endpoint = "http://127.0.0.1:9";
+  EXPECT_EQ(client()->resolve_model("org/model"), dir);
+  try {
+    client()->resolve_model("org/other");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 1) << e.what();
+  }
 }
 
 TEST(HubConfig, EnvironmentVariables) {
