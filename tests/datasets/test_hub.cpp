@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -141,6 +142,27 @@ class FakeHub {
                          res.set_header("ETag", "\"" + git_blob_sha1(body) + "\"");
                          res.set_content(body, "application/json");
                        });
+    // A sharded model: the index names two shards; a model.safetensors and a
+    // consolidated.safetensors beside them are never read by the loader, so never fetched.
+    http_.server().Get("/api/models/org/sharded/revision/main", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      nlohmann::json info = {{"sha", kModelCommit}, {"siblings", nlohmann::json::array()}};
+      for (const char* f : {"config.json", "README.md", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                            "model-00002-of-00002.safetensors", "model.safetensors", "consolidated.safetensors"})
+        info["siblings"].push_back({{"rfilename", f}});
+      res.set_content(info.dump(), "application/json");
+    });
+    http_.server().Get(R"(/org/sharded/resolve/[^/]+/(.+))", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      const std::string name = req.matches[1].str();
+      std::string body = "{\"file\": \"" + name + "\"}";
+      if (name == "model.safetensors.index.json")
+        body = R"({"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                   "b": "model-00002-of-00002.safetensors", "c": "model-00001-of-00002.safetensors"}})";
+      res.set_header("X-Repo-Commit", kModelCommit);
+      res.set_header("ETag", "\"" + git_blob_sha1(body) + "\"");
+      res.set_content(body, "application/json");
+    });
     http_.start();
   }
 
@@ -347,6 +369,21 @@ TEST_F(HubTest, ResolveModelDownloadsEngineFilesIntoOneSnapshot) {
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.exit_code(), 1) << e.what();
+  }
+}
+
+TEST_F(HubTest, ResolveModelFetchesTheShardsOfTheIndexOnly) {
+  hub_.clear();
+  const fs::path dir = client()->resolve_model("org/sharded");
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model-00001-of-00002.safetensors",
+                                             "model-00002-of-00002.safetensors", "model.safetensors.index.json"}));
+  for (const auto& l : hub_.log()) {
+    EXPECT_EQ(l.find("consolidated"), std::string::npos) << l;
+    EXPECT_FALSE(std::regex_search(l, std::regex(R"(/model\.safetensors( |$))"))) << l;
+    EXPECT_EQ(l.find("README"), std::string::npos) << l;
   }
 }
 
