@@ -1,6 +1,7 @@
 #include "harness/named_models.h"
 
 #include <spawn.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -189,8 +190,21 @@ std::string ensure_named_model(const NamedModel& m, const std::function<void(con
   const fs::path folder = fs::path(path).parent_path();
   fs::create_directories(folder, ec);
   if (ec) throw Error(fmt::format("{}: cannot create ({})", folder.string(), ec.message()), ErrorKind::kRuntime);
+  // Fetches interrupted by a signal (Ctrl-C, a kill) leave their `.fetch.<pid>.XXXXXX` folder:
+  // removed here once that process is gone, so a cut-off fetch never keeps its wheels around.
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    std::smatch mm;
+    const std::string n = e.path().filename().string();
+    static const std::regex kTmp(R"(^\.fetch\.(\d{1,9})\.[A-Za-z0-9]{6}$)");
+    if (!std::regex_match(n, mm, kTmp)) continue;
+    const pid_t owner = static_cast<pid_t>(std::stol(mm[1].str()));
+    if (owner != ::getpid() && ::kill(owner, 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+    }
+  }
   char tmpl_buf[4096];
-  std::snprintf(tmpl_buf, sizeof tmpl_buf, "%s/.fetch.XXXXXX", folder.c_str());
+  std::snprintf(tmpl_buf, sizeof tmpl_buf, "%s/.fetch.%d.XXXXXX", folder.c_str(), static_cast<int>(::getpid()));
   if (!::mkdtemp(tmpl_buf))
     throw Error(fmt::format("{}: cannot create a temporary folder ({})", folder.string(), std::strerror(errno)),
                 ErrorKind::kRuntime);

