@@ -558,3 +558,24 @@ TEST(TokenizeCli, GgufFileTokenizesAsTransformersDoes) {
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("stories260K.gguf: tokenizer.chat_template: missing"), std::string::npos) << r.out;
 }
+
+TEST(HubModelIds, OnlyWhatIsNotAPathReadsAsAHubId) {
+  // An existing path always wins; a missing `dir/file.gguf` is a mistyped file, not a repository
+  // (one "file not found" error, no request); `org/name[@rev][:FILE.gguf]` is a Hub id.
+  EXPECT_TRUE(kvb::cli::is_hub_model_id("Qwen/Qwen2.5-Coder-1.5B-Instruct"));
+  EXPECT_TRUE(kvb::cli::is_hub_model_id("Qwen/Qwen3-8B@main"));
+  EXPECT_TRUE(kvb::cli::is_hub_model_id("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"));
+  EXPECT_FALSE(kvb::cli::is_hub_model_id("models/missing.gguf"));
+  EXPECT_FALSE(kvb::cli::is_hub_model_id("a/b/c"));
+  EXPECT_FALSE(kvb::cli::is_hub_model_id("qwen2.5-coder-1.5b-instruct"));
+  EXPECT_FALSE(kvb::cli::is_hub_model_id(kvb::test::test_data("models/stories260K-hf")));
+  const fs::path d = kvb::test::temp_dir("hub_id_path");
+  fs::create_directories(d / "org" / "name");
+  const auto cwd = fs::current_path();
+  fs::current_path(d);
+  EXPECT_FALSE(kvb::cli::is_hub_model_id("org/name"));  // a folder of that name exists here
+  fs::current_path(cwd);
+  const std::string e = kvb::test::input_error_of([] { kvb::cli::check_model_source("models/missing.gguf"); });
+  EXPECT_EQ(e, "--model models/missing.gguf: file not found");
+  fs::remove_all(d);
+}
