@@ -662,7 +662,18 @@ std::string HubClient::resolve_model(const std::string& spec) {
   for (const auto& s : info["siblings"])
     if (s.is_object() && s.contains("rfilename") && s["rfilename"].is_string())
       names.insert(s["rfilename"].get<std::string>());
-  if (!names.count("config.json")) fail("--model {}: the repository has no config.json", spec);
+  if (!names.count("config.json")) {
+    // A GGUF repository (e.g. Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF): name how to take one file.
+    std::string gguf;
+    for (const auto& n : names)
+      if (n.size() > 5 && n.compare(n.size() - 5, 5, ".gguf") == 0 && n.find('/') == std::string::npos) {
+        gguf = n;
+        break;
+      }
+    if (!gguf.empty())
+      fail("--model {}: the repository has no config.json but GGUF files; take one with --model {}:{}", spec, spec, gguf);
+    fail("--model {}: the repository has no config.json", spec);
+  }
   // What the engine reads, nothing else (README, other formats, a consolidated.safetensors
   // beside the shards): config, generation config, tokenizer, chat templates, then the weights
   // as WeightStore::from_safetensors_dir reads them: the shard index and the shards it names

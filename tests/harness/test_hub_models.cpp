@@ -99,6 +99,13 @@ class TinyStoriesHub {
                          for (const auto& [name, path] : files_) info["siblings"].push_back({{"rfilename", name}});
                          res.set_content(info.dump(), "application/json");
                        });
+    http_.server().Get("/api/models/kvb-org/gguf-only/revision/main", [this](const httplib::Request& req,
+                                                                             httplib::Response& res) {
+      note(req);
+      res.set_content(
+          json({{"sha", kHubCommit}, {"siblings", {{{"rfilename", "README.md"}}, {{"rfilename", "tiny-Q8_0.gguf"}}}}}).dump(),
+          "application/json");
+    });
     http_.server().Get(
         R"(/kvb-org/tiny-stories/resolve/([^/]+)/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
           note(req);
@@ -204,6 +211,18 @@ TEST(HubModelIds, FetchedFromTheMirrorOnlyWhatTheEngineReadsThenOffline) {
   const auto absent = kvb::test::run_command(env + KVB_BINARY + gen + "kvb-org/tiny-stories:absent.gguf");
   EXPECT_EQ(absent.rc, 2) << absent.out;
   EXPECT_NE(absent.out.find("absent.gguf"), std::string::npos) << absent.out;
+
+  // A repository the Hub does not have, and one holding only GGUF files: one input error each.
+  const auto no_repo = kvb::test::run_command(env + KVB_BINARY + gen + "kvb-org/absent");
+  EXPECT_EQ(no_repo.rc, 2) << no_repo.out;
+  EXPECT_NE(no_repo.out.find("kvbench: error: "), std::string::npos) << no_repo.out;
+  EXPECT_NE(no_repo.out.find("kvb-org/absent"), std::string::npos) << no_repo.out;
+  const auto gguf_repo = kvb::test::run_command(env + KVB_BINARY + gen + "kvb-org/gguf-only");
+  EXPECT_EQ(gguf_repo.rc, 2) << gguf_repo.out;
+  EXPECT_NE(gguf_repo.out.find("kvbench: error: --model kvb-org/gguf-only: the repository has no config.json but "
+                               "GGUF files; take one with --model kvb-org/gguf-only:tiny-Q8_0.gguf"),
+            std::string::npos)
+      << gguf_repo.out;
 
   // Input identity: a run on the Hub id records each file it read, by its name in the repository.
   const std::string db = (d / "r.db").string();
