@@ -74,10 +74,14 @@ std::string stamp_of(const std::string& path, const std::string& sha) {
   return fmt::format("{} {} {}\n", static_cast<unsigned long long>(st.st_size), mtime_ns, sha);
 }
 
+/// The content of the stamp `path`; "" when it is absent, not a regular file, unreadable or
+/// larger than 4 KiB (then the file is hashed instead of trusted).
 std::string read_small_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) > 4096 || ec) return "";
   std::ifstream in(path);
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return s.size() > 4096 ? "" : s;
+  return in.bad() ? "" : s;
 }
 
 }  // namespace
@@ -175,7 +179,10 @@ std::string ensure_named_model(const NamedModel& m, const std::function<void(con
   const std::string stamp = path + ".verified";
   std::error_code ec;
   if (fs::exists(path, ec)) {
-    if (read_small_file(stamp) == stamp_of(path, m.sha256)) return path;
+    const std::string now = stamp_of(path, m.sha256);
+    // Verified earlier in this process (a read-only cache cannot hold the stamp): not hashed again.
+    static std::map<std::string, std::string> verified_here;
+    if (read_small_file(stamp) == now || verified_here[path] == now) return path;
     // A file not verified by this code (bootstrap.sh's fetch, a copy by hand): hash it once.
     const uint64_t size = fs::file_size(path, ec);
     if (ec || size != m.bytes)
@@ -184,7 +191,8 @@ std::string ensure_named_model(const NamedModel& m, const std::function<void(con
     const std::string got = sha256_file(path);
     if (got != m.sha256)
       fail("{}: sha256 {} does not match the pinned {}; delete the file to fetch it again", path, got, m.sha256);
-    std::ofstream(stamp) << stamp_of(path, m.sha256);
+    verified_here[path] = now;
+    std::ofstream(stamp) << now;
     return path;
   }
   const fs::path folder = fs::path(path).parent_path();

