@@ -643,9 +643,10 @@ std::string HubClient::resolve_model(const std::string& spec) {
   } catch (const Error& e) {
     // The Hub unreachable (network, 5xx, 401): a cached snapshot is used, as transformers does;
     // a repository or revision the Hub says does not exist (404) is not.
-    if (e.kind() == ErrorKind::kInput) throw;
+    if (e.kind() == ErrorKind::kInput) fail("--model {}: {}", spec, e.what());
     const std::string snap = cached_snapshot();
-    if (snap.empty() || !fs::exists(fs::path(snap) / "config.json")) throw;
+    if (snap.empty() || !fs::exists(fs::path(snap) / "config.json"))
+      throw Error(fmt::format("--model {}: {}", spec, e.what()), ErrorKind::kRuntime);
     log_(fmt::format("hub: {}; using the cached snapshot {}", e.what(), snap));
     return snap;
   }
