@@ -637,6 +637,24 @@ std::string HubClient::resolve_model(const std::string& spec) {
       fail("--model {}: cached snapshot {} has no config.json", spec, snap);
     return snap;
   }
+  // A commit id whose snapshot already holds the config and every weight file the loader reads
+  // is used without a request, as huggingface_hub serves a commit hash from its cache.
+  if (is_commit(rev)) {
+    const fs::path snap = fs::path(folder) / "snapshots" / rev;
+    bool complete = fs::exists(snap / "config.json");
+    if (complete && fs::exists(snap / "model.safetensors.index.json")) {
+      try {
+        const nlohmann::json idx = parse_json_file((snap / "model.safetensors.index.json").string());
+        for (const auto& [k, v] : idx.at("weight_map").items())
+          complete = complete && v.is_string() && fs::exists(snap / v.get<std::string>());
+      } catch (const std::exception&) {
+        complete = false;  // a bad index: fetched again below, and refused there if still bad
+      }
+    } else {
+      complete = complete && fs::exists(snap / "model.safetensors");
+    }
+    if (complete) return snap.string();
+  }
   std::string body;
   try {
     body = api_get(cfg_.endpoint + "/api/models/" + repo + "/revision/" + percent_encode(rev, ""));

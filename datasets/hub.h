@@ -125,8 +125,10 @@ class HubClient {
   /// and the weights as the loader reads them (model.safetensors.index.json and the shards its
   /// weight_map names when the repository has an index, else model.safetensors). The file list
   /// comes from GET {endpoint}/api/models/{repo}/revision/{rev} (siblings); every file is fetched
-  /// at the commit that answer names, and refs/{rev} then points at it. With HF_HUB_OFFLINE no
-  /// request is made: refs/{rev} (or the commit itself) picks the cached snapshot. When the Hub
+  /// at the commit that answer names, and refs/{rev} then points at it. A commit id whose
+  /// snapshot already holds config.json and every weight file is used without a request. With
+  /// HF_HUB_OFFLINE no request is made: refs/{rev} (or the commit itself) picks the cached
+  /// snapshot. When the Hub
   /// cannot be reached (network, 5xx, 401) a cached snapshot of {rev} is used, as transformers
   /// does. Errors (kvb::Error): not cached while offline, no config.json, no weights (input);
   /// the Hub unreachable with nothing cached (runtime).

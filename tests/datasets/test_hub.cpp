@@ -144,14 +144,16 @@ class FakeHub {
                        });
     // A sharded model: the index names two shards; a model.safetensors and a
     // consolidated.safetensors beside them are never read by the loader, so never fetched.
-    http_.server().Get("/api/models/org/sharded/revision/main", [=](const httplib::Request& req, httplib::Response& res) {
-      note(req);
-      nlohmann::json info = {{"sha", kModelCommit}, {"siblings", nlohmann::json::array()}};
-      for (const char* f : {"config.json", "README.md", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
-                            "model-00002-of-00002.safetensors", "model.safetensors", "consolidated.safetensors"})
-        info["siblings"].push_back({{"rfilename", f}});
-      res.set_content(info.dump(), "application/json");
-    });
+    http_.server().Get(
+        R"(/api/models/org/sharded/revision/[^/]+)", [=](const httplib::Request& req, httplib::Response& res) {
+          note(req);
+          nlohmann::json info = {{"sha", kModelCommit}, {"siblings", nlohmann::json::array()}};
+          for (const char* f :
+               {"config.json", "README.md", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                "model-00002-of-00002.safetensors", "model.safetensors", "consolidated.safetensors"})
+            info["siblings"].push_back({{"rfilename", f}});
+          res.set_content(info.dump(), "application/json");
+        });
     http_.server().Get(R"(/org/sharded/resolve/[^/]+/(.+))", [=](const httplib::Request& req, httplib::Response& res) {
       note(req);
       const std::string name = req.matches[1].str();
@@ -356,6 +358,10 @@ TEST_F(HubTest, ResolveModelDownloadsEngineFilesIntoOneSnapshot) {
   EXPECT_TRUE(fs::exists(fs::path(dir) / "config.json"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors"));
   EXPECT_FALSE(fs::exists(fs::path(dir) / "README.md"));
+  // A commit id whose snapshot is complete: no request, online too.
+  hub_.clear();
+  EXPECT_EQ(client()->resolve_model("org/model@" + kModelCommit), dir);
+  EXPECT_TRUE(hub_.log().empty());
   cfg_.offline = true;
   EXPECT_EQ(client()->resolve_model("org/model@main"), dir);
   EXPECT_EQ(client()->resolve_model(dir), dir);  // a local directory is returned as is
@@ -380,6 +386,15 @@ TEST_F(HubTest, ResolveModelFetchesTheShardsOfTheIndexOnly) {
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model-00001-of-00002.safetensors",
                                              "model-00002-of-00002.safetensors", "model.safetensors.index.json"}));
+  // Pinned by commit, the complete sharded snapshot needs no request; with a shard gone it is
+  // fetched again.
+  hub_.clear();
+  EXPECT_EQ(client()->resolve_model("org/sharded@" + kModelCommit), dir.string());
+  EXPECT_TRUE(hub_.log().empty());
+  fs::remove(dir / "model-00002-of-00002.safetensors");
+  EXPECT_EQ(client()->resolve_model("org/sharded@" + kModelCommit), dir.string());
+  EXPECT_TRUE(fs::exists(dir / "model-00002-of-00002.safetensors"));
+  EXPECT_EQ(hub_.count("GET /api/models/org/sharded/revision/" + kModelCommit), 1u);
   for (const auto& l : hub_.log()) {
     EXPECT_EQ(l.find("consolidated"), std::string::npos) << l;
     EXPECT_FALSE(std::regex_search(l, std::regex(R"(/model\.safetensors( |$))"))) << l;
