@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -618,44 +619,107 @@ std::string HubClient::resolve_model(const std::string& spec) {
   if (repo.empty() || rev.empty()) fail("--model '{}': expected org/name[@revision] or a local directory", spec);
   check_hub_names(repo, rev, "config.json", "--model " + shown(spec));
   std::string folder = repo_folder(RepoType::kModel, repo);
-  auto wanted = [](const std::string& name) {
-    static const char* exact[] = {"config.json",           "generation_config.json",  "tokenizer.json",
-                                  "tokenizer_config.json", "special_tokens_map.json", "model.safetensors.index.json",
-                                  "chat_template.jinja",   "chat_template.json"};
-    for (const char* e : exact)
-      if (name == e) return true;
-    return name.find('/') == std::string::npos && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";
-  };
-  if (cfg_.offline) {
+  // The cached snapshot of `rev` ("" when refs/<rev> is absent); a damaged ref is an error.
+  auto cached_snapshot = [&]() -> std::string {
     std::string commit = rev;
     if (!is_commit(rev)) {
       fs::path ref = fs::path(folder) / "refs" / rev;
-      if (!fs::exists(ref)) fail("--model {}: not in the cache {} and HF_HUB_OFFLINE is set", spec, cfg_.cache_dir);
+      if (!fs::exists(ref)) return "";
       commit = strip(read_small(ref));
       if (!is_commit(commit)) fail("--model {}: {}: not a commit id; delete the damaged ref", spec, ref.string());
     }
-    fs::path snap = fs::path(folder) / "snapshots" / commit;
-    if (!fs::exists(snap / "config.json"))
-      fail("--model {}: cached snapshot {} has no config.json", spec, snap.string());
-    return snap.string();
+    return (fs::path(folder) / "snapshots" / commit).string();
+  };
+  if (cfg_.offline) {
+    const std::string snap = cached_snapshot();
+    if (snap.empty()) fail("--model {}: not in the cache {} and HF_HUB_OFFLINE is set", spec, cfg_.cache_dir);
+    if (!fs::exists(fs::path(snap) / "config.json"))
+      fail("--model {}: cached snapshot {} has no config.json", spec, snap);
+    return snap;
   }
-  std::string body = api_get(cfg_.endpoint + "/api/models/" + repo + "/revision/" + percent_encode(rev, ""));
+  // A commit id whose snapshot already holds the config and every weight file the loader reads
+  // is used without a request, as huggingface_hub serves a commit hash from its cache.
+  if (is_commit(rev)) {
+    const fs::path snap = fs::path(folder) / "snapshots" / rev;
+    bool complete = fs::exists(snap / "config.json");
+    if (complete && fs::exists(snap / "model.safetensors.index.json")) {
+      try {
+        const nlohmann::json idx = parse_json_file((snap / "model.safetensors.index.json").string());
+        for (const auto& [k, v] : idx.at("weight_map").items())
+          complete = complete && v.is_string() && fs::exists(snap / v.get<std::string>());
+      } catch (const std::exception&) {
+        complete = false;  // a bad index: fetched again below, and refused there if still bad
+      }
+    } else {
+      complete = complete && fs::exists(snap / "model.safetensors");
+    }
+    if (complete) return snap.string();
+  }
+  std::string body;
+  try {
+    body = api_get(cfg_.endpoint + "/api/models/" + repo + "/revision/" + percent_encode(rev, ""));
+  } catch (const Error& e) {
+    // The Hub unreachable (network, 5xx, 401): a cached snapshot is used, as transformers does;
+    // a repository or revision the Hub says does not exist (404) is not.
+    if (e.kind() == ErrorKind::kInput) fail("--model {}: {}", spec, e.what());
+    const std::string snap = cached_snapshot();
+    if (snap.empty() || !fs::exists(fs::path(snap) / "config.json"))
+      throw Error(fmt::format("--model {}: {}", spec, e.what()), ErrorKind::kRuntime);
+    log_(fmt::format("hub: {}; using the cached snapshot {}", e.what(), snap));
+    return snap;
+  }
   nlohmann::json info;
   try {
     info = parse_json(body, repo + ": model info");
   } catch (const Error& e) {
     throw Error(e.what(), ErrorKind::kRuntime);
   }
-  if (!info.contains("sha") || !info["sha"].is_string() || !info.contains("siblings"))
+  if (!info.contains("sha") || !info["sha"].is_string() || !info.contains("siblings") || !info["siblings"].is_array())
     throw Error(fmt::format("{}: model info lacks sha/siblings", repo), ErrorKind::kRuntime);
   const std::string commit = checked_commit(info["sha"].get<std::string>(), cfg_.endpoint + "/api/models/" + repo, "sha");
-  std::string last;
-  for (const auto& s : info["siblings"]) {
-    std::string name = s.value("rfilename", "");
-    if (!wanted(name)) continue;
-    last = download({RepoType::kModel, repo, rev, name});
+  std::set<std::string> names;
+  for (const auto& s : info["siblings"])
+    if (s.is_object() && s.contains("rfilename") && s["rfilename"].is_string())
+      names.insert(s["rfilename"].get<std::string>());
+  if (!names.count("config.json")) {
+    // A GGUF repository (e.g. Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF): name how to take one file.
+    std::string gguf;
+    for (const auto& n : names)
+      if (n.size() > 5 && n.compare(n.size() - 5, 5, ".gguf") == 0 && n.find('/') == std::string::npos) {
+        gguf = n;
+        break;
+      }
+    if (!gguf.empty())
+      fail("--model {}: the repository has no config.json but GGUF files; take one with --model {}:{}", spec, spec, gguf);
+    fail("--model {}: the repository has no config.json", spec);
   }
-  if (last.empty()) fail("--model {}: the repository has no config.json / safetensors files", spec);
+  // What the engine reads, nothing else (README, other formats, a consolidated.safetensors
+  // beside the shards): config, generation config, tokenizer, chat templates, then the weights
+  // as WeightStore::from_safetensors_dir reads them: the shard index and the shards it names
+  // when there is an index, else model.safetensors.
+  for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                        "chat_template.jinja", "chat_template.json"})
+    if (names.count(f)) download({RepoType::kModel, repo, commit, f});
+  if (names.count("model.safetensors.index.json")) {
+    const std::string index = download({RepoType::kModel, repo, commit, "model.safetensors.index.json"});
+    const nlohmann::json idx = parse_json_file(index);
+    if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
+      fail_at(index, "weight_map", "expected an object mapping tensor names to shard files");
+    std::set<std::string> shards;
+    for (const auto& [k, v] : idx["weight_map"].items()) {
+      if (!v.is_string()) fail_at(index, "weight_map." + k, "expected a shard file name");
+      shards.insert(v.get<std::string>());
+    }
+    for (const auto& sh : shards) download({RepoType::kModel, repo, commit, sh});
+  } else if (names.count("model.safetensors")) {
+    download({RepoType::kModel, repo, commit, "model.safetensors"});
+  } else {
+    fail(
+        "--model {}: the repository has neither model.safetensors nor model.safetensors.index.json (for one "
+        "GGUF file of it: --model {}:FILE.gguf)",
+        spec, repo);
+  }
+  if (rev != commit) write_atomic(fs::path(folder) / "refs" / rev, commit);
   return (fs::path(folder) / "snapshots" / commit).string();
 }
 

@@ -120,10 +120,18 @@ class HubClient {
   std::string download(const HubFile& f);
 
   /// Resolves "org/name[@revision]" (or a local directory, returned as is) to a local snapshot
-  /// directory holding the files the engine needs: config.json, generation_config.json,
-  /// tokenizer*.json, special_tokens_map.json, *.safetensors and their index. The file list
-  /// comes from GET {endpoint}/api/models/{repo}/revision/{rev} (siblings), or in offline mode
-  /// from the cached snapshot.
+  /// directory holding the files the engine reads and nothing else: config.json,
+  /// generation_config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja/.json,
+  /// and the weights as the loader reads them (model.safetensors.index.json and the shards its
+  /// weight_map names when the repository has an index, else model.safetensors). The file list
+  /// comes from GET {endpoint}/api/models/{repo}/revision/{rev} (siblings); every file is fetched
+  /// at the commit that answer names, and refs/{rev} then points at it. A commit id whose
+  /// snapshot already holds config.json and every weight file is used without a request. With
+  /// HF_HUB_OFFLINE no request is made: refs/{rev} (or the commit itself) picks the cached
+  /// snapshot. When the Hub
+  /// cannot be reached (network, 5xx, 401) a cached snapshot of {rev} is used, as transformers
+  /// does. Errors (kvb::Error): not cached while offline, no config.json, no weights (input);
+  /// the Hub unreachable with nothing cached (runtime).
   std::string resolve_model(const std::string& spec);
 
   /// Downloads a plain URL (e.g. a raw.githubusercontent.com file) to `dest` through

@@ -148,7 +148,7 @@ BenchMemoryPlan size_batch(const ModelConfig& c, size_t host_weight_bytes, Bench
 void run_bench(BenchArgs a) {
   if (a.model.empty() == a.shape.empty()) fail("bench: give exactly one of --model DIR or --model-shape NAME");
   // The output policy (engine/util/io.h): never the model (its folder's files) nor a device.
-  if (!a.json.empty()) check_output_path(a.json, "--json", {a.model});
+  if (!a.json.empty()) check_output_path(a.json, "--json", {a.model.empty() ? a.model : model_file_of(a.model)});
   std::vector<BenchArgs> runs;  // parsed before the weights load: a bad --case fails at once
   for (const std::string& text : a.cases) runs.push_back(parse_case(text, a));
   if (runs.empty()) runs.push_back(a);
@@ -326,7 +326,9 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* c = app.add_subcommand("bench", "Measure prefill/decode throughput, KV bytes and memory");
-  c->add_option("--model", a->model, "Model: a directory, a .gguf file, or smollm2-135m-instruct");
+  c->add_option(
+      "--model", a->model,
+      "Model: a directory, a .gguf file, a named model (kvbench models) or a Hub id org/name[@rev][:FILE.gguf]");
   c->add_option("--model-shape", a->shape,
                 "Random-weight architecture: stories260k, smollm2-135m, qwen3-0.6b, qwen3-4b, qwen3-8b, llama-3.1-8b");
   c->add_option("--backend", a->backend, "cpu or cuda (builds with KVB_CUDA)");

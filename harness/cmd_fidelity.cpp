@@ -98,13 +98,15 @@ void run_fidelity(const FidelityArgs& a) {
   if (!a.json_out.empty()) {
     // The output must not be any file this command reads: the prompts, the text, the model (a
     // .gguf file or any file of the model directory).
-    std::vector<std::string> inputs = {a.prompts_file, a.text_file, a.model};
+    // A named model or a Hub id: its cached file or snapshot folder.
+    const std::string model = model_file_of(a.model);
+    std::vector<std::string> inputs = {a.prompts_file, a.text_file, model};
     for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
                           "model.safetensors", "model.safetensors.index.json", "special_tokens_map.json"})
-      inputs.push_back(a.model + "/" + f);
+      inputs.push_back(model + "/" + f);
     const std::filesystem::path parent = std::filesystem::path(a.json_out).parent_path();
-    if (same_file(parent.empty() ? "." : parent.string(), a.model) && file_exists(a.json_out))
-      fail("--json {}: is a file of the model directory {}; name another file", a.json_out, a.model);
+    if (same_file(parent.empty() ? "." : parent.string(), model) && file_exists(a.json_out))
+      fail("--json {}: is a file of the model directory {}; name another file", a.json_out, model);
     for (const auto& d : a.data_dirs) inputs.push_back(d);
     check_output_path(a.json_out, "--json", inputs);
   }
@@ -142,7 +144,9 @@ void register_fidelity(CLI::App& app) {
   auto a = std::make_shared<FidelityArgs>();
   CLI::App* c = app.add_subcommand(
       "fidelity", "Per policy and budget: agreement with the full-cache greedy continuation (KL, ΔNLL, top-1, KV bytes)");
-  c->add_option("--model", a->model, "Model: a directory, a .gguf file, or smollm2-135m-instruct")->required();
+  c->add_option("--model", a->model,
+                "Model: a directory, a .gguf file, a named model (kvbench models) or a Hub id org/name[@rev][:FILE.gguf]")
+      ->required();
   c->add_option("--policies", a->policies, "Comma-separated policy specs, e.g. full,snapkv:window=8,kernel=5,oracle");
   c->add_option("--budgets", a->budgets, "Comma-separated budgets (tokens per layer and kv head)");
   c->add_option("--prompts", a->prompts_file, "Prompts file: one prompt per line (.jsonl: \"prompt\"/\"text\" field)");

@@ -144,7 +144,8 @@ void register_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* c = app.add_subcommand("generate", "Generate from one prompt (text to stdout, timings to stderr)");
   c->add_option("--model", a->model,
-                "Model: a directory (config.json, *.safetensors, tokenizer.json), a .gguf file, or smollm2-135m-instruct")
+                "Model: a directory (config.json, *.safetensors, tokenizer.json), a .gguf file, a named model "
+                "(kvbench models) or a Hub id org/name[@rev][:FILE.gguf]")
       ->required();
   c->add_option("--prompt", a->prompt, "Prompt text (empty = start from BOS)");
   c->add_flag("--chat", a->chat, "Render the prompt with the model's chat template");

@@ -473,7 +473,9 @@ void register_run(CLI::App& app) {
       "run", "Run a benchmark grid (suite × models × policies × budgets × samples) into a SQLite DB; resumable");
   c->add_option("--suite", a->suite, "Built-in suite (smoke, math, longproc, longctx) or a suite YAML file");
   c->add_option("--task", a->tasks, "Task spec instead of a suite (repeatable), e.g. gsm8k:template=rkv");
-  c->add_option("--model", a->models, "Model (repeatable): directory, .gguf file or smollm2-135m-instruct");
+  c->add_option(
+      "--model", a->models,
+      "Model (repeatable): directory, .gguf file, named model (kvbench models) or Hub id org/name[@rev][:FILE.gguf]");
   c->add_option("--policies", a->policies, "Comma-separated policy specs, e.g. full,snapkv,rkv:window=8");
   c->add_option("--budgets", a->budgets, "Comma-separated KV budgets (tokens per layer and kv head)")
       ->check(CLI::Validator(

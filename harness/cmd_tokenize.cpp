@@ -1,6 +1,7 @@
 // `kvbench tokenize`: shows exactly what a model sees for a text or a chat — the rendered chat
 // prompt (with --chat) and its token ids and pieces. Needs only the tokenizer files of a model
-// folder (tokenizer.json, and tokenizer_config.json for --chat).
+// folder (tokenizer.json, and tokenizer_config.json for --chat), or a GGUF file's metadata (a
+// .gguf path, a named model, `org/name:FILE.gguf`); a Hub id resolves to its snapshot folder.
 //
 // Output (stdout):
 //   ===== BEGIN PROMPT (<n> bytes) =====      (only with --chat / --messages)
@@ -65,13 +66,15 @@ std::string quote(std::string_view s) {
 }
 
 void run_tokenize(const TokenizeArgs& a) {
-  // A .gguf file or a named model carries its tokenizer and chat template in its metadata (the
-  // weights are only mapped); a directory gives its tokenizer files.
+  // What --model names: a .gguf file, a named model's cached GGUF or a Hub id's GGUF carry their
+  // tokenizer and chat template in their metadata (the weights are only mapped); a directory or
+  // a Hub id's snapshot folder gives its tokenizer files (its weights are not read).
+  const std::string file = model_file_of(a.model);
+  const bool is_gguf = file.size() > 5 && file.compare(file.size() - 5, 5, ".gguf") == 0;
   std::optional<LoadedModel> gguf;
-  if (model_file_of(a.model) != a.model || (a.model.size() > 5 && a.model.substr(a.model.size() - 5) == ".gguf"))
-    gguf = load_model(a.model, WeightFormat::kStored, a.chat_template);
+  if (is_gguf) gguf = load_model(a.model, WeightFormat::kStored, a.chat_template);
   std::shared_ptr<const tok::Tokenizer> tok_ptr =
-      gguf ? gguf->tokenizer : std::make_shared<const tok::Tokenizer>(tok::Tokenizer::from_dir(a.model));
+      gguf ? gguf->tokenizer : std::make_shared<const tok::Tokenizer>(tok::Tokenizer::from_dir(file));
   const tok::Tokenizer& tokenizer = *tok_ptr;
   const bool chat = a.chat || !a.messages.empty();
   std::string input = a.text;
@@ -87,7 +90,7 @@ void run_tokenize(const TokenizeArgs& a) {
     // chat_template.jinja, chat_template.json or tokenizer_config.json, as transformers finds it.
     if (gguf && !gguf->chat) fail_at(a.model, "tokenizer.chat_template", "missing: --chat needs a chat template");
     std::optional<chat::ChatTemplate> own;
-    if (!gguf) own.emplace(chat::ChatTemplate::from_model_dir(a.model, a.chat_template));
+    if (!gguf) own.emplace(chat::ChatTemplate::from_model_dir(file, a.chat_template));
     const chat::ChatTemplate& tmpl = gguf ? *gguf->chat : *own;
     chat::RenderOptions opts;
     opts.add_generation_prompt = true;
@@ -118,7 +121,7 @@ void register_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* c =
       app.add_subcommand("tokenize", "Show the token ids and pieces of a text or chat (what the model really sees)");
-  c->add_option("--model", a->model, "Model folder (only its tokenizer files are read), .gguf file, or named model")
+  c->add_option("--model", a->model, "Model folder (only its tokenizer files are read), .gguf file, named model or Hub id")
       ->required();
   auto* text = c->add_option("--text", a->text, "Text to tokenize (with --chat: one user message)");
   auto* msgs = c->add_option("--messages", a->messages,

@@ -59,6 +59,8 @@ std::string default_model_path() { return named_model_path(*find_named_model(kDe
 bool is_hub_model_id(const std::string& spec) {
   static const std::regex kHub(R"(^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+(@[A-Za-z0-9._/-]+)?(:[^/:]+\.gguf)?$)");
   std::error_code ec;
+  // `dir/file.gguf` that does not exist is a mistyped path ("file not found"), not a repository.
+  if (spec.find(':') == std::string::npos && ends_with(spec, ".gguf")) return false;
   return !std::filesystem::exists(spec, ec) && std::regex_match(spec, kHub);
 }
 

@@ -40,7 +40,7 @@ std::string default_model_path();
 std::string model_file_of(const std::string& spec);
 
 /// True when `spec` is not an existing path and reads as a Hub id: `org/name[@revision]` with an
-/// optional `:FILE.gguf`.
+/// optional `:FILE.gguf` (`dir/file.gguf` without the colon is a path, never a Hub id).
 bool is_hub_model_id(const std::string& spec);
 
 /// Loads `spec`: a Hugging Face model directory (config.json, safetensors, tokenizer.json,

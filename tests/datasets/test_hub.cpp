@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -133,7 +134,7 @@ class FakeHub {
                           "{\"rfilename\": \"README.md\"}, {\"rfilename\": \"model.safetensors\"}]}",
                       "application/json");
     });
-    http_.server().Get(R"(/org/model/resolve/main/(config\.json|model\.safetensors|README\.md))",
+    http_.server().Get(R"(/org/model/resolve/[^/]+/(config\.json|model\.safetensors|README\.md))",
                        [=](const httplib::Request& req, httplib::Response& res) {
                          note(req);
                          std::string body = "{\"file\": \"" + req.matches[1].str() + "\"}";
@@ -141,6 +142,29 @@ class FakeHub {
                          res.set_header("ETag", "\"" + git_blob_sha1(body) + "\"");
                          res.set_content(body, "application/json");
                        });
+    // A sharded model: the index names two shards; a model.safetensors and a
+    // consolidated.safetensors beside them are never read by the loader, so never fetched.
+    http_.server().Get(
+        R"(/api/models/org/sharded/revision/[^/]+)", [=](const httplib::Request& req, httplib::Response& res) {
+          note(req);
+          nlohmann::json info = {{"sha", kModelCommit}, {"siblings", nlohmann::json::array()}};
+          for (const char* f :
+               {"config.json", "README.md", "model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                "model-00002-of-00002.safetensors", "model.safetensors", "consolidated.safetensors"})
+            info["siblings"].push_back({{"rfilename", f}});
+          res.set_content(info.dump(), "application/json");
+        });
+    http_.server().Get(R"(/org/sharded/resolve/[^/]+/(.+))", [=](const httplib::Request& req, httplib::Response& res) {
+      note(req);
+      const std::string name = req.matches[1].str();
+      std::string body = "{\"file\": \"" + name + "\"}";
+      if (name == "model.safetensors.index.json")
+        body = R"({"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                   "b": "model-00002-of-00002.safetensors", "c": "model-00001-of-00002.safetensors"}})";
+      res.set_header("X-Repo-Commit", kModelCommit);
+      res.set_header("ETag", "\"" + git_blob_sha1(body) + "\"");
+      res.set_content(body, "application/json");
+    });
     http_.start();
   }
 
@@ -334,9 +358,48 @@ TEST_F(HubTest, ResolveModelDownloadsEngineFilesIntoOneSnapshot) {
   EXPECT_TRUE(fs::exists(fs::path(dir) / "config.json"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors"));
   EXPECT_FALSE(fs::exists(fs::path(dir) / "README.md"));
+  // A commit id whose snapshot is complete: no request, online too.
+  hub_.clear();
+  EXPECT_EQ(client()->resolve_model("org/model@" + kModelCommit), dir);
+  EXPECT_TRUE(hub_.log().empty());
   cfg_.offline = true;
   EXPECT_EQ(client()->resolve_model("org/model@main"), dir);
   EXPECT_EQ(client()->resolve_model(dir), dir);  // a local directory is returned as is
+  // Online but the Hub unreachable (nothing listens on port 9): the cached snapshot of the
+  // revision, as transformers falls back to its cache; without one, a runtime error (exit 1).
+  cfg_.offline = false;
+  cfg_.endpoint = "http://127.0.0.1:9";
+  EXPECT_EQ(client()->resolve_model("org/model"), dir);
+  try {
+    client()->resolve_model("org/other");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), 1) << e.what();
+  }
+}
+
+TEST_F(HubTest, ResolveModelFetchesTheShardsOfTheIndexOnly) {
+  hub_.clear();
+  const fs::path dir = client()->resolve_model("org/sharded");
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model-00001-of-00002.safetensors",
+                                             "model-00002-of-00002.safetensors", "model.safetensors.index.json"}));
+  // Pinned by commit, the complete sharded snapshot needs no request; with a shard gone it is
+  // fetched again.
+  hub_.clear();
+  EXPECT_EQ(client()->resolve_model("org/sharded@" + kModelCommit), dir.string());
+  EXPECT_TRUE(hub_.log().empty());
+  fs::remove(dir / "model-00002-of-00002.safetensors");
+  EXPECT_EQ(client()->resolve_model("org/sharded@" + kModelCommit), dir.string());
+  EXPECT_TRUE(fs::exists(dir / "model-00002-of-00002.safetensors"));
+  EXPECT_EQ(hub_.count("GET /api/models/org/sharded/revision/" + kModelCommit), 1u);
+  for (const auto& l : hub_.log()) {
+    EXPECT_EQ(l.find("consolidated"), std::string::npos) << l;
+    EXPECT_FALSE(std::regex_search(l, std::regex(R"(/model\.safetensors( |$))"))) << l;
+    EXPECT_EQ(l.find("README"), std::string::npos) << l;
+  }
 }
 
 TEST(HubConfig, EnvironmentVariables) {

