@@ -99,10 +99,7 @@ RunPolicies resolve_policies(const std::string& list, int64_t first_budget, cons
     g.uses_budget = false;
     for (const auto& info : policy_registry())
       if (info.name == ps.name) g.uses_budget = info.uses_budget();
-    // budget_kind=ratio keeps a fraction of the context (`ratio`), so --budgets 64,128 would run
-    // the same cell twice: one cell, like threshold (issue 47).
-    if (const std::string kind = g.params.value("budget_kind", ""); kind == "threshold" || kind == "ratio")
-      g.uses_budget = false;
+    if (g.params.value("budget_kind", "") == "threshold") g.uses_budget = false;
     g.display = policy_cell_label(ps.name, g.params);
     p.label_to_spec[g.label()] = pt;
     p.grid.push_back(g);

@@ -448,21 +448,6 @@ TEST(GenerateCli, JsonRecordsTheGreedyIdsAsTheArgmaxOfTheirTeacherForcedLogits) 
   fs::remove_all(d);
 }
 
-TEST(RunCli, ARatioBudgetIsOneCellWhateverTheBudgetsList) {
-  // budget_kind=ratio keeps a fraction of the context, not `--budgets` tokens: two budgets must
-  // not make two identical cells (issue 47); a token budget makes one cell per budget.
-  REQUIRE_INPUTS();
-  fs::path d = tmp_dir("ratio_cells");
-  const std::string base = std::string(KVB_BINARY) + " run --task gsm8k --data-dir " + kData + " --model " + kModel +
-                           " --budgets 32,64 --limit 1 --max-new-tokens 2 --quiet --db " + (d / "r.db").string();
-  std::string out;
-  ASSERT_EQ(run_cmd(base + " --policies snapkv:budget_kind=ratio,ratio=0.5", &out), 0) << out;
-  EXPECT_NE(out.find(": 1 work items"), std::string::npos) << out;
-  ASSERT_EQ(run_cmd(base + " --policies snapkv", &out), 0) << out;
-  EXPECT_NE(out.find(": 2 work items"), std::string::npos) << out;
-  fs::remove_all(d);
-}
-
 TEST(RunCli, ATemplateFileChangedBetweenRunsIsNotResumed) {
   // Issue 46, item 1: a file a task reads besides its data (gsm8k:template=file:T) is part of the
   // run's input identity: rewritten between two runs of the same command, the second run refuses
