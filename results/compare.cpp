@@ -99,6 +99,16 @@ CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate, co
     const auto mem = run_memory_gib(store.runs());
     auto b = mem.find(baseline), c = mem.find(candidate);
     if (b != mem.end() && c != mem.end() && b->second == c->second) memory = b->second;
+    // A gate that was asked for never passes by being skipped (issue 46, item 6).
+    if (opt.max_throughput_drop && !memory) {
+      auto gib = [&](decltype(b) it) {
+        return it == mem.end() ? std::string("no --memory") : fmt::format("--memory {:g}", it->second);
+      };
+      fail(
+          "compare: --max-throughput-drop: baseline run {} ({}) and candidate run {} ({}) do not share one --memory, "
+          "and throughput is compared only at equal memory",
+          baseline, gib(b), candidate, gib(c));
+    }
   }
   auto throughput = [&](const Samples& b, const Samples& c, CompareRow& row) {
     if (!memory) return;
@@ -168,6 +178,11 @@ CompareResult compare_runs(Store& store, int64_t baseline, int64_t candidate, co
   }
 
   for (auto& [k, row] : rows) {
+    if (opt.max_throughput_drop && (!row.tok_s_baseline || !row.tok_s_candidate))
+      fail(
+          "compare: --max-throughput-drop: cell {} {} {} budget {} has no decode time stored ({} run; decode_share_s), "
+          "so its throughput cannot be compared",
+          row.model_id, row.task, row.policy_label, row.budget, row.tok_s_baseline ? "candidate" : "baseline");
     res.any_regression |= row.regression || row.throughput_regression;
     res.rows.push_back(std::move(row));
   }

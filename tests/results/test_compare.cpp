@@ -251,13 +251,26 @@ TEST(CompareThroughput, AggregateRateAtEqualMemoryIsComparedAndFlagged) {
   EXPECT_NE(table.find("-30.0 %"), std::string::npos) << table;
   o.max_throughput_drop = 40;  // a 30 % drop is within it
   EXPECT_FALSE(compare_runs(store, base, cand, o).any_regression);
-  // Another pool, or none: no speed comparison at all, whatever the rates.
-  o.max_throughput_drop = 20;
+  // Another pool, or none: no speed comparison at all, whatever the rates; and a throughput gate
+  // that was asked for is refused (exit 2) rather than passed by being skipped (issue 46, item 6).
   for (int64_t c : {other, unpooled}) {
-    r = compare_runs(store, base, c, o);
+    r = compare_runs(store, base, c);
     EXPECT_FALSE(r.any_regression);
     for (const auto& row : r.rows) EXPECT_FALSE(row.memory_gib || row.tok_s_candidate);
   }
+  o.max_throughput_drop = 20;
+  EXPECT_NE(kvb::test::input_error_of([&] {
+              compare_runs(store, base, other, o);
+            }).find("(--memory 0.5) and candidate run " + std::to_string(other) + " (--memory 1) do not share one"),
+            std::string::npos);
+  EXPECT_NE(kvb::test::input_error_of([&] { compare_runs(store, base, unpooled, o); }).find("(no --memory)"),
+            std::string::npos);
+  // One pool, but the candidate stored no decode time: the gate cannot be evaluated.
+  const int64_t untimed = timed_run(store, items, "untimed", 0.5, [](const WorkItem&) { return 0.0; });
+  EXPECT_NE(kvb::test::input_error_of([&] {
+              compare_runs(store, base, untimed, o);
+            }).find("has no decode time stored (candidate run; decode_share_s)"),
+            std::string::npos);
   o.max_throughput_drop = 100;
   EXPECT_THROW(compare_runs(store, base, cand, o), kvb::Error);
   o.max_throughput_drop = 0;
