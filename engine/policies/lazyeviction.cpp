@@ -1,7 +1,6 @@
 // `lazyeviction`: LazyEviction — keep the tokens whose attention recurs, evicting lazily every W
-// decode steps. Source: "LazyEviction: Lagged KV Eviction with Attention Pattern Observation for
-// Efficient Long Reasoning" (arXiv 2506.15969, §3: recurrence-interval tracking, the MRI-centric
-// score, the lagged eviction window); reference code in WeianMao/triattention @
+// decode steps. Source: LazyEviction (arXiv 2506.15969, §3: recurrence-interval tracking, the
+// MRI-centric score, the lagged eviction window); reference code in WeianMao/triattention @
 // e7a0eb18d056659570035708cda25f6bb6cda333, folder LazyEviction/ (a copy of the authors'
 // Halo-949/LazyEviction): model/kv_utils.py (Window_LAZYKVCluster.update_kv_in_decoding) and
 // model/temp_cacheobs.py (TempCache.record_recurrence); defaults from eval_qwen.sh (alpha 1e-4,
@@ -32,15 +31,18 @@ LazyEvictionPolicy::LazyEvictionPolicy(PolicyParams p) : ParamPolicy("lazyevicti
   window_ = params_.get_int_min("buffer", 1);
   alpha_ = params_.get_double_in("alpha", 0.0, 1.0);
   expand_ = params_.get_choice("gqa", {"expand", "max"}) == "expand";
+  if (params_.get_choice("compress", {"prompt_end", "chunked"}) != "prompt_end")
+    params_.fail_param("compress",
+                       "LazyEviction stores the prompt whole and evicts only while decoding (its reference's update_kv); "
+                       "chunked is not supported");
   budget_ = params_.budget();
-  if (budget_ <= 0) fail("policy 'lazyeviction': a budget is required (--budget: C, tokens kept per head after an eviction)");
+  if (budget_ <= 0)
+    fail("policy 'lazyeviction': a budget is required (--budget: C, tokens kept per head after an eviction)");
   if (budget_ < window_)
     fail("policy 'lazyeviction': budget {} is below buffer {} (the W newest tokens are always kept)", budget_, window_);
 }
 
-PolicyNeeds LazyEvictionPolicy::needs() const {
-  return {.window_queries = 1, .host_kv = true, .read_select = expand_};
-}
+PolicyNeeds LazyEvictionPolicy::needs() const { return {.window_queries = 1, .host_kv = true, .read_select = expand_}; }
 
 double LazyEvictionPolicy::importance(int64_t delta, int64_t mri) {
   const double m = static_cast<double>(mri);
@@ -74,8 +76,8 @@ std::vector<int32_t> indices_of(const KVCache& c, SeqId seq, int layer, int h,
 }
 
 /// Softmax of q · k_i · scale over the keys at `idx` of head (seq, layer, h), f32 exponentials.
-std::vector<float> probs(const KVCache& c, SeqId seq, int layer, int h, const std::vector<int32_t>& idx,
-                         const float* q, int D, float scale) {
+std::vector<float> probs(const KVCache& c, SeqId seq, int layer, int h, const std::vector<int32_t>& idx, const float* q,
+                         int D, float scale) {
   std::vector<float> a(idx.size());
   float mx = -INFINITY;
   for (size_t j = 0; j < idx.size(); ++j) {
@@ -187,7 +189,8 @@ void LazyEvictionPolicy::select_reads(ReadStep& st) {
 }
 
 KvFootprint LazyEvictionPolicy::kv_footprint(const FootprintQuery& q) const {
-  if (expand_) return full_cache_footprint(q, "lazyeviction gqa=expand: up to group × (C + W) per kv head, at most the full cache");
+  if (expand_)
+    return full_cache_footprint(q, "lazyeviction gqa=expand: up to group × (C + W) per kv head, at most the full cache");
   const int64_t peak = std::min(q.context + q.gen, std::max(q.context, budget_) + window_);
   return per_head_footprint(q, peak, peak, "lazyeviction gqa=max: max(context, C) + W per head");
 }
@@ -203,8 +206,13 @@ KVB_POLICY(lazyeviction) {
               {"alpha", "0.0001", "attention at or above which a token recurs (reference alpha; eval_qwen.sh)"},
               {"gqa", "expand",
                "expand: per query head as the reference, the kv head holding the union of its group's sets; max: "
-               "one set per kv head, hit by any query head of the group (ours)"}})
-      .with_tests({.min_budget = 175});
+               "one set per kv head, hit by any query head of the group (ours)"},
+              {"compress", "prompt_end",
+               "prompt_end: the prompt is stored whole, evictions happen every W decode steps (the reference); chunked "
+               "is refused"}})
+      // The registry sweeps bound a kv head by budget + buffer + 1 tokens: gqa=expand holds up to
+      // group × that (the union of its query heads' sets), so they run the per-kv-head mode.
+      .with_tests({.min_budget = 175, .params = "gqa=max"});
 }
 
 }  // namespace kvb

@@ -48,7 +48,7 @@ class LazyEvictionPolicy : public ParamPolicy {
 
  private:
   struct Seq {
-    int64_t prompt_end = 0;  ///< seq_len at the end of the last prompt step
+    int64_t prompt_end = 0;                              ///< seq_len at the end of the last prompt step
     std::vector<std::vector<std::vector<Entry>>> heads;  ///< [layer][tracked head] -> entries
   };
   int64_t budget_, window_;

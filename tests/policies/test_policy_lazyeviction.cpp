@@ -28,7 +28,7 @@ using Entry = LazyEvictionPolicy::Entry;
 using Snapshot = std::vector<std::vector<std::vector<Entry>>>;
 
 struct LeRun {
-  std::vector<Snapshot> steps;                           // one per decode step
+  std::vector<Snapshot> steps;  // one per decode step
   std::vector<float> logits;
   int64_t max_head_tokens = 0;
 };
