@@ -23,6 +23,7 @@
 #include "harness/input_identity.h"
 #include "harness/model_source.h"
 #include "tests/support/local_http_server.h"
+#include "tests/support/db_column.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -32,43 +33,6 @@ namespace {
 
 const std::string kModel = kvb::test::test_data("models/stories260K-hf");
 const std::string kData = kvb::test::test_data("datasets");
-
-/// The first column of every row of `sql` on the SQLite file `db`.
-std::vector<std::string> column(const std::string& db, const std::string& sql) {
-  std::vector<std::string> out;
-  sqlite3* h = nullptr;
-  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    sqlite3_close(h);
-    ADD_FAILURE() << "cannot open " << db;
-    return out;
-  }
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      const unsigned char* t = sqlite3_column_text(st, 0);
-      out.push_back(t ? reinterpret_cast<const char*>(t) : "<null>");
-    }
-  } else {
-    ADD_FAILURE() << sql << ": " << sqlite3_errmsg(h);
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(h);
-  return out;
-}
-
-/// Sets an environment variable for the scope.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnv(std::string n, const std::string& v) : name(std::move(n)) {
-    if (const char* o = std::getenv(name.c_str())) old = o;
-    ::setenv(name.c_str(), v.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
 
 #define REQUIRE_MODEL() KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors")
 
@@ -232,9 +196,9 @@ TEST(HubModelIds, FetchedFromTheMirrorOnlyWhatTheEngineReadsThenOffline) {
                                           " run --task gsm8k --model kvb-org/tiny-stories --data-dir " + kData +
                                           " --policies full --limit 1 --max-new-tokens 4 --quiet --db " + db);
   ASSERT_EQ(run.rc, 0) << run.out;
-  const auto inputs = column(db,
-                             "SELECT role || ':' || name || ':' || sha256 FROM run_inputs WHERE owner = "
-                             "'kvb-org/tiny-stories' ORDER BY role, name");
+  const auto inputs = kvb::test::db_column(db,
+                                           "SELECT role || ':' || name || ':' || sha256 FROM run_inputs WHERE owner = "
+                                           "'kvb-org/tiny-stories' ORDER BY role, name");
   std::vector<std::string> want;
   for (const auto& [role, name] : std::vector<std::pair<std::string, std::string>>{{"config", "config.json"},
                                                                                    {"config", "generation_config.json"},
@@ -259,7 +223,7 @@ TEST(HubModelIds, OneGgufOfARepositoryIsAnInputAsAPathIs) {
   fs::copy_file(gguf, repo / "blobs" / kvb::sha256_file(gguf));
   fs::create_symlink(fs::path("../../blobs") / kvb::sha256_file(gguf), repo / "snapshots" / commit / "tiny.gguf");
   std::ofstream(repo / "refs" / "main") << commit;
-  ScopedEnv cache("HF_HUB_CACHE", d.string()), offline("HF_HUB_OFFLINE", "1");
+  kvb::test::ScopedEnv cache("HF_HUB_CACHE", d.string()), offline("HF_HUB_OFFLINE", "1");
   const auto in = kvb::cli::model_inputs("kvb-org/gguf-only:tiny.gguf");
   ASSERT_EQ(in.size(), 1u);
   EXPECT_EQ(in[0].role, "weights");

