@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -372,9 +373,28 @@ FileMetadata HubClient::head(const std::string& first_url) {
   return parse_file_metadata(r.status, r.headers, url, location);
 }
 
-void HubClient::get_to_file(const std::string& url, const std::string& part, uint64_t expected, bool send_auth) {
+uint64_t download_cap(RepoType type, const std::string& path) {
+  auto ends = [&](const char* suf) {
+    const size_t n = std::strlen(suf);
+    return path.size() >= n && path.compare(path.size() - n, n, suf) == 0;
+  };
+  if (ends(".safetensors") || ends(".gguf") || ends(".bin")) return input_cap(InputKind::kWeights);
+  if (ends(".pth") || ends(".pt")) return input_cap(InputKind::kCheckpoint);
+  if (type == RepoType::kDataset) return input_cap(InputKind::kDataFile);
+  if (ends("tokenizer.json")) return input_cap(InputKind::kTokenizer);
+  if (ends(".jinja")) return input_cap(InputKind::kChatTemplate);
+  if (ends(".yaml") || ends(".yml")) return input_cap(InputKind::kYaml);
+  return input_cap(InputKind::kMetadata);
+}
+
+void HubClient::get_to_file(const std::string& url, const std::string& part, uint64_t expected, bool send_auth,
+                            uint64_t cap) {
   const std::string shown = url.substr(0, url.find('?'));
   const std::string name = fs::path(shown).filename().string();
+  if (expected > cap)  // before any request: a file this large would be refused when read anyway
+    throw Error(fmt::format("{}: announced {} bytes, over the {} limit for this kind of file; nothing downloaded",
+                            shown, expected, cap_text(cap)),
+                ErrorKind::kRuntime);
   net::with_retries(
       backoff(),
       [&](int attempt) -> net::Attempt {
@@ -389,7 +409,7 @@ void HubClient::get_to_file(const std::string& url, const std::string& part, uin
         bool checked = false, to_file = true, restarted = false, too_long = false;
         // Bounds (issue 46, item 4): never more bytes than announced (or than the cap when
         // nothing was announced), and one overall deadline that scales with that size.
-        const uint64_t limit = expected ? expected : cfg_.max_unknown_bytes;
+        const uint64_t limit = expected ? expected : std::min(cfg_.max_unknown_bytes, cap);
         uint64_t in_file = have;
         net::Request q;
         q.url = url;
@@ -547,7 +567,7 @@ std::string HubClient::download_impl(const HubFile& f) {
       fs::create_directories(blob.parent_path());
       std::string part = blob.string() + ".incomplete";
       std::string dl = m.location.empty() ? url : m.location;
-      get_to_file(dl, part, m.size, origin(dl) == origin(cfg_.endpoint));
+      get_to_file(dl, part, m.size, origin(dl) == origin(cfg_.endpoint), download_cap(f.type, f.path));
       const std::string got = m.etag.size() == 64 ? sha256_file(part) : git_blob_sha1_file(part);
       if (got != m.etag) {
         fs::remove(part);
@@ -575,7 +595,7 @@ void HubClient::download_url(const std::string& url, const std::string& dest, co
   fs::path d(dest);
   if (d.has_parent_path()) fs::create_directories(d.parent_path());
   std::string part = dest + ".incomplete";
-  get_to_file(url, part, size, false);
+  get_to_file(url, part, size, false, input_cap(InputKind::kDataFile));
   if (!sha256.empty()) {
     std::string got = sha256_file(part);
     if (got != sha256) {

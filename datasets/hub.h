@@ -25,6 +25,13 @@ namespace kvb::datasets {
 /// Kind of Hub repository (URL prefix and cache folder prefix).
 enum class RepoType { kModel, kDataset, kSpace };
 
+/// The size cap of a download of `path` (a file name inside a repository of `type`): the input
+/// cap (engine/util/io.h input_cap) of the kind kvbench will read it as, so nothing is
+/// downloaded that would be refused when read: weights (.safetensors, .gguf, .bin) none; .pth /
+/// .pt and every file of a dataset repository 4 GiB; tokenizer.json 256 MiB; .jinja 4 MiB;
+/// .yaml 16 MiB; any other file of a model repository (config.json, an index) 64 MiB.
+uint64_t download_cap(RepoType type, const std::string& path);
+
 /// One file in a Hub repository at a revision (branch, tag, "refs/pr/N" or 40-hex commit).
 struct HubFile {
   RepoType type = RepoType::kDataset;
@@ -93,7 +100,9 @@ struct HubConfig {
   long deadline_base_s = 120;
   uint64_t min_rate_bps = 64 * 1024;  ///< bytes per second the deadline allows for
   /// Size cap of a download whose size was not announced (a plain URL without a known size);
-  /// a body longer than an announced size is always refused at the first byte past it.
+  /// a body longer than an announced size is always refused at the first byte past it. Each
+  /// download is also capped by the kind of file it is (download_cap: a config.json at 64 MiB,
+  /// a tokenizer at 256 MiB, a checkpoint or data file at 4 GiB), announced or not.
   uint64_t max_unknown_bytes = uint64_t{4} << 30;
   std::string user_agent = "kvbench/0.1; hf_hub-compatible";
 
@@ -154,7 +163,12 @@ class HubClient {
   net::Backoff backoff() const;  ///< cfg_.max_retries retries, retry_base_ms doubling
   std::string download_impl(const HubFile& f);
   FileMetadata head(const std::string& url);
-  void get_to_file(const std::string& url, const std::string& part_path, uint64_t expected_size, bool send_auth);
+  /// GETs `url` into `part_path` (resuming what is there), at most `expected_size` bytes (0 = not
+  /// announced: at most min(max_unknown_bytes, `cap`)) within the overall deadline. An announced
+  /// size over `cap` (the input cap of the kind the file will be read as, download_cap) is
+  /// refused before any request. Throws kvb::Error (kRuntime) when cut off; nothing is kept.
+  void get_to_file(const std::string& url, const std::string& part_path, uint64_t expected_size, bool send_auth,
+                   uint64_t cap = UINT64_MAX);
   std::string api_get(const std::string& url);
   std::string cached_path(const HubFile& f, const std::string& folder, std::string* commit_out) const;
 

@@ -70,18 +70,22 @@ size_t peak_rss_bytes() {
   return static_cast<size_t>(ru.ru_maxrss) * 1024;
 }
 
+void check_engine_options(const EngineOptions& o) {
+  if (o.prefill_chunk <= 0) fail("--prefill-chunk must be > 0, got {}", o.prefill_chunk);
+  if (o.max_batch < 0) fail("--batch must be > 0, got {}", o.max_batch);
+  if (o.max_step_tokens < 0) fail("--max-step-tokens must be >= 0, got {}", o.max_step_tokens);
+  if (o.max_step_tokens > 0 && o.max_step_tokens < o.prefill_chunk)
+    fail("--max-step-tokens {} is smaller than --prefill-chunk {}: a step must hold one prompt chunk",
+         o.max_step_tokens, o.prefill_chunk);
+}
+
 struct Engine::Impl {
   std::unique_ptr<Backend> backend;
 };
 
 Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::unique_ptr<Policy> policy)
     : model_(std::move(model)), opts_(opts), policy_(std::move(policy)), impl_(new Impl) {
-  if (opts_.prefill_chunk <= 0) fail("--prefill-chunk must be > 0, got {}", opts_.prefill_chunk);
-  if (opts_.max_batch < 0) fail("--batch must be > 0, got {}", opts_.max_batch);
-  if (opts_.max_step_tokens < 0) fail("--max-step-tokens must be >= 0, got {}", opts_.max_step_tokens);
-  if (opts_.max_step_tokens > 0 && opts_.max_step_tokens < opts_.prefill_chunk)
-    fail("--max-step-tokens {} is smaller than --prefill-chunk {}: a step must hold one prompt chunk",
-         opts_.max_step_tokens, opts_.prefill_chunk);
+  check_engine_options(opts_);
   KVCacheConfig kc = kv_cache_config(model_->config(), opts_.page_size);
   const PolicyNeeds needs = policy_ ? policy_->needs() : PolicyNeeds{};
   kc.num_scalars = needs.num_scalars;

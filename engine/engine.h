@@ -55,6 +55,12 @@ struct EngineOptions {
   Admission admission = Admission::kReserve;  ///< used when max_kv_pages > 0
 };
 
+/// Checks the options that need no model: --prefill-chunk > 0, --batch >= 0, --max-step-tokens
+/// 0 or at least --prefill-chunk. The Engine constructor calls it; `kvbench run` calls it before
+/// its results database is opened, so a run it refuses leaves no run row. Throws kvb::Error
+/// naming the option.
+void check_engine_options(const EngineOptions& opts);
+
 /// What the step scheduler did in one Engine::generate call (the batch a cell really ran at).
 struct ScheduleStats {
   int64_t steps = 0;              ///< forward steps

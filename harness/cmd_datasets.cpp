@@ -135,6 +135,14 @@ void run_fetch(const DatasetsArgs& a) {
       std::error_code ec;
       if (!fs::exists(fs::symlink_status(dest, ec))) {
         fs::create_symlink(fs::canonical(cached), dest);
+      } else if (fs::is_symlink(fs::symlink_status(dest, ec)) &&
+                 !(fs::exists(dest, ec) && fs::equivalent(dest, cached, ec))) {
+        // A link that points anywhere but the downloaded file is neither followed nor replaced
+        // (issue 46, item 7): the data directory would keep naming other content.
+        fail(
+            "{}: is a symbolic link to {}, not to the downloaded {}; datasets fetch neither follows nor replaces it: "
+            "remove it first",
+            dest.string(), fs::read_symlink(dest, ec).string(), cached);
       } else if (!fs::is_symlink(fs::symlink_status(dest, ec))) {
         check_replaceable(dest.string(), "datasets fetch");  // kept as it is, unless a device or FIFO
       }

@@ -75,6 +75,19 @@ void write_generate_json(const GenerateArgs& a, const LoadedModel& m, const std:
 
 void run_generate(const GenerateArgs& a) {
   auto policy = make_policy(PolicySpec::parse(a.policy, a.budget));  // a bad spec fails before loading
+  if (a.budget > 0) {
+    // A budget the policy does not read is an error, never silently ignored (issue 46, item 7):
+    // a policy without one (dms, full, wgkv, kvzap, duoattention), or a threshold keep-set.
+    const std::string name = PolicySpec::parse(a.policy).name;
+    for (const PolicyInfo& info : policy_registry())
+      if (info.name == name && !info.uses_budget())
+        fail("--budget: policy '{}' takes no budget (what it keeps is its own decision); drop --budget", name);
+    if (policy->resolved_params().value("budget_kind", "") == "threshold")
+      fail(
+          "--budget: policy '{}' with budget_kind=threshold keeps what its score threshold decides, not a "
+          "budget; drop --budget",
+          name);
+  }
   const WeightFormat wf = parse_weights_option(a.weights);
   LoadedModel m = load_model(a.model, wf, a.chat_template);
   release_freed_heap();

@@ -22,6 +22,8 @@
 #include "datasets/registry.h"
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/gguf.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "engine/util/memory.h"
@@ -336,6 +338,23 @@ void run_batch(const BatchContext& c, const std::vector<const results::WorkItem*
 }
 
 /// The engine options of a run: backend, prefill chunk, the batch bound and the page pool.
+/// --memory: refuses a pool smaller than one KV page of any of `model_specs` (the page of the
+/// full cache, without policy scalars: the smallest the engine makes) before the results database
+/// is opened, so such a run leaves no run row behind (issue 46, item 7). Throws kvb::Error
+/// "--memory: N bytes hold no KV page of M bytes (model X)".
+void check_pool_holds_a_page(const RunArgs& a, const std::vector<std::string>& model_specs) {
+  if (!(a.memory_gib > 0)) return;
+  const auto pool = static_cast<int64_t>(a.memory_gib * 1073741824.0);
+  for (const auto& m : model_specs) {
+    const std::string file = model_file_of(m);
+    const bool gguf = file.size() > 5 && file.compare(file.size() - 5, 5, ".gguf") == 0;
+    const ModelConfig cfg = gguf ? gguf_model_config(GgufFile::open(file)) : ModelConfig::from_dir(file);
+    const size_t page = KVCache(kv_cache_config(cfg, EngineOptions{}.page_size)).page_bytes();
+    if (pool < static_cast<int64_t>(page))
+      fail("--memory: {} bytes hold no KV page of {} bytes (model {})", pool, page, m);
+  }
+}
+
 EngineOptions engine_options(const RunArgs& a) {
   EngineOptions eo;
   eo.backend = a.backend;
@@ -425,6 +444,8 @@ void run_main(RunArgs a) {
     check_output_not_input(a.db, "--db", inputs);
     check_replaceable(a.db, "--db");
   }
+  check_engine_options(engine_options(a));  // before the database: a refused run leaves no row
+  check_pool_holds_a_page(a, model_specs);
   results::Store store(a.db);
   const int64_t run_id = store.begin_run(info, shard);  // refuses a run whose input files changed
   store.put_file_hashes(cacheable_file_hashes());

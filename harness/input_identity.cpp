@@ -258,9 +258,10 @@ void add_input_identity(results::RunInfo& info, const std::vector<std::string>& 
     const std::string canon = std::filesystem::weakly_canonical(o.path, ec).string();
     if (!ec && seen.count(canon)) continue;
     results::RunInput r = hash_input_file(o.path);
-    r.role = o.kind == InputKind::kChatTemplate ? "template"
-             : o.kind == InputKind::kDataRecord ? "data_record"
-                                                : "policy_weights";
+    r.role = o.kind == InputKind::kChatTemplate     ? "template"
+             : o.kind == InputKind::kDataRecord     ? "data_record"
+             : o.kind == InputKind::kPolicyMetadata ? "policy_config"
+                                                    : "policy_weights";
     r.owner = "read";
     r.name = o.path;
     seen.insert(o.path);

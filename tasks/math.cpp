@@ -6,6 +6,7 @@
 
 #include "engine/util/error.h"
 #include "engine/util/io.h"
+#include "engine/util/utf8.h"
 #include "tasks/families.h"
 #include "tasks/math_prompt.h"
 #include "tasks/text_format.h"
@@ -31,6 +32,9 @@ MathPrompt MathPrompt::from_option(const std::string& value) {
     p.kind = Kind::kUserTemplate;
     std::string path = value.substr(5);
     p.user_template = read_file(path, InputKind::kChatTemplate);
+    // Checked here, so invalid UTF-8 is blamed on the template, not on the first record it
+    // renders (issue 46, item 7).
+    if (!utf8::is_valid(p.user_template)) fail("{}: math prompt template is not valid UTF-8", path);
     if (p.user_template.find("{question}") == std::string::npos)
       fail("{}: math prompt template has no {{question}} placeholder", path);
   } else {

@@ -47,7 +47,7 @@ std::vector<PolicyParamInfo> params() {
 
 /// Parses a DuoAttention `full_attention_heads.tsv`: rows of tab-separated floats, clipped to [0, 1].
 std::vector<std::vector<double>> read_pattern_tsv(const std::string& path) {
-  const std::string text = read_file(path);
+  const std::string text = read_file(path, InputKind::kPolicyMetadata);  // enters the run's identity
   std::vector<std::vector<double>> rows;
   std::istringstream in(text);
   std::string line;
@@ -100,7 +100,7 @@ class DuoAttentionPolicy : public ParamPolicy {
       gates_ = read_pattern_tsv(tsv);
       const std::string cfg = dir ? (fs::path(pattern) / "config.json").string() : std::string();
       if (!cfg.empty() && file_exists(cfg)) {
-        const nlohmann::json j = parse_json_file(cfg);
+        const nlohmann::json j = parse_json_file(cfg, InputKind::kPolicyMetadata);
         for (const char* k : {"sink_size", "recent_size"})
           if (!j.contains(k) || !j[k].is_number_integer() || j[k].get<int64_t>() < 0 || j[k].get<int64_t>() > (1 << 30))
             fail("{}: {}: expected a non-negative integer", cfg, k);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -92,20 +93,47 @@ bool starts_with_pickle(const std::string& path) {
   return !(got == 9 && b[8] == '{');
 }
 
+/// Refuses a tensor holding NaN or an infinity: no learned gate, scorer or statistic is
+/// meaningful with one, and it would silently turn every score it touches into NaN (issue 46,
+/// item 7). Throws kvb::Error "<path>: tensor <name>: element <i> is <value>: ...".
+void check_finite(const std::string& path, const std::string& name, const GateTensor& g) {
+  for (size_t i = 0; i < g.data.size(); ++i)
+    if (!std::isfinite(g.data[i]))
+      fail_at(path, "tensor " + name, "element {} is {}: weights and statistics must be finite numbers", i,
+              std::isnan(g.data[i]) ? "NaN"
+              : g.data[i] > 0       ? "inf"
+                                    : "-inf");
+}
+
 void read_safetensors(GateWeights& w, const std::string& path, const GateSource& source) {
   // Streams: the header, then only the kept tensors (a model shard may hold gigabytes).
-  // A regular file (not a FIFO or device); streamed, so weights of any size are read in part.
+  // One open (open_input: a regular file, never a FIFO or device, registered for the run's
+  // identity), and every read from that descriptor, so the file checked is the file read.
   uint64_t size = 0;
-  ::close(open_input(path, InputKind::kWeights, &size));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_at(path, "", "cannot open");
+  const int fd = open_input(path, InputKind::kWeights, &size);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  // Reads exactly `n` bytes at `offset`; false on a short read (the file shrank) or an error.
+  auto read_at = [fd](char* dst, uint64_t n, uint64_t offset) {
+    while (n > 0) {
+      const ssize_t got =
+          ::pread(fd, dst, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)), static_cast<off_t>(offset));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      dst += got;
+      n -= static_cast<uint64_t>(got);
+      offset += static_cast<uint64_t>(got);
+    }
+    return true;
+  };
   if (size < 8) fail_at(path, "header", "file too short for safetensors ({} bytes)", size);
   uint64_t hlen = 0;
-  in.read(reinterpret_cast<char*>(&hlen), 8);
+  if (!read_at(reinterpret_cast<char*>(&hlen), 8, 0)) fail_at(path, "header", "truncated");
   if (hlen > size - 8) fail_at(path, "header", "header length {} exceeds the file", hlen);
   std::string head(hlen, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(hlen));
-  if (!in) fail_at(path, "header", "truncated");
+  if (!read_at(head.data(), hlen, 8)) fail_at(path, "header", "truncated");
   const nlohmann::json header = parse_json(std::string_view(head), path + ": header");
   if (!header.is_object()) fail_at(path, "header", "expected a JSON object");
   const uint64_t data_size = size - 8 - hlen;
@@ -135,11 +163,10 @@ void read_safetensors(GateWeights& w, const std::string& path, const GateSource&
     if (b > e || e > data_size || e - b != n * esize)
       fail_at(path, field, "data_offsets [{}, {}] do not match shape x dtype or exceed the file", b, e);
     bytes.resize(e - b);
-    in.seekg(static_cast<std::streamoff>(8 + hlen + b));
-    in.read(bytes.data(), static_cast<std::streamsize>(e - b));
-    if (!in) fail_at(path, field, "truncated");
+    if (!read_at(bytes.data(), e - b, 8 + hlen + b)) fail_at(path, field, "truncated");
     g.data.resize(n);
     for (uint64_t i = 0; i < n; ++i) g.data[i] = to_f32(bytes.data() + esize * i, dtype.c_str());
+    check_finite(path, it.key(), g);
     w.tensors.emplace(it.key(), std::move(g));
   }
 }
@@ -147,7 +174,7 @@ void read_safetensors(GateWeights& w, const std::string& path, const GateSource&
 /// The shard files of a save_pretrained index (model.safetensors.index.json) that hold tensors
 /// `source.keep` accepts, sorted and unique. Throws naming the index on a malformed weight_map.
 std::vector<std::string> shards_of(const std::string& index_path, const GateSource& source) {
-  const nlohmann::json idx = parse_json_file(index_path);
+  const nlohmann::json idx = parse_json_file(index_path, InputKind::kPolicyMetadata);
   if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
     fail_at(index_path, "weight_map", "expected an object of tensor name -> shard file");
   std::vector<std::string> files;
@@ -177,6 +204,7 @@ void read_torch(GateWeights& w, const std::string& path, const GateSource& sourc
     const char* dt = torch_dtype_name(t.dtype);
     g.data.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) g.data[i] = to_f32(t.data() + es * i, dt);
+    check_finite(path, name, g);
     w.tensors.emplace(name, std::move(g));
   }
 }
@@ -265,7 +293,7 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
   if (source.config && w.config_path.empty() && !dir.empty() && fs::is_regular_file(fs::path(dir) / "config.json"))
     w.config_path = (fs::path(dir) / "config.json").string();
   if (!w.config_path.empty()) {
-    w.config = parse_json_file(w.config_path);
+    w.config = parse_json_file(w.config_path, InputKind::kPolicyMetadata);  // enters the run's identity
     if (!w.config.is_object()) fail_at(w.config_path, "", "expected a JSON object");
   }
   if (!shards.empty())
@@ -281,14 +309,13 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
   return w;
 }
 
-int GateWeights::num_layers() const {
+int GateWeights::layers_under(const std::string& prefix, const std::string& suffix) const {
   int n = 0;
-  static const std::string kPrefix = "model.layers.";
   for (const auto& [name, t] : tensors) {
-    if (name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
-    const size_t dot = name.find('.', kPrefix.size());
-    const std::string num =
-        name.substr(kPrefix.size(), dot == std::string::npos ? std::string::npos : dot - kPrefix.size());
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const size_t end = name.find(suffix, prefix.size());
+    if (end == std::string::npos) continue;
+    const std::string num = name.substr(prefix.size(), end - prefix.size());
     if (num.empty() || num.size() > 6 || !std::all_of(num.begin(), num.end(), ::isdigit)) continue;
     n = std::max(n, std::stoi(num) + 1);
   }

@@ -81,7 +81,11 @@ class GateWeights {
 
   /// The number of decoder layers the tensors cover: 1 + the largest l of "model.layers.{l}."
   /// names (0 when there are none).
-  int num_layers() const;
+  int num_layers() const { return layers_under("model.layers.", "."); }
+  /// 1 + the largest decimal l of the tensor names "<prefix>{l}<suffix>..." (0 when there are
+  /// none): layers_under("layers.", ".") for KVzap's scorers, ("layer", "_") for TriAttention's
+  /// statistics "layer03_head07.q_abs_mean".
+  int layers_under(const std::string& prefix, const std::string& suffix) const;
   /// Checks the checkpoint against the model it is applied to: its config.json's
   /// num_hidden_layers, num_key_value_heads, hidden_size and head_dim (when present) and the
   /// layers its tensors cover. Throws one kvb::Error "<file>: <field>: the gates were trained for

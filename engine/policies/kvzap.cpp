@@ -108,7 +108,15 @@ class KVzapPolicy : public ParamPolicy {
   /// naming the file and tensor when the checkpoint does not fit this model).
   const Scorer& scorer(const LayerStep& step) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (scorers_.empty()) scorers_.resize(static_cast<size_t>(step.num_layers));
+    if (scorers_.empty()) {
+      // A scorer per decoder layer: one made for another layer count is refused before use, as
+      // dms and trimkv refuse theirs (issue 46, item 7).
+      if (!path_.empty() && weights_.layers_under("layers.", ".") != step.num_layers)
+        fail_at(weights_.path, "tensors",
+                "the scorers cover {} decoder layers; this model has {} (a scorer for another model?)",
+                weights_.layers_under("layers.", "."), step.num_layers);
+      scorers_.resize(static_cast<size_t>(step.num_layers));
+    }
     Scorer& s = scorers_.at(static_cast<size_t>(step.layer));
     if (!s.b2.empty()) return s;
     const int64_t H = step.hidden_size, Hk = step.num_kv_heads;

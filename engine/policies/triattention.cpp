@@ -221,6 +221,11 @@ class TriAttentionPolicy : public ParamPolicy {
         qabs_[i] = std::hypot(qre_[i], qim_[i]) + std::fabs(draw.normal(1.0));
       }
     } else if (!stats_prompt_) {
+      // Statistics for another layer count are refused, as dms and trimkv refuse their weights.
+      if (file_.layers_under("layer", "_") != layers_)
+        fail_at(file_.path, "tensors",
+                "the statistics cover {} decoder layers; this model has {} (statistics for another model?)",
+                file_.layers_under("layer", "_"), layers_);
       qre_.resize(n);
       qim_.resize(n);
       qabs_.resize(n);
@@ -231,6 +236,11 @@ class TriAttentionPolicy : public ParamPolicy {
           std::vector<float>* dst[3] = {&qre_, &qim_, &qabs_};
           for (int k = 0; k < 3; ++k) {
             const GateTensor& t = file_.require(stats_tensor(l, hq, fields[k]), {F});
+            if (k == 2)  // E|q| is a mean of moduli: never below 0
+              for (int f = 0; f < F; ++f)
+                if (t.data[f] < 0)
+                  fail_at(file_.path, "tensor " + stats_tensor(l, hq, fields[k]),
+                          "element {} is {}: a mean modulus cannot be negative", f, t.data[f]);
             std::copy(t.data.begin(), t.data.end(), dst[k]->begin() + base);
           }
         }

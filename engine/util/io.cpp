@@ -32,6 +32,7 @@ const char* kind_name(InputKind k) {
     case InputKind::kDataRecord: return "data record";
     case InputKind::kDataFile: return "data";
     case InputKind::kCheckpoint: return "policy checkpoint";
+    case InputKind::kPolicyMetadata: return "policy metadata";
     case InputKind::kSmall: return "small";
     case InputKind::kWeights: return "weight";
   }
@@ -79,6 +80,7 @@ uint64_t input_cap(InputKind kind) {
     case InputKind::kDataRecord: return 256 * kMiB;
     case InputKind::kDataFile: return 4 * kGiB;
     case InputKind::kCheckpoint: return 4 * kGiB;
+    case InputKind::kPolicyMetadata: return 64 * kMiB;
     case InputKind::kSmall: return 64 * kKiB;
     case InputKind::kWeights: return std::numeric_limits<uint64_t>::max();
   }
@@ -111,7 +113,7 @@ std::vector<OpenedInput> opened_inputs() {
 int open_input(const std::string& path, InputKind kind, uint64_t* size) {
   if (path.empty()) fail("an empty file name");
   if (kind == InputKind::kChatTemplate || kind == InputKind::kDataRecord || kind == InputKind::kCheckpoint ||
-      kind == InputKind::kWeights) {
+      kind == InputKind::kPolicyMetadata || kind == InputKind::kWeights) {
     // Opening is registering: the run's input identity hashes every such file (issue 46).
     std::lock_guard<std::mutex> g(opened_mutex());
     auto& v = opened_list();

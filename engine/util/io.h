@@ -23,20 +23,23 @@ namespace kvb {
 
 /// What a file input is, which sets its size cap (input_cap; the table is in docs/robustness.md).
 enum class InputKind {
-  kMetadata,      ///< config.json, generation_config.json, tokenizer_config.json, *.index.json,
-                  ///< policy configs and pattern files: 64 MiB
-  kTokenizer,     ///< tokenizer.json: 256 MiB
-  kChatTemplate,  ///< a .jinja chat template or a prompt template file: 4 MiB
-  kYaml,          ///< suites, run configs, a dataset's prompts.yaml: 16 MiB
-  kMessages,      ///< tokenize --messages: 64 MiB
-  kPrompts,       ///< fidelity --prompts / --text: 64 MiB
-  kDataRecord,    ///< one record of a data file (a JSONL line, a JSON array element), or a data
-                  ///< file read whole (a LongProc HTML page): 256 MiB
-  kDataFile,      ///< a data file streamed record by record, or hashed: 4 GiB (LongMemEval-M
-                  ///< is 2.7 GB)
-  kCheckpoint,    ///< a policy checkpoint (.pth/.pt/.safetensors gates) read into memory: 4 GiB
-  kSmall,         ///< a token file or a Hub cache ref: 64 KiB
-  kWeights,       ///< model weights (safetensors, GGUF), memory-mapped, never copied: no cap
+  kMetadata,        ///< config.json, generation_config.json, tokenizer_config.json, *.index.json,
+                    ///< policy configs and pattern files: 64 MiB
+  kTokenizer,       ///< tokenizer.json: 256 MiB
+  kChatTemplate,    ///< a .jinja chat template or a prompt template file: 4 MiB
+  kYaml,            ///< suites, run configs, a dataset's prompts.yaml: 16 MiB
+  kMessages,        ///< tokenize --messages: 64 MiB
+  kPrompts,         ///< fidelity --prompts / --text: 64 MiB
+  kDataRecord,      ///< one record of a data file (a JSONL line, a JSON array element), or a data
+                    ///< file read whole (a LongProc HTML page): 256 MiB
+  kDataFile,        ///< a data file streamed record by record, or hashed: 4 GiB (LongMemEval-M
+                    ///< is 2.7 GB)
+  kCheckpoint,      ///< a policy checkpoint (.pth/.pt/.safetensors gates) read into memory: 4 GiB
+  kPolicyMetadata,  ///< a learned policy's text beside its weights that changes what it does (a
+                    ///< DuoAttention pattern .tsv and its config.json, a checkpoint's config.json,
+                    ///< a shard index): 64 MiB
+  kSmall,           ///< a token file or a Hub cache ref: 64 KiB
+  kWeights,         ///< model weights (safetensors, GGUF), memory-mapped, never copied: no cap
 };
 
 /// The size cap of `kind` in bytes (UINT64_MAX for kWeights).
@@ -59,8 +62,9 @@ struct OpenedInput {
 };
 
 /// Every file this process opened through open_input as a template (kChatTemplate), a data file
-/// read whole (kDataRecord: a LongProc webpage), a policy checkpoint (kCheckpoint) or weights
-/// (kWeights), in first-open order, each once. Reading such a file registers it: `kvbench run`
+/// read whole (kDataRecord: a LongProc webpage), a policy checkpoint (kCheckpoint), a policy's
+/// metadata (kPolicyMetadata) or weights (kWeights), in first-open order, each once (registered
+/// before the open, so a file is listed even when its read then fails). Reading such a file registers it: `kvbench run`
 /// hashes every one into the run's input identity (harness/input_identity.h), so no loader can
 /// read an input that a resume would not notice changing. Thread-safe.
 std::vector<OpenedInput> opened_inputs();

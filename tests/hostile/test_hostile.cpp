@@ -20,10 +20,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/results/synth.h"
@@ -49,7 +52,15 @@ struct Case {
   std::string must_not_exist;  // a path under $D the command must not create
   std::string prefix;          // shell words before the command (env settings, ulimit)
   int exit_code = 2;           // 2 for bad input, 1 for a runtime failure
+  double max_seconds = 0;      // > 0: the command must end within this many seconds (× time_scale)
 };
+
+/// "layer03_head07": TriAttention's per-head statistics prefix.
+std::string fmt_layer_head(int l, int h) {
+  char b[32];
+  std::snprintf(b, sizeof b, "layer%02d_head%02d", l, h);
+  return b;
+}
 
 std::string repeat(const std::string& s, int n) {
   std::string out;
@@ -64,6 +75,40 @@ std::string safetensors(const std::string& header, size_t data_bytes, uint64_t c
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   return out + header + std::string(data_bytes, '\0');
+}
+
+/// An F32 safetensors file holding `tensors` (name -> shape, in name order), every element
+/// `value` (NaN, an infinity, a negative mean: the learned-policy cases of issue 46).
+std::string f32_safetensors(const std::map<std::string, std::vector<int64_t>>& tensors, float value) {
+  nlohmann::json h = nlohmann::json::object();
+  std::string data;
+  for (const auto& [name, shape] : tensors) {
+    uint64_t n = 1;
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+    h[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + 4 * n}}};
+    for (uint64_t i = 0; i < n; ++i) data.append(reinterpret_cast<const char*>(&value), 4);
+  }
+  return safetensors(h.dump(), 0) + data;
+}
+
+/// TriAttention statistics for a model of `layers` layers, 8 query heads and head_dim 8
+/// (stories260K: 5 layers), each q_abs_mean element `abs_mean`, the means 0.5.
+std::string tri_stats(int layers, float abs_mean) {
+  std::map<std::string, std::vector<int64_t>> t;
+  for (int l = 0; l < layers; ++l)
+    for (int h = 0; h < 8; ++h)
+      for (const char* f : {"q_mean_real", "q_mean_imag", "q_abs_mean"}) t[fmt_layer_head(l, h) + "." + f] = {4};
+  std::string out = f32_safetensors(t, 0.5f);
+  if (abs_mean != 0.5f) {  // rewrite the q_abs_mean elements in place
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(out[i]);
+    const nlohmann::json h = nlohmann::json::parse(out.substr(8, n));
+    for (const auto& [name, v] : h.items())
+      if (name.size() > 10 && name.compare(name.size() - 10, 10, "q_abs_mean") == 0)
+        for (uint64_t b = v["data_offsets"][0].get<uint64_t>(); b < v["data_offsets"][1].get<uint64_t>(); b += 4)
+          std::memcpy(&out[8 + n + b], &abs_mean, 4);
+  }
+  return out;
 }
 
 std::string billion_laughs() {
@@ -1184,7 +1229,10 @@ std::vector<Case> cases() {
                  {{file, "@fifo"}},
                  "generate --model $S/models/stories260K-hf --prompt hi --max-new-tokens 2 --budget 16 --policy " + spec,
                  file + ": is a FIFO, not a regular file",
-                 ""});
+                 "",
+                 "",
+                 2,
+                 5});  // refused at once, never waited on
   // Issue 46, item 3: a path a dataset record supplies (LongProc's html_path) stays inside its
   // data directory after symlinks are resolved: absolute, climbing and linked-out paths are refused.
   for (const auto& [tag, html_path, expect] : std::vector<std::tuple<std::string, std::string, std::string>>{
@@ -1204,12 +1252,79 @@ std::vector<Case> cases() {
                  "field 'html_path': " + expect,
                  ""});
   }
+  // Issue 46, item 7: weights and statistics that are not numbers, or made for another model.
+  const float kNan = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
+  const std::string gen46 = "generate --model $S/models/stories260K-hf --prompt hi --max-new-tokens 2 ";
+  const std::string dms_alpha = "model.layers.0.self_attn.dms_proj_alpha.weight";  // what dms reads
+  for (const auto& [tag, spec, tensor, value, expect] :
+       std::vector<std::tuple<std::string, std::string, std::string, float, std::string>>{
+           {"dms_nan", "--policy dms:alpha=$D/w.safetensors", dms_alpha, kNan, "element 0 is NaN"},
+           {"kvzap_inf", "--policy kvzap:scorer=$D/w.safetensors", "layers.0.bias", kInf, "element 0 is inf"},
+           {"trimkv_minus_inf", "--budget 16 --policy trimkv:gates=$D/w.safetensors", "layers.0.bias", -kInf,
+            "element 0 is -inf"},
+           {"triattention_nan", "--budget 16 --policy triattention:stats=$D/w.safetensors", "layers.0.bias", kNan,
+            "element 0 is NaN"}})
+    v.push_back({"in46_weights_" + tag,
+                 {{"w.safetensors", f32_safetensors({{tensor, {4, 64}}}, value)}},
+                 gen46 + spec,
+                 "w.safetensors: tensor " + tensor + ": " + expect,
+                 ""});
+  v.push_back({"in46_triattention_negative_abs_mean",
+               {{"s.safetensors", tri_stats(5, -1.0f)}},
+               gen46 + "--budget 16 --policy triattention:stats=$D/s.safetensors",
+               "s.safetensors: tensor layer00_head00.q_abs_mean: element 0 is -1: a mean modulus cannot be negative",
+               ""});
+  v.push_back({"in46_triattention_other_layer_count",
+               {{"s.safetensors", tri_stats(2, 0.5f)}},
+               gen46 + "--budget 16 --policy triattention:stats=$D/s.safetensors",
+               "s.safetensors: tensors: the statistics cover 2 decoder layers; this model has 5",
+               ""});
+  v.push_back(
+      {"in46_kvzap_other_layer_count",
+       {{"s.safetensors",
+         f32_safetensors(
+             {{"layers.0.bias", {4}}, {"layers.0.weight", {4, 64}}, {"layers.1.bias", {4}}, {"layers.1.weight", {4, 64}}},
+             0.0f)}},
+       gen46 + "--policy kvzap:scorer=$D/s.safetensors",
+       "s.safetensors: tensors: the scorers cover 2 decoder layers; this model has 5",
+       ""});
+  // A budget the policy would not read is said, not ignored.
+  v.push_back({"in46_generate_budget_dms",
+               {},
+               gen46 + "--policy dms:random_alpha=1 --budget 8",
+               "--budget: policy 'dms' takes no budget",
+               ""});
+  v.push_back({"in46_generate_budget_threshold",
+               {},
+               gen46 + "--policy snapkv:budget_kind=threshold,threshold=0.5 --budget 8",
+               "--budget: policy 'snapkv' with budget_kind=threshold",
+               ""});
+  // A template file's invalid UTF-8 is blamed on the template, not on the data it renders.
+  v.push_back({"in46_template_invalid_utf8",
+               {{"t.txt", "Solve \xff\xfe {question}\n"}},
+               "tasks gsm8k:template=file:$D/t.txt --data-dir $S/datasets --show 1",
+               "t.txt: math prompt template is not valid UTF-8",
+               ""});
+  // A pool that holds no page is refused before the database is opened (no run row left).
+  v.push_back({"in46_memory_below_one_page",
+               {},
+               "run --task gsm8k --data-dir $S/datasets --model $S/models/stories260K-hf --limit 1 --memory 0.0000001 "
+               "--db $D/r.db",
+               "--memory: 107 bytes hold no KV page of 1088 bytes",
+               "r.db"});
   // Issue 46, item 7: an option that would be ignored is an error.
   v.push_back({"in46_admission_without_memory",
                {},
                "run --task gsm8k --data-dir $S/datasets --model $S/models/stories260K-hf --limit 1 --admission "
                "optimistic --db $D/r.db",
                "--admission: applies only with --memory",
+               "r.db"});
+  // A step bound below one prompt chunk is refused before the database is opened.
+  v.push_back({"in46_max_step_tokens_below_chunk",
+               {},
+               "run --task gsm8k --data-dir $S/datasets --model $S/models/stories260K-hf --limit 1 --max-step-tokens 10 "
+               "--db $D/r.db",
+               "--max-step-tokens 10 is smaller than --prefill-chunk 512",
                "r.db"});
   // Model files: config.json, tokenizer.json, the chat template and the weights.
   const std::map<std::string, std::string> model_dir = {
@@ -1374,9 +1489,12 @@ TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
   const std::string cmd = prefix + (prefix.empty() ? "" : " ") + "LSAN_OPTIONS=print_suppressions=0 timeout " +
                           std::to_string(static_cast<int>(60 * kvb::test::time_scale())) + " " +
                           std::string(KVB_BINARY) + " " + args + " > /dev/null 2> " + out_file;
+  const auto t0 = std::chrono::steady_clock::now();
   const int status = std::system(cmd.c_str());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_TRUE(WIFEXITED(status)) << cmd;
   const int rc = WEXITSTATUS(status);
+  if (c.max_seconds > 0) EXPECT_LT(seconds, c.max_seconds * kvb::test::time_scale()) << cmd;
   std::ifstream in(out_file);
   std::vector<std::string> lines;
   for (std::string l; std::getline(in, l);)
@@ -1466,6 +1584,30 @@ std::vector<Verdict> verdicts() {
                "===== TOKENS (",
                30});
   for (auto& c : v) c.name = "i40_" + c.name;
+  // Issue 46, item 2: multi-turn sessions (SCBench-like: six sessions of four turns over a short
+  // context) under optimistic admission in a pool that holds one whole session and a half. Reserve
+  // admission finishes them; optimistic admission used to run two sessions into their later turns
+  // together and dead-end with "can be preempted no further" (checked: it did at 0.0006 and
+  // 0.0008 GiB before the fix).
+  std::string sessions;
+  for (int r = 0; r < 6; ++r) {
+    std::string ctx = "{";
+    for (int k = 0; k < 6; ++k)
+      ctx += std::string(k ? ", " : "") + "\"k" + std::to_string(r * 100 + k) + "\": \"v" + std::to_string(k) + "\"";
+    nlohmann::json turns = nlohmann::json::array();
+    for (int t = 0; t < 4; ++t)
+      turns.push_back({{"input", "Key: \"k" + std::to_string(r * 100 + t) +
+                                     "\"\nThe value associated with the specified key in the object above is: "},
+                       {"answer", "v" + std::to_string(t)}});
+    sessions += nlohmann::json{{"id", r}, {"context", ctx + "}"}, {"multi_turns", turns}}.dump() + "\n";
+  }
+  v.push_back({"i46_multiturn_optimistic_tiny_pool",
+               {{"data/scbench/scbench_kv.jsonl", sessions}},
+               {"run", "--task", "scbench_kv", "--data-dir", "$D/data", "--model", "$S/models/stories260K-hf",
+                "--policies", "full", "--memory", "0.0008", "--admission", "optimistic", "--max-new-tokens", "24",
+                "--quiet", "--db", "$D/r.db"},
+               "scbench_kv",
+               20});
   return v;
 }
 

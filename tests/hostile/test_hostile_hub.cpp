@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -170,3 +171,106 @@ TEST(HostileHub, ServerSuppliedNamesAreNeverPathsOneErrorLineExitOne) {
 }
 
 }  // namespace
+
+namespace {
+
+/// Runs `kvbench <args>` against the Hub mirror `endpoint` with its cache under `dir`; returns the
+/// exit status and stores stderr's non-empty lines in `*lines`.
+int run_against(const std::string& endpoint, const fs::path& dir, const std::string& args,
+                std::vector<std::string>* lines) {
+  const std::string cmd = "cd " + dir.string() + " && env HF_ENDPOINT=" + endpoint +
+                          " HF_HUB_CACHE=" + (dir / "cache").string() + " HF_HOME=" + (dir / "hfhome").string() +
+                          " HF_TOKEN= KVB_DATA_DIR= LSAN_OPTIONS=print_suppressions=0 timeout " +
+                          std::to_string(static_cast<int>(60 * kvb::test::time_scale())) + " " + KVB_BINARY + " " +
+                          args + " > /dev/null 2> " + (dir / "stderr.txt").string();
+  const int status = std::system(cmd.c_str());
+  lines->clear();
+  std::FILE* f = std::fopen((dir / "stderr.txt").c_str(), "r");
+  if (!f) return -1;
+  char buf[65536];
+  while (std::fgets(buf, sizeof buf, f))
+    if (buf[0] != '\n') lines->push_back(buf);
+  std::fclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// Regular files under `root` whose path holds `part` (a blob, an .incomplete download).
+std::vector<std::string> files_with(const fs::path& root, const std::string& part) {
+  std::vector<std::string> out;
+  if (!fs::exists(root)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    if (e.is_regular_file() && e.path().string().find(part) != std::string::npos) out.push_back(e.path().string());
+  return out;
+}
+
+}  // namespace
+
+// Issue 46, items 4 and 7: a download never grows past the size the server announced, an
+// announced size over the cap of the file's kind is refused before any byte is requested, and
+// `datasets fetch` never leaves a data directory link pointing at other content.
+TEST(HostileHub, DownloadsStopAtTheAnnouncedSizeAndTheKindCap) {
+  KVB_REQUIRE_PATH(KVB_BINARY, "build the kvbench target");
+  const fs::path base = fs::temp_directory_path() / ("kvb_hostile_hub_bounds_" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  const std::string hello_sha256 = "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+  std::mutex mu;
+  std::string announced;  // the HEAD's Content-Length
+  std::string body;       // what a GET sends, until the connection closes
+  int gets = 0;
+  kvb::test::RawHttpResponder raw([&](const std::string& head) {
+    std::lock_guard<std::mutex> g(mu);
+    std::string out = "HTTP/1.1 200 OK\r\nX-Repo-Commit: " + kCommit + "\r\nETag: \"" + hello_sha256 + "\"\r\n";
+    if (head.rfind("HEAD ", 0) == 0) return out + "Content-Length: " + announced + "\r\nConnection: close\r\n\r\n";
+    ++gets;
+    return out + "Connection: close\r\n\r\n" + body;  // no length: the body ends when the connection does
+  });
+  auto serve = [&](const std::string& size, const std::string& content) {
+    std::lock_guard<std::mutex> g(mu);
+    announced = size;
+    body = content;
+    gets = 0;
+  };
+  auto gets_seen = [&] {
+    std::lock_guard<std::mutex> g(mu);
+    return gets;
+  };
+  const std::string fetch = "datasets fetch longmemeval/longmemeval_oracle.json";
+  std::vector<std::string> lines;
+  {
+    SCOPED_TRACE("a body longer than announced (312 bytes announced, 4 MiB sent)");
+    const fs::path dir = base / "longer";
+    fs::create_directories(dir);
+    serve("312", std::string(4 << 20, 'x'));
+    EXPECT_EQ(run_against(raw.url(), dir, fetch, &lines), 1);
+    ASSERT_EQ(lines.size(), 1u) << (lines.empty() ? "" : lines[0]);
+    EXPECT_NE(lines[0].find("the server sent more than the announced 312 bytes; nothing kept"), std::string::npos)
+        << lines[0];
+    EXPECT_EQ(files_with(dir / "cache", "blobs"), std::vector<std::string>{}) << "a partial download was kept";
+  }
+  {
+    SCOPED_TRACE("an announced size over the data file cap");
+    const fs::path dir = base / "overcap";
+    fs::create_directories(dir);
+    serve(std::to_string(uint64_t{5} << 30), "hello");
+    EXPECT_EQ(run_against(raw.url(), dir, fetch, &lines), 1);
+    ASSERT_EQ(lines.size(), 1u) << (lines.empty() ? "" : lines[0]);
+    EXPECT_NE(lines[0].find("announced 5368709120 bytes, over the 4 GiB limit"), std::string::npos) << lines[0];
+    EXPECT_EQ(gets_seen(), 0) << "the body was requested";
+    EXPECT_EQ(files_with(dir / "cache", "blobs"), std::vector<std::string>{});
+  }
+  {
+    SCOPED_TRACE("datasets fetch onto a link to other content");
+    const fs::path dir = base / "link";
+    fs::create_directories(dir / "data" / "longmemeval");
+    std::ofstream(dir / "other.json") << "[]";
+    fs::create_symlink(dir / "other.json", dir / "data" / "longmemeval" / "longmemeval_oracle.json");
+    serve("5", "hello");
+    EXPECT_EQ(run_against(raw.url(), dir, fetch + " --data-dir " + (dir / "data").string(), &lines), 2);
+    ASSERT_EQ(lines.size(), 1u) << (lines.empty() ? "" : lines[0]);
+    EXPECT_NE(lines[0].find("longmemeval_oracle.json: is a symbolic link to " + (dir / "other.json").string()),
+              std::string::npos)
+        << lines[0];
+    EXPECT_EQ(fs::read_symlink(dir / "data" / "longmemeval" / "longmemeval_oracle.json"), dir / "other.json");
+  }
+  fs::remove_all(base);
+}
