@@ -93,23 +93,25 @@ PY
   [ -n "$(ls -A "$d")" ] || [ "$t" = fuzz_results_db ] || printf '{}' > "$d/empty"
 }
 
-fails=0
-for t in "${TARGETS[@]}"; do
+# fuzz_one TARGET: replays the target's reproducers, then fuzzes it for SECS; prints its lines and
+# returns 1 on a finding. Targets run JOBS at a time (default: the number of cores), each one
+# process with its own corpus and log; their lines are printed in the order of TARGETS.
+fuzz_one() {
+  local t="$1" corpus findings log rc runs
   corpus="build-fuzz/corpus/$t"
   findings="build-fuzz/findings/$t"
   seed "$t" "$corpus"
   mkdir -p "$findings"
   log="build-fuzz/$t.log"
- seed_arg=()
+  seed_arg=()
   [ -n "${KVB_FUZZ_SEED:-}" ] && seed_arg=(-seed="$KVB_FUZZ_SEED")
   if [ -d "fuzz/regressions/$t" ]; then  # known reproducers must pass before any fuzzing
     if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "build-fuzz/$t" $(find "fuzz/regressions/$t" -type f) >"$log" 2>&1; then
-      fails=$((fails + 1))
       echo "$t: a reproducer in fuzz/regressions/$t fails again:"
       grep -m1 -A12 -E 'ERROR|runtime error' "$log" | sed 's/^/    /'
-      continue
+      return 1
     fi
   fi
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -119,8 +121,8 @@ for t in "${TARGETS[@]}"; do
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)
   if [ $rc -eq 0 ]; then
     echo "$t: ${SECS} s, ${runs:-?} inputs, no finding"
+    return 0
   else
-    fails=$((fails + 1))
     echo "$t: FINDING after ${runs:-?} inputs (exit $rc): $(ls "$findings" | head -3 | tr '\n' ' ') — see $log"
     # the sanitizer's report and the frames in our code, so a CI log alone shows what broke
     grep -m1 -E 'ERROR|runtime error|SUMMARY' "$log" | sed 's/^/    /'
@@ -128,6 +130,21 @@ for t in "${TARGETS[@]}"; do
       | head -8 | sed -E 's/ \(\/[^)]*\)//; s/^/    /'
     base64 -w0 "$findings"/* 2>/dev/null | head -c 4096 | sed 's/^/    reproducer (base64, first 4 KiB): /'
     echo
+    return 1
   fi
+}
+
+fails=0
+mkdir -p build-fuzz/summary
+running=0
+for t in "${TARGETS[@]}"; do
+  if [ "$running" -ge "${JOBS:-$(nproc)}" ]; then wait -n; running=$((running - 1)); fi
+  (fuzz_one "$t" >"build-fuzz/summary/$t.txt" 2>&1; echo $? >"build-fuzz/summary/$t.rc") &
+  running=$((running + 1))
+done
+wait
+for t in "${TARGETS[@]}"; do
+  cat "build-fuzz/summary/$t.txt"
+  [ "$(cat "build-fuzz/summary/$t.rc" 2>/dev/null)" = 0 ] || fails=$((fails + 1))
 done
 exit $((fails > 0))
