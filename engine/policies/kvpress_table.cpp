@@ -1,0 +1,111 @@
+// The kvpress 0.5.5 migration table (kvpress_table.h). The kvpress arguments are read from the
+// press classes of kvpress 0.5.5 (kvpress/presses/*.py, their dataclass defaults); the kvbench specs
+// are those the goldens were generated with (tools/gen_policy_model_goldens.py,
+// tools/gen_threshold_goldens.py, tools/gen_kvzap_goldens.py).
+#include "engine/policies/kvpress_table.h"
+
+namespace kvb {
+
+const char* kvpress_status_name(KvpressStatus s) {
+  switch (s) {
+    case KvpressStatus::kGolden: return "golden";
+    case KvpressStatus::kChecked: return "checked";
+    case KvpressStatus::kRule: return "rule";
+    case KvpressStatus::kWrapper: return "wrapper";
+    case KvpressStatus::kMissing: return "missing";
+    case KvpressStatus::kExcused: return "excused";
+  }
+  return "?";
+}
+
+const std::vector<KvpressRow>& kvpress_table() {
+  using S = KvpressStatus;
+  static const std::vector<KvpressRow> rows = {
+      // Scorer presses: one prefill compression (decode=false), budget int(L·(1−r)).
+      {"KnormPress", "compression_ratio=r", "knorm:decode=false", S::kGolden,
+       "policy_model_goldens.json:KnormPress", "", ""},
+      {"SnapKVPress", "compression_ratio=r, window_size=64, kernel_size=5",
+       "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false", S::kGolden,
+       "policy_model_goldens.json:SnapKVPress", "window",
+       "kvbench's snapkv defaults are R-KV's (window 8, kernel 7, max pool, max_logits)"},
+      {"StreamingLLMPress", "compression_ratio=r, n_sink=4", "streamingllm:sinks=4,decode=false", S::kGolden,
+       "policy_model_goldens.json:StreamingLLMPress", "", ""},
+      {"TOVAPress", "compression_ratio=r", "tova:decode=false", S::kGolden, "policy_model_goldens.json:TOVAPress",
+       "", ""},
+      {"KeyDiffPress", "compression_ratio=r", "keydiff:window=0,decode=false", S::kGolden,
+       "policy_model_goldens.json:KeyDiffPress", "", ""},
+      {"ExpectedAttentionPress", "compression_ratio=r, n_future_positions=512, n_sink=4, epsilon=0",
+       "expected_attention:n_future=512,sinks=4,epsilon=0,decode=false", S::kGolden,
+       "policy_model_goldens.json:ExpectedAttentionPress", "", ""},
+      {"AdaKVPress", "press=SnapKVPress(compression_ratio=r, window_size=64, kernel_size=5), alpha_safeguard=0.20",
+       "adakv:window=64,kernel=5,pool=avg,gqa=mean,alpha=0.2,decode=false", S::kGolden,
+       "policy_model_goldens.json:AdaKVPress", "window", "the budget is the average per kv head of a layer"},
+      {"PyramidKVPress", "compression_ratio=r, window_size=64, kernel_size=5, beta=20",
+       "pyramidkv:window=64,kernel=5,pool=avg,gqa=mean,beta=20,layer_budget=kvpress,align=1,decode=false",
+       S::kGolden, "policy_model_goldens.json:PyramidKVPress", "window,beta", "budget: the average over the layers"},
+      {"DuoAttentionPress", "head_compression_ratio=s",
+       "duoattention:pattern=DIR,sparsity=s,decode=false", S::kGolden, "policy_model_goldens.json:DuoAttentionPress",
+       "pattern,sparsity",
+       "pattern: the released attn_patterns of mit-han-lab/duo-attention; no budget: streaming heads keep sink_size + "
+       "recent_size"},
+      {"RandomPress", "compression_ratio=r, seed=s", "random:seed=s,decode=false", S::kRule, "", "",
+       "uniform scores as kvpress, drawn by kvbench's own generator: other tokens for the same seed"},
+      // Threshold presses: DMSPress keeps what scores above a threshold.
+      {"DMSPress(KnormPress)", "press=KnormPress(), threshold=t, sliding_window_size=128, decoding=False",
+       "knorm:budget_kind=threshold,threshold=t,window=128,buffer=1,decode=false", S::kGolden,
+       "threshold_goldens.json:dms_knorm*", "threshold,window,decode", "decoding=True is decode=true"},
+      {"DMSPress(SnapKVPress)", "press=SnapKVPress(), threshold=t, sliding_window_size=128, decoding=False",
+       "snapkv:budget_kind=threshold,threshold=t,window=128,buffer=1,decode=false", S::kChecked, "", "",
+       "12 of 12 continuations and every kept set equal (issue 45's check, SmolLM2-135M, f32 weights)"},
+      {"DMSPress(KVzapPress)", "press=KVzapPress(model_type=\"mlp\"), threshold=t, sliding_window_size=128, decoding=True",
+       "kvzap:scorer=DIR,threshold=t,window=128", S::kGolden, "kvzap_goldens.json:*", "scorer,threshold,window",
+       "model_type=\"linear\" checkpoints load the same way (the scorer's tensors say which)"},
+      // Method presses kvbench does not have yet (issue 45).
+      {"ObservedAttentionPress", "compression_ratio=r", "", S::kMissing, "", "", ""},
+      {"CriticalKVPress", "press=P, epsilon=1e-4, first_stage_ratio=0.5", "", S::kMissing, "", "", ""},
+      {"CriticalAdaKVPress", "press=P, alpha_safeguard=0.20, epsilon=1e-4, first_stage_ratio=0.5", "",
+       S::kMissing, "", "", ""},
+      {"ChunkKVPress", "press=P, chunk_length=20", "", S::kMissing, "", "", ""},
+      {"EntropyGatedChunkKVPress", "press=P, chunk_length=10, low_entropy_chunk_length=4", "", S::kMissing, "", "", ""},
+      {"SimLayerKVPress", "lazy_threshold=1.0, n_last=1, n_recent=1024, n_initial=4", "", S::kMissing, "", "", ""},
+      {"LagKVPress", "compression_ratio=r, n_sink=4, lag_size=128, cross_scoring=False", "", S::kMissing, "", "", ""},
+      {"FinchPress", "compression_ratio=r, chunk_length=None, normalize_scores=True, rerotate_keys=True", "",
+       S::kMissing, "", "", ""},
+      {"KVzipPress", "compression_ratio=r, layerwise=False, n_sink=4, kvzip_plus_normalization=False, chunk_size=2048", "", S::kMissing, "", "", ""},
+      {"FastKVzipPress", "compression_ratio=r, layerwise=False, n_sink=4, window_size=4096, window_ratio=0.02 (trained gates)", "", S::kMissing, "", "", ""},
+      {"CURPress", "compression_ratio=r, num_sinks=4, leverage_type=\"kv_product\", local_window_size=16", "", S::kMissing, "", "", ""},
+      {"LeverageScorePress", "compression_ratio=r, sketch_dimension=48", "", S::kMissing, "", "", ""},
+      {"CompactorPress", "compression_ratio=r, sink_size_start=8, sink_size_end=4, chunk_size=256, sketch_dimension=48", "", S::kMissing, "", "", ""},
+      {"NonCausalAttnPress", "compression_ratio=r, chunk_size=256", "", S::kMissing, "", "", ""},
+      {"QFilterPress", "compression_ratio=r (the published Q-filters of the model)", "", S::kMissing, "", "", ""},
+      {"ThinKPress", "key_channel_compression_ratio=c, window_size=32", "", S::kMissing, "", "", ""},
+      {"CAMPress", "base_press=P, compression_interval=512, target_size=2048, merge_budget=32 (merges values)", "", S::kMissing, "", "", ""},
+      {"MergingPress", "press=P, similarity_threshold=0.0, merge_fraction=1.0 (merges keys and values)", "", S::kMissing, "", "", ""},
+      {"KVComposePress", "compression_ratio=r, structured=True, agg_task=\"max\", agg_group=\"mean\", agg_head=\"mean\"", "", S::kMissing, "", "", ""},
+      {"CapPress", "compression_ratio=r, tau=5.0, n_future_positions=512, n_sink=4", "", S::kMissing, "", "", ""},
+      {"LUKVPress", "press=ExpectedAttentionPress(epsilon=2e-2), compression_ratio=r, sink=4, window=1", "", S::kMissing, "", "", ""},
+      {"RestoreKVPress", "compression_ratio=r, layerwise=False, n_sink=4, chunk_size=2048", "", S::kMissing, "", "", ""},
+      {"KVgradPress", "compression_ratio=r, layerwise=False, n_sink=4, chunk_size=512", "", S::kExcused, "", "",
+       "its score is input x gradient of the loss: a backward pass, which an inference engine does not run"},
+      // Wrappers: what they do is a protocol option of every kvbench policy.
+      {"DecodingPress", "base_press=P, compression_interval=512, target_size=2048", "<P>:decode=true,buffer=512 (--budget 2048)",
+       S::kWrapper, "", "",
+       "kvbench keeps slots in position order and rotates each window query at its own position; "
+       "kvpress does neither (\"Compared with kvpress's decode-time compression\")"},
+      {"PrefillDecodingPress", "prefilling_press=P, decoding_press=DecodingPress(P, ...)", "<P>:decode=true",
+       S::kWrapper, "", "", "compress=prompt_end (the default): once at the prompt's end, then every buffer tokens"},
+      {"CompressionRatioDecodingPress", "base_press=P, compression_interval=512, target_compression_ratio=0.5",
+       "<P>:budget_kind=ratio,ratio=0.5,decode=true,buffer=512", S::kWrapper, "", "",
+       "the same schedule; its keep-sets have not been compared with kvpress's"},
+      {"ChunkPress", "press=P, chunk_length=1024", "", S::kMissing, "", "",
+       "compress=chunked bounds the cache after every prefill chunk, which is not ChunkPress's independent chunks"},
+      {"BlockPress", "press=P, block_size=128", "", S::kMissing, "", "", ""},
+      {"PerLayerCompressionPress", "press=P, compression_ratios=[...]", "", S::kMissing, "", "", ""},
+      {"ComposedPress", "presses=[P1, P2, ...]", "", S::kMissing, "", "", ""},
+      {"KeyRerotationPress", "press=P", "", S::kMissing, "", "",
+       "kvbench keeps every kept key at its own position"},
+  };
+  return rows;
+}
+
+}  // namespace kvb
