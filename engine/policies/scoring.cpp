@@ -30,6 +30,17 @@ Pool parse_pool(const std::string& s, const std::string& what) {
 
 int32_t head_length(const LayerStep& step, int h) { return step.cache->length(step.seq, step.layer, h); }
 
+void accumulate_attention(LayerStep& step, const char* policy, int slot) {
+  if (!step.attention_colsum) fail("policy '{}': LayerStep::attention_colsum is not set", policy);
+  for (int h = 0; h < step.num_kv_heads; ++h) {
+    const auto& col = (*step.attention_colsum)[h];
+    const int32_t L = step.cache->length(step.seq, step.layer, h);
+    if (static_cast<int32_t>(col.size()) != L)
+      fail("policy '{}': attention_colsum of head {} has {} entries, cache holds {}", policy, h, col.size(), L);
+    for (int32_t i = 0; i < L; ++i) step.cache->scalars(step.seq, step.layer, h, i)[slot] += col[i];
+  }
+}
+
 std::vector<float> window_logits(const LayerStep& step, int h, int* w_out) {
   if (!step.window_queries)
     fail("policy: LayerStep::window_queries is not set (the policy declared window_queries > 0)");

@@ -86,6 +86,13 @@ uint64_t splitmix64(uint64_t x);
 /// A uniform double in [0, 1) from a hash of the given words.
 double hash_uniform(std::initializer_list<uint64_t> words);
 
+/// Adds this step's LayerStep::attention_colsum to per-token cache scalar `slot` of every kv head
+/// of (step.seq, step.layer): afterwards the scalar holds the attention the token has received,
+/// summed over the group's query heads and every query since it entered the cache (H2O §3.3's
+/// accumulated attention; kvpress ObservedAttentionPress's column sum). Throws kvb::Error naming
+/// `policy` when attention_colsum is unset or its length differs from a head's cache length.
+void accumulate_attention(LayerStep& step, const char* policy, int slot);
+
 /// Current length of kv head h of (step.seq, step.layer).
 int32_t head_length(const LayerStep& step, int h);
 
