@@ -95,6 +95,9 @@ def cases(kp, L):
         n = kp["compute_n_kept"](L, r)
         out.append((f"observed_attention_r{r}", kp["ObservedAttentionPress"](compression_ratio=r),
                     "observed_attention:decode=false", n, "score"))
+    for r in (0.5, 0.75):  # kvpress's examples wrap SnapKVPress (window 64, kernel 5) in ChunkKVPress
+        out.append((f"chunkkv_r{r}", kp["ChunkKVPress"](press=kp["SnapKVPress"](compression_ratio=r), chunk_length=20),
+                    f"chunkkv:budget_kind=ratio,ratio={1 - r},decode=false", 0, ("chunks", 20, r)))
     return out
 
 
@@ -143,6 +146,17 @@ def band_score(s, n):
     return [i for i in range(len(s)) if b - tol <= s[i].item() <= a + tol]
 
 
+def band_chunks(s, chunk, ratio):
+    """ChunkKVPress: the tokens of every chunk whose mean head-summed score is in doubt at the cut."""
+    t = s.sum(0)
+    L = len(t)
+    bounds = [(c, min(L, c + chunk)) for c in range(0, L, chunk)]
+    means = torch.stack([t[a:b].mean() for a, b in bounds])
+    k = max(1, int(len(bounds) * (1 - ratio)))
+    chunks = band_score(means, k)
+    return [i for c in chunks for i in range(*bounds[c])]
+
+
 def hexmask(positions, L):
     bits = ["0"] * (((L + 3) // 4) * 4)
     for p in positions:
@@ -158,23 +172,29 @@ def main():
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="eager", dtype=torch.float32)
     model.eval()
+    # ChunkKVPress refuses attention weights (eager passes them): it runs on an sdpa instance.
+    sdpa = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="sdpa", dtype=torch.float32)
+    sdpa.eval()
     ids, n_ctx = build_prompt(tok)
     L = len(ids)
     print(f"prompt {L} tokens (context {n_ctx})")
     kp = presses()
     out = []
     for name, press, spec, budget, tie in cases(kp, L):
-        keep, scores = run_case(model, press, ids)
+        keep, scores = run_case(model if tie == "score" else sdpa, press, ids)
         layers = []
         for layer in range(LAYERS):
             heads = []
             for h, kept in enumerate(keep[layer]):
-                assert len(kept) == budget, (name, layer, h, len(kept), budget)
-                band = band_score(scores[layer][h], budget) if tie == "score" else []
+                if tie == "score":
+                    assert len(kept) == budget, (name, layer, h, len(kept), budget)
+                    band = band_score(scores[layer][h], budget)
+                else:
+                    band = band_chunks(scores[layer], tie[1], tie[2])
                 heads.append(dict(keep=hexmask(kept, L), tie=hexmask(band, L), n_tie=len(band)))
             layers.append(heads)
         n_tie = sum(h["n_tie"] for lay in layers for h in lay)
-        print(f"  {name}: budget {budget}, near-tie tokens {n_tie}")
+        print(f"  {name}: budget {budget}, kept {len(keep[0][0])}, near-tie tokens {n_tie}")
         args_ = {k: v for k, v in press.__dict__.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if hasattr(press, "press"):
             args_.update({"press." + k: v for k, v in press.press.__dict__.items()

@@ -139,7 +139,10 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
   Engine e(model, eo, std::move(mux));
   e.score(prompt, {});
   // The press each policy reproduces; every case's spec names one of these policies.
-  const std::map<std::string, std::string> press_of = {{"observed_attention", "ObservedAttentionPress"}};
+  const std::map<std::string, std::string> press_of = {
+      {"observed_attention", "ObservedAttentionPress"},
+      {"chunkkv", "ChunkKVPress"},
+  };
   std::set<std::string> presses;
   for (size_t p = 0; p < g["cases"].size(); ++p) {
     const json& c = g["cases"][p];
