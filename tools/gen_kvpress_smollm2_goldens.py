@@ -13,7 +13,8 @@ tools/goldens-requirements.txt).
 Model. transformers loads the default model's GGUF (Q4_1) dequantised to f32, eager attention
 (kvbench's test loads the same file with `--weights f32`). Only the first LAYERS layers' keep-sets
 are recorded: at the end of a prefill a layer's compression cannot change what any layer computes
-in that forward pass, so the kvbench test runs the same weights truncated to LAYERS layers.
+in that forward pass, so the kvbench test runs the same weights truncated to LAYERS layers, and so
+does this generator (four times faster).
 
 Prompt (query-aware, as kvbench's default protocol and kvpress's `*_question` use): GSM8K test
 problems with their worked answers as few-shot context (tests/data, unpacked by cmake into
@@ -69,10 +70,16 @@ def presses():
     from gen_policy_goldens import load_kvpress
     kp = load_kvpress()
     from kvpress.presses.chunkkv_press import ChunkKVPress
+    from kvpress.presses.cur_press import CURPress
+    from kvpress.presses.lagkv_press import LagKVPress
+    from kvpress.presses.non_causal_attention_press import NonCausalAttnPress
+    from kvpress.presses.simlayerkv_press import SimLayerKVPress
     from kvpress.presses.observed_attention_press import ObservedAttentionPress
     from kvpress.presses.snapkv_press import SnapKVPress
     from kvpress.utils import compute_n_kept
     return dict(ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
+                LagKVPress=LagKVPress, CURPress=CURPress, NonCausalAttnPress=NonCausalAttnPress,
+                SimLayerKVPress=SimLayerKVPress,
                 compute_n_kept=compute_n_kept, **{k: v for k, v in kp.items() if k not in ("compute_n_kept",)})
 
 
@@ -98,14 +105,31 @@ def cases(kp, L):
     for r in (0.5, 0.75):  # kvpress's examples wrap SnapKVPress (window 64, kernel 5) in ChunkKVPress
         out.append((f"chunkkv_r{r}", kp["ChunkKVPress"](press=kp["SnapKVPress"](compression_ratio=r), chunk_length=20),
                     f"chunkkv:budget_kind=ratio,ratio={1 - r},decode=false", 0, ("chunks", 20, r)))
+    for r in (0.5, 0.75):  # defaults n_sink 4, lag_size 128: 7 scored partitions of the 1,098 tokens
+        n = kp["compute_n_kept"](L, r)
+        out.append((f"lagkv_r{r}", kp["LagKVPress"](compression_ratio=r), "lagkv:decode=false", n, "score"))
     return out
+
+
+def record_lazy_shares(press, snapkv):
+    """Wraps SimLayerKVPress.is_lazy to record each layer's attention share (kvpress's own formula)."""
+    shares, inner = {}, press.is_lazy
+
+    def is_lazy(module, hidden_states, keys, position_embeddings):
+        a = snapkv.compute_window_attention(module, hidden_states, keys, press.n_last, position_embeddings)
+        a = a.mean((0, 1, 2))
+        shares[module.layer_idx] = (a[:press.n_initial].sum() + a[-press.n_recent:].sum()).item()
+        return inner(module, hidden_states, keys, position_embeddings)
+
+    press.is_lazy = is_lazy
+    return shares
 
 
 def run_case(model, press, ids):
     """One prefill under `press`: ([layer][head] kept positions, [layer] score tensors [Hkv, L])."""
     orig, scores = {}, {}
     scorer = press.press if hasattr(press, "press") else press
-    inner_compress, inner_score = press.compress, scorer.score
+    inner_compress, inner_score = press.compress, None
 
     def compress(module, hidden_states, keys, values, attentions, kwargs):
         orig[module.layer_idx] = keys.clone()
@@ -117,7 +141,9 @@ def run_case(model, press, ids):
         return s
 
     object.__setattr__(press, "compress", compress)
-    object.__setattr__(scorer, "score", score)
+    if hasattr(scorer, "score"):  # SimLayerKVPress has no per-token score
+        inner_score = scorer.score
+        object.__setattr__(scorer, "score", score)
     cache = DynamicCache()
     with press(model):
         model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
@@ -171,17 +197,27 @@ def main():
     d, f = os.path.split(args.model)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="eager", dtype=torch.float32)
-    model.eval()
     # ChunkKVPress refuses attention weights (eager passes them): it runs on an sdpa instance.
     sdpa = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="sdpa", dtype=torch.float32)
-    sdpa.eval()
+    for m in (model, sdpa):  # the later layers cannot change the first LAYERS' keep-sets: dropped
+        m.model.layers = m.model.layers[:LAYERS]
+        m.config.num_hidden_layers = LAYERS
+        m.eval()
     ids, n_ctx = build_prompt(tok)
     L = len(ids)
     print(f"prompt {L} tokens (context {n_ctx})")
     kp = presses()
     out = []
     for name, press, spec, budget, tie in cases(kp, L):
-        keep, scores = run_case(model if tie == "score" else sdpa, press, ids)
+        shares = record_lazy_shares(press, kp["SnapKVPress"]) if tie == "lazy" else None
+        keep, scores = run_case(sdpa if isinstance(tie, tuple) else model, press, ids)
+        extra = {}
+        if shares is not None:
+            extra["lazy_shares"] = [shares[layer] for layer in range(LAYERS)]
+            margin = min(abs(v - press.lazy_threshold) for v in extra["lazy_shares"])
+            assert margin > TIE, (name, extra["lazy_shares"])
+            lazy = [v > press.lazy_threshold for v in extra["lazy_shares"]]
+            assert any(lazy) and not all(lazy), (name, extra["lazy_shares"])
         layers = []
         for layer in range(LAYERS):
             heads = []
@@ -189,6 +225,8 @@ def main():
                 if tie == "score":
                     assert len(kept) == budget, (name, layer, h, len(kept), budget)
                     band = band_score(scores[layer][h], budget)
+                elif tie == "lazy":
+                    band = []
                 else:
                     band = band_chunks(scores[layer], tie[1], tie[2])
                 heads.append(dict(keep=hexmask(kept, L), tie=hexmask(band, L), n_tie=len(band)))
@@ -200,7 +238,7 @@ def main():
             args_.update({"press." + k: v for k, v in press.press.__dict__.items()
                           if isinstance(v, (int, float)) and not isinstance(v, bool)})
         out.append(dict(name=name, press=type(press).__name__, kvpress_args=args_, spec=spec, budget=budget,
-                        layers=layers))
+                        layers=layers, **extra))
     goldens_env.write_json(OUT, generator="tools/gen_kvpress_smollm2_goldens.py", kvpress="0.5.5",
                            torch=torch.__version__, transformers=transformers.__version__, model=GGUF,
                            weights="f32 (dequantised by transformers)", num_layers=LAYERS, prompt=ids,

@@ -37,8 +37,6 @@ class Multiplex : public Policy {
   explicit Multiplex(std::vector<std::unique_ptr<Policy>> inner) : inner_(std::move(inner)), kept_(inner_.size()) {
     for (const auto& p : inner_) {
       const PolicyNeeds n = p->needs();
-      if (n.window_queries > 0 && needs_.window_queries > 0 && n.window_queries != needs_.window_queries)
-        throw std::runtime_error("Multiplex: inner policies need different query windows");
       needs_.window_queries = std::max(needs_.window_queries, n.window_queries);
       needs_.attention_colsum |= n.attention_colsum;
       needs_.layer_input |= n.layer_input;
@@ -67,6 +65,10 @@ class Multiplex : public Policy {
     for (size_t p = 0; p < inner_.size(); ++p) {
       LayerStep s = step;
       s.keeps.clear();
+      std::vector<float> qbuf;
+      std::map<int, std::vector<float>> abuf;
+      const int want = inner_[p]->needs().window_queries;
+      if (want > 0 && want < needs_.window_queries) narrow_window(step, s, want, qbuf, abuf);
       inner_[p]->on_layer_step(s);
       auto& layers = kept_[p];
       if (static_cast<int>(layers.size()) <= step.layer) layers.resize(step.layer + 1);
@@ -89,6 +91,40 @@ class Multiplex : public Policy {
   }
   const KeepSets& kept(size_t p) const { return kept_[p]; }
 
+ private:
+  /// Lets `s` show only the last `want` of the window queries `step` holds (an inner policy whose
+  /// window is smaller than another's), as the engine would have kept for that policy alone.
+  static void narrow_window(const LayerStep& step, LayerStep& s, int want, std::vector<float>& qbuf,
+                            std::map<int, std::vector<float>>& abuf) {
+    const int Hq = step.num_q_heads, D = step.head_dim, G = Hq / step.num_kv_heads;
+    s.window_scores = nullptr;  // the host path, through the narrowed attention
+    s.window_queries = [&step, want, &qbuf, Hq, D](int* w_out) -> const float* {
+      int w = 0;
+      const float* q = step.window_queries(&w);
+      const int n = std::min(want, w);
+      qbuf.resize(static_cast<size_t>(Hq) * n * D);
+      for (int hq = 0; hq < Hq; ++hq)
+        std::copy_n(q + (static_cast<size_t>(hq) * w + (w - n)) * D, static_cast<size_t>(n) * D,
+                    qbuf.data() + static_cast<size_t>(hq) * n * D);
+      *w_out = n;
+      return qbuf.data();
+    };
+    s.window_attention = [&step, want, &abuf, G](int h, int* w_out) -> const std::vector<float>& {
+      int w = 0;
+      const std::vector<float>& a = step.window_attention(h, &w);
+      const int n = std::min(want, w);
+      const size_t L = a.size() / (static_cast<size_t>(G) * w);
+      std::vector<float>& out = abuf[h];
+      out.resize(static_cast<size_t>(G) * n * L);
+      for (int g = 0; g < G; ++g)
+        std::copy_n(a.begin() + (static_cast<size_t>(g) * w + (w - n)) * L, static_cast<size_t>(n) * L,
+                    out.begin() + static_cast<size_t>(g) * n * L);
+      *w_out = n;
+      return out;
+    };
+  }
+
+ public:
  private:
   std::vector<std::unique_ptr<Policy>> inner_;
   std::vector<KeepSets> kept_;
@@ -121,6 +157,40 @@ std::shared_ptr<const Model> truncated_default_model(int layers) {
   return Model::from_weights(cfg, std::move(w), path, WeightFormat::kF32);
 }
 
+/// How `got` differs from golden case `c` over L positions: heads whose kept count differs, heads
+/// with a position outside the near-ties kept by one side only (the first such position of the
+/// first such head in `first`), and the near-tie tokens the case marks.
+struct Diff {
+  int count_heads = 0, set_heads = 0, ties = 0;
+  std::string first;
+};
+
+Diff compare(const json& c, const KeepSets& got, int layers, int heads, int L) {
+  Diff d;
+  for (int l = 0; l < layers; ++l)
+    for (int h = 0; h < heads; ++h) {
+      const json& want = c["layers"][l][h];
+      const std::set<int32_t> keep = mask_positions(want["keep"]), tie = mask_positions(want["tie"]);
+      const std::set<int32_t> have(got[l][h].begin(), got[l][h].end());
+      if (have.size() != keep.size()) ++d.count_heads;
+      int32_t bad = -1;
+      for (int32_t i = 0; i < L && bad < 0; ++i)
+        if (!tie.count(i) && have.count(i) != keep.count(i)) bad = i;
+      if (bad >= 0 && d.set_heads++ == 0)
+        d.first = "layer " + std::to_string(l) + " kv head " + std::to_string(h) + " position " + std::to_string(bad);
+      d.ties += static_cast<int>(tie.size());
+    }
+  return d;
+}
+
+// One changed parameter per press, each run against the golden case it mutates: it must keep a
+// different set somewhere outside the near-ties, so the golden comparison discriminates.
+const std::vector<std::pair<std::string, std::string>> kMutants = {
+    {"observed_attention_r0.5", "observed_attention:decode=false,window=64"},
+    {"chunkkv_r0.5", "chunkkv:budget_kind=ratio,ratio=0.5,decode=false,chunk=16"},
+    {"lagkv_r0.5", "lagkv:decode=false,lag=64"},
+};
+
 TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
   KVB_REQUIRE_DEFAULT_MODEL();
   const json g = parse_json_file(test::fixture("policies/kvpress_smollm2_goldens.json"));
@@ -131,7 +201,15 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
   auto model = truncated_default_model(layers);
   const int heads = model->config().num_kv_heads;
   std::vector<std::unique_ptr<Policy>> policies;
-  for (const auto& c : g["cases"]) policies.push_back(make_policy(PolicySpec::parse(c["spec"], c["budget"])));
+  std::map<std::string, const json*> by_name;
+  for (const auto& c : g["cases"]) {
+    policies.push_back(make_policy(PolicySpec::parse(c["spec"], c["budget"])));
+    by_name[c["name"]] = &c;
+  }
+  for (const auto& [name, spec] : kMutants) {
+    ASSERT_TRUE(by_name.count(name)) << "no golden case " << name;
+    policies.push_back(make_policy(PolicySpec::parse(spec, (*by_name[name])["budget"])));
+  }
   auto mux = std::make_unique<Multiplex>(std::move(policies));
   Multiplex* m = mux.get();
   EngineOptions eo;
@@ -142,9 +220,11 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
   const std::map<std::string, std::string> press_of = {
       {"observed_attention", "ObservedAttentionPress"},
       {"chunkkv", "ChunkKVPress"},
+      {"lagkv", "LagKVPress"},
   };
   std::set<std::string> presses;
-  for (size_t p = 0; p < g["cases"].size(); ++p) {
+  const size_t n_cases = g["cases"].size();
+  for (size_t p = 0; p < n_cases; ++p) {
     const json& c = g["cases"][p];
     const std::string policy = PolicySpec::parse(c["spec"]).name;
     ASSERT_TRUE(press_of.count(policy)) << policy;
@@ -154,27 +234,23 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
                  std::to_string(c["budget"].get<int64_t>()) + ")");
     const KeepSets& got = m->kept(p);
     ASSERT_EQ(static_cast<int>(got.size()), layers);
-    int compared = 0, ties = 0;
-    for (int l = 0; l < layers; ++l) {
-      ASSERT_EQ(static_cast<int>(got[l].size()), heads);
-      for (int h = 0; h < heads; ++h) {
-        const json& want = c["layers"][l][h];
-        const std::set<int32_t> keep = mask_positions(want["keep"]), tie = mask_positions(want["tie"]);
-        const std::set<int32_t> have(got[l][h].begin(), got[l][h].end());
-        EXPECT_EQ(have.size(), keep.size()) << "layer " << l << " kv head " << h;
-        std::vector<int32_t> diff;
-        for (int32_t i = 0; i < L; ++i)
-          if (!tie.count(i) && have.count(i) != keep.count(i)) diff.push_back(i);
-        EXPECT_TRUE(diff.empty()) << "layer " << l << " kv head " << h << ": " << diff.size()
-                                  << " positions differ outside the near-ties, first " << (diff.empty() ? -1 : diff[0]);
-        ties += static_cast<int>(tie.size());
-        ++compared;
-      }
-    }
-    EXPECT_EQ(compared, layers * heads);
-    EXPECT_LT(ties, layers * heads * L / 20) << "near-ties must stay a small fraction";
+    for (int l = 0; l < layers; ++l) ASSERT_EQ(static_cast<int>(got[l].size()), heads);
+    const Diff d = compare(c, got, layers, heads, L);
+    EXPECT_EQ(d.count_heads, 0) << "heads keeping another number of tokens";
+    EXPECT_EQ(d.set_heads, 0) << "heads differing outside the near-ties, first " << d.first;
+    EXPECT_LT(d.ties, layers * heads * L / 20) << "near-ties must stay a small fraction";
   }
   for (const auto& [policy, press] : press_of) EXPECT_TRUE(presses.count(press)) << "no golden case for " << policy;
+  for (size_t k = 0; k < kMutants.size(); ++k) {
+    SCOPED_TRACE(kMutants[k].second + " against " + kMutants[k].first);
+    const KeepSets& got = m->kept(n_cases + k);
+    ASSERT_EQ(static_cast<int>(got.size()), layers);
+    EXPECT_GT(compare(*by_name[kMutants[k].first], got, layers, heads, L).set_heads, 0)
+        << "a changed parameter keeps kvpress's sets: the golden does not discriminate";
+  }
+  std::set<std::string> mutated;
+  for (const auto& [name, spec] : kMutants) mutated.insert(PolicySpec::parse(spec).name);
+  for (const auto& [policy, press] : press_of) EXPECT_TRUE(mutated.count(policy)) << "no mutant for " << policy;
 }
 
 }  // namespace
