@@ -108,6 +108,9 @@ def cases(kp, L):
     for r in (0.5, 0.75):  # defaults n_sink 4, lag_size 128: 7 scored partitions of the 1,098 tokens
         n = kp["compute_n_kept"](L, r)
         out.append((f"lagkv_r{r}", kp["LagKVPress"](compression_ratio=r), "lagkv:decode=false", n, "score"))
+    for r in (0.5, 0.75):  # defaults: kv_product, 16-token local windows, 4 sinks
+        n = kp["compute_n_kept"](L, r)
+        out.append((f"cur_r{r}", kp["CURPress"](compression_ratio=r), "cur:decode=false", n, "score"))
     return out
 
 

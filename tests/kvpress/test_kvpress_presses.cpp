@@ -189,6 +189,7 @@ const std::vector<std::pair<std::string, std::string>> kMutants = {
     {"observed_attention_r0.5", "observed_attention:decode=false,window=64"},
     {"chunkkv_r0.5", "chunkkv:budget_kind=ratio,ratio=0.5,decode=false,chunk=16"},
     {"lagkv_r0.5", "lagkv:decode=false,lag=64"},
+    {"cur_r0.5", "cur:decode=false,leverage=kv_avg"},
 };
 
 TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
@@ -221,6 +222,7 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
       {"observed_attention", "ObservedAttentionPress"},
       {"chunkkv", "ChunkKVPress"},
       {"lagkv", "LagKVPress"},
+      {"cur", "CURPress"},
   };
   std::set<std::string> presses;
   const size_t n_cases = g["cases"].size();
