@@ -111,6 +111,10 @@ def cases(kp, L):
     for r in (0.5, 0.75):  # defaults: kv_product, 16-token local windows, 4 sinks
         n = kp["compute_n_kept"](L, r)
         out.append((f"cur_r{r}", kp["CURPress"](compression_ratio=r), "cur:decode=false", n, "score"))
+    for r in (0.5, 0.75):  # chunk_size 256: four whole chunks and a padded one of L mod 256 tokens
+        n = kp["compute_n_kept"](L, r)
+        out.append((f"noncausal_attn_r{r}", kp["NonCausalAttnPress"](compression_ratio=r), "noncausal_attn", n,
+                    "score"))
     return out
 
 

@@ -190,6 +190,7 @@ const std::vector<std::pair<std::string, std::string>> kMutants = {
     {"chunkkv_r0.5", "chunkkv:budget_kind=ratio,ratio=0.5,decode=false,chunk=16"},
     {"lagkv_r0.5", "lagkv:decode=false,lag=64"},
     {"cur_r0.5", "cur:decode=false,leverage=kv_avg"},
+    {"noncausal_attn_r0.5", "noncausal_attn:chunk=128"},
 };
 
 TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
@@ -223,6 +224,7 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
       {"chunkkv", "ChunkKVPress"},
       {"lagkv", "LagKVPress"},
       {"cur", "CURPress"},
+      {"noncausal_attn", "NonCausalAttnPress"},
   };
   std::set<std::string> presses;
   const size_t n_cases = g["cases"].size();
