@@ -115,6 +115,13 @@ def cases(kp, L):
         n = kp["compute_n_kept"](L, r)
         out.append((f"noncausal_attn_r{r}", kp["NonCausalAttnPress"](compression_ratio=r), "noncausal_attn", n,
                     "score"))
+    # SimLayerKV keeps a lazy layer's first 4 and last n_recent - 1 tokens and every token of the
+    # others. The default threshold 1.0 never compresses and n_recent 1024 of 1,098 tokens would keep
+    # nearly all, so both are set to give lazy and busy layers among the first LAYERS (the layers'
+    # attention shares are recorded; each must be at least TIE from the threshold).
+    for thr, recent in ((0.5, 256), (0.56, 512)):
+        out.append((f"simlayerkv_t{thr}_n{recent}", kp["SimLayerKVPress"](lazy_threshold=thr, n_recent=recent),
+                    f"simlayerkv:lazy_threshold={thr},n_recent={recent}", 0, "lazy"))
     return out
 
 

@@ -191,6 +191,7 @@ const std::vector<std::pair<std::string, std::string>> kMutants = {
     {"lagkv_r0.5", "lagkv:decode=false,lag=64"},
     {"cur_r0.5", "cur:decode=false,leverage=kv_avg"},
     {"noncausal_attn_r0.5", "noncausal_attn:chunk=128"},
+    {"simlayerkv_t0.5_n256", "simlayerkv:lazy_threshold=0.3,n_recent=256"},
 };
 
 TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
@@ -225,6 +226,7 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
       {"lagkv", "LagKVPress"},
       {"cur", "CURPress"},
       {"noncausal_attn", "NonCausalAttnPress"},
+      {"simlayerkv", "SimLayerKVPress"},
   };
   std::set<std::string> presses;
   const size_t n_cases = g["cases"].size();
