@@ -14,6 +14,7 @@
 #include "engine/policies/params.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
+#include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -25,16 +26,8 @@ class H2OPolicy : public ScheduledPolicy {
   PolicyNeeds needs() const override { return {.attention_colsum = true, .num_scalars = 1}; }
 
  protected:
-  void observe(LayerStep& step) override {
-    if (!step.attention_colsum) fail("policy 'h2o': LayerStep::attention_colsum is not set");
-    for (int h = 0; h < step.num_kv_heads; ++h) {
-      const auto& col = (*step.attention_colsum)[h];
-      const int32_t L = step.cache->length(step.seq, step.layer, h);
-      if (static_cast<int32_t>(col.size()) != L)
-        fail("policy 'h2o': attention_colsum of head {} has {} entries, cache holds {}", h, col.size(), L);
-      for (int32_t i = 0; i < L; ++i) step.cache->scalars(step.seq, step.layer, h, i)[0] += col[i];
-    }
-  }
+  void observe(LayerStep& step) override { scoring::accumulate_attention(step, "h2o", 0); }
+
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
     for (int32_t i = 0; i < L; ++i) scores[i] = step.cache->scalars(step.seq, step.layer, h, i)[0];
   }

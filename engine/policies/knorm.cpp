@@ -12,6 +12,7 @@
 #include "engine/policies/params.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
+#include "engine/policies/scoring.h"
 
 namespace kvb {
 namespace {
@@ -23,13 +24,8 @@ class KnormPolicy : public ScheduledPolicy {
 
  protected:
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
-    const int D = step.head_dim;
-    for (int32_t i = 0; i < L; ++i) {
-      const float* k = step.cache->key(step.seq, step.layer, h, i);
-      double n2 = 0;
-      for (int d = 0; d < D; ++d) n2 += static_cast<double>(k[d]) * k[d];
-      scores[i] = static_cast<float>(-std::sqrt(n2));
-    }
+    const std::vector<double> n2 = scoring::row_sq_norms(*step.cache, step.seq, step.layer, h, /*values=*/false);
+    for (int32_t i = 0; i < L; ++i) scores[i] = static_cast<float>(-std::sqrt(n2[i]));
   }
 };
 

@@ -28,7 +28,67 @@ Pool parse_pool(const std::string& s, const std::string& what) {
   fail("{}: expected none, max or avg, got '{}'", what, s);
 }
 
+std::vector<double> lag_relative_info(const std::function<const float*(int32_t)>& row, int D, int32_t first, int32_t lag) {
+  std::vector<float> lo(D, std::numeric_limits<float>::infinity()), hi(D, kNegInf);
+  for (int32_t t = first + lag; t < first + 2 * lag; ++t) {
+    const float* r = row(t);
+    for (int d = 0; d < D; ++d) {
+      lo[d] = std::min(lo[d], r[d]);
+      hi[d] = std::max(hi[d], r[d]);
+    }
+  }
+  std::vector<double> out(lag), x(D);
+  for (int32_t t = 0; t < lag; ++t) {
+    const float* r = row(first + t);
+    double mean = 0;
+    for (int d = 0; d < D; ++d) mean += (x[d] = (r[d] - lo[d]) / (hi[d] - lo[d]));
+    mean /= D;
+    double ss = 0;
+    for (int d = 0; d < D; ++d) ss += (x[d] - mean) * (x[d] - mean);
+    out[t] = std::sqrt(ss / (D - 1));
+  }
+  const double m = *std::max_element(out.begin(), out.end());
+  double z = 0;
+  for (double& v : out) z += (v = std::exp(v - m));
+  for (double& v : out) v /= z;
+  return out;
+}
+
+std::vector<double> row_sq_norms(const KVCache& cache, SeqId seq, int layer, int h, bool values) {
+  const int32_t L = cache.length(seq, layer, h);
+  const int D = cache.config().head_dim;
+  std::vector<double> out(L);
+  for (int32_t i = 0; i < L; ++i) {
+    const float* r = values ? cache.value(seq, layer, h, i) : cache.key(seq, layer, h, i);
+    double n2 = 0;
+    for (int d = 0; d < D; ++d) n2 += static_cast<double>(r[d]) * r[d];
+    out[i] = n2;
+  }
+  return out;
+}
+
+void rope_rotate(const float* x, int D, int64_t pos, const float* inv_freq, float mscale, float* out) {
+  const int half = D / 2;
+  for (int i = 0; i < half; ++i) {
+    const double ang = static_cast<double>(static_cast<float>(pos) * inv_freq[i]);
+    const float c = static_cast<float>(std::cos(ang) * mscale), s = static_cast<float>(std::sin(ang) * mscale);
+    out[i] = x[i] * c - x[i + half] * s;
+    out[i + half] = x[i + half] * c + x[i] * s;
+  }
+}
+
 int32_t head_length(const LayerStep& step, int h) { return step.cache->length(step.seq, step.layer, h); }
+
+void accumulate_attention(LayerStep& step, const char* policy, int slot) {
+  if (!step.attention_colsum) fail("policy '{}': LayerStep::attention_colsum is not set", policy);
+  for (int h = 0; h < step.num_kv_heads; ++h) {
+    const auto& col = (*step.attention_colsum)[h];
+    const int32_t L = step.cache->length(step.seq, step.layer, h);
+    if (static_cast<int32_t>(col.size()) != L)
+      fail("policy '{}': attention_colsum of head {} has {} entries, cache holds {}", policy, h, col.size(), L);
+    for (int32_t i = 0; i < L; ++i) step.cache->scalars(step.seq, step.layer, h, i)[slot] += col[i];
+  }
+}
 
 std::vector<float> window_logits(const LayerStep& step, int h, int* w_out) {
   if (!step.window_queries)

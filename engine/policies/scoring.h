@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -85,6 +86,34 @@ std::vector<int32_t> mask_indices(std::span<const char> mask, bool set = true);
 uint64_t splitmix64(uint64_t x);
 /// A uniform double in [0, 1) from a hash of the given words.
 double hash_uniform(std::initializer_list<uint64_t> words);
+
+/// Adds this step's LayerStep::attention_colsum to per-token cache scalar `slot` of every kv head
+/// of (step.seq, step.layer): afterwards the scalar holds the attention the token has received,
+/// summed over the group's query heads and every query since it entered the cache (H2O §3.3's
+/// accumulated attention; kvpress ObservedAttentionPress's column sum). Throws kvb::Error naming
+/// `policy` when attention_colsum is unset or its length differs from a head's cache length.
+void accumulate_attention(LayerStep& step, const char* policy, int slot);
+
+/// LagKV's lag-relative information of one partition (arXiv 2504.04704 §3; kvpress 0.5.5
+/// LagKVPress._get_states_score, kvpress/presses/lagkv_press.py): the `lag` rows row(first) …
+/// row(first + lag − 1) of width D are min-max normalised per channel by the channel minimum and
+/// maximum over the next `lag` rows (the reference partition, rows first + lag … first + 2·lag − 1,
+/// which must exist), each normalised row's unbiased standard deviation over its D channels is
+/// taken, and a softmax over the partition's rows makes them sum to 1. The normalisation is f32
+/// (as kvpress on f32 tensors); the deviation and the softmax are double. A channel whose
+/// reference range is 0 gives ±inf / NaN, as kvpress. Returns `lag` values.
+std::vector<double> lag_relative_info(const std::function<const float*(int32_t)>& row, int D, int32_t first, int32_t lag);
+
+/// Squared L2 norms of the L cached key rows (`values` false) or value rows (`values` true) of kv
+/// head h of (seq, layer), each a double sum over the head_dim channels in channel order. Used by
+/// `knorm` (−‖k‖), `cur` (CurDKV's k² and v²) and `noncausal_attn` (‖v‖).
+std::vector<double> row_sq_norms(const KVCache& cache, SeqId seq, int layer, int h, bool values);
+
+/// Applies the model's RoPE at absolute position `pos` to the D-vector x (rotate-half pairs
+/// (i, i + D/2), angle pos · inv_freq[i] in f32 as transformers, cos/sin times `mscale`; see
+/// LayerStep::rope_inv_freq) and writes it to out (may not alias x). Turns a pre-RoPE query of
+/// LayerStep::queries_pre_rope into the post-RoPE one the attention used.
+void rope_rotate(const float* x, int D, int64_t pos, const float* inv_freq, float mscale, float* out);
 
 /// Current length of kv head h of (step.seq, step.layer).
 int32_t head_length(const LayerStep& step, int h);

@@ -110,6 +110,12 @@ std::vector<ChunkCase> chunk_cases() {
       {"rkv:buffer=16", 64},
       {"keydiff:buffer=16", 64},
       {"gkv:buffer=16", 64},
+      {"observed_attention:buffer=16", 64},
+      {"chunkkv:buffer=16,window=16", 64},
+      {"lagkv:buffer=16,lag=32", 64},
+      {"cur:buffer=16", 64},
+      {"noncausal_attn:chunk=96", 64},                 // 400 = four whole chunks and a padded one; prompt only
+      {"simlayerkv:lazy_threshold=0,n_recent=32", 0},  // every layer lazy; prompt only
       {"trimkv:buffer=16,random_gates=3", 64},
       {"trimkv:buffer=16,random_gates=3,budget_kind=global", 64},
       {"wgkv:random_gates=2,window=16,tau=0.5", 0},

@@ -1,0 +1,111 @@
+// `chunkkv`: keep whole chunks of consecutive tokens, ranked by their mean SnapKV score summed
+// over the layer's kv heads.
+// Sources: Liu et al., "ChunkKV: Semantic-Preserving KV Cache Compression for Efficient Long-Context
+// LLM Inference" (arXiv 2502.00299, §3.1 and Alg. 1: the prompt is cut into fixed-size chunks,
+// each chunk is scored by the observation-window attention its tokens receive, the top chunks
+// are kept whole, and the kv heads of a layer share one selection); kvpress 0.5.5 ChunkKVPress
+// (NVIDIA/kvpress, PyPI kvpress==0.5.5, kvpress/presses/chunkkv_press.py) wrapping
+// SnapKVPress, as kvpress's examples use it: the inner press's per-head scores (SnapKVPress.score:
+// window 64, kernel 5, avg pooling, mean over the GQA group, the window's tokens set to the
+// layer's largest score + 1), summed over the kv heads, averaged over each chunk of
+// `chunk_length` = 20 tokens (a shorter last chunk of the L mod 20 newest tokens), and the
+// max(1, ⌊chunks · (1 − compression_ratio)⌋) best chunks kept.
+// Choices: the inner scorer is SnapKV (kvbench's `snapkv` scoring with kvpress's parameters as
+// defaults; `window`, `kernel`, `pool`, `gqa` change it). Chunks kept: budget_kind=ratio keeps
+// max(1, ⌊chunks · ratio⌋), kvpress's rule; a token budget B keeps max(1, ⌊B / chunk⌋) chunks, so
+// a head never holds more than B tokens after a compression (B ≥ chunk). Chunk ties go to the
+// earlier chunk. A head shorter than one chunk (kvpress falls back to the inner press) keeps the
+// top B tokens of the summed score with the window. Decode: the kvbench schedule (buffer 128;
+// `decode=false` is kvpress's prefill-only press), chunks counted from the oldest cached token.
+#include <algorithm>
+#include <limits>
+#include <tuple>
+
+#include "engine/policies/registration.h"
+#include "engine/policies/snapkv.h"
+#include "engine/util/error.h"
+
+namespace kvb {
+namespace {
+
+class ChunkKVPolicy : public SnapKVPolicy {
+ public:
+  explicit ChunkKVPolicy(PolicyParams p) : SnapKVPolicy("chunkkv", std::move(p)) {
+    chunk_ = static_cast<int32_t>(params_.get_int_in("chunk", 1, 1 << 20));
+    refuse_threshold("it keeps whole chunks ranked by their mean score");
+  }
+  void on_sequence_end(SeqId seq) override {
+    if (std::get<0>(cached_key_) == seq) cached_key_ = {-1, -1, -1};
+  }
+  /// Token budgets keep at most B tokens (whole chunks that fit); with budget_kind=ratio the
+  /// chunk count follows kvpress and may exceed ⌊ratio · L⌋ by part of a chunk: the full cache
+  /// bounds it.
+  KvFootprint kv_footprint(const FootprintQuery& q) const override {
+    if (ratio_kind_) return full_cache_footprint(q, "chunkkv with budget_kind=ratio: bounded by the full cache");
+    return ScheduledPolicy::kv_footprint(q);
+  }
+
+ protected:
+  /// The layer's token score (the same for every kv head): SnapKV scores of the older tokens,
+  /// the window's tokens at the layer's largest score + 1, summed over the kv heads.
+  void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
+    const auto key = std::make_tuple(step.seq, step.layer, step.seq_len);
+    if (key != cached_key_) {
+      std::vector<std::vector<float>> per(step.num_kv_heads);
+      float top = -std::numeric_limits<float>::infinity();
+      int w = 0;
+      for (int hk = 0; hk < step.num_kv_heads; ++hk) {
+        if (step.cache->length(step.seq, step.layer, hk) != L)
+          fail("policy 'chunkkv': kv heads of layer {} hold different lengths ({} vs {}); ChunkKV keeps one keep-set "
+               "per layer",
+               step.layer, step.cache->length(step.seq, step.layer, hk), L);
+        per[hk] = scoring::window_scores(step, hk, {gqa_, pool_, kernel_}, &w);
+        for (float v : per[hk]) top = std::max(top, v);
+      }
+      layer_score_.assign(L, 0.0f);
+      for (int hk = 0; hk < step.num_kv_heads; ++hk)
+        for (int32_t i = 0; i < L; ++i)
+          layer_score_[i] += i < static_cast<int32_t>(per[hk].size()) ? per[hk][i] : top + 1.0f;
+      cached_key_ = key;
+    }
+    std::copy(layer_score_.begin(), layer_score_.end(), scores.begin());
+  }
+
+  /// The top chunks by mean token score, kept whole (ascending indices).
+  std::vector<int32_t> select(const std::vector<float>& scores, int32_t L, int64_t B) override {
+    if (L < chunk_) return ScheduledPolicy::select(scores, L, B);
+    const int32_t full = L / chunk_, n = full + (L % chunk_ > 0 ? 1 : 0);
+    std::vector<float> mean(n, 0.0f);
+    for (int32_t c = 0; c < n; ++c) {
+      const int32_t lo = c * chunk_, hi = std::min<int32_t>(L, lo + chunk_);
+      float s = 0.0f;
+      for (int32_t i = lo; i < hi; ++i) s += scores[i];
+      mean[c] = s / static_cast<float>(hi - lo);
+    }
+    int64_t k = ratio_kind_ ? static_cast<int64_t>(static_cast<double>(n) * ratio_) : B / chunk_;
+    k = std::clamp<int64_t>(k, 1, n);
+    std::vector<int32_t> keep;
+    for (int32_t c : scoring::top_k_indices(mean, k))
+      for (int32_t i = c * chunk_; i < std::min<int32_t>(L, (c + 1) * chunk_); ++i) keep.push_back(i);
+    return keep;
+  }
+
+ private:
+  int32_t chunk_ = 20;
+  std::tuple<SeqId, int, int64_t> cached_key_{-1, -1, -1};
+  std::vector<float> layer_score_;
+};
+
+}  // namespace
+
+KVB_POLICY(chunkkv) {
+  return policy_entry<ChunkKVPolicy>(
+             "chunkkv",
+             "Whole chunks of tokens ranked by mean SnapKV score over the layer's heads (ChunkKV §3.1; kvpress "
+             "ChunkKVPress(SnapKVPress))",
+             extend_params(snapkv_params(/*window=*/64, /*kernel=*/5, "avg", "mean", /*buffer=*/128), {},
+                           {{"chunk", "20", "tokens per chunk (kvpress chunk_length); the last chunk may be shorter"}}))
+      .with_tests({.min_budget = 65});
+}
+
+}  // namespace kvb

@@ -1,0 +1,263 @@
+// kvpress 0.5.5's method presses on the real SmolLM2-135M-Instruct weights: the keep-sets of
+// tools/gen_kvpress_smollm2_goldens.py (kvpress's own presses under transformers, f32, on a
+// >= 1,000-token few-shot GSM8K prompt ending in its question, two compression ratios each) against
+// the kvbench policies that reproduce them (docs/policies.md, "kvpress method presses").
+//
+// Cost. A prefill of the real model takes tens of CPU seconds, so every case is decided on ONE
+// prefill: the Multiplex policy below runs each case's policy on the same LayerStep at the end of
+// the prompt, records the keep-sets it requests and applies none. At the end of a prefill one
+// layer's compression cannot change what another computes in that forward pass, so this equals
+// running each policy alone; for the same reason the model is truncated to the layers the golden
+// records. Each head must keep exactly kvpress's positions, except the near-tie tokens the golden
+// marks (scores within 1e-3 relative of the kept/evicted boundary), and keep as many.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "engine/engine.h"
+#include "engine/model/gguf.h"
+#include "engine/policies/policy.h"
+#include "engine/util/io.h"
+#include "tests/support/test_support.h"
+
+namespace kvb {
+namespace {
+
+using nlohmann::json;
+using KeepSets = std::vector<std::vector<std::vector<int32_t>>>;  // [layer][head] kept positions
+
+/// Runs every inner policy on each layer step of a single-step prompt and records, per policy,
+/// the positions each (layer, head) would keep; the cache itself is never compressed. Inner
+/// policies' per-token scalars are restored after each one, so each sees the step as if alone.
+class Multiplex : public Policy {
+ public:
+  explicit Multiplex(std::vector<std::unique_ptr<Policy>> inner) : inner_(std::move(inner)), kept_(inner_.size()) {
+    for (const auto& p : inner_) {
+      const PolicyNeeds n = p->needs();
+      needs_.window_queries = std::max(needs_.window_queries, n.window_queries);
+      needs_.attention_colsum |= n.attention_colsum;
+      needs_.layer_input |= n.layer_input;
+      needs_.queries_pre_rope |= n.queries_pre_rope;
+      needs_.keys_pre_rope |= n.keys_pre_rope;
+      needs_.host_kv |= n.host_kv;
+      needs_.num_scalars = std::max(needs_.num_scalars, n.num_scalars);
+    }
+  }
+  std::string name() const override { return "multiplex"; }
+  nlohmann::json resolved_params() const override { return json::object(); }
+  PolicyNeeds needs() const override { return needs_; }
+  void on_sequence_begin(SeqId s, uint64_t seed) override {
+    for (auto& p : inner_) p->on_sequence_begin(s, seed);
+  }
+  void on_sequence_end(SeqId s) override {
+    for (auto& p : inner_) p->on_sequence_end(s);
+  }
+  void on_layer_step(LayerStep& step) override {
+    if (!step.prefill_last) throw std::runtime_error("Multiplex: the prompt must be one prefill step");
+    const int S = needs_.num_scalars;
+    std::vector<std::vector<float>> saved(step.num_kv_heads);
+    for (int h = 0; h < step.num_kv_heads; ++h)
+      for (int32_t i = 0; i < step.cache->length(step.seq, step.layer, h); ++i)
+        for (int k = 0; k < S; ++k) saved[h].push_back(step.cache->scalars(step.seq, step.layer, h, i)[k]);
+    for (size_t p = 0; p < inner_.size(); ++p) {
+      LayerStep s = step;
+      s.keeps.clear();
+      std::vector<float> qbuf;
+      std::map<int, std::vector<float>> abuf;
+      const int want = inner_[p]->needs().window_queries;
+      if (want > 0 && want < needs_.window_queries) narrow_window(step, s, want, qbuf, abuf);
+      inner_[p]->on_layer_step(s);
+      auto& layers = kept_[p];
+      if (static_cast<int>(layers.size()) <= step.layer) layers.resize(step.layer + 1);
+      auto& heads = layers[step.layer];
+      heads.assign(step.num_kv_heads, {});
+      std::vector<bool> set(step.num_kv_heads, false);
+      for (const auto& [h, idx] : s.keeps) {
+        for (int32_t i : idx) heads[h].push_back(step.cache->position(step.seq, step.layer, h, i));
+        set[h] = true;
+      }
+      for (int h = 0; h < step.num_kv_heads; ++h) {
+        if (!set[h])
+          for (int32_t i = 0; i < step.cache->length(step.seq, step.layer, h); ++i)
+            heads[h].push_back(step.cache->position(step.seq, step.layer, h, i));
+        size_t j = 0;
+        for (int32_t i = 0; i < step.cache->length(step.seq, step.layer, h); ++i)
+          for (int k = 0; k < S; ++k) step.cache->scalars(step.seq, step.layer, h, i)[k] = saved[h][j++];
+      }
+    }
+  }
+  const KeepSets& kept(size_t p) const { return kept_[p]; }
+
+ private:
+  /// Lets `s` show only the last `want` of the window queries `step` holds (an inner policy whose
+  /// window is smaller than another's), as the engine would have kept for that policy alone.
+  static void narrow_window(const LayerStep& step, LayerStep& s, int want, std::vector<float>& qbuf,
+                            std::map<int, std::vector<float>>& abuf) {
+    const int Hq = step.num_q_heads, D = step.head_dim, G = Hq / step.num_kv_heads;
+    s.window_scores = nullptr;  // the host path, through the narrowed attention
+    s.window_queries = [&step, want, &qbuf, Hq, D](int* w_out) -> const float* {
+      int w = 0;
+      const float* q = step.window_queries(&w);
+      const int n = std::min(want, w);
+      qbuf.resize(static_cast<size_t>(Hq) * n * D);
+      for (int hq = 0; hq < Hq; ++hq)
+        std::copy_n(q + (static_cast<size_t>(hq) * w + (w - n)) * D, static_cast<size_t>(n) * D,
+                    qbuf.data() + static_cast<size_t>(hq) * n * D);
+      *w_out = n;
+      return qbuf.data();
+    };
+    s.window_attention = [&step, want, &abuf, G](int h, int* w_out) -> const std::vector<float>& {
+      int w = 0;
+      const std::vector<float>& a = step.window_attention(h, &w);
+      const int n = std::min(want, w);
+      const size_t L = a.size() / (static_cast<size_t>(G) * w);
+      std::vector<float>& out = abuf[h];
+      out.resize(static_cast<size_t>(G) * n * L);
+      for (int g = 0; g < G; ++g)
+        std::copy_n(a.begin() + (static_cast<size_t>(g) * w + (w - n)) * L, static_cast<size_t>(n) * L,
+                    out.begin() + static_cast<size_t>(g) * n * L);
+      *w_out = n;
+      return out;
+    };
+  }
+
+ public:
+ private:
+  std::vector<std::unique_ptr<Policy>> inner_;
+  std::vector<KeepSets> kept_;
+  PolicyNeeds needs_;
+};
+
+/// The positions of a golden hex mask (tools/gen_kvpress_smollm2_goldens.py: digit j holds
+/// positions 4j..4j+3, position 4j in its most significant bit).
+std::set<int32_t> mask_positions(const std::string& hex) {
+  std::set<int32_t> out;
+  for (size_t j = 0; j < hex.size(); ++j) {
+    const int v = std::stoi(hex.substr(j, 1), nullptr, 16);
+    for (int b = 0; b < 4; ++b)
+      if (v & (8 >> b)) out.insert(static_cast<int32_t>(4 * j + b));
+  }
+  return out;
+}
+
+/// The default model with only its first `layers` layers (the other layers' tensors left out).
+std::shared_ptr<const Model> truncated_default_model(int layers) {
+  const std::string path = test::default_model_path();
+  auto g = std::make_shared<GgufModel>(load_gguf(path));
+  ModelConfig cfg = g->config;
+  cfg.num_layers = layers;
+  WeightStore w;
+  for (const auto& [name, t] : g->weights.tensors()) {
+    if (name.rfind("model.layers.", 0) == 0 && std::stoi(name.substr(13)) >= layers) continue;
+    w.add_view(name, t.shape, t.dtype, t.data, g, t.row_index, t.origin);
+  }
+  return Model::from_weights(cfg, std::move(w), path, WeightFormat::kF32);
+}
+
+/// How `got` differs from golden case `c` over L positions: heads whose kept count differs, heads
+/// with a position outside the near-ties kept by one side only (the first such position of the
+/// first such head in `first`), and the near-tie tokens the case marks.
+struct Diff {
+  int count_heads = 0, set_heads = 0, ties = 0;
+  std::string first;
+};
+
+Diff compare(const json& c, const KeepSets& got, int layers, int heads, int L) {
+  Diff d;
+  for (int l = 0; l < layers; ++l)
+    for (int h = 0; h < heads; ++h) {
+      const json& want = c["layers"][l][h];
+      const std::set<int32_t> keep = mask_positions(want["keep"]), tie = mask_positions(want["tie"]);
+      const std::set<int32_t> have(got[l][h].begin(), got[l][h].end());
+      if (have.size() != keep.size()) ++d.count_heads;
+      int32_t bad = -1;
+      for (int32_t i = 0; i < L && bad < 0; ++i)
+        if (!tie.count(i) && have.count(i) != keep.count(i)) bad = i;
+      if (bad >= 0 && d.set_heads++ == 0)
+        d.first = "layer " + std::to_string(l) + " kv head " + std::to_string(h) + " position " + std::to_string(bad);
+      d.ties += static_cast<int>(tie.size());
+    }
+  return d;
+}
+
+// One changed parameter per press, each run against the golden case it mutates: it must keep a
+// different set somewhere outside the near-ties, so the golden comparison discriminates.
+const std::vector<std::pair<std::string, std::string>> kMutants = {
+    {"observed_attention_r0.5", "observed_attention:decode=false,window=64"},
+    {"chunkkv_r0.5", "chunkkv:budget_kind=ratio,ratio=0.5,decode=false,chunk=16"},
+    {"lagkv_r0.5", "lagkv:decode=false,lag=64"},
+    {"cur_r0.5", "cur:decode=false,leverage=kv_avg"},
+    {"noncausal_attn_r0.5", "noncausal_attn:chunk=128"},
+    {"simlayerkv_t0.5_n256", "simlayerkv:lazy_threshold=0.3,n_recent=256"},
+};
+
+TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
+  KVB_REQUIRE_DEFAULT_MODEL();
+  const json g = parse_json_file(test::fixture("policies/kvpress_smollm2_goldens.json"));
+  const int layers = g["num_layers"];
+  const auto prompt = g["prompt"].get<std::vector<int32_t>>();
+  const int L = static_cast<int>(prompt.size());
+  ASSERT_GE(L, 800);
+  auto model = truncated_default_model(layers);
+  const int heads = model->config().num_kv_heads;
+  std::vector<std::unique_ptr<Policy>> policies;
+  std::map<std::string, const json*> by_name;
+  for (const auto& c : g["cases"]) {
+    policies.push_back(make_policy(PolicySpec::parse(c["spec"], c["budget"])));
+    by_name[c["name"]] = &c;
+  }
+  for (const auto& [name, spec] : kMutants) {
+    ASSERT_TRUE(by_name.count(name)) << "no golden case " << name;
+    policies.push_back(make_policy(PolicySpec::parse(spec, (*by_name[name])["budget"])));
+  }
+  auto mux = std::make_unique<Multiplex>(std::move(policies));
+  Multiplex* m = mux.get();
+  EngineOptions eo;
+  eo.prefill_chunk = L;
+  Engine e(model, eo, std::move(mux));
+  e.score(prompt, {});
+  // The press each policy reproduces; every case's spec names one of these policies.
+  const std::map<std::string, std::string> press_of = {
+      {"observed_attention", "ObservedAttentionPress"},
+      {"chunkkv", "ChunkKVPress"},
+      {"lagkv", "LagKVPress"},
+      {"cur", "CURPress"},
+      {"noncausal_attn", "NonCausalAttnPress"},
+      {"simlayerkv", "SimLayerKVPress"},
+  };
+  std::set<std::string> presses;
+  const size_t n_cases = g["cases"].size();
+  for (size_t p = 0; p < n_cases; ++p) {
+    const json& c = g["cases"][p];
+    const std::string policy = PolicySpec::parse(c["spec"]).name;
+    ASSERT_TRUE(press_of.count(policy)) << policy;
+    EXPECT_EQ(press_of.at(policy), c["press"].get<std::string>());
+    presses.insert(c["press"].get<std::string>());
+    SCOPED_TRACE(c["name"].get<std::string>() + " (" + c["spec"].get<std::string>() + ", budget " +
+                 std::to_string(c["budget"].get<int64_t>()) + ")");
+    const KeepSets& got = m->kept(p);
+    ASSERT_EQ(static_cast<int>(got.size()), layers);
+    for (int l = 0; l < layers; ++l) ASSERT_EQ(static_cast<int>(got[l].size()), heads);
+    const Diff d = compare(c, got, layers, heads, L);
+    EXPECT_EQ(d.count_heads, 0) << "heads keeping another number of tokens";
+    EXPECT_EQ(d.set_heads, 0) << "heads differing outside the near-ties, first " << d.first;
+    EXPECT_LT(d.ties, layers * heads * L / 20) << "near-ties must stay a small fraction";
+  }
+  for (const auto& [policy, press] : press_of) EXPECT_TRUE(presses.count(press)) << "no golden case for " << policy;
+  for (size_t k = 0; k < kMutants.size(); ++k) {
+    SCOPED_TRACE(kMutants[k].second + " against " + kMutants[k].first);
+    const KeepSets& got = m->kept(n_cases + k);
+    ASSERT_EQ(static_cast<int>(got.size()), layers);
+    EXPECT_GT(compare(*by_name[kMutants[k].first], got, layers, heads, L).set_heads, 0)
+        << "a changed parameter keeps kvpress's sets: the golden does not discriminate";
+  }
+  std::set<std::string> mutated;
+  for (const auto& [name, spec] : kMutants) mutated.insert(PolicySpec::parse(spec).name);
+  for (const auto& [policy, press] : press_of) EXPECT_TRUE(mutated.count(policy)) << "no mutant for " << policy;
+}
+
+}  // namespace
+}  // namespace kvb
