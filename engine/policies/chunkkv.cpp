@@ -56,9 +56,10 @@ class ChunkKVPolicy : public SnapKVPolicy {
       int w = 0;
       for (int hk = 0; hk < step.num_kv_heads; ++hk) {
         if (step.cache->length(step.seq, step.layer, hk) != L)
-          fail("policy 'chunkkv': kv heads of layer {} hold different lengths ({} vs {}); ChunkKV keeps one keep-set "
-               "per layer",
-               step.layer, step.cache->length(step.seq, step.layer, hk), L);
+          fail(
+              "policy 'chunkkv': kv heads of layer {} hold different lengths ({} vs {}); ChunkKV keeps one keep-set "
+              "per layer",
+              step.layer, step.cache->length(step.seq, step.layer, hk), L);
         per[hk] = scoring::window_scores(step, hk, {gqa_, pool_, kernel_}, &w);
         for (float v : per[hk]) top = std::max(top, v);
       }

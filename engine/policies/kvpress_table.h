@@ -22,9 +22,9 @@ enum class KvpressStatus {
 /// prompt, or `budget_kind=ratio,ratio=1−r` (kvbench's ratio is the KEPT fraction, kvpress's the
 /// removed one). Empty `spec` for kMissing and kExcused rows.
 struct KvpressRow {
-  std::string press;   ///< the kvpress class, e.g. "SnapKVPress"
-  std::string args;    ///< its arguments at kvpress's defaults, e.g. "compression_ratio=r, window_size=64"
-  std::string spec;    ///< the equivalent kvbench spec, e.g. "snapkv:window=64,kernel=5,pool=avg,..."
+  std::string press;  ///< the kvpress class, e.g. "SnapKVPress"
+  std::string args;   ///< its arguments at kvpress's defaults, e.g. "compression_ratio=r, window_size=64"
+  std::string spec;   ///< the equivalent kvbench spec, e.g. "snapkv:window=64,kernel=5,pool=avg,..."
   KvpressStatus status = KvpressStatus::kMissing;
   /// kGolden: "<fixture file under tests/fixtures/policies>:<selector>", where the selector is the
   /// golden cases' `press` field, or a prefix of their `name` ending in '*'. Empty otherwise.

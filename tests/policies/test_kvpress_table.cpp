@@ -32,9 +32,9 @@ std::string concrete(std::string spec) {
 }
 
 std::string golden_concrete(std::string spec) {
-  for (const auto& [from, to] : std::map<std::string, std::string>{
-           {"{duo_pattern}", test::fixture("policies/duo_pattern_tiny")},
-           {"{scorer}", test::fixture("policies/kvzap_mlp_tiny-llama3")}})
+  for (const auto& [from, to] :
+       std::map<std::string, std::string>{{"{duo_pattern}", test::fixture("policies/duo_pattern_tiny")},
+                                          {"{scorer}", test::fixture("policies/kvzap_mlp_tiny-llama3")}})
     for (size_t at; (at = spec.find(from)) != std::string::npos;) spec.replace(at, from.size(), to);
   return spec;
 }
@@ -75,15 +75,49 @@ TEST(KvpressTable, EveryPressKvpressExportsHasOneRow) {
   // kvpress 0.5.5's `*Press` classes (dir(kvpress)), but BasePress, ScorerPress and
   // ExpectedAttentionStatsPress (a statistics helper of ExpectedAttentionPress); DMSPress appears
   // once per press it wraps in kvbench.
-  const std::set<std::string> kvpress = {
-      "AdaKVPress", "BlockPress", "CAMPress", "CURPress", "CapPress", "ChunkKVPress", "ChunkPress", "CompactorPress",
-      "ComposedPress", "CompressionRatioDecodingPress", "CriticalAdaKVPress", "CriticalKVPress", "DMSPress",
-      "DecodingPress", "DuoAttentionPress", "EntropyGatedChunkKVPress", "ExpectedAttentionPress", "FastKVzipPress",
-      "FinchPress", "KVComposePress", "KVgradPress", "KVzapPress", "KVzipPress", "KeyDiffPress", "KeyRerotationPress",
-      "KnormPress", "LUKVPress", "LagKVPress", "LeverageScorePress", "MergingPress", "NonCausalAttnPress",
-      "ObservedAttentionPress", "PerLayerCompressionPress", "PrefillDecodingPress", "PyramidKVPress", "QFilterPress",
-      "RandomPress", "RestoreKVPress", "SimLayerKVPress", "SnapKVPress", "StreamingLLMPress", "TOVAPress",
-      "ThinKPress"};
+  const std::set<std::string> kvpress = {"AdaKVPress",
+                                         "BlockPress",
+                                         "CAMPress",
+                                         "CURPress",
+                                         "CapPress",
+                                         "ChunkKVPress",
+                                         "ChunkPress",
+                                         "CompactorPress",
+                                         "ComposedPress",
+                                         "CompressionRatioDecodingPress",
+                                         "CriticalAdaKVPress",
+                                         "CriticalKVPress",
+                                         "DMSPress",
+                                         "DecodingPress",
+                                         "DuoAttentionPress",
+                                         "EntropyGatedChunkKVPress",
+                                         "ExpectedAttentionPress",
+                                         "FastKVzipPress",
+                                         "FinchPress",
+                                         "KVComposePress",
+                                         "KVgradPress",
+                                         "KVzapPress",
+                                         "KVzipPress",
+                                         "KeyDiffPress",
+                                         "KeyRerotationPress",
+                                         "KnormPress",
+                                         "LUKVPress",
+                                         "LagKVPress",
+                                         "LeverageScorePress",
+                                         "MergingPress",
+                                         "NonCausalAttnPress",
+                                         "ObservedAttentionPress",
+                                         "PerLayerCompressionPress",
+                                         "PrefillDecodingPress",
+                                         "PyramidKVPress",
+                                         "QFilterPress",
+                                         "RandomPress",
+                                         "RestoreKVPress",
+                                         "SimLayerKVPress",
+                                         "SnapKVPress",
+                                         "StreamingLLMPress",
+                                         "TOVAPress",
+                                         "ThinKPress"};
   std::set<std::string> rows, seen_classes;
   for (const auto& r : kvpress_table()) {
     EXPECT_TRUE(rows.insert(r.press).second) << "listed twice: " << r.press;
@@ -101,15 +135,14 @@ TEST(KvpressTable, EveryPressKvpressExportsHasOneRow) {
 TEST(KvpressTable, EverySpecBuildsAndEveryRowSaysWhatItIs) {
   for (const auto& r : kvpress_table()) {
     SCOPED_TRACE(r.press);
-    const bool has_spec = r.status == KvpressStatus::kGolden || r.status == KvpressStatus::kChecked ||
-                          r.status == KvpressStatus::kRule;
+    const bool has_spec =
+        r.status == KvpressStatus::kGolden || r.status == KvpressStatus::kChecked || r.status == KvpressStatus::kRule;
     if (has_spec) {
       ASSERT_FALSE(r.spec.empty());
       EXPECT_NO_THROW(resolved(concrete(r.spec)));
     }
     if (r.status == KvpressStatus::kMissing || r.status == KvpressStatus::kExcused) EXPECT_TRUE(r.spec.empty());
-    if (r.status == KvpressStatus::kExcused || r.status == KvpressStatus::kChecked ||
-        r.status == KvpressStatus::kRule)
+    if (r.status == KvpressStatus::kExcused || r.status == KvpressStatus::kChecked || r.status == KvpressStatus::kRule)
       EXPECT_FALSE(r.note.empty()) << "say why";
     EXPECT_EQ(r.status == KvpressStatus::kGolden, !r.golden.empty());
     EXPECT_FALSE(r.args.empty());
