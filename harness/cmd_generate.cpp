@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/policies/resolved.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "engine/util/memory.h"
@@ -74,7 +75,8 @@ void write_generate_json(const GenerateArgs& a, const LoadedModel& m, const std:
 }
 
 void run_generate(const GenerateArgs& a) {
-  auto policy = make_policy(PolicySpec::parse(a.policy, a.budget));  // a bad spec fails before loading
+  const ResolvedPolicy resolved = ResolvedPolicy::resolve(a.policy, a.budget);  // a bad spec fails before loading
+  auto policy = resolved.build();
   const WeightFormat wf = parse_weights_option(a.weights);
   LoadedModel m = load_model(a.model, wf, a.chat_template);
   release_freed_heap();
@@ -96,7 +98,7 @@ void run_generate(const GenerateArgs& a) {
   EngineOptions eo;
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_batch = 1;
-  auto json_policy = a.json_out.empty() ? nullptr : make_policy(PolicySpec::parse(a.policy, a.budget));
+  auto json_policy = a.json_out.empty() ? nullptr : resolved.build();
   Engine engine(m.model, eo, std::move(policy));
   GenerationRequest req;
   req.prompt = prompt;

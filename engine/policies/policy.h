@@ -281,6 +281,11 @@ class Policy {
   /// the scheduled policies give their budget + buffer schedule (ScheduledPolicy). Throws
   /// kvb::Error for a query with a non-positive context, chunk, page size or shape.
   virtual KvFootprint kv_footprint(const FootprintQuery& q) const { return full_cache_footprint(q); }
+  /// True when what this policy keeps or reads depends on its token budget (PolicySpec::budget):
+  /// built at two budgets it behaves differently. False for the full cache and for policies whose
+  /// keep-sets a ratio or a score threshold decides (budget_kind=ratio|threshold), or that read no
+  /// budget at all. ResolvedPolicy::uses_budget (the grid's one cell per budget) asks this.
+  virtual bool uses_budget() const { return false; }
 };
 
 /// What a policy sees after the last layer of one forward step (Policy::on_step_end).
@@ -373,10 +378,6 @@ struct PolicyInfo {
   /// The spec registry-wide tests build: the name, PolicyTestInfo::params, and `extra` ("k=v,..."
   /// appended; a key given twice is an error), at `budget` (PolicySpec::parse's errors).
   PolicySpec test_spec(int64_t budget, const std::string& extra = "") const;
-  /// True when the policy takes a token budget (`--budgets` makes one grid cell per budget);
-  /// false for full, wgkv's admission gate and duoattention's head pattern
-  /// (PolicyTestInfo::min_budget == 0).
-  bool uses_budget() const { return tests.min_budget > 0; }
   /// The budget a test that wants `want` tokens uses: 0 for a policy that takes no budget
   /// (PolicyTestInfo::min_budget == 0), else at least PolicyTestInfo::min_budget.
   int64_t test_budget(int64_t want) const {
