@@ -107,9 +107,8 @@ TEST(FidelityPipeline, FullIsExactAndATinyBudgetIsNot) {
   EXPECT_GT(orc.kl_mean, 0.0);
   EXPECT_GT(orc.evictions, 30.0);
 
-  const Row bad = evaluate(model, refs, ResolvedPolicy::resolve("snapkv", 64), 4, {})  // refused at 4;
-                  EXPECT_NE(bad.error.find("must exceed"), std::string::npos)
-                  << bad.error;
+  const Row bad = evaluate(model, refs, ResolvedPolicy::resolve("snapkv", 64), 4, {});  // refused at 4
+  EXPECT_NE(bad.error.find("must exceed"), std::string::npos) << bad.error;
   const std::string md = markdown_table({full, tiny, bad});
   EXPECT_NE(md.find("| full | - | 100.0 | 100.0 | 100.0 | 0.0000 | +0.0000 |"), std::string::npos) << md;
   EXPECT_NE(md.find("must exceed"), std::string::npos);
