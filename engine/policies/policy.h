@@ -246,6 +246,9 @@ struct KvFootprint {
 KvFootprint per_head_footprint(const FootprintQuery& q, int64_t peak_tokens, int64_t steady_tokens, std::string rule);
 /// The full cache's footprint: every head holds context + gen tokens at the end.
 KvFootprint full_cache_footprint(const FootprintQuery& q, std::string rule = "full cache: context + gen");
+/// The footprint of policy `name` whose heads (AdaKV) or layers (PyramidKV, CAKE) share the budget
+/// unevenly, so one head may hold more than budget + buffer: the full cache (an upper bound).
+KvFootprint uneven_budget_footprint(const FootprintQuery& q, const std::string& name);
 
 /// Base class of every policy. One instance per (model, run); it may keep per-sequence state
 /// keyed by SeqId (release it in on_sequence_end).

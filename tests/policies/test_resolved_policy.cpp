@@ -5,7 +5,6 @@
 // A new policy is covered from its registry entry alone (PolicyInfo::tests).
 #include <gtest/gtest.h>
 
-
 #include "engine/engine.h"
 #include "engine/policies/resolved.h"
 #include "harness.h"
@@ -60,7 +59,8 @@ TEST(ResolvedPolicy, UsesBudgetAgreesWithWhatEveryRegisteredPolicyDoes) {
     // (wgkv): a short window keeps both budgets valid.
     bool window = false;
     for (const auto& p : info.params) window = window || p.key == "window";
-    const bool short_window = window && info.tests.min_budget == 0 && info.tests.params.find("window=") == std::string::npos;
+    const bool short_window =
+        window && info.tests.min_budget == 0 && info.tests.params.find("window=") == std::string::npos;
     const ResolvedPolicy rp(info.test_spec(b1, short_window ? "window=16" : ""));
     if (info.name == "wgkv") {
       // Open (issue 47): its budget bounds a global cache its RANDOM test gates never fill here,
