@@ -17,6 +17,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/engine.h"
+#include "engine/policies/resolved.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "engine/util/memory.h"
@@ -39,6 +40,8 @@ struct BenchArgs {
   bool plan_only = false;          ///< --plan-only: print the --memory plan, run nothing
   std::vector<std::string> cases;  ///< --case: configurations run one after another on one model
   std::string json;                ///< --json FILE ("" = none)
+  /// `policy` at `budget`, resolved once (run_bench) before any weights load.
+  std::shared_ptr<const ResolvedPolicy> resolved;
 };
 
 constexpr double kGiB = 1073741824.0;
@@ -92,7 +95,7 @@ BenchArgs parse_case(const std::string& text, BenchArgs a) {
 /// `plan_json`. Throws kvb::Error ("--memory: ...", naming the sizes) when not even batch 1 fits.
 BenchMemoryPlan size_batch(const ModelConfig& c, size_t host_weight_bytes, BenchArgs& a, nlohmann::json& plan_json) {
   // The policy's resolved schedule decides its footprint.
-  const auto probe = make_policy(PolicySpec::parse(a.policy, a.budget));
+  const Policy& probe = a.resolved->built();
   BenchMemoryInput in;
   in.config = c;
   in.backend = a.backend;
@@ -101,7 +104,7 @@ BenchMemoryPlan size_batch(const ModelConfig& c, size_t host_weight_bytes, Bench
   in.prefill_chunk = a.prefill_chunk;
   in.page_size = EngineOptions{}.page_size;
   in.host_weight_bytes = host_weight_bytes;
-  const BenchMemoryPlan plan = plan_bench_memory(in, probe.get(), a.budget);
+  const BenchMemoryPlan plan = plan_bench_memory(in, &probe, a.budget);
   const double budget = a.memory_gib * kGiB;
   const int64_t b = plan.max_batch(budget);
   if (b < 1)
@@ -152,6 +155,8 @@ void run_bench(BenchArgs a) {
   std::vector<BenchArgs> runs;  // parsed before the weights load: a bad --case fails at once
   for (const std::string& text : a.cases) runs.push_back(parse_case(text, a));
   if (runs.empty()) runs.push_back(a);
+  for (BenchArgs& r : runs)
+    r.resolved = std::make_shared<const ResolvedPolicy>(ResolvedPolicy::resolve(r.policy, r.budget));
   // Before an 8B shape's weights are generated (minutes on a few cores): the backend must exist.
   if (!a.plan_only) check_backend_name(a.backend);
   // --plan-only may plan for a backend this build lacks (cuda on a CPU machine), but not for one
@@ -255,7 +260,7 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
   std::printf("%-8s %-6s %-6s %-22s %12s %12s %10s %14s %12s %9s\n", "context", "gen", "batch", "policy",
               "prefill_tok/s", "decode_tok/s", "ms/step", "kv_bytes_peak", "peak_rss_MiB", "policy_%");
   for (int rep = 0; rep < a.repeats; ++rep) {
-    Engine engine(model, eo, make_policy(PolicySpec::parse(a.policy, a.budget)));
+    Engine engine(model, eo, a.resolved->build());
     // Untimed warm-up on the same engine and batch (a prompt of at most two chunks, 2 tokens):
     // library and kernel loading, a policy's lazily built weights (TRIM-KV's random gates take
     // seconds on an 8B shape) and the first pool growth stay out of the measurement.

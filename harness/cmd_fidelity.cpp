@@ -3,6 +3,7 @@
 // Protocol and metric definitions: harness/fidelity.h. Prompts come from --prompts FILE (one per
 // line; `.jsonl`: a "prompt" or "text" field per line), --text FILE (the whole file is one
 // prompt) or --task T --limit K (the task's prompts, chat-rendered as `kvbench run` does).
+#include <algorithm>
 #include <filesystem>
 #include <cstdio>
 #include <fstream>
@@ -91,7 +92,11 @@ std::vector<std::vector<int32_t>> load_prompts(const FidelityArgs& a, const Load
 void run_fidelity(const FidelityArgs& a) {
   const std::vector<std::string> specs = fidelity::split_policy_list(a.policies);
   const std::vector<int64_t> budgets = parse_budget_list(a.budgets);
-  for (const auto& s : specs) PolicySpec::parse(s);  // syntax errors before loading anything
+  // Each spec parsed once and built once, at the largest budget, before anything is loaded: its
+  // bad syntax or parameters fail here; the built policy says whether it takes a budget.
+  std::vector<ResolvedPolicy> policies;
+  const int64_t probe = budgets.empty() ? 0 : *std::max_element(budgets.begin(), budgets.end());
+  for (const auto& s : specs) policies.push_back(ResolvedPolicy::resolve(s, probe));
   // A folder reads as an empty file (`--text DIR` measured an empty prompt and exited 0).
   for (const auto& [opt, path] : {std::pair{"--text", &a.text_file}, std::pair{"--prompts", &a.prompts_file}})
     if (!path->empty() && std::filesystem::is_directory(*path)) fail("{} {}: is a directory, not a file", opt, *path);
@@ -116,13 +121,10 @@ void run_fidelity(const FidelityArgs& a) {
                prompts.size(), a.max_new_tokens);
   const auto refs = fidelity::make_references(m.model, prompts, a.max_new_tokens, m.eos_ids);
   std::vector<fidelity::Row> rows;
-  for (const auto& spec : specs) {
-    const PolicySpec ps = PolicySpec::parse(spec);
-    const auto kind = ps.params.find("budget_kind");  // threshold: the scores decide, no budget
-    const bool budgetless = ps.name == "full" || (kind != ps.params.end() && kind->second == "threshold");
-    for (int64_t b : budgetless ? std::vector<int64_t>{0} : budgets) {
-      std::fprintf(stderr, "[kvbench] fidelity: %s budget %lld\n", spec.c_str(), static_cast<long long>(b));
-      rows.push_back(fidelity::evaluate(m.model, refs, spec, b, m.eos_ids));
+  for (const auto& rp : policies) {
+    for (int64_t b : rp.budgets_of(budgets)) {  // one row when it takes no budget
+      std::fprintf(stderr, "[kvbench] fidelity: %s budget %lld\n", rp.text().c_str(), static_cast<long long>(b));
+      rows.push_back(fidelity::evaluate(m.model, refs, rp, b, m.eos_ids));
     }
   }
   int64_t positions = 0;

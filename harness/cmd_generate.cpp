@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine/policies/resolved.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "engine/util/memory.h"
@@ -74,20 +75,18 @@ void write_generate_json(const GenerateArgs& a, const LoadedModel& m, const std:
 }
 
 void run_generate(const GenerateArgs& a) {
-  auto policy = make_policy(PolicySpec::parse(a.policy, a.budget));  // a bad spec fails before loading
-  if (a.budget > 0) {
+  const ResolvedPolicy resolved = ResolvedPolicy::resolve(a.policy, a.budget);  // a bad spec fails before loading
+  if (a.budget > 0 && !resolved.uses_budget()) {
     // A budget the policy does not read is an error, never silently ignored (issue 46, item 7):
-    // a policy without one (dms, full, wgkv, kvzap, duoattention), or a threshold keep-set.
-    const std::string name = PolicySpec::parse(a.policy).name;
-    for (const PolicyInfo& info : policy_registry())
-      if (info.name == name && !info.uses_budget())
-        fail("--budget: policy '{}' takes no budget (what it keeps is its own decision); drop --budget", name);
-    if (policy->resolved_params().value("budget_kind", "") == "threshold")
-      fail(
-          "--budget: policy '{}' with budget_kind=threshold keeps what its score threshold decides, not a "
-          "budget; drop --budget",
-          name);
+    // a policy without one (dms, full, wgkv, kvzap, duoattention), or a ratio or threshold keep-set.
+    const std::string name = resolved.spec().name;
+    const std::string kind = resolved.params().value("budget_kind", "");
+    if (kind == "threshold" || kind == "ratio")
+      fail("--budget: policy '{}' with budget_kind={} keeps what its {} decides, not a budget; drop --budget", name,
+           kind, kind == "threshold" ? "score threshold" : "ratio");
+    fail("--budget: policy '{}' takes no budget (what it keeps is its own decision); drop --budget", name);
   }
+  auto policy = resolved.build();
   const WeightFormat wf = parse_weights_option(a.weights);
   LoadedModel m = load_model(a.model, wf, a.chat_template);
   release_freed_heap();
@@ -109,7 +108,7 @@ void run_generate(const GenerateArgs& a) {
   EngineOptions eo;
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_batch = 1;
-  auto json_policy = a.json_out.empty() ? nullptr : make_policy(PolicySpec::parse(a.policy, a.budget));
+  auto json_policy = a.json_out.empty() ? nullptr : resolved.build();
   Engine engine(m.model, eo, std::move(policy));
   GenerationRequest req;
   req.prompt = prompt;

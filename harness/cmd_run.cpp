@@ -391,8 +391,9 @@ void run_model(const RunArgs& a, const RunGrid& rg, const RunPolicies& policies,
   recheck_input_files();  // the files just loaded are the ones the run recorded
   release_freed_heap();   // what loading freed (tokenizer build, conversions) goes back to the OS
   for (const auto& [key, group] : groups) {
-    const std::string& spec_text = policies.label_to_spec.at(key.first);
-    Engine engine(lm.model, engine_options(a), make_policy(PolicySpec::parse(spec_text, key.second)));
+    const RunPolicy& rp = policies.by_label.at(key.first);
+    const std::string& spec_text = rp.text;
+    Engine engine(lm.model, engine_options(a), rp.resolved.build_at(key.second));
     const BatchContext c{a, rg, lm, engine, spec_text, judge, store, run_id};
     // One generate call for the cell (the scheduler fills the batch across all its items); the
     // items with fresh-context follow-ups, which generate again after their first turn, batch by

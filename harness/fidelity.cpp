@@ -9,7 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/policies/oracle.h"
-#include "engine/policies/oracle_passes.h"
+#include "engine/oracle_passes.h"
 #include "engine/util/error.h"
 
 namespace kvb::fidelity {
@@ -130,14 +130,13 @@ std::vector<Reference> make_references(std::shared_ptr<const Model> model,
   return refs;
 }
 
-Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& refs, const std::string& spec,
+Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& refs, const ResolvedPolicy& policy,
              int64_t budget, const std::vector<int32_t>& stop_ids) {
   Row row;
-  row.policy = spec;
+  row.policy = policy.text();
   row.budget = budget;
-  const PolicySpec ps = PolicySpec::parse(spec, budget);
   try {
-    row.resolved = make_policy(ps)->resolved_params();
+    row.resolved = policy.build_at(budget)->resolved_params();
   } catch (const Error& e) {
     row.error = e.what();
     return row;
@@ -148,7 +147,7 @@ Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& r
   double full_bytes = 0, full_read = 0;
   for (const auto& r : refs) {
     // Two instances: one per engine (an engine owns its policy).
-    std::unique_ptr<Policy> gen_policy = make_policy(ps), tf_policy = make_policy(ps);
+    std::unique_ptr<Policy> gen_policy = policy.build_at(budget), tf_policy = policy.build_at(budget);
     if (auto* o = dynamic_cast<OraclePolicy*>(gen_policy.get())) {
       if (o->budget() > 0) {
         prepare_oracle(model, *o, r.prompt, r.continuation);

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/model.h"
+#include "engine/policies/resolved.h"
 #include "harness/cli_checks.h"
 
 namespace kvb::fidelity {
@@ -96,10 +97,11 @@ struct Row {
   std::string error;
 };
 
-/// Runs one policy spec at one budget against the references (the oracle in two-pass mode).
-/// Errors while building the policy (bad spec, budget too small, missing weights) are returned
-/// in Row::error; errors while running propagate as kvb::Error.
-Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& refs, const std::string& spec,
+/// Runs one resolved policy at one budget against the references (the oracle in two-pass mode).
+/// Row::policy is its canonical text (ResolvedPolicy::text). Errors while building it at
+/// `budget` (budget too small) are returned in Row::error; errors while running propagate as
+/// kvb::Error.
+Row evaluate(std::shared_ptr<const Model> model, const std::vector<Reference>& refs, const ResolvedPolicy& policy,
              int64_t budget, const std::vector<int32_t>& stop_ids);
 
 /// The `--policies` list parser shared with `kvbench run` (harness/cli_checks.h).

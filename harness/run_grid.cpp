@@ -12,6 +12,7 @@
 #include "datasets/registry.h"
 #include "engine/backend/backend.h"
 #include "engine/policies/policy.h"
+#include "engine/policies/resolved.h"
 #include "engine/util/error.h"
 #include "engine/util/hash.h"
 #include "engine/util/io.h"
@@ -70,12 +71,14 @@ std::vector<int64_t> resolve_budgets(const RunArgs& a, const tasks::Suite& suite
 RunPolicies resolve_policies(const std::string& list, int64_t first_budget, const std::vector<std::string>& models) {
   RunPolicies p;
   p.texts = split_policy_list(list);
-  // Learned-gate policies without a checkpoint get the released weights known for the run's
-  // models (said, and recorded in policy_notes); with none known they run with RANDOM gates,
-  // said loudly and recorded too and, through the resolved parameters, in every item's label.
   for (auto& pt : p.texts) {
+    // The one parse of this spec. Learned-gate policies without a checkpoint get the released
+    // weights known for the run's models (said, and recorded in policy_notes); with none known
+    // they run with RANDOM gates, said loudly and recorded too and, through the resolved
+    // parameters, in every item's label.
+    PolicySpec ps = PolicySpec::parse(pt, first_budget);
     std::string note, picked;
-    pt = default_gates(pt, models, &note, &picked);
+    pt = default_gates(ps, pt, models, &note, &picked);
     if (!picked.empty()) {
       std::fprintf(stderr, "kvbench: %s\n", picked.c_str());
       p.notes.push_back(picked);
@@ -84,24 +87,16 @@ RunPolicies resolve_policies(const std::string& list, int64_t first_budget, cons
       std::fprintf(stderr, "kvbench: warning: %s\n", note.c_str());
       p.notes.push_back(note);
     }
-  }
-  for (const auto& pt : p.texts) {
-    PolicySpec ps = PolicySpec::parse(pt, first_budget);
-    auto pol = make_policy(ps);  // validates the parameters
+    // Built once by the registry: the built policy says whether it takes a budget
+    // (Policy::uses_budget): one cell per budget for those, one cell (budget kNoBudget) for the
+    // others (full, budget_kind=ratio or threshold, ...).
+    ResolvedPolicy rp(std::move(ps));
     results::PolicySpec g;
-    g.name = ps.name;
-    g.params = pol->resolved_params();
-    g.params.erase("budget");  // the grid's budget column carries it (it was first_budget here)
-    // The registry entry says whether the policy takes a budget (PolicyInfo::uses_budget): one
-    // cell per budget for those, one cell for the others (full, wgkv, duoattention, kvzap); and
-    // budget_kind=threshold (whose keep-sets a score threshold decides) takes none either: one
-    // cell, stored with budget kNoBudget, its realised tokens measured instead.
-    g.uses_budget = false;
-    for (const auto& info : policy_registry())
-      if (info.name == ps.name) g.uses_budget = info.uses_budget();
-    if (g.params.value("budget_kind", "") == "threshold") g.uses_budget = false;
-    g.display = policy_cell_label(ps.name, g.params);
-    p.label_to_spec[g.label()] = pt;
+    g.name = rp.name();
+    g.params = rp.params();
+    g.uses_budget = rp.uses_budget();
+    g.display = rp.label();
+    p.by_label.emplace(g.label(), RunPolicy{pt, std::move(rp)});
     p.grid.push_back(g);
   }
   return p;
@@ -210,30 +205,6 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
   add_input_identity(info, model_specs, lt);  // harness/input_identity.h
   info.run_key = results::default_run_key(info);
   return info;
-}
-
-std::string policy_cell_label(const std::string& name, const nlohmann::json& params) {
-  std::map<std::string, std::string> defaults;
-  for (const auto& info : policy_registry())
-    if (info.name == name)
-      for (const auto& p : info.params) defaults[p.key] = p.default_value;
-  auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
-  auto same = [](const std::string& a, const std::string& b) {
-    if (a == b) return true;
-    char* ea = nullptr;
-    char* eb = nullptr;
-    const double x = std::strtod(a.c_str(), &ea), y = std::strtod(b.c_str(), &eb);
-    return !a.empty() && !b.empty() && *ea == '\0' && *eb == '\0' && x == y;  // "8" == "8.0"
-  };
-  std::string out = name;
-  bool first = true;
-  for (const auto& [k, v] : params.items()) {  // nlohmann::json objects iterate in sorted key order
-    auto d = defaults.find(k);
-    if (d != defaults.end() && same(text(v), d->second)) continue;
-    out += (first ? ":" : ",") + k + "=" + text(v);
-    first = false;
-  }
-  return out;
 }
 
 std::string weights_sha256(const std::string& spec) {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/policies/resolved.h"
 #include "harness/judge_grading.h"
 #include "results/grid.h"
 #include "results/store.h"
@@ -38,12 +39,6 @@ struct LoadedTasks {
 /// a malformed record.
 LoadedTasks load_tasks(const std::vector<tasks::SuiteTask>& suite_tasks, const std::vector<std::string>& data_dirs,
                        size_t cli_limit, const std::string& on_bad);
-
-/// The cell label of a policy: its name, then the resolved parameters that differ from the
-/// registry's defaults as sorted key=value pairs, e.g. "snapkv", "trimkv:random_gates=0",
-/// "rkv:lambda=0.2,window=16" ("8" and "8.0" count as equal). Unique per distinct resolved
-/// parameters within one kvbench build; the full parameters stay in work_items.policy_params_json.
-std::string policy_cell_label(const std::string& name, const nlohmann::json& params);
 
 /// The revision of a model: the sha256 (hex) of its weight file, or of the concatenated hex
 /// digests of its safetensors shards; "" hashed for a directory without known weight files.
@@ -93,13 +88,19 @@ std::vector<int64_t> resolve_budgets(const RunArgs& a, const tasks::Suite& suite
 
 /// The run's policies: the spec texts as run (learned policies without weights get the released
 /// weights known for `models`, else random ones: default_gates in run_support.h; the list split by split_policy_list), their grid entries (resolved parameters without the budget,
-/// cell label policy_cell_label), the spec of each cell label, and the notes saying which
+/// cell label ResolvedPolicy::label), each cell label's ResolvedPolicy (parsed once, built once by
+/// the registry; it decides whether the policy takes a budget), and the notes saying which
 /// weights are random (printed as warnings). `first_budget` resolves budget-relative defaults.
 /// Throws kvb::Error for an empty list or a bad spec.
+/// One policy of a run: the spec text as run (recorded with each generation) and its resolution.
+struct RunPolicy {
+  std::string text;
+  ResolvedPolicy resolved;
+};
 struct RunPolicies {
   std::vector<std::string> texts;
   std::vector<results::PolicySpec> grid;
-  std::map<std::string, std::string> label_to_spec;
+  std::map<std::string, RunPolicy> by_label;  ///< by cell label (results::PolicySpec::label)
   nlohmann::json notes = nlohmann::json::array();
 };
 RunPolicies resolve_policies(const std::string& list, int64_t first_budget, const std::vector<std::string>& models);

@@ -24,11 +24,10 @@ std::vector<int32_t> truncate_middle(const std::vector<int32_t>& ids, size_t lim
   return out;
 }
 
-std::string default_gates(const std::string& policy_text, const std::vector<std::string>& models, std::string* note,
-                          std::string* picked) {
+std::string default_gates(PolicySpec& ps, const std::string& policy_text, const std::vector<std::string>& models,
+                          std::string* note, std::string* picked) {
   note->clear();
   picked->clear();
-  const PolicySpec ps = PolicySpec::parse(policy_text);
   const PolicyInfo* info = nullptr;
   for (const PolicyInfo& p : policy_registry())
     if (p.name == ps.name) info = &p;
@@ -44,6 +43,7 @@ std::string default_gates(const std::string& policy_text, const std::vector<std:
   if (all_known) {
     *picked = ps.name + ": using the released " + l.paper + " " + l.what + " " + known[0]->weights + " for " +
               known[0]->base_model + " (" + known[0]->note + "; `kvbench policies --checkpoints`)";
+    ps.params[l.file_param] = known[0]->weights;
     return policy_text + sep + l.file_param + "=" + known[0]->weights;
   }
   for (size_t i = 0; i < models.size(); ++i)
@@ -55,6 +55,7 @@ std::string default_gates(const std::string& policy_text, const std::vector<std:
           "the other models need different ones or have none", l.file_param);
   *note = ps.name + ": no released " + l.what + " known for this model and none given (" + l.file_param +
           "=...); using RANDOM " + l.what + " (" + l.random_param + "=0) — this measures the pipeline, not " + l.paper;
+  ps.params[l.random_param] = "0";
   return policy_text + sep + l.random_param + "=0";
 }
 

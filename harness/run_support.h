@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/policies/policy.h"
+
 namespace kvb::cli {
 
 /// The `run` settings of a config file such as ci/nightly.yaml. Every field is optional; a
@@ -55,7 +57,8 @@ RunConfigFile load_run_config(const std::string& path, const std::string& profil
 /// otherwise returns `ids` unchanged. `limit` must be >= 2 (kvb::Error otherwise).
 std::vector<int32_t> truncate_middle(const std::vector<int32_t>& ids, size_t limit);
 
-/// The one rule for learned policies without weights (every policy whose registry entry has
+/// The one rule for learned policies without weights, applied to `spec`, the parsed form of
+/// `policy_text` (it gets the same parameter the returned text gains) (every policy whose registry entry has
 /// PolicyInfo::learned: trimkv, wgkv `gates=` / `random_gates=`; foresightkv `scorer=` /
 /// `random_scorer=`), for a run over `models` (what --model names): a spec that names weights
 /// or random weights comes back unchanged; otherwise, when the released-checkpoint registry
@@ -64,10 +67,10 @@ std::vector<int32_t> truncate_middle(const std::vector<int32_t>& ids, size_t lim
 /// random key set to 0 (`random_gates=0`) and `*note` a line saying the weights are random
 /// (`kvbench run` prints both and records them in the run's config as policy_notes; every work
 /// item's policy_label and policy_params_json carry the parameter). Other specs come back
-/// unchanged with both strings cleared. Throws kvb::Error for a malformed spec, and when the
+/// unchanged with both strings cleared. Throws kvb::Error when the
 /// models need different checkpoints (or only some have one): run them separately or name the
 /// weights.
-std::string default_gates(const std::string& policy_text, const std::vector<std::string>& models, std::string* note,
-                          std::string* picked);
+std::string default_gates(PolicySpec& spec, const std::string& policy_text, const std::vector<std::string>& models,
+                          std::string* note, std::string* picked);
 
 }  // namespace kvb::cli

@@ -32,13 +32,8 @@ class AdaKVPolicy : public SnapKVPolicy {
     alpha_ = params_.get_double_in("alpha", 0, 1);
   }
 
-  /// Heads (AdaKV) or layers (PyramidKV, CAKE) share the budget unevenly, so one head may hold
-  /// more than B + buffer: projected as the full cache (an upper bound).
-  KvFootprint kv_footprint(const FootprintQuery& q) const override {
-    return full_cache_footprint(q, name() +
-                                       ": budget shared unevenly across heads or layers, sized as the full "
-                                       "cache (context + gen)");
-  }
+  /// The budget is shared unevenly: the full cache (uneven_budget_footprint).
+  KvFootprint kv_footprint(const FootprintQuery& q) const override { return uneven_budget_footprint(q, name()); }
   void on_layer_step(LayerStep& step) override {
     const int64_t B = budget_now(step);
     if (B <= 0) return;

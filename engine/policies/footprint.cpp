@@ -37,4 +37,10 @@ KvFootprint full_cache_footprint(const FootprintQuery& q, std::string rule) {
   return per_head_footprint(q, q.context + q.gen, q.context + q.gen, std::move(rule));
 }
 
+KvFootprint uneven_budget_footprint(const FootprintQuery& q, const std::string& name) {
+  return full_cache_footprint(q, name +
+                                     ": budget shared unevenly across heads or layers, sized as the full cache "
+                                     "(context + gen)");
+}
+
 }  // namespace kvb

@@ -76,14 +76,21 @@ class PolicyParams {
 
   /// Every parameter read so far with its resolved typed value, plus "budget".
   const nlohmann::json& resolved() const { return resolved_; }
-  /// The budget from the spec (tokens per (layer, kv_head); 0 = none).
-  int64_t budget() const { return budget_; }
+  /// The budget from the spec (tokens per (layer, kv_head); 0 = none). Reading it marks the
+  /// policy as one that takes a budget (budget_read, ParamPolicy::uses_budget).
+  int64_t budget() const {
+    budget_read_ = true;
+    return budget_;
+  }
+  /// True once budget() was called: the policy read its budget.
+  bool budget_read() const { return budget_read_; }
   const std::string& policy_name() const { return name_; }
 
  private:
   std::string raw(const std::string& key) const;
   std::string name_;
   int64_t budget_ = 0;
+  mutable bool budget_read_ = false;
   std::vector<PolicyParamInfo> declared_;
   std::map<std::string, std::string> user_;
   nlohmann::json resolved_ = nlohmann::json::object();
@@ -96,6 +103,8 @@ class ParamPolicy : public Policy {
   ParamPolicy(std::string name, PolicyParams p) : name_(std::move(name)), params_(std::move(p)) {}
   std::string name() const override { return name_; }
   nlohmann::json resolved_params() const override { return params_.resolved(); }
+  /// True when the policy read its budget while it was built (PolicyParams::budget_read).
+  bool uses_budget() const override { return params_.budget_read(); }
 
  protected:
   std::string name_;

@@ -246,6 +246,9 @@ struct KvFootprint {
 KvFootprint per_head_footprint(const FootprintQuery& q, int64_t peak_tokens, int64_t steady_tokens, std::string rule);
 /// The full cache's footprint: every head holds context + gen tokens at the end.
 KvFootprint full_cache_footprint(const FootprintQuery& q, std::string rule = "full cache: context + gen");
+/// The footprint of policy `name` whose heads (AdaKV) or layers (PyramidKV, CAKE) share the budget
+/// unevenly, so one head may hold more than budget + buffer: the full cache (an upper bound).
+KvFootprint uneven_budget_footprint(const FootprintQuery& q, const std::string& name);
 
 /// Base class of every policy. One instance per (model, run); it may keep per-sequence state
 /// keyed by SeqId (release it in on_sequence_end).
@@ -281,6 +284,11 @@ class Policy {
   /// the scheduled policies give their budget + buffer schedule (ScheduledPolicy). Throws
   /// kvb::Error for a query with a non-positive context, chunk, page size or shape.
   virtual KvFootprint kv_footprint(const FootprintQuery& q) const { return full_cache_footprint(q); }
+  /// True when what this policy keeps or reads depends on its token budget (PolicySpec::budget):
+  /// built at two budgets it behaves differently. False for the full cache and for policies whose
+  /// keep-sets a ratio or a score threshold decides (budget_kind=ratio|threshold), or that read no
+  /// budget at all. ResolvedPolicy::uses_budget (the grid's one cell per budget) asks this.
+  virtual bool uses_budget() const { return false; }
 };
 
 /// What a policy sees after the last layer of one forward step (Policy::on_step_end).
@@ -373,10 +381,6 @@ struct PolicyInfo {
   /// The spec registry-wide tests build: the name, PolicyTestInfo::params, and `extra` ("k=v,..."
   /// appended; a key given twice is an error), at `budget` (PolicySpec::parse's errors).
   PolicySpec test_spec(int64_t budget, const std::string& extra = "") const;
-  /// True when the policy takes a token budget (`--budgets` makes one grid cell per budget);
-  /// false for full, wgkv's admission gate and duoattention's head pattern
-  /// (PolicyTestInfo::min_budget == 0).
-  bool uses_budget() const { return tests.min_budget > 0; }
   /// The budget a test that wants `want` tokens uses: 0 for a policy that takes no budget
   /// (PolicyTestInfo::min_budget == 0), else at least PolicyTestInfo::min_budget.
   int64_t test_budget(int64_t want) const {

@@ -96,13 +96,8 @@ class PyramidKVPolicy : public SnapKVPolicy {
     align_ = params_.get_int_min("align", 1);
   }
   void on_sequence_end(SeqId seq) override { prompt_len_.erase(seq); }
-  /// Heads (AdaKV) or layers (PyramidKV, CAKE) share the budget unevenly, so one head may hold
-  /// more than B + buffer: projected as the full cache (an upper bound).
-  KvFootprint kv_footprint(const FootprintQuery& q) const override {
-    return full_cache_footprint(q, name() +
-                                       ": budget shared unevenly across heads or layers, sized as the full "
-                                       "cache (context + gen)");
-  }
+  /// The budget is shared unevenly: the full cache (uneven_budget_footprint).
+  KvFootprint kv_footprint(const FootprintQuery& q) const override { return uneven_budget_footprint(q, name()); }
 
  protected:
   /// The layer's budget from the prompt length P, fixed at the end of the prompt and kept while

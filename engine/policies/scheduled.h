@@ -81,6 +81,9 @@ class ScheduledPolicy : public ParamPolicy {
   /// full cache. Policies whose heads or layers share the budget unevenly (PyramidKV, AdaKV,
   /// CAKE) override this with the full cache.
   KvFootprint kv_footprint(const FootprintQuery& q) const override;
+  /// Token and global budgets use the budget; budget_kind=ratio (a fraction of the context) and
+  /// budget_kind=threshold (a score threshold) do not.
+  bool uses_budget() const override { return !ratio_kind_ && !threshold_kind_ && ParamPolicy::uses_budget(); }
 
  protected:
   /// Scores of the L tokens of head h (higher = keep). Entries of protected tokens are ignored.

@@ -143,6 +143,8 @@ class SeerAttnRPolicy : public Policy {
           "SeerAttention/SeerAttention-Decode-<model>-AttnGates; `kvbench policies --checkpoints`), or "
           "random_gates=SEED for RANDOM test gates");
   }
+  /// Its budget bounds the tokens a decode step reads (PolicyParams::budget_read).
+  bool uses_budget() const override { return p_.budget_read(); }
 
   std::string name() const override { return "seerattn_r"; }
   nlohmann::json resolved_params() const override { return p_.resolved(); }

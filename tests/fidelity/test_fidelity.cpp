@@ -71,7 +71,7 @@ TEST(FidelityPipeline, FullIsExactAndATinyBudgetIsNot) {
   const auto refs = make_references(model, prompts, 40, {});
   ASSERT_EQ(refs.size(), 2u);
   ASSERT_EQ(refs[0].continuation.size(), 40u);
-  const Row full = evaluate(model, refs, "full", 0, {});
+  const Row full = evaluate(model, refs, ResolvedPolicy::resolve("full"), 0, {});
   EXPECT_TRUE(full.error.empty()) << full.error;
   EXPECT_EQ(full.positions, 80);
   EXPECT_EQ(full.kl_mean, 0.0);
@@ -84,7 +84,7 @@ TEST(FidelityPipeline, FullIsExactAndATinyBudgetIsNot) {
   EXPECT_GT(full.kv_read_step, 0.0);
   EXPECT_EQ(full.evictions, 0.0);
 
-  const Row tiny = evaluate(model, refs, "streamingllm:sinks=1,window=2,buffer=1", 4, {});
+  const Row tiny = evaluate(model, refs, ResolvedPolicy::resolve("streamingllm:sinks=1,window=2,buffer=1", 4), 4, {});
   EXPECT_TRUE(tiny.error.empty()) << tiny.error;
   EXPECT_GT(tiny.kl_mean, 1e-4);
   EXPECT_NE(tiny.nll_delta, 0.0);
@@ -95,19 +95,19 @@ TEST(FidelityPipeline, FullIsExactAndATinyBudgetIsNot) {
 
   // Quest holds the whole cache and reads only its selected pages (no dense layer in this
   // 2-layer model, then max(min_pages, 8 / 4) = 3 pages of 4 tokens per query head).
-  const Row quest = evaluate(model, refs, "quest:page_size=4,dense_layers=0", 8, {});
+  const Row quest = evaluate(model, refs, ResolvedPolicy::resolve("quest:page_size=4,dense_layers=0", 8), 8, {});
   EXPECT_TRUE(quest.error.empty()) << quest.error;
   EXPECT_DOUBLE_EQ(quest.kv_bytes_ratio, 1.0);
   EXPECT_EQ(quest.evictions, 0.0);
   EXPECT_LT(quest.kv_read_ratio, 0.9);
   EXPECT_GT(quest.kv_read_ratio, 0.0);
 
-  const Row orc = evaluate(model, refs, "oracle:buffer=2", 4, {});
+  const Row orc = evaluate(model, refs, ResolvedPolicy::resolve("oracle:buffer=2", 4), 4, {});
   EXPECT_TRUE(orc.error.empty()) << orc.error;
   EXPECT_GT(orc.kl_mean, 0.0);
   EXPECT_GT(orc.evictions, 30.0);
 
-  const Row bad = evaluate(model, refs, "snapkv", 4, {});
+  const Row bad = evaluate(model, refs, ResolvedPolicy::resolve("snapkv", 64), 4, {});  // refused at 4
   EXPECT_NE(bad.error.find("must exceed"), std::string::npos) << bad.error;
   const std::string md = markdown_table({full, tiny, bad});
   EXPECT_NE(md.find("| full | - | 100.0 | 100.0 | 100.0 | 0.0000 | +0.0000 |"), std::string::npos) << md;

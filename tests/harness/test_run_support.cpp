@@ -11,7 +11,6 @@
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
-using kvb::cli::default_gates;
 using kvb::cli::load_run_config;
 using kvb::cli::truncate_middle;
 
@@ -24,6 +23,15 @@ std::string write_tmp(const std::string& name, const std::string& text) {
 }
 
 using ::kvb::test::error_of;
+
+/// default_gates on the text's parsed spec; checks that the spec gained what the text gained.
+std::string default_gates(const std::string& text, const std::vector<std::string>& models, std::string* note,
+                          std::string* picked) {
+  kvb::PolicySpec spec = kvb::PolicySpec::parse(text);
+  const std::string out = kvb::cli::default_gates(spec, text, models, note, picked);
+  EXPECT_EQ(spec.to_string(), kvb::PolicySpec::parse(out).to_string()) << text;
+  return out;
+}
 
 }  // namespace
 

@@ -13,6 +13,8 @@
 
 #include "engine/policies/kvpress_table.h"
 #include "engine/policies/policy.h"
+#include "engine/policies/resolved.h"
+#include "engine/util/error.h"
 #include "tests/support/test_support.h"
 
 namespace kvb {
@@ -39,14 +41,17 @@ std::string golden_concrete(std::string spec) {
   return spec;
 }
 
-/// The resolved parameters of `spec` (budget 100 when the policy takes one).
+/// The resolved parameters of `spec` (ResolvedPolicy::params): at budget 100 when the built policy
+/// takes a budget, else at none.
 nlohmann::json resolved(const std::string& spec) {
-  const PolicySpec ps = PolicySpec::parse(spec);
-  bool budget = false;
-  for (const auto& info : policy_registry())
-    if (info.name == ps.name) budget = info.uses_budget();
-  const std::string kind = ps.params.count("budget_kind") ? ps.params.at("budget_kind") : "tokens";
-  return make_policy(PolicySpec::parse(spec, budget && kind == "tokens" ? 100 : 0))->resolved_params();
+  const ResolvedPolicy rp = [&] {
+    try {
+      return ResolvedPolicy::resolve(spec, 100);
+    } catch (const Error&) {  // a policy that refuses a budget
+      return ResolvedPolicy::resolve(spec, 0);
+    }
+  }();
+  return rp.params();
 }
 
 /// Every golden case a selector ("<file>:<press>" or "<file>:<name prefix>*") picks.

@@ -14,7 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/policies/oracle.h"
-#include "engine/policies/oracle_passes.h"
+#include "engine/oracle_passes.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/error.h"
 #include "engine/util/io.h"

@@ -1,4 +1,4 @@
-// The two passes of the `oracle` policy (oracle.h; docs/policies.md), driven through the
+// The two passes of the `oracle` policy (engine/policies/oracle.h; docs/policies.md), driven through the
 // real engine. Header-only because it needs kvb::Engine, which links after the policy library.
 #pragma once
 

@@ -79,6 +79,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/engine.h"
+#include "engine/policies/resolved.h"
 #include "engine/policies/scoring.h"
 #include "engine/util/error.h"
 
@@ -163,7 +164,7 @@ class ReadProbePolicy final : public Policy {
 /// The policy of a spec, or the read-selection probe for "readsel-probe".
 std::unique_ptr<Policy> check_policy(const std::string& spec, int64_t budget) {
   if (spec == "readsel-probe") return std::make_unique<ReadProbePolicy>();
-  return make_policy(PolicySpec::parse(spec, budget));
+  return ResolvedPolicy::resolve(spec, budget).build();
 }
 
 std::vector<float> run_score(const std::shared_ptr<Model>& m, const std::string& backend, const std::string& policy,
@@ -694,7 +695,8 @@ int primitives(const std::vector<std::string>& shapes) {
 class ShadowPolicy final : public Policy {
  public:
   explicit ShadowPolicy(const std::string& spec, int64_t budget)
-      : a_(make_policy(PolicySpec::parse(spec, budget))), b_(make_policy(PolicySpec::parse(spec, budget))) {}
+      : ShadowPolicy(ResolvedPolicy::resolve(spec, budget)) {}
+  explicit ShadowPolicy(const ResolvedPolicy& p) : a_(p.build()), b_(p.build()) {}
   int64_t calls = 0, keep_calls = 0, keep_same = 0;
   double worst_scalar = 0;
   std::string first_diff;
