@@ -27,10 +27,7 @@ uint16_t to_bf16(float f) {
 }
 
 uint16_t to_f16(float f) {
-  _Float16 h = static_cast<_Float16>(f);  // IEEE binary16, round to nearest even
-  uint16_t b;
-  std::memcpy(&b, &h, 2);
-  return b;
+  return kvb::test::float_to_binary16(f);  // IEEE binary16, round to nearest even
 }
 
 /// Copies a model dir, rewriting model.safetensors with every 2-D F32 tensor as `dtype`.

@@ -16,6 +16,8 @@
 #include <cstdio>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -25,10 +27,38 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#if defined(__clang__) && __clang_major__ < 15
+#include <immintrin.h>  // binary16_to_float, float_to_binary16
+#endif
 
 #include "engine/util/error.h"
 
 namespace kvb::test {
+
+/// IEEE 754 binary16 -> binary32 (exact) and binary32 -> binary16 (round to nearest even) by the
+/// compiler or the CPU, the independent reference for the project's own half conversions
+/// (engine/model/weights.h). GCC (x86-64) and clang 15+ convert _Float16; clang 14, with which the
+/// sanitizer build compiles, has _Float16 on x86-64 only with AVX512-FP16, so there the CPU's F16C
+/// instructions convert (every x86-64 CPU with AVX has them). NaN payloads are kept; signalling
+/// NaNs may come back quiet.
+#if defined(__clang__) && __clang_major__ < 15
+__attribute__((target("f16c"))) inline float binary16_to_float(uint16_t h) { return _cvtsh_ss(h); }
+__attribute__((target("f16c"))) inline uint16_t float_to_binary16(float f) {
+  return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+#else
+inline float binary16_to_float(uint16_t h) {
+  _Float16 x;
+  std::memcpy(&x, &h, 2);
+  return static_cast<float>(x);
+}
+inline uint16_t float_to_binary16(float f) {
+  const _Float16 x = static_cast<_Float16>(f);
+  uint16_t h;
+  std::memcpy(&h, &x, 2);
+  return h;
+}
+#endif
 
 /// A path under the source tree and tests/fixtures respectively.
 inline std::string source_path(const std::string& rel) { return std::string(KVB_SOURCE_DIR) + "/" + rel; }
