@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/util/error.h"
 #include "results/schema.h"
 #include "results/store.h"
 #include "synth.h"
@@ -78,6 +79,15 @@ inline void write_legacy_db(const std::string& path, const std::vector<WorkItem>
   exec("PRAGMA user_version = " + std::to_string(version));
   exec("COMMIT");
   sqlite3_close(db);
+}
+
+/// A fresh temporary database `temp_db(name)` written by write_legacy_db(items, version); checks
+/// (gtest EXPECT) that a read-only open refuses it, as it needs the migration. Returns its path.
+inline std::string legacy_db_to_migrate(const std::string& name, const std::vector<WorkItem>& items, int version) {
+  const std::string p = temp_db(name);
+  write_legacy_db(p, items, version);
+  EXPECT_THROW({ Store ro(p, Store::Mode::kReadOnly); }, kvb::Error);  // needs the migration
+  return p;
 }
 
 }  // namespace kvb::results::testing

@@ -34,27 +34,16 @@ std::optional<double> fake_read(const WorkItem& it, size_t i) {
 
 TEST(ReadBytesStore, V2DatabaseMigratesAndStoresBytesRead) {
   ASSERT_GE(migrations().size(), 3u);
-  auto p = temp_db("read_bytes_v2");
   const auto items = expand_grid(small_grid(4, 2));
-  write_legacy_db(p, items, 2);
-  EXPECT_THROW({ Store ro(p, Store::Mode::kReadOnly); }, kvb::Error);  // needs the migration
-  Store s(p);
+  Store s(legacy_db_to_migrate("read_bytes_v2", items, 2));
   EXPECT_EQ(s.schema_version(), Store::kSchemaVersion);
   const auto old_rows = s.samples({1});
   ASSERT_EQ(old_rows.size(), items.size());
   for (const auto& r : old_rows) EXPECT_FALSE(r.kv_bytes_read_step) << "rows from v2 have no measurement";
 
   // A v3 run on the same work items, with the measurement.
-  const int64_t run = s.begin_run(run_info("new"));
-  std::vector<GenerationRecord> gens;
-  std::vector<GradeRecord> grades;
-  for (size_t i = 0; i < items.size(); ++i) {
-    gens.push_back(fake_generation(items[i]));
-    gens.back().kv_bytes_read_step = fake_read(items[i], i);
-    grades.push_back(fake_grade(items[i]));
-  }
-  s.write_batch(run, gens, grades);
-  s.end_run(run);
+  const int64_t run = write_edited_run(
+      s, run_info("new"), items, [&](GenerationRecord& g, size_t i) { g.kv_bytes_read_step = fake_read(items[i], i); });
 
   // Stored as written, and the cell mean is over the rows that measured it.
   const auto rows = s.samples({run});

@@ -23,11 +23,8 @@ using namespace kvb::results::testing;
 
 TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
   ASSERT_GE(migrations().size(), 4u);
-  auto p = temp_db("steady_v3");
   const auto items = expand_grid(small_grid(4, 2));
-  write_legacy_db(p, items, 3);
-  EXPECT_THROW({ Store ro(p, Store::Mode::kReadOnly); }, kvb::Error);  // needs the migration
-  Store s(p);
+  Store s(legacy_db_to_migrate("steady_v3", items, 3));
   EXPECT_EQ(s.schema_version(), Store::kSchemaVersion);
   for (const auto& r : s.samples({1})) {
     EXPECT_FALSE(r.kv_bytes_steady) << "rows from v3 have no steady footprint";
@@ -36,19 +33,12 @@ TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
     EXPECT_EQ(*r.kv_bytes_read_step, 1000.0);
   }
 
-  const int64_t run = s.begin_run(run_info("new"));
-  std::vector<GenerationRecord> gens;
-  std::vector<GradeRecord> grades;
   std::map<std::string, std::pair<int64_t, double>> written;  // key -> (steady, share)
-  for (size_t i = 0; i < items.size(); ++i) {
-    gens.push_back(fake_generation(items[i]));
-    gens.back().kv_bytes_steady = gens.back().kv_bytes_final + static_cast<int64_t>(i);
-    gens.back().decode_share_s = 0.025 + 0.001 * static_cast<double>(i);
-    written[items[i].key] = {*gens.back().kv_bytes_steady, *gens.back().decode_share_s};
-    grades.push_back(fake_grade(items[i]));
-  }
-  s.write_batch(run, gens, grades);
-  s.end_run(run);
+  const int64_t run = write_edited_run(s, run_info("new"), items, [&](GenerationRecord& g, size_t i) {
+    g.kv_bytes_steady = g.kv_bytes_final + static_cast<int64_t>(i);
+    g.decode_share_s = 0.025 + 0.001 * static_cast<double>(i);
+    written[items[i].key] = {*g.kv_bytes_steady, *g.decode_share_s};
+  });
   const auto rows = s.samples({run});
   ASSERT_EQ(rows.size(), items.size());
   for (const auto& r : rows) {

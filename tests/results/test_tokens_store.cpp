@@ -48,18 +48,12 @@ TEST(TokensStore, V4DatabaseMigratesAndThresholdCellsArePlacedByRealisedTokens) 
 
   const auto items = expand_grid(threshold_grid());
   for (const auto& it : items) EXPECT_EQ(it.budget, kNoBudget);  // neither policy takes a budget
-  const int64_t run = s.begin_run(run_info("threshold"));
-  s.add_work_items(items);
-  std::vector<GenerationRecord> gens;
-  std::vector<GradeRecord> grades;
-  for (size_t i = 0; i < items.size(); ++i) {
-    gens.push_back(fake_generation(items[i]));
-    gens.back().kv_tokens_mean = 40.0 + 0.5 * static_cast<double>(i);
-    gens.back().kv_tokens_peak = 60 + static_cast<int64_t>(i % 7);
-    grades.push_back(fake_grade(items[i]));
-  }
-  s.write_batch(run, gens, grades);
-  s.end_run(run);
+  std::vector<GenerationRecord> gens;                            // as written
+  const int64_t run = write_edited_run(s, run_info("threshold"), items, [&](GenerationRecord& g, size_t i) {
+    g.kv_tokens_mean = 40.0 + 0.5 * static_cast<double>(i);
+    g.kv_tokens_peak = 60 + static_cast<int64_t>(i % 7);
+    gens.push_back(g);
+  });
   const auto rows = s.samples({run});
   ASSERT_EQ(rows.size(), items.size());
 
