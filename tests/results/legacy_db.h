@@ -5,13 +5,16 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/util/error.h"
+#include "results/report.h"
 #include "results/schema.h"
 #include "results/store.h"
 #include "synth.h"
@@ -31,6 +34,25 @@ inline std::string slurp(const std::string& p) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+/// A report's files, read back.
+struct ReportText {
+  std::string html, markdown, csv;
+};
+
+/// Writes the report of `store` over `run_ids` (empty: every run), 200 bootstrap resamples, into
+/// a fresh temporary folder named after `name`; returns its html, Markdown and CSV text and
+/// removes the folder. Errors: write_report's (kvb::Error).
+inline ReportText report_text(Store& store, const std::string& name, std::vector<int64_t> run_ids = {}) {
+  ReportOptions opt;
+  opt.out_dir = ::testing::TempDir() + "kvb_" + name + "_report_" + std::to_string(getpid());
+  opt.cells.resamples = 200;
+  opt.run_ids = std::move(run_ids);
+  const ReportFiles files = write_report(store, opt);
+  ReportText text{slurp(files.html), slurp(files.markdown), slurp(files.csv)};
+  std::filesystem::remove_all(opt.out_dir);
+  return text;
 }
 
 /// Writes at `path` a database exactly as the kvbench of schema `version` (2, 3 or 4) wrote it:

@@ -4,9 +4,7 @@
 // shows the column and the accuracy-vs-bytes-read chart, and `compare` pairs a v2 run with a v3 run.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -84,20 +82,12 @@ TEST(ReadBytesStore, V2DatabaseMigratesAndStoresBytesRead) {
   for (const auto& r : cr.rows) EXPECT_EQ(r.shared_samples, 8);
 
   // The report: the column (empty for v2 cells), the CSV field and the bytes-read chart.
-  ReportOptions opt;
-  opt.out_dir = ::testing::TempDir() + "kvb_read_bytes_report_" + std::to_string(getpid());
-  opt.cells.resamples = 200;
-  const auto files = write_report(s, opt);
-  const std::string html = slurp(files.html), md = slurp(files.markdown), csv = slurp(files.csv);
+  const auto [html, md, csv] = report_text(s, "read_bytes");
   EXPECT_NE(html.find("pass@1 vs KV bytes read"), std::string::npos);
   EXPECT_NE(html.find("<th>KV read/step</th>"), std::string::npos);
   EXPECT_NE(md.find("| KV read/step |"), std::string::npos);
   EXPECT_NE(csv.find(",kv_bytes_read_step_mean,"), std::string::npos);
-  std::filesystem::remove_all(opt.out_dir);
 
   // A report over the v2 run alone has nothing to plot against bytes read.
-  opt.run_ids = {1};
-  const auto f1 = write_report(s, opt);
-  EXPECT_EQ(slurp(f1.html).find("pass@1 vs KV bytes read"), std::string::npos);
-  std::filesystem::remove_all(opt.out_dir);
+  EXPECT_EQ(report_text(s, "read_bytes", {1}).html.find("pass@1 vs KV bytes read"), std::string::npos);
 }

@@ -5,9 +5,7 @@
 // names the throughput columns and plots either KV measure.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -82,11 +80,7 @@ TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
                     "kv_bytes_steady_mean IS NULL")[0][0],
             "5");
 
-  ReportOptions opt;
-  opt.out_dir = ::testing::TempDir() + "kvb_steady_report_" + std::to_string(getpid());
-  opt.cells.resamples = 200;
-  const auto files = write_report(s, opt);
-  const std::string html = slurp(files.html), md = slurp(files.markdown), csv = slurp(files.csv);
+  const auto [html, md, csv] = report_text(s, "steady");
   EXPECT_NE(html.find("pass@1 vs steady KV bytes"), std::string::npos);
   EXPECT_NE(html.find("pass@1 vs realised KV bytes"), std::string::npos);
   for (const char* col : {"decode tok/s/seq", "decode tok/s agg", "prefill tok/s", "TTFT s", "KV steady"}) {
@@ -94,11 +88,7 @@ TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
     EXPECT_NE(md.find(std::string("| ") + col + " |"), std::string::npos) << col;
   }
   EXPECT_NE(csv.find(",decode_tok_s_agg,kv_bytes_steady_mean,"), std::string::npos);
-  std::filesystem::remove_all(opt.out_dir);
 
   // A report over the v3 run alone has no steady footprint to plot.
-  opt.run_ids = {1};
-  const auto f1 = write_report(s, opt);
-  EXPECT_EQ(slurp(f1.html).find("pass@1 vs steady KV bytes"), std::string::npos);
-  std::filesystem::remove_all(opt.out_dir);
+  EXPECT_EQ(report_text(s, "steady", {1}).html.find("pass@1 vs steady KV bytes"), std::string::npos);
 }
