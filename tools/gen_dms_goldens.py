@@ -51,8 +51,7 @@ from safetensors.torch import save_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.models.qwen3 import modeling_qwen3 as mq  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-FIX = os.path.join(ROOT, "tests", "fixtures")
+FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
 OUT = os.path.join(FIX, "policies", "dms_goldens.json")
 MODEL = "models/tiny-qwen3"
 REF_COMMIT = "a2fbac7ba"

@@ -27,11 +27,8 @@ re-drawn when any score lies within MARGIN of the threshold, so float summation 
 decision.
 """
 import argparse
-import importlib.util
 import json
 import os
-import sys
-import types
 
 import goldens_env
 
@@ -41,8 +38,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-FIX = os.path.join(ROOT, "tests", "fixtures")
+FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
 OUT = os.path.join(FIX, "policies", "kvzap_goldens.json")
 MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
 KVPRESS_COMMIT = "8bb29b9c3078452a86d692f29123fa6c793e2b05"
@@ -55,14 +51,7 @@ torch.set_grad_enabled(False)
 
 def load_kvpress(src):
     """kvpress's KVzap and DMS presses and attention patch, without kvpress/__init__.py."""
-    if src:
-        path = [os.path.join(os.path.abspath(src), "kvpress")]
-    else:
-        spec = importlib.util.find_spec("kvpress")
-        path = list(spec.submodule_search_locations)
-    pkg = types.ModuleType("kvpress")
-    pkg.__path__ = path
-    sys.modules["kvpress"] = pkg
+    goldens_env.kvpress_without_init(src)
     from kvpress.attention_patch import patch_attention_functions
     from kvpress.presses.dms_press import DMSPress
     from kvpress.presses.kvzap_press import KVzapConfig, KVzapModel, KVzapPress

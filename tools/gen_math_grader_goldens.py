@@ -25,10 +25,9 @@ from fractions import Fraction
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(os.environ.get("KVB_TEST_DATA_DIR", os.path.join(ROOT, "build", "test-data")), "datasets", "math500",
-                    "test.jsonl")
-OUT = os.path.join(ROOT, "tests", "fixtures", "graders", "math_goldens.jsonl")
+import goldens_env
+
+OUT = os.path.join(goldens_env.ROOT, "tests", "fixtures", "graders", "math_goldens.jsonl")
 
 WRAPS = [
     "The answer is $\\boxed{{{}}}$.",
@@ -196,10 +195,11 @@ def rewrites(g, rng, all_golds):
 
 
 def main():
-    if not os.path.exists(DATA):
-        sys.exit(f"missing {DATA}")
+    data = goldens_env.test_data("datasets/math500/test.jsonl")
+    if not os.path.exists(data):
+        sys.exit(f"missing {data}")
     golds = []
-    for line in open(DATA, encoding="utf-8"):
+    for line in open(data, encoding="utf-8"):
         a = json.loads(line)["answer"]
         if a not in golds:
             golds.append(a)

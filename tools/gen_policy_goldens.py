@@ -33,16 +33,15 @@ expected keep-set of every kv head (sorted indices). The expected sets come from
 Cases whose kept/evicted score margin is below 1e-4 (relative) are re-drawn so that float
 summation order cannot flip a tie.
 """
-import importlib.util
 import json
 import math
 import os
-import sys
-import types
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import goldens_env
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "policies",
                    "policy_goldens.json")
@@ -50,12 +49,7 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "f
 
 def load_kvpress():
     """Import kvpress.presses.* without running kvpress/__init__.py (which pulls optional deps)."""
-    spec = importlib.util.find_spec("kvpress")
-    if spec is None:
-        sys.exit("kvpress is not installed: pip install --no-deps kvpress==0.5.5 cachetools")
-    pkg = types.ModuleType("kvpress")
-    pkg.__path__ = list(spec.submodule_search_locations)
-    sys.modules["kvpress"] = pkg
+    goldens_env.kvpress_without_init(install="pip install --no-deps kvpress==0.5.5 cachetools")
     from kvpress.presses.keydiff_press import KeyDiffPress
     from kvpress.presses.pyramidkv_press import PyramidKVPress
     from kvpress.presses.snapkv_press import SnapKVPress

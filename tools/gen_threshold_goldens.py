@@ -20,7 +20,6 @@ rounded to 6 significant digits before kvpress sees them, so the file holds exac
 scored; cases where a score lies within 1e-4 (relative) of the threshold are re-drawn so that
 float rounding cannot flip a decision.
 """
-import importlib.util
 import os
 import sys
 import types
@@ -38,12 +37,7 @@ OUT = os.path.join(goldens_env.ROOT, "tests", "fixtures", "policies", "threshold
 
 def load_dms():
     """kvpress.presses.{dms,knorm}_press without running kvpress/__init__.py (optional deps)."""
-    spec = importlib.util.find_spec("kvpress")
-    if spec is None:
-        sys.exit("kvpress is not installed: pip install --no-deps kvpress==0.5.5")
-    pkg = types.ModuleType("kvpress")
-    pkg.__path__ = list(spec.submodule_search_locations)
-    sys.modules["kvpress"] = pkg
+    goldens_env.kvpress_without_init()
     from kvpress.presses.dms_press import DMSPress
     from kvpress.presses.knorm_press import KnormPress
     return DMSPress, KnormPress

@@ -50,8 +50,7 @@ from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from convert_triattention_stats import convert  # noqa: E402
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-FIX = os.path.join(ROOT, "tests", "fixtures")
+FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
 OUT = os.path.join(FIX, "policies", "triattention_goldens.json")
 MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
 REF_COMMIT = "c3744ee6a50522a1559a577f85aef2b165a344f2"

@@ -54,3 +54,23 @@ def write_json(path, **fields):
     with open(path, "w") as f:
         json.dump(fields, f, separators=(",", ":"))
     print(f"wrote {os.path.relpath(path)} ({os.path.getsize(path)} bytes)")
+
+
+def kvpress_without_init(src=None, install="pip install --no-deps kvpress==0.5.5"):
+    """Makes the ``kvpress.*`` submodules importable without running kvpress/__init__.py (which
+    pulls optional packages): registers an empty ``kvpress`` package whose path is ``src``/kvpress
+    (a kvpress checkout) or, without ``src``, the installed kvpress's. Exits printing ``install``
+    (how to install it) when kvpress is not installed."""
+    import importlib.util
+    import types
+
+    if src:
+        path = [os.path.join(os.path.abspath(src), "kvpress")]
+    else:
+        spec = importlib.util.find_spec("kvpress")
+        if spec is None:
+            sys.exit(f"kvpress is not installed: {install}")
+        path = list(spec.submodule_search_locations)
+    pkg = types.ModuleType("kvpress")
+    pkg.__path__ = path
+    sys.modules["kvpress"] = pkg

@@ -434,28 +434,40 @@ VecDotFn vec_dot_fn(DType w, Isa isa) {
   return kernels_detail::scalar_dot(w);
 }
 
+#if defined(__x86_64__)
+namespace {
+
+/// `vnni(w)` or `avx2(w)`: the multi-row kernel of `w` from the build (AVX-512 VNNI or AVX2) that
+/// vec_dot_fn takes the single-row kernel from for `isa`, so that the bits agree; null where
+/// vec_dot_fn takes the scalar kernel.
+template <class Fn>
+Fn multi_row_kernel(DType w, Isa isa, Fn (*vnni)(DType), Fn (*avx2)(DType)) {
+  if (isa == Isa::kAvx512Vnni && kernels_detail::avx512vnni_dot(w)) return vnni(w);
+  if ((isa == Isa::kAvx2 || isa == Isa::kAvx512Vnni) && kernels_detail::avx2_dot(w)) return avx2(w);
+  return nullptr;
+}
+
+}  // namespace
+#endif
+
 VecDot4Fn vec_dot4_fn(DType w, Isa isa) {
 #if defined(__x86_64__)
-  // The build vec_dot_fn takes the single-row kernel from, so that the bits agree.
-  if (isa == Isa::kAvx512Vnni && kernels_detail::avx512vnni_dot(w)) return kernels_detail::avx512vnni_dot4(w);
-  if ((isa == Isa::kAvx2 || isa == Isa::kAvx512Vnni) && kernels_detail::avx2_dot(w))
-    return kernels_detail::avx2_dot4(w);
-#endif
+  return multi_row_kernel(w, isa, kernels_detail::avx512vnni_dot4, kernels_detail::avx2_dot4);
+#else
   (void)w;
   (void)isa;
   return nullptr;
+#endif
 }
 
 VecDotTileFn vec_dot_tile_fn(DType w, Isa isa) {
 #if defined(__x86_64__)
-  // The build vec_dot_fn takes the single-row kernel from, so that the bits agree.
-  if (isa == Isa::kAvx512Vnni && kernels_detail::avx512vnni_dot(w)) return kernels_detail::avx512vnni_dot_tile(w);
-  if ((isa == Isa::kAvx2 || isa == Isa::kAvx512Vnni) && kernels_detail::avx2_dot(w))
-    return kernels_detail::avx2_dot_tile(w);
-#endif
+  return multi_row_kernel(w, isa, kernels_detail::avx512vnni_dot_tile, kernels_detail::avx2_dot_tile);
+#else
   (void)w;
   (void)isa;
   return nullptr;
+#endif
 }
 
 F32TileFn f32_tile_fn(Isa isa) {

@@ -19,8 +19,8 @@
 // `decode=false` is kvpress's prefill-only press), chunks counted from the oldest cached token.
 #include <algorithm>
 #include <limits>
-#include <tuple>
 
+#include "engine/policies/layer_score_cache.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/snapkv.h"
 #include "engine/util/error.h"
@@ -34,9 +34,7 @@ class ChunkKVPolicy : public SnapKVPolicy {
     chunk_ = static_cast<int32_t>(params_.get_int_in("chunk", 1, 1 << 20));
     refuse_threshold("it keeps whole chunks ranked by their mean score");
   }
-  void on_sequence_end(SeqId seq) override {
-    if (std::get<0>(cached_key_) == seq) cached_key_ = {-1, -1, -1};
-  }
+  void on_sequence_end(SeqId seq) override { layer_scores_.forget(seq); }
   /// Token budgets keep at most B tokens (whole chunks that fit); with budget_kind=ratio the
   /// chunk count follows kvpress and may exceed ⌊ratio · L⌋ by part of a chunk: the full cache
   /// bounds it.
@@ -49,27 +47,17 @@ class ChunkKVPolicy : public SnapKVPolicy {
   /// The layer's token score (the same for every kv head): SnapKV scores of the older tokens,
   /// the window's tokens at the layer's largest score + 1, summed over the kv heads.
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
-    const auto key = std::make_tuple(step.seq, step.layer, step.seq_len);
-    if (key != cached_key_) {
+    layer_scores_.score(step, L, "chunkkv", "ChunkKV", scores, [&](std::vector<float>& row) {
       std::vector<std::vector<float>> per(step.num_kv_heads);
       float top = -std::numeric_limits<float>::infinity();
       int w = 0;
       for (int hk = 0; hk < step.num_kv_heads; ++hk) {
-        if (step.cache->length(step.seq, step.layer, hk) != L)
-          fail(
-              "policy 'chunkkv': kv heads of layer {} hold different lengths ({} vs {}); ChunkKV keeps one keep-set "
-              "per layer",
-              step.layer, step.cache->length(step.seq, step.layer, hk), L);
         per[hk] = scoring::window_scores(step, hk, {gqa_, pool_, kernel_}, &w);
         for (float v : per[hk]) top = std::max(top, v);
       }
-      layer_score_.assign(L, 0.0f);
       for (int hk = 0; hk < step.num_kv_heads; ++hk)
-        for (int32_t i = 0; i < L; ++i)
-          layer_score_[i] += i < static_cast<int32_t>(per[hk].size()) ? per[hk][i] : top + 1.0f;
-      cached_key_ = key;
-    }
-    std::copy(layer_score_.begin(), layer_score_.end(), scores.begin());
+        for (int32_t i = 0; i < L; ++i) row[i] += i < static_cast<int32_t>(per[hk].size()) ? per[hk][i] : top + 1.0f;
+    });
   }
 
   /// The top chunks by mean token score, kept whole (ascending indices).
@@ -93,8 +81,7 @@ class ChunkKVPolicy : public SnapKVPolicy {
 
  private:
   int32_t chunk_ = 20;
-  std::tuple<SeqId, int, int64_t> cached_key_{-1, -1, -1};
-  std::vector<float> layer_score_;
+  LayerScoreCache layer_scores_;
 };
 
 }  // namespace

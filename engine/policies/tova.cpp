@@ -12,8 +12,7 @@
 // token (kvpress's max + 1 pad). `buffer=1` is the paper's per-step eviction (the default, as the
 // TOVA reference cache); `decode=false` is kvpress's prefill-only TOVAPress; `buffer=128` puts it
 // on the seeds' decode schedule.
-#include <tuple>
-
+#include "engine/policies/layer_score_cache.h"
 #include "engine/policies/params.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
@@ -27,40 +26,28 @@ class TovaPolicy : public ScheduledPolicy {
  public:
   explicit TovaPolicy(PolicyParams p) : ScheduledPolicy("tova", std::move(p)) {}
   PolicyNeeds needs() const override { return {.window_queries = 1}; }  // the newest query only
-  void on_sequence_end(SeqId seq) override {
-    if (std::get<0>(cached_key_) == seq) cached_key_ = {-1, -1, -1};  // a reused id must not see stale scores
-  }
+  void on_sequence_end(SeqId seq) override { layer_scores_.forget(seq); }
 
  protected:
   void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
-    const auto key = std::make_tuple(step.seq, step.layer, step.seq_len);
-    if (key != cached_key_) {
-      // Mean over every query head of the layer of the newest query's attention.
+    // Mean over every query head of the layer of the newest query's attention.
+    layer_scores_.score(step, L, "tova", "TOVA", scores, [&](std::vector<float>& row) {
       const int G = step.num_q_heads / step.num_kv_heads;
-      layer_score_.assign(L, 0.0f);
       for (int hk = 0; hk < step.num_kv_heads; ++hk) {
-        if (step.cache->length(step.seq, step.layer, hk) != L)
-          fail(
-              "policy 'tova': kv heads of layer {} hold different lengths ({} vs {}); TOVA keeps one keep-set "
-              "per layer",
-              step.layer, step.cache->length(step.seq, step.layer, hk), L);
         int w = 0;
         const std::vector<float> p = scoring::window_probs(step, hk, &w);  // [G, w, L]
         if (w < 1) fail("policy 'tova': no query to score with");
         for (int g = 0; g < G; ++g) {
-          const float* row = p.data() + (static_cast<size_t>(g) * w + (w - 1)) * L;
-          for (int32_t i = 0; i < L; ++i) layer_score_[i] += row[i];
+          const float* q = p.data() + (static_cast<size_t>(g) * w + (w - 1)) * L;
+          for (int32_t i = 0; i < L; ++i) row[i] += q[i];
         }
       }
-      for (float& v : layer_score_) v /= static_cast<float>(step.num_q_heads);
-      cached_key_ = key;
-    }
-    for (int32_t i = 0; i < L; ++i) scores[i] = layer_score_[i];
+      for (float& v : row) v /= static_cast<float>(step.num_q_heads);
+    });
   }
 
  private:
-  std::tuple<SeqId, int, int64_t> cached_key_{-1, -1, -1};
-  std::vector<float> layer_score_;
+  LayerScoreCache layer_scores_;
 };
 
 }  // namespace

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <regex>
 #include <thread>
 
@@ -54,10 +53,8 @@ class FakeHub {
     big_sha_ = sha256_hex(big_);
 
     auto note = [this](const httplib::Request& req) {
-      std::lock_guard<std::mutex> g(mu_);
-      log_.push_back(req.method + " " + req.path +
-                     (req.has_header("Range") ? " range=" + req.get_header_value("Range") : "") +
-                     (req.has_header("Authorization") ? " auth=" + req.get_header_value("Authorization") : ""));
+      log_.add(req.method + " " + req.path + (req.has_header("Range") ? " range=" + req.get_header_value("Range") : "") +
+               (req.has_header("Authorization") ? " auth=" + req.get_header_value("Authorization") : ""));
     };
     auto serve_small = [this](httplib::Response& res) {
       res.set_header("X-Repo-Commit", kCommit1);
@@ -169,14 +166,8 @@ class FakeHub {
   }
 
   std::string endpoint() const { return http_.url(); }
-  std::vector<std::string> log() {
-    std::lock_guard<std::mutex> g(mu_);
-    return log_;
-  }
-  void clear() {
-    std::lock_guard<std::mutex> g(mu_);
-    log_.clear();
-  }
+  std::vector<std::string> log() { return log_.lines(); }
+  void clear() { log_.clear(); }
   size_t count(const std::string& prefix) {
     size_t n = 0;
     for (const auto& l : log())
@@ -189,8 +180,7 @@ class FakeHub {
   std::atomic<bool> fail500_{false};
 
  private:
-  std::mutex mu_;
-  std::vector<std::string> log_;
+  test::RequestLog log_;
   test::LocalHttpServer http_;  // last: stopped before the state its handlers use is destroyed
 };
 

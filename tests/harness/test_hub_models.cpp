@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,23 +86,13 @@ class TinyStoriesHub {
     http_.start();
   }
   std::string url() const { return http_.url(); }
-  std::vector<std::string> log() {
-    std::lock_guard<std::mutex> g(mu_);
-    return log_;
-  }
-  void clear() {
-    std::lock_guard<std::mutex> g(mu_);
-    log_.clear();
-  }
+  std::vector<std::string> log() { return log_.lines(); }
+  void clear() { log_.clear(); }
 
  private:
-  void note(const httplib::Request& req) {
-    std::lock_guard<std::mutex> g(mu_);
-    log_.push_back(req.path);
-  }
+  void note(const httplib::Request& req) { log_.add(req.path); }
   std::map<std::string, std::string> files_;
-  std::mutex mu_;
-  std::vector<std::string> log_;
+  kvb::test::RequestLog log_;
   kvb::test::LocalHttpServer http_;  // last: stopped before the state its handlers use goes
 };
 

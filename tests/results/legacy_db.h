@@ -5,12 +5,16 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "engine/util/error.h"
+#include "results/report.h"
 #include "results/schema.h"
 #include "results/store.h"
 #include "synth.h"
@@ -30,6 +34,25 @@ inline std::string slurp(const std::string& p) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+/// A report's files, read back.
+struct ReportText {
+  std::string html, markdown, csv;
+};
+
+/// Writes the report of `store` over `run_ids` (empty: every run), 200 bootstrap resamples, into
+/// a fresh temporary folder named after `name`; returns its html, Markdown and CSV text and
+/// removes the folder. Errors: write_report's (kvb::Error).
+inline ReportText report_text(Store& store, const std::string& name, std::vector<int64_t> run_ids = {}) {
+  ReportOptions opt;
+  opt.out_dir = ::testing::TempDir() + "kvb_" + name + "_report_" + std::to_string(getpid());
+  opt.cells.resamples = 200;
+  opt.run_ids = std::move(run_ids);
+  const ReportFiles files = write_report(store, opt);
+  ReportText text{slurp(files.html), slurp(files.markdown), slurp(files.csv)};
+  std::filesystem::remove_all(opt.out_dir);
+  return text;
 }
 
 /// Writes at `path` a database exactly as the kvbench of schema `version` (2, 3 or 4) wrote it:
@@ -78,6 +101,15 @@ inline void write_legacy_db(const std::string& path, const std::vector<WorkItem>
   exec("PRAGMA user_version = " + std::to_string(version));
   exec("COMMIT");
   sqlite3_close(db);
+}
+
+/// A fresh temporary database `temp_db(name)` written by write_legacy_db(items, version); checks
+/// (gtest EXPECT) that a read-only open refuses it, as it needs the migration. Returns its path.
+inline std::string legacy_db_to_migrate(const std::string& name, const std::vector<WorkItem>& items, int version) {
+  const std::string p = temp_db(name);
+  write_legacy_db(p, items, version);
+  EXPECT_THROW({ Store ro(p, Store::Mode::kReadOnly); }, kvb::Error);  // needs the migration
+  return p;
 }
 
 }  // namespace kvb::results::testing

@@ -92,6 +92,25 @@ inline int64_t fill(Store& store, const std::vector<WorkItem>& items, const RunI
   return run;
 }
 
+/// Writes into `store` one finished run `info` holding, for every item of `items` (added to the
+/// store when new), a fake generation and grade, all in one batch; `edit(gen, i)` first sets the
+/// columns under test on the generation of `items[i]`. Returns the run id.
+template <class Edit>
+int64_t write_edited_run(Store& store, const RunInfo& info, const std::vector<WorkItem>& items, Edit edit) {
+  const int64_t run = store.begin_run(info);
+  store.add_work_items(items);
+  std::vector<GenerationRecord> gens;
+  std::vector<GradeRecord> grades;
+  for (size_t i = 0; i < items.size(); ++i) {
+    gens.push_back(fake_generation(items[i]));
+    edit(gens.back(), i);
+    grades.push_back(fake_grade(items[i]));
+  }
+  store.write_batch(run, gens, grades);
+  store.end_run(run);
+  return run;
+}
+
 /// A fresh temporary path (file removed if present, with its -wal/-shm).
 inline std::string temp_db(const std::string& name) {
   std::string p = ::testing::TempDir() + "kvb_results_" + name + "_" + std::to_string(getpid()) + ".db";

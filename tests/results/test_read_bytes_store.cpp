@@ -4,9 +4,7 @@
 // shows the column and the accuracy-vs-bytes-read chart, and `compare` pairs a v2 run with a v3 run.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -34,27 +32,16 @@ std::optional<double> fake_read(const WorkItem& it, size_t i) {
 
 TEST(ReadBytesStore, V2DatabaseMigratesAndStoresBytesRead) {
   ASSERT_GE(migrations().size(), 3u);
-  auto p = temp_db("read_bytes_v2");
   const auto items = expand_grid(small_grid(4, 2));
-  write_legacy_db(p, items, 2);
-  EXPECT_THROW({ Store ro(p, Store::Mode::kReadOnly); }, kvb::Error);  // needs the migration
-  Store s(p);
+  Store s(legacy_db_to_migrate("read_bytes_v2", items, 2));
   EXPECT_EQ(s.schema_version(), Store::kSchemaVersion);
   const auto old_rows = s.samples({1});
   ASSERT_EQ(old_rows.size(), items.size());
   for (const auto& r : old_rows) EXPECT_FALSE(r.kv_bytes_read_step) << "rows from v2 have no measurement";
 
   // A v3 run on the same work items, with the measurement.
-  const int64_t run = s.begin_run(run_info("new"));
-  std::vector<GenerationRecord> gens;
-  std::vector<GradeRecord> grades;
-  for (size_t i = 0; i < items.size(); ++i) {
-    gens.push_back(fake_generation(items[i]));
-    gens.back().kv_bytes_read_step = fake_read(items[i], i);
-    grades.push_back(fake_grade(items[i]));
-  }
-  s.write_batch(run, gens, grades);
-  s.end_run(run);
+  const int64_t run = write_edited_run(
+      s, run_info("new"), items, [&](GenerationRecord& g, size_t i) { g.kv_bytes_read_step = fake_read(items[i], i); });
 
   // Stored as written, and the cell mean is over the rows that measured it.
   const auto rows = s.samples({run});
@@ -95,20 +82,12 @@ TEST(ReadBytesStore, V2DatabaseMigratesAndStoresBytesRead) {
   for (const auto& r : cr.rows) EXPECT_EQ(r.shared_samples, 8);
 
   // The report: the column (empty for v2 cells), the CSV field and the bytes-read chart.
-  ReportOptions opt;
-  opt.out_dir = ::testing::TempDir() + "kvb_read_bytes_report_" + std::to_string(getpid());
-  opt.cells.resamples = 200;
-  const auto files = write_report(s, opt);
-  const std::string html = slurp(files.html), md = slurp(files.markdown), csv = slurp(files.csv);
+  const auto [html, md, csv] = report_text(s, "read_bytes");
   EXPECT_NE(html.find("pass@1 vs KV bytes read"), std::string::npos);
   EXPECT_NE(html.find("<th>KV read/step</th>"), std::string::npos);
   EXPECT_NE(md.find("| KV read/step |"), std::string::npos);
   EXPECT_NE(csv.find(",kv_bytes_read_step_mean,"), std::string::npos);
-  std::filesystem::remove_all(opt.out_dir);
 
   // A report over the v2 run alone has nothing to plot against bytes read.
-  opt.run_ids = {1};
-  const auto f1 = write_report(s, opt);
-  EXPECT_EQ(slurp(f1.html).find("pass@1 vs KV bytes read"), std::string::npos);
-  std::filesystem::remove_all(opt.out_dir);
+  EXPECT_EQ(report_text(s, "read_bytes", {1}).html.find("pass@1 vs KV bytes read"), std::string::npos);
 }

@@ -86,20 +86,12 @@ TEST(Report, MemoryRunsGetAThroughputChartAtEqualMemory) {
     auto info = run_info(mem == 0.25 ? "small-pool" : "large-pool");
     info.config["memory_gib"] = mem;
     info.run_key = default_run_key(info);
-    const int64_t run = s.begin_run(info);
-    s.add_work_items(items);
-    std::vector<GenerationRecord> gens;
-    std::vector<GradeRecord> grades;
-    for (const auto& it : items) {
-      GenerationRecord g = fake_generation(it);
-      g.decode_share_s = it.budget > 0 ? 0.02 : 0.1;  // compressed cells decode 5x faster
-      g.extra["decode_batch_mean"] = it.budget > 0 ? 5.0 : 1.0;
-      g.extra["preemptions"] = it.budget > 0 ? 0 : 2;
-      gens.push_back(g);
-      grades.push_back(fake_grade(it));
-    }
-    s.write_batch(run, gens, grades);
-    s.end_run(run);
+    write_edited_run(s, info, items, [&](GenerationRecord& g, size_t i) {
+      const bool compressed = items[i].budget > 0;
+      g.decode_share_s = compressed ? 0.02 : 0.1;  // compressed cells decode 5x faster
+      g.extra["decode_batch_mean"] = compressed ? 5.0 : 1.0;
+      g.extra["preemptions"] = compressed ? 0 : 2;
+    });
   }
   // A row whose extra JSON was damaged outside kvbench reads as "not recorded", not as an error.
   s.exec("UPDATE generations SET extra_json = '{not json' WHERE rowid = (SELECT MIN(rowid) FROM generations)");

@@ -5,9 +5,7 @@
 // names the throughput columns and plots either KV measure.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -23,11 +21,8 @@ using namespace kvb::results::testing;
 
 TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
   ASSERT_GE(migrations().size(), 4u);
-  auto p = temp_db("steady_v3");
   const auto items = expand_grid(small_grid(4, 2));
-  write_legacy_db(p, items, 3);
-  EXPECT_THROW({ Store ro(p, Store::Mode::kReadOnly); }, kvb::Error);  // needs the migration
-  Store s(p);
+  Store s(legacy_db_to_migrate("steady_v3", items, 3));
   EXPECT_EQ(s.schema_version(), Store::kSchemaVersion);
   for (const auto& r : s.samples({1})) {
     EXPECT_FALSE(r.kv_bytes_steady) << "rows from v3 have no steady footprint";
@@ -36,19 +31,12 @@ TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
     EXPECT_EQ(*r.kv_bytes_read_step, 1000.0);
   }
 
-  const int64_t run = s.begin_run(run_info("new"));
-  std::vector<GenerationRecord> gens;
-  std::vector<GradeRecord> grades;
   std::map<std::string, std::pair<int64_t, double>> written;  // key -> (steady, share)
-  for (size_t i = 0; i < items.size(); ++i) {
-    gens.push_back(fake_generation(items[i]));
-    gens.back().kv_bytes_steady = gens.back().kv_bytes_final + static_cast<int64_t>(i);
-    gens.back().decode_share_s = 0.025 + 0.001 * static_cast<double>(i);
-    written[items[i].key] = {*gens.back().kv_bytes_steady, *gens.back().decode_share_s};
-    grades.push_back(fake_grade(items[i]));
-  }
-  s.write_batch(run, gens, grades);
-  s.end_run(run);
+  const int64_t run = write_edited_run(s, run_info("new"), items, [&](GenerationRecord& g, size_t i) {
+    g.kv_bytes_steady = g.kv_bytes_final + static_cast<int64_t>(i);
+    g.decode_share_s = 0.025 + 0.001 * static_cast<double>(i);
+    written[items[i].key] = {*g.kv_bytes_steady, *g.decode_share_s};
+  });
   const auto rows = s.samples({run});
   ASSERT_EQ(rows.size(), items.size());
   for (const auto& r : rows) {
@@ -92,11 +80,7 @@ TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
                     "kv_bytes_steady_mean IS NULL")[0][0],
             "5");
 
-  ReportOptions opt;
-  opt.out_dir = ::testing::TempDir() + "kvb_steady_report_" + std::to_string(getpid());
-  opt.cells.resamples = 200;
-  const auto files = write_report(s, opt);
-  const std::string html = slurp(files.html), md = slurp(files.markdown), csv = slurp(files.csv);
+  const auto [html, md, csv] = report_text(s, "steady");
   EXPECT_NE(html.find("pass@1 vs steady KV bytes"), std::string::npos);
   EXPECT_NE(html.find("pass@1 vs realised KV bytes"), std::string::npos);
   for (const char* col : {"decode tok/s/seq", "decode tok/s agg", "prefill tok/s", "TTFT s", "KV steady"}) {
@@ -104,11 +88,7 @@ TEST(SteadyStore, V3DatabaseMigratesAndStoresSteadyBytesAndDecodeShare) {
     EXPECT_NE(md.find(std::string("| ") + col + " |"), std::string::npos) << col;
   }
   EXPECT_NE(csv.find(",decode_tok_s_agg,kv_bytes_steady_mean,"), std::string::npos);
-  std::filesystem::remove_all(opt.out_dir);
 
   // A report over the v3 run alone has no steady footprint to plot.
-  opt.run_ids = {1};
-  const auto f1 = write_report(s, opt);
-  EXPECT_EQ(slurp(f1.html).find("pass@1 vs steady KV bytes"), std::string::npos);
-  std::filesystem::remove_all(opt.out_dir);
+  EXPECT_EQ(report_text(s, "steady", {1}).html.find("pass@1 vs steady KV bytes"), std::string::npos);
 }

@@ -4,10 +4,8 @@
 // compute_cells agree with the mean and peak computed here; the report places a threshold cell
 // (stored without a budget) by its realised tokens and lists the columns in cells.csv.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -48,18 +46,12 @@ TEST(TokensStore, V4DatabaseMigratesAndThresholdCellsArePlacedByRealisedTokens) 
 
   const auto items = expand_grid(threshold_grid());
   for (const auto& it : items) EXPECT_EQ(it.budget, kNoBudget);  // neither policy takes a budget
-  const int64_t run = s.begin_run(run_info("threshold"));
-  s.add_work_items(items);
-  std::vector<GenerationRecord> gens;
-  std::vector<GradeRecord> grades;
-  for (size_t i = 0; i < items.size(); ++i) {
-    gens.push_back(fake_generation(items[i]));
-    gens.back().kv_tokens_mean = 40.0 + 0.5 * static_cast<double>(i);
-    gens.back().kv_tokens_peak = 60 + static_cast<int64_t>(i % 7);
-    grades.push_back(fake_grade(items[i]));
-  }
-  s.write_batch(run, gens, grades);
-  s.end_run(run);
+  std::vector<GenerationRecord> gens;                            // as written
+  const int64_t run = write_edited_run(s, run_info("threshold"), items, [&](GenerationRecord& g, size_t i) {
+    g.kv_tokens_mean = 40.0 + 0.5 * static_cast<double>(i);
+    g.kv_tokens_peak = 60 + static_cast<int64_t>(i % 7);
+    gens.push_back(g);
+  });
   const auto rows = s.samples({run});
   ASSERT_EQ(rows.size(), items.size());
 
@@ -95,12 +87,7 @@ TEST(TokensStore, V4DatabaseMigratesAndThresholdCellsArePlacedByRealisedTokens) 
                     "kv_tokens_peak IS NULL")[0][0],
             "5");
 
-  ReportOptions opt;
-  opt.out_dir = ::testing::TempDir() + "kvb_tokens_report_" + std::to_string(getpid());
-  opt.cells.resamples = 200;
-  opt.run_ids = {run};
-  const auto files = write_report(s, opt);
-  const std::string html = slurp(files.html), md = slurp(files.markdown), csv = slurp(files.csv);
+  const auto [html, md, csv] = report_text(s, "tokens", {run});
   EXPECT_NE(csv.find(",kv_tokens_mean,kv_tokens_peak,"), std::string::npos);
   // The threshold cell is placed at its realised mean tokens per head, computed here from its
   // rows; the tables print it as "~N realised" and its chart points carry it in their tooltip.
@@ -115,5 +102,4 @@ TEST(TokensStore, V4DatabaseMigratesAndThresholdCellsArePlacedByRealisedTokens) 
   EXPECT_NE(md.find("| " + realised + " |"), std::string::npos) << md;
   EXPECT_NE(html.find("budget " + realised + ": pass@1"), std::string::npos);
   EXPECT_NE(md.find("| full |"), std::string::npos);  // the full cache stays "full"
-  std::filesystem::remove_all(opt.out_dir);
 }

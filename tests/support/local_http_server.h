@@ -1,5 +1,6 @@
 // Test helper: a cpp-httplib server on 127.0.0.1 at a free port, serving on its own thread from
-// start() until destruction — the one way the fake Hub and fake chat-completions servers run.
+// start() until destruction — the one way the fake Hub and fake chat-completions servers run —
+// and RequestLog, the requests such a server saw.
 // Only for tests that link PkgConfig::HTTPLIB (tests/datasets, tests/graders, tests/hostile).
 // RawHttpResponder answers every connection with bytes given verbatim (header values holding NUL
 // or a bare newline, which cpp-httplib will not send).
@@ -14,9 +15,11 @@
 #include <functional>
 
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace kvb::test {
 
@@ -54,6 +57,31 @@ class LocalHttpServer {
   httplib::Server srv_;
   int port_ = 0;
   std::thread thread_;
+};
+
+/// The requests a fake server saw, one line each (its handlers choose the line), in arrival
+/// order; safe to use from the server's thread and the test's.
+class RequestLog {
+ public:
+  /// Appends one request's line.
+  void add(std::string line) {
+    std::lock_guard<std::mutex> g(mu_);
+    lines_.push_back(std::move(line));
+  }
+  /// A copy of the lines so far.
+  std::vector<std::string> lines() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return lines_;
+  }
+  /// Forgets every line.
+  void clear() {
+    std::lock_guard<std::mutex> g(mu_);
+    lines_.clear();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
 };
 
 /// A one-thread TCP server on 127.0.0.1 at a free port: for each connection it reads the request

@@ -31,21 +31,28 @@ std::vector<json> read_jsonl(const std::string& path) {
 
 std::string show(const std::vector<int32_t>& v) { return json(v).dump(); }
 
-class GoldenTest : public ::testing::TestWithParam<std::string> {};
+/// A test of the tokenizer named by the parameter: its reference facts in meta.json and the path
+/// of its tokenizer file under the test data (the test fails when that file is absent).
+class GoldenTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    name_ = GetParam();
+    info_ = kvb::parse_json_file(kFix + "meta.json")["tokenizers"][name_];
+    const std::string rel = info_["source"].get<std::string>();  // under the test data
+    path_ = kvb::test::test_data(rel);
+    KVB_REQUIRE_TEST_DATA(rel);
+  }
+  std::string name_, path_;
+  json info_;
+};
 
 TEST_P(GoldenTest, EncodeDecodeStreamMatchReference) {
-  const std::string name = GetParam();
-  const json meta = kvb::parse_json_file(kFix + "meta.json");
-  const json& info = meta["tokenizers"][name];
-  const std::string rel = info["source"].get<std::string>();  // under the test data
-  const std::string path = kvb::test::test_data(rel);
-  KVB_REQUIRE_TEST_DATA(rel);
-  const kvb::tok::Tokenizer tok = kvb::tok::Tokenizer::from_file(path);
+  const kvb::tok::Tokenizer tok = kvb::tok::Tokenizer::from_file(path_);
   const auto texts = read_jsonl(kFix + "texts.jsonl");
-  const auto rows = read_jsonl(kFix + name + ".jsonl");
+  const auto rows = read_jsonl(kFix + name_ + ".jsonl");
   ASSERT_EQ(texts.size(), rows.size());
   ASSERT_GE(texts.size(), 2000u);
-  const std::vector<int32_t> prefix = info["prefix"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> prefix = info_["prefix"].get<std::vector<int32_t>>();
 
   int enc_fail = 0, dec_fail = 0, stream_fail = 0, shown = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -56,14 +63,14 @@ TEST_P(GoldenTest, EncodeDecodeStreamMatchReference) {
     if (got != want) {
       ++enc_fail;
       if (shown++ < 5)
-        ADD_FAILURE() << name << " text #" << i << " " << json(text).dump() << "\n want " << show(want) << "\n got  "
+        ADD_FAILURE() << name_ << " text #" << i << " " << json(text).dump() << "\n want " << show(want) << "\n got  "
                       << show(got);
     }
     if (row.contains("full")) {
       const auto full_want = row["full"].get<std::vector<int32_t>>();
-      EXPECT_EQ(tok.encode(text, true), full_want) << name << " #" << i;
-      EXPECT_EQ(tok.decode(full_want, false), row["fdec"].get<std::string>()) << name << " #" << i;
-      EXPECT_EQ(tok.decode(full_want, true), row["fdsk"].get<std::string>()) << name << " #" << i;
+      EXPECT_EQ(tok.encode(text, true), full_want) << name_ << " #" << i;
+      EXPECT_EQ(tok.decode(full_want, false), row["fdec"].get<std::string>()) << name_ << " #" << i;
+      EXPECT_EQ(tok.decode(full_want, true), row["fdsk"].get<std::string>()) << name_ << " #" << i;
       std::vector<int32_t> joined = prefix;
       joined.insert(joined.end(), want.begin(), want.end());
       EXPECT_EQ(joined, full_want);
@@ -74,7 +81,7 @@ TEST_P(GoldenTest, EncodeDecodeStreamMatchReference) {
     if (dec != dec_want || tok.decode(want, true) != dsk_want) {
       ++dec_fail;
       if (shown++ < 5)
-        ADD_FAILURE() << name << " decode #" << i << "\n want " << json(dec_want).dump() << "\n got  "
+        ADD_FAILURE() << name_ << " decode #" << i << "\n want " << json(dec_want).dump() << "\n got  "
                       << json(dec).dump();
     }
     // Streaming: pieces are valid UTF-8 and concatenate to decode(ids).
@@ -90,41 +97,35 @@ TEST_P(GoldenTest, EncodeDecodeStreamMatchReference) {
     if (cat != dec_want || !valid) {
       ++stream_fail;
       if (shown++ < 5)
-        ADD_FAILURE() << name << " stream #" << i << " valid=" << valid << "\n want " << json(dec_want).dump()
+        ADD_FAILURE() << name_ << " stream #" << i << " valid=" << valid << "\n want " << json(dec_want).dump()
                       << "\n got  " << json(cat).dump();
     }
   }
-  EXPECT_EQ(enc_fail, 0) << name << ": encode mismatches of " << rows.size();
-  EXPECT_EQ(dec_fail, 0) << name << ": decode mismatches";
-  EXPECT_EQ(stream_fail, 0) << name << ": stream mismatches";
-  std::printf("[ golden ] %s: %zu strings\n", name.c_str(), rows.size());
+  EXPECT_EQ(enc_fail, 0) << name_ << ": encode mismatches of " << rows.size();
+  EXPECT_EQ(dec_fail, 0) << name_ << ": decode mismatches";
+  EXPECT_EQ(stream_fail, 0) << name_ << ": stream mismatches";
+  std::printf("[ golden ] %s: %zu strings\n", name_.c_str(), rows.size());
 }
 
 TEST_P(GoldenTest, VocabularyFactsMatchReference) {
-  const std::string name = GetParam();
-  const json meta = kvb::parse_json_file(kFix + "meta.json");
-  const json& info = meta["tokenizers"][name];
-  const std::string rel = info["source"].get<std::string>();  // under the test data
-  const std::string path = kvb::test::test_data(rel);
-  KVB_REQUIRE_TEST_DATA(rel);
-  const std::string dir = path.substr(0, path.rfind('/'));
+  const std::string dir = path_.substr(0, path_.rfind('/'));
   const kvb::tok::Tokenizer tok = kvb::tok::Tokenizer::from_dir(dir);
-  EXPECT_EQ(tok.vocab_size(), info["vocab_size"].get<size_t>());
-  const auto prefix = info["prefix"].get<std::vector<int32_t>>();
+  EXPECT_EQ(tok.vocab_size(), info_["vocab_size"].get<size_t>());
+  const auto prefix = info_["prefix"].get<std::vector<int32_t>>();
   if (!prefix.empty()) {
     EXPECT_EQ(tok.bos_id(), prefix[0]);
-  } else if (info["bos_id"].is_null()) {
+  } else if (info_["bos_id"].is_null()) {
     EXPECT_FALSE(tok.bos_id().has_value());
   } else {
-    EXPECT_EQ(tok.bos_id(), info["bos_id"].get<int32_t>());
+    EXPECT_EQ(tok.bos_id(), info_["bos_id"].get<int32_t>());
   }
-  if (info["eos_id"].is_null()) EXPECT_FALSE(tok.eos_id().has_value());
-  else EXPECT_EQ(tok.eos_id(), info["eos_id"].get<int32_t>());
+  if (info_["eos_id"].is_null()) EXPECT_FALSE(tok.eos_id().has_value());
+  else EXPECT_EQ(tok.eos_id(), info_["eos_id"].get<int32_t>());
   std::vector<int32_t> special;
   for (int32_t id = 0; id < static_cast<int32_t>(tok.vocab_size()); ++id)
     if (tok.is_special(id)) special.push_back(id);
-  EXPECT_EQ(special, info["special_ids"].get<std::vector<int32_t>>());
-  for (const auto& [id_str, piece] : info["pieces"].items()) {
+  EXPECT_EQ(special, info_["special_ids"].get<std::vector<int32_t>>());
+  for (const auto& [id_str, piece] : info_["pieces"].items()) {
     const int32_t id = std::stoi(id_str);
     if (piece.is_null()) continue;
     EXPECT_EQ(tok.id_to_piece(id), piece.get<std::string>()) << id;
