@@ -177,8 +177,8 @@ TEST(MemoryPool, RunAndBenchSizeTheSamePoolOnEveryBackend) {
   EXPECT_EQ(kvb::cli::memory_pool_pages(0.25, "cpu", c, 16), 268435456 / 1088);  // 246,723
   EXPECT_EQ(kvb::cli::memory_pool_pages(0.25, "cpu-bf16", c, 16), 268435456 / 1088);
   EXPECT_EQ(kvb::cli::memory_pool_pages(0.25, "cuda", c, 16), 268435456 / 576);  // 466,033
-  auto rkv = kvb::make_policy(kvb::PolicySpec::parse("rkv", 32));
-  const kvb::PolicyNeeds needs = rkv->needs();
+  auto h2o = kvb::make_policy(kvb::PolicySpec::parse("h2o", 32));  // accumulated attention: a scalar a token
+  const kvb::PolicyNeeds needs = h2o->needs();
   ASSERT_GT(needs.num_scalars, 0);
   EXPECT_EQ(kvb::cli::memory_pool_pages(0.25, "cpu", c, 16, needs),
             bytes / (16 * (2 * 8 * 4 + 4 + 4 * needs.num_scalars)));
@@ -188,7 +188,7 @@ TEST(MemoryPool, RunAndBenchSizeTheSamePoolOnEveryBackend) {
   EXPECT_TRUE(kvb::test::error_has([&] { kvb::cli::memory_pool_pages(1, "tpu", c, 16); }, {"--backend tpu"}));
   // bench's plan prices its pages as the pool does, on each backend.
   for (const char* backend : {"cpu", "cpu-bf16", "cuda"}) {
-    for (const char* spec : {"full", "rkv"}) {
+    for (const char* spec : {"full", "h2o"}) {
       const int64_t budget = std::string(spec) == "full" ? 0 : 32;
       auto p = kvb::make_policy(kvb::PolicySpec::parse(spec, budget));
       const auto pl = plan_bench_memory(stories(100, 28, 512, backend), p.get(), budget);
@@ -201,7 +201,7 @@ TEST(MemoryPool, RunAndBenchSizeTheSamePoolOnEveryBackend) {
   // engine needs a device, its pricing is checked above).
   auto model = kvb::Model::random(c, 1);
   for (const char* backend : {"cpu", "cpu-bf16"}) {
-    for (const char* spec : {"full", "rkv"}) {
+    for (const char* spec : {"full", "h2o"}) {
       kvb::EngineOptions eo;
       eo.backend = backend;
       eo.max_batch = 0;
