@@ -94,8 +94,11 @@ Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::uniq
   if (opts_.kv_pool_bytes < 0) fail("--memory must be > 0");
   if (opts_.kv_pool_bytes > 0) {
     if (opts_.max_kv_pages > 0) fail("give the KV page pool once: as bytes (--memory) or as pages, not both");
-    const size_t page_bytes = KVCache(kc).page_bytes();
-    opts_.max_kv_pages = opts_.kv_pool_bytes / static_cast<int64_t>(page_bytes);
+    // Priced at the backend's own page (f32 on the CPU, bf16 on CUDA): the pool every command's
+    // --memory sizes (kv_page_geometry).
+    const KvPageGeometry g = kv_page_geometry(opts_.backend, model_->config(), opts_.page_size, needs);
+    const size_t page_bytes = g.bytes_per_page();
+    opts_.max_kv_pages = g.pool_pages(opts_.kv_pool_bytes);
     if (opts_.max_kv_pages < 1) fail("--memory: {} bytes hold no KV page of {} bytes", opts_.kv_pool_bytes, page_bytes);
   }
   kc.max_pages = opts_.max_kv_pages;

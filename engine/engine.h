@@ -43,9 +43,10 @@ struct EngineOptions {
   int max_batch = 8;
   int page_size = 16;        ///< KV page size in tokens
   int64_t max_kv_pages = 0;  ///< page-pool limit (0 = unbounded): admission by pages and preemption
-  /// The page pool as bytes (`--memory GIB` · 2^30): max_kv_pages becomes ⌊bytes / page bytes⌋
-  /// (KVCache::page_bytes, which counts K, V, positions and the policy's scalars). 0 = not set;
-  /// setting both this and max_kv_pages is an error.
+  /// The page pool as bytes (`--memory GIB` · 2^30, kv_pool_bytes_of_gib): max_kv_pages becomes
+  /// ⌊bytes / page bytes⌋ with the page priced as the backend stores it (kv_page_geometry,
+  /// engine/backend/backend.h: f32 K/V, positions and the policy's scalars on the CPU; bf16 K/V
+  /// and positions on CUDA). 0 = not set; setting both this and max_kv_pages is an error.
   int64_t kv_pool_bytes = 0;
   /// Prompt tokens per forward step over all prefilling sequences (Sarathi-Serve's token budget;
   /// vLLM's max_num_batched_tokens, less the decode tokens); 0 = no limit beyond prefill_chunk per

@@ -1,4 +1,4 @@
-// The memory search of `kvbench bench --memory` (harness/bench_memory.h).
+// The batch search of `kvbench bench --memory` and the --memory pool (harness/bench_memory.h).
 #include "harness/bench_memory.h"
 
 #include <algorithm>
@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/backend/backend.h"
 #include "engine/model/architecture.h"
 #include "engine/util/error.h"
 
@@ -21,16 +22,16 @@ double BenchMemoryPlan::bytes_for(int64_t batch) const {
          static_cast<double>(pool_pages(batch)) * static_cast<double>(page_bytes);
 }
 
-int64_t BenchMemoryPlan::max_batch(double budget_bytes) const {
+int64_t BenchMemoryPlan::max_batch(int64_t pool) const {
   constexpr int64_t kMax = int64_t{1} << 20;
-  if (!(budget_bytes >= bytes_for(1))) return 0;  // also NaN
-  if (bytes_for(kMax) <= budget_bytes) return kMax;
-  int64_t lo = 1, hi = kMax;  // bytes_for(lo) fits, bytes_for(hi) does not; bytes_for grows with the batch
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (bytes_for(mid) <= budget_bytes ? lo : hi) = mid;
-  }
-  return lo;
+  if (pages_per_seq <= 0 || pool < pages_per_seq) return 0;
+  if (steady_pages_per_seq <= 0) return kMax;
+  return std::min<int64_t>(kMax, 1 + (pool - pages_per_seq) / steady_pages_per_seq);
+}
+
+int64_t memory_pool_pages(double gib, const std::string& backend, const ModelConfig& c, int page_size,
+                          const PolicyNeeds& needs) {
+  return kv_page_geometry(backend, c, page_size, needs).pool_pages(kv_pool_bytes_of_gib(gib));
 }
 
 size_t cuda_weight_bytes(const ModelConfig& c) {
@@ -74,8 +75,7 @@ BenchMemoryPlan plan_bench_memory(const BenchMemoryInput& in, const Policy* poli
   plan.footprint = f.rule;
 
   // Bytes of one page as the backend stores it.
-  plan.page_bytes =
-      cuda ? static_cast<size_t>(P * (2 * D * 2 + 4)) : static_cast<size_t>(P * (2 * D + 1 + needs.num_scalars) * 4);
+  plan.page_bytes = kv_page_geometry(in.backend, c, static_cast<int>(P), needs).bytes_per_page();
   plan.kv_bytes_per_seq = static_cast<size_t>(plan.pages_per_seq) * plan.page_bytes;
 
   // Work buffers per prompt token of a prefill step (every sequence of the batch prefills at once).

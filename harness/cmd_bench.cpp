@@ -1,8 +1,9 @@
-// `kvbench bench`: prefill and decode throughput, ms per decode step, KV bytes and peak RSS at a
-// given context length, generation length, batch size, policy and budget. Random prompt tokens;
-// with --model-shape, random weights of a named architecture (no download needed).
-// --memory GIB: the largest batch whose weights + KV + work buffers fit in GIB GiB (sized by
-// harness/bench_memory.h), run at that batch. --json FILE: the rows and the device report as JSON.
+// `kvbench bench`: prefill and decode throughput, ms per decode step, KV bytes and the process's
+// peak RSS at a given context length, generation length, batch size, policy and budget. Random
+// prompt tokens; with --model-shape, random weights of a named architecture (no download needed).
+// --memory GIB: a KV page pool of GIB GiB, the pool `run --memory` runs; the largest batch whose
+// KV pages fit it (sized by harness/bench_memory.h), run at that batch. --json FILE: the rows and
+// the device report as JSON.
 #include <algorithm>
 #include <cmath>
 #include <unistd.h>
@@ -91,8 +92,11 @@ BenchArgs parse_case(const std::string& text, BenchArgs a) {
 }
 
 /// --memory: sizes the batch of run `a` on a model of config `c` whose weights take
-/// `host_weight_bytes` on the host (harness/bench_memory.h), sets a.batch, prints the plan and fills
-/// `plan_json`. Throws kvb::Error ("--memory: ...", naming the sizes) when not even batch 1 fits.
+/// `host_weight_bytes` on the host (harness/bench_memory.h): the largest batch whose KV pages fit
+/// the --memory pool (memory_pool_pages, the pool `run --memory` runs). Sets a.batch, prints the
+/// plan (the pool, the batch, and an estimate of the process's memory beside it) and fills
+/// `plan_json`. Throws kvb::Error ("--memory: ...", naming the pages) when not even one sequence
+/// fits the pool.
 BenchMemoryPlan size_batch(const ModelConfig& c, size_t host_weight_bytes, BenchArgs& a, nlohmann::json& plan_json) {
   // The policy's resolved schedule decides its footprint.
   const Policy& probe = a.resolved->built();
@@ -105,41 +109,46 @@ BenchMemoryPlan size_batch(const ModelConfig& c, size_t host_weight_bytes, Bench
   in.page_size = EngineOptions{}.page_size;
   in.host_weight_bytes = host_weight_bytes;
   const BenchMemoryPlan plan = plan_bench_memory(in, &probe, a.budget);
-  const double budget = a.memory_gib * kGiB;
-  const int64_t b = plan.max_batch(budget);
+  const int64_t pool = memory_pool_pages(a.memory_gib, a.backend, c, in.page_size, probe.needs());
+  const int64_t b = plan.max_batch(pool);
+  const std::string label = a.policy + (a.budget ? "@" + std::to_string(a.budget) : "");
   if (b < 1)
     fail(
-        "--memory: {} GiB does not hold batch 1: weights {:.3f} GiB + fixed reserve {:.3f} GiB + work buffers {:.3f} "
-        "GiB + KV {:.3f} GiB ({} tokens per head at peak) = {:.3f} GiB",
-        a.memory_gib, plan.weight_bytes / kGiB, plan.fixed_bytes / kGiB,
-        (plan.work_bytes_fixed + plan.work_bytes_per_seq) / kGiB, plan.kv_bytes_per_seq / kGiB,
-        plan.peak_tokens_per_head, plan.bytes_for(1) / kGiB);
+        "--memory: a KV page pool of {} GiB ({} pages of {} bytes on {}) does not hold one sequence of context {} + "
+        "gen {} ({}): it needs {} pages at its peak ({} tokens per head)",
+        a.memory_gib, pool, plan.page_bytes, a.backend, a.context, a.gen, label, plan.pages_per_seq,
+        plan.peak_tokens_per_head);
   if (b >= (1 << 20))
     fail("--memory: {} GiB holds {} or more sequences of this configuration; at most {} are run", a.memory_gib,
          int64_t{1} << 20, (1 << 20) - 1);
   a.batch = static_cast<int>(b);
   std::printf(
-      "memory_plan: %.2f GiB for %s, context %d, gen %d, %s: weights %.3f GiB + fixed %.3f GiB + work %.3f GiB + KV "
-      "pool %lld pages (one sequence at its peak, %d at their steady state) = %.3f GiB; batch %d would need %.3f "
-      "GiB\n",
-      a.memory_gib, a.backend.c_str(), a.context, a.gen,
-      (a.policy + (a.budget ? "@" + std::to_string(a.budget) : "")).c_str(), plan.weight_bytes / kGiB,
-      plan.fixed_bytes / kGiB, (plan.work_bytes_fixed + b * plan.work_bytes_per_seq) / kGiB,
-      static_cast<long long>(plan.pool_pages(b)), a.batch - 1, plan.bytes_for(b) / kGiB, a.batch + 1,
-      plan.bytes_for(b + 1) / kGiB);
+      "memory_plan: KV page pool %.4g GiB on %s = %lld pages of %zu bytes; context %d, gen %d, %s: batch %d (one "
+      "sequence at its peak, %d at their steady state: %lld pages; batch %d would need %lld)\n",
+      a.memory_gib, a.backend.c_str(), static_cast<long long>(pool), plan.page_bytes, a.context, a.gen, label.c_str(),
+      a.batch, a.batch - 1, static_cast<long long>(plan.pool_pages(b)), a.batch + 1,
+      static_cast<long long>(plan.pool_pages(b + 1)));
   std::printf(
       "memory_plan_kv: %lld tokens per (layer, kv head) at peak; per sequence %lld pages at peak, %lld steady, of %d "
       "tokens, %zu bytes per page; %s\n",
       static_cast<long long>(plan.peak_tokens_per_head), static_cast<long long>(plan.pages_per_seq),
       static_cast<long long>(plan.steady_pages_per_seq), in.page_size, plan.page_bytes, plan.footprint.c_str());
+  std::printf(
+      "memory_plan_process: estimated process memory at batch %d (not the pool; %s): weights %.3f GiB + fixed %.3f "
+      "GiB + work %.3f GiB + KV %.3f GiB = %.3f GiB\n",
+      a.batch, a.backend == "cuda" ? "device" : "host RAM", plan.weight_bytes / kGiB, plan.fixed_bytes / kGiB,
+      (plan.work_bytes_fixed + b * plan.work_bytes_per_seq) / kGiB,
+      plan.pool_pages(b) * static_cast<double>(plan.page_bytes) / kGiB, plan.bytes_for(b) / kGiB);
   plan_json = {{"memory_gib", a.memory_gib},
+               {"kv_pool_pages", pool},
+               {"page_bytes", plan.page_bytes},
                {"batch", a.batch},
                {"weight_bytes", plan.weight_bytes},
                {"fixed_bytes", plan.fixed_bytes},
                {"kv_bytes_per_seq", plan.kv_bytes_per_seq},
                {"work_bytes_per_seq", plan.work_bytes_per_seq},
                {"work_bytes_fixed", plan.work_bytes_fixed},
-               {"planned_bytes", plan.bytes_for(b)},
+               {"process_bytes_estimate", plan.bytes_for(b)},
                {"peak_tokens_per_head", plan.peak_tokens_per_head},
                {"pages_per_seq", plan.pages_per_seq},
                {"steady_pages_per_seq", plan.steady_pages_per_seq},
@@ -216,12 +225,12 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
   BenchMemoryPlan plan;
   nlohmann::json plan_json;
   if (a.memory_gib > 0) plan = size_batch(c, model->weight_bytes(), a, plan_json);
-  // Sized before anything is allocated: the prompts and a full f32 KV cache of every sequence
+  // Sized before anything is allocated: the prompts and a full KV cache of every sequence
   // must fit this machine's memory, or the answer would be a bare "out of memory" (or the OOM
   // killer) minutes into the run.
   if (a.backend == "cpu") {
-    const double kv = double(a.batch) * double(positions) * double(c.num_layers) * double(c.num_kv_heads) *
-                      double(c.head_dim) * 2.0 * sizeof(float);
+    const KvPageGeometry g = kv_page_geometry(a.backend, c, EngineOptions{}.page_size);
+    const double kv = double(a.batch) * double(g.pages_for_sequence(positions)) * double(g.bytes_per_page());
     const double prompts = double(a.batch) * double(a.context) * sizeof(int32_t);
     const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     if (ram > 0 && kv + prompts > ram)
@@ -242,12 +251,13 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
   eo.backend = a.backend;
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_batch = a.batch;
-  // --memory: the engine's scheduler, as `kvbench run --memory` runs it: the planned pool is the
-  // page limit (the CUDA backend reserves it at once), sequences are admitted by pages (no count
-  // limit), one prompt chunk per step rides with the decode tokens, and a sequence that would
-  // overrun the pool preempts the newest instead of failing.
+  // --memory: the engine's scheduler, as `kvbench run --memory` runs it: the same KV page pool
+  // (EngineOptions::kv_pool_bytes, priced by the engine as memory_pool_pages prices it; the CUDA
+  // backend reserves it at once), sequences are admitted by pages (no count limit), one prompt
+  // chunk per step rides with the decode tokens, and a sequence that would overrun the pool
+  // preempts the newest instead of failing.
   if (a.memory_gib > 0) {
-    eo.max_kv_pages = plan.pool_pages(a.batch);
+    eo.kv_pool_bytes = kv_pool_bytes_of_gib(a.memory_gib);
     eo.max_batch = 0;
     eo.max_step_tokens = a.prefill_chunk;
   }
@@ -257,8 +267,8 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
       static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads), static_cast<long long>(c.head_dim),
       a.backend.c_str(), omp_get_max_threads(),
       std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default (spin, then sleep)");
-  std::printf("%-8s %-6s %-6s %-22s %12s %12s %10s %14s %12s %9s\n", "context", "gen", "batch", "policy",
-              "prefill_tok/s", "decode_tok/s", "ms/step", "kv_bytes_peak", "peak_rss_MiB", "policy_%");
+  std::printf("%-8s %-6s %-6s %-22s %12s %12s %10s %14s %20s %9s\n", "context", "gen", "batch", "policy",
+              "prefill_tok/s", "decode_tok/s", "ms/step", "kv_bytes_peak", "process_peak_rss_MiB", "policy_%");
   for (int rep = 0; rep < a.repeats; ++rep) {
     Engine engine(model, eo, a.resolved->build());
     // Untimed warm-up on the same engine and batch (a prompt of at most two chunks, 2 tokens):
@@ -289,7 +299,7 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
     // Aggregate decode throughput: tokens fed by decode steps over those steps' wall time (under
     // --memory the sequences start at different times, so the slowest one's decode_s is not it).
     const double decode_tps = decode_wall > 0 ? (gen_tokens - a.batch) / decode_wall : 0;
-    std::printf("%-8d %-6d %-6d %-22s %12.1f %12.1f %10.2f %14zu %12.1f %9.2f\n", a.context, a.gen, a.batch,
+    std::printf("%-8d %-6d %-6d %-22s %12.1f %12.1f %10.2f %14zu %20.1f %9.2f\n", a.context, a.gen, a.batch,
                 (a.policy + (a.budget ? "@" + std::to_string(a.budget) : "")).c_str(),
                 prefill > 0 ? double(a.context) * a.batch / prefill : 0.0, decode_tps, 1000.0 * decode / steps, kv_peak,
                 peak_rss_bytes() / 1048576.0,
@@ -301,11 +311,11 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
     if (a.memory_gib > 0)
       std::printf(
           "memory_result: planned batch %d, realised mean decode batch %.1f (largest %d), %lld preemptions, decode "
-          "%.1f tok/s, KV pool peak %lld pages = %.3f GiB (planned %lld), peak RSS %.3f GiB%s\n",
+          "%.1f tok/s, KV pool peak %lld of %lld pages = %.3f GiB; process peak RSS %.3f GiB%s\n",
           a.batch, st.mean_decode_batch(), st.max_decode_batch, static_cast<long long>(st.preemptions), decode_tps,
           static_cast<long long>(engine.cache().pages_allocated()),
-          engine.cache().pages_allocated() * static_cast<double>(plan.page_bytes) / kGiB,
-          static_cast<long long>(eo.max_kv_pages), rss_mib / 1024.0,
+          static_cast<long long>(engine.cache().config().max_pages),
+          engine.cache().pages_allocated() * static_cast<double>(plan.page_bytes) / kGiB, rss_mib / 1024.0,
           dev.empty() ? "" : " (device: device_used_GiB above)");
     out["rows"].push_back({{"context", a.context},
                            {"gen", a.gen},
@@ -317,7 +327,8 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
                            {"ms_per_step", 1000.0 * decode / steps},
                            {"kv_bytes_peak", kv_peak},
                            {"kv_pages_peak", engine.cache().pages_allocated()},
-                           {"peak_rss_mib", rss_mib},
+                           {"kv_pool_pages", engine.cache().config().max_pages},
+                           {"process_peak_rss_mib", rss_mib},
                            {"policy_pct", (prefill + decode) > 0 ? 100.0 * policy / a.batch / (prefill + decode) : 0.0},
                            {"memory_plan", plan_json},
                            {"decode_batch_mean", st.mean_decode_batch()},
@@ -330,7 +341,7 @@ void run_case(const std::shared_ptr<Model>& model, const std::string& id, BenchA
 
 void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  CLI::App* c = app.add_subcommand("bench", "Measure prefill/decode throughput, KV bytes and memory");
+  CLI::App* c = app.add_subcommand("bench", "Measure prefill/decode throughput, KV bytes and the process's peak RSS");
   c->add_option(
       "--model", a->model,
       "Model: a directory, a .gguf file, a named model (kvbench models) or a Hub id org/name[@rev][:FILE.gguf]");
@@ -340,9 +351,7 @@ void register_bench(CLI::App& app) {
   c->add_option("--context", a->context, "Prompt tokens per sequence")->check(kvb::cli::positive());
   c->add_option("--gen", a->gen, "Generated tokens per sequence")->check(kvb::cli::positive());
   auto* batch = c->add_option("--batch", a->batch, "Sequences decoded together")->check(kvb::cli::positive());
-  c->add_option("--memory", a->memory_gib,
-                "Memory budget in GiB (host RAM for cpu, device memory for cuda): run the largest batch whose weights, "
-                "KV cache at its peak and work buffers fit (docs/architecture.md, Memory)")
+  c->add_option("--memory", a->memory_gib, kMemoryHelp)
       ->check(kvb::cli::positive())
       ->check(kvb::cli::in_range(0, kMaxMemoryGiB))
       ->excludes(batch);

@@ -27,6 +27,7 @@
 #include "engine/util/error.h"
 #include "engine/util/io.h"
 #include "engine/util/memory.h"
+#include "harness/bench_memory.h"
 #include "harness/cli_checks.h"
 #include "harness/commands.h"
 #include "harness/input_identity.h"
@@ -337,24 +338,24 @@ void run_batch(const BatchContext& c, const std::vector<const results::WorkItem*
   grade_and_store(c, gens, grades, grade_todo, progress);
 }
 
-/// The engine options of a run: backend, prefill chunk, the batch bound and the page pool.
-/// --memory: refuses a pool smaller than one KV page of any of `model_specs` (the page of the
-/// full cache, without policy scalars: the smallest the engine makes) before the results database
-/// is opened, so such a run leaves no run row behind (issue 46, item 7). Throws kvb::Error
-/// "--memory: N bytes hold no KV page of M bytes (model X)".
+/// --memory: refuses a pool that holds no KV page of any of `model_specs` (the backend's page of the
+/// full cache, without policy scalars: the smallest the engine makes; memory_pool_pages) before the
+/// results database is opened, so such a run leaves no run row behind (issue 46, item 7). Throws
+/// kvb::Error "--memory: N bytes hold no KV page of M bytes (model X)".
 void check_pool_holds_a_page(const RunArgs& a, const std::vector<std::string>& model_specs) {
   if (!(a.memory_gib > 0)) return;
-  const auto pool = static_cast<int64_t>(a.memory_gib * 1073741824.0);
   for (const auto& m : model_specs) {
     const std::string file = model_file_of(m);
     const bool gguf = file.size() > 5 && file.compare(file.size() - 5, 5, ".gguf") == 0;
     const ModelConfig cfg = gguf ? gguf_model_config(GgufFile::open(file)) : ModelConfig::from_dir(file);
-    const size_t page = KVCache(kv_cache_config(cfg, EngineOptions{}.page_size)).page_bytes();
-    if (pool < static_cast<int64_t>(page))
-      fail("--memory: {} bytes hold no KV page of {} bytes (model {})", pool, page, m);
+    const int P = EngineOptions{}.page_size;
+    if (memory_pool_pages(a.memory_gib, a.backend, cfg, P) < 1)
+      fail("--memory: {} bytes hold no KV page of {} bytes (model {})", kv_pool_bytes_of_gib(a.memory_gib),
+           kv_page_geometry(a.backend, cfg, P).bytes_per_page(), m);
   }
 }
 
+/// The engine options of a run: backend, prefill chunk, the batch bound and the page pool.
 EngineOptions engine_options(const RunArgs& a) {
   EngineOptions eo;
   eo.backend = a.backend;
@@ -362,7 +363,7 @@ EngineOptions engine_options(const RunArgs& a) {
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_step_tokens = a.max_step_tokens;
   eo.admission = parse_admission(a.admission);
-  if (a.memory_gib > 0) eo.kv_pool_bytes = static_cast<int64_t>(a.memory_gib * 1073741824.0);
+  if (a.memory_gib > 0) eo.kv_pool_bytes = kv_pool_bytes_of_gib(a.memory_gib);
   return eo;
 }
 
@@ -523,11 +524,7 @@ void register_run(CLI::App& app) {
   c->add_option("--batch", a->batch,
                 "Sequences running at once at most (default 8; with --memory: no count limit, the pool bounds it)")
       ->check(kvb::cli::positive());
-  c->add_option("--memory", a->memory_gib,
-                "KV page pool in GiB: sequences are admitted while their projected pages fit (each policy projects "
-                "its own), and preempted and recomputed when the pool runs short (docs/architecture.md, "
-                "Memory-aware batching)")
-      ->check(kvb::cli::positive());
+  c->add_option("--memory", a->memory_gib, kMemoryHelp)->check(kvb::cli::positive());
   c->add_option("--max-step-tokens", a->max_step_tokens,
                 "Prompt tokens per forward step over all prefilling sequences, whole chunks (0 = no limit: "
                 "--prefill-chunk each; else at least --prefill-chunk); decode tokens of the running sequences "
@@ -573,8 +570,8 @@ void register_run(CLI::App& app) {
     // Admission chooses how sequences enter a KV page pool: without one it would be ignored.
     if (c->get_option("--admission")->count() > 0 && !(a->memory_gib > 0))
       fail("--admission: applies only with --memory (a KV page pool); without it --batch bounds the batch");
-    if (a->memory_gib > 0 && !(a->memory_gib <= 1048576.0))
-      fail("--memory: at most 1048576 GiB, got {}", a->memory_gib);
+    if (a->memory_gib > 0 && !(a->memory_gib <= kMaxMemoryGiB))
+      fail("--memory: at most {} GiB, got {}", kMaxMemoryGiB, a->memory_gib);
     if (a->memory_gib > 0 && c->count("--batch") == 0) a->batch = 0;  // the pool bounds the batch
     run_main(*a);
   });

@@ -142,7 +142,7 @@ printf '| %-8s | %9s | %9s | %5s | %9s | %9s | %5s | %11s | %5s |\n' "file" "lla
 echo "|----------|----------:|----------:|------:|----------:|----------:|------:|------------:|------:|"
 printf '%s\n' "${speed_rows[@]}"
 echo
-echo "Peak RSS (MiB) of the same runs: kvbench's (kvbench bench peak_rss_MiB) against its weight file"
+echo "Peak RSS (MiB) of the same runs: kvbench's (kvbench bench process_peak_rss_MiB) against its weight file"
 echo "plus its KV bytes (kv_bytes_peak, f32), and llama-bench's (GNU time; f16 KV, its compute buffers)."
 printf '| %-8s | %8s | %7s | %9s | %6s | %9s |\n' "file" "weights" "kvb KV" "kvb peak" "ratio" "llama peak"
 echo "|----------|---------:|--------:|----------:|-------:|-----------:|"

@@ -160,9 +160,10 @@ want vs_transformers && {
     ${GPU_VS_TRANSFORMERS_CASES:+--cases "$GPU_VS_TRANSFORMERS_CASES"}
   cp "$OUT/vs_transformers.tsv" "$LOGS/vs_transformers.tsv" 2>/dev/null  # written row by row into $OUT
 }
-# memory (only when GPU_CHECK_STEPS names it): throughput at a fixed memory budget, kvbench bench
-# --memory (docs/architecture.md, "Throughput at a fixed memory budget"): the largest batch whose
-# weights + peak KV + work buffers fit in GPU_MEMORY_GIB (default 24) GiB, full vs trimkv vs rkv at
+# memory (only when GPU_CHECK_STEPS names it): throughput at a fixed KV pool, kvbench bench
+# --memory (docs/architecture.md, "Throughput at a fixed KV pool"): the largest batch whose KV
+# pages fit a pool of GPU_MEMORY_GIB (default 7) GiB of bf16 pages (the weights, 15.3 GiB, and
+# the work buffers come on top; before issue 47 --memory 24 was the whole device budget), full vs trimkv vs rkv at
 # budget 1024 on the Qwen3-8B shape, one process (weights generated once); each case prints
 # memory_plan / memory_result and the device report (device_used_GiB); $OUT/memory.json. Default
 # cases: a 256-token prompt and 2,048 generated (R-KV's setting: full peaks at 2,304 tokens per
@@ -172,7 +173,7 @@ want memory && {
   IFS=';' read -ra mem_list <<<"${GPU_MEMORY_CASES:-256 2048 - full;256 2048 - trimkv:random_gates=0 1024;256 2048 - rkv 1024}"
   for mc in "${mem_list[@]}"; do mem_cases+=(--case "$mc"); done
   GPU_CHECK_STEP_TIMEOUT="$(( ${GPU_CHECK_STEP_TIMEOUT:-300} > 420 ? ${GPU_CHECK_STEP_TIMEOUT:-300} : 420 ))" \
-    step memory "$KVB/bin/kvbench" bench --backend cuda --model-shape qwen3-8b --memory "${GPU_MEMORY_GIB:-24}" \
+    step memory "$KVB/bin/kvbench" bench --backend cuda --model-shape qwen3-8b --memory "${GPU_MEMORY_GIB:-7}" \
     --prefill-chunk 128 --json "$LOGS/memory.json" "${mem_cases[@]}"
   cp "$LOGS/memory.json" "$OUT/memory.json" 2>/dev/null
 }

@@ -50,10 +50,11 @@ constexpr bool kCudaCompiled = false;
 
 const std::vector<BackendInfo>& backend_registry() {
   static const std::vector<BackendInfo> reg = {
-      {BackendKind::kCpu, "cpu", "f32 activations over weights as stored, f32 K/V, OpenMP", true, false, false},
+      {BackendKind::kCpu, "cpu", "f32 activations over weights as stored, f32 K/V, OpenMP", true, false, false,
+       KvDtype::kF32},
       {BackendKind::kCpuBf16, "cpu-bf16", "the CPU forward rounding to bf16 where the CUDA backend stores bf16", true,
-       false, false},
-      {BackendKind::kCuda, "cuda", "bf16 weights and K/V on an NVIDIA GPU", kCudaCompiled, true, true},
+       false, false, KvDtype::kF32},
+      {BackendKind::kCuda, "cuda", "bf16 weights and K/V on an NVIDIA GPU", kCudaCompiled, true, true, KvDtype::kBF16},
   };
   return reg;
 }
@@ -83,6 +84,16 @@ void check_backend_name(const std::string& name) { (void)backend_info(name); }
 KVCacheConfig kv_cache_config(const ModelConfig& model, int page_size) {
   return KVCacheConfig(static_cast<int>(model.num_layers), static_cast<int>(model.num_kv_heads),
                        static_cast<int>(model.head_dim), page_size);
+}
+
+KvPageGeometry kv_page_geometry(const std::string& name, const ModelConfig& model, int page_size,
+                                const PolicyNeeds& needs) {
+  const BackendInfo* b = find_backend(name);
+  if (!b) fail("--backend {}: no such backend", name);
+  KvPageGeometry g = kv_cache_config(model, page_size).geometry();
+  g.dtype = b->kv_dtype;
+  g.num_scalars = b->on_device ? 0 : needs.num_scalars;
+  return g;
 }
 
 KVPayloadKind kv_payload_for(const std::string& name, const PolicyNeeds& needs) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/forward.h"
+#include "engine/kv/page_geometry.h"
 #include "engine/sampling/sampler.h"
 
 namespace kvb {
@@ -66,6 +67,7 @@ struct BackendInfo {
   bool on_device;           ///< runs on a GPU: K/V may be held on the device (kv_payload_for) and
                             ///< the run's device is the GPU, not the host CPU
   bool bf16_weights;        ///< holds weights as bf16 (random test weights are made as bf16)
+  KvDtype kv_dtype;         ///< element type of the K/V rows its KV pool stores (prices a --memory page)
 };
 
 /// Every backend, "cpu" first, compiled or not.
@@ -81,6 +83,17 @@ const BackendInfo& backend_info(const std::string& name);
 /// The KVCache shape of `model`: its layers, kv heads and head_dim, `page_size` tokens per page
 /// (num_scalars, max_pages and payload at their defaults, for the caller to set).
 KVCacheConfig kv_cache_config(const ModelConfig& model, int page_size = 16);
+
+/// The page arithmetic of backend `name`'s KV pool (engine/kv/page_geometry.h), which prices the
+/// pages of a `--memory` pool in every command: the model's layers, kv heads and head_dim,
+/// `page_size` tokens per page, K/V rows in the backend's own element type (BackendInfo::kv_dtype:
+/// f32 on "cpu" and "cpu-bf16", bf16 on "cuda"), i32 positions, and the policy's `needs.num_scalars`
+/// per-token scalars where the pool holds them (a host pool; an on-device pool keeps them on the
+/// host, outside it). A "cpu" page of stories260K (D 8, 16 tokens, no scalars) is 1,088 bytes, a
+/// "cuda" one 576. Throws kvb::Error ("--backend NAME: no such backend") for an unknown name; a
+/// known backend not compiled into this build is priced all the same (bench --plan-only).
+KvPageGeometry kv_page_geometry(const std::string& name, const ModelConfig& model, int page_size,
+                                const PolicyNeeds& needs = {});
 
 /// Which payload store (engine/kv/kv_payload.h) the KVCache of backend `name` needs for a policy
 /// with `needs` (default PolicyNeeds for the full cache): host rows for the CPU backends, which

@@ -11,9 +11,9 @@ KVCache::KVCache(const KVCacheConfig& cfg) : cfg_(cfg) {
   if (cfg.num_layers <= 0 || cfg.num_kv_heads <= 0 || cfg.head_dim <= 0 || cfg.page_size <= 0 || cfg.num_scalars < 0)
     fail("KV cache: invalid shape (layers={}, kv_heads={}, head_dim={}, page_size={}, scalars={})", cfg.num_layers,
          cfg.num_kv_heads, cfg.head_dim, cfg.page_size, cfg.num_scalars);
-  const size_t P = cfg.page_size, D = cfg.head_dim, S = cfg.num_scalars;
+  const size_t P = cfg.page_size, S = cfg.num_scalars;
   meta_words_ = P + P * S;
-  page_bytes_ = (2 * P * D + meta_words_) * sizeof(float);
+  page_bytes_ = cfg.geometry().bytes_per_page();
   payload_ = make_kv_payload(cfg.payload, cfg.page_size, cfg.head_dim);
 }
 
@@ -204,7 +204,7 @@ int32_t KVCache::compact(SeqId seq, int layer, int h, std::span<const int32_t> k
     if (S) std::memcpy(db + P + ds * S, sb + P + ss * S, S * sizeof(float));
   }
   const int32_t evicted = hd.len - n;
-  const size_t need_pages = (static_cast<size_t>(n) + P - 1) / P;
+  const size_t need_pages = static_cast<size_t>(cfg_.geometry().pages_for_tokens(n));
   if (hd.pages.size() > need_pages) ++shrinks_;
   while (hd.pages.size() > need_pages) {
     free_page(s, hd.pages.back());
@@ -218,7 +218,6 @@ int32_t KVCache::compact(SeqId seq, int layer, int h, std::span<const int32_t> k
 
 int64_t KVCache::truncate_from(SeqId seq, int32_t pos) {
   Sequence& s = seqs_[seq];
-  const int32_t P = cfg_.page_size;
   int64_t dropped = 0;
   for (int layer = 0; layer < cfg_.num_layers; ++layer) {
     for (int h = 0; h < cfg_.num_kv_heads; ++h) {
@@ -230,7 +229,7 @@ int64_t KVCache::truncate_from(SeqId seq, int32_t pos) {
         else hi = mid;
       }
       const int32_t n = lo;
-      const size_t need_pages = (static_cast<size_t>(n) + P - 1) / P;
+      const size_t need_pages = static_cast<size_t>(cfg_.geometry().pages_for_tokens(n));
       if (hd.pages.size() > need_pages) ++shrinks_;
       while (hd.pages.size() > need_pages) {
         free_page(s, hd.pages.back());

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/kv/kv_payload.h"
+#include "engine/kv/page_geometry.h"
 
 namespace kvb {
 
@@ -44,6 +45,12 @@ struct KVCacheConfig {
   /// Where the K/V rows live: on the host (f32, readable through key()/value()/page_keys()), or
   /// only in a backend's device pool (no host K/V bytes; reading them throws). See kv_payload.h.
   KVPayloadKind payload = KVPayloadKind::kHost;
+
+  /// This shape's page arithmetic as the host cache accounts it: f32 K/V rows, positions and the
+  /// num_scalars policy scalars (page_geometry.h; KVCache::page_bytes is its bytes_per_page).
+  KvPageGeometry geometry() const {
+    return KvPageGeometry{num_layers, num_kv_heads, head_dim, page_size, KvDtype::kF32, num_scalars};
+  }
 };
 
 /// Identifies a sequence inside a KVCache.
@@ -111,7 +118,8 @@ class KVCache {
   /// context). Returns the number of (head, token) entries dropped.
   int64_t truncate_from(SeqId seq, int32_t pos);
 
-  /// Bytes one page accounts for: K and V as f32 + positions + scalars. This is the realised-KV
+  /// Bytes one page accounts for: K and V as f32 + positions + scalars
+  /// (KVCacheConfig::geometry().bytes_per_page()). This is the realised-KV
   /// accounting every backend reports (bytes(), peak_bytes(), ...), whichever store holds the
   /// rows, so results do not depend on the backend; host_payload_bytes() is what the host holds.
   size_t page_bytes() const { return page_bytes_; }

@@ -22,13 +22,12 @@ void check_query(const FootprintQuery& q) {
 
 KvFootprint per_head_footprint(const FootprintQuery& q, int64_t peak_tokens, int64_t steady_tokens, std::string rule) {
   check_query(q);
-  const int64_t heads = static_cast<int64_t>(q.num_layers) * q.num_kv_heads;
-  auto pages = [&](int64_t tokens) { return heads * ((tokens + q.page_size - 1) / q.page_size); };
+  const KvPageGeometry g = q.page_counts();
   KvFootprint f;
   f.peak_tokens_per_head = peak_tokens;
   f.steady_tokens_per_head = steady_tokens;
-  f.peak_pages = pages(peak_tokens);
-  f.steady_pages = pages(steady_tokens);
+  f.peak_pages = g.pages_for_sequence(peak_tokens);
+  f.steady_pages = g.pages_for_sequence(steady_tokens);
   f.rule = std::move(rule);
   return f;
 }

@@ -224,6 +224,17 @@ struct FootprintQuery {
   int page_size = 16;           ///< tokens per page (> 0)
   int num_layers = 0;           ///< layers (> 0)
   int num_kv_heads = 0;         ///< kv heads per layer (> 0)
+
+  /// The query's page counting (engine/kv/page_geometry.h: pages_for_tokens, pages_for_sequence).
+  /// Counts only: it has no head_dim or dtype, so its bytes_per_page is not a page's bytes (those
+  /// are the backend's, kv_page_geometry in engine/backend/backend.h).
+  KvPageGeometry page_counts() const {
+    KvPageGeometry g;
+    g.num_layers = num_layers;
+    g.num_kv_heads = num_kv_heads;
+    g.page_tokens = page_size;
+    return g;
+  }
 };
 
 /// A policy's projection of what one sequence holds in the paged KV cache (pages of

@@ -121,7 +121,7 @@ KvFootprint ScheduledPolicy::kv_footprint(const FootprintQuery& q) const {
   if (global_kind_) {
     // Ragged heads: their total stays within heads · the per-head bound, plus a partial page each.
     const int64_t heads = static_cast<int64_t>(q.num_layers) * q.num_kv_heads;
-    auto pages = [&](int64_t tokens) { return (heads * tokens + q.page_size - 1) / q.page_size + heads; };
+    auto pages = [&](int64_t tokens) { return q.page_counts().pages_for_tokens(heads * tokens) + heads; };
     f.peak_pages = pages(peak);
     f.steady_pages = pages(steady);
     f.rule += ", budget_kind=global: total over heads + one partial page per head";

@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend/backend.h"
+#include "engine/engine.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/kv/page_geometry.h"
 #include "engine/model/model.h"
 #include "engine/policies/policy.h"
 #include "harness/bench_memory.h"
@@ -153,18 +155,86 @@ TEST(BenchMemory, MaxBatchIsTheLargestThatFits) {
   ASSERT_LT(pl.steady_pages_per_seq, pl.pages_per_seq);
   EXPECT_EQ(pl.pool_pages(1), pl.pages_per_seq);
   EXPECT_EQ(pl.pool_pages(3), pl.pages_per_seq + 2 * pl.steady_pages_per_seq);
+  // The process estimate beside the pool: weights, reserve, work buffers and the batch's pages.
   const double base = static_cast<double>(pl.weight_bytes + pl.fixed_bytes + pl.work_bytes_fixed);
   const double three = base + 3.0 * pl.work_bytes_per_seq + static_cast<double>(pl.pool_pages(3) * pl.page_bytes);
   EXPECT_EQ(pl.bytes_for(3), three);
-  EXPECT_EQ(pl.max_batch(three), 3);                // exactly full
-  EXPECT_EQ(pl.max_batch(pl.bytes_for(4) - 1), 3);  // one byte short of 4
-  EXPECT_EQ(pl.max_batch(pl.bytes_for(1) - 1), 0);
-  EXPECT_EQ(pl.max_batch(0.0), 0);
-  // Huge budgets answer at once with the cap (a byte count never wraps; issue 40).
-  for (const double huge :
-       {1e11 * 1073741824.0, 1e300, std::numeric_limits<double>::max(), std::numeric_limits<double>::infinity()})
-    EXPECT_EQ(pl.max_batch(huge), int64_t{1} << 20) << huge;
-  EXPECT_EQ(pl.max_batch(std::numeric_limits<double>::quiet_NaN()), 0);
+  // The batch is decided by the pool's pages alone.
+  EXPECT_EQ(pl.max_batch(pl.pool_pages(3)), 3);      // exactly full
+  EXPECT_EQ(pl.max_batch(pl.pool_pages(4) - 1), 3);  // one page short of 4
+  EXPECT_EQ(pl.max_batch(pl.pool_pages(1) - 1), 0);  // not even one peak
+  EXPECT_EQ(pl.max_batch(0), 0);
+  EXPECT_EQ(pl.max_batch(std::numeric_limits<int64_t>::max()), int64_t{1} << 20);  // the cap, no wrap
+}
+
+TEST(MemoryPool, RunAndBenchSizeTheSamePoolOnEveryBackend) {
+  // `--memory 0.25` on stories260K (L 5, Hkv 4, D 8, pages of 16 tokens): the pool both commands
+  // run. CPU: 16 · (2·8·4 + 4) = 1,088 B a page (plus 16 · 4 per policy scalar); CUDA: bf16 K/V,
+  // 16 · (2·8·2 + 4) = 576 B, and the policy's scalars stay on the host.
+  const kvb::ModelConfig c = kvb::model_shape("stories260k");
+  const int64_t bytes = kvb::kv_pool_bytes_of_gib(0.25);
+  EXPECT_EQ(bytes, 268435456);
+  EXPECT_EQ(kvb::cli::memory_pool_pages(0.25, "cpu", c, 16), 268435456 / 1088);  // 246,723
+  EXPECT_EQ(kvb::cli::memory_pool_pages(0.25, "cpu-bf16", c, 16), 268435456 / 1088);
+  EXPECT_EQ(kvb::cli::memory_pool_pages(0.25, "cuda", c, 16), 268435456 / 576);  // 466,033
+  auto h2o = kvb::make_policy(kvb::PolicySpec::parse("h2o", 32));  // accumulated attention: a scalar a token
+  const kvb::PolicyNeeds needs = h2o->needs();
+  ASSERT_GT(needs.num_scalars, 0);
+  EXPECT_EQ(kvb::cli::memory_pool_pages(0.25, "cpu", c, 16, needs),
+            bytes / (16 * (2 * 8 * 4 + 4 + 4 * needs.num_scalars)));
+  EXPECT_EQ(kvb::cli::memory_pool_pages(0.25, "cuda", c, 16, needs), bytes / 576);
+  EXPECT_EQ(kvb::cli::memory_pool_pages(0, "cpu", c, 16), 0);
+  EXPECT_EQ(kvb::cli::memory_pool_pages(1e-7, "cpu", c, 16), 0);  // 107 bytes: no page
+  EXPECT_TRUE(kvb::test::error_has([&] { kvb::cli::memory_pool_pages(1, "tpu", c, 16); }, {"--backend tpu"}));
+  // bench's plan prices its pages as the pool does, on each backend.
+  for (const char* backend : {"cpu", "cpu-bf16", "cuda"}) {
+    for (const char* spec : {"full", "h2o"}) {
+      const int64_t budget = std::string(spec) == "full" ? 0 : 32;
+      auto p = kvb::make_policy(kvb::PolicySpec::parse(spec, budget));
+      const auto pl = plan_bench_memory(stories(100, 28, 512, backend), p.get(), budget);
+      EXPECT_EQ(pl.page_bytes, kvb::kv_page_geometry(backend, c, 16, p->needs()).bytes_per_page())
+          << backend << " " << spec;
+    }
+  }
+  // run's engine (EngineOptions::kv_pool_bytes, as `run --memory` sets it) holds the same pages
+  // as bench's memory_pool_pages, full cache and a policy with scalars (CPU backends; the CUDA
+  // engine needs a device, its pricing is checked above).
+  auto model = kvb::Model::random(c, 1);
+  for (const char* backend : {"cpu", "cpu-bf16"}) {
+    for (const char* spec : {"full", "h2o"}) {
+      kvb::EngineOptions eo;
+      eo.backend = backend;
+      eo.max_batch = 0;
+      eo.kv_pool_bytes = bytes;
+      auto p = kvb::make_policy(kvb::PolicySpec::parse(spec, std::string(spec) == "full" ? 0 : 32));
+      const kvb::PolicyNeeds n = p->needs();
+      kvb::Engine e(model, eo, std::move(p));
+      EXPECT_EQ(e.cache().config().max_pages, kvb::cli::memory_pool_pages(0.25, backend, c, 16, n))
+          << backend << " " << spec;
+    }
+  }
+}
+
+TEST(MemoryPool, PageGeometryArithmetic) {
+  kvb::KvPageGeometry g{5, 4, 8, 16, kvb::KvDtype::kF32, 0};
+  EXPECT_EQ(g.bytes_per_page(), 1088u);
+  EXPECT_EQ(g.pages_for_tokens(0), 0);
+  EXPECT_EQ(g.pages_for_tokens(1), 1);
+  EXPECT_EQ(g.pages_for_tokens(16), 1);
+  EXPECT_EQ(g.pages_for_tokens(17), 2);
+  EXPECT_EQ(g.pages_for_sequence(128), 20 * 8);
+  EXPECT_EQ(g.pool_pages(1087), 0);
+  EXPECT_EQ(g.pool_pages(1088 * 7 + 5), 7);
+  EXPECT_EQ(g.pool_pages(-1), 0);
+  g.dtype = kvb::KvDtype::kBF16;
+  g.num_scalars = 2;
+  EXPECT_EQ(g.bytes_per_page(), 16u * (2 * 8 * 2 + 4 + 8));
+  // The host cache's accounting is the f32 geometry with its scalars.
+  kvb::KVCacheConfig kc(5, 4, 8, 16, 3);
+  EXPECT_EQ(kvb::KVCache(kc).page_bytes(), kc.geometry().bytes_per_page());
+  EXPECT_EQ(kc.geometry().bytes_per_page(), 16u * (2 * 8 * 4 + 4 + 12));
+  EXPECT_EQ(kvb::kv_pool_bytes_of_gib(-1), 0);
+  EXPECT_EQ(kvb::kv_pool_bytes_of_gib(std::numeric_limits<double>::quiet_NaN()), 0);
 }
 
 TEST(BenchMemory, BadSizesAreErrors) {
@@ -184,15 +254,15 @@ nlohmann::json bench_json(const std::string& args, std::string* out) {
   return nlohmann::json::parse(f, nullptr, false);
 }
 
-/// The --memory (GiB, as text) that holds exactly `batch` sequences of this configuration.
+/// The --memory (GiB, as text) whose KV page pool holds exactly `batch` sequences of this
+/// configuration: halfway between the pages of `batch` and of `batch + 1`.
 std::string memory_for(int64_t batch, int64_t context, int64_t gen, const std::string& spec, int64_t budget,
                        int chunk = 512) {
-  BenchMemoryInput in = stories(context, gen, chunk);
-  in.host_weight_bytes = kvb::Model::random(in.config, 1)->weight_bytes();
+  const BenchMemoryInput in = stories(context, gen, chunk);
   const auto pl = plan(in, spec, budget);
-  // Halfway to batch `batch + 1`: that batch fits, the next does not.
-  const double gib = (pl.bytes_for(batch) + pl.bytes_for(batch + 1)) / 2 / 1073741824.0;
-  return fmt::format("{:.12f}", gib);
+  const int64_t pages = (pl.pool_pages(batch) + pl.pool_pages(batch + 1)) / 2;
+  const double gib = (static_cast<double>(pages) + 0.5) * static_cast<double>(pl.page_bytes) / 1073741824.0;
+  return fmt::format("{:.15f}", gib);
 }
 
 TEST(BenchMemoryCli, PicksTheBatchAndHoldsThePlannedPeakOnTheCpu) {
@@ -223,7 +293,11 @@ TEST(BenchMemoryCli, PicksTheBatchAndHoldsThePlannedPeakOnTheCpu) {
     EXPECT_GT(row["decode_tok_s"].get<double>(), 0) << c.spec;
     // The run stayed within the planned pool (the engine's scheduler admits by pages), with no
     // preemption; the full cache, whose prompts all fit one step, held exactly the planned peak.
-    EXPECT_LE(row["kv_pages_peak"].get<int64_t>(), row["memory_plan"]["pool_pages"].get<int64_t>()) << c.spec;
+    EXPECT_LE(row["kv_pages_peak"].get<int64_t>(), row["kv_pool_pages"].get<int64_t>()) << c.spec;
+    EXPECT_EQ(row["kv_pool_pages"], row["memory_plan"]["kv_pool_pages"]) << c.spec;
+    EXPECT_GE(row["memory_plan"]["kv_pool_pages"].get<int64_t>(), row["memory_plan"]["pool_pages"].get<int64_t>());
+    EXPECT_GT(row["process_peak_rss_mib"].get<double>(), 0) << c.spec;
+    EXPECT_FALSE(row.contains("peak_rss_mib")) << "the process peak has its own name";
     EXPECT_EQ(row["preemptions"], 0) << c.spec;
     EXPECT_GE(row["decode_batch_max"].get<int>(), 1) << c.spec;
     if (c.spec == "full") {
@@ -233,6 +307,34 @@ TEST(BenchMemoryCli, PicksTheBatchAndHoldsThePlannedPeakOnTheCpu) {
   }
 }
 
+TEST(BenchMemoryCli, BenchAndRunSizeTheSamePool) {
+  // `--memory` is the KV page pool in every command: bench and run on the same model and backend
+  // run the same number of pages (0.001 GiB / 1,088 B = 986 pages of stories260K on the CPU).
+  KVB_REQUIRE_BINARY();
+  KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
+  KVB_REQUIRE_TEST_DATA("datasets/gsm8k");
+  const std::string model = kvb::test::test_data("models/stories260K-hf");
+  const auto d = kvb::test::temp_dir("bench_run_pool");
+  const std::string js = (d / "bench.json").string();
+  std::string out;
+  ASSERT_EQ(kvb::test::run_cli("bench --model " + model + " --context 32 --gen 4 --memory 0.001 --json " + js, &out), 0)
+      << out;
+  std::ifstream f(js);
+  const auto j = nlohmann::json::parse(f, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  const int64_t bench_pages = j["rows"][0]["kv_pool_pages"].get<int64_t>();
+  EXPECT_EQ(bench_pages, 1073741 / 1088);
+  EXPECT_EQ(j["rows"][0]["memory_plan"]["kv_pool_pages"], bench_pages);
+  EXPECT_NE(out.find("memory_plan: KV page pool 0.001 GiB on cpu = 986 pages of 1088 bytes"), std::string::npos) << out;
+  ASSERT_EQ(kvb::test::run_cli("run --task gsm8k --data-dir " + kvb::test::test_data("datasets") + " --model " + model +
+                                   " --policies full --limit 1 --samples 1 --max-new-tokens 4 --memory 0.001 --db " +
+                                   (d / "r.db").string(),
+                               &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("--memory 0.001 GiB (" + std::to_string(bench_pages) + " KV pages)"), std::string::npos) << out;
+}
+
 TEST(BenchMemoryCli, BadMemoryIsOneErrorLineWithExit2) {
   KVB_REQUIRE_BINARY();
   std::string out;
@@ -240,10 +342,11 @@ TEST(BenchMemoryCli, BadMemoryIsOneErrorLineWithExit2) {
     EXPECT_EQ(kvb::test::run_cli(std::string("bench --model-shape stories260k --memory ") + bad, &out), 2) << bad;
     EXPECT_NE(out.find("kvbench: error: --memory"), std::string::npos) << bad << ": " << out;
   }
-  // Not even batch 1 fits: the sizes are named.
-  EXPECT_EQ(kvb::test::run_cli("bench --model-shape stories260k --context 64 --gen 8 --memory 0.01", &out), 2);
-  EXPECT_TRUE(kvb::test::contains_all(
-      out, {"kvbench: error: --memory: 0.01 GiB does not hold batch 1", "weights", "KV", "work buffers"}))
+  // Not even one sequence fits the pool (100 pages of 1,088 B; 0.0001 GiB holds 98): the pages are named.
+  EXPECT_EQ(kvb::test::run_cli("bench --model-shape stories260k --context 64 --gen 8 --memory 0.0001", &out), 2);
+  EXPECT_TRUE(kvb::test::contains_all(out, {"kvbench: error: --memory: a KV page pool of 0.0001 GiB (98 pages of "
+                                            "1088 bytes on cpu) does not hold one sequence",
+                                            "needs 100 pages at its peak"}))
       << out;
   // --memory picks the batch: --batch with it is an error.
   EXPECT_EQ(kvb::test::run_cli("bench --model-shape stories260k --memory 1 --batch 2", &out), 2) << out;
@@ -293,10 +396,14 @@ TEST(BenchCasesCli, PlanOnlyNeedsNoWeights) {
   const auto j = nlohmann::json::parse(f, nullptr, false);
   ASSERT_TRUE(j.is_object()) << out;
   ASSERT_EQ(j["plans"].size(), 2u);
-  // Full, 32K + 256: 36 · 8 · 2064 pages of 16 · 516 B = 4.57 GiB of KV per sequence; 70 GiB less
-  // 15.26 of weights and 1 reserved leave room for 11 (work 88 MiB each).
+  // Full, 32K + 256: 36 · 8 · 2064 pages of 16 · 516 B = 4.57 GiB of KV per sequence; a KV page
+  // pool of 70 GiB is ⌊70 · 2³⁰ / 8256⌋ = 9,103,915 pages: 15 sequences (weights and work
+  // buffers are outside it, in the process estimate).
   EXPECT_EQ(j["plans"][0]["pages_per_seq"], 36 * 8 * 2064);
-  EXPECT_EQ(j["plans"][0]["batch"], 11) << out;
+  EXPECT_EQ(j["plans"][0]["page_bytes"], 16 * 516);
+  EXPECT_EQ(j["plans"][0]["kv_pool_pages"], int64_t{70} * 1073741824 / 8256);
+  EXPECT_EQ(j["plans"][0]["batch"], 15) << out;
+  EXPECT_GT(j["plans"][0]["process_bytes_estimate"].get<double>(), 70.0 * 1073741824) << "pool + weights + work";
   // R-KV at 1024 over a 512-token prompt and 4096 generated: B + buffer = 1152 tokens per head.
   EXPECT_EQ(j["plans"][1]["peak_tokens_per_head"], 1152);
   EXPECT_EQ(kvb::test::run_cli("bench --model-shape stories260k --plan-only", &out), 2);

@@ -245,7 +245,7 @@ std::string CudaBackend::report() const {
   const Impl& d = *impl_;
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
-  const double pool_page_bytes = static_cast<double>(d.P) * (d.D * 4 + 4);
+  const double pool_page_bytes = static_cast<double>(d.pool_geometry().bytes_per_page());
   const double ms_step = d.meas.decode_steps ? 1000.0 * d.meas.decode_s / d.meas.decode_steps : 0.0;
   const double gbps = d.meas.decode_s > 0 ? d.meas.decode_bytes / d.meas.decode_s / 1e9 : 0.0;
   std::string s =

@@ -248,6 +248,17 @@ struct CudaBackend::Impl {
   int rows_last = 0;   // logit rows of the last forward
   bool defer = false;  // the next forward keeps its logits on the device (Backend::defer_logits)
 
+  /// The device pool's page (engine/kv/page_geometry.h): bf16 K and V rows and i32 positions,
+  /// no policy scalars (they stay in the host KVCache). The same page as kv_page_geometry("cuda",
+  /// ...) in engine/backend/backend.h, which prices `--memory` (BackendInfo "cuda": kv_dtype bf16,
+  /// on_device), computed here without the registry (kvb_cuda sits below kvb_backend).
+  KvPageGeometry pool_geometry() const {
+    KvPageGeometry g = cache.config().geometry();
+    g.dtype = KvDtype::kBF16;
+    g.num_scalars = 0;
+    return g;
+  }
+
   // ---- cuda_backend.cpp ----
   /// Opens device 0, creates the stream and the cuBLAS handle, uploads the weights. Throws
   /// kvb::Error without a usable device or on unsupported shapes.

@@ -22,15 +22,16 @@ void CudaBackend::Impl::ensure_pool() {
   // A page limit (EngineOptions::max_kv_pages, `bench --memory`): reserve it whole at the first
   // allocation, so the pool never grows (a growth holds the old and the new pool at once).
   if (cache.config().max_pages > 0) cap = std::max<int64_t>(need, cache.config().max_pages);
-  const size_t slot_bytes = static_cast<size_t>(D) * 2 * 2 + 4;
+  // A device page: bf16 K and V rows and i32 positions (the policy's scalars stay on the host).
+  const size_t page_bytes = pool_geometry().bytes_per_page();
   size_t free_b = 0, total_b = 0;
   check(cudaMemGetInfo(&free_b, &total_b), "memory info");
   // Old and new pools coexist during the copy: cap the growth by what is free.
-  const int64_t afford = static_cast<int64_t>(free_b * 0.9 / (slot_bytes * P));
+  const int64_t afford = static_cast<int64_t>(free_b * 0.9 / page_bytes);
   if (cap > afford) cap = std::max(need, afford);
   if (cap > afford)
     fail("--backend cuda: KV pool needs {} pages of {} tokens ({:.1f} GiB) but only {:.1f} GiB of device memory is free",
-         need, P, need * slot_bytes * P / 1073741824.0, free_b / 1073741824.0);
+         need, P, need * static_cast<double>(page_bytes) / 1073741824.0, free_b / 1073741824.0);
   const size_t slots = static_cast<size_t>(cap) * P, old = static_cast<size_t>(pool.pages) * P;
   DevBuf<uint16_t> nk, nv;
   DevBuf<int32_t> np;
