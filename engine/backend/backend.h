@@ -14,6 +14,7 @@
 
 #include "engine/backend/cpu/forward.h"
 #include "engine/sampling/sampler.h"
+#include "engine/scheduler/step.h"
 
 namespace kvb {
 
