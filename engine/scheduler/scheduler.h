@@ -157,7 +157,7 @@ StepPlan plan_step(const std::vector<ScheduledSequence*>& prefill, const std::ve
 /// thread-safe.
 class Scheduler {
  public:
-  /// `stats` is reset by nothing here: the scheduler adds to it.
+  /// Adds what it does to `stats` (the caller resets it); throws nothing.
   Scheduler(SchedulerConfig cfg, KVCacheManager& kv, SequenceEvents& events, ScheduleStats& stats);
 
   /// Queues `s` (not yet admitted) behind the waiting sequences. The scheduler does not own it.
