@@ -67,7 +67,9 @@ class KVCacheManager {
 };
 
 /// KVCacheManager over the engine's KVCache: its page pool (KVCacheConfig::max_pages as
-/// num_pages) and its per-head page lists. Holds a reference; the cache must outlive it.
+/// num_pages) and its per-head page lists; each override does what KVCacheManager documents
+/// (peak_pages and pages_of: KVCache bytes / page_bytes). Holds a reference; the cache must
+/// outlive it.
 class PagedKVCacheManager final : public KVCacheManager {
  public:
   explicit PagedKVCacheManager(KVCache& cache) : cache_(cache) {}
