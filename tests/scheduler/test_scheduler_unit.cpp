@@ -45,7 +45,9 @@ class FakeKV final : public KVCacheManager {
   void grow(SeqId seq, int64_t n) {
     len_.at(seq) += n;
     peak_ = std::max(peak_, pages_in_use());
-    if (pool_ > 0) EXPECT_LE(pages_in_use(), pool_) << "the pool was exceeded";
+    if (pool_ > 0) {
+      EXPECT_LE(pages_in_use(), pool_) << "the pool was exceeded";
+    }
   }
   bool holds(SeqId seq) const { return len_.count(seq) > 0; }
 
