@@ -12,6 +12,8 @@
 #include <span>
 
 #include "engine/backend/backend.h"
+#include "engine/scheduler/kv_cache_manager.h"
+#include "engine/scheduler/scheduler.h"
 #include "engine/util/proc_status.h"
 #include "engine/util/error.h"
 
@@ -123,22 +125,6 @@ void count_reads(GenerationResult& r, const ForwardStats& fs, size_t k, size_t b
   ++r.decode_steps;
 }
 
-// Tokens of the next prefill step of a prompt at absolute position `pos` that ends at `end`:
-// at most `chunk` (--prefill-chunk), and never across a boundary of the policy's own prompt
-// chunking (PolicyNeeds::prefill_chunk / prefill_tail: LocRet), so that a policy that evicts at
-// its chunk boundaries sees the same steps whatever --prefill-chunk is.
-int prefill_step_tokens(int64_t pos, int64_t end, int chunk, const PolicyNeeds* needs) {
-  int64_t stop = std::min<int64_t>(end, pos + chunk);
-  if (needs && needs->prefill_chunk > 0) {
-    const int64_t tail_start = end - needs->prefill_tail;
-    if (pos < tail_start) {
-      const int64_t next = (pos / needs->prefill_chunk + 1) * needs->prefill_chunk;
-      stop = std::min({stop, next, tail_start});
-    }
-  }
-  return static_cast<int>(stop - pos);
-}
-
 // Forgets the recorded queries of positions >= pos: the newest entries of each layer's ring
 // (used when a turn's generated tokens are dropped).
 void forget_queries_from(QueryHistory& h, int64_t pos) {
@@ -155,149 +141,56 @@ void forget_queries_from(QueryHistory& h, int64_t pos) {
   }
 }
 
-// A sequence as the step scheduler runs it: its place in the cache, the input it prefills and
-// the result its steps are measured into.
-struct SeqState {
-  SeqId seq = 0;
-  int64_t pos = 0;                              // tokens in the sequence so far
-  const std::vector<int32_t>* input = nullptr;  // the current turn's input: the prompt or a turn's append
-  size_t prompt_done = 0;                       // tokens of *input already prefilled
-  // First turn of a query-agnostic request: GenerationRequest::context_tokens (the context ends a
-  // prefill of its own); 0 otherwise.
-  size_t context_tokens = 0;
-  QueryHistory history;
-  int32_t next = -1;                   // the next decode step's input: sampled (or forced), not yet fed
-  bool done = false;                   // finished: it takes part in no further step
+// A sequence as the engine runs it: the scheduler's view of it (its place in the cache, the input
+// it prefills, the token it decodes next) and the result its steps are measured into.
+struct RunSeq : ScheduledSequence {
   GenerationResult* result = nullptr;  // the result of the current turn (times, KV measurements)
 };
 
-// Receives sequence k of a step's list after the step, with its logits row [V] f32: the
-// prediction after its last token (nullptr when the step's logits stayed on the device).
-using StepRowFn = std::function<void(size_t k, const float* row)>;
-
-// One planned forward step: prompt chunks of the prefilling sequences, then one decode token of
-// each decoding sequence (StepScheduler::plan).
-struct StepPlan {
-  std::vector<ForwardItem> items;
-  std::vector<SeqState*> owner;  // items[i]'s sequence
-  size_t n_prefill = 0;          // items [0, n_prefill) are prompt chunks, the rest decode tokens
-  std::vector<int32_t> toks;     // the decode items' input tokens
-  bool empty() const { return items.empty(); }
-};
-
-// The engine's scheduler of forward steps, shared by Engine::generate and Engine::score. It plans
-// and runs steps that carry prompt chunks of the sequences with input left (at most
-// --prefill-chunk tokens each, and at most max_prompt_tokens in all) together with one decode
-// token of each decoding sequence, and keeps each step's bookkeeping in one place: the KV
-// cache's step bracket (KVCache::begin_step / end_step, which the KV peak is measured by), the
-// policy's sequence hooks, and every sequence's measurements (prefill and decode seconds, policy
-// seconds, KV reads, KV peaks, Engine::on_step). What to do with the logits of a step — sample
-// and apply stop rules, or keep them — is the caller's.
-class StepScheduler {
+// Runs the steps the scheduler plans (the model runner / executor of vLLM), shared by
+// Engine::generate and Engine::score: one forward per StepPlan, and each step's bookkeeping in
+// one place: the KV cache's step bracket (KVCache::begin_step / end_step, which the KV peak is
+// measured by), the policy's sequence hooks, and every sequence's measurements (prefill and
+// decode seconds, policy seconds, KV reads, KV peaks, Engine::on_step). What to do with the
+// logits of a step — sample and apply stop rules, or keep them — is the caller's.
+class StepRunner {
  public:
-  StepScheduler(KVCache& cache, Backend& backend, Policy* policy, int prefill_chunk, int vocab,
-                const std::function<void(const KVCache&, SeqId)>& on_step)
-      : cache_(cache),
-        backend_(backend),
-        policy_(policy),
-        needs_(policy ? policy->needs() : PolicyNeeds{}),
-        prefill_chunk_(prefill_chunk),
-        vocab_(vocab),
-        on_step_(on_step) {}
+  StepRunner(KVCache& cache, Backend& backend, Policy* policy, int vocab,
+             const std::function<void(const KVCache&, SeqId)>& on_step)
+      : cache_(cache), backend_(backend), policy_(policy), vocab_(vocab), on_step_(on_step) {}
 
-  // Adds a sequence for `s` to the cache and starts it in the policy with `seed`.
-  void begin_sequence(SeqState& s, uint64_t seed) {
+  // Adds a sequence for `s` to the cache and starts it in the policy with `seed` (Engine::score;
+  // Engine::generate's sequences are added by the scheduler, then started with start_policy).
+  void begin_sequence(RunSeq& s, uint64_t seed) {
     s.seq = cache_.add_sequence();
-    if (policy_) policy_->on_sequence_begin(s.seq, seed);
+    start_policy(s.seq, seed);
+  }
+  // Starts cache sequence `seq` in the policy with `seed`.
+  void start_policy(SeqId seq, uint64_t seed) {
+    if (policy_) policy_->on_sequence_begin(seq, seed);
+  }
+  // Ends cache sequence `seq` in the policy (before its pages are freed).
+  void end_policy(SeqId seq) {
+    if (policy_) policy_->on_sequence_end(seq);
   }
   // Writes the KV measurements of s's sequence as they are now (the end of a turn) into `r`:
   // bytes held, peak bytes, evictions.
-  void record_kv(const SeqState& s, GenerationResult& r) const {
+  void record_kv(const RunSeq& s, GenerationResult& r) const {
     r.kv_bytes_final = cache_.bytes(s.seq);
     r.kv_bytes_peak = cache_.peak_bytes(s.seq);
     r.evictions = cache_.evictions(s.seq);
   }
   // Drops the KV (and the recorded queries) of s's positions >= pos; s continues at `pos`.
-  void truncate(SeqState& s, int64_t pos) {
+  void truncate(RunSeq& s, int64_t pos) {
     cache_.truncate_from(s.seq, static_cast<int32_t>(pos));
     forget_queries_from(s.history, pos);
     s.pos = pos;
   }
-  // Ends s's sequence in the policy, removes it from the cache and marks `s` done.
-  void end_sequence(SeqState& s) {
-    if (policy_) policy_->on_sequence_end(s.seq);
+  // Ends s's sequence in the policy, removes it from the cache and marks `s` done (Engine::score).
+  void end_sequence(RunSeq& s) {
+    end_policy(s.seq);
     cache_.remove_sequence(s.seq);
     s.done = true;
-  }
-
-  // Plans one step: for each sequence of `prefill` that is not done and has input left, in order,
-  // the next prefill_step_tokens of its input (a query-agnostic request's context ends a prompt of
-  // its own), while the step's prompt tokens stay within `max_prompt_tokens` (0 = no limit; a
-  // chunk that does not fit waits for the next step, the first always runs); then one decode item
-  // per sequence of `decode`, feeding its `next` token.
-  StepPlan plan(const std::vector<SeqState*>& prefill, const std::vector<SeqState*>& decode,
-                int64_t max_prompt_tokens) const {
-    StepPlan p;
-    int64_t prompt_tokens = 0;
-    for (SeqState* sp : prefill) {
-      SeqState& s = *sp;
-      if (s.done) continue;
-      const auto& in = *s.input;
-      if (s.prompt_done >= in.size()) continue;
-      // The context of a query-agnostic request ends a prefill of its own (policy compresses).
-      const size_t split = s.context_tokens;
-      const size_t end = split > 0 && split < in.size() && s.prompt_done < split ? split : in.size();
-      ForwardItem it;
-      it.seq = s.seq;
-      it.tokens = in.data() + s.prompt_done;
-      const int64_t end_pos = s.pos + static_cast<int64_t>(end - s.prompt_done);
-      it.n = prefill_step_tokens(s.pos, end_pos, prefill_chunk_, policy_ ? &needs_ : nullptr);
-      // Whole chunks only, so a sequence's chunk boundaries never depend on what shares its steps
-      // (compress=chunked compresses at them); a chunk that does not fit waits for the next step.
-      if (max_prompt_tokens > 0 && prompt_tokens > 0 && prompt_tokens + it.n > max_prompt_tokens) break;
-      it.start_pos = s.pos;
-      it.prompt_end = end_pos;
-      it.prefill = true;
-      it.prefill_last = s.prompt_done + it.n == end;
-      it.want_logits = s.prompt_done + it.n == in.size();
-      it.history = &s.history;
-      prompt_tokens += it.n;
-      p.items.push_back(it);
-      p.owner.push_back(&s);
-    }
-    p.n_prefill = p.items.size();
-    p.toks.resize(decode.size());
-    for (size_t k = 0; k < decode.size(); ++k) {
-      SeqState& s = *decode[k];
-      p.toks[k] = s.next;
-      ForwardItem it;
-      it.seq = s.seq;
-      it.n = 1;
-      it.start_pos = s.pos;
-      it.want_logits = true;
-      it.history = &s.history;
-      p.items.push_back(it);
-      p.owner.push_back(&s);
-    }
-    // Pointers into p.toks once it no longer moves.
-    for (size_t k = 0; k < decode.size(); ++k) p.items[p.n_prefill + k].tokens = &p.toks[k];
-    return p;
-  }
-
-  // Pages the pool must have free for `p` to run: every (layer, kv head) of every item grows to
-  // ⌈(length + n) / page_size⌉ pages. An upper bound (a compression inside the step frees pages
-  // the later layers may reuse).
-  int64_t pages_needed(const StepPlan& p) const {
-    const KVCacheConfig& c = cache_.config();
-    int64_t need = 0;
-    for (const ForwardItem& it : p.items)
-      for (int l = 0; l < c.num_layers; ++l)
-        for (int h = 0; h < c.num_kv_heads; ++h) {
-          const int64_t len = cache_.length(it.seq, l, h);
-          const int64_t have = static_cast<int64_t>(cache_.pages(it.seq, l, h).size());
-          need += std::max<int64_t>(0, (len + it.n + c.page_size - 1) / c.page_size - have);
-        }
-    return need;
   }
 
   // Runs planned step `p`. With `sample_on_device` the step's logits stay on the device
@@ -308,13 +201,13 @@ class StepScheduler {
   // `on_row(s, row)`. The step's seconds (forward to the last on_row) go to decode_s and
   // decode_share_s of the results the decoded sequences had when the step began.
   void run(StepPlan& p, const std::function<void()>& sample_on_device,
-           const std::function<void(SeqState&, const float*)>& on_row) {
+           const std::function<void(RunSeq&, const float*)>& on_row) {
     if (p.items.empty()) return;
     const size_t n_decode = p.items.size() - p.n_prefill;
     // The results this step's time goes to (on_row may move a sequence on to its next turn).
     std::vector<GenerationResult*> prefill_results, decode_results;
     for (size_t i = 0; i < p.items.size(); ++i)
-      (i < p.n_prefill ? prefill_results : decode_results).push_back(p.owner[i]->result);
+      (i < p.n_prefill ? prefill_results : decode_results).push_back(static_cast<RunSeq*>(p.owner[i])->result);
     const auto t0 = clock_t_::now();
     if (sample_on_device) {
       backend_.defer_logits();
@@ -326,7 +219,7 @@ class StepScheduler {
     const double dt_forward = secs(t0, clock_t_::now());
     size_t li = 0;  // logits row
     for (size_t i = 0; i < p.items.size(); ++i) {
-      SeqState& s = *p.owner[i];
+      RunSeq& s = static_cast<RunSeq&>(*p.owner[i]);
       const ForwardItem& it = p.items[i];
       const float* row = nullptr;
       if (it.want_logits) {
@@ -365,7 +258,7 @@ class StepScheduler {
   }
   // After a step of `s` (its KV step already closed): token peak, steady footprint once the
   // turn's input is done (`after_input`), the on_step hook.
-  void after_step(SeqState& s, bool after_input) {
+  void after_step(RunSeq& s, bool after_input) {
     GenerationResult& r = *s.result;
     r.kv_token_bytes_peak = std::max(r.kv_token_bytes_peak, cache_.token_bytes(s.seq));
     if (after_input) {
@@ -393,8 +286,6 @@ class StepScheduler {
   KVCache& cache_;
   Backend& backend_;
   Policy* policy_;
-  const PolicyNeeds needs_;
-  const int prefill_chunk_;
   const size_t vocab_;
   const std::function<void(const KVCache&, SeqId)>& on_step_;
   std::vector<float> logits_;  // the last step's logits [rows, V]
@@ -420,77 +311,102 @@ std::vector<GenerationResult> results_for(const std::vector<GenerationRequest>& 
   return out;
 }
 
-// What Generation needs to admit by pages: the pool, the rule, and the policy's projection.
-struct PagePool {
-  int64_t max_pages = 0;  // 0: unbounded (admission by count only, no preemption)
-  Admission admission = Admission::kReserve;
-  const Policy* policy = nullptr;  // null: the full cache
-  FootprintQuery shape;            // page size, layers, kv heads, prefill chunk (context, gen per request)
+// What a sequence's projected footprint is asked of: the policy (null: the full cache) and the
+// cache's shape (page size, layers, kv heads, prefill chunk; context and gen are per request).
+struct FootprintSource {
+  const Policy* policy = nullptr;
+  FootprintQuery shape;
 };
 
-// One Engine::generate call: admits requests as sequences (by count and, with a page pool, by
-// pages), runs them through the step scheduler in steps that interleave prompt chunks with decode
-// tokens, preempts the newest sequence when the pool cannot hold a step, samples their tokens and
-// applies the stop rules and turns.
-class Generation {
+// What request `q` projects to hold (Policy::kv_footprint over all its turns).
+KvFootprint request_footprint(const GenerationRequest& q, const FootprintSource& src) {
+  FootprintQuery f = src.shape;
+  f.context = static_cast<int64_t>(q.prompt.size());
+  f.gen = q.max_new_tokens;
+  for (const auto& t : q.followups) {
+    f.context += static_cast<int64_t>(t.append.size());
+    f.gen += t.max_new_tokens;
+  }
+  return src.policy ? src.policy->kv_footprint(f) : full_cache_footprint(f);
+}
+
+// One Engine::generate call: the requests' sequences, their sampling, stop rules and turns. The
+// Scheduler decides which of them run each step (admission by count and pages, the step plan,
+// preemption; this class answers its events), the StepRunner runs the steps, and this class
+// samples each sequence's tokens and applies its stop rules and turns.
+class Generation final : public SequenceEvents {
  public:
   Generation(const std::vector<GenerationRequest>& reqs, std::vector<GenerationResult>& out, const tok::Tokenizer* tok,
-             const TokenCallback& cb, const FinishedCallback& on_finished, StepScheduler& sched, Backend& backend,
-             KVCache& cache, const EngineOptions& opts, PagePool pool, int64_t max_ctx, int vocab, ScheduleStats& stats)
+             const TokenCallback& cb, const FinishedCallback& on_finished, StepRunner& runner, Backend& backend,
+             KVCacheManager& kv, const SchedulerConfig& cfg, FootprintSource fp, int vocab, ScheduleStats& stats)
       : reqs_(reqs),
         out_(out),
         tok_(tok),
         cb_(cb),
         on_finished_(on_finished),
-        sched_(sched),
+        runner_(runner),
         backend_(backend),
-        cache_(cache),
-        max_batch_(opts.max_batch),
-        max_step_tokens_(opts.max_step_tokens),
-        pool_(pool),
-        max_ctx_(max_ctx),
+        kv_(kv),
+        fp_(std::move(fp)),
+        max_ctx_(cfg.max_context),
         V_(vocab),
-        stats_(stats) {
+        stats_(stats),
+        sched_(cfg, kv, *this, stats) {
     for (size_t i = 0; i < reqs.size(); ++i) {
       auto a = std::make_unique<Active>();
       a->req = i;
+      a->q = &reqs[i];
+      a->fp = &fp_;
       a->rng = Rng(reqs[i].seed);
-      pending_.push_back(std::move(a));
+      seqs_.push_back(std::move(a));
     }
   }
 
   // Generates until every request has finished.
   void run() {
-    while (!pending_.empty() || !active_.empty()) {
-      admit();
-      std::vector<SeqState*> prefill, decode;
-      split(prefill, decode);
-      StepPlan plan = sched_.plan(prefill, decode, max_step_tokens_);
-      while (pool_.max_pages > 0 && cache_.pages_in_use() + sched_.pages_needed(plan) > pool_.max_pages) {
-        preempt_newest(plan);
-        split(prefill, decode);
-        plan = sched_.plan(prefill, decode, max_step_tokens_);
-      }
+    for (const auto& a : seqs_) sched_.add(*a);
+    while (sched_.has_unfinished()) {
+      StepPlan plan = sched_.schedule();
       if (plan.empty()) continue;  // everything running finished in the previous step
-      const size_t n_decode = plan.items.size() - plan.n_prefill;
-      ++stats_.steps;
-      if (n_decode > 0) {
-        ++stats_.decode_steps;
-        stats_.decoded_sequences += static_cast<int64_t>(n_decode);
-        stats_.max_decode_batch = std::max(stats_.max_decode_batch, static_cast<int>(n_decode));
-      }
       step(plan);
-      remove_done();
     }
-    stats_.peak_pages = static_cast<int64_t>(cache_.peak_bytes_total() / cache_.page_bytes());
+    stats_.peak_pages = kv_.peak_pages();
+  }
+
+  // The scheduler admitted `s`: its input is the request's prompt, and the policy starts it.
+  void on_admitted(ScheduledSequence& s) override {
+    Active& a = static_cast<Active&>(s);
+    const GenerationRequest& q = reqs_[a.req];
+    a.input = &q.prompt;
+    a.context_tokens = q.context_tokens;
+    a.result = &out_[a.req];
+    runner_.start_policy(a.seq, q.seed);
+    if (!a.started) {
+      a.started = true;
+      a.t0 = clock_t_::now();
+    }
+  }
+
+  // The scheduler preempts `s`: its result is measured again from scratch when it is recomputed
+  // (times keep accumulating), and the policy ends its sequence.
+  void on_preempted(ScheduledSequence& s) override {
+    Active& a = static_cast<Active&>(s);
+    GenerationResult& r = *a.result;
+    ++r.preemptions;
+    r.kv_bytes_peak = r.kv_bytes_final = r.kv_bytes_steady = r.kv_token_bytes_peak = 0;
+    r.kv_read_bytes = r.decode_steps = r.decode_batch_sum = 0;
+    r.evictions = 0;
+    runner_.end_policy(a.seq);
+    a.replayed = 0;
   }
 
  private:
-  struct Active : SeqState {
+  struct Active : RunSeq {
     size_t req = 0;
+    const GenerationRequest* q = nullptr;
+    const FootprintSource* fp = nullptr;
     size_t turn = 0;        // 0: the request's prompt; k: followups[k - 1]
     int64_t gen_start = 0;  // position of the current turn's first generated token
-    int64_t order = 0;      // admission order (the newest is preempted first)
     size_t replayed = 0;    // after a preemption: tokens of the first turn fed again so far
     Rng rng{0};
     clock_t_::time_point t0, t_first;
@@ -498,6 +414,11 @@ class Generation {
     // Tokens of the first turn generated so far: what a recomputation after a preemption feeds
     // again (0 before the first admission).
     size_t replay_tokens() const { return turn == 0 && result ? result->tokens.size() : 0; }
+    int64_t prompt_tokens() const override { return static_cast<int64_t>(q->prompt.size()); }
+    int64_t recompute_tokens() const override { return static_cast<int64_t>(replay_tokens()); }
+    bool preemptible() const override { return turn == 0; }
+    bool multi_turn() const override { return !q->followups.empty(); }
+    KvFootprint footprint() const override { return request_footprint(*q, *fp); }
   };
 
   // The current turn's cap and stop strings of a sequence.
@@ -507,139 +428,6 @@ class Generation {
   const std::vector<std::string>& stops_of(const Active& a) const {
     return a.turn == 0 ? reqs_[a.req].stop_strings : reqs_[a.req].followups[a.turn - 1].stop_strings;
   }
-  void remove_done() {
-    active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& a) { return a->done; }), active_.end());
-  }
-  // The running sequences with input left (prompt chunks) and those with a token to decode. A
-  // backend without mixed steps (Backend::mixed_steps) prefills first, then decodes.
-  void split(std::vector<SeqState*>& prefill, std::vector<SeqState*>& decode) const {
-    prefill.clear();
-    decode.clear();
-    for (const auto& a : active_) {
-      if (a->done) continue;
-      if (a->prompt_done < a->input->size()) prefill.push_back(a.get());
-      else if (a->next >= 0) decode.push_back(a.get());
-    }
-    if (!prefill.empty() && !backend_.mixed_steps()) decode.clear();
-  }
-
-  // What request `req` projects to hold (Policy::kv_footprint over all its turns).
-  KvFootprint footprint(size_t req) const {
-    const GenerationRequest& q = reqs_[req];
-    FootprintQuery f = pool_.shape;
-    f.context = static_cast<int64_t>(q.prompt.size());
-    f.gen = q.max_new_tokens;
-    for (const auto& t : q.followups) {
-      f.context += static_cast<int64_t>(t.append.size());
-      f.gen += t.max_new_tokens;
-    }
-    return pool_.policy ? pool_.policy->kv_footprint(f) : full_cache_footprint(f);
-  }
-  // Pages a sequence of `tokens` tokens in every head holds (the recompute of a preempted one).
-  int64_t pages_of(int64_t tokens) const {
-    const FootprintQuery& f = pool_.shape;
-    return static_cast<int64_t>(f.num_layers) * f.num_kv_heads * ((tokens + f.page_size - 1) / f.page_size);
-  }
-  // Pages `a` reserves under Admission::kReserve: its projected peak while it has input left, its
-  // steady state after.
-  int64_t reserved(const Active& a) const {
-    const KvFootprint fp = footprint(a.req);
-    return a.prompt_done < a.input->size() ? fp.peak_pages : fp.steady_pages;
-  }
-  // True when pending request `a` may start now beside the running sequences.
-  bool fits(const Active& a) const {
-    if (pool_.max_pages <= 0) return true;
-    if (active_.empty()) return true;  // alone it runs; a step it cannot hold fails with a clear error
-    if (pool_.admission == Admission::kReserve) {
-      int64_t used = 0;
-      for (const auto& r : active_) used += reserved(*r);
-      const int64_t need = std::max(footprint(a.req).peak_pages,
-                                    pages_of(static_cast<int64_t>(reqs_[a.req].prompt.size() + a.replay_tokens())));
-      return used + need <= pool_.max_pages;
-    }
-    // Optimistic, multi-turn: a sequence past its first turn cannot be preempted (its later turns
-    // are not recomputed), so one with turns to come is admitted only when its whole projected
-    // footprint fits beside those of the other multi-turn sequences running. They then never
-    // outgrow the pool together, and single-turn sequences (and first turns) stay preemptible to
-    // make room for them: optimistic admission never dead-ends (issue 46, item 2).
-    if (!reqs_[a.req].followups.empty()) {
-      int64_t multi = 0;
-      for (const auto& r : active_)
-        if (!reqs_[r->req].followups.empty()) multi += footprint(r->req).peak_pages;
-      if (multi + footprint(a.req).peak_pages > pool_.max_pages) return false;
-    }
-    // Optimistic: its input (and, after a preemption, what it had generated) fits in the free pool,
-    // beside what the sequences still prefilling will add to reach their prompts' ends.
-    int64_t ahead = 0;
-    for (const auto& r : active_)
-      if (r->prompt_done < r->input->size())
-        ahead += pages_of(r->pos + static_cast<int64_t>(r->input->size() - r->prompt_done)) - pages_of(r->pos);
-    // Headroom: one more page in every head of every running sequence (their next growth), so that
-    // an admission is not undone by the next decode step (vLLM's watermark plays this part).
-    const int64_t headroom = static_cast<int64_t>(active_.size()) * pages_of(1);
-    const int64_t need = pages_of(static_cast<int64_t>(reqs_[a.req].prompt.size() + a.replay_tokens()) + 1);
-    return cache_.pages_in_use() + ahead + headroom + need <= pool_.max_pages;
-  }
-
-  // Admits pending requests in order while the count and the pool allow.
-  void admit() {
-    while (!pending_.empty()) {
-      if (max_batch_ > 0 && static_cast<int>(active_.size()) >= max_batch_) break;
-      if (!fits(*pending_.front())) break;
-      std::unique_ptr<Active> a = std::move(pending_.front());
-      pending_.pop_front();
-      const GenerationRequest& q = reqs_[a->req];
-      if (static_cast<int64_t>(q.prompt.size()) > max_ctx_)
-        fail("generate: prompt of {} tokens exceeds the model's context of {}", q.prompt.size(), max_ctx_);
-      a->input = &q.prompt;
-      a->context_tokens = q.context_tokens;
-      a->result = &out_[a->req];
-      a->prompt_done = 0;
-      a->pos = 0;
-      a->next = -1;
-      a->done = false;
-      a->history = QueryHistory{};
-      a->order = next_order_++;
-      sched_.begin_sequence(*a, q.seed);
-      if (!a->started) {
-        a->started = true;
-        a->t0 = clock_t_::now();
-      }
-      active_.push_back(std::move(a));
-      stats_.max_running = std::max(stats_.max_running, static_cast<int>(active_.size()));
-    }
-  }
-
-  // Frees the newest preemptible running sequence and puts it back at the head of the queue; it
-  // is recomputed from its prompt and the tokens it had generated when it is admitted again
-  // (vLLM's recompute preemption). Throws kvb::Error when nothing else can be preempted.
-  void preempt_newest(const StepPlan& plan) {
-    Active* victim = nullptr;
-    for (const auto& a : active_)
-      if (!a->done && a->turn == 0 && (!victim || a->order > victim->order)) victim = a.get();
-    if (!victim || active_.size() == 1) {
-      const int64_t need = sched_.pages_needed(plan);
-      throw Error(fmt::format("generate: the KV page pool of {} pages cannot hold the next step ({} pages in use, {} "
-                              "more needed) with {} sequence(s) running that can be preempted no further; give "
-                              "more memory (--memory), or shorter prompts or --max-new-tokens",
-                              pool_.max_pages, cache_.pages_in_use(), need, active_.size()),
-                  ErrorKind::kRuntime);
-    }
-    ++stats_.preemptions;
-    GenerationResult& r = *victim->result;
-    ++r.preemptions;
-    // The recomputation measures the KV again from scratch (times keep accumulating).
-    r.kv_bytes_peak = r.kv_bytes_final = r.kv_bytes_steady = r.kv_token_bytes_peak = 0;
-    r.kv_read_bytes = r.decode_steps = r.decode_batch_sum = 0;
-    r.evictions = 0;
-    sched_.end_sequence(*victim);
-    victim->replayed = 0;
-    auto it = std::find_if(active_.begin(), active_.end(), [&](const auto& a) { return a.get() == victim; });
-    std::unique_ptr<Active> moved = std::move(*it);
-    active_.erase(it);
-    pending_.push_front(std::move(moved));
-  }
-
   // Runs planned step `plan`, then samples (or replays) each completed row's token.
   void step(StepPlan& plan) {
     // Device sampling when the backend supports every row's parameters (CUDA: no [B, V] logits
@@ -651,7 +439,7 @@ class Generation {
     bool on_device = !rows.empty();
     for (const Active* a : rows) on_device = on_device && backend_.device_sampling(reqs_[a->req].sampling);
     std::vector<int32_t> sampled;
-    std::map<const SeqState*, size_t> row_of;
+    std::map<const ScheduledSequence*, size_t> row_of;
     auto sample_rows = [&] {
       std::vector<SamplingParams> sp(rows.size());
       std::vector<float> u(rows.size(), 0.0f);
@@ -663,7 +451,7 @@ class Generation {
       }
       sampled = backend_.sample_rows(sp, u);
     };
-    sched_.run(plan, on_device ? std::function<void()>(sample_rows) : nullptr, [&](SeqState& s, const float* row) {
+    runner_.run(plan, on_device ? std::function<void()>(sample_rows) : nullptr, [&](RunSeq& s, const float* row) {
       Active& a = static_cast<Active&>(s);
       if (replaying(a)) {  // a recomputed sequence feeds its own tokens again: no draw, no callback
         if (a.replayed == 0) a.gen_start = a.pos;
@@ -729,7 +517,7 @@ class Generation {
   void finish(Active& a, FinishReason why) {
     GenerationResult& r = *a.result;
     r.finish = why;
-    sched_.record_kv(a, r);
+    runner_.record_kv(a, r);
     if (tok_) {
       r.text = tok_->decode(r.tokens, /*skip_special_tokens=*/true);
       if (why == FinishReason::kStopString) {
@@ -747,7 +535,7 @@ class Generation {
       if (why != FinishReason::kContext && a.gen_start + static_cast<int64_t>(next.append.size()) < max_ctx_) {
         // Next turn: drop the generated tokens' KV, then prefill the appended input after the
         // previous turn's input (see FollowupTurn).
-        sched_.truncate(a, a.gen_start);
+        runner_.truncate(a, a.gen_start);
         ++a.turn;
         a.input = &next.append;
         a.context_tokens = 0;
@@ -760,7 +548,8 @@ class Generation {
       }
       for (size_t t = a.turn; t < followups.size(); ++t) out_[a.req].followups[t].finish = FinishReason::kContext;
     }
-    sched_.end_sequence(a);
+    runner_.end_policy(a.seq);
+    sched_.finish(a);
     if (on_finished_) on_finished_(a.req);
   }
 
@@ -769,29 +558,18 @@ class Generation {
   const tok::Tokenizer* tok_;
   const TokenCallback& cb_;
   const FinishedCallback& on_finished_;
-  StepScheduler& sched_;
+  StepRunner& runner_;
   Backend& backend_;
-  KVCache& cache_;
-  const int max_batch_;
-  const int64_t max_step_tokens_;
-  const PagePool pool_;
+  KVCacheManager& kv_;
+  const FootprintSource fp_;
   const int64_t max_ctx_;
   const int V_;
   ScheduleStats& stats_;
-  std::deque<std::unique_ptr<Active>> pending_;
-  std::vector<std::unique_ptr<Active>> active_;
-  int64_t next_order_ = 0;
+  std::vector<std::unique_ptr<Active>> seqs_;  // one per request, in request order
+  Scheduler sched_;
   std::vector<std::pair<float, int32_t>> scratch_;
 };
 }  // namespace
-
-const char* admission_name(Admission a) { return a == Admission::kReserve ? "reserve" : "optimistic"; }
-
-Admission parse_admission(const std::string& text) {
-  if (text == "reserve") return Admission::kReserve;
-  if (text == "optimistic") return Admission::kOptimistic;
-  fail("--admission: expected reserve or optimistic, got '{}'", text);
-}
 
 std::vector<GenerationResult> Engine::generate(const std::vector<GenerationRequest>& reqs, const tok::Tokenizer* tok,
                                                const TokenCallback& cb, const FinishedCallback& on_finished) {
@@ -806,47 +584,55 @@ void Engine::generate_into(const std::vector<GenerationRequest>& reqs, const tok
   out = results_for(reqs, tok);
   stats_ = ScheduleStats{};
   const int V = static_cast<int>(model_->config().vocab_size);
-  StepScheduler sched(*cache_, *impl_->backend, policy_.get(), opts_.prefill_chunk, V, on_step);
-  PagePool pool;
-  pool.max_pages = opts_.max_kv_pages;
-  pool.admission = opts_.admission;
-  pool.policy = policy_.get();
-  pool.shape.prefill_chunk = opts_.prefill_chunk;
-  pool.shape.page_size = opts_.page_size;
-  pool.shape.num_layers = cache_->config().num_layers;
-  pool.shape.num_kv_heads = cache_->config().num_kv_heads;
-  Generation(reqs, out, tok, cb, on_finished, sched, *impl_->backend, *cache_, opts_, pool,
-             model_->config().max_position_embeddings, V, stats_)
-      .run();
+  StepRunner runner(*cache_, *impl_->backend, policy_.get(), V, on_step);
+  PagedKVCacheManager kv(*cache_);
+  SchedulerConfig cfg;
+  cfg.max_batch = opts_.max_batch;
+  cfg.prefill_chunk = opts_.prefill_chunk;
+  cfg.max_step_tokens = opts_.max_step_tokens;
+  cfg.admission = opts_.admission;
+  cfg.mixed_steps = impl_->backend->mixed_steps();
+  cfg.max_context = model_->config().max_position_embeddings;
+  if (policy_) cfg.needs = policy_->needs();
+  FootprintSource fp;
+  fp.policy = policy_.get();
+  fp.shape.prefill_chunk = opts_.prefill_chunk;
+  fp.shape.page_size = opts_.page_size;
+  fp.shape.num_layers = cache_->config().num_layers;
+  fp.shape.num_kv_heads = cache_->config().num_kv_heads;
+  Generation(reqs, out, tok, cb, on_finished, runner, *impl_->backend, kv, cfg, fp, V, stats_).run();
 }
 
 std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::vector<int32_t>& forced,
                                  GenerationResult* stats) {
   if (prompt.empty()) fail("score: empty prompt");
   const int V = static_cast<int>(model_->config().vocab_size);
-  StepScheduler sched(*cache_, *impl_->backend, policy_.get(), opts_.prefill_chunk, V, on_step);
+  StepRunner runner(*cache_, *impl_->backend, policy_.get(), V, on_step);
+  const PolicyNeeds needs = policy_ ? policy_->needs() : PolicyNeeds{};
+  const int chunk = opts_.prefill_chunk;
   GenerationResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
-  SeqState s;
+  RunSeq s;
   s.input = &prompt;
   s.result = &r;
-  sched.begin_sequence(s, 0);
+  runner.begin_sequence(s, 0);
   std::vector<float> all;
   size_t fed = 0;  // forced tokens fed so far
   // After the prompt and after each forced token: keep the logits row, feed the next forced token.
-  auto keep = [&](SeqState&, const float* row) {
+  auto keep = [&](RunSeq&, const float* row) {
     all.insert(all.end(), row, row + V);
     if (fed < forced.size()) s.next = forced[fed++];
     else s.done = true;
   };
-  const std::vector<SeqState*> seqs{&s};
-  for (StepPlan p = sched.plan(seqs, {}, 0); !p.empty(); p = sched.plan(seqs, {}, 0)) sched.run(p, nullptr, keep);
+  const std::vector<ScheduledSequence*> seqs{&s};
+  for (StepPlan p = plan_step(seqs, {}, chunk, 0, needs); !p.empty(); p = plan_step(seqs, {}, chunk, 0, needs))
+    runner.run(p, nullptr, keep);
   while (!s.done) {
-    StepPlan p = sched.plan({}, seqs, 0);
-    sched.run(p, nullptr, keep);
+    StepPlan p = plan_step({}, seqs, chunk, 0, needs);
+    runner.run(p, nullptr, keep);
   }
-  sched.record_kv(s, r);
-  sched.end_sequence(s);
+  runner.record_kv(s, r);
+  runner.end_sequence(s);
   if (stats) *stats = r;
   return all;
 }

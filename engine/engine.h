@@ -1,6 +1,8 @@
 // kvb::Engine — generation on top of a model, a paged KV cache, a policy and a backend:
 // continuous batching of decode steps, chunked batched prefill, sampling, stop rules and
-// per-sequence measurements (docs/architecture.md, Engine / Sampling and scheduling).
+// per-sequence measurements (docs/architecture.md, Engine / Sampling and scheduling). Which
+// sequences run each step is decided by the Scheduler (engine/scheduler/scheduler.h; Admission
+// and ScheduleStats are declared there).
 #pragma once
 
 #include <cstdint>
@@ -13,25 +15,10 @@
 #include "engine/model/model.h"
 #include "engine/policies/policy.h"
 #include "engine/sampling/sampler.h"
+#include "engine/scheduler/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace kvb {
-
-/// How a waiting request is admitted when the page pool is bounded (EngineOptions::max_kv_pages).
-enum class Admission {
-  /// A sequence reserves what its policy projects it will ever hold (Policy::kv_footprint: its
-  /// peak while it prefills, its steady state once its prompt is done); a waiting sequence is
-  /// admitted when its peak fits beside every running sequence's reservation. Preemption then
-  /// happens only where a projection falls short.
-  kReserve,
-  /// vLLM's rule: a waiting sequence is admitted when its prompt's pages fit in the free pool now;
-  /// a running sequence that outgrows the pool preempts the most recently admitted one.
-  kOptimistic,
-};
-/// "reserve" | "optimistic".
-const char* admission_name(Admission a);
-/// Parses "reserve" | "optimistic"; throws kvb::Error naming `--admission` otherwise.
-Admission parse_admission(const std::string& text);
 
 /// Engine-wide settings.
 struct EngineOptions {
@@ -61,21 +48,6 @@ struct EngineOptions {
 /// its results database is opened, so a run it refuses leaves no run row. Throws kvb::Error
 /// naming the option.
 void check_engine_options(const EngineOptions& opts);
-
-/// What the step scheduler did in one Engine::generate call (the batch a cell really ran at).
-struct ScheduleStats {
-  int64_t steps = 0;              ///< forward steps
-  int64_t decode_steps = 0;       ///< steps that decoded at least one sequence
-  int64_t decoded_sequences = 0;  ///< Σ over decode steps of the sequences decoded in it
-  int max_decode_batch = 0;       ///< most sequences decoded in one step
-  int max_running = 0;            ///< most sequences admitted at once
-  int64_t preemptions = 0;        ///< sequences preempted (freed and recomputed later)
-  int64_t peak_pages = 0;         ///< most pages in use in the pool at once
-  /// Mean sequences per decode step (decoded_sequences / decode_steps; 0 without decode steps).
-  double mean_decode_batch() const {
-    return decode_steps > 0 ? static_cast<double>(decoded_sequences) / static_cast<double>(decode_steps) : 0.0;
-  }
-};
 
 /// A follow-up turn of a multi-turn request (SCBench's shared-context protocol,
 /// docs/benchmarks.md, SCBench): once the previous turn has finished, the KV of the tokens
@@ -206,8 +178,9 @@ class Engine {
   /// Teacher-forced scoring: runs `prompt` as a prefill, then feeds `forced` one token per decode
   /// step, returning the logits [forced.size() + 1, V] f32 predicted after the prompt and after
   /// each forced token. The policy is active throughout (used by tests and `kvbench fidelity`).
-  /// Its steps go through the step scheduler generate() uses (prefill chunks of at most
-  /// prefill_chunk tokens, then one-token decode steps), with the same KV-cache step bookkeeping
+  /// Its steps are planned by the scheduler's plan_step (prefill chunks of at most prefill_chunk
+  /// tokens, then one-token decode steps) and run by the step runner generate() uses, with the
+  /// same KV-cache step bookkeeping
   /// and measurements: `stats` (may be null) gets them as generate() reports them (prompt_tokens,
   /// prefill / decode seconds of its steps, policy seconds, evictions, KV bytes, KV reads; no
   /// tokens or text). Throws kvb::Error for an empty prompt, and what forward() throws.

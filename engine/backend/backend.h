@@ -15,6 +15,7 @@
 #include "engine/backend/cpu/forward.h"
 #include "engine/kv/page_geometry.h"
 #include "engine/sampling/sampler.h"
+#include "engine/scheduler/step.h"
 
 namespace kvb {
 

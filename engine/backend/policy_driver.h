@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/forward.h"
+#include "engine/scheduler/step.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"

@@ -72,7 +72,7 @@ struct PolicyNeeds {
   /// ends a prefill step at every absolute position that is a multiple of `prefill_chunk` and
   /// lies below LayerStep::prompt_end − `prefill_tail`, and at prompt_end − prefill_tail itself
   /// (when > 0); --prefill-chunk only splits further. The policy evicts at those boundaries, so
-  /// its result does not depend on --prefill-chunk (Engine: prefill_step_tokens).
+  /// its result does not depend on --prefill-chunk (engine/scheduler: prefill_step_tokens).
   int prefill_chunk = 0;
   /// Tokens at the end of each prompt that form the policy's last, separate prefill step (LocRet's
   /// local_len); used only with prefill_chunk.

@@ -1,4 +1,4 @@
-// The step scheduler at a fixed memory budget (issue 37): admission by pages (each policy projects
+// The scheduler at a fixed memory budget (issue 37): admission by pages (each policy projects
 // its own footprint), chunked prefill interleaved with decode, preemption instead of failure. The
 // invariants: a compressing policy runs a larger batch in the same pool than the full cache; every
 // registered policy gives, under a page pool with interleaved steps, exactly the tokens, evictions

@@ -18,18 +18,9 @@
 #include "engine/model/architecture.h"
 #include "engine/model/model.h"
 #include "engine/policies/policy.h"
+#include "engine/scheduler/step.h"
 
 namespace kvb {
-
-/// Per-sequence state the backend keeps for policies that read the last w queries
-/// (PolicyNeeds::window_queries): a ring of post-RoPE queries per layer.
-struct QueryHistory {
-  int window = 0;                         ///< w
-  std::vector<int> count;                 ///< [layer] queries stored (≤ w)
-  std::vector<std::vector<float>> q;      ///< [layer] ring [w, Hq, D]
-  std::vector<std::vector<int32_t>> pos;  ///< [layer] ring [w] absolute positions
-  std::vector<int> head;                  ///< [layer] next ring slot
-};
 
 /// The stored window queries of `layer` in LayerStep::window_queries order: out [Hq, w, D] f32,
 /// oldest query first (out is filled only when empty, so a step's lambda can call this on every
@@ -47,30 +38,6 @@ inline int gather_window_queries(const QueryHistory& qh, int layer, int Hq, int 
   }
   return w;
 }
-
-/// One sequence's share of a forward step.
-struct ForwardItem {
-  SeqId seq = 0;
-  const int32_t* tokens = nullptr;  ///< [n] token ids
-  int n = 0;
-  int64_t start_pos = 0;            ///< absolute position of tokens[0]
-  bool prefill = false;             ///< tokens are prompt tokens
-  bool prefill_last = false;        ///< this chunk ends the prompt
-  int64_t prompt_end = 0;           ///< prefill: absolute position where the prompt ends (LayerStep::prompt_end)
-  bool want_logits = true;          ///< produce logits for the last token
-  QueryHistory* history = nullptr;  ///< required when the policy needs window queries
-};
-
-/// Time split of the last forward() call, in seconds.
-struct ForwardStats {
-  double total_s = 0, policy_s = 0;
-  int64_t evicted = 0;  ///< tokens evicted by policies in this call
-  /// Per item, in item order: the K/V token rows the attention of a decode item (one new token,
-  /// not prefill) read, summed over layers and kv heads (a kv head's rows count once however many
-  /// of its query heads read them); 0 for prefill items. A dense head reads its whole cache; a
-  /// read-selection policy (Quest) only the tokens it selected. Bytes: × KVCache::kv_bytes_per_token.
-  std::vector<int64_t> kv_read_tokens;
-};
 
 /// The CPU backend. Holds reusable work buffers; not thread-safe (one forward at a time).
 class CpuBackend {

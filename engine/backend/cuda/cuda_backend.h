@@ -31,6 +31,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/sampling/sampler.h"
+#include "engine/scheduler/step.h"
 
 namespace kvb {
 
