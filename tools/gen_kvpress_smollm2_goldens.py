@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Keep-set goldens of kvpress 0.5.5's method presses on the real SmolLM2-135M-Instruct weights
-(tests/fixtures/policies/kvpress_smollm2_goldens.json), for the kvbench policies that reproduce
-them (docs/policies.md, "kvpress method presses").
+"""Keep-set goldens of kvpress 0.5.5's method presses, and of its ChunkPress,
+PerLayerCompressionPress, ComposedPress and BlockPress wrappers, on the real SmolLM2-135M-Instruct
+weights (tests/fixtures/policies/kvpress_smollm2_goldens.json), for the kvbench policies and
+options that reproduce them (docs/policies.md, "kvpress method presses" and "kvpress's wrappers as
+spec options").
 
 How to run (from the repository root; the default model must be cached, tools/fetch_default_model.sh):
 
@@ -26,12 +28,14 @@ Each case runs one forward pass under kvpress's own hook (`with press(model)`), 
 every layer's DynamicCache once at the end of the prefill. The kept positions of each (layer, kv
 head) are read back by matching each kept key row against the layer's uncompressed keys (the
 presses gather rows, so each kept row equals exactly one original row). Two compression ratios per
-press; budget = kvpress.utils.compute_n_kept(L, ratio).
+press (two settings per wrapper); budget = kvpress.utils.compute_n_kept(L, ratio).
 
 Near-ties. On a real model some kept/evicted boundaries are closer than f32 summation order can
 resolve. Each head records, beside its kept set, the tokens whose press score lies within TIE
 (relative) of the boundary between the last kept and the first evicted score (for chunk
-selection: every token of a chunk whose chunk score lies within TIE of the chunk boundary). The
+selection: every token of a chunk whose chunk score lies within TIE of the chunk boundary; for a
+wrapper that calls its press several times, ChunkPress, ComposedPress and BlockPress, the tokens
+near the cut of each call, located by matching the scored key rows against the original ones). The
 test requires equality everywhere else and equal kept counts. Sets are stored as hex bitmasks over
 positions (bit i of the big-endian hex number = position i, most significant digit first: digit j
 holds positions 4j..4j+3, position 4j in its bit 3).
@@ -69,7 +73,13 @@ def presses():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from gen_policy_goldens import load_kvpress
     kp = load_kvpress()
+    from kvpress.presses.block_press import BlockPress
+    from kvpress.presses.chunk_press import ChunkPress
+    from kvpress.presses.composed_press import ComposedPress
+    from kvpress.presses.keydiff_press import KeyDiffPress
     from kvpress.presses.chunkkv_press import ChunkKVPress
+    from kvpress.presses.knorm_press import KnormPress
+    from kvpress.presses.per_layer_compression_press import PerLayerCompressionPress
     from kvpress.presses.cur_press import CURPress
     from kvpress.presses.lagkv_press import LagKVPress
     from kvpress.presses.non_causal_attention_press import NonCausalAttnPress
@@ -79,7 +89,9 @@ def presses():
     from kvpress.utils import compute_n_kept
     return dict(ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
                 LagKVPress=LagKVPress, CURPress=CURPress, NonCausalAttnPress=NonCausalAttnPress,
-                SimLayerKVPress=SimLayerKVPress,
+                SimLayerKVPress=SimLayerKVPress, ChunkPress=ChunkPress, KnormPress=KnormPress,
+                PerLayerCompressionPress=PerLayerCompressionPress, ComposedPress=ComposedPress,
+                BlockPress=BlockPress, KeyDiffPress=KeyDiffPress,
                 compute_n_kept=compute_n_kept, **{k: v for k, v in kp.items() if k not in ("compute_n_kept",)})
 
 
@@ -122,6 +134,44 @@ def cases(kp, L):
     for thr, recent in ((0.5, 256), (0.56, 512)):
         out.append((f"simlayerkv_t{thr}_n{recent}", kp["SimLayerKVPress"](lazy_threshold=thr, n_recent=recent),
                     f"simlayerkv:lazy_threshold={thr},n_recent={recent}", 0, "lazy"))
+    # Wrappers as kvbench options. ChunkPress(KnormPress): each chunk of chunk_length positions keeps
+    # its own top max(1, int(n (1 - r))) (press_chunk); two chunk lengths and ratios.
+    for r, chunk in ((0.5, 256), (0.75, 200)):
+        out.append((f"chunkpress_knorm_r{r}_c{chunk}",
+                    kp["ChunkPress"](press=kp["KnormPress"](compression_ratio=r), chunk_length=chunk),
+                    f"knorm:budget_kind=ratio,ratio={1 - r},decode=false,press_chunk={chunk}", 0,
+                    ("chunkpress", chunk, r)))
+    # PerLayerCompressionPress(SnapKVPress): a compression ratio per layer (layer_ratios holds the
+    # kept fractions 1 - r); two ratio lists. Binary fractions, so 1 - r is exact in both languages.
+    for ratios in ((0.5, 0.25, 0.75, 0.5, 0.25, 0.75, 0.5, 0.25),
+                   (0.125, 0.375, 0.625, 0.875, 0.875, 0.625, 0.375, 0.125)):
+        snap = kp["SnapKVPress"](compression_ratio=0.5, window_size=64, kernel_size=5)
+        kept_fracs = "/".join(f"{1 - r:g}" for r in ratios)
+        out.append(("perlayer_snapkv_" + "_".join(f"{r:g}" for r in ratios[:2]),
+                    kp["PerLayerCompressionPress"](press=snap, compression_ratios=list(ratios)),
+                    "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false,budget_kind=ratio,"
+                    f"layer_ratios={kept_fracs}", 0,
+                    ("layers", [kp["compute_n_kept"](L, r) for r in ratios])))
+    # ComposedPress([P1, P2]): P2 scores P1's kept tokens alone and keeps its fraction of them
+    # (then=P2,then_ratio=1-r2). Near-ties: each press's own cut (the "calls" rule).
+    n = kp["compute_n_kept"]
+    for (r1, first, spec1), (r2, second) in (
+            ((0.5, "SnapKVPress", "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false"), (0.5, "KnormPress")),
+            ((0.25, "SnapKVPress", "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false"),
+             (0.5, "KeyDiffPress"))):
+        p1 = (kp[first](compression_ratio=r1, window_size=64, kernel_size=5) if first == "SnapKVPress"
+              else kp[first](compression_ratio=r1))
+        out.append((f"composed_{first[:-5].lower()}_{second[:-5].lower()}_r{r1}_{r2}",
+                    kp["ComposedPress"](presses=[p1, kp[second](compression_ratio=r2)]),
+                    f"{spec1},then={second[:-5].lower()},then_ratio={1 - r2}", n(L, r1),
+                    ("calls", lambda c, k, r1=r1, r2=r2: n(k, r1 if c == 0 else r2))))
+    # BlockPress(KeyDiffPress): the budget kept through blocks, each block scored with the kept
+    # tokens (the KeyDiff paper's block prompt processing); two block sizes and ratios.
+    for r, block in ((0.5, 128), (0.75, 64)):
+        out.append((f"blockpress_keydiff_r{r}_b{block}",
+                    kp["BlockPress"](press=kp["KeyDiffPress"](compression_ratio=r), block_size=block),
+                    f"keydiff:window=0,decode=false,press_block={block}", n(L, r),
+                    ("calls", lambda c, k, r=r: n(L, r))))
     return out
 
 
@@ -139,25 +189,44 @@ def record_lazy_shares(press, snapkv):
     return shares
 
 
-def run_case(model, press, ids):
-    """One prefill under `press`: ([layer][head] kept positions, [layer] score tensors [Hkv, L])."""
-    orig, scores = {}, {}
+def run_case(model, press, ids, calls=None):
+    """One prefill under `press`: ([layer][head] kept positions, [layer] score tensors [Hkv, L]).
+    With `calls` (a dict), every score call of every inner press is also recorded per layer as
+    (positions [Hkv][n] of the scored keys, scores [Hkv, n])."""
+    orig, scores, rows = {}, {}, {}
+    kind = type(press).__name__
     scorer = press.press if hasattr(press, "press") else press
-    inner_compress, inner_score = press.compress, None
+    # PerLayerCompressionPress runs its inner press's forward_hook, which calls the inner compress;
+    # ComposedPress runs each press's forward_hook in turn: the first one sees the original keys.
+    hooked = scorer if kind == "PerLayerCompressionPress" else press.presses[0] if kind == "ComposedPress" else press
+    inner_compress = hooked.compress
 
     def compress(module, hidden_states, keys, values, attentions, kwargs):
         orig[module.layer_idx] = keys.clone()
         return inner_compress(module, hidden_states, keys, values, attentions, kwargs)
 
-    def score(module, hidden_states, keys, values, attentions, kwargs):
-        s = inner_score(module, hidden_states, keys, values, attentions, kwargs)
-        scores[module.layer_idx] = s[0].clone().double()
-        return s
+    def wrap(inner_score):
+        def score(module, hidden_states, keys, values, attentions, kwargs):
+            s = inner_score(module, hidden_states, keys, values, attentions, kwargs)
+            if kind == "ChunkPress" and module.layer_idx in scores:  # one call per chunk
+                scores[module.layer_idx] = torch.cat([scores[module.layer_idx], s[0].clone().double()], -1)
+            else:
+                scores[module.layer_idx] = s[0].clone().double()
+            if calls is not None:  # each scored key row is exactly one original row: look it up
+                k0 = orig[module.layer_idx][0]
+                if module.layer_idx not in rows:
+                    rows[module.layer_idx] = [{r.numpy().tobytes(): i for i, r in enumerate(k0[h])}
+                                              for h in range(k0.shape[0])]
+                pos = [[rows[module.layer_idx][h][r.numpy().tobytes()] for r in keys[0][h]]
+                       for h in range(k0.shape[0])]
+                calls.setdefault(module.layer_idx, []).append((pos, s[0].clone().double()))
+            return s
+        return score
 
-    object.__setattr__(press, "compress", compress)
-    if hasattr(scorer, "score"):  # SimLayerKVPress has no per-token score
-        inner_score = scorer.score
-        object.__setattr__(scorer, "score", score)
+    object.__setattr__(hooked, "compress", compress)
+    for sc in (press.presses if kind == "ComposedPress" else [scorer]):
+        if hasattr(sc, "score"):  # SimLayerKVPress has no per-token score
+            object.__setattr__(sc, "score", wrap(sc.score))
     cache = DynamicCache()
     with press(model):
         model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
@@ -224,7 +293,9 @@ def main():
     out = []
     for name, press, spec, budget, tie in cases(kp, L):
         shares = record_lazy_shares(press, kp["SnapKVPress"]) if tie == "lazy" else None
-        keep, scores = run_case(sdpa if isinstance(tie, tuple) else model, press, ids)
+        calls = {} if isinstance(tie, tuple) and tie[0] == "calls" else None
+        sdpa_only = isinstance(tie, tuple) and (tie[0] in ("chunks", "chunkpress") or type(press).__name__ == "BlockPress")
+        keep, scores = run_case(sdpa if sdpa_only else model, press, ids, calls)
         extra = {}
         if shares is not None:
             extra["lazy_shares"] = [shares[layer] for layer in range(LAYERS)]
@@ -241,6 +312,23 @@ def main():
                     band = band_score(scores[layer][h], budget)
                 elif tie == "lazy":
                     band = []
+                elif tie[0] == "chunkpress":
+                    band = []
+                    for a in range(0, L, tie[1]):
+                        n = min(L, a + tie[1]) - a
+                        band += [a + i for i in band_score(scores[layer][h][a:a + n], max(1, int(n * (1 - tie[2]))))]
+                    assert len(kept) == sum(max(1, int((min(L, a + tie[1]) - a) * (1 - tie[2])))
+                                            for a in range(0, L, tie[1])), (name, layer, h)
+                elif tie[0] == "calls":  # every score call's own cut, in positions
+                    band = set()
+                    for c, (pos, sc) in enumerate(calls[layer]):
+                        band |= {pos[h][i] for i in band_score(sc[h], tie[1](c, len(pos[h])))}
+                    band = sorted(band)
+                    assert len(kept) == (budget if type(press).__name__ == "BlockPress"
+                                         else tie[1](1, budget)), (name, layer, h, len(kept))
+                elif tie[0] == "layers":
+                    assert len(kept) == tie[1][layer], (name, layer, h, len(kept))
+                    band = band_score(scores[layer][h], tie[1][layer])
                 else:
                     band = band_chunks(scores[layer], tie[1], tie[2])
                 heads.append(dict(keep=hexmask(kept, L), tie=hexmask(band, L), n_tie=len(band)))
@@ -251,6 +339,9 @@ def main():
         if hasattr(press, "press"):
             args_.update({"press." + k: v for k, v in press.press.__dict__.items()
                           if isinstance(v, (int, float)) and not isinstance(v, bool)})
+            args_["press"] = type(press.press).__name__
+        if hasattr(press, "compression_ratios"):
+            args_["compression_ratios"] = list(press.compression_ratios)
         out.append(dict(name=name, press=type(press).__name__, kvpress_args=args_, spec=spec, budget=budget,
                         layers=layers, **extra))
     goldens_env.write_json(OUT, generator="tools/gen_kvpress_smollm2_goldens.py", kvpress="0.5.5",

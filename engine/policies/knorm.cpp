@@ -27,6 +27,7 @@ class KnormPolicy : public ScheduledPolicy {
     const std::vector<double> n2 = scoring::row_sq_norms(*step.cache, step.seq, step.layer, h, /*values=*/false);
     for (int32_t i = 0; i < L; ++i) scores[i] = static_cast<float>(-std::sqrt(n2[i]));
   }
+  bool token_local() const override { return true; }
 };
 
 }  // namespace

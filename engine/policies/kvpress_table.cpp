@@ -115,11 +115,27 @@ const std::vector<KvpressRow>& kvpress_table() {
       {"CompressionRatioDecodingPress", "base_press=P, compression_interval=512, target_compression_ratio=0.5",
        "<P>:budget_kind=ratio,ratio=0.5,decode=true,buffer=512", S::kWrapper, "", "",
        "the same schedule; its keep-sets have not been compared with kvpress's"},
-      {"ChunkPress", "press=P, chunk_length=1024", "", S::kMissing, "", "",
-       "compress=chunked bounds the cache after every prefill chunk, which is not ChunkPress's independent chunks"},
-      {"BlockPress", "press=P, block_size=128", "", S::kMissing, "", "", ""},
-      {"PerLayerCompressionPress", "press=P, compression_ratios=[...]", "", S::kMissing, "", "", ""},
-      {"ComposedPress", "presses=[P1, P2, ...]", "", S::kMissing, "", "", ""},
+      // Wrappers kvbench has as spec options of its scored policies (ScheduledPolicy), each pinned
+      // with one inner press; the option works with any scored policy (notes).
+      {"ChunkPress", "press=KnormPress(compression_ratio=r), chunk_length=1024",
+       "knorm:budget_kind=ratio,ratio=0.5,decode=false,press_chunk=1024", S::kGolden,
+       "kvpress_smollm2_goldens.json:ChunkPress", "press_chunk",
+       "any press: <P>:budget_kind=ratio,ratio=1-r,decode=false,press_chunk=N; kvbench scores the whole prompt and "
+       "keeps each chunk's top, kvpress scores each chunk alone: equal when a token's score reads only that token"},
+      {"BlockPress", "press=KeyDiffPress(compression_ratio=r), block_size=128",
+       "keydiff:window=0,decode=false,press_block=128", S::kGolden, "kvpress_smollm2_goldens.json:BlockPress",
+       "press_block", "any press that scores a subset of its cache alone (knorm, keydiff): <P>:press_block=N"},
+      {"PerLayerCompressionPress",
+       "press=SnapKVPress(compression_ratio=r, window_size=64, kernel_size=5), compression_ratios=[r0, r1, ...]",
+       "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false,budget_kind=ratio,layer_ratios=0.5/0.75", S::kGolden,
+       "kvpress_smollm2_goldens.json:PerLayerCompressionPress", "layer_ratios",
+       "any press: <P>:budget_kind=ratio,layer_ratios=f0/f1/... with one kept fraction f = 1-r per layer"},
+      {"ComposedPress",
+       "presses=[SnapKVPress(compression_ratio=r1, window_size=64, kernel_size=5), KnormPress(compression_ratio=r2)]",
+       "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false,then=knorm,then_ratio=0.5", S::kGolden,
+       "kvpress_smollm2_goldens.json:ComposedPress", "then,then_ratio",
+       "two presses: <P1>:...,then=<P2>,then_ratio=1-r2 (P2 knorm or keydiff: it scores P1's kept tokens alone); "
+       "--budget int(L(1-r1))"},
       {"KeyRerotationPress", "press=P", "", S::kMissing, "", "", "kvbench keeps every kept key at its own position"},
   };
   return rows;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "engine/policies/policy.h"
+#include "engine/policies/scheduled.h"
 #include "engine/util/error.h"
 #include "engine/util/spec.h"
 
@@ -60,12 +61,16 @@ const std::vector<PolicyInfo>& policy_registry() {
   return reg;
 }
 
-std::unique_ptr<Policy> make_policy(const PolicySpec& spec) {
+namespace {
+std::unique_ptr<Policy> make_single(const PolicySpec& spec) {
   for (const auto& info : policy_registry())
     if (info.name == spec.name) return info.make(spec);
   std::string known;
   for (const auto& info : policy_registry()) known += (known.empty() ? "" : ", ") + info.name;
   fail("unknown policy '{}' (known: {})", spec.name, known);
 }
+}  // namespace
+
+std::unique_ptr<Policy> make_policy(const PolicySpec& spec) { return make_composed(spec, make_single); }
 
 }  // namespace kvb

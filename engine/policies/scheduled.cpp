@@ -32,6 +32,15 @@ std::vector<PolicyParamInfo> schedule_params(int64_t buffer, int64_t window, int
       {"decode", decode ? "true" : "false",
        "compress during decoding every `buffer` tokens (false: only once at the end of the prompt)"},
       compress_param(),
+      {"press_chunk", "0",
+       "kvpress ChunkPress: > 0 splits the prompt into chunks of this many positions and keeps the top "
+       "max(1, floor(ratio x chunk length)) of each (needs budget_kind=ratio and decode=false; 0 = off)"},
+      {"press_block", "0",
+       "kvpress BlockPress: > 0 keeps the budget through blocks of this many tokens, each scored with the tokens "
+       "kept so far (needs sinks=0, window=0 and a policy that scores subsets: knorm, keydiff; 0 = off)"},
+      {"layer_ratios", "",
+       "kvpress PerLayerCompressionPress: kept fraction of each layer, one per layer separated by '/' (needs "
+       "budget_kind=ratio; replaces `ratio`; empty = `ratio` everywhere)"},
   };
 }
 
@@ -67,6 +76,12 @@ ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_k
   window_ = static_cast<int32_t>(window);
   sinks_ = static_cast<int32_t>(sinks);
   if (threshold_kind_) {
+    if (params_.declares("press_chunk") && params_.get_int("press_chunk") != 0)
+      params_.fail_param("press_chunk", "needs budget_kind=ratio (kvpress ChunkPress keeps a fraction of each chunk)");
+    if (params_.declares("press_block") && params_.get_int("press_block") != 0)
+      params_.fail_param("press_block", "needs a token or ratio budget (kvpress BlockPress keeps a number of tokens)");
+    if (params_.declares("layer_ratios") && !params_.get_string("layer_ratios").empty())
+      params_.fail_param("layer_ratios", "needs budget_kind=ratio (kvpress PerLayerCompressionPress)");
     if (params_.get_string(tkey).empty())
       params_.fail_param(tkey, "required with budget_kind=threshold (tokens scoring below it are evicted)");
     evict_threshold_ = params_.get_double(tkey);
@@ -75,6 +90,7 @@ ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_k
     return;
   }
   if (params_.given(tkey)) params_.fail_param(tkey, "is only used with budget_kind=threshold");
+  read_wrappers();
   if (!ratio_kind_ && budget_ <= 0)
     fail(
         "policy '{}' compresses the cache to a budget but none was given: pass --budget N (tokens kept per "
@@ -84,9 +100,109 @@ ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_k
     fail("policy '{}': budget {} must exceed sinks + window = {}", name_, budget_, sinks + window);
 }
 
+void ScheduledPolicy::read_wrappers() {
+  if (params_.declares("press_chunk")) {
+    press_chunk_ = params_.get_int("press_chunk");
+    if (press_chunk_ < 0 || press_chunk_ > (1 << 30)) params_.fail_param("press_chunk", "must be >= 0 (0 = off)");
+    if (press_chunk_ > 0 && !ratio_kind_)
+      params_.fail_param("press_chunk", "needs budget_kind=ratio (kvpress ChunkPress keeps a fraction of each chunk)");
+    if (press_chunk_ > 0 && (decode_ || chunked_))
+      params_.fail_param("press_chunk",
+                         "needs decode=false and compress=prompt_end (kvpress ChunkPress compresses the prompt once)");
+  }
+  if (params_.declares("press_block")) {
+    press_block_ = params_.get_int("press_block");
+    if (press_block_ < 0 || press_block_ > (1 << 30)) params_.fail_param("press_block", "must be >= 0 (0 = off)");
+    if (press_block_ > 0 && (sinks_ != 0 || window_ != 0))
+      params_.fail_param("press_block", "needs sinks=0 and window=0 (kvpress BlockPress protects no token)");
+    if (press_block_ > 0 && press_chunk_ > 0) params_.fail_param("press_block", "cannot be combined with press_chunk");
+  }
+  if (params_.declares("layer_ratios")) {
+    const std::string text = params_.get_string("layer_ratios");
+    if (text.empty()) return;
+    if (!ratio_kind_) params_.fail_param("layer_ratios", "needs budget_kind=ratio (kvpress PerLayerCompressionPress)");
+    if (params_.given("ratio")) params_.fail_param("layer_ratios", "replaces `ratio`: give one of them");
+    size_t start = 0;
+    while (true) {
+      const size_t slash = text.find('/', start);
+      const std::string item = text.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+      double r = 0;
+      try {
+        size_t used = 0;
+        r = std::stod(item, &used);
+        if (used != item.size()) r = -1;
+      } catch (const std::exception&) {
+        r = -1;
+      }
+      if (!(r > 0 && r <= 1))
+        params_.fail_param("layer_ratios", fmt::format("'{}' is not a kept fraction in (0, 1]", item));
+      layer_ratios_.push_back(r);
+      if (slash == std::string::npos) break;
+      start = slash + 1;
+    }
+    ratio_ = *std::max_element(layer_ratios_.begin(), layer_ratios_.end());  // the footprint's bound
+  }
+}
+
+double ScheduledPolicy::ratio_at(const LayerStep& step) const {
+  if (layer_ratios_.empty()) return ratio_;
+  if (static_cast<int>(layer_ratios_.size()) != step.num_layers)
+    params_.fail_param("layer_ratios", fmt::format("has {} kept fractions for a model of {} layers",
+                                                   layer_ratios_.size(), step.num_layers));
+  return layer_ratios_[step.layer];
+}
+
+std::vector<int32_t> ScheduledPolicy::chunk_select(const LayerStep& step, int h, const std::vector<float>& scores,
+                                                   int32_t L, int64_t B) const {
+  const double ratio = ratio_at(step);
+  const int32_t window = window_for(B);
+  std::vector<int32_t> keep;
+  for (int32_t a = 0; a < L;) {
+    const int64_t chunk = step.cache->position(step.seq, step.layer, h, a) / press_chunk_;
+    int32_t b = a + 1;
+    while (b < L && step.cache->position(step.seq, step.layer, h, b) / press_chunk_ == chunk) ++b;
+    const int32_t n = b - a;
+    const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(ratio * static_cast<double>(n)));
+    const int32_t sinks = std::clamp(sinks_ - a, 0, n), recent = std::clamp(b - (L - window), 0, n);
+    for (int32_t i : scoring::select_keep(std::span<const float>(scores).subspan(a, n), n, k, sinks, recent))
+      keep.push_back(a + i);
+    a = b;
+  }
+  return keep;
+}
+
+std::vector<int32_t> ScheduledPolicy::block_select(LayerStep& step, int h, int32_t L, int64_t B) {
+  const int32_t n = static_cast<int32_t>(std::min<int64_t>(B, L));
+  std::vector<int32_t> kept(n), cand;
+  for (int32_t i = 0; i < n; ++i) kept[i] = i;
+  std::vector<float> s;
+  for (int32_t a = n; a < L; a += static_cast<int32_t>(press_block_)) {
+    const int32_t b = static_cast<int32_t>(std::min<int64_t>(L, a + press_block_));
+    cand = kept;
+    for (int32_t i = a; i < b; ++i) cand.push_back(i);
+    if (!scores_of(step, h, cand, s))
+      params_.fail_param("press_block", "needs a policy that scores a subset of its cache (knorm, keydiff)");
+    std::vector<int32_t> top = scoring::top_k_indices(s, n);
+    for (int32_t& t : top) t = cand[t];
+    std::sort(top.begin(), top.end());
+    kept = std::move(top);
+  }
+  return kept;
+}
+
+bool ScheduledPolicy::score_subset(LayerStep& step, int h, std::span<const int32_t> subset, std::vector<float>& out) {
+  if (!token_local()) return false;
+  const int32_t L = step.cache->length(step.seq, step.layer, h);
+  std::vector<float> all(L, 0.f);
+  score(step, h, L, all);
+  out.resize(subset.size());
+  for (size_t i = 0; i < subset.size(); ++i) out[i] = all[subset[i]];
+  return true;
+}
+
 int64_t ScheduledPolicy::budget_now(const LayerStep& step) const {
   if (!ratio_kind_) return budget_;
-  const int64_t b = static_cast<int64_t>(std::floor(ratio_ * static_cast<double>(step.seq_len)));
+  const int64_t b = static_cast<int64_t>(std::floor(ratio_at(step) * static_cast<double>(step.seq_len)));
   return std::max<int64_t>(b, sinks_ + std::max(window_, 0) + 1);
 }
 
@@ -185,7 +301,9 @@ void ScheduledPolicy::on_layer_step(LayerStep& step) {
     if (!due(step, L, B)) continue;
     scores.assign(L, 0.f);
     score(step, h, L, scores);
-    std::vector<int32_t> keep = select(scores, L, B);
+    std::vector<int32_t> keep = press_block_ > 0   ? block_select(step, h, L, B)
+                                : press_chunk_ > 0 ? chunk_select(step, h, scores, L, B)
+                                                   : select(scores, L, B);
     kept(step, h, keep, scores);
     step.keep(h, std::move(keep));
   }
@@ -193,6 +311,122 @@ void ScheduledPolicy::on_layer_step(LayerStep& step) {
 
 std::vector<int32_t> ScheduledPolicy::select(const std::vector<float>& scores, int32_t L, int64_t B) {
   return scoring::select_keep(scores, L, B, sinks_, window_for(B));
+}
+
+}  // namespace kvb
+
+namespace kvb {
+namespace {
+
+/// kvpress ComposedPress([first, then]) (make_composed): `first`'s keep-sets, each re-compressed
+/// to its top fraction by `then`'s scores of the kept tokens alone.
+class ComposedPolicy : public Policy {
+ public:
+  ComposedPolicy(std::unique_ptr<ScheduledPolicy> first, std::unique_ptr<ScheduledPolicy> then, std::string then_name,
+                 double then_ratio)
+      : first_(std::move(first)), then_(std::move(then)), then_name_(std::move(then_name)), ratio_(then_ratio) {}
+  std::string name() const override { return first_->name(); }
+  nlohmann::json resolved_params() const override {
+    nlohmann::json j = first_->resolved_params();
+    j["then"] = then_name_;
+    j["then_ratio"] = ratio_;
+    return j;
+  }
+  PolicyNeeds needs() const override {
+    PolicyNeeds a = first_->needs();
+    const PolicyNeeds b = then_->needs();
+    a.window_queries = std::max(a.window_queries, b.window_queries);
+    a.attention_colsum |= b.attention_colsum;
+    a.layer_input |= b.layer_input;
+    a.layer_residual |= b.layer_residual;
+    a.keys_pre_rope |= b.keys_pre_rope;
+    a.queries_pre_rope |= b.queries_pre_rope;
+    a.host_kv |= b.host_kv;
+    a.layer_input_via_mlp = a.layer_input_via_mlp && (b.layer_input_via_mlp || !b.layer_input);
+    a.num_scalars = std::max(a.num_scalars, b.num_scalars);
+    return a;
+  }
+  void on_layer_step(LayerStep& step) override {
+    first_->on_layer_step(step);
+    std::vector<float> s;
+    for (auto& [h, keep] : step.keeps) {
+      if (!then_->scores_of(step, h, keep, s))
+        fail("policy '{}': then={} does not score a subset of the cache (knorm, keydiff do)", first_->name(), then_name_);
+      const int64_t n =
+          std::max<int64_t>(1, static_cast<int64_t>(ratio_ * static_cast<double>(keep.size())));  // compute_n_kept
+      std::vector<int32_t> top = scoring::top_k_indices(s, n);
+      for (int32_t& t : top) t = keep[t];
+      std::sort(top.begin(), top.end());
+      keep = std::move(top);
+    }
+  }
+  void on_step_end(StepEnd& step) override { first_->on_step_end(step); }
+  void on_sequence_begin(SeqId seq, uint64_t seed) override {
+    first_->on_sequence_begin(seq, seed);
+    then_->on_sequence_begin(seq, seed);
+  }
+  void on_sequence_end(SeqId seq) override {
+    first_->on_sequence_end(seq);
+    then_->on_sequence_end(seq);
+  }
+  KvFootprint kv_footprint(const FootprintQuery& q) const override { return first_->kv_footprint(q); }
+  bool uses_budget() const override { return first_->uses_budget(); }
+
+ private:
+  std::unique_ptr<ScheduledPolicy> first_, then_;
+  std::string then_name_;
+  double ratio_;
+};
+
+std::unique_ptr<ScheduledPolicy> as_scheduled(std::unique_ptr<Policy> p, const std::string& spec, const char* role) {
+  auto* s = dynamic_cast<ScheduledPolicy*>(p.get());
+  if (!s)
+    fail("policy spec '{}': {} '{}' is not a scored policy (kvpress ComposedPress chains scorer presses)", spec, role,
+         p->name());
+  p.release();
+  return std::unique_ptr<ScheduledPolicy>(s);
+}
+
+}  // namespace
+
+std::unique_ptr<Policy> make_composed(const PolicySpec& spec,
+                                      const std::function<std::unique_ptr<Policy>(const PolicySpec&)>& make_single) {
+  const auto then = spec.params.find("then");
+  const auto ratio = spec.params.find("then_ratio");
+  if (then == spec.params.end()) {
+    if (ratio != spec.params.end())
+      fail("policy spec '{}': parameter 'then_ratio' needs 'then' (kvpress ComposedPress)", spec.to_string());
+    return make_single(spec);
+  }
+  PolicySpec first = spec;
+  first.params.erase("then");
+  first.params.erase("then_ratio");
+  double f = 0.5;
+  if (ratio != spec.params.end()) {
+    try {
+      size_t used = 0;
+      f = std::stod(ratio->second, &used);
+      if (used != ratio->second.size()) f = -1;
+    } catch (const std::exception&) {
+      f = -1;
+    }
+  }
+  if (!(f > 0 && f <= 1))
+    fail("policy spec '{}': parameter 'then_ratio' must be a kept fraction in (0, 1]", spec.to_string());
+  PolicySpec second;
+  second.name = then->second;
+  second.params = {
+      {"budget_kind", "ratio"}, {"ratio", ratio == spec.params.end() ? "0.5" : ratio->second}, {"decode", "false"}};
+  const std::string text = spec.to_string();
+  std::unique_ptr<Policy> p1 = make_single(first), p2;
+  try {
+    p2 = make_single(second);
+  } catch (const Error& e) {
+    fail("policy spec '{}': then={} (a scored policy, built with budget_kind=ratio,decode=false): {}", text,
+         then->second, e.what());
+  }
+  return std::make_unique<ComposedPolicy>(as_scheduled(std::move(p1), text, "the policy"),
+                                          as_scheduled(std::move(p2), text, "then"), then->second, f);
 }
 
 }  // namespace kvb

@@ -18,6 +18,11 @@
 // during prefill, for protocols that compress chunk by chunk on purpose).
 // A token budget is required (0 is an error: a compressing policy without a budget would silently
 // run the full cache); budget_kind=ratio needs none.
+// kvpress's wrappers as options (docs/policies.md "Migrating from kvpress"): `press_chunk=N`
+// (ChunkPress: the prompt's end compresses each chunk of N positions to its own top fraction) and
+// `layer_ratios=r0/r1/...` (PerLayerCompressionPress: a kept fraction per layer), both with
+// budget_kind=ratio; `press_block=N` (BlockPress: the budget kept through blocks of N tokens);
+// `then=NAME,then_ratio=f` (ComposedPress: NAME re-compresses each keep-set, make_composed).
 // Budget kinds: `budget_kind=tokens` (default; B = the spec's budget; 0 = never compress),
 // `budget_kind=ratio` (B = floor(ratio · tokens seen so far), at least sinks + window + 1) and
 // `budget_kind=threshold` (no budget: at each compression point every token of a head outside the
@@ -28,6 +33,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -84,8 +91,21 @@ class ScheduledPolicy : public ParamPolicy {
   /// Token and global budgets use the budget; budget_kind=ratio (a fraction of the context) and
   /// budget_kind=threshold (a score threshold) do not.
   bool uses_budget() const override { return !ratio_kind_ && !threshold_kind_ && ParamPolicy::uses_budget(); }
+  /// Scores (higher = keep) of the cache tokens `subset` (strictly increasing indices) of head h
+  /// as score() would give them if the head held only those tokens: kvpress's BlockPress and
+  /// ComposedPress call their press on the gathered keys and values. Returns false when the policy
+  /// does not score subsets (score_subset), leaving `out` unspecified.
+  bool scores_of(LayerStep& step, int h, std::span<const int32_t> subset, std::vector<float>& out) {
+    return score_subset(step, h, subset, out);
+  }
 
  protected:
+  /// What scores_of computes. Default: when token_local(), score() over the whole head restricted
+  /// to `subset`; else false. A policy whose score reads other tokens (KeyDiff's mean key)
+  /// overrides it.
+  virtual bool score_subset(LayerStep& step, int h, std::span<const int32_t> subset, std::vector<float>& out);
+  /// True when score() of a token reads that token alone (KnormPress's key norm).
+  virtual bool token_local() const { return false; }
   /// Scores of the L tokens of head h (higher = keep). Entries of protected tokens are ignored.
   virtual void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) = 0;
   /// Called for every layer step before the compression decision (accumulate statistics of the
@@ -108,6 +128,21 @@ class ScheduledPolicy : public ParamPolicy {
   int64_t budget_now(const LayerStep& step) const;
   /// True when head of length L must be compressed to B at this step.
   bool due(const LayerStep& step, int32_t L, int64_t B) const;
+  /// The kept fraction of budget_kind=ratio at this step's layer: `layer_ratios`' entry for the
+  /// layer when given (throws kvb::Error naming it when its length is not the model's layer count),
+  /// else `ratio`.
+  double ratio_at(const LayerStep& step) const;
+  /// `press_chunk` > 0 (kvpress ChunkPress): the keep-set of head h of L tokens with `scores` —
+  /// the cache split into runs of tokens whose positions share a chunk of press_chunk positions,
+  /// each run of n tokens keeping its top max(1, floor(ratio_at · n)) (scoring::select_keep, with
+  /// the sinks and the window_for(B) newest tokens protected inside the runs that hold them).
+  std::vector<int32_t> chunk_select(const LayerStep& step, int h, const std::vector<float>& scores, int32_t L,
+                                    int64_t B) const;
+  /// `press_block` > 0 (kvpress BlockPress): the keep-set of head h of L tokens at budget B — the
+  /// first B tokens, then for each block of press_block tokens after them the top B of the kept
+  /// tokens and the block, scored together by scores_of (throws kvb::Error naming press_block when
+  /// the policy does not score subsets).
+  std::vector<int32_t> block_select(LayerStep& step, int h, int32_t L, int64_t B);
   /// budget_kind=threshold: true when this step is a compression point (see the file comment).
   bool threshold_due(const LayerStep& step) const;
   /// budget_kind=threshold: the keep-set of a head of L tokens with `scores` — the sinks, the
@@ -124,6 +159,27 @@ class ScheduledPolicy : public ParamPolicy {
   int32_t window_ = 0, sinks_ = 0;
   bool decode_ = true;
   bool chunked_ = false;  ///< compress=chunked
+  /// kvpress ChunkPress: chunk length in positions (0 = off); see chunk_select.
+  int64_t press_chunk_ = 0;
+  /// kvpress BlockPress: block length in tokens (0 = off); see block_select.
+  int64_t press_block_ = 0;
+  /// kvpress PerLayerCompressionPress: kept fraction per layer (empty = ratio_ everywhere).
+  std::vector<double> layer_ratios_;
+
+ private:
+  /// Reads and checks press_chunk and layer_ratios (when the policy's table declares them).
+  void read_wrappers();
 };
+
+/// kvpress ComposedPress([P1, P2]) as the spec option `then=NAME,then_ratio=f` of a scheduled
+/// policy P1 (docs/policies.md "Migrating from kvpress"): whenever P1 requests a keep-set of n
+/// tokens for a head, policy NAME scores those n tokens alone (ScheduledPolicy::scores_of) and
+/// the top max(1, floor(f · n)) of them are kept. When `spec` has no `then`, returns
+/// make_single(spec); otherwise builds P1 from `spec` without `then` and `then_ratio` and NAME
+/// with `budget_kind=ratio,ratio=f,decode=false`, both through make_single. Throws kvb::Error
+/// naming the parameter when either is not a scheduled policy, f is not in (0, 1], or
+/// `then_ratio` is given without `then`.
+std::unique_ptr<Policy> make_composed(const PolicySpec& spec,
+                                      const std::function<std::unique_ptr<Policy>(const PolicySpec&)>& make_single);
 
 }  // namespace kvb

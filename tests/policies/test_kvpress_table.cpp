@@ -209,5 +209,47 @@ TEST(KvpressTable, DocsListTheSameRows) {
     EXPECT_EQ(docs[r.press], (r.spec.empty() ? "-" : r.spec) + " | " + kvpress_status_name(r.status)) << r.press;
 }
 
+/// The message make_policy throws for `spec` at `budget`, "" when it builds.
+std::string build_error(const std::string& spec, int64_t budget) {
+  try {
+    (void)make_policy(PolicySpec::parse(spec, budget));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// kvpress's wrappers as spec options (docs/policies.md, "kvpress's wrappers as spec options"):
+// what each refuses, naming the parameter. Their keep-sets are pinned by tests/kvpress.
+TEST(KvpressWrappers, OptionsRefuseWhatKvpressDoesNotDo) {
+  EXPECT_EQ(build_error("knorm:budget_kind=ratio,decode=false,press_chunk=64", 0), "");
+  EXPECT_NE(build_error("knorm:decode=false,press_chunk=64", 100).find("press_chunk"), std::string::npos);
+  EXPECT_NE(build_error("knorm:budget_kind=ratio,press_chunk=64", 0).find("decode=false"), std::string::npos);
+  EXPECT_EQ(build_error("snapkv:budget_kind=ratio,layer_ratios=0.5/0.25/1", 0), "");
+  EXPECT_NE(build_error("snapkv:budget_kind=ratio,layer_ratios=0.5/0", 0).find("layer_ratios"), std::string::npos);
+  EXPECT_NE(build_error("snapkv:budget_kind=ratio,layer_ratios=0.5/x", 0).find("layer_ratios"), std::string::npos);
+  EXPECT_NE(build_error("snapkv:layer_ratios=0.5", 100).find("layer_ratios"), std::string::npos);
+  EXPECT_NE(build_error("snapkv:budget_kind=ratio,ratio=0.5,layer_ratios=0.5", 0).find("layer_ratios"),
+            std::string::npos);
+  EXPECT_EQ(build_error("keydiff:window=0,decode=false,press_block=128", 100), "");
+  EXPECT_NE(build_error("keydiff:decode=false,press_block=128", 100).find("press_block"), std::string::npos);
+  EXPECT_EQ(build_error("snapkv:window=64,decode=false,then=knorm,then_ratio=0.5", 100), "");
+  EXPECT_NE(build_error("snapkv:window=64,then_ratio=0.5", 100).find("then_ratio"), std::string::npos);
+  EXPECT_NE(build_error("snapkv:window=64,then=knorm,then_ratio=1.5", 100).find("then_ratio"), std::string::npos);
+  EXPECT_NE(build_error("snapkv:window=64,then=full", 100).find("then"), std::string::npos);
+  EXPECT_NE(build_error("snapkv:window=64,then=nosuch", 100).find("nosuch"), std::string::npos);
+}
+
+TEST(KvpressWrappers, ComposedPolicyReportsBothPressesAndMergesNeeds) {
+  const ResolvedPolicy rp = ResolvedPolicy::resolve("snapkv:window=64,decode=false,then=keydiff,then_ratio=0.25", 100);
+  EXPECT_EQ(rp.params().value("then", ""), "keydiff");
+  EXPECT_DOUBLE_EQ(rp.params().value("then_ratio", 0.0), 0.25);
+  EXPECT_TRUE(rp.params().contains("window"));  // the first policy's own parameters
+  EXPECT_EQ(rp.built().name(), "snapkv");
+  EXPECT_EQ(rp.built().needs().window_queries, 64);  // snapkv's
+  EXPECT_TRUE(rp.built().needs().host_kv);           // keydiff's
+  EXPECT_TRUE(rp.uses_budget());
+}
+
 }  // namespace
 }  // namespace kvb
