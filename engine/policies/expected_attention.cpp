@@ -174,18 +174,7 @@ class ExpectedAttentionPolicy : public ScheduledPolicy {
 }  // namespace
 
 KVB_POLICY(expected_attention) {
-  return policy_entry<ExpectedAttentionPolicy>(
-             "expected_attention",
-             "Expected attention of future queries from pre-RoPE query statistics, times ||v|| (Devoto et al. 2025 §3; "
-             "kvpress ExpectedAttentionPress)",
-             extend_params(
-                 schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
-                 {{"sinks", "first tokens always kept and left out of the query statistics (kvpress n_sink)"}},
-                 {{"n_future", "512", "future positions the RoPE rotation is averaged over (kvpress n_future_positions)"},
-                  {"covariance", "true", "add the query covariance term k^T S k / (2d) (kvpress use_covariance)"},
-                  {"vnorm", "true", "weight the scores by the value norm (kvpress use_vnorm)"},
-                  {"epsilon", "0", "added to the scores before the value-norm weighting (kvpress epsilon)"}}))
-      .with_tests({.min_budget = 5});
+  return policy_entry<ExpectedAttentionPolicy>("expected_attention").with_tests({.min_budget = 5});
 }
 
 }  // namespace kvb

@@ -102,16 +102,6 @@ class ThinkPolicy : public ParamPolicy {
 
 }  // namespace
 
-KVB_POLICY(think) {
-  return policy_entry<ThinkPolicy>(
-             "think",
-             "zero the key channels of least window-query x key energy, per kv head, at the prompt's end; keeps "
-             "every token (Xu et al. 2024 ThinK §3.2; kvpress ThinKPress)",
-             {{"ratio", "0.5",
-               "kept fraction of key channels: floor(head_dim * (1 - ratio)) channels are zeroed per kv head "
-               "(kvpress key_channel_compression_ratio = 1 - ratio)"},
-              {"window", "32", "window queries whose q^2 scores the channels (kvpress window_size)"}})
-      .with_tests({.min_budget = 0, .evicts = false});
-}
+KVB_POLICY(think) { return policy_entry<ThinkPolicy>("think").with_tests({.min_budget = 0, .evicts = false}); }
 
 }  // namespace kvb
