@@ -7,7 +7,9 @@ spec options").
 
 How to run (from the repository root; the default model must be cached, tools/fetch_default_model.sh):
 
-    python3 tools/gen_kvpress_smollm2_goldens.py [--model PATH.gguf]
+    python3 tools/gen_kvpress_smollm2_goldens.py [--model PATH.gguf] [--only CASE,...]
+
+(--only regenerates the named cases and keeps the others from the existing file.)
 
 It re-runs itself inside .venv-goldens (tools/goldens_env.py; kvpress==0.5.5 pinned in
 tools/goldens-requirements.txt).
@@ -29,6 +31,17 @@ every layer's DynamicCache once at the end of the prefill. The kept positions of
 head) are read back by matching each kept key row against the layer's uncompressed keys (the
 presses gather rows, so each kept row equals exactly one original row). Two compression ratios per
 press (two settings per wrapper); budget = kvpress.utils.compute_n_kept(L, ratio).
+
+Presses that rewrite cached keys or values (ThinKPress alone, ComposedPress([SnapKVPress,
+ThinKPress]) as kvbench's then=think, MergingPress as merge=true, KeyRerotationPress as
+rerotate=true) also record, per (layer, kv head), the key channels zeroed in every kept
+key (k_zero), the channels whose ThinK score lies within TIE of the channel cut (k_tie), and the
+sums of squares of the kept keys and values in f64 (k_sq, v_sq; the test compares them within
+1e-3 relative, on heads without token, channel or merge-target near-ties: v_tie counts the evicted
+tokens whose two most key-cosine-similar survivors, or whose best cosine and the merge threshold
+or quantile, are within TIE_MERGE = 1e-5). Their kept positions are read back by the
+same row match with the zeroed channels left out (KeyRerotationPress: by the value rows, a value
+shared by identical tokens resolved by the key rotated back).
 
 Near-ties. On a real model some kept/evicted boundaries are closer than f32 summation order can
 resolve. Each head records, beside its kept set, the tokens whose press score lies within TIE
@@ -59,6 +72,7 @@ GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LAYERS = 8
 MIN_CONTEXT = 850
 TIE = 1e-3
+TIE_MERGE = 1e-5  # merge-target cosines: far above the two engines' key differences (about 1e-6)
 torch.set_grad_enabled(False)
 transformers.utils.logging.disable_progress_bar()
 
@@ -86,12 +100,16 @@ def presses():
     from kvpress.presses.simlayerkv_press import SimLayerKVPress
     from kvpress.presses.observed_attention_press import ObservedAttentionPress
     from kvpress.presses.snapkv_press import SnapKVPress
+    from kvpress.presses.think_press import ThinKPress
+    from kvpress.presses.merging_press import MergingPress
+    from kvpress.presses.key_rerotation_press import KeyRerotationPress
     from kvpress.utils import compute_n_kept
     return dict(ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
                 LagKVPress=LagKVPress, CURPress=CURPress, NonCausalAttnPress=NonCausalAttnPress,
                 SimLayerKVPress=SimLayerKVPress, ChunkPress=ChunkPress, KnormPress=KnormPress,
                 PerLayerCompressionPress=PerLayerCompressionPress, ComposedPress=ComposedPress,
-                BlockPress=BlockPress, KeyDiffPress=KeyDiffPress,
+                BlockPress=BlockPress, KeyDiffPress=KeyDiffPress, ThinKPress=ThinKPress,
+                MergingPress=MergingPress, KeyRerotationPress=KeyRerotationPress,
                 compute_n_kept=compute_n_kept, **{k: v for k, v in kp.items() if k not in ("compute_n_kept",)})
 
 
@@ -172,7 +190,74 @@ def cases(kp, L):
                     kp["BlockPress"](press=kp["KeyDiffPress"](compression_ratio=r), block_size=block),
                     f"keydiff:window=0,decode=false,press_block={block}", n(L, r),
                     ("calls", lambda c, k, r=r: n(L, r))))
+    # Presses that rewrite cached keys (the K/V write primitive): ThinKPress alone (every token kept,
+    # key channels zeroed) and kvpress's own pairing ComposedPress([SnapKVPress, ThinKPress]) as the
+    # option then=think (then_ratio = kept channel fraction = 1 - key_channel_compression_ratio).
+    for r in (0.5, 0.25):
+        out.append((f"think_r{r}", kp["ThinKPress"](key_channel_compression_ratio=r), f"think:ratio={1 - r}", 0,
+                    "think"))
+    for r1, r2 in ((0.5, 0.25), (0.25, 0.5)):
+        snap = kp["SnapKVPress"](compression_ratio=r1, window_size=64, kernel_size=5)
+        out.append((f"composed_snapkv_think_r{r1}_{r2}",
+                    kp["ComposedPress"](presses=[snap, kp["ThinKPress"](key_channel_compression_ratio=r2)]),
+                    f"snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false,then=think,then_ratio={1 - r2}",
+                    n(L, r1), "score"))
+    # MergingPress(P): P's keep-set, each evicted token's value folded into its most key-cosine-similar
+    # survivor (kvbench's merge=true option; merge_threshold, merge_fraction).
+    out.append(("merging_knorm_r0.5", kp["MergingPress"](press=kp["KnormPress"](compression_ratio=0.5)),
+                "knorm:decode=false,merge=true", n(L, 0.5), "score"))
+    snap = kp["SnapKVPress"](compression_ratio=0.75, window_size=64, kernel_size=5)
+    out.append(("merging_snapkv_r0.75_t0.1_f0.75",
+                kp["MergingPress"](press=snap, similarity_threshold=0.1, merge_fraction=0.75),
+                "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false,merge=true,merge_threshold=0.1,"
+                "merge_fraction=0.75", n(L, 0.75), "score"))
+    # KeyRerotationPress(P): P's keep-set, the kept keys re-rotated to their ranks (rerotate=true).
+    out.append(("rerotation_knorm_r0.5", kp["KeyRerotationPress"](press=kp["KnormPress"](compression_ratio=0.5)),
+                "knorm:decode=false,rerotate=true", n(L, 0.5), "score"))
+    snap = kp["SnapKVPress"](compression_ratio=0.75, window_size=64, kernel_size=5)
+    out.append(("rerotation_snapkv_r0.75", kp["KeyRerotationPress"](press=snap),
+                "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false,rerotate=true", n(L, 0.75), "score"))
     return out
+
+
+def rewrites(press):
+    """True for a press that rewrites kept keys or values (ThinK, MergingPress)."""
+    return think_of(press) is not None or type(press).__name__ in ("MergingPress", "KeyRerotationPress")
+
+
+def module_inv_freq(model):
+    return model.model.rotary_emb.inv_freq
+
+
+def rerotate(k, delta, inv_freq):
+    """Rows k [n, D] rotated by delta [n] positions (rotate-half RoPE; angles in f32 as kvpress)."""
+    f = delta.float()[:, None] * inv_freq.float()[None, :]
+    emb = torch.cat((f, f), -1)
+    half = k.shape[-1] // 2
+    rot = torch.cat((-k[:, half:], k[:, :half]), -1)
+    return k * emb.cos() + rot * emb.sin()
+
+
+def rerotated_match(k0, v0, k1, v1, inv_freq):
+    """[n_kept, L] bool: kept row j came from position p when its value equals v0[p] exactly and, among
+    such p (a layer's identical tokens share values), k0[p] rotated to rank j is closest to k1[j]."""
+    eq = (v1[:, None, :] == v0[None, :, :]).all(-1)
+    out = torch.zeros_like(eq)
+    for j in range(k1.shape[0]):
+        cand = torch.nonzero(eq[j]).flatten()
+        if len(cand) > 1:
+            err = (rerotate(k0[cand], j - cand, inv_freq) - k1[j][None]).abs().amax(-1)
+            cand = cand[err.argmin()][None]
+        out[j, cand] = True
+    return out
+
+
+def think_of(press):
+    """The ThinKPress of a case (alone or last in a ComposedPress), or None."""
+    for p in (press.presses if type(press).__name__ == "ComposedPress" else [press]):
+        if type(p).__name__ == "ThinKPress":
+            return p
+    return None
 
 
 def record_lazy_shares(press, snapkv):
@@ -193,16 +278,28 @@ def run_case(model, press, ids, calls=None):
     """One prefill under `press`: ([layer][head] kept positions, [layer] score tensors [Hkv, L]).
     With `calls` (a dict), every score call of every inner press is also recorded per layer as
     (positions [Hkv][n] of the scored keys, scores [Hkv, n])."""
-    orig, scores, rows = {}, {}, {}
+    orig, scores, rows, queries = {}, {}, {}, {}
     kind = type(press).__name__
+    think = think_of(press)
+    if think is not None:  # the window queries ThinK scores channels with, per layer
+        inner_q = think.compute_window_queries
+
+        def window_queries(module, hidden_states, position_embeddings):
+            q = inner_q(module, hidden_states, position_embeddings)
+            queries[module.layer_idx] = q[0].clone().double()
+            return q
+        object.__setattr__(think, "compute_window_queries", window_queries)
     scorer = press.press if hasattr(press, "press") else press
     # PerLayerCompressionPress runs its inner press's forward_hook, which calls the inner compress;
     # ComposedPress runs each press's forward_hook in turn: the first one sees the original keys.
     hooked = scorer if kind == "PerLayerCompressionPress" else press.presses[0] if kind == "ComposedPress" else press
     inner_compress = hooked.compress
 
+    orig_v = {}
+
     def compress(module, hidden_states, keys, values, attentions, kwargs):
         orig[module.layer_idx] = keys.clone()
+        orig_v[module.layer_idx] = values.clone()
         return inner_compress(module, hidden_states, keys, values, attentions, kwargs)
 
     def wrap(inner_score):
@@ -230,15 +327,24 @@ def run_case(model, press, ids, calls=None):
     cache = DynamicCache()
     with press(model):
         model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
-    keep = []
+    keep, final = [], []
     for layer in range(LAYERS):
         k0, k1 = orig[layer][0], cache.layers[layer].keys[0]
+        final.append((k1.clone(), cache.layers[layer].values[0].clone()))
         heads = []
         for h in range(k0.shape[0]):
-            eq = (k1[h][:, None, :] == k0[h][None, :, :]).all(-1)
+            # Key channels a press zeroed in every kept key are left out of the match.
+            zero = (k1[h] == 0).all(0) if think is not None else torch.zeros(k1.shape[-1], dtype=torch.bool)
+            eq = (k1[h][:, None, :] == k0[h].masked_fill(zero, 0)[None, :, :]).all(-1)
+            if kind == "KeyRerotationPress":  # keys rotated: the values match, the rotation decides
+                eq = rerotated_match(k0[h], orig_v[layer][0][h], k1[h], cache.layers[layer].values[0][h],
+                                     module_inv_freq(model))
             assert bool((eq.sum(-1) == 1).all()), "a kept key row does not match exactly one original row"
             heads.append(sorted(int(i) for i in eq.float().argmax(-1).tolist()))
         keep.append(heads)
+    if rewrites(press):
+        return keep, scores, dict(final=final, queries=queries, orig=orig, think=think,
+                                  merge=press if kind == "MergingPress" else None)
     return keep, scores
 
 
@@ -253,6 +359,46 @@ def band_score(s, n):
     if a - b > tol:
         return []
     return [i for i in range(len(s)) if b - tol <= s[i].item() <= a + tol]
+
+
+def written_head(w, layer, h, kept):
+    """The kept K/V of head h after a press that rewrites keys (ThinK) or values (MergingPress, whose
+    v_tie counts the evicted tokens with two near-equal merge targets): the zeroed key channels, the
+    channels in doubt at ThinK's cut (its channel score, restated from ThinKPress.compress: mean over
+    the window queries of q^2 averaged over the GQA group, times the mean over the kept keys of k^2,
+    within TIE of the cut), and the sums of squares of the kept keys and values (f64)."""
+    k1, v1 = w["final"][layer]
+    D = k1.shape[-1]
+    kd, vd = k1[h].double(), v1[h].double()
+    sums = dict(k_sq=float((kd ** 2).sum()), v_sq=float((vd ** 2).sum()), k_sum=float(kd.sum()),
+                k_abs=float(kd.abs().sum()), v_sum=float(vd.sum()), v_abs=float(vd.abs().sum()))
+    if w["think"] is None and w["merge"] is None:  # KeyRerotationPress: keys rotated, values gathered
+        return dict(k_zero=[], k_tie=[], v_tie=0, **sums)
+    if w["think"] is None:  # MergingPress: keys untouched. An evicted token whose two best survivors'
+        # key cosines are within TIE_MERGE may merge into either, one whose best cosine is within
+        # TIE_MERGE of the threshold or of the merge_fraction quantile may merge or not: v_tie counts them
+        mp = w["merge"]
+        k0 = w["orig"][layer][0][h].double()
+        kn = k0 / k0.norm(dim=-1, keepdim=True).clamp(min=1e-6)
+        ev = sorted(set(range(k0.shape[0])) - set(kept))
+        sim = kn[ev] @ kn[kept].T
+        top = sim.topk(2, dim=-1).values
+        near = (top[:, 0] - top[:, 1]).abs() <= TIE_MERGE
+        near |= (top[:, 0] - mp.similarity_threshold).abs() <= TIE_MERGE
+        if mp.merge_fraction < 1.0:
+            ok = top[:, 0] >= mp.similarity_threshold
+            q = top[:, 0].masked_fill(~ok, float("-inf")).quantile(1.0 - mp.merge_fraction)
+            near |= (top[:, 0] - q).abs() <= TIE_MERGE
+        return dict(k_zero=[], k_tie=[], v_tie=int(near.sum().item()), **sums)
+    q = w["queries"][layer]  # [Hq, w, D]
+    Hkv = k1.shape[0]
+    qn = (q ** 2).mean(1).view(Hkv, q.shape[0] // Hkv, D).mean(1)
+    k0 = w["orig"][layer][0][h][kept].double()
+    s = qn[h] * (k0 ** 2).mean(0)
+    n_pruned = int(D * w["think"].key_channel_compression_ratio)
+    zero = [int(d) for d in torch.nonzero((k1[h] == 0).all(0)).flatten().tolist()]
+    assert len(zero) == n_pruned, (layer, h, zero, n_pruned)
+    return dict(k_zero=zero, k_tie=sorted(band_score(s, D - n_pruned)), v_tie=0, **sums)
 
 
 def band_chunks(s, chunk, ratio):
@@ -276,7 +422,9 @@ def hexmask(positions, L):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=default_model())
+    ap.add_argument("--only", default="", help="comma-separated case names: regenerate only these, keep the others")
     args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
     d, f = os.path.split(args.model)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="eager", dtype=torch.float32)
@@ -292,10 +440,14 @@ def main():
     kp = presses()
     out = []
     for name, press, spec, budget, tie in cases(kp, L):
+        if only and name not in only:
+            out.append(next(c for c in json.load(open(OUT))["cases"] if c["name"] == name))
+            continue
         shares = record_lazy_shares(press, kp["SnapKVPress"]) if tie == "lazy" else None
         calls = {} if isinstance(tie, tuple) and tie[0] == "calls" else None
         sdpa_only = isinstance(tie, tuple) and (tie[0] in ("chunks", "chunkpress") or type(press).__name__ == "BlockPress")
-        keep, scores = run_case(sdpa if sdpa_only else model, press, ids, calls)
+        res = run_case(sdpa if sdpa_only else model, press, ids, calls)
+        keep, scores, written = res if len(res) == 3 else (*res, None)
         extra = {}
         if shares is not None:
             extra["lazy_shares"] = [shares[layer] for layer in range(LAYERS)]
@@ -307,7 +459,10 @@ def main():
         for layer in range(LAYERS):
             heads = []
             for h, kept in enumerate(keep[layer]):
-                if tie == "score":
+                if tie == "think":  # every token kept
+                    assert len(kept) == L, (name, layer, h, len(kept))
+                    band = []
+                elif tie == "score":
                     assert len(kept) == budget, (name, layer, h, len(kept), budget)
                     band = band_score(scores[layer][h], budget)
                 elif tie == "lazy":
@@ -332,6 +487,8 @@ def main():
                 else:
                     band = band_chunks(scores[layer], tie[1], tie[2])
                 heads.append(dict(keep=hexmask(kept, L), tie=hexmask(band, L), n_tie=len(band)))
+                if written is not None:
+                    heads[-1].update(written_head(written, layer, h, kept))
             layers.append(heads)
         n_tie = sum(h["n_tie"] for lay in layers for h in lay)
         print(f"  {name}: budget {budget}, kept {len(keep[0][0])}, near-tie tokens {n_tie}")

@@ -1,8 +1,8 @@
 // kvb::policy_driver — the per-layer policy protocol shared by the CPU and CUDA backends (issue 15):
 // the query-history ring, the fields of LayerStep every backend fills the same way, applying the
 // keep-sets a policy requested (validated), and the end-of-step hook. A backend supplies only its
-// signals (layer input, keys before RoPE, column sums, window attention/scores, the head MLP) and
-// how a keep-set is compacted; WHEN a head is compressed is decided by the policies themselves
+// signals (layer input, keys before RoPE, column sums, window attention/scores, the head MLP), how a
+// keep-set is compacted and how a policy's K/V row writes reach its store; WHEN a head is compressed is decided by the policies themselves
 // (ScheduledPolicy::due, compress_point: `compress=prompt_end|chunked`), so it cannot differ
 // between backends.
 #pragma once
@@ -17,6 +17,7 @@
 
 #include "engine/backend/cpu/forward.h"
 #include "engine/scheduler/step.h"
+#include "engine/kernels/quants.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
@@ -134,10 +135,45 @@ inline std::function<const std::vector<float>&(int, int*)> memo_window_attention
 /// Compacts head h of layer `layer` of `seq` to `keep`; returns the tokens evicted.
 using Compact = std::function<int64_t(SeqId seq, int layer, int h, const std::vector<int32_t>& keep)>;
 
-/// Runs the policy's layer hook on `st` and applies the keep-sets it requested; returns the
-/// tokens evicted. Throws for a keep-set naming a kv head out of range.
-inline int64_t run_layer(Policy& policy, LayerStep& st, const Compact& compact) {
+/// Applies one validated row write of (seq, layer) to the cache's host rows ([D] f32 each);
+/// `round_bf16` first rounds every element to bf16 (the CUDA backend's host mirror holds the
+/// device pool's bf16 values). Throws kvb::Error when the cache holds no host K/V.
+inline void write_host_rows(KVCache& cache, SeqId seq, int layer, const KvRowWrite& w, bool round_bf16 = false) {
+  const int D = cache.config().head_dim;
+  for (size_t j = 0; j < w.index.size(); ++j) {
+    float* dst = w.values ? cache.value(seq, layer, w.head, w.index[j]) : cache.key(seq, layer, w.head, w.index[j]);
+    const float* src = w.rows.data() + j * D;
+    for (int d = 0; d < D; ++d) dst[d] = round_bf16 ? bf16_bits_to_f32(f32_to_bf16_bits(src[d])) : src[d];
+  }
+}
+
+/// Applies the row write `w` of layer `layer` of `seq` (validated by run_layer) to a backend's
+/// K/V store.
+using Write = std::function<void(SeqId seq, int layer, const KvRowWrite& w)>;
+
+/// Runs the policy's layer hook on `st`, applies the row writes it requested (LayerStep::writes,
+/// in order, through `write`) and then its keep-sets; returns the tokens evicted. Throws kvb::Error
+/// naming the policy for a keep-set or write naming a kv head out of range, a write to a token
+/// index ≥ L_h or with rows of the wrong size, or writes from a policy without
+/// PolicyNeeds::writes_kv.
+inline int64_t run_layer(Policy& policy, LayerStep& st, const Compact& compact, const Write& write) {
   policy.on_layer_step(st);
+  if (!st.writes.empty()) {
+    if (!policy.needs().writes_kv)
+      fail("policy '{}' wrote cached K/V rows without declaring PolicyNeeds::writes_kv", policy.name());
+    for (const KvRowWrite& w : st.writes) {
+      if (w.head < 0 || w.head >= st.num_kv_heads)
+        fail("policy '{}' wrote rows of kv head {} of {}", policy.name(), w.head, st.num_kv_heads);
+      const int32_t L = st.cache->length(st.seq, st.layer, w.head);
+      if (w.rows.size() != w.index.size() * static_cast<size_t>(st.head_dim))
+        fail("policy '{}' wrote {} floats for {} rows of {} (layer {} kv head {})", policy.name(), w.rows.size(),
+             w.index.size(), st.head_dim, st.layer, w.head);
+      for (int32_t i : w.index)
+        if (i < 0 || i >= L)
+          fail("policy '{}' wrote token {} of the {} of layer {} kv head {}", policy.name(), i, L, st.layer, w.head);
+      write(st.seq, st.layer, w);
+    }
+  }
   int64_t evicted = 0;
   for (auto& [h, keep] : st.keeps) {
     if (h < 0 || h >= st.num_kv_heads)

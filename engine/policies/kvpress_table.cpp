@@ -92,11 +92,14 @@ const std::vector<KvpressRow>& kvpress_table() {
       {"NonCausalAttnPress", "compression_ratio=r, chunk_size=256", "noncausal_attn:chunk=256", S::kGolden,
        "kvpress_smollm2_goldens.json:NonCausalAttnPress", "", "prompt only, as kvpress"},
       {"QFilterPress", "compression_ratio=r (the published Q-filters of the model)", "", S::kMissing, "", "", ""},
-      {"ThinKPress", "key_channel_compression_ratio=c, window_size=32", "", S::kMissing, "", "", ""},
+      {"ThinKPress", "key_channel_compression_ratio=c, window_size=32", "think:window=32", S::kGolden,
+       "kvpress_smollm2_goldens.json:ThinKPress", "",
+       "ratio=1-c (kept key channels); ComposedPress([P, ThinKPress]) is P's then=think,then_ratio=1-c"},
       {"CAMPress", "base_press=P, compression_interval=512, target_size=2048, merge_budget=32 (merges values)", "",
        S::kMissing, "", "", ""},
-      {"MergingPress", "press=P, similarity_threshold=0.0, merge_fraction=1.0 (merges keys and values)", "",
-       S::kMissing, "", "", ""},
+      {"MergingPress", "press=P, similarity_threshold=0.0, merge_fraction=1.0 (merges values)",
+       "knorm:decode=false,merge=true", S::kGolden, "kvpress_smollm2_goldens.json:merging_knorm*", "",
+       "any policy P: P's spec plus merge=true,merge_threshold=t,merge_fraction=f"},
       {"KVComposePress", "compression_ratio=r, structured=True, agg_task=\"max\", agg_group=\"mean\", agg_head=\"mean\"",
        "", S::kMissing, "", "", ""},
       {"CapPress", "compression_ratio=r, tau=5.0, n_future_positions=512, n_sink=4", "", S::kMissing, "", "", ""},
@@ -136,7 +139,9 @@ const std::vector<KvpressRow>& kvpress_table() {
        "kvpress_smollm2_goldens.json:ComposedPress", "then,then_ratio",
        "two presses: <P1>:...,then=<P2>,then_ratio=1-r2 (P2 knorm or keydiff: it scores P1's kept tokens alone); "
        "--budget int(L(1-r1))"},
-      {"KeyRerotationPress", "press=P", "", S::kMissing, "", "", "kvbench keeps every kept key at its own position"},
+      {"KeyRerotationPress", "press=P", "knorm:decode=false,rerotate=true", S::kGolden,
+       "kvpress_smollm2_goldens.json:rerotation_knorm*", "",
+       "any policy P: P's spec plus rerotate=true; cached and later positions stay the true ones, as kvpress"},
   };
   return rows;
 }

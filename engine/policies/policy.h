@@ -5,7 +5,8 @@
 // The engine calls it after every forward step (a prefill chunk or a decode step) of every layer,
 // once the new tokens' K/V are in the cache and their attention has been computed; the policy
 // reads the signals it declared in PolicyNeeds and may request a keep-set per head, which the
-// engine applies with KVCache::compact. Policies never allocate KV memory themselves.
+// engine applies with KVCache::compact, and (PolicyNeeds::writes_kv) rewrite cached key/value rows
+// of a head (LayerStep::write_keys / write_values), which the engine applies first. Policies never allocate KV memory themselves.
 #pragma once
 
 #include <algorithm>
@@ -82,6 +83,25 @@ struct PolicyNeeds {
   /// which cached tokens each query head reads (Policy::select_reads; Quest, SeerAttention-R).
   /// Both backends attend over exactly the selected ranges (CUDA: plan.h plan_attention_ranged).
   bool read_select = false;
+  /// The policy rewrites cached key and/or value rows through LayerStep::write_keys /
+  /// write_values (ThinK's key-channel pruning, merge-on-evict, key re-rotation). The engine
+  /// applies the writes of a layer step before its keep-sets, to the host pages (CPU; and the
+  /// CUDA backend's host mirror when host_kv) and to the device pool (CUDA: a host→device copy of
+  /// the changed rows, rounded to bf16). policy_driver::run_layer refuses writes from a policy
+  /// that does not set it.
+  bool writes_kv = false;
+};
+
+/// A rewrite of cached rows of one kv head that a policy requests (LayerStep::write_keys,
+/// LayerStep::write_values): rows[j · D … (j + 1) · D) f32 replaces the key (or value) row of the
+/// head's token index[j], an index into the head's cache as it is when on_layer_step is called
+/// (before this step's keep-sets are applied). Indices need not be sorted; a later write of the
+/// same token wins.
+struct KvRowWrite {
+  int head = 0;                ///< kv head (0 ≤ head < Hkv)
+  bool values = false;         ///< false: keys (post-RoPE, as cached), true: values
+  std::vector<int32_t> index;  ///< token indices into the head's cache, each < L_h
+  std::vector<float> rows;     ///< [index.size(), D] f32 row-major
 };
 
 /// What two policies driven together need (ComposedPolicy in scheduled.cpp, kvpress pipelines in
@@ -98,6 +118,7 @@ inline PolicyNeeds merge(const PolicyNeeds& a, const PolicyNeeds& b) {
   n.keys_pre_rope |= b.keys_pre_rope;
   n.queries_pre_rope |= b.queries_pre_rope;
   n.host_kv |= b.host_kv;
+  n.writes_kv |= b.writes_kv;
   n.layer_input_via_mlp = a.layer_input_via_mlp && (b.layer_input_via_mlp || !b.layer_input);
   n.num_scalars = std::max(a.num_scalars, b.num_scalars);
   n.layer_hook |= b.layer_hook;
@@ -230,6 +251,19 @@ struct LayerStep {
   /// Requests that kv head h keep exactly `keep` (strictly increasing indices < L_h).
   void keep(int h, std::vector<int32_t> keep_set) { keeps.emplace_back(h, std::move(keep_set)); }
   std::vector<std::pair<int, std::vector<int32_t>>> keeps;  ///< filled by the policy
+
+  /// Requests that the cached keys of kv head h's tokens `index` become `rows` ([index.size(), D]
+  /// f32, post-RoPE like every cached key); needs PolicyNeeds::writes_kv. The engine applies every
+  /// write of the step before its keep-sets (KvRowWrite: indices are pre-compaction), on both
+  /// backends; it throws kvb::Error for a head, index or row count out of range.
+  void write_keys(int h, std::vector<int32_t> index, std::vector<float> rows) {
+    writes.push_back({h, false, std::move(index), std::move(rows)});
+  }
+  /// As write_keys, for the cached values of kv head h.
+  void write_values(int h, std::vector<int32_t> index, std::vector<float> rows) {
+    writes.push_back({h, true, std::move(index), std::move(rows)});
+  }
+  std::vector<KvRowWrite> writes;  ///< filled by the policy, applied in order
 };
 
 struct StepEnd;

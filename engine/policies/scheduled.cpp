@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include <fmt/format.h>
 
 #include "engine/policies/scoring.h"
+#include "engine/policies/merging.h"
+#include "engine/policies/rerotation.h"
+#include "engine/policies/think.h"
+#include "engine/policies/wrapped.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -359,6 +364,47 @@ class ComposedPolicy : public CompositePolicy {
   double ratio_;
 };
 
+/// kvpress ComposedPress([first, ThinKPress]) (make_composed with then=think): `first`'s layer
+/// step, then at the end of each prompt ThinK's key-channel pruning (think::prune_keys) of every
+/// head's tokens that `first` keeps (all of them when it requests no keep-set for the head),
+/// scored over those tokens alone, as ThinKPress sees the keys its predecessor left.
+class ThenThinkPolicy : public WrappedPolicy {
+ public:
+  static constexpr int kWindow = 32;  ///< kvpress ThinKPress window_size
+  ThenThinkPolicy(std::unique_ptr<Policy> first, double kept) : WrappedPolicy(std::move(first)), kept_(kept) {}
+  nlohmann::json resolved_params() const override {
+    nlohmann::json j = inner_->resolved_params();
+    j["then"] = "think";
+    j["then_ratio"] = kept_;
+    return j;
+  }
+  PolicyNeeds needs() const override {
+    PolicyNeeds a = writing_needs();
+    a.window_queries = std::max(a.window_queries, kWindow);
+    return a;
+  }
+  void on_layer_step(LayerStep& step) override {
+    inner_->on_layer_step(step);
+    if (!step.prefill_last) return;
+    const int n_pruned = think::pruned_channels(step.head_dim, kept_);
+    for (int h = 0; h < step.num_kv_heads; ++h) {
+      const std::vector<int32_t>* keep = nullptr;
+      for (const auto& k : step.keeps)
+        if (k.first == h) keep = &k.second;  // a later keep-set of the head replaces an earlier one
+      std::vector<int32_t> all;
+      if (!keep) {
+        all.resize(step.cache->length(step.seq, step.layer, h));
+        std::iota(all.begin(), all.end(), 0);
+      }
+      think::prune_keys(step, h, keep ? std::span<const int32_t>(*keep) : std::span<const int32_t>(all), kWindow,
+                        n_pruned);
+    }
+  }
+
+ private:
+  double kept_;
+};
+
 std::unique_ptr<ScheduledPolicy> as_scheduled(std::unique_ptr<Policy> p, const std::string& spec, const char* role) {
   auto* s = dynamic_cast<ScheduledPolicy*>(p.get());
   if (!s)
@@ -370,8 +416,60 @@ std::unique_ptr<ScheduledPolicy> as_scheduled(std::unique_ptr<Policy> p, const s
 
 }  // namespace
 
+namespace {
+
+/// The value of spec parameter `key` as a double in [lo, hi] (`def` when absent); throws kvb::Error
+/// naming the parameter and `what` otherwise.
+double spec_double(const PolicySpec& spec, const std::string& key, double def, double lo, double hi, bool lo_open,
+                   const char* what) {
+  const auto it = spec.params.find(key);
+  if (it == spec.params.end()) return def;
+  double v = std::nan("");
+  try {
+    size_t used = 0;
+    v = std::stod(it->second, &used);
+    if (used != it->second.size()) v = std::nan("");
+  } catch (const std::exception&) {
+  }
+  if (!(lo_open ? v > lo : v >= lo) || !(v <= hi))
+    fail("policy spec '{}': parameter '{}' must be {} ({})", spec.to_string(), key, what, "kvpress MergingPress");
+  return v;
+}
+
+}  // namespace
+
 std::unique_ptr<Policy> make_composed(const PolicySpec& spec,
                                       const std::function<std::unique_ptr<Policy>(const PolicySpec&)>& make_single) {
+  const auto rerotate = spec.params.find("rerotate");
+  if (rerotate != spec.params.end()) {  // kvpress KeyRerotationPress(P): P's kept keys re-rotated to their ranks
+    if (rerotate->second != "true" && rerotate->second != "false")
+      fail("policy spec '{}': parameter 'rerotate' must be true or false (kvpress KeyRerotationPress)", spec.to_string());
+    const auto then = spec.params.find("then");
+    if (rerotate->second == "true" && then != spec.params.end() && then->second == "think")
+      fail("policy spec '{}': rerotate=true and then=think both rewrite the kept keys; use one", spec.to_string());
+    PolicySpec inner = spec;
+    inner.params.erase("rerotate");
+    std::unique_ptr<Policy> p = make_composed(inner, make_single);
+    return rerotate->second == "true" ? rerotation::make_rerotating(std::move(p)) : std::move(p);
+  }
+  const auto merge = spec.params.find("merge");
+  if (merge != spec.params.end() || spec.params.count("merge_threshold") || spec.params.count("merge_fraction")) {
+    // kvpress MergingPress(P): P's keep-sets, each evicted token's value merged into a survivor.
+    if (merge == spec.params.end() || (merge->second != "true" && merge->second != "false"))
+      fail("policy spec '{}': merge_threshold and merge_fraction need merge=true (kvpress MergingPress)",
+           spec.to_string());
+    const double t = spec_double(spec, "merge_threshold", 0.0, 0.0, 1.0, false, "a cosine in [0, 1]");
+    const double f = spec_double(spec, "merge_fraction", 1.0, 0.0, 1.0, true, "a fraction in (0, 1]");
+    if (merge->second == "false" && (spec.params.count("merge_threshold") || spec.params.count("merge_fraction")))
+      fail("policy spec '{}': merge_threshold and merge_fraction need merge=true (kvpress MergingPress)",
+           spec.to_string());
+    PolicySpec inner = spec;
+    inner.params.erase("merge");
+    inner.params.erase("merge_threshold");
+    inner.params.erase("merge_fraction");
+    std::unique_ptr<Policy> p = make_composed(inner, make_single);
+    return merge->second == "true" ? merging::make_merging(std::move(p), t, f) : std::move(p);
+  }
   const auto then = spec.params.find("then");
   const auto ratio = spec.params.find("then_ratio");
   if (then == spec.params.end()) {
@@ -394,6 +492,8 @@ std::unique_ptr<Policy> make_composed(const PolicySpec& spec,
   }
   if (!(f > 0 && f <= 1))
     fail("policy spec '{}': parameter 'then_ratio' must be a kept fraction in (0, 1]", spec.to_string());
+  if (then->second == "think")  // kvpress ComposedPress([P, ThinKPress]): key channels, not tokens
+    return std::make_unique<ThenThinkPolicy>(as_scheduled(make_single(first), spec.to_string(), "the policy"), f);
   PolicySpec second;
   second.name = then->second;
   second.params = {

@@ -179,6 +179,18 @@ class ScheduledPolicy : public ParamPolicy {
 /// with `budget_kind=ratio,ratio=f,decode=false`, both through make_single. Throws kvb::Error
 /// naming the parameter when either is not a scheduled policy, f is not in (0, 1], or
 /// `then_ratio` is given without `then`.
+/// `then=think` (kvpress ComposedPress([P1, ThinKPress])) is the exception: at the end of each
+/// prompt P1's kept tokens of every head (all of them when P1 keeps the head whole) have their
+/// key channels pruned by ThinK (think.h, window 32), f being the kept fraction of key channels
+/// (ThinKPress key_channel_compression_ratio = 1 − f); no token is dropped by it.
+/// `merge=true[,merge_threshold=t][,merge_fraction=f]` (kvpress MergingPress(P), any policy P):
+/// the policy built from the rest of the spec, every keep-set of its layer turns first merging
+/// the values of the tokens it evicts into their most key-similar survivors (merging.h; t in
+/// [0, 1], default 0; f in (0, 1], default 1). Throws kvb::Error naming the parameter for a value
+/// out of range, or merge_threshold / merge_fraction without merge=true.
+/// `rerotate=true` (kvpress KeyRerotationPress(P), any policy P): the policy built from the rest of
+/// the spec, the kept keys of every keep-set of its layer turns re-rotated to their ranks
+/// (rerotation.h); refused together with then=think (both rewrite the kept keys).
 std::unique_ptr<Policy> make_composed(const PolicySpec& spec,
                                       const std::function<std::unique_ptr<Policy>(const PolicySpec&)>& make_single);
 

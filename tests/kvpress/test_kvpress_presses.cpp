@@ -1,5 +1,7 @@
 // kvpress 0.5.5's method presses, and its ChunkPress, PerLayerCompressionPress, ComposedPress and
-// BlockPress wrappers as the kvbench options press_chunk, layer_ratios, then and press_block, on
+// BlockPress wrappers as the kvbench options press_chunk, layer_ratios, then and press_block, and
+// ThinKPress (alone, and composed after SnapKVPress as then=think), MergingPress (merge=true) and
+// KeyRerotationPress (rerotate=true) on
 // the real SmolLM2-135M-Instruct weights: the keep-sets of tools/gen_kvpress_smollm2_goldens.py
 // (kvpress's own presses under transformers, f32, on a >= 1,000-token few-shot GSM8K prompt ending
 // in its question, two settings each) against the kvbench policies that reproduce them
@@ -12,11 +14,19 @@
 // running each policy alone; for the same reason the model is truncated to the layers the golden
 // records. Each head must keep exactly kvpress's positions, except the near-tie tokens the golden
 // marks (scores within 1e-3 relative of the kept/evicted boundary), and keep as many.
+// Presses that rewrite cached rows (ThinK, merge=true, rerotate=true) must also leave the same kept K/V: the
+// Multiplex applies their writes to a view of the kept rows (KeptKv), compared with kvpress's kept
+// tensors: the zeroed key channels exactly (but for channel near-ties), the sums of squares of the
+// kept keys and values within 1e-3 relative and their signed sums within 1e-4 of their sums of
+// magnitudes (on heads that keep exactly kvpress's positions, without channel or merge-target
+// near-ties).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 
 #include "engine/engine.h"
@@ -31,6 +41,16 @@ namespace {
 using nlohmann::json;
 using KeepSets = std::vector<std::vector<std::vector<int32_t>>>;  // [layer][head] kept positions
 
+/// The kept K/V of one (layer, kv head) after a policy's row writes (LayerStep::write_keys /
+/// write_values), for the presses that rewrite the cache: sums of squares of the kept keys and
+/// values, their signed sums and sums of magnitudes (f64), and the key channels that are 0 in every
+/// kept key.
+struct KeptKv {
+  double k_sq = 0, v_sq = 0, k_sum = 0, k_abs = 0, v_sum = 0, v_abs = 0;
+  std::vector<int> k_zero;
+};
+using KeptKvs = std::vector<std::vector<KeptKv>>;  // [layer][head]
+
 /// Runs every inner policy on each layer step of a single-step prompt and records, per policy,
 /// the positions each (layer, head) would keep; the cache itself is never compressed. Inner
 /// policies' per-token scalars are restored after each one, so each sees the step as if alone.
@@ -39,7 +59,9 @@ class Multiplex : public CompositePolicy {
   explicit Multiplex(std::vector<std::unique_ptr<Policy>> inner) : inner_(std::move(inner)), kept_(inner_.size()) {
     std::vector<Policy*> all;
     for (const auto& p : inner_) {
-      needs_ = merge(needs_, p->needs());
+      const PolicyNeeds n = p->needs();
+      needs_ = merge(needs_, n);
+      needs_.host_kv |= n.writes_kv;  // the kept rows are summed on the host
       all.push_back(p.get());
     }
     forward_sequences_to(std::move(all));
@@ -71,6 +93,7 @@ class Multiplex : public CompositePolicy {
         for (int32_t i : idx) heads[h].push_back(step.cache->position(step.seq, step.layer, h, i));
         set[h] = true;
       }
+      record_kv(step, s, p);
       for (int h = 0; h < step.num_kv_heads; ++h) {
         if (!set[h])
           for (int32_t i = 0; i < step.cache->length(step.seq, step.layer, h); ++i)
@@ -82,8 +105,50 @@ class Multiplex : public CompositePolicy {
     }
   }
   const KeepSets& kept(size_t p) const { return kept_[p]; }
+  /// KeptKv of policy p, its writes applied.
+  const KeptKvs& kept_kv(size_t p) const { return kv_[p]; }
 
  private:
+  /// KeptKv of every head of `step` after the writes `s` requested, over the tokens it keeps.
+  void record_kv(const LayerStep& step, const LayerStep& s, size_t p) {
+    if (kv_.size() < inner_.size()) kv_.resize(inner_.size());
+    auto& layers = kv_[p];
+    if (static_cast<int>(layers.size()) <= step.layer) layers.resize(step.layer + 1);
+    auto& heads = layers[step.layer];
+    heads.assign(step.num_kv_heads, {});
+    const int D = step.head_dim;
+    for (int h = 0; h < step.num_kv_heads; ++h) {
+      const int32_t L = step.cache->length(step.seq, step.layer, h);
+      std::vector<const float*> k(L), v(L);
+      for (int32_t i = 0; i < L; ++i) {
+        k[i] = std::as_const(*step.cache).key(step.seq, step.layer, h, i);
+        v[i] = std::as_const(*step.cache).value(step.seq, step.layer, h, i);
+      }
+      for (const KvRowWrite& w : s.writes)
+        if (w.head == h)
+          for (size_t j = 0; j < w.index.size(); ++j) (w.values ? v : k)[w.index[j]] = w.rows.data() + j * D;
+      std::vector<int32_t> keep(L);
+      std::iota(keep.begin(), keep.end(), 0);
+      for (const auto& [hh, idx] : s.keeps)
+        if (hh == h) keep = idx;
+      KeptKv& out = heads[h];
+      std::vector<bool> zero(D, true);
+      for (int32_t i : keep)
+        for (int d = 0; d < D; ++d) {
+          const double kk = k[i][d], vv = v[i][d];
+          out.k_sq += kk * kk;
+          out.v_sq += vv * vv;
+          out.k_sum += kk;
+          out.v_sum += vv;
+          out.k_abs += std::fabs(kk);
+          out.v_abs += std::fabs(vv);
+          if (k[i][d] != 0.0f) zero[d] = false;
+        }
+      for (int d = 0; d < D; ++d)
+        if (zero[d]) out.k_zero.push_back(d);
+    }
+  }
+
   /// Lets `s` show only the last `want` of the window queries `step` holds (an inner policy whose
   /// window is smaller than another's), as the engine would have kept for that policy alone.
   static void narrow_window(const LayerStep& step, LayerStep& s, int want, std::vector<float>& qbuf,
@@ -120,6 +185,7 @@ class Multiplex : public CompositePolicy {
  private:
   std::vector<std::unique_ptr<Policy>> inner_;
   std::vector<KeepSets> kept_;
+  std::vector<KeptKvs> kv_;
   PolicyNeeds needs_;
 };
 
@@ -175,6 +241,41 @@ Diff compare(const json& c, const KeepSets& got, int layers, int heads, int L) {
   return d;
 }
 
+/// How policy's kept K/V `got` differs from golden case `c` (whose heads carry k_zero, k_tie,
+/// v_tie and the sums of KeptKv): heads whose zeroed key channels differ outside the channel
+/// near-ties (or in number), heads whose kept keys' or values' sum of squares is off by more than
+/// 1e-3 relative or signed sum by more than 1e-4 of the sum of magnitudes (compared only on heads
+/// that keep exactly kvpress's positions and have no channel or merge-target near-ties), and how
+/// many heads were so compared.
+struct KvDiff {
+  int channel_heads = 0, sum_heads = 0, compared = 0;
+  std::string first;
+};
+
+KvDiff compare_kv(const json& c, const KeptKvs& got, const KeepSets& kept, int layers, int heads) {
+  KvDiff d;
+  for (int l = 0; l < layers; ++l)
+    for (int h = 0; h < heads; ++h) {
+      const json& want = c["layers"][l][h];
+      const KeptKv& have = got.at(l).at(h);
+      const auto zero = want["k_zero"].get<std::vector<int>>(), tie = want["k_tie"].get<std::vector<int>>();
+      const std::set<int> wz(zero.begin(), zero.end()), hz(have.k_zero.begin(), have.k_zero.end()),
+          t(tie.begin(), tie.end());
+      bool bad = wz.size() != hz.size();
+      for (int ch = 0; ch < 256 && !bad; ++ch) bad = !t.count(ch) && wz.count(ch) != hz.count(ch);
+      if (bad && d.channel_heads++ == 0) d.first = "layer " + std::to_string(l) + " kv head " + std::to_string(h);
+      const std::set<int32_t> same(kept[l][h].begin(), kept[l][h].end());
+      if (!tie.empty() || want.value("v_tie", 0) > 0 || same != mask_positions(want["keep"])) continue;
+      ++d.compared;
+      auto off = [](double a, double b) { return std::fabs(a - b) > 1e-3 * std::max(std::fabs(b), 1e-12); };
+      auto off_sum = [](double a, double b, double abs) { return std::fabs(a - b) > 1e-4 * std::max(abs, 1e-12); };
+      if (off(have.k_sq, want["k_sq"]) || off(have.v_sq, want["v_sq"]) ||
+          off_sum(have.k_sum, want["k_sum"], want["k_abs"]) || off_sum(have.v_sum, want["v_sum"], want["v_abs"]))
+        ++d.sum_heads;
+    }
+  return d;
+}
+
 // One changed parameter per press, each run against the golden case it mutates: it must keep a
 // different set somewhere outside the near-ties, so the golden comparison discriminates.
 const std::vector<std::pair<std::string, std::string>> kMutants = {
@@ -191,14 +292,21 @@ const std::vector<std::pair<std::string, std::string>> kMutants = {
     {"composed_snapkv_knorm_r0.5_0.5",
      "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false,then=knorm,then_ratio=0.25"},
     {"blockpress_keydiff_r0.5_b128", "keydiff:window=0,decode=false,press_block=256"},
+    {"think_r0.5", "think:ratio=0.5,window=4"},
+    {"merging_knorm_r0.5", "knorm:decode=false,merge=true,merge_fraction=0.5"},
+    {"rerotation_knorm_r0.5", "knorm:decode=false,rerotate=false"},
+    {"composed_snapkv_think_r0.5_0.25",
+     "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false,then=think,then_ratio=0.625"},
 };
 
 /// The kvpress press a case's spec reproduces: a wrapper when the spec sets the option that
-/// stands for it (press_chunk: ChunkPress, layer_ratios: PerLayerCompressionPress, then:
-/// ComposedPress, press_block: BlockPress), else the
+/// stands for it (rerotate: KeyRerotationPress, merge: MergingPress, press_chunk: ChunkPress, layer_ratios:
+/// PerLayerCompressionPress, then: ComposedPress, press_block: BlockPress), else the
 /// press of the spec's policy in `press_of`; "" when neither.
 std::string press_of_spec(const std::string& text, const std::map<std::string, std::string>& press_of) {
   const PolicySpec s = PolicySpec::parse(text);
+  if (s.params.count("rerotate")) return "KeyRerotationPress";
+  if (s.params.count("merge")) return "MergingPress";
   if (s.params.count("press_chunk")) return "ChunkPress";
   if (s.params.count("layer_ratios")) return "PerLayerCompressionPress";
   if (s.params.count("then")) return "ComposedPress";
@@ -240,9 +348,11 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
       {"cur", "CURPress"},
       {"noncausal_attn", "NonCausalAttnPress"},
       {"simlayerkv", "SimLayerKVPress"},
+      {"think", "ThinKPress"},
   };
   // Every press with golden cases: the method presses above and the wrappers kvbench options reproduce.
-  std::set<std::string> expected = {"ChunkPress", "PerLayerCompressionPress", "ComposedPress", "BlockPress"};
+  std::set<std::string> expected = {"ChunkPress",   "PerLayerCompressionPress", "ComposedPress", "BlockPress",
+                                    "MergingPress", "KeyRerotationPress"};
   for (const auto& [policy, press] : press_of) expected.insert(press);
   std::set<std::string> presses;
   const size_t n_cases = g["cases"].size();
@@ -264,14 +374,29 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
     // near-ties (KeyDiff's cosines crowd near the cut): a larger, still minor, fraction.
     const int tie_share = c["press"] == "BlockPress" ? 5 : 20;
     EXPECT_LT(d.ties, layers * heads * L / tie_share) << "near-ties must stay a small fraction";
+    if (c["layers"][0][0].contains("k_zero")) {  // a press that rewrites keys: its kept K/V too
+      const KvDiff k = compare_kv(c, m->kept_kv(p), got, layers, heads);
+      EXPECT_EQ(k.channel_heads, 0) << "heads zeroing other key channels, first " << k.first;
+      EXPECT_EQ(k.sum_heads, 0) << "heads whose kept K/V sums of squares differ (of " << k.compared << ")";
+      EXPECT_GE(k.compared, layers * heads / 3) << "too few heads without near-ties to compare";
+      presses.insert("write:" + c["press"].get<std::string>());
+    }
   }
+  EXPECT_TRUE(presses.count("write:ThinKPress")) << "no golden case of ThinK alone";
+  EXPECT_TRUE(presses.count("write:MergingPress")) << "no golden case of MergingPress";
+  EXPECT_TRUE(presses.count("write:KeyRerotationPress")) << "no golden case of KeyRerotationPress";
   for (const auto& press : expected) EXPECT_TRUE(presses.count(press)) << "no golden case for " << press;
   for (size_t k = 0; k < kMutants.size(); ++k) {
     SCOPED_TRACE(kMutants[k].second + " against " + kMutants[k].first);
     const KeepSets& got = m->kept(n_cases + k);
     ASSERT_EQ(static_cast<int>(got.size()), layers);
-    EXPECT_GT(compare(*by_name[kMutants[k].first], got, layers, heads, L).set_heads, 0)
-        << "a changed parameter keeps kvpress's sets: the golden does not discriminate";
+    const json& c = *by_name[kMutants[k].first];
+    int differ = compare(c, got, layers, heads, L).set_heads;
+    if (c["layers"][0][0].contains("k_zero")) {
+      const KvDiff kd = compare_kv(c, m->kept_kv(n_cases + k), got, layers, heads);
+      differ += kd.channel_heads + kd.sum_heads;
+    }
+    EXPECT_GT(differ, 0) << "a changed parameter keeps kvpress's sets and K/V: the golden does not discriminate";
   }
   std::set<std::string> mutated;
   for (const auto& [name, spec] : kMutants) mutated.insert(press_of_spec(spec, press_of));

@@ -91,7 +91,7 @@ TEST(PolicyRegistry, EvictsMatchesTheCompressParameter) {
     EXPECT_EQ(has_compress, info.tests.evicts);
     kept_whole += !info.tests.evicts;
   }
-  EXPECT_EQ(kept_whole, 3);  // full, quest, seerattn_r
+  EXPECT_EQ(kept_whole, 4);  // full, quest, seerattn_r, think (rewrites key channels, keeps every token)
 }
 
 TEST(PolicyRegistry, TestSpecAppendsParamsAndRejectsARepeatedKey) {

@@ -41,8 +41,10 @@
 //     the LayerStep without the device primitives, so that the host code computes the signals from
 //     the host mirror of the same K/V, the same query ring and the same layer input (per-token
 //     policy scalars saved and restored between the two). Pass: identical keep-sets at every call
-//     and scalars within 1e-3 max rel. Prompts 300 and 700 (chunks of 256) + 40 forced decode
-//     tokens. `--backend cpu` runs the same wrapper on the CPU (both instances use host code).
+//     and scalars within 1e-3 max rel; for policies that rewrite cached rows (PolicyNeeds::
+//     writes_kv: think), the same written heads and tokens and rows within 1e-3 max rel, and only
+//     the device run's writes are applied (host→device row copies, CudaBackend write_rows).
+//     Prompts 300 and 700 (chunks of 256) + 40 forced decode tokens. `--backend cpu` runs the same wrapper on the CPU (both instances use host code).
 //   kvb_cuda_check primitives [--shapes a,b,...]
 //     The device policy primitives against their host fallbacks on identical inputs, inside a real
 //     CUDA forward pass (a probe policy; prompt 300 tokens in chunks of 128, then 8 decode steps):
@@ -204,8 +206,9 @@ const char* check_params(const std::string& name) {
 /// The policy specs `equiv` and `decisions` run: every registered policy but `oracle` (it needs
 /// fidelity's two-pass trace, which Engine::score has none of), from policy_registry() — learned
 /// ones with their random-weights parameter (LearnedWeightsInfo::random_param = 0), check-scale
-/// settings from check_params — plus the SnapKV GQA/pooling variant and ForesightKV's seeded
-/// sampling.
+/// settings from check_params — plus the SnapKV GQA/pooling variant, ForesightKV's seeded
+/// sampling, and the options that rewrite cached rows (snapkv then=think, knorm merge=true and
+/// rerotate=true).
 std::vector<std::string> only_policies;  // --policies: restrict equiv/decisions to these names (empty: all)
 
 std::vector<std::string> equiv_policies() {
@@ -224,6 +227,11 @@ std::vector<std::string> equiv_policies() {
     if (const std::string extra = check_params(n); !extra.empty()) spec += sep + extra;
     out.push_back(spec);
     if (n == "snapkv") out.push_back("snapkv:gqa=mean,pool=avg");
+    if (n == "snapkv") out.push_back("snapkv:then=think");  // K/V row writes: ThinK after the keep-set
+    if (n == "knorm") {                                     // K/V row writes: merged values, re-rotated keys
+      out.push_back("knorm:merge=true");
+      out.push_back("knorm:rerotate=true");
+    }
     if (n == "foresightkv") out.push_back("foresightkv:random_scorer=0,sample=true,seed=3,window=32,buffer=32");
   }
   return out;
@@ -750,6 +758,7 @@ class ShadowPolicy final : public CompositePolicy {
       worst_scalar = std::max(worst_scalar, mx > 0 ? md / mx : md);
     }
     compare_keeps(st.keeps, host.keeps, "layer " + std::to_string(st.layer));
+    compare_writes(st.writes, host.writes, "writes, layer " + std::to_string(st.layer));
   }
   void on_step_end(StepEnd& se) override {
     StepEnd other = se;
@@ -778,6 +787,26 @@ class ShadowPolicy final : public CompositePolicy {
     keep_same += same;
     if (!same && first_diff.empty()) first_diff = where + " (call " + std::to_string(calls) + ")";
   }
+  /// K/V row writes (PolicyNeeds::writes_kv) of A and B: the same heads, kinds and token indices,
+  /// rows within 1e-3 of the largest magnitude of B's rows (worst_scalar takes the error). Counted
+  /// as a keep-set call, so a differing write fails the policy.
+  void compare_writes(const std::vector<KvRowWrite>& a, const std::vector<KvRowWrite>& b, const std::string& where) {
+    if (a.empty() && b.empty()) return;
+    ++keep_calls;
+    bool same = a.size() == b.size();
+    for (size_t i = 0; same && i < a.size(); ++i) {
+      same = a[i].head == b[i].head && a[i].values == b[i].values && a[i].index == b[i].index &&
+             a[i].rows.size() == b[i].rows.size();
+      double mx = 0, md = 0;
+      for (size_t j = 0; same && j < a[i].rows.size(); ++j) {
+        mx = std::max(mx, static_cast<double>(std::fabs(b[i].rows[j])));
+        md = std::max(md, static_cast<double>(std::fabs(a[i].rows[j] - b[i].rows[j])));
+      }
+      if (same) worst_scalar = std::max(worst_scalar, mx > 0 ? md / mx : md);
+    }
+    keep_same += same;
+    if (!same && first_diff.empty()) first_diff = where + " (call " + std::to_string(calls) + ")";
+  }
   std::unique_ptr<Policy> a_, b_;
 };
 
@@ -786,7 +815,8 @@ int decisions(const std::vector<std::string>& shapes, int64_t budget, const std:
   std::printf(
       "Policy decisions on identical inputs: each policy call on the %s backend runs twice, with the\n"
       "device primitives and with the host code on the same mirrored K/V, queries and layer input;\n"
-      "pass: identical keep-sets at every call and scalars within 1e-3 (max rel).\n",
+      "pass: identical keep-sets (and K/V row writes' heads and tokens) at every call, scalars and\n"
+      "written rows within 1e-3 (max rel).\n",
       backend.c_str());
   std::printf("%-14s %-58s %6s %8s %12s %12s  %s\n", "shape", "policy", "prompt", "calls", "keep_same", "scalar_err",
               "verdict");

@@ -129,6 +129,7 @@ struct CpuBackend::Step {
   PolicyNeeds needs;
   policy_driver::Dims dims;
   policy_driver::Compact compact;
+  policy_driver::Write write;              ///< a policy's K/V row writes, into the host pages
   std::vector<std::vector<float>> colsum;  ///< [item * Hkv + h][L] when needs.attention_colsum
   double policy_s = 0;
   int64_t evicted = 0;
@@ -185,6 +186,7 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   s.compact = [this](SeqId seq, int layer, int h, const std::vector<int32_t>& keep) {
     return static_cast<int64_t>(cache_.compact(seq, layer, h, keep));
   };
+  s.write = [this](SeqId seq, int layer, const KvRowWrite& w) { policy_driver::write_host_rows(cache_, seq, layer, w); };
 
   // Row offsets of each item in the flattened token batch.
   s.spans.resize(items.size());
@@ -461,7 +463,7 @@ void CpuBackend::policy_block(Step& s, int l) {
       }
       return w;
     });
-    s.evicted += policy_driver::run_layer(*s.policy, st, s.compact);
+    s.evicted += policy_driver::run_layer(*s.policy, st, s.compact, s.write);
   }
   s.policy_s += std::chrono::duration<double>(clock::now() - tp).count();
 }

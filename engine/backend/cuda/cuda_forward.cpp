@@ -152,6 +152,7 @@ void CudaBackend::Impl::forward(std::span<ForwardItem> items, Policy* policy, st
   step.compact_fn = [this, &step](SeqId s, int layer, int h, const std::vector<int32_t>& keep) {
     return static_cast<int64_t>(compact(s, layer, h, keep, step.csrc_h, step.cdst_h));
   };
+  step.write_fn = [this](SeqId s, int layer, const KvRowWrite& w) { write_rows(s, layer, w); };
   step.kv_read_items.assign(step.B, 0);
   const bool graph_step = graph.on && graph_eligible(policy, step.needs, step.decode);
   if (graph_step) {

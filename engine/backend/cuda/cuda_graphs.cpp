@@ -21,7 +21,7 @@ bool CudaBackend::Impl::graph_eligible(const Policy* policy, const PolicyNeeds& 
   if (!policy) return true;
   return !needs.layer_hook && !needs.host_kv && needs.window_queries == 0 && !needs.keys_pre_rope &&
          !needs.queries_pre_rope && !needs.attention_colsum && !needs.layer_input && !needs.layer_residual &&
-         !needs.read_select;
+         !needs.read_select && !needs.writes_kv;
 }
 
 MetaLayout CudaBackend::Impl::meta_layout(int B, int T, const cuda::AttnBound& bound) const {

@@ -201,7 +201,8 @@ struct CudaBackend::Impl {
     policy_driver::Dims dims;
     std::vector<int64_t> csrc_h, cdst_h;  ///< compaction pairs waiting for flush_compaction
     policy_driver::Compact compact_fn;
-    double policy_s = 0;  ///< host time in policy code (s)
+    policy_driver::Write write_fn;  ///< a policy's K/V row writes: host mirror and device pool (write_rows)
+    double policy_s = 0;            ///< host time in policy code (s)
     int64_t evicted = 0;
     double kv_read_bytes = 0;            ///< K+V bytes the attention read (bf16)
     std::vector<int64_t> kv_read_items;  ///< ForwardStats::kv_read_tokens [B]
@@ -297,6 +298,12 @@ struct CudaBackend::Impl {
   /// Applies the page-table writes collected by pt.store->sync (or uploads the whole image after
   /// the store re-laid it out) to the device table, in stream order.
   void flush_pages();
+  /// Applies a policy's K/V row write of (seq, layer) (LayerStep::write_keys / write_values,
+  /// validated by policy_driver::run_layer): the rows rounded to bf16 are copied host→device into
+  /// the pool slots of the written tokens (one copy per run of consecutive slots of a page), and
+  /// into the host mirror when the cache holds one; waits for the copies. Call it before the
+  /// step's compactions of that head are queued (run_layer does).
+  void write_rows(SeqId seq, int layer, const KvRowWrite& w);
   /// Runs the queued compaction pairs (src → dst slots) on the device pool, waits, clears both.
   void flush_compaction(std::vector<int64_t>& src, std::vector<int64_t>& dst);
   /// Start of a forward: frees the device page-table rows of finished sequences and re-verifies

@@ -1,11 +1,13 @@
 // CudaBackend's KV side on the device (cuda_impl.h KvPool, DevPageTables): the pool of bf16 K/V
 // slots addressed by the host KVCache's page ids, the device-resident page tables (plan.h
 // PageTableStore: a step uploads only new page ids), and keep-set compaction mirrored from the host
-// cache onto the pool (plan.h compaction_pairs + kernels.h compact_pairs).
+// cache onto the pool (plan.h compaction_pairs + kernels.h compact_pairs), and policies' K/V row
+// writes (write_rows: host→device copies of the changed bf16 rows).
 #include <algorithm>
 #include <utility>
 
 #include "engine/backend/cuda/cuda_impl.h"
+#include "engine/kernels/quants.h"
 #include "engine/util/error.h"
 
 namespace kvb {
@@ -59,6 +61,28 @@ int32_t CudaBackend::Impl::compact(SeqId seq, int layer, int h, const std::vecto
   if (before == pt.seen_shrinks) pt.seen_shrinks = cache.page_list_shrinks();  // ours, reported below
   pt.store->shrunk(seq, layer, h, cache.pages(seq, layer, h).size());
   return evicted;
+}
+
+void CudaBackend::Impl::write_rows(SeqId seq, int layer, const KvRowWrite& w) {
+  if (w.index.empty()) return;
+  if (cache.host_kv()) policy_driver::write_host_rows(cache, seq, layer, w, /*round_bf16=*/true);
+  const std::vector<int32_t>& pg = cache.pages(seq, layer, w.head);
+  std::vector<uint16_t> bits(w.rows.size());
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = f32_to_bf16_bits(w.rows[i]);
+  uint16_t* base = w.values ? pool.v.p : pool.k.p;
+  const size_t n = w.index.size();
+  for (size_t j = 0; j < n;) {
+    // A run of rows j … e − 1 whose tokens are consecutive in one page: consecutive pool slots.
+    const int32_t t0 = w.index[j];
+    size_t e = j + 1;
+    while (e < n && w.index[e] == t0 + static_cast<int32_t>(e - j) && w.index[e] / P == t0 / P) ++e;
+    const size_t slot = static_cast<size_t>(pg[t0 / P]) * P + t0 % P;
+    check(cudaMemcpyAsync(base + slot * D, bits.data() + j * D, (e - j) * D * sizeof(uint16_t), cudaMemcpyHostToDevice,
+                          stream),
+          "policy K/V row write");
+    j = e;
+  }
+  check(cudaStreamSynchronize(stream), "policy K/V row write");  // `bits` is freed on return
 }
 
 void CudaBackend::Impl::flush_pages() {

@@ -207,7 +207,7 @@ int64_t CudaBackend::Impl::policy_layer_item(Step& step, int l, int b, const std
   st.head_mlp = [&, xrow0](const HeadMlp& mm, const float* xx, int rows, int head, float* o) {
     head_mlp(mm, xx, rows, head, o, xrow0);
   };
-  return policy_driver::run_layer(*step.policy, st, step.compact_fn);
+  return policy_driver::run_layer(*step.policy, st, step.compact_fn, step.write_fn);
 }
 
 }  // namespace kvb
