@@ -194,7 +194,7 @@ KVB_POLICY(kvcompose) {
               {"lower_bound", "0", "tokens every layer keeps at least (kvpress keep_token_lower_bound)"},
               {"structured", "true", "one count per layer; false: one per (layer, kv head) (kvpress structured)"},
               compress_param()})
-      .with_tests({.min_budget = 0, .params = "ratio=0.5,window=8", .decode_evicts = false});
+      .with_tests({.min_budget = 0, .params = "ratio=0.5,window=8"});
 }
 
 }  // namespace kvb
