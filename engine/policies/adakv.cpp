@@ -96,20 +96,6 @@ class AdaKVPolicy : public SnapKVPolicy {
 
 }  // namespace
 
-KVB_POLICY(adakv) {
-  return policy_entry<AdaKVPolicy>(
-             "adakv",
-             "SnapKV scores, one budget per layer shared among kv heads by score (Ada-KV §3.2; kvpress AdaKVPress); "
-             "ragged heads free real memory",
-             extend_params(snapkv_params(/*window=*/64, /*kernel=*/5, "avg", "mean", /*buffer=*/128),
-                           {{"budget_kind",
-                             "tokens: budget = AVERAGE tokens per kv head of a layer (the layer keeps budget x kv_heads); "
-                             "ratio: floor(ratio x tokens seen) (no threshold: the layer budget is shared by score)"},
-                            {"threshold", "unused (adakv supports budget_kind=tokens and ratio)"}},
-                           {{"alpha", "0.2",
-                             "safeguard: each head keeps at least max(1, floor(alpha x budget)) of its own top tokens, the "
-                             "window counted first (kvpress alpha_safeguard)"}}))
-      .with_tests({.min_budget = 65});
-}
+KVB_POLICY(adakv) { return policy_entry<AdaKVPolicy>("adakv").with_tests({.min_budget = 65}); }
 
 }  // namespace kvb

@@ -212,21 +212,6 @@ class CakePolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(cake) {
-  return policy_entry<CakePolicy>(
-             "cake",
-             "Layer budgets by attention dispersion x shift, indicator mean + gamma x var (CAKE §3.2-3.3, tau1 1.6, tau2 "
-             "0.6, gamma 200)",
-             extend_params(schedule_params(/*buffer=*/128, /*window=*/32, /*sinks=*/0),
-                           {{"budget_kind",
-                             "tokens: budget = AVERAGE tokens per kv head over the layers (window included); ratio: "
-                             "floor(ratio x tokens seen) (no threshold: CAKE allocates layer budgets)"},
-                            {"threshold", "unused (cake supports budget_kind=tokens and ratio)"}},
-                           {{"kernel", "5", "avg-pooling kernel of the eviction indicator (1 = none)"},
-                            {"tau1", "1.6", "dispersion exponent: preference = entropy^(1/tau1) x shift^(1/tau2)"},
-                            {"tau2", "0.6", "shift exponent"},
-                            {"gamma", "200", "weight of the attention variance in the indicator mean + gamma x var"}}))
-      .with_tests({.min_budget = 33});
-}
+KVB_POLICY(cake) { return policy_entry<CakePolicy>("cake").with_tests({.min_budget = 33}); }
 
 }  // namespace kvb

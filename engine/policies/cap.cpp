@@ -134,20 +134,6 @@ class CapPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(cap) {
-  return policy_entry<CapPolicy>(
-             "cap",
-             "CAPKV: query-alignment weight times the value's ridge leverage among the weighted values (CAPKV; "
-             "kvpress CapPress)",
-             extend_params(
-                 schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
-                 {{"sinks", "first tokens always kept and left out of the scores and the query anchor (kvpress n_sink)"}},
-                 {{"tau", "5", "temperature of the alignment weights exp(tau * cosine) (kvpress tau)"},
-                  {"n_future", "512",
-                   "future positions the RoPE rotation of the anchor is averaged over (kvpress "
-                   "n_future_positions)"},
-                  {"epsilon", "1e-6", "added to the weights inside the capacity matrix (kvpress epsilon)"}}))
-      .with_tests({.min_budget = 5});
-}
+KVB_POLICY(cap) { return policy_entry<CapPolicy>("cap").with_tests({.min_budget = 5}); }
 
 }  // namespace kvb

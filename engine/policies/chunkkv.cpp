@@ -76,14 +76,6 @@ std::vector<int32_t> ChunkKVPolicy::select(const std::vector<float>& scores, int
   return keep;
 }
 
-KVB_POLICY(chunkkv) {
-  return policy_entry<ChunkKVPolicy>(
-             "chunkkv",
-             "Whole chunks of tokens ranked by mean SnapKV score over the layer's heads (ChunkKV §3.1; kvpress "
-             "ChunkKVPress(SnapKVPress))",
-             extend_params(snapkv_params(/*window=*/64, /*kernel=*/5, "avg", "mean", /*buffer=*/128), {},
-                           {{"chunk", "20", "tokens per chunk (kvpress chunk_length); the last chunk may be shorter"}}))
-      .with_tests({.min_budget = 65});
-}
+KVB_POLICY(chunkkv) { return policy_entry<ChunkKVPolicy>("chunkkv").with_tests({.min_budget = 65}); }
 
 }  // namespace kvb

@@ -69,18 +69,6 @@ class CurPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(cur) {
-  return policy_entry<CurPolicy>(
-             "cur",
-             "Approximate leverage: squared key and value norms, normalised per 16-token window, multiplied "
-             "(CurDKV §3; kvpress CURPress)",
-             extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
-                           {{"sinks", "first tokens always kept (kvpress num_sinks)"}},
-                           {{"leverage", "kv_product", "key, value, kv_avg or kv_product (kvpress leverage_type)"},
-                            {"local_window", "16",
-                             "tokens per local normalisation window (kvpress local_window_size); 0 = none "
-                             "(use_local_approximation=False)"}}))
-      .with_tests({.min_budget = 5});
-}
+KVB_POLICY(cur) { return policy_entry<CurPolicy>("cur").with_tests({.min_budget = 5}); }
 
 }  // namespace kvb

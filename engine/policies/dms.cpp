@@ -187,19 +187,6 @@ class DmsPolicy : public ParamPolicy {
 KVB_POLICY(dms) {
   return learned_policy_entry<DmsPolicy>(
              "dms",
-             "DMS: a learned projection of the residual stream marks the previous token for eviction; marked tokens "
-             "leave the cache once `window` tokens old (Łańcucki et al. 2025 §3; NVIDIA Model-Optimizer "
-             "experimental/dms)",
-             {{"window", "512", "a marked token is read by the next `window` queries, then evicted (dms_window_size)"},
-              {"scale", "100", "decision logit = scale x projection - offset (dms_alpha_scale)"},
-              {"offset", "5", "subtracted from the scaled projection (dms_initial_alpha_offset)"},
-              {"per", "head", "head: one decision per kv head; layer: head 0's decision for every head (dms_alpha_per)"},
-              {"compress", "chunked",
-               "chunked: what the next query may not read is evicted after every step, one prompt token a step (the "
-               "reference's prefill mask); prompt_end is not DMS and is refused"}},
-             LearnedWeightsInfo{"alpha", "random_alpha", "decision weights", "DMS",
-                                "a DMS checkpoint trained with dms_separate_alpha: a Hub id, a directory, or a "
-                                ".safetensors file"},
              GateSource{"dms", "alpha", "model.safetensors", /*config=*/true, is_alpha_tensor, /*model_shards=*/true},
              with_dms_config)
       .with_tests({.min_budget = 0, .params = "random_alpha=1,window=16", .needs_weights = true});

@@ -32,19 +32,6 @@
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  return {
-      {"sparsity", "0.5",
-       "fraction of kv heads that become streaming heads, lowest gate value first (kvpress "
-       "head_compression_ratio)"},
-      {"sinks", "-1", "first tokens a streaming head keeps (-1: the pattern's sink_size)"},
-      {"recent", "-1", "most recent tokens a streaming head keeps (-1: the pattern's recent_size)"},
-      {"buffer", "1", "tokens a streaming head may gain before it is trimmed again (1 = every step)"},
-      {"decode", "true", "trim streaming heads while decoding (false: only once at the end of the prompt)"},
-      compress_param(),
-  };
-}
-
 /// Parses a DuoAttention `full_attention_heads.tsv`: rows of tab-separated floats, clipped to [0, 1].
 std::vector<std::vector<double>> read_pattern_tsv(const std::string& path) {
   const std::string text = read_file(path, InputKind::kPolicyMetadata);  // enters the run's identity
@@ -183,15 +170,7 @@ class DuoAttentionPolicy : public ParamPolicy {
 }  // namespace
 
 KVB_POLICY(duoattention) {
-  return policy_entry<DuoAttentionPolicy>(
-             "duoattention",
-             "Retrieval heads keep everything, streaming heads keep sinks + recent; head pattern from the released "
-             "files (DuoAttention §3; kvpress DuoAttentionPress)",
-             params(),
-             LearnedWeightsInfo{
-                 "pattern", "random_pattern", "head pattern", "DuoAttention",
-                 "a directory with full_attention_heads.tsv (layers x kv_heads gate values) and config.json (sink_size, "
-                 "recent_size), as released in mit-han-lab/duo-attention attn_patterns/, or a .tsv file"})
+  return policy_entry<DuoAttentionPolicy>("duoattention")
       .with_tests({.min_budget = 0, .params = "random_pattern=1", .needs_weights = true});
 }
 

@@ -110,15 +110,7 @@ class EntropyChunkKVPolicy : public ChunkKVPolicy {
 }  // namespace
 
 KVB_POLICY(entropy_chunkkv) {
-  return policy_entry<EntropyChunkKVPolicy>(
-             "entropy_chunkkv",
-             "ChunkKV chunks with an entropy gate: spiky important chunks keep only their best tokens (ChunkKV §3.1; "
-             "kvpress EntropyGatedChunkKVPress(SnapKVPress))",
-             extend_params(snapkv_params(/*window=*/64, /*kernel=*/5, "avg", "mean", /*buffer=*/128), {},
-                           {{"chunk", "10", "tokens per chunk (kvpress chunk_length), at least 2"},
-                            {"low_entropy_chunk", "4",
-                             "tokens a spiky chunk keeps (kvpress low_entropy_chunk_length), 1 to chunk - 1"}}))
-      .with_tests({.min_budget = 65});
+  return policy_entry<EntropyChunkKVPolicy>("entropy_chunkkv").with_tests({.min_budget = 65});
 }
 
 }  // namespace kvb

@@ -96,28 +96,8 @@ void ExpectedAttentionPolicy::score(LayerStep& step, int h, int32_t L, std::vect
   }
 }
 
-/// The parameters of Expected Attention's score (after the schedule's), `epsilon` defaulting to
-/// `epsilon`.
-std::vector<PolicyParamInfo> expected_attention_params(std::vector<PolicyParamInfo> base, const char* epsilon,
-                                                       std::vector<PolicyParamInfo> extra) {
-  std::vector<PolicyParamInfo> own = {
-      {"n_future", "512", "future positions the RoPE rotation is averaged over (kvpress n_future_positions)"},
-      {"covariance", "true", "add the query covariance term k^T S k / (2d) (kvpress use_covariance)"},
-      {"vnorm", "true", "weight the scores by the value norm (kvpress use_vnorm)"},
-      {"epsilon", epsilon, "added to the scores before the value-norm weighting (kvpress epsilon)"}};
-  own.insert(own.end(), extra.begin(), extra.end());
-  return extend_params(std::move(base),
-                       {{"sinks", "first tokens always kept and left out of the query statistics (kvpress n_sink)"}},
-                       std::move(own));
-}
-
 KVB_POLICY(expected_attention) {
-  return policy_entry<ExpectedAttentionPolicy>(
-             "expected_attention",
-             "Expected attention of future queries from pre-RoPE query statistics, times ||v|| (Devoto et al. 2025 §3; "
-             "kvpress ExpectedAttentionPress)",
-             expected_attention_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4), "0"))
-      .with_tests({.min_budget = 5});
+  return policy_entry<ExpectedAttentionPolicy>("expected_attention").with_tests({.min_budget = 5});
 }
 
 }  // namespace kvb

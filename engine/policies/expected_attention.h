@@ -63,10 +63,4 @@ class ExpectedAttentionPolicy : public ScheduledPolicy {
   SeqQueryMoments moments_;
 };
 
-/// The parameter table of an Expected Attention policy: `base` (the schedule's, with the `sinks`
-/// help set to kvpress's n_sink), then n_future, covariance, vnorm and epsilon (default
-/// `epsilon`), then `extra`.
-std::vector<PolicyParamInfo> expected_attention_params(std::vector<PolicyParamInfo> base, const char* epsilon,
-                                                       std::vector<PolicyParamInfo> extra = {});
-
 }  // namespace kvb

@@ -227,18 +227,7 @@ class ForesightKVPolicy : public ScheduledPolicy {
 }  // namespace
 
 KVB_POLICY(foresightkv) {
-  return policy_entry<ForesightKVPolicy>(
-             "foresightkv",
-             "ForesightKV: learned MLP scorer over [k, v, attention features], top-2L sampling (Dong et al. 2026 §3.1)",
-             extend_params(schedule_params(/*buffer=*/128, /*window=*/128, /*sinks=*/0),
-                           {{"buffer", "eviction length L: tokens added between evictions (must equal window)"},
-                            {"window", "eviction length L: newest tokens protected and queries used for the features"}},
-                           {{"hidden", "16", "scorer hidden size of a random scorer"},
-                            {"sample", "true", "top-2L multinomial sampling (false: deterministic top-L)"},
-                            {"seed", "0", "policy seed of the eviction noise, combined with each request's sampling seed"},
-                            {"decay", "0.9", "per-eviction decay of the decayed cumulative attention feature"}}),
-             LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "ForesightKV",
-                                "a .safetensors file with the judge_model tensors"})
+  return policy_entry<ForesightKVPolicy>("foresightkv")
       .with_tests({.min_budget = 17, .params = "random_scorer=1,window=16,buffer=16", .needs_weights = true});
 }
 

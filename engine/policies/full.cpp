@@ -11,7 +11,7 @@ namespace kvb {
 KVB_POLICY(full) {
   PolicyInfo info;
   info.name = "full";
-  info.description = "Full KV cache: keeps every token (reference for every other policy).";
+  info.description = policy_catalog_entry("full").description;
   info.make = [](const PolicySpec& spec) -> std::unique_ptr<Policy> {
     if (!spec.params.empty())
       fail("policy 'full': unknown parameter '{}' (full takes none)", spec.params.begin()->first);

@@ -100,20 +100,6 @@ class GKVPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(gkv) {
-  return policy_entry<GKVPolicy>(
-             "gkv", "G-KV: decayed global attention score + normalised redundancy (Liao et al. 2025 §5, App. D)",
-             extend_params(schedule_params(/*buffer=*/128, /*window=*/16, /*sinks=*/0, /*decode=*/true,
-                                           /*global_kind=*/false, "score_threshold"),
-                           {{"buffer", "compression interval s: tokens added between compressions (peak = budget + s)"},
-                            {"window", "observation window w: queries scored and newest tokens always kept"}},
-                           {{"alpha", "0.8", "memory decay rate of the global score (0 = local score only)"},
-                            {"form", "max", "global-score merge: max (Eq. 3), mean (Eq. 4, EMA) or sum (Eq. 5)"},
-                            {"normalize", "true", "max-normalise the local score per head before merging"},
-                            {"redundancy", "true", "subtract the max-normalised R-KV key redundancy"},
-                            {"lambda", "0.5", "mix: lambda * global - (1 - lambda) * redundancy"},
-                            {"threshold", "0.5", "cosine above which the most recent similar key is excluded"}}))
-      .with_tests({.min_budget = 17});
-}
+KVB_POLICY(gkv) { return policy_entry<GKVPolicy>("gkv").with_tests({.min_budget = 17}); }
 
 }  // namespace kvb

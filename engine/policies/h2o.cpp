@@ -35,10 +35,6 @@ class H2OPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(h2o) {
-  return policy_entry<H2OPolicy>("h2o", "Accumulated attention (heavy hitters) + recent window (H2O §3.3)",
-                                 schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0))
-      .with_tests({.min_budget = 1});
-}
+KVB_POLICY(h2o) { return policy_entry<H2OPolicy>("h2o").with_tests({.min_budget = 1}); }
 
 }  // namespace kvb

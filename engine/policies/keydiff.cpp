@@ -68,11 +68,6 @@ class KeyDiffPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(keydiff) {
-  return policy_entry<KeyDiffPolicy>(
-             "keydiff", "-cos(key, mean normalised key): keep distinctive keys (KeyDiff §3; kvpress KeyDiffPress)",
-             schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0))
-      .with_tests({.min_budget = 9});
-}
+KVB_POLICY(keydiff) { return policy_entry<KeyDiffPolicy>("keydiff").with_tests({.min_budget = 9}); }
 
 }  // namespace kvb

@@ -32,11 +32,6 @@ class KnormPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(knorm) {
-  return policy_entry<KnormPolicy>("knorm",
-                                   "-||key||: keep the lowest-norm keys (Devoto et al. 2024 §3; kvpress KnormPress)",
-                                   schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0))
-      .with_tests({.min_budget = 1});
-}
+KVB_POLICY(knorm) { return policy_entry<KnormPolicy>("knorm").with_tests({.min_budget = 1}); }
 
 }  // namespace kvb

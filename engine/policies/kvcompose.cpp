@@ -176,25 +176,7 @@ class KVComposePolicy : public ParamPolicy {
 }  // namespace
 
 KVB_POLICY(kvcompose) {
-  return policy_entry<KVComposePolicy>(
-             "kvcompose",
-             "KVCompose: attention-scored tokens, per-layer counts from a global ranking of composite tokens, prompt "
-             "only (KVCompose §3; kvpress KVComposePress)",
-             {{"ratio", "1", "kept fraction of the context tokens over all layers (kvpress 1 - compression_ratio)"},
-              {"window", "64",
-               "last prompt tokens (the question) whose queries score the context; they are kept (kvpress: the "
-               "question fed after the context)"},
-              {"agg_task", "max", "over the window's queries: max | mean (kvpress agg_task)"},
-              {"agg_group", "mean", "over the GQA group: mean | max (kvpress agg_group)"},
-              {"agg_head", "mean",
-               "over a layer's kv heads, position by position of their sorted scores: mean | max "
-               "(kvpress agg_head)"},
-              {"mean_across_heads", "true", "add the layer's mean score over its kv heads (kvpress add_mean_across_heads)"},
-              {"vnorm", "false", "multiply the scores by the value norm (kvpress add_v_norm)"},
-              {"lower_bound", "0", "tokens every layer keeps at least (kvpress keep_token_lower_bound)"},
-              {"structured", "true", "one count per layer; false: one per (layer, kv head) (kvpress structured)"},
-              compress_param()})
-      .with_tests({.min_budget = 0, .params = "ratio=0.5,window=8"});
+  return policy_entry<KVComposePolicy>("kvcompose").with_tests({.min_budget = 0, .params = "ratio=0.5,window=8"});
 }
 
 }  // namespace kvb

@@ -167,18 +167,7 @@ class KVzapPolicy : public ParamPolicy {
 }  // namespace
 
 KVB_POLICY(kvzap) {
-  return learned_policy_entry<KVzapPolicy>(
-             "kvzap",
-             "KVzap: learned scorer over the attention input; tokens older than the window with a score below the "
-             "threshold are evicted, prefill and decode (Jegou et al. 2026; kvpress DMSPress(KVzapPress))",
-             {{"threshold", "-4", "tokens scoring below it are evicted once older than the window (kvzap README: -4)"},
-              {"window", "128", "sliding window: the newest tokens are never judged (DMSPress sliding_window_size)"},
-              {"decode", "true", "also evict while decoding (DMSPress decoding=True; false: only at the prompt's end)"},
-              compress_param(),
-              {"hidden", "16", "hidden width of a RANDOM scorer (0 = the linear scorer)"}},
-             LearnedWeightsInfo{"scorer", "random_scorer", "scorer weights", "KVzap",
-                                "a Hub id (nvidia/KVzap-mlp-Qwen3-8B), a directory, or a .safetensors file"},
-             GateSource{"kvzap", "scorer", "model.safetensors", /*config=*/true})
+  return learned_policy_entry<KVzapPolicy>("kvzap", GateSource{"kvzap", "scorer", "model.safetensors", /*config=*/true})
       .with_tests({.min_budget = 0, .params = "random_scorer=1", .needs_weights = true});
 }
 

@@ -77,18 +77,6 @@ class LagKVPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(lagkv) {
-  return policy_entry<LagKVPolicy>(
-             "lagkv",
-             "Lag-relative information: each partition's keys and values normalised by the next partition's range "
-             "(LagKV §3; kvpress LagKVPress)",
-             extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
-                           {{"sinks", "first tokens always kept (kvpress n_sink)"}},
-                           {{"lag", "128", "partition size in tokens (kvpress lag_size)"},
-                            {"cross", "false",
-                             "true: rank partitions' raw scores against each other (kvpress cross_scoring); false: "
-                             "each token's rank inside its partition"}}))
-      .with_tests({.min_budget = 5});
-}
+KVB_POLICY(lagkv) { return policy_entry<LagKVPolicy>("lagkv").with_tests({.min_budget = 5}); }
 
 }  // namespace kvb

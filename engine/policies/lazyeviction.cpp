@@ -196,20 +196,7 @@ KvFootprint LazyEvictionPolicy::kv_footprint(const FootprintQuery& q) const {
 }
 
 KVB_POLICY(lazyeviction) {
-  return policy_entry<LazyEvictionPolicy>(
-             "lazyeviction",
-             "Keeps tokens whose attention recurs: max recurrence interval score, evicting every W decode steps to C "
-             "(LazyEviction arXiv 2506.15969 §3; per query head)",
-             {{"buffer", "175",
-               "W: decode steps between evictions, newest tokens always kept, and the peak's excess over the budget "
-               "(reference decoding_recent_size; eval_qwen.sh MATH)"},
-              {"alpha", "0.0001", "attention at or above which a token recurs (reference alpha; eval_qwen.sh)"},
-              {"gqa", "expand",
-               "expand: per query head as the reference, the kv head holding the union of its group's sets; max: "
-               "one set per kv head, hit by any query head of the group (ours)"},
-              {"compress", "prompt_end",
-               "prompt_end: the prompt is stored whole, evictions happen every W decode steps (the reference); chunked "
-               "is refused"}})
+  return policy_entry<LazyEvictionPolicy>("lazyeviction")
       // The registry sweeps bound a kv head by budget + buffer + 1 tokens: gqa=expand holds up to
       // group × that (the union of its query heads' sets), so they run the per-kv-head mode.
       .with_tests({.min_budget = 175, .params = "gqa=max"});

@@ -43,20 +43,6 @@
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  return {
-      {"chunk_size", "3072",
-       "prompt tokens per prefill chunk; the cache is compressed after each chunk (reference "
-       "generate() default; independent of --prefill-chunk)"},
-      {"stabilizers", "2500", "last cached tokens always kept after a chunk other than the last (n_s)"},
-      {"local_len", "100", "last prompt tokens prefilled after the chunks, without eviction"},
-      {"head_hidden", "1024", "hidden width I of random heads (the released heads: 1024)"},
-      {"compress", "chunked",
-       "chunked (LocRet compresses after each of its own chunk_size prompt chunks; "
-       "prompt_end is refused)"},
-  };
-}
-
 std::string layer_prefix(int l) { return "model.layers." + std::to_string(l) + ".self_attn."; }
 
 /// Retaining-head tensors of a checkpoint: model.layers.{l}.self_attn.fc1/fc2.weight.
@@ -240,14 +226,7 @@ class LocretPolicy : public ParamPolicy {
 
 KVB_POLICY(locret) {
   return learned_policy_entry<LocretPolicy>(
-             "locret",
-             "LocRet: trained retaining heads score [q; k; v]; chunked prefill keeps top-budget + stabilizers "
-             "(Huang et al. 2024 §3.2-3.3)",
-             params(),
-             LearnedWeightsInfo{
-                 "heads", "random_heads", "retaining heads", "LocRet",
-                 "a Hub id (hyx21/Locret-phi-3-mini-128K), a directory, or a .bin/.pth/.pt/.safetensors file"},
-             GateSource{"locret", "heads", "model.safetensors", true, is_head_tensor, /*model_shards=*/true})
+             "locret", GateSource{"locret", "heads", "model.safetensors", true, is_head_tensor, /*model_shards=*/true})
       .with_tests({.min_budget = 1,
                    .params = "random_heads=1,chunk_size=16,stabilizers=8,local_len=4",
                    .needs_weights = true,

@@ -166,17 +166,6 @@ class LukvPolicy : public ExpectedAttentionPolicy {
 
 }  // namespace
 
-KVB_POLICY(lukv) {
-  return policy_entry<LukvPolicy>(
-             "lukv",
-             "LU-KV: per-head budgets from a precomputed curve around Expected Attention scores (LU-KV; kvpress "
-             "LUKVPress(ExpectedAttentionPress))",
-             expected_attention_params(
-                 schedule_params(/*buffer=*/128, /*window=*/1, /*sinks=*/4), "0.02",
-                 {{"curve", "",
-                   "budget curve: a .npy [99, layers, kv_heads] of pruned fractions per compression percent (LU-KV's "
-                   "curve_data); empty: every head prunes the layer's ratio"}}))
-      .with_tests({.min_budget = 6});
-}
+KVB_POLICY(lukv) { return policy_entry<LukvPolicy>("lukv").with_tests({.min_budget = 6}); }
 
 }  // namespace kvb

@@ -57,16 +57,6 @@ class MorphKVPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(morphkv) {
-  return policy_entry<MorphKVPolicy>(
-             "morphkv", "Recent window + older tokens it attends to (sum/max fusion), every step (MorphKV §3)",
-             extend_params(
-                 schedule_params(/*buffer=*/1, /*window=*/32, /*sinks=*/0),
-                 {{"window",
-                   "recent window R: the newest queries that score the older tokens, and the tokens always kept"}},
-                 {{"fusion", "sum", "how the window queries' attention is fused: sum (LongBench) or max (long responses)"},
-                  {"gqa", "max", "GQA reduction of the fused per-query-head scores: max or mean"}}))
-      .with_tests({.min_budget = 33});
-}
+KVB_POLICY(morphkv) { return policy_entry<MorphKVPolicy>("morphkv").with_tests({.min_budget = 33}); }
 
 }  // namespace kvb

@@ -148,13 +148,7 @@ class NonCausalAttnPolicy : public ScheduledPolicy {
 }  // namespace
 
 KVB_POLICY(noncausal_attn) {
-  return policy_entry<NonCausalAttnPolicy>(
-             "noncausal_attn",
-             "Attention received from every query of the token's chunk (non-causal) times ||v||, pooled (Compactor; "
-             "kvpress NonCausalAttnPress)",
-             extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/false), {},
-                           {{"chunk", "256", "positions per non-causal attention chunk (kvpress chunk_size)"}}))
-      .with_tests({.min_budget = 1, .decode_evicts = false});
+  return policy_entry<NonCausalAttnPolicy>("noncausal_attn").with_tests({.min_budget = 1, .decode_evicts = false});
 }
 
 }  // namespace kvb

@@ -41,12 +41,7 @@ class ObservedAttentionPolicy : public ScheduledPolicy {
 }  // namespace
 
 KVB_POLICY(observed_attention) {
-  return policy_entry<ObservedAttentionPolicy>(
-             "observed_attention",
-             "Attention received, averaged over the queries that saw the token and the GQA group (kvpress "
-             "ObservedAttentionPress)",
-             schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0))
-      .with_tests({.min_budget = 1});
+  return policy_entry<ObservedAttentionPolicy>("observed_attention").with_tests({.min_budget = 1});
 }
 
 }  // namespace kvb

@@ -19,22 +19,6 @@ const std::vector<std::string>& future_names() {
 
 const char* future_name(OracleFuture f) { return future_names().at(static_cast<size_t>(f)).c_str(); }
 
-std::vector<PolicyParamInfo> oracle_params() {
-  return extend_params(
-      schedule_params(/*buffer=*/128, /*window=*/-1, /*sinks=*/0),
-      {{"budget_kind", "tokens only: budget = tokens per (layer, kv_head) (the block grid needs a fixed B)"},
-       {"ratio", "unused (the oracle supports budget_kind=tokens only)"},
-       {"threshold", "unused (the oracle supports budget_kind=tokens only)"},
-       {"buffer",
-        "L: block length of the golden schedule; a head is compressed when it reaches budget + L, and future "
-        "attention is pooled over blocks of L queries"},
-       {"window", "most recent tokens always kept (-1: L = buffer, the golden's protected R_t)"},
-       {"sinks", "first tokens always kept (golden: none)"}},
-      {{"future", "max",
-        "reduction of the future blocks' scores: max (Eq. 5), sum or mean (the Golden-sum variant, "
-        "docs/policies.md, `oracle`)"}});
-}
-
 }  // namespace
 
 std::shared_ptr<OracleScores> OracleScores::make(int num_layers, int num_kv_heads, int group, int64_t prompt_len,
@@ -178,13 +162,6 @@ void OraclePolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& 
         static_cast<float>(scores_->future_score(step.layer, h, kv.position(step.seq, step.layer, h, i), step.seq_len));
 }
 
-KVB_POLICY(oracle) {
-  return policy_entry<OraclePolicy>(
-             "oracle",
-             "Golden eviction: keep the top tokens by the future attention of a full-cache teacher-forced trace "
-             "(ForesightKV §3.2 Eq. 3-5; two-pass upper bound, runs under `kvbench fidelity`)",
-             oracle_params())
-      .with_tests({.min_budget = 129, .needs_trace = true});
-}
+KVB_POLICY(oracle) { return policy_entry<OraclePolicy>("oracle").with_tests({.min_budget = 129, .needs_trace = true}); }
 
 }  // namespace kvb

@@ -27,10 +27,10 @@ PolicyParams::PolicyParams(const PolicySpec& spec, const std::vector<PolicyParam
 }
 
 std::vector<PolicyParamInfo> extend_params(std::vector<PolicyParamInfo> base,
-                                           std::initializer_list<std::pair<const char*, const char*>> help,
+                                           const std::vector<std::pair<std::string, std::string>>& help,
                                            std::vector<PolicyParamInfo> extra) {
   for (const auto& h : help) {
-    const char* key = h.first;
+    const std::string& key = h.first;
     auto it = std::find_if(base.begin(), base.end(), [&](const PolicyParamInfo& e) { return e.key == key; });
     if (it == base.end()) fail("extend_params: no parameter '{}' to describe", key);
     it->help = h.second;

@@ -21,7 +21,7 @@ namespace kvb {
 /// table of a policy built on a shared one (schedule_params, snapkv_params), in that order.
 /// Throws kvb::Error when a key of `help` is not in `base` (a programming error).
 std::vector<PolicyParamInfo> extend_params(std::vector<PolicyParamInfo> base,
-                                           std::initializer_list<std::pair<const char*, const char*>> help,
+                                           const std::vector<std::pair<std::string, std::string>>& help,
                                            std::vector<PolicyParamInfo> extra = {});
 
 /// The table of learned policy `policy`: the two parameters of its weights, then `rest`.

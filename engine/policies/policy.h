@@ -8,6 +8,7 @@
 // engine applies with KVCache::compact. Policies never allocate KV memory themselves.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -82,6 +83,26 @@ struct PolicyNeeds {
   /// Both backends attend over exactly the selected ranges (CUDA: plan.h plan_attention_ranged).
   bool read_select = false;
 };
+
+/// What two policies driven together need (ComposedPolicy in scheduled.cpp, kvpress pipelines in
+/// tests): the larger window_queries and num_scalars, every signal either requests, and
+/// layer_input_via_mlp only when every one that reads layer_input reads it through head_mlp.
+/// layer_hook when either has it; prefill_chunk, prefill_tail and read_select are `a`'s (a chunked
+/// prefill or a read selection is one policy's schedule, not a signal to combine). Throws nothing.
+inline PolicyNeeds merge(const PolicyNeeds& a, const PolicyNeeds& b) {
+  PolicyNeeds n = a;
+  n.window_queries = std::max(a.window_queries, b.window_queries);
+  n.attention_colsum |= b.attention_colsum;
+  n.layer_input |= b.layer_input;
+  n.layer_residual |= b.layer_residual;
+  n.keys_pre_rope |= b.keys_pre_rope;
+  n.queries_pre_rope |= b.queries_pre_rope;
+  n.host_kv |= b.host_kv;
+  n.layer_input_via_mlp = a.layer_input_via_mlp && (b.layer_input_via_mlp || !b.layer_input);
+  n.num_scalars = std::max(a.num_scalars, b.num_scalars);
+  n.layer_hook |= b.layer_hook;
+  return n;
+}
 
 /// What a read-selection policy (PolicyNeeds::read_select) sees before the attention of one
 /// (sequence, layer) of a decode step (one new token), after that token's K/V were appended.
@@ -300,6 +321,27 @@ class Policy {
   /// keep-sets a ratio or a score threshold decides (budget_kind=ratio|threshold), or that read no
   /// budget at all. ResolvedPolicy::uses_budget (the grid's one cell per budget) asks this.
   virtual bool uses_budget() const { return false; }
+};
+
+/// Base of a policy that drives other policies (ComposedPolicy in scheduled.cpp, the device check's
+/// ShadowPolicy in tools/cuda_check): the begin and the end of every sequence reach each of them,
+/// in the order given to forward_sequences_to.
+class CompositePolicy : public Policy {
+ public:
+  void on_sequence_begin(SeqId seq, uint64_t sample_seed) override {
+    for (Policy* p : inner_) p->on_sequence_begin(seq, sample_seed);
+  }
+  void on_sequence_end(SeqId seq) override {
+    for (Policy* p : inner_) p->on_sequence_end(seq);
+  }
+
+ protected:
+  /// The policies the sequences' begin and end are forwarded to, in order. Not owned: the derived
+  /// class owns them for its whole life.
+  void forward_sequences_to(std::vector<Policy*> inner) { inner_ = std::move(inner); }
+
+ private:
+  std::vector<Policy*> inner_;
 };
 
 /// What a policy sees after the last layer of one forward step (Policy::on_step_end).

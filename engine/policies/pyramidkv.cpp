@@ -130,19 +130,6 @@ class PyramidKVPolicy : public SnapKVPolicy {
 
 }  // namespace
 
-KVB_POLICY(pyramidkv) {
-  return policy_entry<PyramidKVPolicy>(
-             "pyramidkv", "SnapKV scoring with pyramid layer budgets (PyramidKV §3.2, beta = 20)",
-             extend_params(snapkv_params(32, 5, "avg", "mean", 128), {},
-                           {{"beta", "20", "pyramid steepness beta (min layer budget = (budget - window) / beta)"},
-                            {"layer_budget", "factory",
-                             "factory: KVCache-Factory/SCBench formula (window on top of the pyramid); kvpress: "
-                             "PyramidKVPress"},
-                            {"align", "16",
-                             "page-aware budgets: each layer's budget differs from the uniform one by a multiple of align "
-                             "tokens and they never sum above it, so with the 16-token KV pages pyramidkv never holds more "
-                             "pages than snapkv at the same budget; 1 = the formula's exact token budgets"}}))
-      .with_tests({.min_budget = 33});
-}
+KVB_POLICY(pyramidkv) { return policy_entry<PyramidKVPolicy>("pyramidkv").with_tests({.min_budget = 33}); }
 
 }  // namespace kvb

@@ -79,12 +79,8 @@ class QFilterPolicy : public ScheduledPolicy {
 }  // namespace
 
 KVB_POLICY(qfilter) {
-  return learned_policy_entry<QFilterPolicy>(
-             "qfilter", "-<filter, key> with a learned filter per (layer, kv head) (Q-Filters §3; kvpress QFilterPress)",
-             schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0),
-             LearnedWeightsInfo{"filters", "random_filters", "Q-filters", "Q-Filters",
-                                "a Hub id (nthngdy/<model>_qfilt), a directory, or a .safetensors file"},
-             GateSource{"qfilter", "filters", "model.safetensors", /*config=*/false})
+  return learned_policy_entry<QFilterPolicy>("qfilter",
+                                             GateSource{"qfilter", "filters", "model.safetensors", /*config=*/false})
       .with_tests({.min_budget = 1, .params = "random_filters=1", .needs_weights = true});
 }
 

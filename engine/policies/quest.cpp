@@ -187,21 +187,6 @@ class QuestPolicy : public ParamPolicy {
 
 }  // namespace
 
-KVB_POLICY(quest) {
-  return policy_entry<QuestPolicy>(
-             "quest",
-             "Full cache; each decode step every query head reads the top-k pages by the key min/max bound (Quest "
-             "ICML'24 §3; mit-han-lab/Quest evaluation/quest_attention.py); --budget = tokens read",
-             {{"page_size", "16", "tokens per page, aligned to token 0 (the reference's --chunk_size)"},
-              {"dense_layers", "2", "the first layers attend densely (the reference: layer_id < 2)"},
-              {"min_pages", "3", "pages read at least: k = min(max(min_pages, min(L, budget) / page_size), pages)"},
-              {"gqa", "query",
-               "query: every query head picks its own pages (the reference repeats kv heads); max: one pick per kv "
-               "head by the max over its query heads' bounds (WG-KV's Quest)"},
-              {"last_page", "false",
-               "true: always read the newest page and pick k - 1 others (the reference's CUDA kernel path); false: "
-               "all k by score (its evaluation path)"}})
-      .with_tests({.min_budget = 1, .evicts = false});
-}
+KVB_POLICY(quest) { return policy_entry<QuestPolicy>("quest").with_tests({.min_budget = 1, .evicts = false}); }
 
 }  // namespace kvb

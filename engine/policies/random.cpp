@@ -36,11 +36,6 @@ class RandomPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(random) {
-  return policy_entry<RandomPolicy>("random", "Uniformly random keep-set, seeded (kvpress RandomPress; lower bound)",
-                                    extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0), {},
-                                                  {{"seed", "0", "random seed (same seed => same keep-sets)"}}))
-      .with_tests({.min_budget = 1});
-}
+KVB_POLICY(random) { return policy_entry<RandomPolicy>("random").with_tests({.min_budget = 1}); }
 
 }  // namespace kvb

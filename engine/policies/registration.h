@@ -1,7 +1,8 @@
-// A policy file registers itself: `KVB_POLICY(mypolicy) { return policy_entry<MyPolicy>(...); }`
-// defines its registry entry (PolicyInfo) from its class, and the build lists every such line
-// (docs/policies.md#adding-a-policy). The entry's `params` table is the single source of the
-// defaults: `kvbench policies` prints it and the factory merges the user's spec over the same
+// A policy file registers itself: `KVB_POLICY(mypolicy) { return policy_entry<MyPolicy>("mypolicy"); }`
+// defines its registry entry (PolicyInfo) from its class and its entry in the policy catalog
+// (catalog.h: description, parameter table, learned-weights naming), and the build lists every
+// such line (docs/policies.md#adding-a-policy). The entry's `params` table is the single source of
+// the defaults: `kvbench policies` prints it and the factory merges the user's spec over the same
 // table (kvb::PolicyParams), so the two cannot drift apart.
 #pragma once
 
@@ -11,19 +12,22 @@
 #include <utility>
 #include <vector>
 
+#include "engine/policies/catalog.h"
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policy.h"
+#include "engine/util/error.h"
 
 namespace kvb {
 
 /// Starts the definition of a policy file's registry entry, inside `namespace kvb`:
-/// `KVB_POLICY(mypolicy) { return policy_entry<MyPolicy>("mypolicy", ...); }` defines
+/// `KVB_POLICY(mypolicy) { return policy_entry<MyPolicy>("mypolicy"); }` defines
 /// `PolicyInfo kvb_policy_entry_mypolicy()`. `id` is the policy's registered name (PolicyInfo::name;
 /// the registry refuses an entry whose name differs). The line must start the line (column 0): the
 /// build lists every engine/policies/*.cpp line that does (cmake/gen_registry_list.cmake writes
 /// policy_entries.inc) and registry.cpp calls each listed function, which also keeps every policy's
-/// object file in the static-library link. A new policy therefore edits no list.
+/// object file in the static-library link. A new policy therefore edits no list (its description
+/// and parameter table are its entry in the policy catalog, catalog.h).
 #define KVB_POLICY(id) PolicyInfo kvb_policy_entry_##id()
 
 /// The registry entry of policy class `T`, which is constructed as `T(PolicyParams)`.
@@ -73,6 +77,26 @@ PolicyInfo learned_policy_entry(std::string name, std::string description, std::
     return std::make_unique<T>(PolicyParams(s, declared), std::move(w));
   };
   return info;
+}
+
+/// The registry entry of policy class `T` described by `name`'s entry in the policy catalog
+/// (policy_catalog_entry, catalog.h: its description, parameter table and, for a policy whose
+/// weights the factory does not load itself, LearnedWeightsInfo). Throws kvb::Error when the
+/// catalog has no entry `name`; the factory throws as policy_entry's above.
+template <class T>
+PolicyInfo policy_entry(const std::string& name) {
+  const PolicyCatalogEntry& c = policy_catalog_entry(name);
+  return policy_entry<T>(name, c.description, c.params, c.learned);
+}
+
+/// learned_policy_entry<T> of `name`'s catalog entry (policy_catalog_entry, catalog.h), whose
+/// "learned" field names the weights. Throws kvb::Error when the catalog has no entry `name` or
+/// the entry no "learned" field; the factory throws as learned_policy_entry's above.
+template <class T>
+PolicyInfo learned_policy_entry(const std::string& name, GateSource source, CheckpointSpecFn adjust = nullptr) {
+  const PolicyCatalogEntry& c = policy_catalog_entry(name);
+  if (!c.learned) fail("policy catalog: entry '{}' has no 'learned' field (its weights' naming)", name);
+  return learned_policy_entry<T>(name, c.description, c.params, *c.learned, std::move(source), adjust);
 }
 
 }  // namespace kvb

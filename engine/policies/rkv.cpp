@@ -52,16 +52,6 @@ class RKVPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(rkv) {
-  return policy_entry<RKVPolicy>(
-             "rkv", "R-KV: lambda*importance - (1-lambda)*key redundancy, decode-time (Cai et al. 2025 §3)",
-             extend_params(schedule_params(/*buffer=*/128, /*window=*/8, /*sinks=*/0, /*decode=*/true,
-                                           /*global_kind=*/false, "score_threshold"),
-                           {{"window", "observation window w: queries scored and newest tokens always kept"}},
-                           {{"lambda", "0.1", "mix: lambda * importance - (1 - lambda) * redundancy"},
-                            {"kernel", "7", "max-pool kernel of the importance (1 = none)"},
-                            {"threshold", "0.5", "cosine above which the most recent similar key is not penalised"}}))
-      .with_tests({.min_budget = 9});
-}
+KVB_POLICY(rkv) { return policy_entry<RKVPolicy>("rkv").with_tests({.min_budget = 9}); }
 
 }  // namespace kvb

@@ -320,11 +320,13 @@ namespace {
 
 /// kvpress ComposedPress([first, then]) (make_composed): `first`'s keep-sets, each re-compressed
 /// to its top fraction by `then`'s scores of the kept tokens alone.
-class ComposedPolicy : public Policy {
+class ComposedPolicy : public CompositePolicy {
  public:
   ComposedPolicy(std::unique_ptr<ScheduledPolicy> first, std::unique_ptr<ScheduledPolicy> then, std::string then_name,
                  double then_ratio)
-      : first_(std::move(first)), then_(std::move(then)), then_name_(std::move(then_name)), ratio_(then_ratio) {}
+      : first_(std::move(first)), then_(std::move(then)), then_name_(std::move(then_name)), ratio_(then_ratio) {
+    forward_sequences_to({first_.get(), then_.get()});
+  }
   std::string name() const override { return first_->name(); }
   nlohmann::json resolved_params() const override {
     nlohmann::json j = first_->resolved_params();
@@ -332,20 +334,7 @@ class ComposedPolicy : public Policy {
     j["then_ratio"] = ratio_;
     return j;
   }
-  PolicyNeeds needs() const override {
-    PolicyNeeds a = first_->needs();
-    const PolicyNeeds b = then_->needs();
-    a.window_queries = std::max(a.window_queries, b.window_queries);
-    a.attention_colsum |= b.attention_colsum;
-    a.layer_input |= b.layer_input;
-    a.layer_residual |= b.layer_residual;
-    a.keys_pre_rope |= b.keys_pre_rope;
-    a.queries_pre_rope |= b.queries_pre_rope;
-    a.host_kv |= b.host_kv;
-    a.layer_input_via_mlp = a.layer_input_via_mlp && (b.layer_input_via_mlp || !b.layer_input);
-    a.num_scalars = std::max(a.num_scalars, b.num_scalars);
-    return a;
-  }
+  PolicyNeeds needs() const override { return merge(first_->needs(), then_->needs()); }
   void on_layer_step(LayerStep& step) override {
     first_->on_layer_step(step);
     std::vector<float> s;
@@ -361,14 +350,6 @@ class ComposedPolicy : public Policy {
     }
   }
   void on_step_end(StepEnd& step) override { first_->on_step_end(step); }
-  void on_sequence_begin(SeqId seq, uint64_t seed) override {
-    first_->on_sequence_begin(seq, seed);
-    then_->on_sequence_begin(seq, seed);
-  }
-  void on_sequence_end(SeqId seq) override {
-    first_->on_sequence_end(seq);
-    then_->on_sequence_end(seq);
-  }
   KvFootprint kv_footprint(const FootprintQuery& q) const override { return first_->kv_footprint(q); }
   bool uses_budget() const override { return first_->uses_budget(); }
 

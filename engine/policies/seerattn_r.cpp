@@ -58,15 +58,6 @@
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  return {
-      {"start_layer", "0", "layers below it attend densely (the reference's seerattn_start_layer; TRIM-KV's setting 0)"},
-      {"block_size", "0",
-       "tokens per key block; 0 = the checkpoint's seerattn_gate_block_size (64; random gates: 64). "
-       "k = floor(budget / block_size) blocks are read plus the newest"},
-  };
-}
-
 constexpr double kNormEps = 1e-6;  // the AttnGate's RMSNorm(gate_hidden_size, eps=1e-06)
 
 std::string gate_prefix(int l) { return "model.layers." + std::to_string(l) + ".self_attn.attn_gate."; }
@@ -513,14 +504,7 @@ class SeerAttnRPolicy : public Policy {
 
 KVB_POLICY(seerattn_r) {
   return learned_policy_entry<SeerAttnRPolicy>(
-             "seerattn_r",
-             "SeerAttention-R: full cache; a learned AttnGate picks the top budget/64 key blocks per kv head each decode "
-             "step, plus the newest (Gao et al. 2025 §3; microsoft/SeerAttention decode_sparse); --budget = tokens read",
-             params(),
-             LearnedWeightsInfo{
-                 "gates", "random_gates", "AttnGates", "SeerAttention-R",
-                 "a Hub id (SeerAttention/SeerAttention-Decode-Qwen3-4B-AttnGates), a directory, or a .pth/.pt/.safetensors file"},
-             GateSource{"seerattn_r", "gates", "attn_gate_weights.pth", true, is_gate_tensor})
+             "seerattn_r", GateSource{"seerattn_r", "gates", "attn_gate_weights.pth", true, is_gate_tensor})
       .with_tests({.min_budget = 1, .params = "random_gates=1", .needs_weights = true, .evicts = false});
 }
 

@@ -74,18 +74,7 @@ class SimLayerKVPolicy : public ParamPolicy {
 }  // namespace
 
 KVB_POLICY(simlayerkv) {
-  return policy_entry<SimLayerKVPolicy>(
-             "simlayerkv",
-             "Lazy layers (last queries attend to initial + recent tokens) keep only those; others keep all "
-             "(SimLayerKV §3; kvpress SimLayerKVPress)",
-             {{"lazy_threshold", "1.0",
-               "a layer is lazy when its initial + recent attention share exceeds this (1.0: never; kvpress "
-               "recommends 0.9 for Llama 3, 0.85 for Qwen)"},
-              {"n_last", "1", "last queries whose attention judges the layer"},
-              {"n_recent", "1024", "recent tokens a lazy layer keeps (n_recent − n_last of them, as kvpress)"},
-              {"n_initial", "4", "initial (sink) tokens a lazy layer keeps"},
-              compress_param()})
-      .with_tests({.min_budget = 0, .decode_evicts = false});
+  return policy_entry<SimLayerKVPolicy>("simlayerkv").with_tests({.min_budget = 0, .decode_evicts = false});
 }
 
 }  // namespace kvb

@@ -49,12 +49,6 @@ void SnapKVPolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& 
   for (size_t i = 0; i < imp.size(); ++i) scores[i] = imp[i];
 }
 
-KVB_POLICY(snapkv) {
-  return policy_entry<SnapKVPolicy>(
-             "snapkv",
-             "Observation-window attention, pooled (SnapKV §4.2; decode-time every `buffer` tokens as in R-KV/TRIM-KV)",
-             snapkv_params(8, 7, "max", "max_logits", 128))
-      .with_tests({.min_budget = 9});
-}
+KVB_POLICY(snapkv) { return policy_entry<SnapKVPolicy>("snapkv").with_tests({.min_budget = 9}); }
 
 }  // namespace kvb

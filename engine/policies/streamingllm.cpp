@@ -36,14 +36,6 @@ class StreamingLLMPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(streamingllm) {
-  return policy_entry<StreamingLLMPolicy>(
-             "streamingllm",
-             "Attention sinks + most recent tokens (Xiao et al. 2023 §3.2; R-KV/TRIM-KV baseline schedule)",
-             extend_params(schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/4),
-                           {{"window", "unused: the recent part is budget - sinks"},
-                            {"threshold", "unused (streamingllm keeps by position: budget_kind=tokens or ratio)"}}))
-      .with_tests({.min_budget = 5});
-}
+KVB_POLICY(streamingllm) { return policy_entry<StreamingLLMPolicy>("streamingllm").with_tests({.min_budget = 5}); }
 
 }  // namespace kvb

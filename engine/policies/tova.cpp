@@ -52,14 +52,6 @@ class TovaPolicy : public ScheduledPolicy {
 
 }  // namespace
 
-KVB_POLICY(tova) {
-  return policy_entry<TovaPolicy>(
-             "tova",
-             "Newest query's attention averaged over the layer's heads, one keep-set per layer (TOVA §3.3; kvpress "
-             "TOVAPress)",
-             extend_params(schedule_params(/*buffer=*/1, /*window=*/1, /*sinks=*/0),
-                           {{"window", "most recent tokens always kept (1: the current token, as kvpress TOVAPress)"}}))
-      .with_tests({.min_budget = 2});
-}
+KVB_POLICY(tova) { return policy_entry<TovaPolicy>("tova").with_tests({.min_budget = 2}); }
 
 }  // namespace kvb

@@ -354,30 +354,6 @@ class TriAttentionPolicy : public ParamPolicy {
 
 }  // namespace
 
-KVB_POLICY(triattention) {
-  return policy_entry<TriAttentionPolicy>(
-             "triattention",
-             "TriAttention: keys scored by a trigonometric series of calibrated pre-RoPE query centres, decode-time "
-             "(Mao et al., ICML 2026; WeianMao/triattention)",
-             {{"buffer", "128",
-               "divide_length: compress after a decode step that brings the cache to budget + buffer tokens"},
-              {"prompt", "keep", "keep: the prompt is always kept and generated tokens compete; compress: all compete"},
-              {"select", "per_head",
-               "per_head: one keep-set per kv head for every layer (mean over layers of the group max); "
-               "per_layer_head: one per (layer, kv head)"},
-              {"stats", "prompt",
-               "query statistics: prompt (from this prompt's pre-RoPE queries), random (seeded, tests only), or a "
-               "stats file (.safetensors; tools/convert_triattention_stats.py converts the reference's .pt), "
-               "directory or Hub id"},
-              {"seed", "0", "seed of stats=random"},
-              {"normalize", "true", "z-normalise each query head's scores before aggregating"},
-              {"aggregation", "mean", "mean or max of the score over the future offsets"},
-              {"offset_max", "65536", "largest future offset: offsets 1, 2, 4, ... up to it"},
-              {"mlr", "true", "subtract |E[q]| from E|q| in the position-free term (false: E|q| alone)"},
-              {"trig", "true", "keep the position-dependent trigonometric term (false: the norm term alone)"},
-              {"compress", "prompt_end",
-               "prompt_end only: the prompt is prefilled with the full cache and compression happens while decoding"}})
-      .with_tests({.min_budget = 1});
-}
+KVB_POLICY(triattention) { return policy_entry<TriAttentionPolicy>("triattention").with_tests({.min_budget = 1}); }
 
 }  // namespace kvb

@@ -206,15 +206,8 @@ class TrimKVPolicy : public ScheduledPolicy {
 }  // namespace
 
 KVB_POLICY(trimkv) {
-  return learned_policy_entry<TrimKVPolicy>(
-             "trimkv", "TRIM-KV: learned retention gates, score (t - i) * log beta, top-M (Bui et al. 2025 §3, Alg. 1)",
-             extend_params(
-                 schedule_params(/*buffer=*/128, /*window=*/0, /*sinks=*/0, /*decode=*/true, /*global_kind=*/true), {},
-                 {{"gate_hidden", "512", "hidden width I of random gates"},
-                  {"gate_bias", "8.0", "bias b of random gates (released Qwen3-4B-Math init: 8.0)"}}),
-             LearnedWeightsInfo{"gates", "random_gates", "gates", "TRIM-KV",
-                                "a Hub id (ngocbh/TrimKV-Qwen3-4B-Math), a directory, or a .pth/.pt/.safetensors file"},
-             GateSource{"trimkv", "gates", "trimkv_weights.pth", true}, with_checkpoint_config)
+  return learned_policy_entry<TrimKVPolicy>("trimkv", GateSource{"trimkv", "gates", "trimkv_weights.pth", true},
+                                            with_checkpoint_config)
       .with_tests({.min_budget = 1, .params = "random_gates=1", .needs_weights = true});
 }
 

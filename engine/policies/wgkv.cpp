@@ -49,18 +49,6 @@
 namespace kvb {
 namespace {
 
-std::vector<PolicyParamInfo> params() {
-  return {
-      {"gate_expand", "1.5", "hidden width I = gate_expand x head_dim of random gates (Qwen3 1.5, Llama 4.0)"},
-      {"window", "256", "local window W: newest tokens always kept"},
-      {"tau", "0.1", "admission threshold: a token leaving the window stays iff g > tau"},
-      {"evict_ratio", "0.1", "App. K.1: share of each head's global tokens evicted when over budget (budget > 0)"},
-      {"obs_window", "256", "App. K.1: queries scoring the global cache"},
-      {"kernel", "5", "App. K.1: max-pool kernel of the eviction score"},
-      compress_param(),
-  };
-}
-
 class WGKVPolicy : public ParamPolicy {
  public:
   WGKVPolicy(PolicyParams p, GateWeights weights) : ParamPolicy("wgkv", std::move(p)), weights_(std::move(weights)) {
@@ -264,14 +252,7 @@ class WGKVPolicy : public ParamPolicy {
 }  // namespace
 
 KVB_POLICY(wgkv) {
-  return learned_policy_entry<WGKVPolicy>(
-             "wgkv",
-             "WG-KV: learned write gate g > tau + 256-token local window; optional App. K.1 eviction when budget > 0",
-             params(),
-             LearnedWeightsInfo{"gates", "random_gates", "gates", "WG-KV",
-                                "a Hub id with the file (WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt), a directory, or a "
-                                ".pt/.pth/.safetensors file"},
-             GateSource{"wgkv", "gates", "", false})
+  return learned_policy_entry<WGKVPolicy>("wgkv", GateSource{"wgkv", "gates", "", false})
       .with_tests({.min_budget = 0, .params = "random_gates=1", .needs_weights = true});
 }
 

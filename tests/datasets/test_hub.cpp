@@ -61,6 +61,15 @@ class FakeHub {
       res.set_header("ETag", "\"" + small_etag_ + "\"");
       res.set_content(small_, "text/plain");
     };
+    // A route that only answers `status` with `headers`, in order.
+    auto answer = [this, note](const std::string& path, int status,
+                               std::vector<std::pair<std::string, std::string>> headers) {
+      http_.server().Get(path, [=](const httplib::Request& req, httplib::Response& res) {
+        note(req);
+        res.status = status;
+        for (const auto& [k, v] : headers) res.set_header(k, v);
+      });
+    };
     http_.server().Get("/datasets/org/small/resolve/main/data/file.txt",
                        [=](const httplib::Request& req, httplib::Response& res) {
                          note(req);
@@ -70,19 +79,10 @@ class FakeHub {
                          }
                          serve_small(res);
                        });
-    http_.server().Get("/datasets/oldorg/small/resolve/main/data/file.txt",
-                       [=](const httplib::Request& req, httplib::Response& res) {
-                         note(req);
-                         res.status = 307;
-                         res.set_header("Location", "/datasets/org/small/resolve/main/data/file.txt");
-                       });
-    http_.server().Get("/datasets/org/small/resolve/main/missing.txt",
-                       [=](const httplib::Request& req, httplib::Response& res) {
-                         note(req);
-                         res.status = 404;
-                         res.set_header("X-Repo-Commit", kCommit1);
-                         res.set_header("X-Error-Code", "EntryNotFound");
-                       });
+    answer("/datasets/oldorg/small/resolve/main/data/file.txt", 307,
+           {{"Location", "/datasets/org/small/resolve/main/data/file.txt"}});
+    answer("/datasets/org/small/resolve/main/missing.txt", 404,
+           {{"X-Repo-Commit", kCommit1}, {"X-Error-Code", "EntryNotFound"}});
     http_.server().Get("/datasets/org/private/resolve/main/file.txt",
                        [=](const httplib::Request& req, httplib::Response& res) {
                          note(req);
@@ -93,11 +93,7 @@ class FakeHub {
                          }
                          serve_small(res);
                        });
-    http_.server().Get("/datasets/org/down/resolve/main/file.txt",
-                       [=](const httplib::Request& req, httplib::Response& res) {
-                         note(req);
-                         res.status = 500;
-                       });
+    answer("/datasets/org/down/resolve/main/file.txt", 500, {});
     // LFS file: the resolve URL redirects (absolute) to a CDN on another host name.
     http_.server().Get(
         "/datasets/org/big/resolve/main/blob.bin", [=](const httplib::Request& req, httplib::Response& res) {

@@ -71,8 +71,13 @@ TEST(FidelityPipeline, FullIsExactAndATinyBudgetIsNot) {
   const auto refs = make_references(model, prompts, 40, {});
   ASSERT_EQ(refs.size(), 2u);
   ASSERT_EQ(refs[0].continuation.size(), 40u);
-  const Row full = evaluate(model, refs, ResolvedPolicy::resolve("full"), 0, {});
-  EXPECT_TRUE(full.error.empty()) << full.error;
+  // The row of policy `spec` at `budget`, which must evaluate without an error.
+  const auto evaluated = [&](const std::string& spec, int64_t budget) {
+    Row r = evaluate(model, refs, ResolvedPolicy::resolve(spec, budget), budget, {});
+    EXPECT_TRUE(r.error.empty()) << spec << ": " << r.error;
+    return r;
+  };
+  const Row full = evaluated("full", 0);
   EXPECT_EQ(full.positions, 80);
   EXPECT_EQ(full.kl_mean, 0.0);
   EXPECT_EQ(full.nll_delta, 0.0);
@@ -84,8 +89,7 @@ TEST(FidelityPipeline, FullIsExactAndATinyBudgetIsNot) {
   EXPECT_GT(full.kv_read_step, 0.0);
   EXPECT_EQ(full.evictions, 0.0);
 
-  const Row tiny = evaluate(model, refs, ResolvedPolicy::resolve("streamingllm:sinks=1,window=2,buffer=1", 4), 4, {});
-  EXPECT_TRUE(tiny.error.empty()) << tiny.error;
+  const Row tiny = evaluated("streamingllm:sinks=1,window=2,buffer=1", 4);
   EXPECT_GT(tiny.kl_mean, 1e-4);
   EXPECT_NE(tiny.nll_delta, 0.0);
   EXPECT_LT(tiny.kv_bytes_ratio, 0.5);
@@ -95,15 +99,13 @@ TEST(FidelityPipeline, FullIsExactAndATinyBudgetIsNot) {
 
   // Quest holds the whole cache and reads only its selected pages (no dense layer in this
   // 2-layer model, then max(min_pages, 8 / 4) = 3 pages of 4 tokens per query head).
-  const Row quest = evaluate(model, refs, ResolvedPolicy::resolve("quest:page_size=4,dense_layers=0", 8), 8, {});
-  EXPECT_TRUE(quest.error.empty()) << quest.error;
+  const Row quest = evaluated("quest:page_size=4,dense_layers=0", 8);
   EXPECT_DOUBLE_EQ(quest.kv_bytes_ratio, 1.0);
   EXPECT_EQ(quest.evictions, 0.0);
   EXPECT_LT(quest.kv_read_ratio, 0.9);
   EXPECT_GT(quest.kv_read_ratio, 0.0);
 
-  const Row orc = evaluate(model, refs, ResolvedPolicy::resolve("oracle:buffer=2", 4), 4, {});
-  EXPECT_TRUE(orc.error.empty()) << orc.error;
+  const Row orc = evaluated("oracle:buffer=2", 4);
   EXPECT_GT(orc.kl_mean, 0.0);
   EXPECT_GT(orc.evictions, 30.0);
 

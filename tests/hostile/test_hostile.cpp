@@ -313,6 +313,44 @@ std::string slurp(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+/// Probes of one kind of input file: (tag, file content, expected error), as the case builders list them.
+using Probes = std::vector<std::tuple<std::string, std::string, std::string>>;
+
+/// The cases of run config files `configs`: `run --config $D/c.yaml` for each, named `prefix` + tag.
+void add_run_config_cases(std::vector<Case>& v, const std::string& prefix, const Probes& configs) {
+  for (const auto& [tag, text, err] : configs)
+    v.push_back({prefix + tag,
+                 {{"c.yaml", text}, {"r.db", "@db:results"}},
+                 "run --config $D/c.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db",
+                 err,
+                 ""});
+}
+
+/// The cases of suite files `suites`: `run --suite` and `tasks --suite` for each, named
+/// `prefix` + "run_" / "tasks_" + tag.
+void add_suite_cases(std::vector<Case>& v, const std::string& prefix, const Probes& suites) {
+  for (const auto& [tag, text, err] : suites) {
+    v.push_back({prefix + "run_" + tag,
+                 {{"s.yaml", text}, {"r.db", "@db:results"}},
+                 "run --suite $D/s.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db",
+                 err,
+                 ""});
+    v.push_back({prefix + "tasks_" + tag, {{"s.yaml", text}}, "tasks --suite $D/s.yaml", err, ""});
+  }
+}
+
+/// The cases of a results database x.db holding `content` that the readers (grade, report,
+/// compare) and the writer (`run_smoke --db`) refuse with `err`, named `prefix` + command + "_" + tag;
+/// merge's cases differ between the callers and stay theirs.
+void add_bad_db_cases(std::vector<Case>& v, const std::string& prefix, const std::string& tag,
+                      const std::string& content, const std::string& err, const std::string& run_smoke) {
+  v.push_back({prefix + "grade_" + tag, {{"x.db", content}}, "grade --db $D/x.db", err, ""});
+  v.push_back({prefix + "report_" + tag, {{"x.db", content}}, "report --db $D/x.db --out $D/rep", err, "rep"});
+  v.push_back(
+      {prefix + "compare_" + tag, {{"x.db", content}}, "compare --db $D/x.db --baseline latest --candidate latest", err, ""});
+  v.push_back({prefix + "run_" + tag, {{"x.db", content}}, run_smoke + " --db $D/x.db", err, ""});
+}
+
 std::vector<Case> cases() {
   const std::string deep_json = repeat("[", 100000) + repeat("]", 100000);
   const std::string msgs = "tokenize --model $S/models/stories260K-hf --messages $D/m.json";
@@ -509,11 +547,7 @@ std::vector<Case> cases() {
   const std::string run_smoke = "run --task smoke --model $S/models/stories260K-hf --limit 1 --max-new-tokens 4 --quiet";
   for (const auto& [tag, db] : bad_dbs) {
     const auto& [content, err] = db;
-    v.push_back({"db_grade_" + tag, {{"x.db", content}}, "grade --db $D/x.db", err, ""});
-    v.push_back({"db_report_" + tag, {{"x.db", content}}, "report --db $D/x.db --out $D/rep", err, "rep"});
-    v.push_back(
-        {"db_compare_" + tag, {{"x.db", content}}, "compare --db $D/x.db --baseline latest --candidate latest", err, ""});
-    v.push_back({"db_run_" + tag, {{"x.db", content}}, run_smoke + " --db $D/x.db", err, ""});
+    add_bad_db_cases(v, "db_", tag, content, err, run_smoke);
     // merge: the input is refused before the (existing, valid) output is touched.
     v.push_back({"db_merge_" + tag, {{"x.db", content}, {"out.db", "@db:results"}}, "merge $D/out.db $D/x.db", err, ""});
   }
@@ -600,7 +634,7 @@ std::vector<Case> cases() {
   for (const auto& [tag, opt, err] : run_bad) v.push_back({"run_" + tag, ok_db, run_db + " " + opt, err, ""});
 
   // Suite files (run --suite, tasks --suite).
-  const std::vector<std::tuple<std::string, std::string, std::string>> suites = {
+  const Probes suites = {
       {"not_mapping", "- a\n- b\n", "s.yaml: a suite is a YAML mapping"},
       {"no_tasks", "name: x\n", "s.yaml: tasks"},
       {"tasks_empty", "tasks: []\n", "s.yaml: tasks"},
@@ -618,16 +652,9 @@ std::vector<Case> cases() {
       {"self_alias", "tasks: &a [*a]\n", "s.yaml: line 1: YAML nested deeper"},
       {"billion_laughs", billion_laughs() + "tasks: [smoke]\n", "s.yaml: line 1: YAML expands to too many nodes"},
   };
-  for (const auto& [tag, text, err] : suites) {
-    v.push_back({"suite_run_" + tag,
-                 {{"s.yaml", text}, {"r.db", "@db:results"}},
-                 "run --suite $D/s.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db",
-                 err,
-                 ""});
-    v.push_back({"suite_tasks_" + tag, {{"s.yaml", text}}, "tasks --suite $D/s.yaml", err, ""});
-  }
+  add_suite_cases(v, "suite_", suites);
   // run --config files.
-  const std::vector<std::tuple<std::string, std::string, std::string>> configs = {
+  const Probes configs = {
       {"temperature_nan", "run: {temperature: .nan}\n", "temperature"},
       {"samples_negative", "run: {samples: -3}\n", "samples"},
       {"budgets_text", "run: {budgets: x}\n", "budgets"},
@@ -637,12 +664,7 @@ std::vector<Case> cases() {
       {"run_not_mapping", "run: [1, 2]\n", "run"},
       {"not_mapping", "just a string\n", "c.yaml"},
   };
-  for (const auto& [tag, text, err] : configs)
-    v.push_back({"runconfig_" + tag,
-                 {{"c.yaml", text}, {"r.db", "@db:results"}},
-                 "run --config $D/c.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db",
-                 err,
-                 ""});
+  add_run_config_cases(v, "runconfig_", configs);
   v.push_back({"runconfig_profile_missing",
                {{"c.yaml", "run: {limit: 1}\n"}, {"r.db", "@db:results"}},
                "run --config $D/c.yaml --config-profile nosuch --quiet --db $D/r.db",
@@ -792,11 +814,7 @@ std::vector<Case> cases() {
            {"uv_zero", "@db:uv_zero", "x.db: schema version 0 is not one kvbench writes"},
            {"empty_file", "", "x.db: an empty file, not a kvbench results database"},
            {"empty_sqlite", "@db:empty_sqlite", "x.db: is a SQLite database but not a kvbench results database"}}) {
-    v.push_back({"db31_grade_" + tag, {{"x.db", content}}, "grade --db $D/x.db", err, ""});
-    v.push_back({"db31_report_" + tag, {{"x.db", content}}, "report --db $D/x.db --out $D/rep", err, "rep"});
-    v.push_back(
-        {"db31_compare_" + tag, {{"x.db", content}}, "compare --db $D/x.db --baseline latest --candidate latest", err, ""});
-    v.push_back({"db31_run_" + tag, {{"x.db", content}}, run_smoke + " --db $D/x.db", err, ""});
+    add_bad_db_cases(v, "db31_", tag, content, err, run_smoke);
     v.push_back(
         {"db31_merge_in_" + tag, {{"x.db", content}, {"out.db", "@db:results"}}, "merge $D/out.db $D/x.db", err, ""});
     v.push_back({"db31_merge_out_" + tag, {{"x.db", content}, {"r.db", "@db:results"}}, "merge $D/x.db $D/r.db", err, ""});
@@ -849,7 +867,7 @@ std::vector<Case> cases() {
                1});
   v.push_back({"xfsz31_run_new_db", {}, run_smoke + " --db $D/new.db", "new.db: ", "new.db", "ulimit -f 8;", 1});
   // Run configs: values out of range, empty lists, unknown keys in profiles.
-  const std::vector<std::tuple<std::string, std::string, std::string>> configs31 = {
+  const Probes configs31 = {
       {"max_new_tokens_huge", "run: {max_new_tokens: 99999999999}\n", "c.yaml: run.max_new_tokens: must be <= 2147483647"},
       {"top_k_huge", "run: {top_k: 1099511627776}\n", "c.yaml: run.top_k: must be <= 2147483647"},
       {"samples_huge", "run: {samples: 4294967297}\n", "c.yaml: run.samples: must be <= 2147483647"},
@@ -870,14 +888,9 @@ std::vector<Case> cases() {
       {"duplicate_key", "run: {limit: 1}\nrun: {limit: 2}\n", "c.yaml: line 2: duplicate key 'run'"},
       {"duplicate_inner_key", "run: {limit: 1, limit: 2}\n", "duplicate key 'limit'"},
   };
-  for (const auto& [tag, text, err] : configs31)
-    v.push_back({"runconfig31_" + tag,
-                 {{"c.yaml", text}, {"r.db", "@db:results"}},
-                 "run --config $D/c.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db",
-                 err,
-                 ""});
+  add_run_config_cases(v, "runconfig31_", configs31);
   // Suites: wrong types, unknown or misplaced top-level keys, a second document.
-  const std::vector<std::tuple<std::string, std::string, std::string>> suites31 = {
+  const Probes suites31 = {
       {"name_number", "name: 5\ntasks: [smoke]\n", "s.yaml: name: expected a string, got 5"},
       {"description_list", "description: [a]\ntasks: [smoke]\n", "s.yaml: description: expected a string"},
       {"limit_top_level", "limit: 1\ntasks: [smoke]\n", "s.yaml: limit: unknown key"},
@@ -890,14 +903,7 @@ std::vector<Case> cases() {
       {"task_samples_huge", "tasks: [{task: smoke, samples: 99999999999}]\n", "s.yaml: tasks[0]: samples"},
       {"task_limit_huge", "tasks: [{task: smoke, limit: 99999999999999999999}]\n", "s.yaml: tasks[0]: limit"},
   };
-  for (const auto& [tag, text, err] : suites31) {
-    v.push_back({"suite31_run_" + tag,
-                 {{"s.yaml", text}, {"r.db", "@db:results"}},
-                 "run --suite $D/s.yaml --model $S/models/stories260K-hf --quiet --db $D/r.db",
-                 err,
-                 ""});
-    v.push_back({"suite31_tasks_" + tag, {{"s.yaml", text}}, "tasks --suite $D/s.yaml", err, ""});
-  }
+  add_suite_cases(v, "suite31_", suites31);
   // Numbers on the command line beyond 64 bits are refused, not saturated.
   for (const auto& [tag, args, err] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"run_seed_2_64", run_smoke + " --db $D/r.db --seed 18446744073709551616", "--seed: out of range"},
@@ -1425,9 +1431,7 @@ class Hostile : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Hostile, OneErrorLineExitTwoNoSideEffects) {
   const Case& c = GetParam();
-  const fs::path dir = fs::temp_directory_path() / ("kvb_hostile_" + c.name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = kvb::test::temp_dir("hostile");  // kvb_hostile_<pid>_<test>_<case>
   for (const auto& [rel, content] : c.files) {
     const fs::path p = dir / rel;
     fs::create_directories(p.parent_path());
@@ -1619,9 +1623,7 @@ class HostileVerdict : public ::testing::TestWithParam<Verdict> {};
 
 TEST_P(HostileVerdict, ExitZeroInTimeWithTheVerdict) {
   const Verdict& c = GetParam();
-  const fs::path dir = fs::temp_directory_path() / ("kvb_verdict_" + c.name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = kvb::test::temp_dir("verdict");  // kvb_verdict_<pid>_<test>_<case>
   for (const auto& [rel, content] : c.files) {
     fs::create_directories((dir / rel).parent_path());
     std::ofstream(dir / rel, std::ios::binary) << content;

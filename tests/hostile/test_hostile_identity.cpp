@@ -182,9 +182,7 @@ TEST_P(HostileIdentity, AFileRewrittenBetweenRunsIsNeverResumed) {
   const Rerun& c = GetParam();
   KVB_REQUIRE_TEST_DATA("models/stories260K-hf/model.safetensors");
   KVB_REQUIRE_PATH(KVB_BINARY, "build the kvbench target");
-  const fs::path dir = fs::temp_directory_path() / ("kvb_identity_" + c.name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path dir = kvb::test::temp_dir("identity");  // kvb_identity_<pid>_<test>_<case>
   for (const auto& [rel, content] : c.files) {
     const fs::path p = dir / rel;
     fs::create_directories(p.parent_path());

@@ -35,29 +35,19 @@ using KeepSets = std::vector<std::vector<std::vector<int32_t>>>;  // [layer][hea
 /// Runs every inner policy on each layer step of a single-step prompt and records, per policy,
 /// the positions each (layer, head) would keep; the cache itself is never compressed. Inner
 /// policies' per-token scalars are restored after each one, so each sees the step as if alone.
-class Multiplex : public Policy {
+class Multiplex : public CompositePolicy {
  public:
   explicit Multiplex(std::vector<std::unique_ptr<Policy>> inner) : inner_(std::move(inner)), kept_(inner_.size()) {
+    std::vector<Policy*> all;
     for (const auto& p : inner_) {
-      const PolicyNeeds n = p->needs();
-      needs_.window_queries = std::max(needs_.window_queries, n.window_queries);
-      needs_.attention_colsum |= n.attention_colsum;
-      needs_.layer_input |= n.layer_input;
-      needs_.queries_pre_rope |= n.queries_pre_rope;
-      needs_.keys_pre_rope |= n.keys_pre_rope;
-      needs_.host_kv |= n.host_kv;
-      needs_.num_scalars = std::max(needs_.num_scalars, n.num_scalars);
+      needs_ = merge(needs_, p->needs());
+      all.push_back(p.get());
     }
+    forward_sequences_to(std::move(all));
   }
   std::string name() const override { return "multiplex"; }
   nlohmann::json resolved_params() const override { return json::object(); }
   PolicyNeeds needs() const override { return needs_; }
-  void on_sequence_begin(SeqId s, uint64_t seed) override {
-    for (auto& p : inner_) p->on_sequence_begin(s, seed);
-  }
-  void on_sequence_end(SeqId s) override {
-    for (auto& p : inner_) p->on_sequence_end(s);
-  }
   void on_layer_step(LayerStep& step) override {
     if (!step.prefill_last) throw std::runtime_error("Multiplex: the prompt must be one prefill step");
     const int S = needs_.num_scalars;

@@ -1,4 +1,5 @@
-// Test helpers: a hand-built KVCache + LayerStep for one sequence, as the engine would fill them.
+// Test helpers: a hand-built KVCache + LayerStep for one sequence, as the engine would fill them;
+// the input error a policy spec is refused with; a checkpoint with one tensor cut out.
 #pragma once
 
 #include <cmath>
@@ -10,9 +11,11 @@
 #include "engine/engine.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model/model.h"
+#include "engine/policies/gate_weights.h"
 #include "engine/policies/policies.h"
 #include "engine/policies/policy.h"
 #include "tests/support/stories.h"
+#include "tests/support/test_support.h"
 
 namespace kvb::test {
 
@@ -77,6 +80,22 @@ struct HandCache {
   std::vector<float> queries;  ///< [Hq, qw, D]
   int qw = 0;
 };
+
+/// The message of the input error (exit code 2) building policy `spec` at `budget` throws
+/// (input_error_of over make_policy); records a test failure when it builds.
+inline std::string policy_error(const std::string& spec, int64_t budget) {
+  return input_error_of([&] { make_policy(PolicySpec::parse(spec, budget)); });
+}
+
+/// `w` without its tensor `name`, saved (save_gate_weights) as cut.safetensors in a fresh
+/// temp_dir(`tag`): a checkpoint that lacks one tensor, for the error naming it. Returns the
+/// file's path; its directory is the caller's to remove. Throws what save_gate_weights throws.
+inline std::string save_without(GateWeights w, const std::string& name, const std::string& tag) {
+  w.tensors.erase(name);
+  const std::string cut = (temp_dir(tag) / "cut.safetensors").string();
+  save_gate_weights(w, cut);
+  return cut;
+}
 
 /// Positions held by each (layer, kv head) of one sequence: [layer][kv head] -> positions, in cache order.
 using HeldPositions = std::vector<std::vector<std::vector<int32_t>>>;

@@ -161,18 +161,15 @@ TEST(Dms, RefusesMissingWeightsAndNamesAMissingTensor) {
   // Layer 1's projection removed: the first step of layer 1 names the file and the tensor.
   GateSource all;
   all.policy = "test";
-  GateWeights w = GateWeights::load(test::fixture(golden()["alpha"].get<std::string>()), all);
-  w.tensors.erase("model.layers.1.self_attn.dms_proj_alpha.weight");
-  const auto dir = test::temp_dir("dms_cut");
-  const std::string cut = (dir / "cut.safetensors").string();
-  save_gate_weights(w, cut);
+  const std::string cut = test::save_without(GateWeights::load(test::fixture(golden()["alpha"].get<std::string>()), all),
+                                             "model.layers.1.self_attn.dms_proj_alpha.weight", "dms_cut");
   auto m = Model::load_dir(test::fixture("models/tiny-qwen3"));
   Engine e(m, {}, make_policy(PolicySpec::parse("dms:alpha=" + cut, 0)));
   EXPECT_TRUE(test::contains_all(test::input_error_of([&] {
                                    e.score({5, 6, 7}, {8});
                                  }),
                                  {"cut.safetensors", "model.layers.1.self_attn.dms_proj_alpha.weight"}));
-  fs::remove_all(dir);
+  fs::remove_all(fs::path(cut).parent_path());
 }
 
 // per=layer: every head of a layer follows head 0's decision, so all heads hold the same tokens.

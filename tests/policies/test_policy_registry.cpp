@@ -3,9 +3,10 @@
 // test_policy_protocol, test_policy_behaviour, test_policy_engine, tests/engine/test_kv_cache)
 // choose budgets and parameters from these fields alone, so a wrong declaration would silently
 // weaken them. A new policy is covered without editing any of them (docs/policies.md#adding-a-policy).
-// The last tests check the three-file procedure of that guide: every registered policy (a
-// KVB_POLICY entry in its own file) has its section and table row in docs/policies.md and a test
-// that names it, and the documentation names no policy that is not registered.
+// The last tests check the procedure of that guide: every registered policy (a KVB_POLICY entry in
+// its own file) has its catalog entry, its section and table row in docs/policies.md and a test
+// that names it, and neither the catalog nor the documentation names a policy that is not
+// registered.
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -15,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/policies/catalog.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 #include "tests/support/test_support.h"
@@ -206,6 +208,34 @@ TEST(PolicyRegistry, EveryKvbPolicyLineIsRegistered) {
       declared.insert((*it)[2]);
   }
   EXPECT_EQ(set_text(declared), set_text(names));
+}
+
+// The policy catalog (engine/policies/catalog.json) describes exactly the registered policies:
+// an entry no policy registers, or a policy without one, fails here. Each registry entry's
+// description, parameter table and learned-weights naming are its catalog entry's.
+TEST(PolicyRegistry, TheCatalogDescribesExactlyTheRegisteredPolicies) {
+  const std::vector<std::string> catalog = policy_catalog_names();
+  EXPECT_EQ(set_text(std::set<std::string>(catalog.begin(), catalog.end())), set_text(registered_names()));
+  for (const auto& info : policy_registry()) {
+    SCOPED_TRACE(info.name);
+    const PolicyCatalogEntry& c = policy_catalog_entry(info.name);
+    EXPECT_EQ(info.description, c.description);
+    EXPECT_EQ(info.learned.has_value(), c.learned.has_value());
+    // The learned weights' two parameters come first (weights_params), then the catalog's table.
+    const size_t skip = c.learned ? 2 : 0;
+    ASSERT_EQ(info.params.size(), c.params.size() + skip);
+    for (size_t i = 0; i < c.params.size(); ++i) {
+      EXPECT_EQ(info.params[i + skip].key, c.params[i].key);
+      EXPECT_EQ(info.params[i + skip].default_value, c.params[i].default_value);
+      EXPECT_EQ(info.params[i + skip].help, c.params[i].help);
+    }
+  }
+  try {
+    policy_catalog_entry("nosuch");
+    ADD_FAILURE() << "no error for a name the catalog lacks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no entry 'nosuch'"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -98,11 +98,8 @@ TEST(TriAttention, StatsFileErrorsNameTheFileAndTensor) {
   GateSource src;
   src.policy = "triattention";
   src.param = "stats";
-  GateWeights w = GateWeights::load(llama_stats, src);
-  w.tensors.erase("layer01_head03.q_abs_mean");
-  const auto dir = test::temp_dir("triattention_stats");
-  const std::string cut = (dir / "cut.safetensors").string();
-  save_gate_weights(w, cut);
+  const std::string cut =
+      test::save_without(GateWeights::load(llama_stats, src), "layer01_head03.q_abs_mean", "triattention_stats");
   auto llama = Model::load_dir(test::fixture("models/tiny-llama3"));
   Engine e(llama, {}, make_policy(PolicySpec::parse("triattention:stats=" + cut, 16)));
   EXPECT_TRUE(test::contains_all(test::input_error_of([&] {

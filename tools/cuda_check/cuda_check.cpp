@@ -692,11 +692,13 @@ int primitives(const std::vector<std::string>& shapes) {
 /// mirror of the same K/V, the same query ring and the same layer input). The per-token policy
 /// scalars of the layer are saved before B, restored before A, and compared afterwards; keep-sets
 /// must be identical. Only A's keep-sets are applied, so the run is the engine's own.
-class ShadowPolicy final : public Policy {
+class ShadowPolicy final : public CompositePolicy {
  public:
   explicit ShadowPolicy(const std::string& spec, int64_t budget)
       : ShadowPolicy(ResolvedPolicy::resolve(spec, budget)) {}
-  explicit ShadowPolicy(const ResolvedPolicy& p) : a_(p.build()), b_(p.build()) {}
+  explicit ShadowPolicy(const ResolvedPolicy& p) : a_(p.build()), b_(p.build()) {
+    forward_sequences_to({a_.get(), b_.get()});
+  }
   int64_t calls = 0, keep_calls = 0, keep_same = 0;
   double worst_scalar = 0;
   std::string first_diff;
@@ -766,14 +768,6 @@ class ShadowPolicy final : public Policy {
     b_->select_reads(other);
     a_->select_reads(rs);
     compare_keeps(rs.spans, other.spans, "reads, layer " + std::to_string(rs.layer));
-  }
-  void on_sequence_begin(SeqId seq, uint64_t sample_seed) override {
-    a_->on_sequence_begin(seq, sample_seed);
-    b_->on_sequence_begin(seq, sample_seed);
-  }
-  void on_sequence_end(SeqId seq) override {
-    a_->on_sequence_end(seq);
-    b_->on_sequence_end(seq);
   }
 
  private:

@@ -1,0 +1,46 @@
+// The policy catalog: every registered policy's metadata — its one-line description, its parameter
+// table (keys, defaults, help) and how its learned weights are named — in one data file,
+// engine/policies/catalog.json, which the build embeds (cmake/gen_policy_catalog.cmake). A policy
+// file's registry entry names only its class, its weights' source and its test information
+// (registration.h: policy_entry<T>("name")); `kvbench policies` prints the table the catalog
+// builds, and the factory merges the user's spec over the same table (kvb::PolicyParams), so the
+// defaults have one source. tests/policies/test_policy_registry.cpp checks that the catalog and the
+// registry name the same policies.
+//
+// An entry of catalog.json, keyed by the policy's registered name:
+//   "description": the line `kvbench policies` prints (what the policy keeps, with its source);
+//   "schedule": {"buffer", "window", "sinks"[, "decode", "global_kind", "threshold_key"]}: the table
+//       starts with schedule_params(...) of those arguments (scheduled.h; omitted ones default as there);
+//   "snapkv": {"window", "kernel", "pool", "gqa", "buffer"}: it starts with snapkv_params(...) (snapkv.h);
+//   "help": {key: text}: the help of those shared entries replaced (extend_params, params.h);
+//   "params": the policy's own entries after them, each [key, default, help], or "compress" for the
+//       shared compress_param() entry;
+//   "learned": {"file_param", "random_param", "what", "paper", "where"}: LearnedWeightsInfo.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/policies/policy.h"
+
+namespace kvb {
+
+/// One policy's catalog entry, its table built (the learned weights' two parameters not yet put
+/// first: the registry entry does that, weights_params in params.h).
+struct PolicyCatalogEntry {
+  std::string description;
+  std::vector<PolicyParamInfo> params;
+  std::optional<LearnedWeightsInfo> learned;
+};
+
+/// The catalog entry of policy `name`, parsed and built once. Throws kvb::Error "policy catalog:
+/// no entry '<name>'" when the catalog has none, and naming the entry and field when one is
+/// malformed (an unknown field, a wrong type, a help text for a key the shared table lacks).
+const PolicyCatalogEntry& policy_catalog_entry(const std::string& name);
+
+/// The names of every catalog entry, sorted. Throws what policy_catalog_entry throws for a
+/// malformed entry.
+std::vector<std::string> policy_catalog_names();
+
+}  // namespace kvb
