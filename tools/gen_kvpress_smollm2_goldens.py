@@ -7,9 +7,9 @@ spec options").
 
 How to run (from the repository root; the default model must be cached, tools/fetch_default_model.sh):
 
-    python3 tools/gen_kvpress_smollm2_goldens.py [--model PATH.gguf] [--only CASE,...]
+    python3 tools/gen_kvpress_smollm2_goldens.py [--model PATH.gguf] [--only PREFIX]...
 
-(--only regenerates the named cases and keeps the others from the existing file.)
+(--only PREFIX, repeatable, regenerates the cases whose name starts with it and keeps the others from the existing file.)
 
 It re-runs itself inside .venv-goldens (tools/goldens_env.py; kvpress==0.5.5 pinned in
 tools/goldens-requirements.txt).
@@ -30,7 +30,11 @@ Each case runs one forward pass under kvpress's own hook (`with press(model)`), 
 every layer's DynamicCache once at the end of the prefill. The kept positions of each (layer, kv
 head) are read back by matching each kept key row against the layer's uncompressed keys (the
 presses gather rows, so each kept row equals exactly one original row). Two compression ratios per
-press (two settings per wrapper); budget = kvpress.utils.compute_n_kept(L, ratio).
+press (two settings per wrapper); budget = kvpress.utils.compute_n_kept(L, ratio). Exceptions:
+LUKVPress leaves the cache whole and masks what it prunes (module.masked_key_indices, read back
+instead); KVComposePress runs as its pipeline does (the context prefilled, then the question fed
+to score it; run_kvcompose). Presses that load published weights or curves get the generator's
+random ones instead (qfilter_press, lukv_press; written once under tests/fixtures/policies).
 
 Presses that rewrite cached keys or values (ThinKPress alone, ComposedPress([SnapKVPress,
 ThinKPress]) as kvbench's then=think, MergingPress as merge=true, KeyRerotationPress as
@@ -49,12 +53,14 @@ resolve. Each head records, beside its kept set, the tokens whose press score li
 selection: every token of a chunk whose chunk score lies within TIE of the chunk boundary; for a
 wrapper that calls its press several times, ChunkPress, ComposedPress and BlockPress, the tokens
 near the cut of each call, located by matching the scored key rows against the original ones). The
-test requires equality everywhere else and equal kept counts. Sets are stored as hex bitmasks over
+test requires equality everywhere else and equal kept counts (KVComposePress: counts may differ by
+a head's `count_slack`, the layer's composite entries at the global cut). Sets are stored as hex bitmasks over
 positions (bit i of the big-endian hex number = position i, most significant digit first: digit j
 holds positions 4j..4j+3, position 4j in its bit 3).
 """
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -68,11 +74,25 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache  # no
 
 ROOT = goldens_env.ROOT
 OUT = os.path.join(ROOT, "tests", "fixtures", "policies", "kvpress_smollm2_goldens.json")
+# RANDOM Q-filters [LAYERS, kv heads, head_dim] (torch.randn, seed QFILTER_SEED) injected into
+# QFilterPress instead of the published ones; the kvbench spec loads the same file
+# ({qfilters} in the spec stands for this file).
+QFILTERS = os.path.join(ROOT, "tests", "fixtures", "policies", "qfilter_smollm2_random.safetensors")
+QFILTER_SEED = 45
+# A synthetic LU-KV budget curve [99, LAYERS, kv heads] of pruned fractions (row t: about
+# (t + 1)% plus N(0, 0.1) noise per head, clipped to [0, 0.99]; numpy seed CURVE_SEED), set as
+# LUKVPress's curve instead of downloading Llama-3.1-8B's ({lukv_curve} in the spec).
+LUKV_CURVE = os.path.join(ROOT, "tests", "fixtures", "policies", "lukv_curve_smollm2_random.npy")
+CURVE_SEED = 45
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LAYERS = 8
 MIN_CONTEXT = 850
 TIE = 1e-3
 TIE_MERGE = 1e-5  # merge-target cosines: far above the two engines' key differences (about 1e-6)
+# EntropyGatedChunkKVPress's spiky flags compare each chunk's mean and entropy with their medians:
+# a chunk within FLAG_TIE (relative) of a median has its flag in doubt (f32 summation order moves
+# those values by about 1e-6 relative; the means crowd near their median more than 1e-3 allows).
+FLAG_TIE = 1e-5
 torch.set_grad_enabled(False)
 transformers.utils.logging.disable_progress_bar()
 
@@ -92,6 +112,12 @@ def presses():
     from kvpress.presses.composed_press import ComposedPress
     from kvpress.presses.keydiff_press import KeyDiffPress
     from kvpress.presses.chunkkv_press import ChunkKVPress
+    from kvpress.presses.entropy_gated_chunkkv_press import EntropyGatedChunkKVPress
+    from kvpress.presses.qfilter_press import QFilterPress
+    from kvpress.presses.cap_press import CapPress
+    from kvpress.presses.kvcompose_press import KVComposePress
+    from kvpress.presses.lukv_press import LUKVPress
+    from kvpress.presses.expected_attention_press import ExpectedAttentionPress
     from kvpress.presses.knorm_press import KnormPress
     from kvpress.presses.per_layer_compression_press import PerLayerCompressionPress
     from kvpress.presses.cur_press import CURPress
@@ -105,6 +131,8 @@ def presses():
     from kvpress.presses.key_rerotation_press import KeyRerotationPress
     from kvpress.utils import compute_n_kept
     return dict(ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
+                EntropyGatedChunkKVPress=EntropyGatedChunkKVPress, QFilterPress=QFilterPress, CapPress=CapPress,
+                KVComposePress=KVComposePress, LUKVPress=LUKVPress, ExpectedAttentionPress=ExpectedAttentionPress,
                 LagKVPress=LagKVPress, CURPress=CURPress, NonCausalAttnPress=NonCausalAttnPress,
                 SimLayerKVPress=SimLayerKVPress, ChunkPress=ChunkPress, KnormPress=KnormPress,
                 PerLayerCompressionPress=PerLayerCompressionPress, ComposedPress=ComposedPress,
@@ -125,7 +153,7 @@ def build_prompt(tok):
     return tok(text, add_special_tokens=False)["input_ids"], n_ctx
 
 
-def cases(kp, L):
+def cases(kp, L, n_ctx):
     """(name, press, kvbench spec, budget, tie rule) of every case."""
     out = []
     for r in (0.5, 0.75):
@@ -135,6 +163,25 @@ def cases(kp, L):
     for r in (0.5, 0.75):  # kvpress's examples wrap SnapKVPress (window 64, kernel 5) in ChunkKVPress
         out.append((f"chunkkv_r{r}", kp["ChunkKVPress"](press=kp["SnapKVPress"](compression_ratio=r), chunk_length=20),
                     f"chunkkv:budget_kind=ratio,ratio={1 - r},decode=false", 0, ("chunks", 20, r)))
+    for r in (0.5, 0.75):  # defaults chunk_length 10, low_entropy_chunk_length 4, around SnapKVPress(64, 5)
+        out.append((f"entropy_chunkkv_r{r}",
+                    kp["EntropyGatedChunkKVPress"](press=kp["SnapKVPress"](compression_ratio=r)),
+                    f"entropy_chunkkv:budget_kind=ratio,ratio={1 - r},decode=false", 0, ("entropy", 10, 4, r)))
+    for r in (0.5, 0.75):  # the random filters of QFILTERS (qfilter_press(): no download)
+        n = kp["compute_n_kept"](L, r)
+        out.append((f"qfilter_r{r}", qfilter_press(kp, r),
+                    "qfilter:filters={qfilters},decode=false", n, "score"))
+    for r in (0.5, 0.75):  # defaults tau 5, n_future_positions 512, n_sink 4, epsilon 1e-6
+        n = kp["compute_n_kept"](L, r)
+        out.append((f"cap_r{r}", kp["CapPress"](compression_ratio=r), "cap:decode=false", n, "score"))
+    # KVComposePress scores the context with the attention of the question's queries, which its
+    # pipeline feeds after the context (register_prompt_ids): kvbench's `window` = the question.
+    for r in (0.5, 0.75):  # defaults structured, agg_task max, agg_group mean, agg_head mean
+        out.append((f"kvcompose_r{r}", kp["KVComposePress"](compression_ratio=r),
+                    f"kvcompose:ratio={1 - r},window={L - n_ctx}", 0, "kvcompose"))
+    for r in (0.5, 0.75):  # default ExpectedAttentionPress(epsilon=2e-2), sink 4, window 1; LUKV_CURVE
+        out.append((f"lukv_r{r}", lukv_press(kp, r),
+                    f"lukv:curve={{lukv_curve}},budget_kind=ratio,ratio={1 - r},decode=false", 0, "lukv"))
     for r in (0.5, 0.75):  # defaults n_sink 4, lag_size 128: 7 scored partitions of the 1,098 tokens
         n = kp["compute_n_kept"](L, r)
         out.append((f"lagkv_r{r}", kp["LagKVPress"](compression_ratio=r), "lagkv:decode=false", n, "score"))
@@ -260,6 +307,36 @@ def think_of(press):
     return None
 
 
+def qfilter_press(kp, r):
+    """QFilterPress(compression_ratio=r) holding the random filters of QFILTERS (written on first
+    use: torch.randn(LAYERS, 3, 64) under manual_seed(QFILTER_SEED)) instead of downloading the
+    published ones."""
+    from safetensors.torch import save_file
+    if not os.path.exists(QFILTERS):
+        g = torch.Generator().manual_seed(QFILTER_SEED)
+        save_file({"q_filters": torch.randn(LAYERS, 3, 64, generator=g)}, QFILTERS)
+    from safetensors.torch import load_file
+    press = kp["QFilterPress"](compression_ratio=r)
+    filters = load_file(QFILTERS)["q_filters"]
+    object.__setattr__(press, "post_init_from_model", lambda model: None)
+    press.q_filters = filters
+    return press
+
+
+def lukv_press(kp, r):
+    """LUKVPress(ExpectedAttentionPress(epsilon=2e-2), compression_ratio=r) holding the synthetic
+    curve of LUKV_CURVE (written on first use)."""
+    import numpy as np
+    if not os.path.exists(LUKV_CURVE):
+        rng = np.random.default_rng(CURVE_SEED)
+        base = (np.arange(99) + 1)[:, None, None] / 100.0
+        curve = np.clip(base + rng.normal(0.0, 0.1, size=(99, LAYERS, 3)), 0.0, 0.99).astype(np.float32)
+        np.save(LUKV_CURVE, curve)
+    press = kp["LUKVPress"](press=kp["ExpectedAttentionPress"](epsilon=2e-2), compression_ratio=r)
+    press._budget_curves = np.load(LUKV_CURVE)
+    return press
+
+
 def record_lazy_shares(press, snapkv):
     """Wraps SimLayerKVPress.is_lazy to record each layer's attention share (kvpress's own formula)."""
     shares, inner = {}, press.is_lazy
@@ -341,11 +418,72 @@ def run_case(model, press, ids, calls=None):
                                      module_inv_freq(model))
             assert bool((eq.sum(-1) == 1).all()), "a kept key row does not match exactly one original row"
             heads.append(sorted(int(i) for i in eq.float().argmax(-1).tolist()))
+        if kind == "LUKVPress":  # the cache stays whole; the pruned tokens are masked
+            _, hi, si = model.model.layers[layer].self_attn.masked_key_indices
+            pruned = [set(si[hi == h].tolist()) for h in range(k0.shape[0])]
+            heads = [[i for i in kept if i not in pruned[h]] for h, kept in enumerate(heads)]
         keep.append(heads)
     if rewrites(press):
         return keep, scores, dict(final=final, queries=queries, orig=orig, think=think,
                                   merge=press if kind == "MergingPress" else None)
     return keep, scores
+
+
+def run_kvcompose(model, press, ids, n_ctx):
+    """KVComposePress as its pipeline runs it: the context ids[:n_ctx] prefilled, then the question
+    ids[n_ctx:] fed as the prompt whose attention scores the context. Returns ([layer][head] kept
+    positions, [layer][head] near-tie positions). The question's tokens are counted as kept (the
+    pipeline feeds them again to generate; kvbench keeps its `window`). Asserts that no composite
+    entry lies within TIE of the global cut (a layer's count would be in doubt); a head's near-ties
+    are those of its own top-count cut."""
+    seen = {}
+    register, prepare = press.register_context_ids, press.prepare_important_masks
+
+    def register_context_ids(context_ids):
+        register(context_ids)
+        press.register_prompt_ids([torch.tensor([ids[n_ctx:]])])
+
+    def prepare_important_masks():
+        prepare()
+        seen["scores"] = press.scores.clone().double()
+        seen["composite"] = press.composite_scores_per_layer.clone().double()
+        seen["count"] = [int(c) for c in press.important_per_layer]
+        seen["mask"] = [[m.clone() for m in layer] for layer in press.important_mask_per_kv_head]
+
+    object.__setattr__(press, "register_context_ids", register_context_ids)
+    object.__setattr__(press, "prepare_important_masks", prepare_important_masks)
+    cache = DynamicCache()
+    with press(model):
+        model(input_ids=torch.tensor([ids[:n_ctx]]), past_key_values=cache, use_cache=True)
+    comp = seen["composite"]
+    n = kvpress_n_kept(comp.numel(), press.compression_ratio)
+    v = comp.reshape(-1).sort(descending=True).values
+    a, b = v[n - 1].item(), v[n].item()
+    tol = FLAG_TIE * max(abs(a), abs(b), 1e-30)
+    # Composite entries at the global cut (layer 0's curve repeats the largest layer's exactly):
+    # a layer's count may move by as many as it holds there (its "count_slack").
+    slack = [int(((comp[layer] >= b - tol) & (comp[layer] <= a + tol)).sum()) if a - b <= tol else 0
+             for layer in range(LAYERS)]
+    keep, ties = [], []
+    for layer in range(LAYERS):
+        count = seen["count"][layer]
+        assert cache.layers[layer].keys.shape[2] == count
+        keep.append([sorted(seen["mask"][layer][h].nonzero().squeeze(-1).tolist()) + list(range(n_ctx, len(ids)))
+                     for h in range(len(seen["mask"][layer]))])
+        heads = []
+        for h in range(len(seen["mask"][layer])):
+            sc = seen["scores"][layer][h]
+            order = sc.sort(descending=True, stable=True).indices.tolist()
+            d = slack[layer]
+            band = set(band_score(sc, count)) | set(order[max(0, count - d):count + d])
+            heads.append((sorted(band), d))
+        ties.append(heads)
+    return keep, ties
+
+
+def kvpress_n_kept(k, r):
+    from kvpress.utils import compute_n_kept
+    return compute_n_kept(k, r)
 
 
 def band_score(s, n):
@@ -412,6 +550,82 @@ def band_chunks(s, chunk, ratio):
     return [i for c in chunks for i in range(*bounds[c])]
 
 
+def band_entropy(s, chunk, low, ratio):
+    """EntropyGatedChunkKVPress: the tokens in doubt. Redoes kvpress's selection in double on the
+    head-summed score. A chunk is in doubt when its mean (entropy) is within FLAG_TIE of the median
+    mean (entropy) while its other flag makes the spiky flag depend on it: the selection is redone
+    for every combination of those chunks' spiky flags (each flag alone when more than 6), and every
+    token kept by some but not all is in doubt. Also in doubt, in each run: the tokens of every chunk whose mean is within TIE of the
+    mean of the chunk the budget ran out in (the visiting order there), each partly kept chunk's
+    own top-n cut, and the cut of the final top-up over the remaining tokens."""
+    import itertools
+    t = s.sum(0)
+    L = len(t)
+    bounds = [(c, min(L, c + chunk)) for c in range(0, L, chunk)]
+    means = [t[a:b].mean().item() for a, b in bounds]
+
+    def entropy(x):
+        if len(x) == 1:
+            return 0.0
+        x = x - min(x.min().item(), 0.0)
+        p = x / (x.sum() + 1e-8)
+        return min(1.0, max(0.0, (-(p * (p + 1e-8).log()).sum() / math.log(len(x))).item()))
+    ents = [entropy(t[a:b]) for a, b in bounds]
+    n = len(bounds)
+    m_med = sorted(means)[(n - 1) // 2]
+    e_med = sorted(ents)[(n - 1) // 2]
+    high = [m >= m_med for m in means]
+    lowe = [e < e_med for e in ents]
+    doubt = []
+    for c in range(n):
+        near_m = means[c] != m_med and abs(means[c] - m_med) <= FLAG_TIE * max(abs(m_med), 1e-30)
+        near_e = ents[c] != e_med and abs(ents[c] - e_med) <= FLAG_TIE * max(abs(e_med), 1e-30)
+        if (near_m and lowe[c]) or (near_e and high[c]):
+            doubt.append(c)
+
+    def select(spiky):
+        budget = max(1, int(L * (1 - ratio)))
+        keep = torch.zeros(L, dtype=torch.bool)
+        band = set()
+        last = None
+        for c in sorted(range(n), key=lambda c: -means[c]):
+            if budget <= 0:
+                break
+            a, b = bounds[c]
+            k = min(b - a, budget)
+            if spiky[c]:
+                k = min(k, low)
+            if k == b - a:
+                keep[a:b] = True
+            else:
+                keep[t[a:b].topk(k).indices + a] = True
+                band |= {a + i for i in band_score(t[a:b], k)}
+            budget -= k
+            last = c
+        if last is not None:  # the chunks around the point where the budget ran out
+            ref = means[last]
+            for c in range(n):
+                if abs(means[c] - ref) <= TIE * max(abs(ref), 1e-30) and c != last:
+                    band |= set(range(*bounds[c])) | set(range(*bounds[last]))
+        if budget > 0:
+            rest = (~keep).nonzero().squeeze(-1)
+            band |= {rest[i].item() for i in band_score(t[rest], budget)}
+        return keep, band
+
+    base = [high[c] and lowe[c] for c in range(n)]
+    keep0, band = select(base)
+    # Every combination of the flags in doubt when there are few, else each flag flipped alone.
+    combos = (itertools.product([False, True], repeat=len(doubt)) if len(doubt) <= 6 else
+              [[(not base[d]) if d == c else base[d] for d in doubt] for c in doubt])
+    for flips in combos:
+        spiky = list(base)
+        for c, f in zip(doubt, flips):
+            spiky[c] = f
+        keep, b = select(spiky)
+        band |= b | set((keep ^ keep0).nonzero().squeeze(-1).tolist())
+    return sorted(band)
+
+
 def hexmask(positions, L):
     bits = ["0"] * (((L + 3) // 4) * 4)
     for p in positions:
@@ -422,9 +636,10 @@ def hexmask(positions, L):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=default_model())
-    ap.add_argument("--only", default="", help="comma-separated case names: regenerate only these, keep the others")
+    ap.add_argument("--only", action="append", default=[],
+                    help="regenerate only the cases whose name starts with this (repeatable); the others are "
+                         "copied from the existing golden file, which must hold the same prompt")
     args = ap.parse_args()
-    only = set(filter(None, args.only.split(",")))
     d, f = os.path.split(args.model)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="eager", dtype=torch.float32)
@@ -439,15 +654,24 @@ def main():
     print(f"prompt {L} tokens (context {n_ctx})")
     kp = presses()
     out = []
-    for name, press, spec, budget, tie in cases(kp, L):
-        if only and name not in only:
-            out.append(next(c for c in json.load(open(OUT))["cases"] if c["name"] == name))
+    old = {}
+    if args.only:
+        prev = json.load(open(OUT))
+        assert prev["prompt"] == ids, "--only needs the existing golden's prompt"
+        old = {c["name"]: c for c in prev["cases"]}
+    for name, press, spec, budget, tie in cases(kp, L, n_ctx):
+        if args.only and not any(name.startswith(o) for o in args.only):
+            out.append(old[name])
             continue
         shares = record_lazy_shares(press, kp["SnapKVPress"]) if tie == "lazy" else None
         calls = {} if isinstance(tie, tuple) and tie[0] == "calls" else None
-        sdpa_only = isinstance(tie, tuple) and (tie[0] in ("chunks", "chunkpress") or type(press).__name__ == "BlockPress")
-        res = run_case(sdpa if sdpa_only else model, press, ids, calls)
-        keep, scores, written = res if len(res) == 3 else (*res, None)
+        sdpa_only = tie == "lukv" or isinstance(tie, tuple) and (tie[0] in ("chunks", "chunkpress", "entropy") or type(press).__name__ == "BlockPress")
+        if tie == "kvcompose":
+            keep, scores = run_kvcompose(model, press, ids, n_ctx)
+            written = None
+        else:
+            res = run_case(sdpa if sdpa_only else model, press, ids, calls)
+            keep, scores, written = res if len(res) == 3 else (*res, None)
         extra = {}
         if shares is not None:
             extra["lazy_shares"] = [shares[layer] for layer in range(LAYERS)]
@@ -467,6 +691,13 @@ def main():
                     band = band_score(scores[layer][h], budget)
                 elif tie == "lazy":
                     band = []
+                elif tie == "kvcompose":
+                    band, slack = scores[layer][h]
+                elif tie == "lukv":  # the sinks and the window score above all, as LUKVPress sets them
+                    sc = scores[layer][h].clone()
+                    sc[:press.sink] = scores[layer].max() + 1
+                    sc[L - press.window:] = scores[layer].max() + 1
+                    band = band_score(sc, len(kept))
                 elif tie[0] == "chunkpress":
                     band = []
                     for a in range(0, L, tie[1]):
@@ -481,6 +712,9 @@ def main():
                     band = sorted(band)
                     assert len(kept) == (budget if type(press).__name__ == "BlockPress"
                                          else tie[1](1, budget)), (name, layer, h, len(kept))
+                elif tie[0] == "entropy":
+                    assert len(kept) == max(1, int(L * (1 - tie[3]))), (name, layer, h, len(kept))
+                    band = band_entropy(scores[layer], tie[1], tie[2], tie[3])
                 elif tie[0] == "layers":
                     assert len(kept) == tie[1][layer], (name, layer, h, len(kept))
                     band = band_score(scores[layer][h], tie[1][layer])
@@ -489,6 +723,8 @@ def main():
                 heads.append(dict(keep=hexmask(kept, L), tie=hexmask(band, L), n_tie=len(band)))
                 if written is not None:
                     heads[-1].update(written_head(written, layer, h, kept))
+                if tie == "kvcompose" and slack:
+                    heads[-1]["count_slack"] = slack
             layers.append(heads)
         n_tie = sum(h["n_tie"] for lay in layers for h in lay)
         print(f"  {name}: budget {budget}, kept {len(keep[0][0])}, near-tie tokens {n_tie}")

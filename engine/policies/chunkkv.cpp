@@ -17,74 +17,64 @@
 // earlier chunk. A head shorter than one chunk (kvpress falls back to the inner press) keeps the
 // top B tokens of the summed score with the window. Decode: the kvbench schedule (buffer 128;
 // `decode=false` is kvpress's prefill-only press), chunks counted from the oldest cached token.
+#include "engine/policies/chunkkv.h"
+
 #include <algorithm>
 #include <limits>
 
-#include "engine/policies/layer_score_cache.h"
 #include "engine/policies/registration.h"
-#include "engine/policies/snapkv.h"
 #include "engine/util/error.h"
 
 namespace kvb {
-namespace {
 
-class ChunkKVPolicy : public SnapKVPolicy {
- public:
-  explicit ChunkKVPolicy(PolicyParams p) : SnapKVPolicy("chunkkv", std::move(p)) {
-    chunk_ = static_cast<int32_t>(params_.get_int_in("chunk", 1, 1 << 20));
-    refuse_threshold("it keeps whole chunks ranked by their mean score");
-  }
-  void on_sequence_end(SeqId seq) override { layer_scores_.forget(seq); }
-  /// Token budgets keep at most B tokens (whole chunks that fit); with budget_kind=ratio the
-  /// chunk count follows kvpress and may exceed ⌊ratio · L⌋ by part of a chunk: the full cache
-  /// bounds it.
-  KvFootprint kv_footprint(const FootprintQuery& q) const override {
-    if (ratio_kind_) return full_cache_footprint(q, "chunkkv with budget_kind=ratio: bounded by the full cache");
-    return ScheduledPolicy::kv_footprint(q);
-  }
+ChunkKVPolicy::ChunkKVPolicy(std::string name, PolicyParams p, int32_t min_chunk)
+    : SnapKVPolicy(std::move(name), std::move(p)) {
+  chunk_ = static_cast<int32_t>(params_.get_int_in("chunk", min_chunk, 1 << 20));
+  refuse_threshold("it keeps whole chunks ranked by their mean score");
+}
 
- protected:
-  /// The layer's token score (the same for every kv head): SnapKV scores of the older tokens,
-  /// the window's tokens at the layer's largest score + 1, summed over the kv heads.
-  void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
-    layer_scores_.score(step, L, "chunkkv", "ChunkKV", scores, [&](std::vector<float>& row) {
-      std::vector<std::vector<float>> per(step.num_kv_heads);
-      float top = -std::numeric_limits<float>::infinity();
-      int w = 0;
-      for (int hk = 0; hk < step.num_kv_heads; ++hk) {
-        per[hk] = scoring::window_scores(step, hk, {gqa_, pool_, kernel_}, &w);
-        for (float v : per[hk]) top = std::max(top, v);
-      }
-      for (int hk = 0; hk < step.num_kv_heads; ++hk)
-        for (int32_t i = 0; i < L; ++i) row[i] += i < static_cast<int32_t>(per[hk].size()) ? per[hk][i] : top + 1.0f;
-    });
-  }
+KvFootprint ChunkKVPolicy::kv_footprint(const FootprintQuery& q) const {
+  if (ratio_kind_) return full_cache_footprint(q, name() + " with budget_kind=ratio: bounded by the full cache");
+  return ScheduledPolicy::kv_footprint(q);
+}
 
-  /// The top chunks by mean token score, kept whole (ascending indices).
-  std::vector<int32_t> select(const std::vector<float>& scores, int32_t L, int64_t B) override {
-    if (L < chunk_) return ScheduledPolicy::select(scores, L, B);
-    const int32_t full = L / chunk_, n = full + (L % chunk_ > 0 ? 1 : 0);
-    std::vector<float> mean(n, 0.0f);
-    for (int32_t c = 0; c < n; ++c) {
-      const int32_t lo = c * chunk_, hi = std::min<int32_t>(L, lo + chunk_);
-      float s = 0.0f;
-      for (int32_t i = lo; i < hi; ++i) s += scores[i];
-      mean[c] = s / static_cast<float>(hi - lo);
+void ChunkKVPolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) {
+  layer_scores_.score(step, L, name(), "ChunkKV", scores, [&](std::vector<float>& row) {
+    std::vector<std::vector<float>> per(step.num_kv_heads);
+    float top = -std::numeric_limits<float>::infinity();
+    int w = 0;
+    for (int hk = 0; hk < step.num_kv_heads; ++hk) {
+      per[hk] = scoring::window_scores(step, hk, {gqa_, pool_, kernel_}, &w);
+      for (float v : per[hk]) top = std::max(top, v);
     }
-    int64_t k = ratio_kind_ ? static_cast<int64_t>(static_cast<double>(n) * ratio_) : B / chunk_;
-    k = std::clamp<int64_t>(k, 1, n);
-    std::vector<int32_t> keep;
-    for (int32_t c : scoring::top_k_indices(mean, k))
-      for (int32_t i = c * chunk_; i < std::min<int32_t>(L, (c + 1) * chunk_); ++i) keep.push_back(i);
-    return keep;
+    for (int hk = 0; hk < step.num_kv_heads; ++hk)
+      for (int32_t i = 0; i < L; ++i) row[i] += i < static_cast<int32_t>(per[hk].size()) ? per[hk][i] : top + 1.0f;
+  });
+}
+
+std::vector<float> ChunkKVPolicy::chunk_means(const std::vector<float>& scores, int32_t L) const {
+  const int32_t n = (L + chunk_ - 1) / chunk_;
+  std::vector<float> mean(n, 0.0f);
+  for (int32_t c = 0; c < n; ++c) {
+    const int32_t lo = c * chunk_, hi = std::min<int32_t>(L, lo + chunk_);
+    float s = 0.0f;
+    for (int32_t i = lo; i < hi; ++i) s += scores[i];
+    mean[c] = s / static_cast<float>(hi - lo);
   }
+  return mean;
+}
 
- private:
-  int32_t chunk_ = 20;
-  LayerScoreCache layer_scores_;
-};
-
-}  // namespace
+std::vector<int32_t> ChunkKVPolicy::select(const std::vector<float>& scores, int32_t L, int64_t B) {
+  if (L < chunk_) return ScheduledPolicy::select(scores, L, B);
+  const std::vector<float> mean = chunk_means(scores, L);
+  const auto n = static_cast<int64_t>(mean.size());
+  int64_t k = ratio_kind_ ? static_cast<int64_t>(static_cast<double>(n) * ratio_) : B / chunk_;
+  k = std::clamp<int64_t>(k, 1, n);
+  std::vector<int32_t> keep;
+  for (int32_t c : scoring::top_k_indices(mean, k))
+    for (int32_t i = c * chunk_; i < std::min<int32_t>(L, (c + 1) * chunk_); ++i) keep.push_back(i);
+  return keep;
+}
 
 KVB_POLICY(chunkkv) { return policy_entry<ChunkKVPolicy>("chunkkv").with_tests({.min_budget = 65}); }
 

@@ -19,9 +19,11 @@
 // at the tokens seen so far (the prompt length at the prompt's end). Compression follows the
 // kvbench schedule (every `buffer` = 128 decode tokens; `decode=false` is kvpress's prefill-only
 // press). Needs the pre-RoPE queries (LayerStep::queries_pre_rope), which the CPU backend provides.
+#include <algorithm>
 #include <cmath>
 #include <map>
 
+#include "engine/policies/expected_attention.h"
 #include "engine/policies/params.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
@@ -29,149 +31,70 @@
 #include "engine/util/error.h"
 
 namespace kvb {
-namespace {
 
-/// Running first and second moments of one layer's pre-RoPE queries, per query head (f64).
-struct QueryMoments {
-  int64_t n = 0;
-  std::vector<double> sum;  ///< [Hq, D]
-  std::vector<double> sq;   ///< [Hq, D, D]: Σ q qᵀ
-};
-
-class ExpectedAttentionPolicy : public ScheduledPolicy {
- public:
-  explicit ExpectedAttentionPolicy(PolicyParams p) : ScheduledPolicy("expected_attention", std::move(p)) {
-    n_future_ = params_.get_int_in("n_future", 1, 1 << 24);
-    covariance_ = params_.get_bool("covariance");
-    vnorm_ = params_.get_bool("vnorm");
-    epsilon_ = params_.get_double("epsilon");  // finite: PolicyParams refuses NaN and inf
-  }
-  // Keys and value norms are read from the cache.
-  PolicyNeeds needs() const override { return {.queries_pre_rope = true, .host_kv = true}; }
-  void on_sequence_end(SeqId seq) override { moments_.erase(seq); }
-
- protected:
-  void observe(LayerStep& step) override {
-    if (!step.queries_pre_rope)
-      fail(
-          "policy 'expected_attention' needs the pre-RoPE queries (LayerStep::queries_pre_rope), which this "
-          "backend does not provide; use the CPU backend");
-    const int Hq = step.num_q_heads, D = step.head_dim;
-    auto& layers = moments_[step.seq];
-    if (layers.empty()) layers.resize(step.num_layers);
-    QueryMoments& m = layers[step.layer];
-    if (m.sum.empty()) {
-      m.sum.assign(static_cast<size_t>(Hq) * D, 0.0);
-      m.sq.assign(static_cast<size_t>(Hq) * D * D, 0.0);
-    }
-    const int64_t first_pos = step.seq_len - step.n_new;
-    for (int i = 0; i < step.n_new; ++i) {
-      if (first_pos + i < sinks_) continue;  // kvpress: hidden_states[:, n_sink:]
-      ++m.n;
-      for (int hq = 0; hq < Hq; ++hq) {
-        const float* q = step.queries_pre_rope + (static_cast<size_t>(i) * Hq + hq) * D;
-        double* s = &m.sum[static_cast<size_t>(hq) * D];
-        double* sq = &m.sq[static_cast<size_t>(hq) * D * D];
-        for (int a = 0; a < D; ++a) {
-          s[a] += q[a];
-          const double qa = q[a];
-          for (int b = 0; b <= a; ++b) sq[a * D + b] += qa * q[b];  // lower triangle
+void ExpectedAttentionPolicy::score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) {
+  const int D = step.head_dim, G = step.num_q_heads / step.num_kv_heads;
+  const scoring::QueryMoments& m = moments_.at(step.seq, step.layer);
+  if (m.n == 0) fail("policy 'expected_attention': no query after the {} sink tokens to estimate from", sinks_);
+  const scoring::MeanRope rbar = scoring::mean_rope(step, step.seq_len, n_future_, name().c_str());
+  auto rotate = [&](const double* x, double* y, int stride) { rbar.apply(x, y, stride); };
+  const int32_t first = std::min<int32_t>(sinks_, L);
+  const int32_t n = L - first;
+  std::vector<double> acc(n, 0.0), logits(n), mu(D), mur(D), cov(static_cast<size_t>(D) * D),
+      tmp(static_cast<size_t>(D) * D), kd(D), ck(D);
+  const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(D)), nn = static_cast<double>(m.n);
+  for (int g = 0; g < G; ++g) {
+    const int hq = h * G + g;
+    const double* s = &m.sum[static_cast<size_t>(hq) * D];
+    const double* sq = &m.sq[static_cast<size_t>(hq) * D * D];
+    for (int a = 0; a < D; ++a) mu[a] = s[a] / nn;
+    rotate(mu.data(), mur.data(), 1);
+    if (covariance_) {
+      for (int a = 0; a < D; ++a)
+        for (int b = 0; b <= a; ++b) {
+          const double c = sq[a * D + b] / nn - mu[a] * mu[b];
+          cov[a * D + b] = c;
+          cov[b * D + a] = c;
         }
-      }
+      for (int b = 0; b < D; ++b) rotate(&cov[b], &tmp[b], D);  // R̄·Σ (columns)
+      for (int a = 0; a < D; ++a)
+        rotate(&tmp[static_cast<size_t>(a) * D], &cov[static_cast<size_t>(a) * D], 1);  // (R̄Σ)·R̄ᵀ (rows)
     }
-  }
-
-  void score(LayerStep& step, int h, int32_t L, std::vector<float>& scores) override {
-    if (!step.rope_inv_freq) fail("policy 'expected_attention': the backend did not pass the model's RoPE");
-    const int D = step.head_dim, half = D / 2, G = step.num_q_heads / step.num_kv_heads;
-    const QueryMoments& m = moments_.at(step.seq)[step.layer];
-    if (m.n == 0) fail("policy 'expected_attention': no query after the {} sink tokens to estimate from", sinks_);
-    // Mean rotation over the future positions: c̄_i, s̄_i (transformers: f32 angle, scaled cos/sin).
-    std::vector<double> cbar(half, 0.0), sbar(half, 0.0);
-    for (int64_t p = step.seq_len; p < step.seq_len + n_future_; ++p)
-      for (int i = 0; i < half; ++i) {
-        const float ang = static_cast<float>(p) * step.rope_inv_freq[i];
-        cbar[i] += static_cast<float>(std::cos(static_cast<double>(ang)) * step.rope_mscale);
-        sbar[i] += static_cast<float>(std::sin(static_cast<double>(ang)) * step.rope_mscale);
-      }
-    for (int i = 0; i < half; ++i) {
-      cbar[i] /= static_cast<double>(n_future_);
-      sbar[i] /= static_cast<double>(n_future_);
-    }
-    // R̄ applied to a vector: (R̄x)_i = c̄_i x_i − s̄_i x_{i+half}, (R̄x)_{i+half} = c̄_i x_{i+half} + s̄_i x_i.
-    auto rotate = [&](const double* x, double* y, int stride) {
-      for (int i = 0; i < half; ++i) {
-        const double a = x[i * stride], b = x[(i + half) * stride];
-        y[i * stride] = cbar[i] * a - sbar[i] * b;
-        y[(i + half) * stride] = cbar[i] * b + sbar[i] * a;
-      }
-    };
-    const int32_t first = std::min<int32_t>(sinks_, L);
-    const int32_t n = L - first;
-    std::vector<double> acc(n, 0.0), logits(n), mu(D), mur(D), cov(static_cast<size_t>(D) * D),
-        tmp(static_cast<size_t>(D) * D), kd(D), ck(D);
-    const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(D)), nn = static_cast<double>(m.n);
-    for (int g = 0; g < G; ++g) {
-      const int hq = h * G + g;
-      const double* s = &m.sum[static_cast<size_t>(hq) * D];
-      const double* sq = &m.sq[static_cast<size_t>(hq) * D * D];
-      for (int a = 0; a < D; ++a) mu[a] = s[a] / nn;
-      rotate(mu.data(), mur.data(), 1);
-      if (covariance_) {
-        for (int a = 0; a < D; ++a)
-          for (int b = 0; b <= a; ++b) {
-            const double c = sq[a * D + b] / nn - mu[a] * mu[b];
-            cov[a * D + b] = c;
-            cov[b * D + a] = c;
-          }
-        for (int b = 0; b < D; ++b) rotate(&cov[b], &tmp[b], D);  // R̄·Σ (columns)
-        for (int a = 0; a < D; ++a)
-          rotate(&tmp[static_cast<size_t>(a) * D], &cov[static_cast<size_t>(a) * D], 1);  // (R̄Σ)·R̄ᵀ (rows)
-      }
-      double mx = -INFINITY;
-      for (int32_t j = 0; j < n; ++j) {
-        const float* k = step.cache->key(step.seq, step.layer, h, first + j);
-        for (int a = 0; a < D; ++a) kd[a] = k[a];
-        double v = 0;
-        for (int a = 0; a < D; ++a) v += mur[a] * kd[a];
-        v *= inv_sqrt_d;
-        if (covariance_) {
-          double quad = 0;
-          for (int a = 0; a < D; ++a) {
-            double r = 0;
-            const double* row = &cov[static_cast<size_t>(a) * D];
-            for (int b = 0; b < D; ++b) r += row[b] * kd[b];
-            quad += kd[a] * r;
-          }
-          v += quad / D / 2.0;
-        }
-        logits[j] = v;
-        mx = std::max(mx, v);
-      }
-      double z = 0;
-      for (int32_t j = 0; j < n; ++j) z += (logits[j] = std::exp(logits[j] - mx));
-      for (int32_t j = 0; j < n; ++j) acc[j] += logits[j] / z;
-    }
+    double mx = -INFINITY;
     for (int32_t j = 0; j < n; ++j) {
-      double sc = acc[j] / G;
-      if (vnorm_) {
-        const float* v = step.cache->value(step.seq, step.layer, h, first + j);
-        double n2 = 0;
-        for (int a = 0; a < D; ++a) n2 += static_cast<double>(v[a]) * v[a];
-        sc = (sc + epsilon_) * std::sqrt(n2);
+      const float* k = step.cache->key(step.seq, step.layer, h, first + j);
+      for (int a = 0; a < D; ++a) kd[a] = k[a];
+      double v = 0;
+      for (int a = 0; a < D; ++a) v += mur[a] * kd[a];
+      v *= inv_sqrt_d;
+      if (covariance_) {
+        double quad = 0;
+        for (int a = 0; a < D; ++a) {
+          double r = 0;
+          const double* row = &cov[static_cast<size_t>(a) * D];
+          for (int b = 0; b < D; ++b) r += row[b] * kd[b];
+          quad += kd[a] * r;
+        }
+        v += quad / D / 2.0;
       }
-      scores[first + j] = static_cast<float>(sc);
+      logits[j] = v;
+      mx = std::max(mx, v);
     }
+    double z = 0;
+    for (int32_t j = 0; j < n; ++j) z += (logits[j] = std::exp(logits[j] - mx));
+    for (int32_t j = 0; j < n; ++j) acc[j] += logits[j] / z;
   }
-
- private:
-  int64_t n_future_ = 512;
-  bool covariance_ = true, vnorm_ = true;
-  double epsilon_ = 0;
-  std::map<SeqId, std::vector<QueryMoments>> moments_;
-};
-
-}  // namespace
+  for (int32_t j = 0; j < n; ++j) {
+    double sc = acc[j] / G;
+    if (vnorm_) {
+      const float* v = step.cache->value(step.seq, step.layer, h, first + j);
+      double n2 = 0;
+      for (int a = 0; a < D; ++a) n2 += static_cast<double>(v[a]) * v[a];
+      sc = (sc + epsilon_) * std::sqrt(n2);
+    }
+    scores[first + j] = static_cast<float>(sc);
+  }
+}
 
 KVB_POLICY(expected_attention) {
   return policy_entry<ExpectedAttentionPolicy>("expected_attention").with_tests({.min_budget = 5});

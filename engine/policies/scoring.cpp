@@ -77,6 +77,59 @@ void rope_rotate(const float* x, int D, int64_t pos, const float* inv_freq, floa
   }
 }
 
+void MeanRope::apply(const double* x, double* y, int stride) const {
+  const int half = static_cast<int>(c.size());
+  for (int i = 0; i < half; ++i) {
+    const double a = x[i * stride], b = x[(i + half) * stride];
+    y[i * stride] = c[i] * a - s[i] * b;
+    y[(i + half) * stride] = c[i] * b + s[i] * a;
+  }
+}
+
+MeanRope mean_rope(const LayerStep& step, int64_t first, int64_t n, const char* policy) {
+  if (!step.rope_inv_freq) fail("policy '{}': the backend did not pass the model's RoPE", policy);
+  const int half = step.head_dim / 2;
+  MeanRope r{std::vector<double>(half, 0.0), std::vector<double>(half, 0.0)};
+  for (int64_t p = first; p < first + n; ++p)
+    for (int i = 0; i < half; ++i) {
+      const float ang = static_cast<float>(p) * step.rope_inv_freq[i];
+      r.c[i] += static_cast<float>(std::cos(static_cast<double>(ang)) * step.rope_mscale);
+      r.s[i] += static_cast<float>(std::sin(static_cast<double>(ang)) * step.rope_mscale);
+    }
+  for (int i = 0; i < half; ++i) {
+    r.c[i] /= static_cast<double>(n);
+    r.s[i] /= static_cast<double>(n);
+  }
+  return r;
+}
+
+void QueryMoments::add(const LayerStep& step, int64_t first_pos, bool second, const char* policy) {
+  if (!step.queries_pre_rope)
+    fail(
+        "policy '{}' needs the pre-RoPE queries (LayerStep::queries_pre_rope), which this backend does not "
+        "provide; use the CPU backend",
+        policy);
+  const int Hq = step.num_q_heads, D = step.head_dim;
+  if (sum.empty()) sum.assign(static_cast<size_t>(Hq) * D, 0.0);
+  if (second && sq.empty()) sq.assign(static_cast<size_t>(Hq) * D * D, 0.0);
+  const int64_t pos0 = step.seq_len - step.n_new;
+  for (int i = 0; i < step.n_new; ++i) {
+    if (pos0 + i < first_pos) continue;
+    ++n;
+    for (int hq = 0; hq < Hq; ++hq) {
+      const float* q = step.queries_pre_rope + (static_cast<size_t>(i) * Hq + hq) * D;
+      double* s = &sum[static_cast<size_t>(hq) * D];
+      for (int a = 0; a < D; ++a) s[a] += q[a];
+      if (!second) continue;
+      double* m = &sq[static_cast<size_t>(hq) * D * D];
+      for (int a = 0; a < D; ++a) {
+        const double qa = q[a];
+        for (int b = 0; b <= a; ++b) m[a * D + b] += qa * q[b];  // lower triangle
+      }
+    }
+  }
+}
+
 int32_t head_length(const LayerStep& step, int h) { return step.cache->length(step.seq, step.layer, h); }
 
 void accumulate_attention(LayerStep& step, const char* policy, int slot) {

@@ -115,6 +115,35 @@ std::vector<double> row_sq_norms(const KVCache& cache, SeqId seq, int layer, int
 /// LayerStep::queries_pre_rope into the post-RoPE one the attention used.
 void rope_rotate(const float* x, int D, int64_t pos, const float* inv_freq, float mscale, float* out);
 
+/// RoPE's rotation averaged over the future positions p = first … first + n − 1 (Expected
+/// Attention §3's R̄; kvpress 0.5.5 ExpectedAttentionPress.apply_avg_rope and CapPress._avg_rope_matrix,
+/// kvpress/presses/expected_attention_press.py, cap_press.py): R̄ = mean_p (cos_p·I + sin_p·P) with
+/// P the rotate-half matrix, cos/sin per channel pair i as transformers computes them (f32 angle
+/// p · inv_freq[i], times the attention scaling, rounded to f32), averaged in double.
+struct MeanRope {
+  std::vector<double> c, s;  ///< c̄_i, s̄_i, head_dim / 2 values each
+  /// y = R̄x for D = 2·c.size() values read and written `stride` apart (1: a vector; D: a column
+  /// of a row-major D×D matrix): y_i = c̄_i x_i − s̄_i x_{i+D/2}, y_{i+D/2} = c̄_i x_{i+D/2} + s̄_i x_i.
+  /// x and y must not alias.
+  void apply(const double* x, double* y, int stride) const;
+};
+/// MeanRope of step's model (step.rope_inv_freq, step.rope_mscale, step.head_dim) over the `n`
+/// positions from `first`. Throws kvb::Error naming `policy` when the backend passed no RoPE.
+MeanRope mean_rope(const LayerStep& step, int64_t first, int64_t n, const char* policy);
+
+/// Running sums of one layer's pre-RoPE queries (LayerStep::queries_pre_rope) per query head, in
+/// double, over every query whose position is at least `first_pos` (kvpress: hidden_states[:,
+/// n_sink:]); with `second` also Σ q qᵀ (lower triangle). Used by `expected_attention` (mean and
+/// covariance) and `cap` (mean: the historical-query anchor).
+struct QueryMoments {
+  int64_t n = 0;            ///< queries summed
+  std::vector<double> sum;  ///< [Hq, D]: Σ q
+  std::vector<double> sq;   ///< [Hq, D, D]: Σ q qᵀ, lower triangle (empty unless `second`)
+  /// Adds step's new queries at positions ≥ first_pos. Throws kvb::Error naming `policy` when
+  /// step.queries_pre_rope is unset (the backend does not provide it).
+  void add(const LayerStep& step, int64_t first_pos, bool second, const char* policy);
+};
+
 /// Current length of kv head h of (step.seq, step.layer).
 int32_t head_length(const LayerStep& step, int h);
 

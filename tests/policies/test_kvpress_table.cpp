@@ -25,6 +25,8 @@ std::string concrete(std::string spec) {
   const std::map<std::string, std::string> subs = {
       {"pattern=DIR", "pattern=" + test::fixture("policies/duo_pattern_tiny")},
       {"scorer=DIR", "scorer=" + test::fixture("policies/kvzap_mlp_tiny-llama3")},
+      {"filters=FILE", "filters=" + test::fixture("policies/qfilter_smollm2_random.safetensors")},
+      {"curve=FILE", "curve=" + test::fixture("policies/lukv_curve_smollm2_random.npy")},
       {"sparsity=s", "sparsity=0.25"},
       {"seed=s", "seed=3"},
       {"threshold=t", "threshold=-2"}};
@@ -36,7 +38,9 @@ std::string concrete(std::string spec) {
 std::string golden_concrete(std::string spec) {
   for (const auto& [from, to] :
        std::map<std::string, std::string>{{"{duo_pattern}", test::fixture("policies/duo_pattern_tiny")},
-                                          {"{scorer}", test::fixture("policies/kvzap_mlp_tiny-llama3")}})
+                                          {"{scorer}", test::fixture("policies/kvzap_mlp_tiny-llama3")},
+                                          {"{qfilters}", test::fixture("policies/qfilter_smollm2_random.safetensors")},
+                                          {"{lukv_curve}", test::fixture("policies/lukv_curve_smollm2_random.npy")}})
     for (size_t at; (at = spec.find(from)) != std::string::npos;) spec.replace(at, from.size(), to);
   return spec;
 }

@@ -124,6 +124,13 @@ std::vector<ChunkCase> chunk_cases() {
       {"foresightkv:random_scorer=1,window=16,buffer=16", 64},
       {"random:buffer=16,seed=9", 64},
       {"seerattn_r:random_gates=1,block_size=16", 64},
+      {"entropy_chunkkv:buffer=16,window=16", 64},
+      {"qfilter:buffer=16,random_filters=1", 64},
+      {"cap:buffer=16", 64},
+      {"lukv:buffer=16", 64},
+      {"kvcompose:ratio=0.5,window=8", 0},  // prompt only
+      {"knorm:buffer=16,merge=true", 64},
+      {"snapkv:buffer=16,rerotate=true", 64},
   };
 }
 
