@@ -132,4 +132,23 @@ std::vector<std::string> policy_catalog_names() {
   return out;
 }
 
+void LearnedWeightsChoice::require() const {
+  if (path.empty() && random_seed < 0)
+    fail(
+        "policy '{}': no {} for this model: pass {}=HUB_ID|DIR|FILE ({}; `kvbench policies --checkpoints` lists the "
+        "released ones), or {}=SEED for RANDOM test {}",
+        policy, info.what, info.file_param, info.where, info.random_param, info.what);
+}
+
+LearnedWeightsChoice learned_weights_choice(const std::string& name, PolicyParams& params) {
+  const PolicyCatalogEntry& e = policy_catalog_entry(name);
+  if (!e.learned) fail("policy catalog: entry '{}' has no 'learned' group", name);
+  LearnedWeightsChoice c;
+  c.policy = name;
+  c.info = *e.learned;
+  c.path = params.get_string(c.info.file_param);
+  c.random_seed = params.get_int(c.info.random_param);
+  return c;
+}
+
 }  // namespace kvb

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/policies/params.h"
 #include "engine/policies/policy.h"
 
 namespace kvb {
@@ -38,6 +39,25 @@ struct PolicyCatalogEntry {
 /// no entry '<name>'" when the catalog has none, and naming the entry and field when one is
 /// malformed (an unknown field, a wrong type, a help text for a key the shared table lacks).
 const PolicyCatalogEntry& policy_catalog_entry(const std::string& name);
+
+/// The learned weights a policy was given through its catalog `learned` parameters
+/// (LearnedWeightsInfo: file_param, random_param).
+struct LearnedWeightsChoice {
+  std::string policy;        ///< the policy's registry name
+  LearnedWeightsInfo info;   ///< its catalog `learned` entry
+  std::string path;          ///< file_param's value: a Hub id, a directory or a file; "" = not given
+  int64_t random_seed = -1;  ///< random_param's value: the seed of RANDOM test weights; < 0 = not given
+  /// Throws kvb::Error "policy '<policy>': no <what> for this model: pass <file_param>=… (<where>;
+  /// `kvbench policies --checkpoints` lists the released ones), or <random_param>=SEED for RANDOM
+  /// test <what>" when neither is given.
+  void require() const;
+};
+
+/// Reads policy `name`'s two learned-weights parameters from `params` (marking them read). The
+/// policy calls require() where it checks its parameters, so that its errors keep their order.
+/// Throws kvb::Error when `name` has no catalog entry or no `learned` group, and what
+/// PolicyParams throws for a parameter of the wrong type.
+LearnedWeightsChoice learned_weights_choice(const std::string& name, PolicyParams& params);
 
 /// The names of every catalog entry, sorted. Throws what policy_catalog_entry throws for a
 /// malformed entry.

@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "engine/policies/params.h"
+#include "engine/policies/catalog.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -67,18 +68,15 @@ std::vector<std::vector<double>> read_pattern_tsv(const std::string& path) {
 class DuoAttentionPolicy : public ParamPolicy {
  public:
   explicit DuoAttentionPolicy(PolicyParams p) : ParamPolicy("duoattention", std::move(p)) {
-    const std::string pattern = params_.get_string("pattern");
-    random_seed_ = params_.get_int("random_pattern");
+    const LearnedWeightsChoice weights = learned_weights_choice("duoattention", params_);
+    const std::string& pattern = weights.path;
+    random_seed_ = weights.random_seed;
     sparsity_ = params_.get_double_in("sparsity", 0, 1);
     int64_t sinks = params_.get_int("sinks"), recent = params_.get_int("recent");
     buffer_ = params_.get_int_min("buffer", 1, "1 = trim on every step");
     decode_ = params_.get_bool("decode");
     chunked_ = parse_compress(params_);
-    if (pattern.empty() && random_seed_ < 0)
-      fail(
-          "policy 'duoattention': no head pattern for this model: pass pattern=DIR (a directory of "
-          "mit-han-lab/duo-attention attn_patterns/<model>/<run>/ with full_attention_heads.tsv and config.json), "
-          "or random_pattern=SEED for a RANDOM test pattern");
+    weights.require();
     if (!pattern.empty()) {
       namespace fs = std::filesystem;
       const bool dir = fs::is_directory(pattern);

@@ -31,6 +31,7 @@
 #include <mutex>
 
 #include "engine/policies/gate_weights.h"
+#include "engine/policies/catalog.h"
 #include "engine/policies/params.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
@@ -43,17 +44,15 @@ namespace {
 class ForesightKVPolicy : public ScheduledPolicy {
  public:
   explicit ForesightKVPolicy(PolicyParams p) : ScheduledPolicy("foresightkv", std::move(p)) {
-    path_ = params_.get_string("scorer");
-    random_seed_ = params_.get_int("random_scorer");
+    const LearnedWeightsChoice weights = learned_weights_choice("foresightkv", params_);
+    path_ = weights.path;
+    random_seed_ = weights.random_seed;
     hidden_ = params_.get_int("hidden");
     sample_ = params_.get_bool("sample");
     seed_ = static_cast<uint64_t>(params_.get_int("seed"));
     decay_ = static_cast<float>(params_.get_double("decay"));
     if (window_ < 1 || window_ != buffer_) params_.fail_param("window", "must equal buffer (the eviction length L)");
-    if (path_.empty() && random_seed_ < 0)
-      fail(
-          "policy 'foresightkv': no scorer weights for this model: pass scorer=FILE.safetensors, or "
-          "random_scorer=SEED for a RANDOM test scorer (no trained ForesightKV scorer is published)");
+    weights.require();
     if (!path_.empty()) {
       weights_ = GateWeights::load(path_, GateSource{"foresightkv", "scorer", "", false});
     }

@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "engine/policies/gate_weights.h"
+#include "engine/policies/catalog.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
@@ -34,18 +35,15 @@ namespace {
 class KVzapPolicy : public ParamPolicy {
  public:
   KVzapPolicy(PolicyParams p, GateWeights w) : ParamPolicy("kvzap", std::move(p)), weights_(std::move(w)) {
-    path_ = params_.get_string("scorer");
-    random_seed_ = params_.get_int("random_scorer");
+    const LearnedWeightsChoice weights = learned_weights_choice("kvzap", params_);
+    path_ = weights.path;
+    random_seed_ = weights.random_seed;
     hidden_ = params_.get_int("hidden");
     threshold_ = static_cast<float>(params_.get_double("threshold"));
     window_ = params_.get_int_in("window", 0, int64_t{1} << 30);
     decode_ = params_.get_bool("decode");
     chunked_ = parse_compress(params_);
-    if (path_.empty() && random_seed_ < 0)
-      fail(
-          "policy 'kvzap': no scorer weights for this model: pass scorer=HUB_ID|DIR|FILE (the released "
-          "nvidia/KVzap-mlp-<model> checkpoints; `kvbench policies --checkpoints`), or random_scorer=SEED for a "
-          "RANDOM test scorer");
+    weights.require();
     if (hidden_ < 0) params_.fail_param("hidden", "must be >= 0 (0 = the linear scorer)");
     // A checkpoint's form follows its tensors (layers.0.0.weight: the MLP; config.json's
     // hidden_dim is null for the linear one); a random scorer's follows `hidden`.

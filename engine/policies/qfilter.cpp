@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "engine/policies/gate_weights.h"
+#include "engine/policies/catalog.h"
 #include "engine/policies/params.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
@@ -30,12 +31,10 @@ namespace {
 class QFilterPolicy : public ScheduledPolicy {
  public:
   QFilterPolicy(PolicyParams p, GateWeights w) : ScheduledPolicy("qfilter", std::move(p)), weights_(std::move(w)) {
-    path_ = params_.get_string("filters");
-    random_seed_ = params_.get_int("random_filters");
-    if (path_.empty() && random_seed_ < 0)
-      fail(
-          "policy 'qfilter': no Q-filters for this model: pass filters=HUB_ID|DIR|FILE (the released "
-          "nthngdy/<model>_qfilt repositories), or random_filters=SEED for RANDOM test filters");
+    const LearnedWeightsChoice weights = learned_weights_choice("qfilter", params_);
+    path_ = weights.path;
+    random_seed_ = weights.random_seed;
+    weights.require();
   }
   PolicyNeeds needs() const override { return {.host_kv = true}; }  // the score reads the cached keys
 

@@ -30,6 +30,7 @@
 #include <mutex>
 
 #include "engine/policies/gate_weights.h"
+#include "engine/policies/catalog.h"
 #include "engine/policies/params.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
@@ -70,15 +71,12 @@ class TrimKVPolicy : public ScheduledPolicy {
  public:
   TrimKVPolicy(PolicyParams p, GateWeights weights)
       : ScheduledPolicy("trimkv", std::move(p), /*global_kind=*/true), weights_(std::move(weights)) {
-    gates_path_ = params_.get_string("gates");
-    random_seed_ = params_.get_int("random_gates");
+    const LearnedWeightsChoice weights = learned_weights_choice("trimkv", params_);
+    gates_path_ = weights.path;
+    random_seed_ = weights.random_seed;
     hidden_ = params_.get_int("gate_hidden");
     bias_ = static_cast<float>(params_.get_double("gate_bias"));
-    if (gates_path_.empty() && random_seed_ < 0)
-      fail(
-          "policy 'trimkv': no retention-gate weights for this model: pass gates=HUB_ID|DIR|FILE (the released "
-          "ngocbh/TrimKV-<model> checkpoints; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
-          "test gates");
+    weights.require();
     params_.check_min("gate_hidden", hidden_, 1);
   }
   PolicyNeeds needs() const override { return {.layer_input = true, .num_scalars = 1, .layer_input_via_mlp = true}; }

@@ -40,6 +40,7 @@
 #include <mutex>
 
 #include "engine/policies/gate_weights.h"
+#include "engine/policies/catalog.h"
 #include "engine/policies/params.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
@@ -52,8 +53,9 @@ namespace {
 class WGKVPolicy : public ParamPolicy {
  public:
   WGKVPolicy(PolicyParams p, GateWeights weights) : ParamPolicy("wgkv", std::move(p)), weights_(std::move(weights)) {
-    gates_path_ = params_.get_string("gates");
-    random_seed_ = params_.get_int("random_gates");
+    const LearnedWeightsChoice weights = learned_weights_choice("wgkv", params_);
+    gates_path_ = weights.path;
+    random_seed_ = weights.random_seed;
     expand_ = params_.get_double("gate_expand");
     window_ = params_.get_int("window");
     tau_ = static_cast<float>(params_.get_double("tau"));
@@ -67,11 +69,7 @@ class WGKVPolicy : public ParamPolicy {
     params_.check_min("obs_window", obs_window_, 1);
     if (budget_ > 0 && budget_ <= window_)
       fail("policy 'wgkv': budget {} must exceed window = {} (it counts the local window)", budget_, window_);
-    if (gates_path_.empty() && random_seed_ < 0)
-      fail(
-          "policy 'wgkv': no write-gate weights for this model: pass gates=HUB_ID/FILE|DIR|FILE (the released "
-          "WG-KV/checkpoints/<model>-<lambda>.pt; `kvbench policies --checkpoints`), or random_gates=SEED for RANDOM "
-          "test gates");
+    weights.require();
   }
   PolicyNeeds needs() const override {
     return {.window_queries = budget_ > 0 ? obs_window_ : 0, .keys_pre_rope = true, .num_scalars = 1, .host_kv = true};
