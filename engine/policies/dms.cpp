@@ -71,9 +71,9 @@ PolicySpec with_dms_config(PolicySpec spec, const GateWeights& w) {
 class DmsPolicy : public ParamPolicy {
  public:
   DmsPolicy(PolicyParams p, GateWeights w) : ParamPolicy("dms", std::move(p)), weights_(std::move(w)) {
-    const LearnedWeightsChoice weights = learned_weights_choice("dms", params_);
-    path_ = weights.path;
-    random_seed_ = weights.random_seed;
+    const LearnedWeightsChoice learned = learned_weights_choice("dms", params_);
+    path_ = learned.path;
+    random_seed_ = learned.random_seed;
     window_ = params_.get_int_in("window", 1, int64_t{1} << 30);
     scale_ = static_cast<float>(params_.get_double_in("scale", -1e6, 1e6));
     offset_ = static_cast<float>(params_.get_double_in("offset", -1e6, 1e6));
@@ -82,7 +82,7 @@ class DmsPolicy : public ParamPolicy {
       params_.fail_param("compress",
                          "DMS evicts within the prompt, as its reference's prefill mask does (a model trained with DMS "
                          "never read a whole prompt uncompressed); prompt_end is not supported");
-    weights.require();
+    learned.require();
   }
 
   PolicyNeeds needs() const override { return {.layer_residual = true, .num_scalars = 1, .prefill_chunk = 1}; }

@@ -68,15 +68,15 @@ std::vector<std::vector<double>> read_pattern_tsv(const std::string& path) {
 class DuoAttentionPolicy : public ParamPolicy {
  public:
   explicit DuoAttentionPolicy(PolicyParams p) : ParamPolicy("duoattention", std::move(p)) {
-    const LearnedWeightsChoice weights = learned_weights_choice("duoattention", params_);
-    const std::string& pattern = weights.path;
-    random_seed_ = weights.random_seed;
+    const LearnedWeightsChoice learned = learned_weights_choice("duoattention", params_);
+    const std::string& pattern = learned.path;
+    random_seed_ = learned.random_seed;
     sparsity_ = params_.get_double_in("sparsity", 0, 1);
     int64_t sinks = params_.get_int("sinks"), recent = params_.get_int("recent");
     buffer_ = params_.get_int_min("buffer", 1, "1 = trim on every step");
     decode_ = params_.get_bool("decode");
     chunked_ = parse_compress(params_);
-    weights.require();
+    learned.require();
     if (!pattern.empty()) {
       namespace fs = std::filesystem;
       const bool dir = fs::is_directory(pattern);

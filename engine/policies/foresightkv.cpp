@@ -44,15 +44,15 @@ namespace {
 class ForesightKVPolicy : public ScheduledPolicy {
  public:
   explicit ForesightKVPolicy(PolicyParams p) : ScheduledPolicy("foresightkv", std::move(p)) {
-    const LearnedWeightsChoice weights = learned_weights_choice("foresightkv", params_);
-    path_ = weights.path;
-    random_seed_ = weights.random_seed;
+    const LearnedWeightsChoice learned = learned_weights_choice("foresightkv", params_);
+    path_ = learned.path;
+    random_seed_ = learned.random_seed;
     hidden_ = params_.get_int("hidden");
     sample_ = params_.get_bool("sample");
     seed_ = static_cast<uint64_t>(params_.get_int("seed"));
     decay_ = static_cast<float>(params_.get_double("decay"));
     if (window_ < 1 || window_ != buffer_) params_.fail_param("window", "must equal buffer (the eviction length L)");
-    weights.require();
+    learned.require();
     if (!path_.empty()) {
       weights_ = GateWeights::load(path_, GateSource{"foresightkv", "scorer", "", false});
     }

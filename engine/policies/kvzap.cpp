@@ -35,15 +35,15 @@ namespace {
 class KVzapPolicy : public ParamPolicy {
  public:
   KVzapPolicy(PolicyParams p, GateWeights w) : ParamPolicy("kvzap", std::move(p)), weights_(std::move(w)) {
-    const LearnedWeightsChoice weights = learned_weights_choice("kvzap", params_);
-    path_ = weights.path;
-    random_seed_ = weights.random_seed;
+    const LearnedWeightsChoice learned = learned_weights_choice("kvzap", params_);
+    path_ = learned.path;
+    random_seed_ = learned.random_seed;
     hidden_ = params_.get_int("hidden");
     threshold_ = static_cast<float>(params_.get_double("threshold"));
     window_ = params_.get_int_in("window", 0, int64_t{1} << 30);
     decode_ = params_.get_bool("decode");
     chunked_ = parse_compress(params_);
-    weights.require();
+    learned.require();
     if (hidden_ < 0) params_.fail_param("hidden", "must be >= 0 (0 = the linear scorer)");
     // A checkpoint's form follows its tensors (layers.0.0.weight: the MLP; config.json's
     // hidden_dim is null for the linear one); a random scorer's follows `hidden`.

@@ -59,9 +59,9 @@ class LocretPolicy : public ParamPolicy {
     chunk_ = params_.get_int("chunk_size");
     stab_ = params_.get_int("stabilizers");
     local_ = params_.get_int("local_len");
-    const LearnedWeightsChoice weights = learned_weights_choice("locret", params_);
-    heads_path_ = weights.path;
-    seed_ = weights.random_seed;
+    const LearnedWeightsChoice learned = learned_weights_choice("locret", params_);
+    heads_path_ = learned.path;
+    seed_ = learned.random_seed;
     hidden_ = params_.get_int("head_hidden");
     if (budget_ <= 0) fail("policy 'locret': needs a budget (--budget; the paper's setting is 6000)");
     if (chunk_ < 1 || chunk_ > (int64_t{1} << 30)) params_.fail_param("chunk_size", "must be in [1, 2^30]");
@@ -72,7 +72,7 @@ class LocretPolicy : public ParamPolicy {
                          "its protocol");
     if (local_ < 0 || local_ > (int64_t{1} << 30)) params_.fail_param("local_len", "must be in [0, 2^30]");
     if (hidden_ < 1 || hidden_ > 65536) params_.fail_param("head_hidden", "must be in [1, 65536]");
-    weights.require();
+    learned.require();
   }
 
   // host_kv: the values of the new tokens are read from the cache.

@@ -31,10 +31,10 @@ namespace {
 class QFilterPolicy : public ScheduledPolicy {
  public:
   QFilterPolicy(PolicyParams p, GateWeights w) : ScheduledPolicy("qfilter", std::move(p)), weights_(std::move(w)) {
-    const LearnedWeightsChoice weights = learned_weights_choice("qfilter", params_);
-    path_ = weights.path;
-    random_seed_ = weights.random_seed;
-    weights.require();
+    const LearnedWeightsChoice learned = learned_weights_choice("qfilter", params_);
+    path_ = learned.path;
+    random_seed_ = learned.random_seed;
+    learned.require();
   }
   PolicyNeeds needs() const override { return {.host_kv = true}; }  // the score reads the cached keys
 

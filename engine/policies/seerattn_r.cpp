@@ -119,9 +119,9 @@ class SeerAttnRPolicy : public Policy {
  public:
   SeerAttnRPolicy(PolicyParams p, GateWeights weights) : p_(std::move(p)), weights_(std::move(weights)) {
     budget_ = p_.budget();
-    const LearnedWeightsChoice weights = learned_weights_choice("seerattn_r", p_);
-    gates_ = weights.path;
-    seed_ = weights.random_seed;
+    const LearnedWeightsChoice learned = learned_weights_choice("seerattn_r", p_);
+    gates_ = learned.path;
+    seed_ = learned.random_seed;
     start_layer_ = p_.get_int("start_layer");
     block_param_ = p_.get_int("block_size");
     if (budget_ <= 0)
@@ -130,7 +130,7 @@ class SeerAttnRPolicy : public Policy {
           "--budget N (the reference's seerattn_token_budget; its README uses 2048-8192)");
     if (start_layer_ < 0 || start_layer_ > (1 << 20)) p_.fail_param("start_layer", "must be in [0, 1048576]");
     if (block_param_ < 0 || block_param_ > (1 << 20)) p_.fail_param("block_size", "must be in [0, 1048576]");
-    weights.require();
+    learned.require();
   }
   /// Its budget bounds the tokens a decode step reads (PolicyParams::budget_read).
   bool uses_budget() const override { return p_.budget_read(); }

@@ -71,12 +71,12 @@ class TrimKVPolicy : public ScheduledPolicy {
  public:
   TrimKVPolicy(PolicyParams p, GateWeights weights)
       : ScheduledPolicy("trimkv", std::move(p), /*global_kind=*/true), weights_(std::move(weights)) {
-    const LearnedWeightsChoice weights = learned_weights_choice("trimkv", params_);
-    gates_path_ = weights.path;
-    random_seed_ = weights.random_seed;
+    const LearnedWeightsChoice learned = learned_weights_choice("trimkv", params_);
+    gates_path_ = learned.path;
+    random_seed_ = learned.random_seed;
     hidden_ = params_.get_int("gate_hidden");
     bias_ = static_cast<float>(params_.get_double("gate_bias"));
-    weights.require();
+    learned.require();
     params_.check_min("gate_hidden", hidden_, 1);
   }
   PolicyNeeds needs() const override { return {.layer_input = true, .num_scalars = 1, .layer_input_via_mlp = true}; }

@@ -53,9 +53,9 @@ namespace {
 class WGKVPolicy : public ParamPolicy {
  public:
   WGKVPolicy(PolicyParams p, GateWeights weights) : ParamPolicy("wgkv", std::move(p)), weights_(std::move(weights)) {
-    const LearnedWeightsChoice weights = learned_weights_choice("wgkv", params_);
-    gates_path_ = weights.path;
-    random_seed_ = weights.random_seed;
+    const LearnedWeightsChoice learned = learned_weights_choice("wgkv", params_);
+    gates_path_ = learned.path;
+    random_seed_ = learned.random_seed;
     expand_ = params_.get_double("gate_expand");
     window_ = params_.get_int("window");
     tau_ = static_cast<float>(params_.get_double("tau"));
@@ -69,7 +69,7 @@ class WGKVPolicy : public ParamPolicy {
     params_.check_min("obs_window", obs_window_, 1);
     if (budget_ > 0 && budget_ <= window_)
       fail("policy 'wgkv': budget {} must exceed window = {} (it counts the local window)", budget_, window_);
-    weights.require();
+    learned.require();
   }
   PolicyNeeds needs() const override {
     return {.window_queries = budget_ > 0 ? obs_window_ : 0, .keys_pre_rope = true, .num_scalars = 1, .host_kv = true};
