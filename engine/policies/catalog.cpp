@@ -135,8 +135,8 @@ std::vector<std::string> policy_catalog_names() {
 void LearnedWeightsChoice::require() const {
   if (path.empty() && random_seed < 0)
     fail(
-        "policy '{}': no {} for this model: pass {}=HUB_ID|DIR|FILE ({}; `kvbench policies --checkpoints` lists the "
-        "released ones), or {}=SEED for RANDOM test {}",
+        "policy '{}': no {} for this model: pass {}=PATH ({}; `kvbench policies --checkpoints` lists the released "
+        "ones), or {}=SEED for RANDOM test {}",
         policy, info.what, info.file_param, info.where, info.random_param, info.what);
 }
 

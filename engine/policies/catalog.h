@@ -47,7 +47,7 @@ struct LearnedWeightsChoice {
   LearnedWeightsInfo info;   ///< its catalog `learned` entry
   std::string path;          ///< file_param's value: a Hub id, a directory or a file; "" = not given
   int64_t random_seed = -1;  ///< random_param's value: the seed of RANDOM test weights; < 0 = not given
-  /// Throws kvb::Error "policy '<policy>': no <what> for this model: pass <file_param>=… (<where>;
+  /// Throws kvb::Error "policy '<policy>': no <what> for this model: pass <file_param>=PATH (<where>;
   /// `kvbench policies --checkpoints` lists the released ones), or <random_param>=SEED for RANDOM
   /// test <what>" when neither is given.
   void require() const;
