@@ -131,7 +131,7 @@ VecDotFn vec_dot_fn(DType w, Isa isa);
 using VecDot4Fn = void (*)(int64_t n, const void* w_row, const void* act, size_t act_bytes, float* y, int64_t ystride);
 /// The four-row kernel from the same ISA build as vec_dot_fn(w, isa), or nullptr where that
 /// build has none (then call the VecDotFn per row). x86 AVX2 / AVX-512 VNNI: Q4_0, Q4_1, Q5_0,
-/// Q5_1, Q8_0.
+/// Q5_1, Q8_0, Q4_K, Q5_K, Q6_K.
 VecDot4Fn vec_dot4_fn(DType w, Isa isa);
 
 /// A tile of nw ≤ 16 weight rows × T activation rows (act_row_bytes format, `act_bytes` apart):
