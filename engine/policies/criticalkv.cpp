@@ -121,13 +121,9 @@ class CriticalAdaKVPolicy : public CriticalBase {
 
   void on_layer_step(LayerStep& step) override {
     const int64_t B = budget_now(step);
-    if (B <= 0) return;
+    std::vector<int32_t> len;
+    if (!shared_layer_due(step, B, len)) return;
     const int H = step.num_kv_heads;
-    std::vector<int32_t> len(H);
-    int64_t total = 0;
-    for (int h = 0; h < H; ++h) total += (len[h] = scoring::head_length(step, h));
-    if (total <= B * H || !compress_point(step.prefill, step.prefill_last, chunked_)) return;
-    if (!step.prefill_last && ((!step.prefill && !decode_) || total < (B + buffer_) * H)) return;
     std::vector<std::vector<float>> s = base_scores(step);
     // AdaKV's safeguard: each head's top n_safe forced.
     int64_t n_safe = static_cast<int64_t>(static_cast<double>(B) * alpha_);
