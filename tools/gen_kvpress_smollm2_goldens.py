@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Keep-set goldens of kvpress 0.5.5's method presses, and of its ChunkPress,
+"""Keep-set goldens of kvpress 0.5.5's method presses (CriticalKVPress, CriticalAdaKVPress and
+FinchPress among them), and of its ChunkPress,
 PerLayerCompressionPress, ComposedPress and BlockPress wrappers, on the real SmolLM2-135M-Instruct
 weights (tests/fixtures/policies/kvpress_smollm2_goldens.json), for the kvbench policies and
 options that reproduce them (docs/policies.md, "kvpress method presses" and "kvpress's wrappers as
@@ -9,7 +10,8 @@ How to run (from the repository root; the default model must be cached, tools/fe
 
     python3 tools/gen_kvpress_smollm2_goldens.py [--model PATH.gguf] [--only PREFIX]...
 
-(--only PREFIX, repeatable, regenerates the cases whose name starts with it and keeps the others from the existing file.)
+(--only PREFIX, repeatable, regenerates the cases whose name starts with it and keeps the others from the existing file,
+in their places; new cases are appended.)
 
 It re-runs itself inside .venv-goldens (tools/goldens_env.py; kvpress==0.5.5 pinned in
 tools/goldens-requirements.txt).
@@ -84,6 +86,10 @@ QFILTER_SEED = 45
 # LUKVPress's curve instead of downloading Llama-3.1-8B's ({lukv_curve} in the spec).
 LUKV_CURVE = os.path.join(ROOT, "tests", "fixtures", "policies", "lukv_curve_smollm2_random.npy")
 CURVE_SEED = 45
+# FinchPress's delimiter: a token id the prompt does not hold (SmolLM2's <|endoftext|>); the press
+# drops it from the embeddings, so its embedding never matters.
+FINCH_DELIMITER = 0
+PRESSES = {}  # presses(), for the helpers that call a press's static methods
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LAYERS = 8
 MIN_CONTEXT = 850
@@ -129,6 +135,8 @@ def presses():
     from kvpress.presses.think_press import ThinKPress
     from kvpress.presses.merging_press import MergingPress
     from kvpress.presses.key_rerotation_press import KeyRerotationPress
+    from kvpress.presses.criticalkv_press import CriticalKVPress, CriticalAdaKVPress
+    from kvpress.presses.finch_press import FinchPress
     from kvpress.utils import compute_n_kept
     return dict(ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
                 EntropyGatedChunkKVPress=EntropyGatedChunkKVPress, QFilterPress=QFilterPress, CapPress=CapPress,
@@ -138,6 +146,7 @@ def presses():
                 PerLayerCompressionPress=PerLayerCompressionPress, ComposedPress=ComposedPress,
                 BlockPress=BlockPress, KeyDiffPress=KeyDiffPress, ThinKPress=ThinKPress,
                 MergingPress=MergingPress, KeyRerotationPress=KeyRerotationPress,
+                CriticalKVPress=CriticalKVPress, CriticalAdaKVPress=CriticalAdaKVPress, FinchPress=FinchPress,
                 compute_n_kept=compute_n_kept, **{k: v for k, v in kp.items() if k not in ("compute_n_kept",)})
 
 
@@ -264,12 +273,89 @@ def cases(kp, L, n_ctx):
     snap = kp["SnapKVPress"](compression_ratio=0.75, window_size=64, kernel_size=5)
     out.append(("rerotation_snapkv_r0.75", kp["KeyRerotationPress"](press=snap),
                 "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false,rerotate=true", n(L, 0.75), "score"))
+    # CriticalKVPress and CriticalAdaKVPress around SnapKVPress (window 64, kernel 5), defaults epsilon
+    # 1e-4, first_stage_ratio 0.5 (alpha_safeguard 0.2): the SnapKV scores in two stages, the second
+    # weighted by ||W_o v||_1. Near-ties: both stages' cuts and CriticalAdaKV's budget sharing
+    # (band_critical). CriticalAdaKVPress refuses eager attention: it runs on the sdpa instance.
+    for r in (0.5, 0.75):
+        snap = kp["SnapKVPress"](compression_ratio=r, window_size=64, kernel_size=5)
+        out.append((f"criticalkv_r{r}", kp["CriticalKVPress"](press=snap), "criticalkv:decode=false", n(L, r),
+                    ("critical", r)))
+    for r in (0.5, 0.75):
+        snap = kp["SnapKVPress"](compression_ratio=r, window_size=64, kernel_size=5)
+        out.append((f"criticaladakv_r{r}", kp["CriticalAdaKVPress"](press=snap), "criticaladakv:decode=false",
+                    n(L, r), ("critical", r)))
+    # FinchPress: the prompt fed as context + delimiter + question (finch_feed), so its window is the
+    # question's L - n_ctx tokens (kvbench's `window`); keys re-rotated (rerotate_keys=True), read back
+    # as KeyRerotationPress's. Two ratios whole, one chunked (chunk_length: press_chunk). The chunk
+    # length leaves a last chunk of 198 tokens whose kept half holds the whole 50-token question
+    # (with 256 the last chunk of 74 would keep 18 of the question's tied max + 1 scores, any 18).
+    for r, chunk in ((0.5, None), (0.75, None), (0.5, 300)):
+        press = kp["FinchPress"](compression_ratio=r, chunk_length=chunk)
+        press.delimiter_token_id = FINCH_DELIMITER
+        if chunk is None:
+            out.append((f"finch_r{r}", press, f"finch:window={L - n_ctx},decode=false", n(L, r), "score"))
+        else:
+            out.append((f"finch_r{r}_c{chunk}", press,
+                        f"finch:window={L - n_ctx},decode=false,budget_kind=ratio,ratio={1 - r},press_chunk={chunk}",
+                        0, ("chunkpress", chunk, r)))
+    return out
+
+
+def finch_feed(ids, n_ctx):
+    """FinchPress's input: the context, its delimiter token, the question (the delimiter is dropped
+    from the embeddings by the press's hook and sets its window to the question's length)."""
+    assert FINCH_DELIMITER not in ids
+    return ids[:n_ctx] + [FINCH_DELIMITER] + ids[n_ctx:]
+
+
+def band_critical(kind, base, norm, L, r, press):
+    """CriticalKVPress / CriticalAdaKVPress: per head (tokens in doubt, count slack), from the inner
+    press's scores `base` [Hkv, L] and the value weights `norm` [Hkv, L] (CriticalKVPress.vwl1norm),
+    in double: the tokens at each stage's cut within TIE (stage 1 by base, stage 2 by (base + eps) x
+    norm with the stage-1 tokens forced), for CriticalAdaKV also at the layer-wide cut that shares the
+    budgets (a head's count may move by its tokens there: count_slack); when a first-stage or sharing
+    cut is in doubt, the tokens around the head's final cut too."""
+    n_kept = kvpress_n_kept(L, r)
+    H = base.shape[0]
+    s = base.clone()
+    slack, alloc = [0] * H, [set() for _ in range(H)]
+    if kind == "CriticalAdaKVPress":
+        n_safe = int(n_kept * press.alpha_safeguard)
+        if press.alpha_safeguard > 0:
+            n_safe = max(1, n_safe) if n_kept > 0 else 0
+        for h in range(H):
+            s[h][s[h].topk(n_safe).indices] = float("inf")
+        flat = s.flatten()
+        budgets = torch.bincount(flat.topk(n_kept * H).indices // L, minlength=H).tolist()
+        for i in band_score(flat, n_kept * H):
+            alloc[i // L].add(i % L)
+        slack = [len(a) for a in alloc]
+        firsts = [int(b * press.first_stage_ratio) for b in budgets]
+    else:
+        budgets = [n_kept] * H
+        first = int((1 - r) * L * press.first_stage_ratio)
+        if press.first_stage_ratio > 0:
+            first = max(1, first) if r < 1.0 else 0
+        firsts = [first] * H
+    out = []
+    for h in range(H):
+        band1 = set(band_score(s[h], firsts[h])) if firsts[h] > 0 else set()
+        s2 = (s[h] + press.epsilon) * norm[h]
+        s2[s[h].topk(firsts[h]).indices] = float("inf")
+        s2[torch.isinf(s[h])] = float("inf")
+        band = band1 | set(band_score(s2, budgets[h])) | alloc[h]
+        k = len(band1) + slack[h]
+        if k:
+            order = s2.sort(descending=True, stable=True).indices.tolist()
+            band |= set(order[max(0, budgets[h] - k - 1):budgets[h] + k + 1])
+        out.append((sorted(band), slack[h]))
     return out
 
 
 def rewrites(press):
     """True for a press that rewrites kept keys or values (ThinK, MergingPress)."""
-    return think_of(press) is not None or type(press).__name__ in ("MergingPress", "KeyRerotationPress")
+    return think_of(press) is not None or type(press).__name__ in ("MergingPress", "KeyRerotationPress", "FinchPress")
 
 
 def module_inv_freq(model):
@@ -373,10 +459,14 @@ def run_case(model, press, ids, calls=None):
     inner_compress = hooked.compress
 
     orig_v = {}
+    if calls is not None and "norm" in calls:  # the value weights of CriticalKVPress, per layer
+        norms = calls["norm"]
 
     def compress(module, hidden_states, keys, values, attentions, kwargs):
         orig[module.layer_idx] = keys.clone()
         orig_v[module.layer_idx] = values.clone()
+        if calls is not None and "norm" in calls:
+            norms[module.layer_idx] = PRESSES["CriticalKVPress"].vwl1norm(values, module)[0].double()
         return inner_compress(module, hidden_states, keys, values, attentions, kwargs)
 
     def wrap(inner_score):
@@ -386,7 +476,7 @@ def run_case(model, press, ids, calls=None):
                 scores[module.layer_idx] = torch.cat([scores[module.layer_idx], s[0].clone().double()], -1)
             else:
                 scores[module.layer_idx] = s[0].clone().double()
-            if calls is not None:  # each scored key row is exactly one original row: look it up
+            if calls is not None and "norm" not in calls:  # each scored key row is one original row
                 k0 = orig[module.layer_idx][0]
                 if module.layer_idx not in rows:
                     rows[module.layer_idx] = [{r.numpy().tobytes(): i for i, r in enumerate(k0[h])}
@@ -413,12 +503,12 @@ def run_case(model, press, ids, calls=None):
             # Key channels a press zeroed in every kept key are left out of the match.
             zero = (k1[h] == 0).all(0) if think is not None else torch.zeros(k1.shape[-1], dtype=torch.bool)
             eq = (k1[h][:, None, :] == k0[h].masked_fill(zero, 0)[None, :, :]).all(-1)
-            if kind == "KeyRerotationPress":  # keys rotated: the values match, the rotation decides
+            if kind in ("KeyRerotationPress", "FinchPress"):  # keys rotated: the values match, the rotation decides
                 eq = rerotated_match(k0[h], orig_v[layer][0][h], k1[h], cache.layers[layer].values[0][h],
                                      module_inv_freq(model))
             assert bool((eq.sum(-1) == 1).all()), "a kept key row does not match exactly one original row"
             heads.append(sorted(int(i) for i in eq.float().argmax(-1).tolist()))
-        if kind == "LUKVPress":  # the cache stays whole; the pruned tokens are masked
+        if kind in ("LUKVPress", "CriticalAdaKVPress"):  # the cache stays whole; the pruned tokens are masked
             _, hi, si = model.model.layers[layer].self_attn.masked_key_indices
             pruned = [set(si[hi == h].tolist()) for h in range(k0.shape[0])]
             heads = [[i for i in kept if i not in pruned[h]] for h, kept in enumerate(heads)]
@@ -653,6 +743,7 @@ def main():
     L = len(ids)
     print(f"prompt {L} tokens (context {n_ctx})")
     kp = presses()
+    PRESSES.update(kp)
     out = []
     old = {}
     if args.only:
@@ -665,12 +756,15 @@ def main():
             continue
         shares = record_lazy_shares(press, kp["SnapKVPress"]) if tie == "lazy" else None
         calls = {} if isinstance(tie, tuple) and tie[0] == "calls" else None
-        sdpa_only = tie == "lukv" or isinstance(tie, tuple) and (tie[0] in ("chunks", "chunkpress", "entropy") or type(press).__name__ == "BlockPress")
+        if isinstance(tie, tuple) and tie[0] == "critical":
+            calls = {"norm": {}}
+        sdpa_only = tie == "lukv" or isinstance(tie, tuple) and (tie[0] in ("chunks", "chunkpress", "entropy") or type(press).__name__ in ("BlockPress", "CriticalAdaKVPress"))
+        feed = finch_feed(ids, n_ctx) if type(press).__name__ == "FinchPress" else ids
         if tie == "kvcompose":
             keep, scores = run_kvcompose(model, press, ids, n_ctx)
             written = None
         else:
-            res = run_case(sdpa if sdpa_only else model, press, ids, calls)
+            res = run_case(sdpa if sdpa_only else model, press, feed, calls)
             keep, scores, written = res if len(res) == 3 else (*res, None)
         extra = {}
         if shares is not None:
@@ -683,6 +777,7 @@ def main():
         for layer in range(LAYERS):
             heads = []
             for h, kept in enumerate(keep[layer]):
+                extra_head = {}
                 if tie == "think":  # every token kept
                     assert len(kept) == L, (name, layer, h, len(kept))
                     band = []
@@ -705,6 +800,14 @@ def main():
                         band += [a + i for i in band_score(scores[layer][h][a:a + n], max(1, int(n * (1 - tie[2]))))]
                     assert len(kept) == sum(max(1, int((min(L, a + tie[1]) - a) * (1 - tie[2])))
                                             for a in range(0, L, tie[1])), (name, layer, h)
+                elif tie[0] == "critical":
+                    if h == 0:
+                        crit = band_critical(type(press).__name__, scores[layer], calls["norm"][layer], L, tie[1], press)
+                    band, slack = crit[h]
+                    if slack:
+                        extra_head = {"count_slack": slack}
+                    if type(press).__name__ == "CriticalKVPress":
+                        assert len(kept) == budget, (name, layer, h, len(kept), budget)
                 elif tie[0] == "calls":  # every score call's own cut, in positions
                     band = set()
                     for c, (pos, sc) in enumerate(calls[layer]):
@@ -725,6 +828,7 @@ def main():
                     heads[-1].update(written_head(written, layer, h, kept))
                 if tie == "kvcompose" and slack:
                     heads[-1]["count_slack"] = slack
+                heads[-1].update(extra_head)
             layers.append(heads)
         n_tie = sum(h["n_tie"] for lay in layers for h in lay)
         print(f"  {name}: budget {budget}, kept {len(keep[0][0])}, near-tie tokens {n_tie}")
@@ -737,6 +841,10 @@ def main():
             args_["compression_ratios"] = list(press.compression_ratios)
         out.append(dict(name=name, press=type(press).__name__, kvpress_args=args_, spec=spec, budget=budget,
                         layers=layers, **extra))
+    if args.only:  # the existing cases keep their places; new ones follow
+        prev_names = [c["name"] for c in prev["cases"]]
+        by_name = {c["name"]: c for c in out}
+        out = [by_name[x] for x in prev_names if x in by_name] + [c for c in out if c["name"] not in prev_names]
     goldens_env.write_json(OUT, generator="tools/gen_kvpress_smollm2_goldens.py", kvpress="0.5.5",
                            torch=torch.__version__, transformers=transformers.__version__, model=GGUF,
                            weights="f32 (dequantised by transformers)", num_layers=LAYERS, prompt=ids,

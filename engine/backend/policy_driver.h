@@ -17,6 +17,7 @@
 
 #include "engine/backend/cpu/forward.h"
 #include "engine/scheduler/step.h"
+#include "engine/kernels/matmul.h"
 #include "engine/kernels/quants.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/policies/policy.h"
@@ -129,6 +130,22 @@ inline std::function<const std::vector<float>&(int, int*)> memo_window_attention
     if (m->w[h] < 0) m->w[h] = compute(h, m->out[h]);
     if (w_out) *w_out = m->w[h];
     return m->out[h];
+  };
+}
+
+/// LayerStep::out_proj_head over the output projection `wo` ([H, Hq·D] as the model holds it) of
+/// a model with Hq query heads of head_dim D: every row dequantised (kvb::dequantize_row) and its
+/// D columns of query head hq copied out. `wo` must outlive the returned function (the Model's
+/// weights do). Throws kvb::Error for hq outside [0, Hq) or a matrix of another width.
+inline std::function<void(int, float*)> out_proj_head(const Mat& wo, int Hq, int D) {
+  return [&wo, Hq, D](int hq, float* out) {
+    if (hq < 0 || hq >= Hq) fail("out_proj_head: query head {} of {}", hq, Hq);
+    if (wo.cols != static_cast<int64_t>(Hq) * D) fail("out_proj_head: W_o has {} columns, not {}", wo.cols, Hq * D);
+    std::vector<float> row(static_cast<size_t>(wo.cols));
+    for (int64_t i = 0; i < wo.rows; ++i) {
+      dequantize_row(wo.type, wo.row(i), wo.cols, row.data());
+      std::copy_n(row.data() + static_cast<size_t>(hq) * D, D, out + static_cast<size_t>(i) * D);
+    }
   };
 }
 

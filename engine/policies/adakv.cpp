@@ -36,17 +36,10 @@ class AdaKVPolicy : public SnapKVPolicy {
   KvFootprint kv_footprint(const FootprintQuery& q) const override { return uneven_budget_footprint(q, name()); }
   void on_layer_step(LayerStep& step) override {
     const int64_t B = budget_now(step);
-    if (B <= 0) return;
+    std::vector<int32_t> len;
+    if (!shared_layer_due(step, B, len)) return;
     const int H = step.num_kv_heads;
-    std::vector<int32_t> len(H);
-    int64_t total = 0;
-    for (int h = 0; h < H; ++h) total += (len[h] = step.cache->length(step.seq, step.layer, h));
     const int64_t cap = B * H;
-    if (total <= cap || !compress_point(step.prefill, step.prefill_last, chunked_)) return;
-    if (!step.prefill_last) {
-      if (!step.prefill && !decode_) return;
-      if (total < (B + buffer_) * H) return;
-    }
     // Per head: the window and the safeguard are kept; the rest competes across the layer's heads.
     const int64_t n_safe = alpha_ > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::floor(B * alpha_))) : 0;
     struct Cand {

@@ -90,6 +90,10 @@ struct PolicyNeeds {
   /// the changed rows, rounded to bf16). policy_driver::run_layer refuses writes from a policy
   /// that does not set it.
   bool writes_kv = false;
+  /// LayerStep::out_proj_head: the layer's attention output projection W_o, one query head's
+  /// columns at a time, dequantised to f32 from the host copy of the model's weights (CriticalKV's
+  /// ‖W_o·v‖₁ value weighting). Costs nothing unless called.
+  bool out_proj = false;
 };
 
 /// A rewrite of cached rows of one kv head that a policy requests (LayerStep::write_keys,
@@ -119,6 +123,7 @@ inline PolicyNeeds merge(const PolicyNeeds& a, const PolicyNeeds& b) {
   n.queries_pre_rope |= b.queries_pre_rope;
   n.host_kv |= b.host_kv;
   n.writes_kv |= b.writes_kv;
+  n.out_proj |= b.out_proj;
   n.layer_input_via_mlp = a.layer_input_via_mlp && (b.layer_input_via_mlp || !b.layer_input);
   n.num_scalars = std::max(a.num_scalars, b.num_scalars);
   n.layer_hook |= b.layer_hook;
@@ -247,6 +252,13 @@ struct LayerStep {
   /// scoring::window_scores of kv head h computed by the backend: L_h − w values (empty when
   /// L_h ≤ w); w_out receives w. Needs PolicyNeeds::window_queries.
   std::function<std::vector<float>(int h, const WindowScoreSpec& spec, int* w_out)> window_scores;
+  /// When PolicyNeeds::out_proj: writes the columns of this layer's attention output projection
+  /// W_o (torch o_proj.weight, [H, Hq·D]) that read query head hq into out, [H, D] f32 row-major
+  /// (out[i·D + d] = W_o[i, hq·D + d]), dequantised from the model's host weights as stored (f32,
+  /// bf16 or a GGUF block type; the CUDA backend reads the host Model its device weights were
+  /// uploaded from, so both backends give the same values). Throws kvb::Error for hq outside
+  /// [0, Hq). Null when the policy did not declare it.
+  std::function<void(int hq, float* out)> out_proj_head;
 
   /// Requests that kv head h keep exactly `keep` (strictly increasing indices < L_h).
   void keep(int h, std::vector<int32_t> keep_set) { keeps.emplace_back(h, std::move(keep_set)); }

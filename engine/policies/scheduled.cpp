@@ -280,6 +280,16 @@ bool ScheduledPolicy::due(const LayerStep& step, int32_t L, int64_t B) const {
   return L >= B + buffer_;
 }
 
+bool ScheduledPolicy::shared_layer_due(const LayerStep& step, int64_t B, std::vector<int32_t>& len) const {
+  const int H = step.num_kv_heads;
+  len.assign(H, 0);
+  int64_t total = 0;
+  for (int h = 0; h < H; ++h) total += (len[h] = step.cache->length(step.seq, step.layer, h));
+  if (B <= 0 || total <= B * H || !compress_point(step.prefill, step.prefill_last, chunked_)) return false;
+  if (step.prefill_last) return true;
+  return (step.prefill || decode_) && total >= (B + buffer_) * H;
+}
+
 void ScheduledPolicy::on_layer_step(LayerStep& step) {
   observe(step);
   if (global_kind_) return;

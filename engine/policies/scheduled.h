@@ -128,6 +128,12 @@ class ScheduledPolicy : public ParamPolicy {
   int64_t budget_now(const LayerStep& step) const;
   /// True when head of length L must be compressed to B at this step.
   bool due(const LayerStep& step, int32_t L, int64_t B) const;
+  /// For policies whose kv heads of a layer share one budget of Hkv · B tokens (adakv,
+  /// criticaladakv): sets len[h] to each head's length and returns true when the layer must be
+  /// compressed at this step: its total exceeds Hkv · B at the prompt's end, or reaches
+  /// Hkv · (B + buffer) at another compression point (a decode step with decode=true, a prompt
+  /// chunk with compress=chunked).
+  bool shared_layer_due(const LayerStep& step, int64_t B, std::vector<int32_t>& len) const;
   /// The kept fraction of budget_kind=ratio at this step's layer: `layer_ratios`' entry for the
   /// layer when given (throws kvb::Error naming it when its length is not the model's layer count),
   /// else `ratio`.

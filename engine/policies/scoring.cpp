@@ -130,6 +130,33 @@ void QueryMoments::add(const LayerStep& step, int64_t first_pos, bool second, co
   }
 }
 
+std::vector<float> value_out_l1(const LayerStep& step, int h, const char* policy) {
+  if (!step.out_proj_head) fail("policy '{}': LayerStep::out_proj_head is not set (PolicyNeeds::out_proj)", policy);
+  const int D = step.head_dim, G = step.num_q_heads / step.num_kv_heads, H = step.hidden_size;
+  const int32_t L = head_length(step, h);
+  std::vector<float> w(static_cast<size_t>(G) * H * D);  // [G, H, D]: the group's columns of W_o
+  for (int g = 0; g < G; ++g) step.out_proj_head(h * G + g, &w[static_cast<size_t>(g) * H * D]);
+  std::vector<float> out(L);
+  const KVCache& cache = *step.cache;
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(L) * G * H * D >= (1 << 18))
+  for (int32_t i = 0; i < L; ++i) {
+    const float* v = cache.value(step.seq, step.layer, h, i);
+    double sum = 0;
+    for (int g = 0; g < G; ++g) {
+      double l1 = 0;
+      for (int r = 0; r < H; ++r) {
+        const float* wr = &w[(static_cast<size_t>(g) * H + r) * D];
+        float y = 0;
+        for (int d = 0; d < D; ++d) y += wr[d] * v[d];
+        l1 += std::fabs(y);
+      }
+      sum += l1;
+    }
+    out[i] = static_cast<float>(sum / G);
+  }
+  return out;
+}
+
 int32_t head_length(const LayerStep& step, int h) { return step.cache->length(step.seq, step.layer, h); }
 
 void accumulate_attention(LayerStep& step, const char* policy, int slot) {

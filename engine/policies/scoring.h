@@ -109,6 +109,17 @@ std::vector<double> lag_relative_info(const std::function<const float*(int32_t)>
 /// `knorm` (−‖k‖), `cur` (CurDKV's k² and v²) and `noncausal_attn` (‖v‖).
 std::vector<double> row_sq_norms(const KVCache& cache, SeqId seq, int layer, int h, bool values);
 
+/// CriticalKV's value weight of the L cached tokens of kv head h of (step.seq, step.layer): for
+/// each token i, the mean over the G query heads hq of the group of ‖W_o[:, hq·D:(hq+1)·D] · v_i‖₁,
+/// the L1 norm over the H outputs of the value projected through the query head's columns of the
+/// output projection (LayerStep::out_proj_head). Each of the H products is an f32 dot product over
+/// D channels in channel order, the L1 sum and the group mean are double, the result is rounded to
+/// f32 (kvpress: f32 matmul, norm and mean). Reads the values through KVCache::value (host K/V).
+/// Tokens split over the OpenMP threads, each value one fixed-order sum. Source: kvpress 0.5.5
+/// CriticalKVPress.vwl1norm (kvpress/presses/criticalkv_press.py). Throws kvb::Error naming
+/// `policy` when step.out_proj_head is unset (the policy did not declare PolicyNeeds::out_proj).
+std::vector<float> value_out_l1(const LayerStep& step, int h, const char* policy);
+
 /// Applies the model's RoPE at absolute position `pos` to the D-vector x (rotate-half pairs
 /// (i, i + D/2), angle pos · inv_freq[i] in f32 as transformers, cos/sin times `mscale`; see
 /// LayerStep::rope_inv_freq) and writes it to out (may not alias x). Turns a pre-RoPE query of

@@ -1,7 +1,8 @@
 // kvpress 0.5.5's method presses, and its ChunkPress, PerLayerCompressionPress, ComposedPress and
 // BlockPress wrappers as the kvbench options press_chunk, layer_ratios, then and press_block, and
-// ThinKPress (alone, and composed after SnapKVPress as then=think), MergingPress (merge=true) and
-// KeyRerotationPress (rerotate=true) on
+// ThinKPress (alone, and composed after SnapKVPress as then=think), MergingPress (merge=true),
+// KeyRerotationPress (rerotate=true), CriticalKVPress and CriticalAdaKVPress (the output-projection
+// primitive, LayerStep::out_proj_head) and FinchPress (its re-rotated keys) on
 // the real SmolLM2-135M-Instruct weights: the keep-sets of tools/gen_kvpress_smollm2_goldens.py
 // (kvpress's own presses under transformers, f32, on a >= 1,000-token few-shot GSM8K prompt ending
 // in its question, two settings each) against the kvbench policies that reproduce them
@@ -14,7 +15,7 @@
 // running each policy alone; for the same reason the model is truncated to the layers the golden
 // records. Each head must keep exactly kvpress's positions, except the near-tie tokens the golden
 // marks (scores within 1e-3 relative of the kept/evicted boundary), and keep as many.
-// Presses that rewrite cached rows (ThinK, merge=true, rerotate=true) must also leave the same kept K/V: the
+// Presses that rewrite cached rows (ThinK, merge=true, rerotate=true, finch) must also leave the same kept K/V: the
 // Multiplex applies their writes to a view of the kept rows (KeptKv), compared with kvpress's kept
 // tensors: the zeroed key channels exactly (but for channel near-ties), the sums of squares of the
 // kept keys and values within 1e-3 relative and their signed sums within 1e-4 of their sums of
@@ -323,6 +324,9 @@ const std::vector<std::pair<std::string, std::string>> kMutants = {
     {"rerotation_knorm_r0.5", "knorm:decode=false,rerotate=false"},
     {"composed_snapkv_think_r0.5_0.25",
      "snapkv:window=64,kernel=5,pool=avg,gqa=mean,decode=false,then=think,then_ratio=0.625"},
+    {"criticalkv_r0.5", "criticalkv:decode=false,first_stage_ratio=0.25"},
+    {"criticaladakv_r0.5", "criticaladakv:decode=false,first_stage_ratio=0.25"},
+    {"finch_r0.5", "finch:window=50,decode=false,normalize=false"},
 };
 
 /// `spec` with the golden's placeholders replaced by its fixture files under
@@ -342,6 +346,7 @@ std::string with_fixtures(std::string spec) {
 /// press of the spec's policy in `press_of`; "" when neither.
 std::string press_of_spec(const std::string& text, const std::map<std::string, std::string>& press_of) {
   const PolicySpec s = PolicySpec::parse(text);
+  if (s.name == "finch") return "FinchPress";  // its chunk_length is press_chunk
   if (s.params.count("rerotate")) return "KeyRerotationPress";
   if (s.params.count("merge")) return "MergingPress";
   if (s.params.count("press_chunk")) return "ChunkPress";
@@ -391,6 +396,9 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
       {"noncausal_attn", "NonCausalAttnPress"},
       {"simlayerkv", "SimLayerKVPress"},
       {"think", "ThinKPress"},
+      {"criticalkv", "CriticalKVPress"},
+      {"criticaladakv", "CriticalAdaKVPress"},
+      {"finch", "FinchPress"},
   };
   // Every press with golden cases: the method presses above and the wrappers kvbench options reproduce.
   std::set<std::string> expected = {"ChunkPress",   "PerLayerCompressionPress", "ComposedPress", "BlockPress",

@@ -131,6 +131,9 @@ std::vector<ChunkCase> chunk_cases() {
       {"kvcompose:ratio=0.5,window=8", 0},  // prompt only
       {"knorm:buffer=16,merge=true", 64},
       {"snapkv:buffer=16,rerotate=true", 64},
+      {"criticalkv:buffer=16,window=16", 64},
+      {"criticaladakv:buffer=16,window=16", 64},
+      {"finch:buffer=16,window=16", 64},
   };
 }
 

@@ -156,8 +156,8 @@ TEST(ThresholdBudget, EveryScheduledPolicyBuildsOrRefusesByName) {
       refused.insert(info.name);
     }
   }
-  EXPECT_EQ(refused,
-            (std::set<std::string>{"adakv", "cake", "chunkkv", "entropy_chunkkv", "lukv", "oracle", "streamingllm"}));
+  EXPECT_EQ(refused, (std::set<std::string>{"adakv", "cake", "chunkkv", "criticaladakv", "criticalkv",
+                                            "entropy_chunkkv", "lukv", "oracle", "streamingllm"}));
   for (const char* n : {"snapkv", "knorm", "h2o", "rkv", "gkv", "tova", "keydiff", "trimkv", "expected_attention"})
     EXPECT_TRUE(built.count(n)) << n;
 }

@@ -744,6 +744,7 @@ class ShadowPolicy final : public CompositePolicy {
     host.window_scores = nullptr;
     host.head_mlp = nullptr;
     host.window_attention = nullptr;
+    // host.out_proj_head stays: both backends hand out W_o from the host Model (criticalkv).
     b_->on_layer_step(host);
     const auto after_b = save();
     restore(before);

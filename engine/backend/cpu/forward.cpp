@@ -403,6 +403,7 @@ void CpuBackend::policy_block(Step& s, int l) {
     if (needs.layer_residual) st.layer_residual = &x_[s.row0[b] * H];  // the residual add comes after
     if (needs.keys_pre_rope) st.keys_pre_rope = &kpre_[s.row0[b] * Hkv * D];
     if (needs.queries_pre_rope) st.queries_pre_rope = &qpre_[s.row0[b] * Hq * D];
+    if (needs.out_proj) st.out_proj_head = policy_driver::out_proj_head(m_.layers()[l].wo, Hq, D);
     std::vector<std::vector<float>> cs_item;
     if (needs.attention_colsum) {
       cs_item.assign(s.colsum.begin() + b * Hkv, s.colsum.begin() + (b + 1) * Hkv);

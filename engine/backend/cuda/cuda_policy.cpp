@@ -180,6 +180,8 @@ int64_t CudaBackend::Impl::policy_layer_item(Step& step, int l, int b, const std
     st.keys_pre_rope = copy_rows(kp, acts.kpre.p, row0[b], it.n, Hkv * D, stream, "keys before RoPE");
   if (needs.queries_pre_rope)  // LocRet's retaining heads, Expected Attention's query statistics
     st.queries_pre_rope = copy_rows(qp, acts.qpre.p, row0[b], it.n, Hq * D, stream, "queries before RoPE");
+  if (needs.out_proj)  // CriticalKV: the host Model's W_o, which the device copy was uploaded from
+    st.out_proj_head = policy_driver::out_proj_head(m.layers()[l].wo, Hq, D);
   std::vector<std::vector<float>> cs_item;
   if (needs.attention_colsum) {
     cs_item.assign(colsum_h.begin() + static_cast<size_t>(b) * Hkv, colsum_h.begin() + static_cast<size_t>(b + 1) * Hkv);
