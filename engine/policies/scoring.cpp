@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "engine/kernels/matmul.h"
 #include "engine/kernels/quants.h"
 #include "engine/util/error.h"
 
@@ -134,25 +135,32 @@ std::vector<float> value_out_l1(const LayerStep& step, int h, const char* policy
   if (!step.out_proj_head) fail("policy '{}': LayerStep::out_proj_head is not set (PolicyNeeds::out_proj)", policy);
   const int D = step.head_dim, G = step.num_q_heads / step.num_kv_heads, H = step.hidden_size;
   const int32_t L = head_length(step, h);
-  std::vector<float> w(static_cast<size_t>(G) * H * D);  // [G, H, D]: the group's columns of W_o
+  std::vector<float> w(static_cast<size_t>(G) * H * D);  // [G·H, D]: the group's columns of W_o, one row per output
   for (int g = 0; g < G; ++g) step.out_proj_head(h * G + g, &w[static_cast<size_t>(g) * H * D]);
+  const Mat wm = Mat::of_f32(w.data(), static_cast<int64_t>(G) * H, D);
   std::vector<float> out(L);
   const KVCache& cache = *step.cache;
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(L) * G * H * D >= (1 << 18))
-  for (int32_t i = 0; i < L; ++i) {
-    const float* v = cache.value(step.seq, step.layer, h, i);
-    double sum = 0;
-    for (int g = 0; g < G; ++g) {
-      double l1 = 0;
-      for (int r = 0; r < H; ++r) {
-        const float* wr = &w[(static_cast<size_t>(g) * H + r) * D];
-        float y = 0;
-        for (int d = 0; d < D; ++d) y += wr[d] * v[d];
-        l1 += std::fabs(y);
-      }
-      sum += l1;
+  // Chunks of kRows tokens: their values gathered into [rows, D], projected by the engine's f32
+  // GEMM (each output one fixed-order sum whatever the chunk, matmul_nt), then the L1 sums.
+  constexpr int32_t kRows = 256;
+  std::vector<float> v(static_cast<size_t>(kRows) * D), y(static_cast<size_t>(kRows) * G * H);
+  for (int32_t i0 = 0; i0 < L; i0 += kRows) {
+    const int32_t n = std::min(kRows, L - i0);
+    for (int32_t i = 0; i < n; ++i) {
+      const float* vi = cache.value(step.seq, step.layer, h, i0 + i);
+      std::copy(vi, vi + D, &v[static_cast<size_t>(i) * D]);
     }
-    out[i] = static_cast<float>(sum / G);
+    matmul_nt(v.data(), wm, nullptr, y.data(), n, D, static_cast<int64_t>(G) * H);
+    for (int32_t i = 0; i < n; ++i) {
+      const float* yi = &y[static_cast<size_t>(i) * G * H];
+      double sum = 0;
+      for (int g = 0; g < G; ++g) {
+        double l1 = 0;
+        for (int r = 0; r < H; ++r) l1 += std::fabs(yi[g * H + r]);
+        sum += l1;
+      }
+      out[i0 + i] = static_cast<float>(sum / G);
+    }
   }
   return out;
 }

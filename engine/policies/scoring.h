@@ -113,9 +113,10 @@ std::vector<double> row_sq_norms(const KVCache& cache, SeqId seq, int layer, int
 /// each token i, the mean over the G query heads hq of the group of ‖W_o[:, hq·D:(hq+1)·D] · v_i‖₁,
 /// the L1 norm over the H outputs of the value projected through the query head's columns of the
 /// output projection (LayerStep::out_proj_head). Each of the H products is an f32 dot product over
-/// D channels in channel order, the L1 sum and the group mean are double, the result is rounded to
-/// f32 (kvpress: f32 matmul, norm and mean). Reads the values through KVCache::value (host K/V).
-/// Tokens split over the OpenMP threads, each value one fixed-order sum. Source: kvpress 0.5.5
+/// D channels by the engine's f32 GEMM (matmul_nt: one fixed reduction order per output, whatever
+/// the number of tokens or threads), the L1 sum and the group mean are double, the result is
+/// rounded to f32 (kvpress: f32 matmul, norm and mean). Reads the values through KVCache::value
+/// (host K/V), 256 tokens at a time. Source: kvpress 0.5.5
 /// CriticalKVPress.vwl1norm (kvpress/presses/criticalkv_press.py). Throws kvb::Error naming
 /// `policy` when step.out_proj_head is unset (the policy did not declare PolicyNeeds::out_proj).
 std::vector<float> value_out_l1(const LayerStep& step, int h, const char* policy);
