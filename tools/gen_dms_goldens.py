@@ -51,8 +51,8 @@ from safetensors.torch import save_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.models.qwen3 import modeling_qwen3 as mq  # noqa: E402
 
-FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
-OUT = os.path.join(FIX, "policies", "dms_goldens.json")
+FIX = goldens_env.FIXTURES
+OUT = goldens_env.policy_goldens("dms")
 MODEL = "models/tiny-qwen3"
 REF_COMMIT = "a2fbac7ba"
 PROMPT_LEN = 816

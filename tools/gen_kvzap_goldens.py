@@ -38,9 +38,9 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
-FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
-OUT = os.path.join(FIX, "policies", "kvzap_goldens.json")
-MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
+FIX = goldens_env.FIXTURES
+OUT = goldens_env.policy_goldens("kvzap")
+MODELS = goldens_env.TINY_MODELS
 KVPRESS_COMMIT = "8bb29b9c3078452a86d692f29123fa6c793e2b05"
 PROMPT_LEN = 816
 N_FORCED = 96

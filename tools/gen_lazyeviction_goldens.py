@@ -43,8 +43,8 @@ import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.models.llama import modeling_llama as ml  # noqa: E402
 
-FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
-OUT = os.path.join(FIX, "policies", "lazyeviction_goldens.json")
+FIX = goldens_env.FIXTURES
+OUT = goldens_env.policy_goldens("lazyeviction")
 MODEL = "models/tiny-llama3"
 REF = "WeianMao/triattention@e7a0eb18d056659570035708cda25f6bb6cda333:LazyEviction/model/{kv_utils,temp_cacheobs}.py"
 PROMPT_LEN = 24

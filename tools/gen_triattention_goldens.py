@@ -50,9 +50,9 @@ from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from convert_triattention_stats import convert  # noqa: E402
 
-FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
-OUT = os.path.join(FIX, "policies", "triattention_goldens.json")
-MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
+FIX = goldens_env.FIXTURES
+OUT = goldens_env.policy_goldens("triattention")
+MODELS = goldens_env.TINY_MODELS
 REF_COMMIT = "c3744ee6a50522a1559a577f85aef2b165a344f2"
 PROMPT_LEN = 816
 DIVIDE = 32
