@@ -20,6 +20,11 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 TINY_MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
 
 
+def fixture(rel):
+    """The absolute path of ``rel``, a path under tests/fixtures."""
+    return os.path.join(FIXTURES, rel)
+
+
 def policy_goldens(name):
     """Where the generator of policy ``name`` writes its goldens: tests/fixtures/policies/<name>_goldens.json."""
     return os.path.join(FIXTURES, "policies", f"{name}_goldens.json")
