@@ -51,8 +51,7 @@ from safetensors.torch import save_file  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.models.qwen3 import modeling_qwen3 as mq  # noqa: E402
 
-FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
-OUT = os.path.join(FIX, "policies", "dms_goldens.json")
+OUT = goldens_env.policy_goldens("dms")
 MODEL = "models/tiny-qwen3"
 REF_COMMIT = "a2fbac7ba"
 PROMPT_LEN = 816
@@ -163,11 +162,11 @@ def main():
 
     ref = (core, attention, attention_prefill, cache_mod)
     fake = fake_flash_attn(ref_dir)
-    path = os.path.join(FIX, MODEL)
+    path = goldens_env.fixture(MODEL)
     probe = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32)
     alpha = draw_alpha(probe, 5306)
     alpha_rel = "policies/dms_alpha_tiny-qwen3.safetensors"
-    save_file({k: v.contiguous() for k, v in alpha.items()}, os.path.join(FIX, alpha_rel))
+    save_file({k: v.contiguous() for k, v in alpha.items()}, goldens_env.fixture(alpha_rel))
     vocab = probe.config.vocab_size
     gen = torch.Generator().manual_seed(2506)
     for attempt in range(50):

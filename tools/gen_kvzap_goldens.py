@@ -38,9 +38,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 
-FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
-OUT = os.path.join(FIX, "policies", "kvzap_goldens.json")
-MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
+OUT = goldens_env.policy_goldens("kvzap")
+MODELS = goldens_env.TINY_MODELS
 KVPRESS_COMMIT = "8bb29b9c3078452a86d692f29123fa6c793e2b05"
 PROMPT_LEN = 816
 N_FORCED = 96
@@ -120,7 +119,7 @@ def main():
     kp = load_kvpress(a.kvpress)
     models = []
     for mi, model_dir in enumerate(MODELS):
-        path = os.path.join(FIX, model_dir)
+        path = goldens_env.fixture(model_dir)
         model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype=torch.float32).eval()
         short = os.path.basename(model_dir)
         cfg = model.config
@@ -128,7 +127,7 @@ def main():
         cases = []
         for form, hidden, window, quantile in (("mlp", 16, 64, 0.4), ("linear", None, 128, 0.5)):
             rel = f"policies/kvzap_{form}_{short}"
-            scorer = make_scorer(kp, cfg, hidden, 31 + mi, os.path.join(FIX, rel))
+            scorer = make_scorer(kp, cfg, hidden, 31 + mi, goldens_env.fixture(rel))
             threshold = None
             for attempt in range(60):
                 prompt = [1] + torch.randint(3, cfg.vocab_size, (PROMPT_LEN - 1,), generator=gen).tolist()

@@ -43,8 +43,7 @@ import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.models.llama import modeling_llama as ml  # noqa: E402
 
-FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
-OUT = os.path.join(FIX, "policies", "lazyeviction_goldens.json")
+OUT = goldens_env.policy_goldens("lazyeviction")
 MODEL = "models/tiny-llama3"
 REF = "WeianMao/triattention@e7a0eb18d056659570035708cda25f6bb6cda333:LazyEviction/model/{kv_utils,temp_cacheobs}.py"
 PROMPT_LEN = 24
@@ -194,7 +193,7 @@ def run(model, alpha, prompt, forced):
 
 
 def main():
-    model = AutoModelForCausalLM.from_pretrained(os.path.join(FIX, MODEL), dtype=torch.float32,
+    model = AutoModelForCausalLM.from_pretrained(goldens_env.fixture(MODEL), dtype=torch.float32,
                                                  attn_implementation="eager")
     model.eval()
     vocab = model.config.vocab_size

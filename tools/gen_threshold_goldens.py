@@ -32,7 +32,7 @@ goldens_env.ensure(["torch", "transformers"], ["--no-deps", "kvpress==0.5.5"])
 
 import torch  # noqa: E402
 
-OUT = os.path.join(goldens_env.ROOT, "tests", "fixtures", "policies", "threshold_goldens.json")
+OUT = goldens_env.policy_goldens("threshold")
 
 
 def load_dms():

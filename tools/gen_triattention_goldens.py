@@ -50,9 +50,8 @@ from transformers import AutoModelForCausalLM, DynamicCache  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from convert_triattention_stats import convert  # noqa: E402
 
-FIX = os.path.join(goldens_env.ROOT, "tests", "fixtures")
-OUT = os.path.join(FIX, "policies", "triattention_goldens.json")
-MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
+OUT = goldens_env.policy_goldens("triattention")
+MODELS = goldens_env.TINY_MODELS
 REF_COMMIT = "c3744ee6a50522a1559a577f85aef2b165a344f2"
 PROMPT_LEN = 816
 DIVIDE = 32
@@ -96,7 +95,7 @@ def margin_of(comp, head_matrix, keep_count):
 
 def run_case(ref, model_dir, stats_pt, prompt, forced, budget, allow_prefill):
     """Runs the reference over prompt + forced tokens; returns (snapshots, smallest margin)."""
-    path = os.path.join(FIX, model_dir)
+    path = goldens_env.fixture(model_dir)
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32)
     model.eval()
     ref.apply_triattention_patch(
@@ -139,13 +138,13 @@ def main():
 
     models = []
     for mi, model_dir in enumerate(MODELS):
-        path = os.path.join(FIX, model_dir)
+        path = goldens_env.fixture(model_dir)
         probe = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         short = os.path.basename(model_dir)
         stats_pt = os.path.join("/tmp", f"triattention_stats_{short}.pt")
         write_reference_stats(probe, stats_pt, 77 + mi)
         stats_rel = f"policies/triattention_stats_{short}.safetensors"
-        convert(stats_pt, os.path.join(FIX, stats_rel))
+        convert(stats_pt, goldens_env.fixture(stats_rel))
         vocab = probe.config.vocab_size
         gen = torch.Generator().manual_seed(4100 + mi)
         cases = []

@@ -14,6 +14,20 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.abspath(os.environ.get("KVB_GOLDENS_VENV", os.path.join(ROOT, ".venv-goldens")))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+# The tiny fixture models (paths under FIXTURES) a generator runs when it checks a policy on both
+# attention layouts: Llama-3 (no q/k norm) and Qwen3 (q/k RMSNorm).
+TINY_MODELS = ["models/tiny-llama3", "models/tiny-qwen3"]
+
+
+def fixture(rel):
+    """The absolute path of ``rel``, a path under tests/fixtures."""
+    return os.path.join(FIXTURES, rel)
+
+
+def policy_goldens(name):
+    """Where the generator of policy ``name`` writes its goldens: tests/fixtures/policies/<name>_goldens.json."""
+    return os.path.join(FIXTURES, "policies", f"{name}_goldens.json")
 
 
 def test_data(rel=""):

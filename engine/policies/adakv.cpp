@@ -29,7 +29,7 @@ class AdaKVPolicy : public SnapKVPolicy {
  public:
   explicit AdaKVPolicy(PolicyParams p) : SnapKVPolicy("adakv", std::move(p)) {
     refuse_threshold("its per-layer budget is shared among the heads by score");
-    alpha_ = params_.get_double_in("alpha", 0, 1);
+    params_.bind({{"alpha", &alpha_, within(0, 1)}});
   }
 
   /// The budget is shared unevenly: the full cache (uneven_budget_footprint).

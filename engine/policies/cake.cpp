@@ -70,10 +70,10 @@ class CakePolicy : public ScheduledPolicy {
  public:
   explicit CakePolicy(PolicyParams p) : ScheduledPolicy("cake", std::move(p)) {
     refuse_threshold("CAKE allocates budgets across layers");
-    kernel_ = static_cast<int>(params_.get_int_min("kernel", 1));
-    tau1_ = params_.get_double("tau1");
-    tau2_ = params_.get_double("tau2");
-    gamma_ = params_.get_double("gamma");  // finite: PolicyParams refuses NaN and inf
+    params_.bind({{"kernel", &kernel_, at_least(1)},
+                  {"tau1", &tau1_},
+                  {"tau2", &tau2_},
+                  {"gamma", &gamma_}});  // finite: PolicyParams refuses NaN and inf
     if (!(tau1_ > 0)) params_.fail_param("tau1", "must be > 0");
     if (!(tau2_ > 0)) params_.fail_param("tau2", "must be > 0");
     params_.check_min("window", window_, 1, "the observation window");

@@ -53,9 +53,7 @@ void cholesky(std::vector<double>& a, int D, const char* policy) {
 class CapPolicy : public ScheduledPolicy {
  public:
   explicit CapPolicy(PolicyParams p) : ScheduledPolicy("cap", std::move(p)) {
-    tau_ = params_.get_double("tau");
-    n_future_ = params_.get_int_in("n_future", 1, 1 << 24);
-    epsilon_ = params_.get_double_in("epsilon", 0.0, 1e30);
+    params_.bind({{"tau", &tau_}, {"n_future", &n_future_, within(1, 1 << 24)}, {"epsilon", &epsilon_, within(0, 1e30)}});
   }
   // Keys and values are read from the cache.
   PolicyNeeds needs() const override { return {.queries_pre_rope = true, .host_kv = true}; }

@@ -151,4 +151,8 @@ LearnedWeightsChoice learned_weights_choice(const std::string& name, PolicyParam
   return c;
 }
 
+LearnedWeightsChoice learned_weights_choice(PolicyParams& params) {
+  return learned_weights_choice(params.policy_name(), params);
+}
+
 }  // namespace kvb

@@ -51,6 +51,11 @@ struct LearnedWeightsChoice {
   /// `kvbench policies --checkpoints` lists the released ones), or <random_param>=SEED for RANDOM
   /// test <what>" when neither is given.
   void require() const;
+  /// "<random_param>=<random_seed>": what random test weights are called where a loaded file's
+  /// path would stand (GateWeights::path).
+  std::string random_name() const { return info.random_param + "=" + std::to_string(random_seed); }
+  /// The seed of layer `layer`'s random test weights, for a policy that draws them layer by layer.
+  int64_t layer_seed(int layer) const { return random_seed * 1000003 + layer; }
 };
 
 /// Reads policy `name`'s two learned-weights parameters from `params` (marking them read). The
@@ -58,6 +63,10 @@ struct LearnedWeightsChoice {
 /// Throws kvb::Error when `name` has no catalog entry or no `learned` group, and what
 /// PolicyParams throws for a parameter of the wrong type.
 LearnedWeightsChoice learned_weights_choice(const std::string& name, PolicyParams& params);
+/// learned_weights_choice of the policy `params` belong to (PolicyParams::policy_name): a learned
+/// policy keeps the choice as a member, `learned_ = learned_weights_choice(params_);`, and reads
+/// learned_.path and learned_.random_seed where it loads or draws its weights.
+LearnedWeightsChoice learned_weights_choice(PolicyParams& params);
 
 /// The names of every catalog entry, sorted. Throws what policy_catalog_entry throws for a
 /// malformed entry.

@@ -29,7 +29,7 @@ namespace kvb {
 
 ChunkKVPolicy::ChunkKVPolicy(std::string name, PolicyParams p, int32_t min_chunk)
     : SnapKVPolicy(std::move(name), std::move(p)) {
-  chunk_ = static_cast<int32_t>(params_.get_int_in("chunk", min_chunk, 1 << 20));
+  params_.bind({{"chunk", &chunk_, within(min_chunk, 1 << 20)}});
   refuse_threshold("it keeps whole chunks ranked by their mean score");
 }
 

@@ -39,8 +39,8 @@ void local_normalise(std::vector<double>& x, int32_t w) {
 class CurPolicy : public ScheduledPolicy {
  public:
   explicit CurPolicy(PolicyParams p) : ScheduledPolicy("cur", std::move(p)) {
-    leverage_ = static_cast<int>(params_.get_choice_index("leverage", {"key", "value", "kv_avg", "kv_product"}));
-    local_ = static_cast<int32_t>(params_.get_int_in("local_window", 0, 1 << 20));
+    params_.bind({{"leverage", &leverage_, one_of({"key", "value", "kv_avg", "kv_product"})},
+                  {"local_window", &local_, within(0, 1 << 20)}});
   }
   PolicyNeeds needs() const override { return {.host_kv = true}; }  // scores read the cached keys and values
 

@@ -71,18 +71,16 @@ PolicySpec with_dms_config(PolicySpec spec, const GateWeights& w) {
 class DmsPolicy : public ParamPolicy {
  public:
   DmsPolicy(PolicyParams p, GateWeights w) : ParamPolicy("dms", std::move(p)), weights_(std::move(w)) {
-    const LearnedWeightsChoice learned = learned_weights_choice("dms", params_);
-    path_ = learned.path;
-    random_seed_ = learned.random_seed;
-    window_ = params_.get_int_in("window", 1, int64_t{1} << 30);
-    scale_ = static_cast<float>(params_.get_double_in("scale", -1e6, 1e6));
-    offset_ = static_cast<float>(params_.get_double_in("offset", -1e6, 1e6));
-    per_layer_ = params_.get_choice_index("per", {"head", "layer"}) == 1;
+    learned_ = learned_weights_choice(params_);
+    params_.bind({{"window", &window_, within(1, 1 << 30)},
+                  {"scale", &scale_, within(-1e6, 1e6)},
+                  {"offset", &offset_, within(-1e6, 1e6)},
+                  {"per", &per_layer_, one_of({"head", "layer"}, "layer")}});
     if (params_.get_choice("compress", {"chunked", "prompt_end"}) != "chunked")
       params_.fail_param("compress",
                          "DMS evicts within the prompt, as its reference's prefill mask does (a model trained with DMS "
                          "never read a whole prompt uncompressed); prompt_end is not supported");
-    learned.require();
+    learned_.require();
   }
 
   PolicyNeeds needs() const override { return {.layer_residual = true, .num_scalars = 1, .prefill_chunk = 1}; }
@@ -149,15 +147,16 @@ class DmsPolicy : public ParamPolicy {
   const Alpha& alpha(const LayerStep& step) {
     std::lock_guard<std::mutex> lock(mu_);
     if (layers_.empty()) {
-      if (!path_.empty()) weights_.check_model(step.num_layers, step.num_kv_heads, step.hidden_size, step.head_dim);
+      if (!learned_.path.empty())
+        weights_.check_model(step.num_layers, step.num_kv_heads, step.hidden_size, step.head_dim);
       layers_.resize(static_cast<size_t>(step.num_layers));
     }
     Alpha& a = layers_.at(static_cast<size_t>(step.layer));
     if (!a.norm.empty()) return a;
     const int64_t H = step.hidden_size, Hk = step.num_kv_heads;
-    if (path_.empty()) {
+    if (learned_.path.empty()) {
       // nn.Linear's default init range U(±1/sqrt(H)); the norm weight 1 (Qwen3RMSNorm's init).
-      SeededDraws d(random_seed_ * 1000003 + step.layer);
+      SeededDraws d(learned_.layer_seed(step.layer));
       a.norm.assign(static_cast<size_t>(H), 1.0f);
       a.w.resize(static_cast<size_t>(Hk * H));
       for (float& x : a.w) x = d.uniform(1.0 / std::sqrt(static_cast<double>(H)));
@@ -172,8 +171,8 @@ class DmsPolicy : public ParamPolicy {
     return a;
   }
 
-  std::string path_;
-  int64_t random_seed_ = -1, window_ = 512;
+  LearnedWeightsChoice learned_;
+  int64_t window_ = 512;
   float scale_ = 100.0f, offset_ = 5.0f;
   bool per_layer_ = false;
   GateWeights weights_;

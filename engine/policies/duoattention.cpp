@@ -68,15 +68,16 @@ std::vector<std::vector<double>> read_pattern_tsv(const std::string& path) {
 class DuoAttentionPolicy : public ParamPolicy {
  public:
   explicit DuoAttentionPolicy(PolicyParams p) : ParamPolicy("duoattention", std::move(p)) {
-    const LearnedWeightsChoice learned = learned_weights_choice("duoattention", params_);
-    const std::string& pattern = learned.path;
-    random_seed_ = learned.random_seed;
-    sparsity_ = params_.get_double_in("sparsity", 0, 1);
-    int64_t sinks = params_.get_int("sinks"), recent = params_.get_int("recent");
-    buffer_ = params_.get_int_min("buffer", 1, "1 = trim on every step");
-    decode_ = params_.get_bool("decode");
+    learned_ = learned_weights_choice(params_);
+    const std::string& pattern = learned_.path;
+    int64_t sinks = 0, recent = 0;
+    params_.bind({{"sparsity", &sparsity_, within(0, 1)},
+                  {"sinks", &sinks},
+                  {"recent", &recent},
+                  {"buffer", &buffer_, at_least(1, "1 = trim on every step")},
+                  {"decode", &decode_}});
     chunked_ = parse_compress(params_);
-    learned.require();
+    learned_.require();
     if (!pattern.empty()) {
       namespace fs = std::filesystem;
       const bool dir = fs::is_directory(pattern);
@@ -139,8 +140,8 @@ class DuoAttentionPolicy : public ParamPolicy {
       gates_.assign(layers, std::vector<double>(heads));
       for (int l = 0; l < layers; ++l)
         for (int h = 0; h < heads; ++h)
-          gates_[l][h] = scoring::hash_uniform(
-              {static_cast<uint64_t>(random_seed_), 0xd00aULL, static_cast<uint64_t>(l), static_cast<uint64_t>(h)});
+          gates_[l][h] = scoring::hash_uniform({static_cast<uint64_t>(learned_.random_seed), 0xd00aULL,
+                                                static_cast<uint64_t>(l), static_cast<uint64_t>(h)});
     }
     if (static_cast<int>(gates_.size()) != layers || static_cast<int>(gates_[0].size()) != heads)
       fail("policy 'duoattention': the pattern has {} layers x {} kv heads, the model {} x {}", gates_.size(),
@@ -159,7 +160,8 @@ class DuoAttentionPolicy : public ParamPolicy {
   nlohmann::json resolved_;
   std::vector<std::vector<double>> gates_;
   std::vector<char> streaming_;
-  int64_t random_seed_ = -1, buffer_ = 1;
+  LearnedWeightsChoice learned_;
+  int64_t buffer_ = 1;
   double sparsity_ = 0.5;
   int32_t sinks_ = 0, recent_ = 0;
   bool decode_ = true, chunked_ = false;

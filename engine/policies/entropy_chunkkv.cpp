@@ -60,7 +60,7 @@ T lower_median(std::vector<T> v) {
 class EntropyChunkKVPolicy : public ChunkKVPolicy {
  public:
   explicit EntropyChunkKVPolicy(PolicyParams p) : ChunkKVPolicy("entropy_chunkkv", std::move(p), /*min_chunk=*/2) {
-    low_ = static_cast<int32_t>(params_.get_int_in("low_entropy_chunk", 1, 1 << 20));
+    params_.bind({{"low_entropy_chunk", &low_, within(1, 1 << 20)}});
     if (low_ >= chunk_) fail("policy 'entropy_chunkkv': low_entropy_chunk ({}) must be below chunk ({})", low_, chunk_);
   }
 

@@ -44,17 +44,12 @@ namespace {
 class ForesightKVPolicy : public ScheduledPolicy {
  public:
   explicit ForesightKVPolicy(PolicyParams p) : ScheduledPolicy("foresightkv", std::move(p)) {
-    const LearnedWeightsChoice learned = learned_weights_choice("foresightkv", params_);
-    path_ = learned.path;
-    random_seed_ = learned.random_seed;
-    hidden_ = params_.get_int("hidden");
-    sample_ = params_.get_bool("sample");
-    seed_ = static_cast<uint64_t>(params_.get_int("seed"));
-    decay_ = static_cast<float>(params_.get_double("decay"));
+    learned_ = learned_weights_choice(params_);
+    params_.bind({{"hidden", &hidden_}, {"sample", &sample_}, {"seed", &seed_}, {"decay", &decay_}});
     if (window_ < 1 || window_ != buffer_) params_.fail_param("window", "must equal buffer (the eviction length L)");
-    learned.require();
-    if (!path_.empty()) {
-      weights_ = GateWeights::load(path_, GateSource{"foresightkv", "scorer", "", false});
+    learned_.require();
+    if (!learned_.path.empty()) {
+      weights_ = GateWeights::load(learned_.path, GateSource{"foresightkv", "scorer", "", false});
     }
   }
   PolicyNeeds needs() const override { return {.window_queries = window_, .host_kv = true}; }
@@ -173,9 +168,9 @@ class ForesightKVPolicy : public ScheduledPolicy {
     if (scorers_.empty()) {
       const int Hk = step.num_kv_heads;
       auto pfx = [](int l) { return "model.layers." + std::to_string(l) + ".self_attn.judge_model."; };
-      if (random_seed_ >= 0 && !weights_.find(pfx(0) + "fc1.weight")) {
-        weights_.path = "random_scorer=" + std::to_string(random_seed_);
-        SeededDraws draw(random_seed_);
+      if (learned_.random_seed >= 0 && !weights_.find(pfx(0) + "fc1.weight")) {
+        weights_.path = learned_.random_name();
+        SeededDraws draw(learned_.random_seed);
         for (int l = 0; l < step.num_layers; ++l) {
           std::vector<float> w1(static_cast<size_t>(Hk) * in * hidden_), b1(Hk * hidden_), w2(Hk * hidden_), b2(Hk);
           for (auto* v : {&w1, &b1, &w2, &b2})
@@ -207,8 +202,8 @@ class ForesightKVPolicy : public ScheduledPolicy {
     return scorers_.at(step.layer);
   }
 
-  std::string path_;
-  int64_t random_seed_ = -1, hidden_ = 16;
+  LearnedWeightsChoice learned_;
+  int64_t hidden_ = 16;
   bool sample_ = true;
   uint64_t seed_ = 0;
   float decay_ = 0.9f;

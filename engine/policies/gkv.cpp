@@ -32,12 +32,12 @@ namespace {
 class GKVPolicy : public ScheduledPolicy {
  public:
   explicit GKVPolicy(PolicyParams p) : ScheduledPolicy("gkv", std::move(p)) {
-    alpha_ = params_.get_double_in("alpha", 0, 1);
-    form_ = params_.get_choice("form", {"max", "mean", "sum"});
-    normalize_ = params_.get_bool("normalize");
-    redundancy_ = params_.get_bool("redundancy");
-    lambda_ = params_.get_double_in("lambda", 0, 1);
-    threshold_ = static_cast<float>(params_.get_double("threshold"));
+    params_.bind({{"alpha", &alpha_, within(0, 1)},
+                  {"form", &form_, one_of({"max", "mean", "sum"})},
+                  {"normalize", &normalize_},
+                  {"redundancy", &redundancy_},
+                  {"lambda", &lambda_, within(0, 1)},
+                  {"threshold", &threshold_}});
     params_.check_min("window", window_, 1);
   }
   PolicyNeeds needs() const override { return {.window_queries = window_, .num_scalars = 2, .host_kv = true}; }

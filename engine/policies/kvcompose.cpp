@@ -43,15 +43,15 @@ namespace {
 class KVComposePolicy : public ParamPolicy {
  public:
   explicit KVComposePolicy(PolicyParams p) : ParamPolicy("kvcompose", std::move(p)) {
-    ratio_ = params_.get_double_in("ratio", 0.0, 1.0);
-    window_ = static_cast<int32_t>(params_.get_int_in("window", 1, 1 << 20));
-    task_max_ = params_.get_choice_index("agg_task", {"mean", "max"}) == 1;
-    group_max_ = params_.get_choice_index("agg_group", {"mean", "max"}) == 1;
-    head_max_ = params_.get_choice_index("agg_head", {"mean", "max"}) == 1;
-    mean_across_ = params_.get_bool("mean_across_heads");
-    vnorm_ = params_.get_bool("vnorm");
-    lower_bound_ = params_.get_int_in("lower_bound", 0, 1 << 30);
-    structured_ = params_.get_bool("structured");
+    params_.bind({{"ratio", &ratio_, within(0, 1)},
+                  {"window", &window_, within(1, 1 << 20)},
+                  {"agg_task", &task_max_, one_of({"mean", "max"}, "max")},
+                  {"agg_group", &group_max_, one_of({"mean", "max"}, "max")},
+                  {"agg_head", &head_max_, one_of({"mean", "max"}, "max")},
+                  {"mean_across_heads", &mean_across_},
+                  {"vnorm", &vnorm_},
+                  {"lower_bound", &lower_bound_, within(0, 1 << 30)},
+                  {"structured", &structured_}});
     if (parse_compress(params_)) params_.fail_param("compress", "must be prompt_end: KVCompose judges a whole prompt");
   }
   PolicyNeeds needs() const override { return {.window_queries = window_, .host_kv = vnorm_}; }

@@ -35,19 +35,15 @@ namespace {
 class KVzapPolicy : public ParamPolicy {
  public:
   KVzapPolicy(PolicyParams p, GateWeights w) : ParamPolicy("kvzap", std::move(p)), weights_(std::move(w)) {
-    const LearnedWeightsChoice learned = learned_weights_choice("kvzap", params_);
-    path_ = learned.path;
-    random_seed_ = learned.random_seed;
-    hidden_ = params_.get_int("hidden");
-    threshold_ = static_cast<float>(params_.get_double("threshold"));
-    window_ = params_.get_int_in("window", 0, int64_t{1} << 30);
-    decode_ = params_.get_bool("decode");
+    learned_ = learned_weights_choice(params_);
+    params_.bind(
+        {{"hidden", &hidden_}, {"threshold", &threshold_}, {"window", &window_, within(0, 1 << 30)}, {"decode", &decode_}});
     chunked_ = parse_compress(params_);
-    learned.require();
+    learned_.require();
     if (hidden_ < 0) params_.fail_param("hidden", "must be >= 0 (0 = the linear scorer)");
     // A checkpoint's form follows its tensors (layers.0.0.weight: the MLP; config.json's
     // hidden_dim is null for the linear one); a random scorer's follows `hidden`.
-    mlp_ = path_.empty() ? hidden_ > 0 : weights_.find("layers.0.0.weight") != nullptr;
+    mlp_ = learned_.path.empty() ? hidden_ > 0 : weights_.find("layers.0.0.weight") != nullptr;
   }
 
   PolicyNeeds needs() const override { return {.layer_input = true, .num_scalars = 1, .layer_input_via_mlp = mlp_}; }
@@ -109,7 +105,7 @@ class KVzapPolicy : public ParamPolicy {
     if (scorers_.empty()) {
       // A scorer per decoder layer: one made for another layer count is refused before use, as
       // dms and trimkv refuse theirs (issue 46, item 7).
-      if (!path_.empty() && weights_.layers_under("layers.", ".") != step.num_layers)
+      if (!learned_.path.empty() && weights_.layers_under("layers.", ".") != step.num_layers)
         fail_at(weights_.path, "tensors",
                 "the scorers cover {} decoder layers; this model has {} (a scorer for another model?)",
                 weights_.layers_under("layers.", "."), step.num_layers);
@@ -118,9 +114,9 @@ class KVzapPolicy : public ParamPolicy {
     Scorer& s = scorers_.at(static_cast<size_t>(step.layer));
     if (!s.b2.empty()) return s;
     const int64_t H = step.hidden_size, Hk = step.num_kv_heads;
-    if (path_.empty()) {
+    if (learned_.path.empty()) {
       // nn.Linear's default init range U(±1/sqrt(fan_in)), one SeededDraws stream per layer.
-      SeededDraws d(random_seed_ * 1000003 + step.layer);
+      SeededDraws d(learned_.layer_seed(step.layer));
       auto fill = [&](std::vector<float>& v, size_t n, int64_t fan_in) {
         v.resize(n);
         for (float& x : v) x = d.uniform(1.0 / std::sqrt(static_cast<double>(fan_in)));
@@ -153,8 +149,8 @@ class KVzapPolicy : public ParamPolicy {
     return s;
   }
 
-  std::string path_;
-  int64_t random_seed_ = -1, hidden_ = 16, window_ = 128;
+  LearnedWeightsChoice learned_;
+  int64_t hidden_ = 16, window_ = 128;
   float threshold_ = -4.0f;
   bool decode_ = true, chunked_ = false, mlp_ = true;
   GateWeights weights_;

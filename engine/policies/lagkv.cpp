@@ -34,8 +34,7 @@ namespace {
 class LagKVPolicy : public ScheduledPolicy {
  public:
   explicit LagKVPolicy(PolicyParams p) : ScheduledPolicy("lagkv", std::move(p)) {
-    lag_ = static_cast<int32_t>(params_.get_int_in("lag", 1, 1 << 20));
-    cross_ = params_.get_bool("cross");
+    params_.bind({{"lag", &lag_, within(1, 1 << 20)}, {"cross", &cross_}});
   }
   PolicyNeeds needs() const override { return {.host_kv = true}; }  // scores read the cached keys and values
 

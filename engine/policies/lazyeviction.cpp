@@ -28,9 +28,9 @@
 namespace kvb {
 
 LazyEvictionPolicy::LazyEvictionPolicy(PolicyParams p) : ParamPolicy("lazyeviction", std::move(p)) {
-  window_ = params_.get_int_min("buffer", 1);
-  alpha_ = params_.get_double_in("alpha", 0.0, 1.0);
-  expand_ = params_.get_choice("gqa", {"expand", "max"}) == "expand";
+  params_.bind({{"buffer", &window_, at_least(1)},
+                {"alpha", &alpha_, within(0, 1)},
+                {"gqa", &expand_, one_of({"expand", "max"}, "expand")}});
   if (params_.get_choice("compress", {"prompt_end", "chunked"}) != "prompt_end")
     params_.fail_param("compress",
                        "LazyEviction stores the prompt whole and evicts only while decoding (its reference's update_kv); "

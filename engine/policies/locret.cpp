@@ -56,13 +56,9 @@ class LocretPolicy : public ParamPolicy {
   LocretPolicy(PolicyParams p, GateWeights weights)
       : ParamPolicy("locret", std::move(p)), weights_(std::move(weights)) {
     budget_ = params_.budget();
-    chunk_ = params_.get_int("chunk_size");
-    stab_ = params_.get_int("stabilizers");
-    local_ = params_.get_int("local_len");
-    const LearnedWeightsChoice learned = learned_weights_choice("locret", params_);
-    heads_path_ = learned.path;
-    seed_ = learned.random_seed;
-    hidden_ = params_.get_int("head_hidden");
+    params_.bind({{"chunk_size", &chunk_}, {"stabilizers", &stab_}, {"local_len", &local_}});
+    learned_ = learned_weights_choice(params_);
+    params_.bind({{"head_hidden", &hidden_}});
     if (budget_ <= 0) fail("policy 'locret': needs a budget (--budget; the paper's setting is 6000)");
     if (chunk_ < 1 || chunk_ > (int64_t{1} << 30)) params_.fail_param("chunk_size", "must be in [1, 2^30]");
     if (stab_ < 0 || stab_ > (int64_t{1} << 30)) params_.fail_param("stabilizers", "must be in [0, 2^30]");
@@ -72,7 +68,7 @@ class LocretPolicy : public ParamPolicy {
                          "its protocol");
     if (local_ < 0 || local_ > (int64_t{1} << 30)) params_.fail_param("local_len", "must be in [0, 2^30]");
     if (hidden_ < 1 || hidden_ > 65536) params_.fail_param("head_hidden", "must be in [1, 65536]");
-    learned.require();
+    learned_.require();
   }
 
   // host_kv: the values of the new tokens are read from the cache.
@@ -175,8 +171,8 @@ class LocretPolicy : public ParamPolicy {
   const Head& head(const LayerStep& step) {
     std::lock_guard<std::mutex> lock(mu_);
     if (heads_.empty()) {
-      if (!weights_.find(layer_prefix(0) + "fc1.weight") && seed_ >= 0) make_random(step);
-      if (!heads_path_.empty()) {
+      if (!weights_.find(layer_prefix(0) + "fc1.weight") && learned_.random_seed >= 0) make_random(step);
+      if (!learned_.path.empty()) {
         if (const auto& c = weights_.config; c.contains("hidden_act") && c["hidden_act"] != "silu")
           fail_at(weights_.config_path, "hidden_act", "{} is not supported (the retaining heads use SiLU)",
                   c["hidden_act"].dump());
@@ -200,8 +196,8 @@ class LocretPolicy : public ParamPolicy {
   }
 
   void make_random(const LayerStep& step) {
-    weights_.path = "random_heads=" + std::to_string(seed_);
-    SeededDraws draw(seed_);
+    weights_.path = learned_.random_name();
+    SeededDraws draw(learned_.random_seed);
     const int64_t in = static_cast<int64_t>(step.num_q_heads + 2 * step.num_kv_heads) * step.head_dim;
     for (int l = 0; l < step.num_layers; ++l) {
       std::vector<float> w1(static_cast<size_t>(hidden_ * in)), w2(static_cast<size_t>(step.num_kv_heads * hidden_));
@@ -212,8 +208,8 @@ class LocretPolicy : public ParamPolicy {
     }
   }
 
-  int64_t budget_ = 0, chunk_ = 3072, stab_ = 2500, local_ = 100, seed_ = -1, hidden_ = 1024;
-  std::string heads_path_;
+  int64_t budget_ = 0, chunk_ = 3072, stab_ = 2500, local_ = 100, hidden_ = 1024;
+  LearnedWeightsChoice learned_;
   GateWeights weights_;
   std::vector<Head> heads_;
   std::vector<float> zeros_;

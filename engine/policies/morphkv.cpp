@@ -26,8 +26,8 @@ namespace {
 class MorphKVPolicy : public ScheduledPolicy {
  public:
   explicit MorphKVPolicy(PolicyParams p) : ScheduledPolicy("morphkv", std::move(p)) {
-    max_fusion_ = params_.get_choice("fusion", {"sum", "max"}) == "max";
-    max_gqa_ = params_.get_choice("gqa", {"max", "mean"}) == "max";
+    params_.bind(
+        {{"fusion", &max_fusion_, one_of({"sum", "max"}, "max")}, {"gqa", &max_gqa_, one_of({"max", "mean"}, "max")}});
     params_.check_min("window", window_, 1, "the recent window scores the older tokens");
   }
   PolicyNeeds needs() const override { return {.window_queries = window_}; }

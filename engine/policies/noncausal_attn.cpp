@@ -34,7 +34,7 @@ namespace {
 class NonCausalAttnPolicy : public ScheduledPolicy {
  public:
   explicit NonCausalAttnPolicy(PolicyParams p) : ScheduledPolicy("noncausal_attn", std::move(p)) {
-    chunk_ = static_cast<int32_t>(params_.get_int_in("chunk", 1, 1 << 20));
+    params_.bind({{"chunk", &chunk_, within(1, 1 << 20)}});
     if (decode_) params_.fail_param("decode", "must be false: NonCausalAttnPress scores a prompt's queries only");
     if (chunked_) params_.fail_param("compress", "must be prompt_end: the chunks' scores need the whole prompt");
   }

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
 #include "engine/policies/checkpoints.h"
 #include "engine/util/error.h"
@@ -54,7 +55,7 @@ std::vector<PolicyParamInfo> weights_params(const std::string& policy, const Lea
 
 double PolicyParams::get_double_in(const std::string& key, double lo, double hi) {
   const double v = get_double(key);
-  if (v < lo || v > hi) fail_param(key, fmt::format("must be in [{}, {}]", lo, hi));
+  check(key, v, within(lo, hi));
   return v;
 }
 
@@ -72,6 +73,52 @@ int64_t PolicyParams::get_int_min(const std::string& key, int64_t lo, const std:
 
 void PolicyParams::check_min(const std::string& key, int64_t v, int64_t lo, const std::string& why) const {
   if (v < lo) fail_param(key, fmt::format("must be >= {}", lo) + (why.empty() ? "" : " (" + why + ")"));
+}
+
+void PolicyParams::check(const std::string& key, double v, const ParamCheck& c) const {
+  if (c.kind == ParamCheck::kWithin && (v < c.lo || v > c.hi))
+    fail_param(key, fmt::format("must be in [{}, {}]", c.lo, c.hi));
+  if (c.kind == ParamCheck::kAtLeast && v < c.lo)
+    fail_param(key, fmt::format("must be >= {}", c.lo) + (c.why.empty() ? "" : " (" + c.why + ")"));
+}
+
+void PolicyParams::check(const std::string& key, int64_t v, const ParamCheck& c) const {
+  const auto lo = static_cast<int64_t>(c.lo), hi = static_cast<int64_t>(c.hi);
+  if (c.kind == ParamCheck::kWithin && (v < lo || v > hi)) fail_param(key, fmt::format("must be in [{}, {}]", lo, hi));
+  if (c.kind == ParamCheck::kAtLeast) check_min(key, v, lo, c.why);
+}
+
+void PolicyParams::bind(const std::vector<ParamBinding>& table) {
+  for (const ParamBinding& b : table) {
+    const ParamCheck& c = b.check;
+    std::visit(
+        [&](auto* dst) {
+          using T = std::remove_pointer_t<decltype(dst)>;
+          constexpr bool is_number = !std::is_same_v<T, bool> && !std::is_same_v<T, std::string>;
+          if (c.kind == ParamCheck::kOneOf) {
+            if constexpr (std::is_floating_point_v<T>) fail_param(b.key, "one_of on a floating-point member");
+            else if constexpr (std::is_same_v<T, bool>) *dst = get_choice(b.key, c.choices) == c.on;
+            else if constexpr (std::is_same_v<T, std::string>) *dst = get_choice(b.key, c.choices);
+            else *dst = static_cast<T>(get_choice_index(b.key, c.choices));
+            return;
+          }
+          if (c.kind != ParamCheck::kNone && !is_number) fail_param(b.key, "a range check on a non-number member");
+          if constexpr (std::is_same_v<T, bool>) {
+            *dst = get_bool(b.key);
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            *dst = get_string(b.key);
+          } else if constexpr (std::is_floating_point_v<T>) {
+            const double v = get_double(b.key);
+            check(b.key, v, c);
+            *dst = static_cast<T>(v);
+          } else {
+            const int64_t v = get_int(b.key);
+            check(b.key, v, c);
+            *dst = static_cast<T>(v);
+          }
+        },
+        b.target);
+  }
 }
 
 void PolicyParams::fail_param(const std::string& key, const std::string& msg) const {

@@ -1,13 +1,15 @@
 // kvb::PolicyParams — typed access to a policy's `key=value` parameters with the defaults declared
 // in its registry entry (PolicyInfo::params), so that the defaults `kvbench policies` prints and
 // the defaults a policy uses are the same strings. Every resolved value is recorded for
-// Policy::resolved_params() (written into every result row).
+// Policy::resolved_params() (written into every result row). A policy's constructor reads its
+// parameters as one binding table, PolicyParams::bind (ParamBinding rows: key, member, check).
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +34,39 @@ std::vector<PolicyParamInfo> extend_params(std::vector<PolicyParamInfo> base,
 /// words them alike. Throws nothing.
 std::vector<PolicyParamInfo> weights_params(const std::string& policy, const LearnedWeightsInfo& w,
                                             std::vector<PolicyParamInfo> rest);
+
+/// The check a bound parameter must pass (ParamBinding): none, a range (within), a lower bound
+/// (at_least) or a list of allowed strings (one_of). Bounds are doubles holding the integers of an
+/// integer parameter exactly; the messages print them as the parameter's type (1048576, 0.5).
+struct ParamCheck {
+  enum Kind { kNone, kWithin, kAtLeast, kOneOf } kind = kNone;
+  double lo = 0, hi = 0;
+  std::string why;                   ///< kAtLeast: appended as " (<why>)" when not empty
+  std::vector<std::string> choices;  ///< kOneOf
+  std::string on;                    ///< kOneOf into a bool: the choice that sets it
+};
+/// [lo, hi]: "must be in [lo, hi]" (as PolicyParams::get_int_in / get_double_in).
+inline ParamCheck within(double lo, double hi) { return {ParamCheck::kWithin, lo, hi, {}, {}, {}}; }
+/// >= lo: "must be >= lo[ (why)]" (as PolicyParams::check_min).
+inline ParamCheck at_least(double lo, std::string why = {}) {
+  return {ParamCheck::kAtLeast, lo, 0, std::move(why), {}, {}};
+}
+/// One of `choices` (as PolicyParams::get_choice): a std::string member gets the value, an integer
+/// member its position in `choices`, a bool member whether it is `on`.
+inline ParamCheck one_of(std::vector<std::string> choices, std::string on = {}) {
+  return {ParamCheck::kOneOf, 0, 0, {}, std::move(choices), std::move(on)};
+}
+
+/// One row of a policy's parameter binding table (PolicyParams::bind): the key, the member its
+/// value goes to (the member's type picks the parse: bool → get_bool, integers → get_int narrowed
+/// to the member, float/double → get_double, std::string → get_string; with one_of: get_choice)
+/// and its check.
+struct ParamBinding {
+  using Target = std::variant<bool*, int32_t*, int64_t*, uint64_t*, float*, double*, std::string*>;
+  std::string key;
+  Target target;
+  ParamCheck check = {};
+};
 
 class PolicyParams {
  public:
@@ -62,6 +97,13 @@ class PolicyParams {
   /// <lo>", followed by " (<why>)" when `why` is not empty, when v < lo.
   void check_min(const std::string& key, int64_t v, int64_t lo, const std::string& why = "") const;
 
+  /// Reads every row of `table` in order into its member, as the get_* above would (the same
+  /// resolved() record, the same errors in the same order): a policy constructor's parameters as
+  /// one table, e.g. `params_.bind({{"ratio", &ratio_, within(0, 1)}, {"vnorm", &vnorm_}});`.
+  /// Throws kvb::Error as the get_* and check_min do; a check its member's type cannot take (a
+  /// range on a bool or string, one_of on a number) is reported as a programming error.
+  void bind(const std::vector<ParamBinding>& table);
+
   /// True when the user's spec sets `key` (whatever the value); false for a declared default.
   bool given(const std::string& key) const { return user_.count(key) != 0; }
   /// True when the policy's table declares `key`.
@@ -88,6 +130,9 @@ class PolicyParams {
 
  private:
   std::string raw(const std::string& key) const;
+  /// Throws as get_double_in / check_min when `v` fails `c` (a kWithin or kAtLeast check).
+  void check(const std::string& key, double v, const ParamCheck& c) const;
+  void check(const std::string& key, int64_t v, const ParamCheck& c) const;
   std::string name_;
   int64_t budget_ = 0;
   mutable bool budget_read_ = false;

@@ -92,8 +92,8 @@ class PyramidKVPolicy : public SnapKVPolicy {
   explicit PyramidKVPolicy(PolicyParams p) : SnapKVPolicy("pyramidkv", std::move(p)) {
     beta_ = params_.get_double("beta");
     if (beta_ < 1) params_.fail_param("beta", "must be >= 1");
-    kvpress_ = params_.get_choice("layer_budget", {"factory", "kvpress"}) == "kvpress";
-    align_ = params_.get_int_min("align", 1);
+    params_.bind(
+        {{"layer_budget", &kvpress_, one_of({"factory", "kvpress"}, "kvpress")}, {"align", &align_, at_least(1)}});
   }
   void on_sequence_end(SeqId seq) override { prompt_len_.erase(seq); }
   /// The budget is shared unevenly: the full cache (uneven_budget_footprint).

@@ -31,10 +31,8 @@ namespace {
 class QFilterPolicy : public ScheduledPolicy {
  public:
   QFilterPolicy(PolicyParams p, GateWeights w) : ScheduledPolicy("qfilter", std::move(p)), weights_(std::move(w)) {
-    const LearnedWeightsChoice learned = learned_weights_choice("qfilter", params_);
-    path_ = learned.path;
-    random_seed_ = learned.random_seed;
-    learned.require();
+    learned_ = learned_weights_choice(params_);
+    learned_.require();
   }
   PolicyNeeds needs() const override { return {.host_kv = true}; }  // the score reads the cached keys
 
@@ -58,8 +56,8 @@ class QFilterPolicy : public ScheduledPolicy {
     std::lock_guard<std::mutex> lock(mu_);
     if (!data_.empty()) return data_.data();
     const std::vector<int64_t> shape = {step.num_layers, step.num_kv_heads, step.head_dim};
-    if (path_.empty()) {
-      SeededDraws d(random_seed_);
+    if (learned_.path.empty()) {
+      SeededDraws d(learned_.random_seed);
       data_.resize(static_cast<size_t>(step.num_layers) * step.num_kv_heads * step.head_dim);
       for (float& x : data_) x = d.normal(1.0);
     } else {
@@ -68,8 +66,7 @@ class QFilterPolicy : public ScheduledPolicy {
     return data_.data();
   }
 
-  std::string path_;
-  int64_t random_seed_ = -1;
+  LearnedWeightsChoice learned_;
   GateWeights weights_;
   std::vector<float> data_;
   std::mutex mu_;

@@ -39,11 +39,11 @@ class QuestPolicy : public ParamPolicy {
       fail(
           "policy 'quest' reads a budget of tokens per head at each decode step but none was given: pass "
           "--budget N (the reference's token_budget, e.g. 512-4096)");
-    page_ = params_.get_int_in("page_size", 1, 1 << 20);
-    dense_layers_ = params_.get_int_min("dense_layers", 0);
-    min_pages_ = params_.get_int_in("min_pages", 1, 1 << 20);
-    gqa_max_ = params_.get_choice("gqa", {"query", "max"}) == "max";
-    last_page_ = params_.get_bool("last_page");
+    params_.bind({{"page_size", &page_, within(1, 1 << 20)},
+                  {"dense_layers", &dense_layers_, at_least(0)},
+                  {"min_pages", &min_pages_, within(1, 1 << 20)},
+                  {"gqa", &gqa_max_, one_of({"query", "max"}, "max")},
+                  {"last_page", &last_page_}});
   }
   // host_kv: the page key min/max are folded from cached keys (KVCache::key; the CUDA backend
   // then mirrors each step's new K/V rows to the host).

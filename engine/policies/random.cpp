@@ -15,9 +15,7 @@ namespace {
 
 class RandomPolicy : public ScheduledPolicy {
  public:
-  explicit RandomPolicy(PolicyParams p) : ScheduledPolicy("random", std::move(p)) {
-    seed_ = static_cast<uint64_t>(params_.get_int("seed"));
-  }
+  explicit RandomPolicy(PolicyParams p) : ScheduledPolicy("random", std::move(p)) { params_.bind({{"seed", &seed_}}); }
   PolicyNeeds needs() const override { return {}; }
 
  protected:

@@ -26,9 +26,7 @@ namespace {
 class RKVPolicy : public ScheduledPolicy {
  public:
   explicit RKVPolicy(PolicyParams p) : ScheduledPolicy("rkv", std::move(p)) {
-    lambda_ = params_.get_double_in("lambda", 0, 1);
-    kernel_ = static_cast<int>(params_.get_int_min("kernel", 1));
-    threshold_ = static_cast<float>(params_.get_double("threshold"));
+    params_.bind({{"lambda", &lambda_, within(0, 1)}, {"kernel", &kernel_, at_least(1)}, {"threshold", &threshold_}});
     params_.check_min("window", window_, 1);
   }
   PolicyNeeds needs() const override { return {.window_queries = window_, .host_kv = true}; }

@@ -68,11 +68,8 @@ ScheduledPolicy::ScheduledPolicy(std::string name, PolicyParams p, bool global_k
   global_kind_ = kind == "global";
   threshold_kind_ = kind == "threshold";
   const std::string tkey = params_.declares("score_threshold") ? "score_threshold" : "threshold";
-  ratio_ = params_.get_double("ratio");
-  buffer_ = params_.get_int("buffer");
-  const int64_t window = params_.get_int("window");
-  const int64_t sinks = params_.get_int("sinks");
-  decode_ = params_.get_bool("decode");
+  int64_t window = 0, sinks = 0;
+  params_.bind({{"ratio", &ratio_}, {"buffer", &buffer_}, {"window", &window}, {"sinks", &sinks}, {"decode", &decode_}});
   chunked_ = parse_compress(params_);
   if (ratio_ <= 0 || ratio_ > 1) params_.fail_param("ratio", "must be in (0, 1]");
   if (buffer_ < 1) params_.fail_param("buffer", "must be >= 1 (1 = compress on every step)");

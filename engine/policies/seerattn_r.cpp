@@ -119,18 +119,15 @@ class SeerAttnRPolicy : public Policy {
  public:
   SeerAttnRPolicy(PolicyParams p, GateWeights weights) : p_(std::move(p)), weights_(std::move(weights)) {
     budget_ = p_.budget();
-    const LearnedWeightsChoice learned = learned_weights_choice("seerattn_r", p_);
-    gates_ = learned.path;
-    seed_ = learned.random_seed;
-    start_layer_ = p_.get_int("start_layer");
-    block_param_ = p_.get_int("block_size");
+    learned_ = learned_weights_choice(p_);
+    p_.bind({{"start_layer", &start_layer_}, {"block_size", &block_param_}});
     if (budget_ <= 0)
       fail(
           "policy 'seerattn_r' reads a budget of tokens per kv head at each decode step but none was given: pass "
           "--budget N (the reference's seerattn_token_budget; its README uses 2048-8192)");
     if (start_layer_ < 0 || start_layer_ > (1 << 20)) p_.fail_param("start_layer", "must be in [0, 1048576]");
     if (block_param_ < 0 || block_param_ > (1 << 20)) p_.fail_param("block_size", "must be in [0, 1048576]");
-    learned.require();
+    learned_.require();
   }
   /// Its budget bounds the tokens a decode step reads (PolicyParams::budget_read).
   bool uses_budget() const override { return p_.budget_read(); }
@@ -371,7 +368,7 @@ class SeerAttnRPolicy : public Policy {
     inv_freq_.assign(step.rope_inv_freq, step.rope_inv_freq + D / 2);
     mscale_ = step.rope_mscale;
     const std::string& file = weights_.config_path.empty() ? weights_.path : weights_.config_path;
-    if (gates_.empty()) {
+    if (learned_.path.empty()) {
       arch_ = GateArch{};
       arch_.hidden = D;
       make_random(L, G, Hkv, D);
@@ -470,8 +467,8 @@ class SeerAttnRPolicy : public Policy {
   }
 
   void make_random(int L, int G, int Hkv, int D) {
-    weights_.path = "random_gates=" + std::to_string(seed_);
-    SeededDraws draw(seed_);
+    weights_.path = learned_.random_name();
+    SeededDraws draw(learned_.random_seed);
     const int64_t d = arch_.hidden, n_pool = static_cast<int64_t>(arch_.k.size());
     for (int l = 0; l < L; ++l) {
       const std::string p = gate_prefix(l);
@@ -487,8 +484,8 @@ class SeerAttnRPolicy : public Policy {
 
   PolicyParams p_;
   GateWeights weights_;
-  std::string gates_;
-  int64_t budget_ = 0, seed_ = -1, start_layer_ = 0, block_param_ = 0;
+  LearnedWeightsChoice learned_;
+  int64_t budget_ = 0, start_layer_ = 0, block_param_ = 0;
   GateArch arch_;
   std::vector<GateLayer> layers_;
   std::vector<float> inv_freq_;

@@ -28,10 +28,10 @@ namespace {
 class SimLayerKVPolicy : public ParamPolicy {
  public:
   explicit SimLayerKVPolicy(PolicyParams p) : ParamPolicy("simlayerkv", std::move(p)) {
-    threshold_ = params_.get_double_in("lazy_threshold", 0.0, 1.0);
-    n_last_ = static_cast<int32_t>(params_.get_int_in("n_last", 1, 1 << 20));
-    n_recent_ = static_cast<int32_t>(params_.get_int_in("n_recent", 1, 1 << 30));
-    n_initial_ = static_cast<int32_t>(params_.get_int_in("n_initial", 0, 1 << 30));
+    params_.bind({{"lazy_threshold", &threshold_, within(0, 1)},
+                  {"n_last", &n_last_, within(1, 1 << 20)},
+                  {"n_recent", &n_recent_, within(1, 1 << 30)},
+                  {"n_initial", &n_initial_, within(0, 1 << 30)}});
     if (parse_compress(params_)) params_.fail_param("compress", "must be prompt_end: SimLayerKV judges a whole prompt");
     if (n_recent_ < n_last_) params_.fail_param("n_recent", "must be >= n_last (the last n_last queries are recent)");
   }

@@ -35,7 +35,7 @@ std::vector<PolicyParamInfo> snapkv_params(int64_t window, int64_t kernel, const
 }
 
 SnapKVPolicy::SnapKVPolicy(std::string name, PolicyParams p) : ScheduledPolicy(std::move(name), std::move(p)) {
-  kernel_ = static_cast<int>(params_.get_int_min("kernel", 1));
+  params_.bind({{"kernel", &kernel_, at_least(1)}});
   pool_ = scoring::parse_pool(params_.get_choice("pool", {"max", "avg", "none"}), "pool");
   gqa_ = scoring::parse_gqa(params_.get_choice("gqa", {"max_logits", "max", "mean"}), "gqa");
   params_.check_min("window", window_, 1, "the observation window");

@@ -78,10 +78,9 @@ class ThinkPolicy : public ParamPolicy {
  public:
   /// Reads `ratio` (the kept channel fraction, in [0, 1]) and `window` (≥ 1); throws kvb::Error
   /// naming the parameter otherwise.
-  explicit ThinkPolicy(PolicyParams p)
-      : ParamPolicy("think", std::move(p)),
-        kept_(params_.get_double_in("ratio", 0.0, 1.0)),
-        window_(static_cast<int>(params_.get_int_in("window", 1, 1 << 20))) {}
+  explicit ThinkPolicy(PolicyParams p) : ParamPolicy("think", std::move(p)) {
+    params_.bind({{"ratio", &kept_, within(0, 1)}, {"window", &window_, within(1, 1 << 20)}});
+  }
   PolicyNeeds needs() const override {
     return {.window_queries = window_, .host_kv = true, .writes_kv = true};  // the cached keys are read and rewritten
   }
@@ -96,8 +95,8 @@ class ThinkPolicy : public ParamPolicy {
   }
 
  private:
-  double kept_;  ///< kept fraction of key channels
-  int window_;   ///< window queries that score the channels
+  double kept_ = 0;  ///< kept fraction of key channels
+  int window_ = 0;   ///< window queries that score the channels
 };
 
 }  // namespace

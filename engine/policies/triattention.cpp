@@ -46,16 +46,17 @@ class TriAttentionPolicy : public ParamPolicy {
  public:
   explicit TriAttentionPolicy(PolicyParams p) : ParamPolicy("triattention", std::move(p)) {
     budget_ = params_.budget();
-    buffer_ = params_.get_int_min("buffer", 1);
-    prompt_compete_ = params_.get_choice("prompt", {"keep", "compress"}) == "compress";
-    per_layer_ = params_.get_choice("select", {"per_head", "per_layer_head"}) == "per_layer_head";
-    stats_spec_ = params_.get_string("stats");
-    seed_ = params_.get_int("seed");
-    normalize_ = params_.get_bool("normalize");
-    use_max_ = params_.get_choice("aggregation", {"mean", "max"}) == "max";
-    const int64_t offset_max = params_.get_int_in("offset_max", 1, int64_t{1} << 24);
-    mlr_ = params_.get_bool("mlr");
-    trig_ = params_.get_bool("trig");
+    int64_t offset_max = 1;
+    params_.bind({{"buffer", &buffer_, at_least(1)},
+                  {"prompt", &prompt_compete_, one_of({"keep", "compress"}, "compress")},
+                  {"select", &per_layer_, one_of({"per_head", "per_layer_head"}, "per_layer_head")},
+                  {"stats", &stats_spec_},
+                  {"seed", &seed_},
+                  {"normalize", &normalize_},
+                  {"aggregation", &use_max_, one_of({"mean", "max"}, "max")},
+                  {"offset_max", &offset_max, within(1, 1 << 24)},
+                  {"mlr", &mlr_},
+                  {"trig", &trig_}});
     // TriAttention compresses while decoding only; a prompt is prefilled whole (no chunked mode).
     (void)params_.get_choice("compress", {"prompt_end"});
     if (budget_ <= 0)

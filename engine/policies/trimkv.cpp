@@ -71,12 +71,9 @@ class TrimKVPolicy : public ScheduledPolicy {
  public:
   TrimKVPolicy(PolicyParams p, GateWeights weights)
       : ScheduledPolicy("trimkv", std::move(p), /*global_kind=*/true), weights_(std::move(weights)) {
-    const LearnedWeightsChoice learned = learned_weights_choice("trimkv", params_);
-    gates_path_ = learned.path;
-    random_seed_ = learned.random_seed;
-    hidden_ = params_.get_int("gate_hidden");
-    bias_ = static_cast<float>(params_.get_double("gate_bias"));
-    learned.require();
+    learned_ = learned_weights_choice(params_);
+    params_.bind({{"gate_hidden", &hidden_}, {"gate_bias", &bias_}});
+    learned_.require();
     params_.check_min("gate_hidden", hidden_, 1);
   }
   PolicyNeeds needs() const override { return {.layer_input = true, .num_scalars = 1, .layer_input_via_mlp = true}; }
@@ -153,8 +150,8 @@ class TrimKVPolicy : public ScheduledPolicy {
   const Gate& gate(const LayerStep& step) {
     std::lock_guard<std::mutex> lock(mu_);
     if (gates_.empty()) {
-      if (!weights_.find(layer_prefix(0) + "linear1.weight") && random_seed_ >= 0) make_random(step);
-      if (!gates_path_.empty())
+      if (!weights_.find(layer_prefix(0) + "linear1.weight") && learned_.random_seed >= 0) make_random(step);
+      if (!learned_.path.empty())
         weights_.check_model(step.num_layers, step.num_kv_heads, step.hidden_size, step.head_dim);
       gates_.resize(step.num_layers);
       for (int l = 0; l < step.num_layers; ++l) {
@@ -178,8 +175,8 @@ class TrimKVPolicy : public ScheduledPolicy {
   }
 
   void make_random(const LayerStep& step) {
-    weights_.path = "random_gates=" + std::to_string(random_seed_);
-    SeededDraws draw(random_seed_);
+    weights_.path = learned_.random_name();
+    SeededDraws draw(learned_.random_seed);
     for (int l = 0; l < step.num_layers; ++l) {
       const std::string p = layer_prefix(l);
       std::vector<float> w1(static_cast<size_t>(hidden_) * step.hidden_size),
@@ -193,8 +190,8 @@ class TrimKVPolicy : public ScheduledPolicy {
     }
   }
 
-  std::string gates_path_;
-  int64_t random_seed_ = -1, hidden_ = 512;
+  LearnedWeightsChoice learned_;
+  int64_t hidden_ = 512;
   float bias_ = 8.0f;
   GateWeights weights_;
   std::vector<Gate> gates_;

@@ -53,15 +53,13 @@ namespace {
 class WGKVPolicy : public ParamPolicy {
  public:
   WGKVPolicy(PolicyParams p, GateWeights weights) : ParamPolicy("wgkv", std::move(p)), weights_(std::move(weights)) {
-    const LearnedWeightsChoice learned = learned_weights_choice("wgkv", params_);
-    gates_path_ = learned.path;
-    random_seed_ = learned.random_seed;
-    expand_ = params_.get_double("gate_expand");
-    window_ = params_.get_int("window");
-    tau_ = static_cast<float>(params_.get_double("tau"));
-    evict_ratio_ = params_.get_double("evict_ratio");
-    obs_window_ = static_cast<int>(params_.get_int("obs_window"));
-    kernel_ = static_cast<int>(params_.get_int("kernel"));
+    learned_ = learned_weights_choice(params_);
+    params_.bind({{"gate_expand", &expand_},
+                  {"window", &window_},
+                  {"tau", &tau_},
+                  {"evict_ratio", &evict_ratio_},
+                  {"obs_window", &obs_window_},
+                  {"kernel", &kernel_}});
     chunked_ = parse_compress(params_);
     budget_ = params_.budget();
     params_.check_min("window", window_, 1);
@@ -69,7 +67,7 @@ class WGKVPolicy : public ParamPolicy {
     params_.check_min("obs_window", obs_window_, 1);
     if (budget_ > 0 && budget_ <= window_)
       fail("policy 'wgkv': budget {} must exceed window = {} (it counts the local window)", budget_, window_);
-    learned.require();
+    learned_.require();
   }
   PolicyNeeds needs() const override {
     return {.window_queries = budget_ > 0 ? obs_window_ : 0, .keys_pre_rope = true, .num_scalars = 1, .host_kv = true};
@@ -198,10 +196,10 @@ class WGKVPolicy : public ParamPolicy {
     if (gates_.empty()) {
       const int D = step.head_dim, Hk = step.num_kv_heads;
       auto pfx = [](int l) { return "model.layers." + std::to_string(l) + ".self_attn.g_predictors."; };
-      if (random_seed_ >= 0 && !weights_.find(pfx(0) + "conv1.weight")) {
-        weights_.path = "random_gates=" + std::to_string(random_seed_);
+      if (learned_.random_seed >= 0 && !weights_.find(pfx(0) + "conv1.weight")) {
+        weights_.path = learned_.random_name();
         const int64_t I = std::max<int64_t>(1, static_cast<int64_t>(expand_ * D));
-        SeededDraws draw(random_seed_);
+        SeededDraws draw(learned_.random_seed);
         for (int l = 0; l < step.num_layers; ++l) {
           std::vector<float> w1(Hk * I * 2 * D), w2(Hk * I);
           for (auto& v : w1) v = draw.uniform(1.0 / std::sqrt(2.0 * D));
@@ -214,7 +212,7 @@ class WGKVPolicy : public ParamPolicy {
           weights_.add(pfx(l) + "conv2.bias", {Hk}, std::vector<float>(Hk, 0.f));
         }
       }
-      if (!gates_path_.empty()) weights_.check_model(step.num_layers, Hk, step.hidden_size, D);
+      if (!learned_.path.empty()) weights_.check_model(step.num_layers, Hk, step.hidden_size, D);
       gates_.resize(step.num_layers);
       for (int l = 0; l < step.num_layers; ++l) {
         const std::string p = pfx(l);
@@ -235,8 +233,8 @@ class WGKVPolicy : public ParamPolicy {
     return gates_.at(step.layer);
   }
 
-  std::string gates_path_;
-  int64_t random_seed_ = -1, window_ = 256, budget_ = 0;
+  LearnedWeightsChoice learned_;
+  int64_t window_ = 256, budget_ = 0;
   double expand_ = 1.5, evict_ratio_ = 0.1;
   float tau_ = 0.1f;
   bool chunked_ = false;

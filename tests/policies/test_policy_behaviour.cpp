@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/policies/gate_weights.h"
+#include "engine/policies/params.h"
 #include "engine/policies/policy.h"
 #include "engine/util/error.h"
 #include "harness.h"
@@ -62,6 +63,55 @@ TEST(PolicyParams, UnknownAndBadValuesNameTheParameter) {
   EXPECT_EQ(j["window"].get<int64_t>(), 8);
   EXPECT_EQ(j["buffer"].get<int64_t>(), 128);
   EXPECT_EQ(j["budget"].get<int64_t>(), 256);
+}
+
+// PolicyParams::bind: each row read as its getter would (the member's type picks the parse), the
+// same messages (integer bounds printed as integers, double ones as fmt prints them), rows in order.
+TEST(PolicyParams, BindReadsEachRowAsItsGetterWould) {
+  const std::vector<PolicyParamInfo> table = {{"n", "7", ""}, {"x", "0.5", ""},    {"f", "true", ""}, {"s", "max", ""},
+                                              {"k", "2", ""}, {"name", "abc", ""}, {"seed", "9", ""}};
+  const auto bound = [&](const std::string& spec) {
+    PolicyParams p(PolicySpec::parse("bindtest" + spec, 0), table);
+    int32_t n = 0, k = 0;
+    double x = 0;
+    bool f = false, is_max = false;
+    std::string name;
+    uint64_t seed = 0;
+    size_t s_index = 9;
+    p.bind({{"n", &n, within(1, 1 << 20)},
+            {"x", &x, within(0, 1)},
+            {"f", &f},
+            {"s", &is_max, one_of({"mean", "max"}, "max")},
+            {"s", &s_index, one_of({"mean", "max"})},
+            {"k", &k, at_least(2, "why not")},
+            {"name", &name},
+            {"seed", &seed}});
+    return std::make_tuple(p.resolved(), n, is_max, s_index, name, seed, x, f);
+  };
+  const auto [j, n, is_max, s_index, name, seed, x, f] = bound("");
+  EXPECT_EQ(n, 7);
+  EXPECT_EQ(j["n"].get<int64_t>(), 7);
+  EXPECT_DOUBLE_EQ(j["x"].get<double>(), 0.5);
+  EXPECT_EQ(j["s"].get<std::string>(), "max");
+  EXPECT_TRUE(is_max);
+  EXPECT_EQ(s_index, 1u);
+  EXPECT_EQ(name, "abc");
+  EXPECT_EQ(seed, 9u);
+  EXPECT_DOUBLE_EQ(x, 0.5);
+  EXPECT_TRUE(f);
+  const auto error_is = [&](const std::string& spec, const std::string& want) {
+    EXPECT_EQ(error_of([&] { bound(spec); }), want) << spec;
+  };
+  error_is(":n=0", "policy 'bindtest': parameter 'n': must be in [1, 1048576]");
+  error_is(":n=x", "policy 'bindtest': parameter 'n': expected an integer, got 'x'");
+  error_is(":x=1.5", "policy 'bindtest': parameter 'x': must be in [0, 1]");
+  error_is(":f=maybe", "policy 'bindtest': parameter 'f': expected true/false, got 'maybe'");
+  error_is(":s=sum", "policy 'bindtest': parameter 's': expected one of mean, max, got 'sum'");
+  error_is(":k=1", "policy 'bindtest': parameter 'k': must be >= 2 (why not)");
+  error_is(":n=0,x=2", "policy 'bindtest': parameter 'n': must be in [1, 1048576]");  // the first row first
+  PolicyParams p(PolicySpec::parse("bindtest", 0), table);
+  bool b = false;
+  EXPECT_TRUE(error_has([&] { p.bind({{"f", &b, within(0, 1)}}); }, {"parameter 'f'", "non-number"}));
 }
 
 TEST(PolicyParams, LearnedPolicyWithoutWeightsNamesTheMissingFile) {
