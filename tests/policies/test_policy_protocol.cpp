@@ -131,6 +131,8 @@ std::vector<ChunkCase> chunk_cases() {
       {"kvcompose:ratio=0.5,window=8", 0},  // prompt only
       {"knorm:buffer=16,merge=true", 64},
       {"snapkv:buffer=16,rerotate=true", 64},
+      {"fastkvzip:ratio=0.5,random_gates=1", 0},  // one cut over all layers at the prompt's end
+      {"cam:interval=4,merge_budget=4", 64},      // decode-time merges (seeded draws)
   };
 }
 
