@@ -34,7 +34,14 @@ press (two settings per wrapper); budget = kvpress.utils.compute_n_kept(L, ratio
 LUKVPress leaves the cache whole and masks what it prunes (module.masked_key_indices, read back
 instead); KVComposePress runs as its pipeline does (the context prefilled, then the question fed
 to score it; run_kvcompose). Presses that load published weights or curves get the generator's
-random ones instead (qfilter_press, lukv_press; written once under tests/fixtures/policies).
+random ones instead (qfilter_press, lukv_press; written once under tests/fixtures/policies);
+FastKVzipPress gets kvbench's own random_gates, redrawn here (seeded_gates), and its pruned entries
+are masked like LUKVPress's (run_fastkvzip, on the sdpa instance: kvpress refuses eager there).
+
+CAMPress (decode-time) has its own file, tests/fixtures/policies/kvpress_smollm2_cam_goldens.json
+(write_cam_goldens; `--only cam`): the prompt prefilled, then CAM_FORCED tokens fed one per step at
+their true positions, torch.bernoulli's merge draws replaced by kvbench's seeded ones (run_cam); it
+records each head's final positions and K/V sums.
 
 Presses that rewrite cached keys or values (ThinKPress alone, ComposedPress([SnapKVPress,
 ThinKPress]) as kvbench's then=think, MergingPress as merge=true, KeyRerotationPress as

@@ -19,7 +19,8 @@
 // tensors: the zeroed key channels exactly (but for channel near-ties), the sums of squares of the
 // kept keys and values within 1e-3 relative and their signed sums within 1e-4 of their sums of
 // magnitudes (on heads that keep exactly kvpress's positions, without channel or merge-target
-// near-ties).
+// near-ties). CAMPress, a decode-time press, has its own test and golden file
+// (CamMatchesKvpressCAMPress: three teacher-forced runs, the policy applied for real).
 #include <gtest/gtest.h>
 
 #include <cmath>
