@@ -35,6 +35,7 @@
 #include "engine/policies/catalog.h"
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/params.h"
+#include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/scheduled.h"
 #include "engine/policies/scoring.h"
@@ -198,23 +199,8 @@ class FastKVzipPolicy : public ParamPolicy {
     Gate& g = gates_.at(static_cast<size_t>(step.layer));
     if (!g.b.empty()) return g;
     const int64_t H = step.hidden_size, Hk = step.num_kv_heads;
-    if (path_.empty()) {
-      g.groups = std::max(1, step.num_q_heads / step.num_kv_heads);
-      const int64_t O = g.out, G = g.groups, S = g.sinks;
-      SeededDraws d(random_seed_ * 1000003 + step.layer);
-      auto fill = [&](std::vector<float>& v, int64_t n, double mean, double stdv) {
-        v.resize(static_cast<size_t>(n));
-        for (float& x : v) x = static_cast<float>(mean + d.normal(stdv));
-      };
-      fill(g.wq, Hk * G * O * H, 0.0, 1.0 / std::sqrt(static_cast<double>(H)));
-      fill(g.bq, Hk * G * O, 0.0, 0.1);
-      fill(g.wk, Hk * O * H, 0.0, 1.0 / std::sqrt(static_cast<double>(H)));
-      fill(g.q_norm, O, 1.0, 0.1);
-      fill(g.k_norm, O, 1.0, 0.1);
-      fill(g.k_base, Hk * S * O, 0.0, 1.0);
-      fill(g.b, Hk * G, 0.0, 1.0);
-      return g;
-    }
+    if (path_.empty() && weights_.tensors.empty())  // random_gates: drawn once, then read as a file's
+      weights_ = fastkvzip_random_gates(H, step.num_q_heads, Hk, step.num_layers, random_seed_);
     const std::string pfx = "module." + std::to_string(step.layer) + ".";
     auto dim = [&](const std::string& name, size_t i) -> int64_t {
       const GateTensor* t = weights_.find(pfx + name);
@@ -247,6 +233,31 @@ class FastKVzipPolicy : public ParamPolicy {
 };
 
 }  // namespace
+
+GateWeights fastkvzip_random_gates(int64_t H, int64_t Hq, int64_t Hkv, int layers, int64_t seed) {
+  const int64_t G = std::max<int64_t>(1, Hq / Hkv), O = 16, S = 16;
+  GateWeights w;
+  for (int l = 0; l < layers; ++l) {
+    SeededDraws d(seed * 1000003 + l);
+    auto draw = [&](const std::string& name, std::vector<int64_t> shape, double mean, double stdv) {
+      int64_t n = 1;
+      for (int64_t x : shape) n *= x;
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) x = static_cast<float>(mean + d.normal(stdv));
+      w.add("module." + std::to_string(l) + "." + name, std::move(shape), std::move(v));
+    };
+    const double proj = 1.0 / std::sqrt(static_cast<double>(H));
+    draw("q_proj.weight", {Hkv * G * O, H}, 0.0, proj);
+    draw("q_proj.bias", {Hkv * G * O}, 0.0, 0.1);
+    draw("k_proj.weight", {Hkv * O, H}, 0.0, proj);
+    draw("q_norm.weight", {O}, 1.0, 0.1);
+    draw("k_norm.weight", {O}, 1.0, 0.1);
+    draw("k_base", {Hkv, 1, S, O}, 0.0, 1.0);
+    draw("b", {Hkv, 1, G}, 0.0, 1.0);
+  }
+  w.path = "random_gates=" + std::to_string(seed);
+  return w;
+}
 
 KVB_POLICY(fastkvzip) {
   return learned_policy_entry<FastKVzipPolicy>("fastkvzip", GateSource{"fastkvzip", "gates", "", /*config=*/false})

@@ -4,9 +4,8 @@
 // golden, tests/kvpress, uses random_gates.)
 #include <gtest/gtest.h>
 
-#include <cmath>
-
 #include "engine/policies/gate_weights.h"
+#include "engine/policies/policies.h"
 #include "tests/policies/harness.h"
 #include "tests/support/stories.h"
 #include "tests/support/test_support.h"
@@ -14,29 +13,9 @@
 namespace kvb {
 namespace {
 
-/// The gates random_gates=`seed` draws for `layers` layers of `cfg` (fastkvzip.cpp, gate()).
+/// The gates random_gates=`seed` draws for the first `layers` layers of `cfg`.
 GateWeights drawn_gates(const ModelConfig& cfg, int layers, int64_t seed) {
-  const int64_t H = cfg.hidden_size, Hk = cfg.num_kv_heads, G = cfg.num_heads / cfg.num_kv_heads, O = 16, S = 16;
-  GateWeights w;
-  for (int l = 0; l < layers; ++l) {
-    SeededDraws d(seed * 1000003 + l);
-    auto draw = [&](const std::string& name, std::vector<int64_t> shape, double mean, double stdv) {
-      int64_t n = 1;
-      for (int64_t s : shape) n *= s;
-      std::vector<float> v(static_cast<size_t>(n));
-      for (float& x : v) x = static_cast<float>(mean + d.normal(stdv));
-      w.add("module." + std::to_string(l) + "." + name, std::move(shape), std::move(v));
-    };
-    const double proj = 1.0 / std::sqrt(static_cast<double>(H));
-    draw("q_proj.weight", {Hk * G * O, H}, 0.0, proj);
-    draw("q_proj.bias", {Hk * G * O}, 0.0, 0.1);
-    draw("k_proj.weight", {Hk * O, H}, 0.0, proj);
-    draw("q_norm.weight", {O}, 1.0, 0.1);
-    draw("k_norm.weight", {O}, 1.0, 0.1);
-    draw("k_base", {Hk, 1, S, O}, 0.0, 1.0);
-    draw("b", {Hk, 1, G}, 0.0, 1.0);
-  }
-  return w;
+  return fastkvzip_random_gates(cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, layers, seed);
 }
 
 TEST(FastKVzip, GatesFromAFileEqualTheSameRandomGates) {
