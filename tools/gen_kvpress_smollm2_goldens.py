@@ -36,7 +36,14 @@ press (two settings per wrapper); budget = kvpress.utils.compute_n_kept(L, ratio
 LUKVPress leaves the cache whole and masks what it prunes (module.masked_key_indices, read back
 instead); KVComposePress runs as its pipeline does (the context prefilled, then the question fed
 to score it; run_kvcompose). Presses that load published weights or curves get the generator's
-random ones instead (qfilter_press, lukv_press; written once under tests/fixtures/policies).
+random ones instead (qfilter_press, lukv_press; written once under tests/fixtures/policies);
+FastKVzipPress gets kvbench's own random_gates, redrawn here (seeded_gates), and its pruned entries
+are masked like LUKVPress's (run_fastkvzip, on the sdpa instance: kvpress refuses eager there).
+
+CAMPress (decode-time) has its own file, tests/fixtures/policies/kvpress_smollm2_cam_goldens.json
+(write_cam_goldens; `--only cam`): the prompt prefilled, then CAM_FORCED tokens fed one per step at
+their true positions, torch.bernoulli's merge draws replaced by kvbench's seeded ones (run_cam); it
+records each head's final positions and K/V sums.
 
 Presses that rewrite cached keys or values (ThinKPress alone, ComposedPress([SnapKVPress,
 ThinKPress]) as kvbench's then=think, MergingPress as merge=true, KeyRerotationPress as
@@ -90,6 +97,12 @@ CURVE_SEED = 45
 # drops it from the embeddings, so its embedding never matters.
 FINCH_DELIMITER = 0
 PRESSES = {}  # presses(), for the helpers that call a press's static methods
+# kvbench's RANDOM Fast KVzip gates of `fastkvzip:random_gates=FASTKVZIP_SEED` (seeded_gates)
+# set as FastKVzipPress.gates instead of downloading Jang-Hyun/Fast-KVzip's.
+FASTKVZIP_SEED = 45
+# CAMPress (decode-time): its own file, one teacher-forced run per case (run_cam).
+CAM_OUT = os.path.join(ROOT, "tests", "fixtures", "policies", "kvpress_smollm2_cam_goldens.json")
+CAM_FORCED = 12  # decode steps, fed ids[100:112] (any tokens; both engines see the same)
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LAYERS = 8
 MIN_CONTEXT = 850
@@ -137,8 +150,10 @@ def presses():
     from kvpress.presses.key_rerotation_press import KeyRerotationPress
     from kvpress.presses.criticalkv_press import CriticalKVPress, CriticalAdaKVPress
     from kvpress.presses.finch_press import FinchPress
+    from kvpress.presses.fastkvzip_press import FastKVzipPress
+    from kvpress.presses.cam_press import CAMPress
     from kvpress.utils import compute_n_kept
-    return dict(ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
+    return dict(FastKVzipPress=FastKVzipPress, CAMPress=CAMPress, ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
                 EntropyGatedChunkKVPress=EntropyGatedChunkKVPress, QFilterPress=QFilterPress, CapPress=CapPress,
                 KVComposePress=KVComposePress, LUKVPress=LUKVPress, ExpectedAttentionPress=ExpectedAttentionPress,
                 LagKVPress=LagKVPress, CURPress=CURPress, NonCausalAttnPress=NonCausalAttnPress,
@@ -350,6 +365,12 @@ def band_critical(kind, base, norm, L, r, press):
             order = s2.sort(descending=True, stable=True).indices.tolist()
             band |= set(order[max(0, budgets[h] - k - 1):budgets[h] + k + 1])
         out.append((sorted(band), slack[h]))
+    # FastKVzipPress (FASTKVZIP_GATES): one cut over every layer's (head, token) gate scores, and the
+    # layerwise variant (one cut per layer); the pruned entries are masked (read back, run_fastkvzip).
+    for r, layerwise in ((0.5, False), (0.75, False), (0.75, True)):
+        out.append((f"fastkvzip_r{r}" + ("_layerwise" if layerwise else ""), fastkvzip_press(kp, r, layerwise),
+                    f"fastkvzip:random_gates={FASTKVZIP_SEED},ratio={1 - r}" + (",layerwise=true" if layerwise else ""),
+                    0, "fastkvzip"))
     return out
 
 
@@ -421,6 +442,206 @@ def lukv_press(kp, r):
     press = kp["LUKVPress"](press=kp["ExpectedAttentionPress"](epsilon=2e-2), compression_ratio=r)
     press._budget_curves = np.load(LUKV_CURVE)
     return press
+
+
+def seeded_normals(seed, n, start, stdv):
+    """kvbench's SeededDraws(seed).normal(stdv) draws from counter `start` on, n of them
+    (gate_weights.cpp: u_c = hash_uniform(seed, c), two per draw, stdv times Box-Muller in f64
+    rounded to f32), as float64."""
+    import numpy as np
+    m = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+    def splitmix64(x):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return (x ^ (x >> np.uint64(31))) & m
+
+    def uniform(ctr):
+        with np.errstate(over="ignore"):
+            h = splitmix64(np.full(ctr.shape, 0x243F6A8885A308D3, dtype=np.uint64) ^ np.uint64(seed))
+            h = splitmix64(h ^ ctr)
+        return (h >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+    ctr = np.arange(start, start + 2 * n, dtype=np.uint64)
+    u1, u2 = np.maximum(uniform(ctr[0::2]), 1e-300), uniform(ctr[1::2])
+    return (stdv * np.sqrt(-2.0 * np.log(u1)) * np.cos(6.283185307179586 * u2)).astype(np.float32).astype(np.float64)
+
+
+def seeded_gates(seed, layer, H, Hk, G, O, S):
+    """The RANDOM gate of `layer` that fastkvzip:random_gates=seed draws (fastkvzip.cpp, gate()):
+    SeededDraws(seed * 1000003 + layer), in order q_proj.weight, q_proj.bias, k_proj.weight,
+    q_norm.weight, k_norm.weight, k_base, b, each mean + f32(stdv * N(0, 1)) rounded to f32."""
+    import numpy as np
+    spec = [("q_proj.weight", (Hk * G * O, H), 0.0, H ** -0.5), ("q_proj.bias", (Hk * G * O,), 0.0, 0.1),
+            ("k_proj.weight", (Hk * O, H), 0.0, H ** -0.5), ("q_norm.weight", (O,), 1.0, 0.1),
+            ("k_norm.weight", (O,), 1.0, 0.1), ("k_base", (Hk, 1, S, O), 0.0, 1.0), ("b", (Hk, 1, G), 0.0, 1.0)]
+    out, at = {}, 0
+    for name, shape, mean, std in spec:
+        n = int(np.prod(shape))
+        z = seeded_normals(seed * 1000003 + layer, n, 2 * at, std)
+        out[name] = torch.from_numpy((mean + z).astype(np.float32).reshape(shape))
+        at += n
+    return out
+
+
+def fastkvzip_press(kp, r, layerwise):
+    """FastKVzipPress(compression_ratio=r, layerwise=layerwise) holding kvbench's RANDOM gates of
+    random_gates=FASTKVZIP_SEED (seeded_gates: SmolLM2's 3 kv heads of 3 query groups, output_dim
+    16, 16 sink keys) instead of downloading the published ones."""
+    from kvpress.presses.fastkvzip_press import FastKVzipGate
+    H, Hk, G, O, S = 576, 3, 3, 16, 16
+    gates = []
+    for layer in range(LAYERS):
+        gate = FastKVzipGate(layer, H, Hk, G, torch.float32, O, S)
+        gate.load_state_dict(seeded_gates(FASTKVZIP_SEED, layer, H, Hk, G, O, S))
+        gates.append(gate)
+    press = kp["FastKVzipPress"](compression_ratio=r, layerwise=layerwise)
+    press.gates = gates
+    return press
+
+
+def run_fastkvzip(model, press, ids):
+    """One prefill under FastKVzipPress: ([layer][head] kept positions, [layer][head] near-tie
+    positions). The cache stays whole; the pruned entries are module.masked_key_indices. Near-ties:
+    the entries within TIE of the cut between the last kept and first pruned of press.score_val (the
+    gate scores with the sinks and the window at 1), over all layers or (layerwise) per layer."""
+    cache = DynamicCache()
+    with press(model):
+        model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    sv = press.score_val[:, 0].double()  # [layers, heads, L]
+    L = sv.shape[-1]
+    keep, ties = [], []
+    groups = [sv[layer:layer + 1] for layer in range(LAYERS)] if press.layerwise else [sv]
+    band = []
+    for grp in groups:
+        flat = grp.reshape(-1)
+        n_kept = flat.numel() - int(flat.numel() * press.compression_ratio)
+        band.append(set(band_score(flat, n_kept)))
+    for layer in range(LAYERS):
+        _, hi, si = model.model.layers[layer].self_attn.masked_key_indices
+        b = band[layer] if press.layerwise else band[0]
+        base = 0 if press.layerwise else layer * sv.shape[1] * L
+        keep.append([sorted(set(range(L)) - set(si[hi == h].tolist())) for h in range(sv.shape[1])])
+        ties.append([sorted(i - base - h * L for i in b if base + h * L <= i < base + (h + 1) * L)
+                     for h in range(sv.shape[1])])
+    return keep, ties
+
+
+def hash_uniform(words):
+    """kvbench's scoring::hash_uniform: SplitMix64 over the words, the top 53 bits as [0, 1)."""
+    m = (1 << 64) - 1
+
+    def splitmix64(x):
+        x = (x + 0x9E3779B97F4A7C15) & m
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+        return x ^ (x >> 31)
+    h = 0x243F6A8885A308D3
+    for w in words:
+        h = splitmix64(h ^ (w & m))
+    return (h >> 11) * (1.0 / 9007199254740992.0)
+
+
+def cam_cases(kp):
+    """(name, press, kvbench spec, budget) of the CAMPress cases: KnormPress scores, a compression
+    after 8 decode steps, at two target sizes."""
+    out = []
+    for target in (512, 768):
+        press = kp["CAMPress"](base_press=kp["KnormPress"](), compression_interval=8, target_size=target)
+        out.append((f"cam_knorm_t{target}", press, "cam:scorer=knorm,interval=8,merge_budget=32,seed=0", target))
+    return out
+
+
+def run_cam(model, press, ids, forced, seed=0):
+    """The prompt prefilled, then `forced` fed one token per step under CAMPress, with kvpress's
+    torch.bernoulli merge draws replaced by kvbench's (`cam`: merge iff u < p, u =
+    hash_uniform(seed, sample seed 0, layer, kv head, j, L) for the j-th merge token of a layer
+    compressed at L tokens). Returns per layer: the kept positions of each kv head at the end, the
+    positions within TIE of the keep cut (the mean over kv heads of KnormPress's score), and the
+    number of merge decisions in doubt (u within TIE_MERGE of p, or a merge-candidate cut within
+    TIE_MERGE: key norms differ between the engines by about 1e-6), plus the final keys and
+    values."""
+    seen = {}
+    inner_compress, inner_score, bern = press.compress, press.base_press.score, torch.bernoulli
+
+    def score(module, hidden_states, keys, values, attentions, kwargs):
+        s = inner_score(module, hidden_states, keys, values, attentions, kwargs)
+        seen[module.layer_idx]["mean"] = s[0].double().mean(0)
+        return s
+
+    def compress(module, hidden_states, keys, values, attentions, kwargs):
+        layer = module.layer_idx
+        assert layer not in seen, "one compression per layer"
+        seen[layer] = dict(L=keys.shape[2], orig=keys[0].clone(), doubt=0)
+        seen["now"] = layer
+        k, v = inner_compress(module, hidden_states, keys, values, attentions, kwargs)
+        seen[layer]["kept"] = [int(i) for i in (k[0][0][:, None, :] == keys[0][0][None, :, :]).all(-1)
+                               .float().argmax(-1).tolist()]
+        return k, v
+
+    def bernoulli(p):
+        layer = seen["now"]
+        L = seen[layer]["L"]
+        u = torch.tensor([[[hash_uniform([seed, 0, layer, h, j, L]) for j in range(p.shape[2])]
+                           for h in range(p.shape[1])]], dtype=torch.float64)
+        seen[layer]["doubt"] += int(((u - p.double()).abs() <= TIE_MERGE).sum())
+        return (u < p.double()).to(p.dtype)
+
+    object.__setattr__(press, "compress", compress)
+    object.__setattr__(press.base_press, "score", score)
+    torch.bernoulli = bernoulli
+    try:
+        cache = DynamicCache()
+        with press(model):
+            model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+            for i, t in enumerate(forced):  # at their true positions, as kvpress's pipeline passes them
+                model(input_ids=torch.tensor([[t]]), past_key_values=cache, use_cache=True,
+                      position_ids=torch.tensor([[len(ids) + i]]))
+    finally:
+        torch.bernoulli = bern
+    out = []
+    for layer in range(LAYERS):
+        w = seen[layer]
+        L, mean, kept = w["L"], w["mean"], sorted(w["kept"])
+        end = cache.layers[layer].keys.shape[2]
+        positions = kept + list(range(L, L + end - len(kept)))
+        band = band_score(mean, press.target_size)
+        evicted = sorted(set(range(L)) - set(kept))
+        k = min(press.compression_interval, len(evicted))
+        doubt = w["doubt"] + len(band_score(mean[evicted], k, TIE_MERGE))
+        out.append(dict(positions=positions, band=band, doubt=doubt, keys=cache.layers[layer].keys[0],
+                        values=cache.layers[layer].values[0]))
+    return out
+
+
+def write_cam_goldens(model, kp, ids):
+    """CAM_OUT: the CAMPress cases (cam_cases) on the teacher-forced continuation."""
+    forced = ids[100:100 + CAM_FORCED]
+    L = len(ids) + CAM_FORCED
+    out = []
+    for name, press, spec, budget in cam_cases(kp):
+        res = run_cam(model, press, ids, forced)
+        layers = []
+        for r in res:
+            heads = []
+            for h in range(r["keys"].shape[0]):
+                kd, vd = r["keys"][h].double(), r["values"][h].double()
+                heads.append(dict(keep=hexmask(r["positions"], L), tie=hexmask(r["band"], L), n_tie=len(r["band"]),
+                                  v_tie=r["doubt"], k_sq=float((kd ** 2).sum()), v_sq=float((vd ** 2).sum()),
+                                  k_sum=float(kd.sum()), k_abs=float(kd.abs().sum()), v_sum=float(vd.sum()),
+                                  v_abs=float(vd.abs().sum())))
+            layers.append(heads)
+        print(f"  {name}: doubts per layer {[r['doubt'] for r in res]}")
+        print(f"  {name}: kept {len(res[0]['positions'])}, near-ties {sum(len(r['band']) for r in res)}, "
+              f"merge decisions in doubt {sum(r['doubt'] for r in res)}")
+        args_ = dict(compression_interval=press.compression_interval, target_size=press.target_size,
+                     merge_budget=press.merge_budget, hidden_states_buffer_size=press.hidden_states_buffer_size,
+                     base_press="KnormPress")
+        out.append(dict(name=name, press="CAMPress", kvpress_args=args_, spec=spec, budget=budget, layers=layers))
+    goldens_env.write_json(CAM_OUT, generator="tools/gen_kvpress_smollm2_goldens.py", kvpress="0.5.5",
+                           torch=torch.__version__, transformers=transformers.__version__, model=GGUF,
+                           weights="f32 (dequantised by transformers)", num_layers=LAYERS, prompt=ids, forced=forced,
+                           tie_relative=TIE, cases=out)
 
 
 def record_lazy_shares(press, snapkv):
@@ -576,14 +797,14 @@ def kvpress_n_kept(k, r):
     return compute_n_kept(k, r)
 
 
-def band_score(s, n):
+def band_score(s, n, tie=TIE):
     """Tokens in doubt at a top-n cut of scores s: when the last kept (a) and first evicted (b) score
-    differ by at most TIE relative, every token scoring within [b - tol, a + tol]; else none."""
+    differ by at most `tie` relative, every token scoring within [b - tol, a + tol]; else none."""
     v = s.sort(descending=True).values
     if n >= len(v):
         return []
     a, b = v[n - 1].item(), v[n].item()
-    tol = TIE * max(abs(a), abs(b), 1e-30)
+    tol = tie * max(abs(a), abs(b), 1e-30)
     if a - b > tol:
         return []
     return [i for i in range(len(s)) if b - tol <= s[i].item() <= a + tol]
@@ -744,6 +965,10 @@ def main():
     print(f"prompt {L} tokens (context {n_ctx})")
     kp = presses()
     PRESSES.update(kp)
+    if not args.only or any(o.startswith("cam") for o in args.only):  # CAMPress: its own file
+        write_cam_goldens(model, kp, ids)
+        if args.only and all(o.startswith("cam") for o in args.only):
+            return
     out = []
     old = {}
     if args.only:
@@ -762,6 +987,9 @@ def main():
         feed = finch_feed(ids, n_ctx) if type(press).__name__ == "FinchPress" else ids
         if tie == "kvcompose":
             keep, scores = run_kvcompose(model, press, ids, n_ctx)
+            written = None
+        elif tie == "fastkvzip":  # kvpress refuses eager attention here
+            keep, scores = run_fastkvzip(sdpa, press, ids)
             written = None
         else:
             res = run_case(sdpa if sdpa_only else model, press, feed, calls)
@@ -788,6 +1016,8 @@ def main():
                     band = []
                 elif tie == "kvcompose":
                     band, slack = scores[layer][h]
+                elif tie == "fastkvzip":
+                    band = scores[layer][h]
                 elif tie == "lukv":  # the sinks and the window score above all, as LUKVPress sets them
                     sc = scores[layer][h].clone()
                     sc[:press.sink] = scores[layer].max() + 1

@@ -93,10 +93,15 @@ const std::vector<KvpressRow>& kvpress_table() {
        "window=q, the question's q tokens (kvpress: after the delimiter token); chunk_length=N is "
        "budget_kind=ratio,ratio=1-r,press_chunk=N"},
       {"KVzipPress", "compression_ratio=r, layerwise=False, n_sink=4, kvzip_plus_normalization=False, chunk_size=2048",
-       "", S::kMissing, "", "", ""},
+       "", S::kMissing, "", "",
+       "needs an engine scoring pass: \"repeat the context\" tokens appended after the prompt, their attention "
+       "read, then rolled back (docs/policies.md, kvpress presses not reproduced)"},
       {"FastKVzipPress",
-       "compression_ratio=r, layerwise=False, n_sink=4, window_size=4096, window_ratio=0.02 (trained gates)", "",
-       S::kMissing, "", "", ""},
+       "compression_ratio=r, layerwise=False, n_sink=4, window_size=4096, window_ratio=0.02 (trained gates)",
+       "fastkvzip:gates=FILE,layerwise=false,sinks=4,window=4096,window_ratio=0.02", S::kGolden,
+       "kvpress_smollm2_goldens.json:FastKVzipPress", "ratio,layerwise,gates,random_gates",
+       "ratio=1-r; gates: the published .pt converted to module.{l}.* tensors (docs/policies.md, fastkvzip); "
+       "the golden injects kvbench's random_gates into kvpress; prompt only, kvbench evicts what kvpress masks"},
       {"CURPress", "compression_ratio=r, num_sinks=4, leverage_type=\"kv_product\", local_window_size=16",
        "cur:sinks=4,leverage=kv_product,local_window=16,decode=false", S::kGolden,
        "kvpress_smollm2_goldens.json:CURPress", "", "use_random_leverage=True is not offered (torch's random stream)"},
@@ -116,8 +121,11 @@ const std::vector<KvpressRow>& kvpress_table() {
       {"ThinKPress", "key_channel_compression_ratio=c, window_size=32", "think:window=32", S::kGolden,
        "kvpress_smollm2_goldens.json:ThinKPress", "",
        "ratio=1-c (kept key channels); ComposedPress([P, ThinKPress]) is P's then=think,then_ratio=1-c"},
-      {"CAMPress", "base_press=P, compression_interval=512, target_size=2048, merge_budget=32 (merges values)", "",
-       S::kMissing, "", "", ""},
+      {"CAMPress", "base_press=P, compression_interval=512, target_size=2048, merge_budget=32 (merges values)",
+       "cam:scorer=knorm,interval=512,merge_budget=32", S::kGolden, "kvpress_smollm2_cam_goldens.json:CAMPress",
+       "interval",
+       "--budget target_size; scorer: a token-local scored policy (P); kvpress's unseeded torch.bernoulli merge draws "
+       "are kvbench's seeded ones, injected into kvpress for the golden"},
       {"MergingPress", "press=P, similarity_threshold=0.0, merge_fraction=1.0 (merges values)",
        "knorm:decode=false,merge=true", S::kGolden, "kvpress_smollm2_goldens.json:merging_knorm*", "",
        "any policy P: P's spec plus merge=true,merge_threshold=t,merge_fraction=f"},

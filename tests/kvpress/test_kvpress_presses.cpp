@@ -20,7 +20,8 @@
 // tensors: the zeroed key channels exactly (but for channel near-ties), the sums of squares of the
 // kept keys and values within 1e-3 relative and their signed sums within 1e-4 of their sums of
 // magnitudes (on heads that keep exactly kvpress's positions, without channel or merge-target
-// near-ties).
+// near-ties). CAMPress, a decode-time press, has its own test and golden file
+// (CamMatchesKvpressCAMPress: three teacher-forced runs, the policy applied for real).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -50,6 +51,18 @@ using KeepSets = std::vector<std::vector<std::vector<int32_t>>>;  // [layer][hea
 struct KeptKv {
   double k_sq = 0, v_sq = 0, k_sum = 0, k_abs = 0, v_sum = 0, v_abs = 0;
   std::vector<int> k_zero;
+  /// Adds one kept token's key and value rows [D] to the sums.
+  void add(const float* k, const float* v, int D) {
+    for (int d = 0; d < D; ++d) {
+      const double kk = k[d], vv = v[d];
+      k_sq += kk * kk;
+      v_sq += vv * vv;
+      k_sum += kk;
+      v_sum += vv;
+      k_abs += std::fabs(kk);
+      v_abs += std::fabs(vv);
+    }
+  }
 };
 using KeptKvs = std::vector<std::vector<KeptKv>>;  // [layer][head]
 
@@ -152,17 +165,11 @@ class Multiplex : public CompositePolicy {
         if (hh == h) keep = idx;
       KeptKv& out = heads[h];
       std::vector<bool> zero(D, true);
-      for (int32_t i : keep)
-        for (int d = 0; d < D; ++d) {
-          const double kk = k[i][d], vv = v[i][d];
-          out.k_sq += kk * kk;
-          out.v_sq += vv * vv;
-          out.k_sum += kk;
-          out.v_sum += vv;
-          out.k_abs += std::fabs(kk);
-          out.v_abs += std::fabs(vv);
+      for (int32_t i : keep) {
+        out.add(k[i], v[i], D);
+        for (int d = 0; d < D; ++d)
           if (k[i][d] != 0.0f) zero[d] = false;
-        }
+      }
       for (int d = 0; d < D; ++d)
         if (zero[d]) out.k_zero.push_back(d);
     }
@@ -280,7 +287,7 @@ KvDiff compare_kv(const json& c, const KeptKvs& got, const KeepSets& kept, int l
     for (int h = 0; h < heads; ++h) {
       const json& want = c["layers"][l][h];
       const KeptKv& have = got.at(l).at(h);
-      const auto zero = want["k_zero"].get<std::vector<int>>(), tie = want["k_tie"].get<std::vector<int>>();
+      const auto zero = want.value("k_zero", std::vector<int>{}), tie = want.value("k_tie", std::vector<int>{});
       const std::set<int> wz(zero.begin(), zero.end()), hz(have.k_zero.begin(), have.k_zero.end()),
           t(tie.begin(), tie.end());
       bool bad = wz.size() != hz.size();
@@ -327,6 +334,7 @@ const std::vector<std::pair<std::string, std::string>> kMutants = {
     {"criticalkv_r0.5", "criticalkv:decode=false,first_stage_ratio=0.25"},
     {"criticaladakv_r0.5", "criticaladakv:decode=false,first_stage_ratio=0.25"},
     {"finch_r0.5", "finch:window=50,decode=false,normalize=false"},
+    {"fastkvzip_r0.5", "fastkvzip:random_gates=45,ratio=0.5,window_ratio=0.05"},
 };
 
 /// `spec` with the golden's placeholders replaced by its fixture files under
@@ -399,6 +407,7 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
       {"criticalkv", "CriticalKVPress"},
       {"criticaladakv", "CriticalAdaKVPress"},
       {"finch", "FinchPress"},
+      {"fastkvzip", "FastKVzipPress"},
   };
   // Every press with golden cases: the method presses above and the wrappers kvbench options reproduce.
   std::set<std::string> expected = {"ChunkPress",   "PerLayerCompressionPress", "ComposedPress", "BlockPress",
@@ -451,6 +460,69 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
   std::set<std::string> mutated;
   for (const auto& [name, spec] : kMutants) mutated.insert(press_of_spec(spec, press_of));
   for (const auto& press : expected) EXPECT_TRUE(mutated.count(press)) << "no mutant for " << press;
+}
+
+/// The kept positions and K/V sums (KeptKv) of every (layer, kv head) after teacher-forced decoding:
+/// `prompt` prefilled, then `forced` fed one token per step, under policy `spec` at `budget`.
+std::pair<KeepSets, KeptKvs> run_forced(const std::shared_ptr<const Model>& model, const std::string& spec,
+                                        int64_t budget, const std::vector<int32_t>& prompt,
+                                        const std::vector<int32_t>& forced) {
+  EngineOptions eo;
+  eo.prefill_chunk = static_cast<int>(prompt.size());
+  Engine e(model, eo, make_policy(PolicySpec::parse(spec, budget)));
+  KeepSets kept;
+  KeptKvs kv;
+  e.on_step = [&](const KVCache& c, SeqId seq) {  // the last step's state is what remains
+    const int layers = static_cast<int>(model->config().num_layers),
+              heads = static_cast<int>(model->config().num_kv_heads), D = static_cast<int>(model->config().head_dim);
+    kept.assign(layers, std::vector<std::vector<int32_t>>(heads));
+    kv.assign(layers, std::vector<KeptKv>(heads));
+    for (int l = 0; l < layers; ++l)
+      for (int h = 0; h < heads; ++h)
+        for (int32_t i = 0; i < c.length(seq, l, h); ++i) {
+          kept[l][h].push_back(c.position(seq, l, h, i));
+          kv[l][h].add(c.key(seq, l, h, i), c.value(seq, l, h, i), D);
+        }
+  };
+  e.score(prompt, forced);
+  return {kept, kv};
+}
+
+// kvpress 0.5.5 CAMPress (decode-time: every `compression_interval` steps a layer keeps the
+// target_size best tokens by its base press's mean score over kv heads, and the best evicted ones
+// merge their values into the next kept tokens, each by a Bernoulli draw) as `cam`, against
+// tools/gen_kvpress_smollm2_goldens.py's kvpress_smollm2_cam_goldens.json: the prompt, then 12
+// forced tokens, one compression after the 8th. kvpress's torch.bernoulli draws are replaced there
+// by kvbench's seeded ones (cam.cpp). Each head must keep kvpress's positions (but for near-ties)
+// and, where no merge decision is in doubt, leave the same K/V sums. One changed parameter
+// (seed=1: other merge draws) must differ.
+TEST(KvpressSmolLM2, CamMatchesKvpressCAMPress) {
+  KVB_REQUIRE_DEFAULT_MODEL();
+  const json g = parse_json_file(test::fixture("policies/kvpress_smollm2_cam_goldens.json"));
+  const int layers = g["num_layers"];
+  const auto prompt = g["prompt"].get<std::vector<int32_t>>();
+  const auto forced = g["forced"].get<std::vector<int32_t>>();
+  ASSERT_GE(prompt.size(), 800u);
+  const int L = static_cast<int>(prompt.size() + forced.size());
+  auto model = truncated_default_model(layers);
+  const int heads = model->config().num_kv_heads;
+  for (const auto& c : g["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>() + " (" + c["spec"].get<std::string>() + ")");
+    EXPECT_EQ(c["press"], "CAMPress");
+    const auto [kept, kv] = run_forced(model, c["spec"], c["budget"], prompt, forced);
+    const Diff d = compare(c, kept, layers, heads, L);
+    EXPECT_EQ(d.count_heads, 0) << "heads keeping another number of tokens";
+    EXPECT_EQ(d.set_heads, 0) << "heads differing outside the near-ties, first " << d.first;
+    const KvDiff k = compare_kv(c, kv, kept, layers, heads);
+    EXPECT_EQ(k.sum_heads, 0) << "heads whose kept K/V sums differ (of " << k.compared << ")";
+    EXPECT_GE(k.compared, layers * heads / 3) << "too few heads without near-ties to compare";
+  }
+  const json& c = g["cases"][0];
+  const auto [kept, kv] =
+      run_forced(model, "cam:scorer=knorm,interval=8,merge_budget=32,seed=1", c["budget"], prompt, forced);
+  const KvDiff k = compare_kv(c, kv, kept, layers, heads);
+  EXPECT_GT(compare(c, kept, layers, heads, L).set_heads + k.sum_heads, 0)
+      << "other merge draws leave kvpress's K/V: the golden does not discriminate";
 }
 
 }  // namespace

@@ -26,6 +26,8 @@ std::string concrete(std::string spec) {
       {"pattern=DIR", "pattern=" + test::fixture("policies/duo_pattern_tiny")},
       {"scorer=DIR", "scorer=" + test::fixture("policies/kvzap_mlp_tiny-llama3")},
       {"filters=FILE", "filters=" + test::fixture("policies/qfilter_smollm2_random.safetensors")},
+      // fastkvzip reads its gates' tensors at its first layer step: any weights file builds it.
+      {"gates=FILE", "gates=" + test::fixture("policies/qfilter_smollm2_random.safetensors")},
       {"curve=FILE", "curve=" + test::fixture("policies/lukv_curve_smollm2_random.npy")},
       {"sparsity=s", "sparsity=0.25"},
       {"seed=s", "seed=3"},

@@ -134,6 +134,8 @@ std::vector<ChunkCase> chunk_cases() {
       {"criticalkv:buffer=16,window=16", 64},
       {"criticaladakv:buffer=16,window=16", 64},
       {"finch:buffer=16,window=16", 64},
+      {"fastkvzip:ratio=0.5,random_gates=1", 0},  // one cut over all layers at the prompt's end
+      {"cam:interval=4,merge_budget=4", 64},      // decode-time merges (seeded draws)
   };
 }
 
