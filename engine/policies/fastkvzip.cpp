@@ -190,10 +190,7 @@ class FastKVzipPolicy : public ParamPolicy {
   const Gate& gate(const LayerStep& step) {
     std::lock_guard<std::mutex> lock(mu_);
     if (gates_.empty()) {
-      if (!path_.empty() && weights_.layers_under("module.", ".") != step.num_layers)
-        fail_at(weights_.path, "tensors",
-                "the gates cover {} decoder layers; this model has {} (gates for another model?)",
-                weights_.layers_under("module.", "."), step.num_layers);
+      if (!path_.empty()) weights_.require_layers("module.", ".", step.num_layers, "gates", "gates");
       gates_.resize(static_cast<size_t>(step.num_layers));
     }
     Gate& g = gates_.at(static_cast<size_t>(step.layer));

@@ -322,6 +322,14 @@ int GateWeights::layers_under(const std::string& prefix, const std::string& suff
   return n;
 }
 
+void GateWeights::require_layers(const std::string& prefix, const std::string& suffix, int num_layers,
+                                 const std::string& what, const std::string& one) const {
+  const int covered = layers_under(prefix, suffix);
+  if (covered != num_layers)
+    fail_at(path, "tensors", "the {} cover {} decoder layers; this model has {} ({} for another model?)", what, covered,
+            num_layers, one);
+}
+
 void GateWeights::check_model(int num_layers, int num_kv_heads, int hidden_size, int head_dim) const {
   const std::string base = config.contains("base_model") && config["base_model"].is_string()
                                ? config["base_model"].get<std::string>()
@@ -338,10 +346,7 @@ void GateWeights::check_model(int num_layers, int num_kv_heads, int hidden_size,
   check("num_key_value_heads", num_kv_heads);
   check("hidden_size", hidden_size);
   check("head_dim", head_dim);
-  const int covered = this->num_layers();
-  if (covered != num_layers)
-    fail_at(path, "tensors", "the gates cover {} decoder layers; this model has {} (gates for another model?)", covered,
-            num_layers);
+  require_layers("model.layers.", ".", num_layers, "gates", "gates");
 }
 
 const GateTensor* GateWeights::find(const std::string& name) const {

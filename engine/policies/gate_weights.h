@@ -86,6 +86,12 @@ class GateWeights {
   /// none): layers_under("layers.", ".") for KVzap's scorers, ("layer", "_") for TriAttention's
   /// statistics "layer03_head07.q_abs_mean".
   int layers_under(const std::string& prefix, const std::string& suffix) const;
+  /// Refuses tensors made for another layer count: throws kvb::Error "<path>: tensors: the <what>
+  /// cover N decoder layers; this model has M (<one> for another model?)" unless
+  /// layers_under(prefix, suffix) == num_layers. `what` is the plural noun ("gates", "scorers"),
+  /// `one` how one names a set of them ("gates", "a scorer").
+  void require_layers(const std::string& prefix, const std::string& suffix, int num_layers, const std::string& what,
+                      const std::string& one) const;
   /// Checks the checkpoint against the model it is applied to: its config.json's
   /// num_hidden_layers, num_key_value_heads, hidden_size and head_dim (when present) and the
   /// layers its tensors cover. Throws one kvb::Error "<file>: <field>: the gates were trained for

@@ -105,10 +105,7 @@ class KVzapPolicy : public ParamPolicy {
     if (scorers_.empty()) {
       // A scorer per decoder layer: one made for another layer count is refused before use, as
       // dms and trimkv refuse theirs (issue 46, item 7).
-      if (!learned_.path.empty() && weights_.layers_under("layers.", ".") != step.num_layers)
-        fail_at(weights_.path, "tensors",
-                "the scorers cover {} decoder layers; this model has {} (a scorer for another model?)",
-                weights_.layers_under("layers.", "."), step.num_layers);
+      if (!learned_.path.empty()) weights_.require_layers("layers.", ".", step.num_layers, "scorers", "a scorer");
       scorers_.resize(static_cast<size_t>(step.num_layers));
     }
     Scorer& s = scorers_.at(static_cast<size_t>(step.layer));

@@ -223,10 +223,7 @@ class TriAttentionPolicy : public ParamPolicy {
       }
     } else if (!stats_prompt_) {
       // Statistics for another layer count are refused, as dms and trimkv refuse their weights.
-      if (file_.layers_under("layer", "_") != layers_)
-        fail_at(file_.path, "tensors",
-                "the statistics cover {} decoder layers; this model has {} (statistics for another model?)",
-                file_.layers_under("layer", "_"), layers_);
+      file_.require_layers("layer", "_", layers_, "statistics", "statistics");
       qre_.resize(n);
       qim_.resize(n);
       qabs_.resize(n);
