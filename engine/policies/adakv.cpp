@@ -25,29 +25,19 @@
 namespace kvb {
 namespace {
 
-class AdaKVPolicy : public SnapKVPolicy {
+class AdaKVPolicy : public SharedLayerBudget<SnapKVPolicy> {
  public:
-  explicit AdaKVPolicy(PolicyParams p) : SnapKVPolicy("adakv", std::move(p)) {
+  explicit AdaKVPolicy(PolicyParams p) : SharedLayerBudget("adakv", std::move(p)) {
     refuse_threshold("its per-layer budget is shared among the heads by score");
     params_.bind({{"alpha", &alpha_, within(0, 1)}});
   }
 
-  /// The budget is shared unevenly: the full cache (uneven_budget_footprint).
-  KvFootprint kv_footprint(const FootprintQuery& q) const override { return uneven_budget_footprint(q, name()); }
-  void on_layer_step(LayerStep& step) override {
-    const int64_t B = budget_now(step);
-    std::vector<int32_t> len;
-    if (!shared_layer_due(step, B, len)) return;
+ protected:
+  void compress_layer(LayerStep& step, int64_t B, const std::vector<int32_t>& len) override {
     const int H = step.num_kv_heads;
-    const int64_t cap = B * H;
     // Per head: the window and the safeguard are kept; the rest competes across the layer's heads.
     const int64_t n_safe = alpha_ > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::floor(B * alpha_))) : 0;
-    struct Cand {
-      float score;
-      int head;
-      int32_t idx;
-    };
-    std::vector<Cand> cands;
+    std::vector<std::vector<float>> older(H);
     std::vector<std::vector<char>> keep(H);
     int64_t kept = 0;
     for (int h = 0; h < H; ++h) {
@@ -59,24 +49,16 @@ class AdaKVPolicy : public SnapKVPolicy {
       if (L - w <= 0) continue;
       std::vector<float> s(L, 0.f);
       score(step, h, L, s);  // the L − w older tokens' SnapKV scores
-      std::vector<float> older(s.begin(), s.begin() + (L - w));
+      older[h].assign(s.begin(), s.begin() + (L - w));
       const int64_t safe_older = std::max<int64_t>(0, n_safe - w);
-      for (int32_t i : scoring::top_k_indices(older, std::min<int64_t>(safe_older, L - w))) {
+      for (int32_t i : scoring::top_k_indices(older[h], std::min<int64_t>(safe_older, L - w))) {
         keep[h][i] = 1;
         ++kept;
       }
-      for (int32_t i = 0; i < L - w; ++i)
-        if (!keep[h][i]) cands.push_back({std::isnan(older[i]) ? -INFINITY : older[i], h, i});
     }
-    const int64_t room = std::max<int64_t>(0, cap - kept);
-    const auto better = [](const Cand& a, const Cand& b) {
-      if (a.score != b.score) return a.score > b.score;
-      if (a.head != b.head) return a.head < b.head;
-      return a.idx < b.idx;
-    };
-    const int64_t take = std::min<int64_t>(room, static_cast<int64_t>(cands.size()));
-    std::partial_sort(cands.begin(), cands.begin() + take, cands.end(), better);
-    for (int64_t c = 0; c < take; ++c) keep[cands[c].head][cands[c].idx] = 1;
+    // The layer's remaining room goes to the best older tokens of any head (not yet kept).
+    for (const auto& t : scoring::layer_top_k(older, std::max<int64_t>(0, B * H - kept), &keep))
+      keep[t.head][t.idx] = 1;
     for (int h = 0; h < H; ++h) {
       std::vector<int32_t> ks = scoring::mask_indices(keep[h]);
       if (static_cast<int32_t>(ks.size()) < len[h]) step.keep(h, std::move(ks));

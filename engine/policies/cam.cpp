@@ -44,10 +44,11 @@ class CamPolicy : public ParamPolicy {
  public:
   explicit CamPolicy(PolicyParams p) : ParamPolicy("cam", std::move(p)) {
     budget_ = params_.budget();
-    interval_ = params_.get_int_in("interval", 1, int64_t{1} << 30);
-    merge_budget_ = params_.get_int_in("merge_budget", 1, int64_t{1} << 30);
-    seed_ = params_.get_int("seed");
-    const std::string scorer = params_.get_string("scorer");
+    std::string scorer;
+    params_.bind({{"interval", &interval_, within(1, 1 << 30)},
+                  {"merge_budget", &merge_budget_, within(1, 1 << 30)},
+                  {"seed", &seed_},
+                  {"scorer", &scorer}});
     if (parse_compress(params_))
       params_.fail_param("compress", "must be prompt_end: CaM compresses while decoding only");
     if (budget_ <= 0) params_.fail_param("budget", "must be > 0 (kvpress target_size: tokens kept per layer)");

@@ -28,6 +28,7 @@
 #include <limits>
 #include <tuple>
 
+#include "engine/policies/params.h"
 #include "engine/policies/registration.h"
 #include "engine/policies/snapkv.h"
 
@@ -41,9 +42,7 @@ class CriticalBase : public SnapKVPolicy {
  public:
   CriticalBase(std::string name, PolicyParams p) : SnapKVPolicy(std::move(name), std::move(p)) {
     refuse_threshold("its second stage keeps a count, not a score threshold");
-    epsilon_ = params_.get_double("epsilon");
-    if (!(epsilon_ >= 0)) params_.fail_param("epsilon", "must be >= 0");
-    first_ = params_.get_double_in("first_stage_ratio", 0, 1);
+    params_.bind({{"epsilon", &epsilon_, at_least(0)}, {"first_stage_ratio", &first_, within(0, 1)}});
   }
   PolicyNeeds needs() const override {
     PolicyNeeds n = SnapKVPolicy::needs();
@@ -111,18 +110,14 @@ class CriticalKVPolicy : public CriticalBase {
 };
 
 /// kvpress CriticalAdaKVPress(SnapKVPress): AdaKV's per-head budgets, then the two stages per head.
-class CriticalAdaKVPolicy : public CriticalBase {
+class CriticalAdaKVPolicy : public SharedLayerBudget<CriticalBase> {
  public:
-  explicit CriticalAdaKVPolicy(PolicyParams p) : CriticalBase("criticaladakv", std::move(p)) {
-    alpha_ = params_.get_double_in("alpha", 0, 1);
+  explicit CriticalAdaKVPolicy(PolicyParams p) : SharedLayerBudget("criticaladakv", std::move(p)) {
+    params_.bind({{"alpha", &alpha_, within(0, 1)}});
   }
-  /// The budget is shared unevenly: the full cache (uneven_budget_footprint).
-  KvFootprint kv_footprint(const FootprintQuery& q) const override { return uneven_budget_footprint(q, name()); }
 
-  void on_layer_step(LayerStep& step) override {
-    const int64_t B = budget_now(step);
-    std::vector<int32_t> len;
-    if (!shared_layer_due(step, B, len)) return;
+ protected:
+  void compress_layer(LayerStep& step, int64_t B, const std::vector<int32_t>& len) override {
     const int H = step.num_kv_heads;
     std::vector<std::vector<float>> s = base_scores(step);
     // AdaKV's safeguard: each head's top n_safe forced.
@@ -131,20 +126,8 @@ class CriticalAdaKVPolicy : public CriticalBase {
     for (int h = 0; h < H; ++h)
       for (int32_t i : scoring::top_k_indices(s[h], std::min<int64_t>(n_safe, len[h]))) s[h][i] = kForced;
     // Head budgets: the layer's top H · B scores, counted per head (ties to the lower head, index).
-    struct Cand {
-      float score;
-      int head;
-      int32_t idx;
-    };
-    std::vector<Cand> all;
-    for (int h = 0; h < H; ++h)
-      for (int32_t i = 0; i < len[h]; ++i) all.push_back({std::isnan(s[h][i]) ? -INFINITY : s[h][i], h, i});
-    const auto take = std::min<int64_t>(B * H, static_cast<int64_t>(all.size()));
-    std::partial_sort(all.begin(), all.begin() + take, all.end(), [](const Cand& a, const Cand& b) {
-      return a.score != b.score ? a.score > b.score : std::tie(a.head, a.idx) < std::tie(b.head, b.idx);
-    });
     std::vector<int64_t> budget(H, 0);
-    for (int64_t c = 0; c < take; ++c) ++budget[all[c].head];
+    for (const auto& t : scoring::layer_top_k(s, B * H)) ++budget[t.head];
     for (int h = 0; h < H; ++h) {
       const int64_t first = static_cast<int64_t>(static_cast<double>(budget[h]) * first_);
       const std::vector<float> s2 = two_stage(step, h, s[h], first);
@@ -152,9 +135,7 @@ class CriticalAdaKVPolicy : public CriticalBase {
       if (static_cast<int32_t>(keep.size()) < len[h]) step.keep(h, std::move(keep));
     }
   }
-
- protected:
-  void score(LayerStep&, int, int32_t, std::vector<float>&) override {}  // on_layer_step decides
+  void score(LayerStep&, int, int32_t, std::vector<float>&) override {}  // compress_layer decides
 
  private:
   double alpha_ = 0.2;

@@ -177,6 +177,28 @@ class ScheduledPolicy : public ParamPolicy {
   void read_wrappers();
 };
 
+/// A policy whose kv heads of a layer share one budget of Hkv · B tokens (adakv, criticaladakv:
+/// Ada-KV, Feng et al., arXiv 2407.11550, §3.2): heads end up with different lengths, so its
+/// footprint is the full cache (uneven_budget_footprint), and it decides a whole layer at once
+/// when shared_layer_due says the layer must be compressed. `Base` is a ScheduledPolicy (its
+/// constructors are inherited); the subclass implements compress_layer.
+template <class Base>
+class SharedLayerBudget : public Base {
+ public:
+  using Base::Base;
+  /// The budget is shared unevenly: the full cache (uneven_budget_footprint).
+  KvFootprint kv_footprint(const FootprintQuery& q) const override { return uneven_budget_footprint(q, this->name()); }
+  void on_layer_step(LayerStep& step) final {
+    const int64_t B = this->budget_now(step);
+    std::vector<int32_t> len;
+    if (this->shared_layer_due(step, B, len)) compress_layer(step, B, len);
+  }
+
+ protected:
+  /// Compresses the step's layer to Hkv · B tokens in all; len[h] is kv head h's length (tokens).
+  virtual void compress_layer(LayerStep& step, int64_t B, const std::vector<int32_t>& len) = 0;
+};
+
 /// kvpress ComposedPress([P1, P2]) as the spec option `then=NAME,then_ratio=f` of a scheduled
 /// policy P1 (docs/policies.md "Migrating from kvpress"): whenever P1 requests a keep-set of n
 /// tokens for a head, policy NAME scores those n tokens alone (ScheduledPolicy::scores_of) and

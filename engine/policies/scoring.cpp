@@ -464,6 +464,26 @@ std::vector<int32_t> top_k_indices(std::span<const float> scores, int64_t k) {
   return idx;
 }
 
+std::vector<HeadToken> layer_top_k(const std::vector<std::vector<float>>& scores, int64_t take,
+                                   const std::vector<std::vector<char>>* skip) {
+  struct Cand {
+    float score;
+    HeadToken at;
+  };
+  std::vector<Cand> cands;
+  for (int h = 0; h < static_cast<int>(scores.size()); ++h)
+    for (int32_t i = 0; i < static_cast<int32_t>(scores[h].size()); ++i)
+      if (!skip || !(*skip)[h][i]) cands.push_back({std::isnan(scores[h][i]) ? kNegInf : scores[h][i], {h, i}});
+  const int64_t n = std::clamp<int64_t>(take, 0, static_cast<int64_t>(cands.size()));
+  std::partial_sort(cands.begin(), cands.begin() + n, cands.end(), [](const Cand& a, const Cand& b) {
+    if (a.score != b.score) return a.score > b.score;
+    return a.at.head != b.at.head ? a.at.head < b.at.head : a.at.idx < b.at.idx;
+  });
+  std::vector<HeadToken> out(static_cast<size_t>(n));
+  for (int64_t c = 0; c < n; ++c) out[c] = cands[c].at;
+  return out;
+}
+
 std::vector<int32_t> select_keep(std::span<const float> scores, int32_t L, int64_t budget, int32_t sinks, int32_t window) {
   std::vector<int32_t> keep;
   if (budget >= L) {

@@ -78,6 +78,22 @@ std::vector<int32_t> select_keep(std::span<const float> scores, int32_t L, int64
 /// Indices of the `k` largest values of `scores` (ties to the lower index), sorted increasing.
 std::vector<int32_t> top_k_indices(std::span<const float> scores, int64_t k);
 
+/// One token of one kv head of a layer: `head` in [0, Hkv), `idx` its index in that head's cache.
+struct HeadToken {
+  int head;
+  int32_t idx;
+};
+
+/// The `take` highest-scoring tokens of a whole layer, across its kv heads: `scores[h]` holds
+/// candidate scores of head h's tokens 0 .. scores[h].size() − 1; a token with `skip` given and
+/// `(*skip)[h][i] != 0` is not a candidate (`skip[h]` at least as long as `scores[h]`). NaN
+/// counts as −inf; ties go to the lower head, then the lower index. Returns them best first
+/// (fewer when there are fewer candidates). Used where a layer's heads share one budget: AdaKV's
+/// allocation (Feng et al., arXiv 2407.11550, Alg. 1; kvpress 0.5.5 `adakv_press.py`, the
+/// layer-wide top-k over the flattened head × token scores) in `adakv` and `criticaladakv`.
+std::vector<HeadToken> layer_top_k(const std::vector<std::vector<float>>& scores, int64_t take,
+                                   const std::vector<std::vector<char>>* skip = nullptr);
+
 /// The indices i with (mask[i] != 0) == `set`, increasing: the keep-set of a head from a keep
 /// mask (set = true) or a drop mask (set = false) over its L = mask.size() tokens.
 std::vector<int32_t> mask_indices(std::span<const char> mask, bool set = true);
