@@ -13,7 +13,12 @@ tests/fixtures/models/tiny-qwen3 (2 layers, 2 kv heads, hidden 64, head_dim 32):
   wgkv_f32.pt        WG-KV's release: a dict {model.layers.{l}.self_attn.g_predictors.*:
         nn.Parameter} in f32 (torch._utils._rebuild_parameter), conv weights [O, I, 1]
   wgkv_bf16.pt       the same in bf16
+  fastkvzip_bf16.pt  the published Fast-KVzip gates' layout (Jang-Hyun/Fast-KVzip
+        <model>/q<G>_dim16_sink16.pt, what kvpress's FastKVzipPress loads): {"module": [the
+        state_dict() of kvpress's own FastKVzipGate for each layer]} in bf16, parameters drawn at
+        random (tiny-qwen3: 2 layers, 2 kv heads, 2 query heads per kv head, 16 dims, 16 sinks)
   <name>.safetensors the same tensors (same dtype) written by safetensors.torch.save_file
+        (fastkvzip_bf16.safetensors: flattened to module.{l}.<name>, as the policy documents)
 Hostile or unsupported files, each of which kvbench must refuse with exit code 2 and one line:
   evil_os_system.pth       data.pkl = pickle of an object whose __reduce__ is os.system (GLOBAL)
   evil_eval.pth            builtins.eval via STACK_GLOBAL (protocol 4)
@@ -219,6 +224,20 @@ def main():
     wgb = {k: v.to(torch.bfloat16) for k, v in wg.items()}
     torch.save({k: torch.nn.Parameter(v, requires_grad=False) for k, v in wgb.items()}, os.path.join(OUT, "wgkv_bf16.pt"))
     save_file(wgb, os.path.join(OUT, "wgkv_bf16.safetensors"))
+
+    # The published Fast-KVzip gates' layout, written with kvpress's own gate module.
+    from kvpress.presses.fastkvzip_press import FastKVzipGate
+
+    gates = []
+    for l in range(L):
+        g = FastKVzipGate(l, H, HKV, 2, torch.bfloat16, output_dim=16, sink=16)
+        with torch.no_grad():
+            for _, prm in g.named_parameters():
+                prm.copy_((torch.randn(prm.shape, generator=gen) * (1.0 / H**0.5 if prm.dim() == 2 else 1.0)).to(prm.dtype))
+        gates.append(g.to(torch.bfloat16).state_dict())
+    torch.save({"module": gates}, os.path.join(OUT, "fastkvzip_bf16.pt"))
+    save_file({f"module.{l}.{k}": v.contiguous() for l, sd in enumerate(gates) for k, v in sd.items()},
+              os.path.join(OUT, "fastkvzip_bf16.safetensors"))
 
     # Hostile / unsupported files.
     base = os.path.join(OUT, "trimkv_f32.pth")

@@ -42,6 +42,8 @@ constexpr size_t kMaxStack = size_t{1} << 20;
 constexpr int64_t kMaxDim = int64_t{1} << 40;
 constexpr int64_t kMaxNumel = int64_t{1} << 48;
 constexpr size_t kMaxDims = 16;
+// Dicts and lists nested inside the top dict (a module's state dicts under a key, in a list).
+constexpr int kMaxNesting = 16;
 
 /// The globals a state dict may name (everything else is refused at the GLOBAL opcode).
 enum class Global { kOrderedDict, kRebuildTensorV2, kRebuildParameter, kRebuildParameterWithState, kStorage };
@@ -68,7 +70,7 @@ std::string allowed_globals() {
   return s;
 }
 
-enum class Kind { kNone, kBool, kInt, kStr, kTuple, kDict, kGlobal, kStorage, kTensor };
+enum class Kind { kNone, kBool, kInt, kStr, kTuple, kList, kDict, kGlobal, kStorage, kTensor };
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -77,6 +79,7 @@ const char* kind_name(Kind k) {
     case Kind::kInt: return "int";
     case Kind::kStr: return "str";
     case Kind::kTuple: return "tuple";
+    case Kind::kList: return "list";
     case Kind::kDict: return "dict";
     case Kind::kGlobal: return "global";
     case Kind::kStorage: return "storage";
@@ -91,7 +94,7 @@ struct Obj {
   Kind kind = Kind::kNone;
   int64_t i = 0;                // int, bool; storage numel; tensor offset
   std::string s;                // str; storage key; global "module.name"
-  std::vector<uint32_t> items;  // tuple elements; dict k0, v0, k1, v1, ...
+  std::vector<uint32_t> items;  // tuple and list elements; dict k0, v0, k1, v1, ...
   Global global = Global::kOrderedDict;
   TorchDType dtype = TorchDType::kF32;  // storage / tensor
   uint32_t storage = 0;                 // tensor: index of its storage object
@@ -110,21 +113,46 @@ class Unpickler {
       fail_at(file_, member_, "the pickle holds a {}, not a state dict (a dict of tensors)", kind_name(d.kind));
     std::vector<TorchTensorRecord> out;
     std::set<std::string> seen;
-    for (size_t k = 0; k + 1 < d.items.size(); k += 2) {
-      const Obj& key = objs_[d.items[k]];
-      const Obj& v = objs_[d.items[k + 1]];
-      if (v.kind != Kind::kTensor)
-        fail_at(file_, member_, "entry '{}' is a {}, not a tensor (only state dicts of tensors are read)", key.s,
-                kind_name(v.kind));
-      if (!seen.insert(key.s).second) fail_at(file_, member_, "entry '{}' appears twice", key.s);
-      const Obj& st = objs_[v.storage];
-      out.push_back(TorchTensorRecord{
-          .name = key.s, .storage_key = st.s, .dtype = st.dtype, .storage_numel = st.i, .offset = v.i, .shape = v.shape});
-    }
+    std::set<uint32_t> listed;
+    flatten(top, "", 0, listed, seen, out);
     return out;
   }
 
  private:
+  /// The tensors below container `c` (a dict, or a list inside the top dict) in pickle order,
+  /// named by their dotted path: dict keys as they are, list elements by their index, as torch's
+  /// nn.Module.state_dict names nested modules ({"module": [sd0, sd1]} -> "module.0.<key>", ...).
+  /// `listed` holds the containers already walked: a container reached twice (inside itself, or
+  /// shared by two entries, which no saved state dict holds) is refused, so the walk is linear in
+  /// the pickle's size. Nesting is capped at kMaxNesting.
+  void flatten(uint32_t c, const std::string& prefix, int depth, std::set<uint32_t>& listed,
+               std::set<std::string>& seen, std::vector<TorchTensorRecord>& out) {
+    const std::string here = prefix.empty() ? prefix : prefix.substr(0, prefix.size() - 1);  // without the '.'
+    if (depth > kMaxNesting) fail_at(file_, member_, "entry '{}': nested deeper than {} levels", here, kMaxNesting);
+    if (!listed.insert(c).second)
+      fail_at(file_, member_, "entry '{}' is a dict or list already read above (shared or self-containing)", here);
+    const Obj& o = objs_[c];
+    const bool dict = o.kind == Kind::kDict;
+    const size_t step = dict ? 2 : 1;
+    for (size_t k = 0; k + step <= o.items.size(); k += step) {
+      const std::string name = prefix + (dict ? objs_[o.items[k]].s : std::to_string(k));
+      const uint32_t vi = o.items[k + step - 1];
+      const Obj& v = objs_[vi];
+      if (v.kind == Kind::kDict || v.kind == Kind::kList) {
+        flatten(vi, name + ".", depth + 1, listed, seen, out);
+        continue;
+      }
+      if (v.kind != Kind::kTensor)
+        fail_at(file_, member_,
+                "entry '{}' is a {}, not a tensor (only state dicts of tensors, nested in dicts and lists, are read)",
+                name, kind_name(v.kind));
+      if (!seen.insert(name).second) fail_at(file_, member_, "entry '{}' appears twice", name);
+      const Obj& st = objs_[v.storage];
+      out.push_back(TorchTensorRecord{
+          .name = name, .storage_key = st.s, .dtype = st.dtype, .storage_numel = st.i, .offset = v.i, .shape = v.shape});
+    }
+  }
+
   template <typename... Args>
   [[noreturn]] void bad(fmt::format_string<Args...> f, Args&&... args) const {
     fail_at(file_, member_, "byte {}: {}", op_pos_, fmt::format(f, std::forward<Args>(args)...));
@@ -189,6 +217,19 @@ class Unpickler {
     o.kind = Kind::kTuple;
     o.items = std::move(items);
     return make(std::move(o));
+  }
+  uint32_t list(std::vector<uint32_t> items) {
+    Obj o;
+    o.kind = Kind::kList;
+    o.items = std::move(items);
+    return make(std::move(o));
+  }
+  void append_items(uint32_t list, const std::vector<uint32_t>& v) {
+    if (objs_[list].kind != Kind::kList) bad("APPEND(S) on a {}, not a list", kind_name(objs_[list].kind));
+    for (uint32_t e : v) {
+      if (e == list) bad("a list may not contain itself");
+      objs_[list].items.push_back(e);
+    }
   }
   uint32_t str(std::string_view s) {
     Obj o;
@@ -389,6 +430,18 @@ class Unpickler {
           break;
         }
         case ')': push(tuple({})); break;
+        case ']': push(list({})); break;          // EMPTY_LIST
+        case 'l': push(list(pop_mark())); break;  // LIST
+        case 'a': {                               // APPEND
+          const uint32_t v = pop();
+          append_items(top(), {v});
+          break;
+        }
+        case 'e': {  // APPENDS
+          std::vector<uint32_t> v = pop_mark();
+          append_items(top(), v);
+          break;
+        }
         case 't': push(tuple(pop_mark())); break;
         case 0x85: {
           const uint32_t a = pop();

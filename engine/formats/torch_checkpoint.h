@@ -14,13 +14,20 @@
 //
 // The unpickler is RESTRICTED (like torch.load(weights_only=True), but stricter): it implements
 // only the opcodes a state dict of tensors needs (PROTO, FRAME, GLOBAL, STACK_GLOBAL, MARK,
-// EMPTY_DICT, EMPTY_TUPLE, TUPLE/TUPLE1-3, BINUNICODE/SHORT_BINUNICODE/BINUNICODE8, BININT,
+// EMPTY_DICT, EMPTY_TUPLE, TUPLE/TUPLE1-3, EMPTY_LIST, LIST, APPEND, APPENDS,
+// BINUNICODE/SHORT_BINUNICODE/BINUNICODE8, BININT,
 // BININT1, BININT2, LONG1, NONE, NEWTRUE, NEWFALSE, BINPUT, LONG_BINPUT, MEMOIZE, BINGET,
 // LONG_BINGET, SETITEM, SETITEMS, REDUCE, BUILD, BINPERSID, STOP) and names only these globals:
 // collections.OrderedDict, torch._utils._rebuild_tensor_v2, torch._utils._rebuild_parameter,
 // torch._utils._rebuild_parameter_with_state and torch.{Float,BFloat16,Half}Storage. Anything
-// else (os.system, builtins.eval, a REDUCE of a storage type, lists, floats, ...) is refused
+// else (os.system, builtins.eval, a REDUCE of a storage type, floats, ...) is refused
 // with one kvb::Error "<file>: <member>: byte N: <what>" before any object is built from it.
+//
+// Nesting: the top dict's values may be dicts and lists of tensors in turn (at most 16 levels),
+// read under dotted names as nn.Module.state_dict names nested modules: a dict key as it is, a list
+// element by its index. The published Fast-KVzip gates ({"module": [state dict of layer 0, ...]})
+// so read as module.0.q_proj.weight, module.0.k_base, ... A container reached twice (inside
+// itself, or shared by two entries) is refused.
 //
 // Bounds: every read is checked against the pickle's length; object, memo and nesting counts
 // are capped; every tensor must be contiguous and lie inside its storage; two tensors may share
@@ -62,7 +69,8 @@ struct TorchTensorRecord {
 };
 
 /// Parses the pickle `pkl` of a saved state dict: a dict or collections.OrderedDict whose keys
-/// are strings and whose values are tensors or nn.Parameters. `file` and `member` name the source
+/// are strings and whose values are tensors or nn.Parameters, or dicts and lists of them (named
+/// by dotted paths, see the file comment). `file` and `member` name the source
 /// in errors. Returns the tensors in pickle order. Throws kvb::Error (input error)
 /// "<file>: <member>: byte N: <what>" for any opcode, global, call or value outside the subset
 /// described above, a truncated or malformed pickle, a non-contiguous tensor, a tensor outside

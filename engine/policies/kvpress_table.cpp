@@ -100,7 +100,7 @@ const std::vector<KvpressRow>& kvpress_table() {
        "compression_ratio=r, layerwise=False, n_sink=4, window_size=4096, window_ratio=0.02 (trained gates)",
        "fastkvzip:gates=FILE,layerwise=false,sinks=4,window=4096,window_ratio=0.02", S::kGolden,
        "kvpress_smollm2_goldens.json:FastKVzipPress", "ratio,layerwise,gates,random_gates",
-       "ratio=1-r; gates: the published .pt converted to module.{l}.* tensors (docs/policies.md, fastkvzip); "
+       "ratio=1-r; gates: the published .pt's {\"module\": [...]} layout read as module.{l}.* tensors (docs/policies.md, fastkvzip); "
        "the golden injects kvbench's random_gates into kvpress; prompt only, kvbench evicts what kvpress masks"},
       {"CURPress", "compression_ratio=r, num_sinks=4, leverage_type=\"kv_product\", local_window_size=16",
        "cur:sinks=4,leverage=kv_product,local_window=16,decode=false", S::kGolden,
