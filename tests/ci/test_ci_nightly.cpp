@@ -32,7 +32,7 @@ using kvb::test::run_cli;
 
 namespace {
 
-constexpr int kLimit = 30;                                // of the suite's 40 problems
+constexpr int kLimit = 30;                                 // of the suite's 40 problems
 const char* const kModel = "qwen2.5-coder-1.5b-instruct";  // the suite's GSM8K model
 const char* const kPolicy = "streamingllm:buffer=64";      // one of the suite's GSM8K policies
 const char* const kWorse = "streamingllm:buffer=64,sinks=0";
