@@ -29,8 +29,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else {
       const kvb::tasks::Suite s = kvb::tasks::parse_suite(text, "fuzz.yaml");
       if (s.tasks.empty()) std::abort();
-      for (const auto& t : s.tasks)
+      for (const auto& t : s.tasks) {
         if (t.samples < 1 || (t.max_new_tokens && *t.max_new_tokens < 1)) std::abort();
+        // A task's own lists: in range and never an empty name (an empty list means "the run's").
+        for (long long b : t.budgets)
+          if (b < 1 || b > INT_MAX) std::abort();
+        for (const auto* names : {&t.models, &t.policies})
+          for (const auto& n : *names)
+            if (n.empty()) std::abort();
+      }
       for (long long b : s.budgets)
         if (b < 1 || b > INT_MAX) std::abort();
     }

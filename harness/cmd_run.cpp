@@ -424,10 +424,13 @@ void run_main(RunArgs a) {
   const LoadedTasks lt = load_tasks(suite.tasks, data_dirs, a.limit, a.on_bad);
   for (const auto& s : lt.skipped) std::fprintf(stderr, "kvbench: skipped bad example: %s\n", s.c_str());
   const std::vector<int64_t> budgets = resolve_budgets(a, suite);
-  const std::vector<std::string> model_specs = a.models.empty() ? std::vector<std::string>{kDefaultModelName} : a.models;
-  const RunPolicies policies = resolve_policies(a.policies, budgets.front(), model_specs);
+  const std::vector<std::string> run_models = a.models.empty() ? std::vector<std::string>{kDefaultModelName} : a.models;
+  // Every model some task runs on (a suite task may name its own: tasks/suite.h).
+  const std::vector<std::string> model_specs = run_model_specs(suite, run_models);
+  RunPolicies policies = resolve_policies(a.policies, budgets.front(), run_models);
+  add_task_policies(policies, suite, budgets, run_models);
   use_hash_cache(a.db);  // unchanged model and data files are not read again (harness/input_identity.h)
-  const RunGrid rg = expand_run_grid(a, model_specs, lt, policies, budgets);
+  const RunGrid rg = expand_run_grid(a, model_specs, lt, policies, budgets, run_models);
 
   // Store, run row, shard, resume. Everything that can be refused is checked first, so a bad
   // option never leaves a run row behind.

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -102,8 +103,45 @@ RunPolicies resolve_policies(const std::string& list, int64_t first_budget, cons
   return p;
 }
 
+std::vector<std::string> run_model_specs(const tasks::Suite& suite, const std::vector<std::string>& run_models) {
+  std::vector<std::string> out;
+  auto add = [&](const std::vector<std::string>& ms) {
+    for (const auto& m : ms)
+      if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
+  };
+  for (const auto& st : suite.tasks) add(st.models.empty() ? run_models : st.models);
+  if (out.empty()) add(run_models);
+  return out;
+}
+
+void add_task_policies(RunPolicies& p, const tasks::Suite& suite, const std::vector<int64_t>& run_budgets,
+                       const std::vector<std::string>& run_models) {
+  for (size_t i = 0; i < suite.tasks.size(); ++i) {
+    const auto& st = suite.tasks[i];
+    if (st.policies.empty()) continue;
+    std::string list;
+    for (const auto& t : st.policies) list += (list.empty() ? "" : ",") + t;
+    RunPolicies tp;
+    try {
+      tp = resolve_policies(list, st.budgets.empty() ? run_budgets.front() : st.budgets.front(),
+                            st.models.empty() ? run_models : st.models);
+    } catch (const Error& e) {
+      fail("{}: tasks[{}]: policies: {}", suite.origin, i, e.what());
+    }
+    p.task_grid[st.spec] = tp.grid;
+    for (size_t k = 0; k < tp.grid.size(); ++k) {
+      const std::string label = tp.grid[k].label();
+      if (p.by_label.count(label)) continue;
+      p.by_label.emplace(label, tp.by_label.at(label));
+      p.texts.push_back(tp.by_label.at(label).text);
+    }
+    for (const auto& n : tp.notes) p.notes.push_back(n);
+  }
+}
+
 RunGrid expand_run_grid(const RunArgs& a, const std::vector<std::string>& model_specs, const LoadedTasks& lt,
-                        const RunPolicies& policies, const std::vector<int64_t>& budgets) {
+                        const RunPolicies& policies, const std::vector<int64_t>& budgets,
+                        const std::vector<std::string>& run_models) {
   RunGrid rg;
   std::vector<GenerationDefaults> model_gen;
   for (const auto& m : model_specs) {
@@ -132,11 +170,14 @@ RunGrid expand_run_grid(const RunArgs& a, const std::vector<std::string>& model_
       int mnt = cap ? cap : e.max_new_tokens;
       rg.by_example[e.task + "\n" + e.id] = {&e, mnt > 0 ? mnt : 256};
     }
+    const std::vector<std::string>& task_models = st.models.empty() ? run_models : st.models;
+    const auto own_policies = policies.task_grid.find(st.spec);
     for (size_t mi = 0; mi < rg.models.size(); ++mi) {
+      if (std::find(task_models.begin(), task_models.end(), model_specs[mi]) == task_models.end()) continue;
       results::GridSpec g;
       g.models = {rg.models[mi]};
-      g.policies = policies.grid;
-      g.budgets = budgets;
+      g.policies = own_policies != policies.task_grid.end() ? own_policies->second : policies.grid;
+      g.budgets = st.budgets.empty() ? budgets : std::vector<int64_t>(st.budgets.begin(), st.budgets.end());
       g.samples = a.samples > 0 ? a.samples : st.samples;
       g.seed = a.seed;
       std::string source;
@@ -174,8 +215,14 @@ results::RunInfo run_info(const RunArgs& a, const tasks::Suite& suite, const Loa
   info.backend = a.backend;
   info.device = device_description(a.backend);  // GPU name, memory, driver, CUDA; or CPU model, threads, memory
   nlohmann::json tasks_json = nlohmann::json::array();
-  for (const auto& st : lt.suite_tasks)
-    tasks_json.push_back({{"spec", st.spec}, {"limit", a.limit ? a.limit : st.limit}});
+  for (const auto& st : lt.suite_tasks) {
+    nlohmann::json t = {{"spec", st.spec}, {"limit", a.limit ? a.limit : st.limit}};
+    // Only when the task names them, so the run key of a suite without them is unchanged.
+    if (!st.models.empty()) t["models"] = st.models;
+    if (!st.budgets.empty()) t["budgets"] = st.budgets;
+    if (!st.policies.empty()) t["policies"] = st.policies;
+    tasks_json.push_back(t);
+  }
   info.config = {{"suite", suite.origin},
                  {"tasks", tasks_json},
                  {"models", model_specs},

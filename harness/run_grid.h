@@ -102,8 +102,24 @@ struct RunPolicies {
   std::vector<results::PolicySpec> grid;
   std::map<std::string, RunPolicy> by_label;  ///< by cell label (results::PolicySpec::label)
   nlohmann::json notes = nlohmann::json::array();
+  /// The grid entries of the suite tasks that name their own `policies`, by SuiteTask::spec
+  /// (add_task_policies); a task not here runs `grid`.
+  std::map<std::string, std::vector<results::PolicySpec>> task_grid;
 };
 RunPolicies resolve_policies(const std::string& list, int64_t first_budget, const std::vector<std::string>& models);
+
+/// The models of the run's cells: each suite task's own `models`, else `run_models`, in order of
+/// first appearance without repeats (a model no task runs on is not loaded).
+std::vector<std::string> run_model_specs(const tasks::Suite& suite, const std::vector<std::string>& run_models);
+
+/// Adds the policies of every suite task that names its own (SuiteTask::policies) to `p`: each
+/// list resolved as resolve_policies does, with the task's first budget (else `run_budgets`'s)
+/// and the task's models (else `run_models`), its grid entries put in p.task_grid under the
+/// task's spec, and its specs, cells and notes merged into p's (a cell label already there keeps
+/// its first resolution). Throws kvb::Error "<suite origin>: tasks[i]: policies: <why>" for a
+/// bad spec.
+void add_task_policies(RunPolicies& p, const tasks::Suite& suite, const std::vector<int64_t>& run_budgets,
+                       const std::vector<std::string>& run_models);
 
 /// An example of the grid and its generation cap (tokens).
 struct ExampleRef {
@@ -132,10 +148,14 @@ std::string model_cell_id(const std::string& spec, const std::string& weights);
 
 /// One grid expansion (results::expand_grid) per suite task and model: samples, caps and
 /// sampling differ per task, sampling per model too when it comes from the model's
-/// generation_config.json (resolve_sampling). Model revisions are weights_sha256. A
-/// query-agnostic run hashes its prompts differently. Throws kvb::Error when no example is left.
+/// generation_config.json (resolve_sampling). A task runs on its own models, budgets and
+/// policies when it names them (SuiteTask::models, budgets; policies.task_grid), else on
+/// `run_models`, `budgets` and policies.grid; `model_specs` (run_model_specs) are all the models
+/// loaded. Model revisions are weights_sha256. A query-agnostic run hashes its prompts
+/// differently. Throws kvb::Error when no example is left.
 RunGrid expand_run_grid(const RunArgs& a, const std::vector<std::string>& model_specs, const LoadedTasks& lt,
-                        const RunPolicies& policies, const std::vector<int64_t>& budgets);
+                        const RunPolicies& policies, const std::vector<int64_t>& budgets,
+                        const std::vector<std::string>& run_models);
 
 /// The run row: version, git sha, host, backend, device, the resolved configuration (what the
 /// run key covers; docs/results.md#run-keys-and-resume), models and datasets (each with the

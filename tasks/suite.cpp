@@ -69,6 +69,32 @@ void check_sampling(const nlohmann::json& s, const std::string& where) {
     }
   }
 }
+/// A non-empty list of integers in [1, INT_MAX] (a suite's or a task's `budgets`).
+std::vector<long long> get_budgets(const nlohmann::json& v, const std::string& where) {
+  if (!v.is_array()) fail("{}: budgets: expected a list of integers", where);
+  if (v.empty()) fail("{}: budgets: expected at least one budget (leave the key out for the default)", where);
+  std::vector<long long> out;
+  for (const auto& b : v) {
+    if (!b.is_number_integer() || b.get<long long>() <= 0 || b.get<long long>() > INT_MAX)
+      fail("{}: budgets: expected integers in [1, {}], got {}", where, INT_MAX, b.dump());
+    out.push_back(b.get<long long>());
+  }
+  return out;
+}
+
+/// A task's `models` or `policies`: a non-empty list of non-empty strings (an empty list would
+/// silently mean "the run's").
+std::vector<std::string> get_names(const nlohmann::json& v, const std::string& where, const char* key) {
+  if (!v.is_array()) fail("{}: {}: expected a list of strings, got {}", where, key, v.dump());
+  if (v.empty()) fail("{}: {}: empty list (leave the key out for the run's)", where, key);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string() || v[i].get<std::string>().empty())
+      fail("{}: {}[{}]: expected a non-empty string, got {}", where, key, i, v[i].dump());
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
 }  // namespace
 
 Suite parse_suite(const std::string& text, const std::string& origin) {
@@ -81,7 +107,7 @@ Suite parse_suite(const std::string& text, const std::string& origin) {
     if (k != "name" && k != "description" && k != "sampling" && k != "budgets" && k != "tasks")
       fail(
           "{}: {}: unknown key (name, description, sampling, budgets, tasks; a task's samples, "
-          "limit, max_new_tokens go under its tasks entry)",
+          "limit, max_new_tokens, models, budgets, policies go under its tasks entry)",
           origin, k);
   }
   Suite s;
@@ -93,16 +119,7 @@ Suite parse_suite(const std::string& text, const std::string& origin) {
   }
   nlohmann::json base = y.value("sampling", nlohmann::json::object());
   check_sampling(base, origin);
-  if (y.contains("budgets")) {
-    if (!y["budgets"].is_array()) fail("{}: budgets: expected a list of integers", origin);
-    if (y["budgets"].empty())
-      fail("{}: budgets: expected at least one budget (leave the key out for the default)", origin);
-    for (const auto& b : y["budgets"]) {
-      if (!b.is_number_integer() || b.get<long long>() <= 0 || b.get<long long>() > INT_MAX)
-        fail("{}: budgets: expected integers in [1, {}], got {}", origin, INT_MAX, b.dump());
-      s.budgets.push_back(b.get<long long>());
-    }
-  }
+  if (y.contains("budgets")) s.budgets = get_budgets(y["budgets"], origin);
   if (!y.contains("tasks") || !y["tasks"].is_array() || y["tasks"].empty())
     fail("{}: tasks: expected a non-empty list", origin);
   for (size_t i = 0; i < y["tasks"].size(); ++i) {
@@ -128,8 +145,15 @@ Suite parse_suite(const std::string& text, const std::string& origin) {
           st.max_new_tokens = v.get<int>();
         } else if (k == "sampling") {
           check_sampling(v, where);
+        } else if (k == "models") {
+          st.models = get_names(v, where, "models");
+        } else if (k == "policies") {
+          st.policies = get_names(v, where, "policies");
+        } else if (k == "budgets") {
+          st.budgets = get_budgets(v, where);
         } else {
-          fail("{}: unknown key '{}' (task, samples, limit, max_new_tokens, sampling)", where, k);
+          fail("{}: unknown key '{}' (task, samples, limit, max_new_tokens, sampling, models, budgets, policies)",
+               where, k);
         }
       }
     } else {

@@ -12,6 +12,14 @@
 //       limit: 100                                 # first N examples (default all)
 //       max_new_tokens: 4096                       # override the task's cap (optional)
 //       sampling: {temperature: 0}                 # per-task override (optional)
+//       models: [qwen2.5-coder-1.5b-instruct]      # this task's models (optional)
+//       budgets: [128]                             # this task's KV budgets (optional)
+//       policies: [full, 'snapkv:buffer=64']       # this task's policy specs (optional)
+//
+// A task's own models, budgets and policies replace, for that task only, what the run uses for
+// the others (--model / --budgets / --policies, a config file's run section, the suite's
+// budgets): "this task on this model", e.g. ci/nightly-suite.yaml's GSM8K cells on a real model
+// beside smoke cells on the default one. A task without them runs on the run's.
 #pragma once
 
 #include <optional>
@@ -29,6 +37,9 @@ struct SuiteTask {
   size_t limit = 0;                                    ///< first N examples, 0 = all
   std::optional<int> max_new_tokens;                   ///< overrides the task's generation cap
   nlohmann::json sampling = nlohmann::json::object();  ///< merged suite + task sampling params
+  std::vector<std::string> models;                     ///< this task's models; empty: the run's
+  std::vector<long long> budgets;                      ///< this task's KV budgets; empty: the run's
+  std::vector<std::string> policies;                   ///< this task's policy specs; empty: the run's
 };
 
 /// A parsed suite.

@@ -163,7 +163,22 @@ TEST(CiWorkflows, GitHubActionsNightly) {
   EXPECT_TRUE(fs::exists(kSrc + "/tools/render_report_png.sh"));
   EXPECT_TRUE(fs::exists(kSrc + "/bootstrap.sh"));
 
-  expect_invocations(all_shell, file, {"compare", "datasets fetch", "report", "run"});
+  expect_invocations(all_shell, file, {"compare", "datasets fetch", "models", "report", "run"});
+  // The real model of the GSM8K cells is fetched before the run (ci/nightly-suite.yaml).
+  EXPECT_LT(all_shell.find("$KVBENCH models --fetch qwen2.5-coder-1.5b-instruct"), all_shell.find("$KVBENCH run "));
+
+  // The real-model test (label `nightly`, left out of .ci/run) has a job of its own: the model
+  // fetched, then that label.
+  const auto& test_steps = doc["jobs"]["nightly-test"]["steps"];
+  ASSERT_TRUE(test_steps.is_array()) << doc["jobs"].dump();
+  std::string test_shell;
+  for (const auto& s : test_steps) test_shell += s.value("run", "") + "\n";
+  EXPECT_TRUE(contains(test_shell, "./bootstrap.sh --tests")) << test_shell;
+  EXPECT_LT(test_shell.find("$KVBENCH models --fetch qwen2.5-coder-1.5b-instruct"),
+            test_shell.find("ctest --test-dir build --output-on-failure -L nightly"))
+      << test_shell;
+  EXPECT_TRUE(contains(test_shell, "ctest --test-dir build --output-on-failure -L nightly")) << test_shell;
+  expect_invocations(test_shell, file, {"models"});
 }
 
 TEST(CiWorkflows, GitLabNightly) {
@@ -188,13 +203,28 @@ TEST(CiWorkflows, GitLabNightly) {
     for (const auto& l : job[section]) shell += l.get<std::string>() + "\n";
   EXPECT_EQ(job["script"].back(), "exit $status") << "the job's status is compare's";
   EXPECT_TRUE(contains(shell, "tools/render_report_png.sh"));
-  expect_invocations(shell, file, {"compare", "datasets fetch", "report", "run"});
+  expect_invocations(shell, file, {"compare", "datasets fetch", "models", "report", "run"});
+  EXPECT_LT(shell.find("$KVBENCH models --fetch qwen2.5-coder-1.5b-instruct"), shell.find("$KVBENCH run "));
+
+  // The real-model test (label `nightly`) in a job of its own.
+  const auto& test_job = doc["kvbench-nightly-test"];
+  ASSERT_TRUE(test_job.is_object()) << doc.dump();
+  EXPECT_TRUE(contains(test_job["rules"].dump(), "schedule"));
+  std::string test_shell;
+  for (const auto& section : {"before_script", "script"})
+    for (const auto& l : test_job[section]) test_shell += l.get<std::string>() + "\n";
+  EXPECT_TRUE(contains(test_shell, "./bootstrap.sh --tests")) << test_shell;
+  EXPECT_LT(test_shell.find("$KVBENCH models --fetch qwen2.5-coder-1.5b-instruct"),
+            test_shell.find("ctest --test-dir build --output-on-failure -L nightly"))
+      << test_shell;
+  EXPECT_TRUE(contains(test_shell, "ctest --test-dir build --output-on-failure -L nightly")) << test_shell;
+  expect_invocations(test_shell, file, {"models"});
 }
 
 TEST(CiWorkflows, SlurmScriptNamesExistingOptions) {
   require_binary();
   const std::string file = kSrc + "/ci/slurm/nightly.sbatch";
-  expect_invocations(kvb::read_file(file), file, {"compare", "merge", "report", "run"});
+  expect_invocations(kvb::read_file(file), file, {"compare", "merge", "models", "report", "run"});
 }
 
 // Two nights of the Slurm array on the default model, each with two shards run one after the
@@ -207,7 +237,7 @@ TEST(CiSlurm, ArrayShardsMergeCompareAndReportOverTwoNights) {
   auto task = [&](int id, const std::string& night) {
     return run_command("cd " + kSrc + " && env -u SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID=" + std::to_string(id) +
                        " SLURM_ARRAY_TASK_COUNT=2 KVBENCH=" + KVB_BINARY + " KVB_NIGHTLY_DIR=" + dir.string() +
-                       " KVB_RUN_NAME=" + night +
+                       " KVB_RUN_NAME=" + night + " KVB_NIGHTLY_MODELS=smollm2-135m-instruct" +
                        " KVB_NIGHTLY_ARGS='--task smoke --limit 3 --policies full,snapkv --budgets 32 "
                        "--max-new-tokens 16' bash ci/slurm/nightly.sbatch");
   };
@@ -421,4 +451,19 @@ TEST(FrontDoor, ReadmeTourNamesExistingCommandsAndOptions) {
   const auto invs = kvbench_invocations(shell);
   EXPECT_GE(invs.size(), 10u);
   expect_known(invs, "README.md");
+}
+
+// The `nightly` label (tests/ci/test_ci_nightly.cpp, the real 1.5B model) is excluded from
+// .ci/run's Release ctest by name, not skipped, and run by tools/ci_full.sh after fetching its
+// model; CMake gives the test that label.
+TEST(CiLabels, NightlyLabelIsLeftOutOfCiVisiblyAndRunByTheFullRun) {
+  const std::string ci = kvb::read_file(kSrc + "/.ci/run");
+  EXPECT_TRUE(contains(ci, "ctest --test-dir build --output-on-failure -j2 -LE nightly")) << ci;
+  const std::string full = kvb::read_file(kSrc + "/tools/ci_full.sh");
+  const auto fetch = full.find("./build/kvbench models --fetch qwen2.5-coder-1.5b-instruct");
+  const auto run = full.find("ctest --test-dir build --output-on-failure -L nightly");
+  EXPECT_NE(run, std::string::npos) << full;
+  EXPECT_LT(fetch, run) << full;
+  const std::string cmake = kvb::read_file(kSrc + "/tests/ci/CMakeLists.txt");
+  EXPECT_TRUE(std::regex_search(cmake, std::regex("gtest_discover_tests\\(test_ci_nightly[^)]*LABELS nightly"))) << cmake;
 }

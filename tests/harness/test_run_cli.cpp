@@ -467,3 +467,33 @@ TEST(RunCli, ATemplateFileChangedBetweenRunsIsNotResumed) {
   EXPECT_NE(out.find(t + ": content changed since run 1 (template"), std::string::npos) << out;
   fs::remove_all(d);
 }
+
+TEST(RunCli, ASuiteTaskRunsOnItsOwnModelsBudgetsAndPolicies) {
+  // A suite task's models, budgets and policies replace the run's for that task only
+  // (tasks/suite.h; ci/nightly-suite.yaml puts its GSM8K cells on a real model that way): the
+  // run's --model here does not exist and is never loaded, since every task names its own.
+  REQUIRE_INPUTS();
+  fs::path d = tmp_dir("task_keys");
+  const std::string db = (d / "t.db").string(), suite = (d / "s.yaml").string();
+  std::ofstream(suite) << ("budgets: [32]\ntasks:\n  - {task: gsm8k, limit: 2, max_new_tokens: 4, models: ['" + kModel +
+                           "']}\n  - {task: math500, limit: 1, max_new_tokens: 4, models: ['" + kModel +
+                           "'], budgets: [16, 24], policies: ['snapkv:window=4']}\n");
+  const std::string base = std::string(KVB_BINARY) + " run --suite " + suite + " --data-dir " + kData +
+                           " --model /nonexistent-kvb-model --policies full,snapkv --quiet --db " + db;
+  std::string out;
+  ASSERT_EQ(run_cmd(base, &out), 0) << out;
+  EXPECT_EQ(query(db, "SELECT task, policy_label, budget, COUNT(*) FROM work_items GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"),
+            (Rows{{"gsm8k", "full", "0", "2"},
+                  {"gsm8k", "snapkv", "32", "2"},
+                  {"math500", "snapkv:window=4", "16", "1"},
+                  {"math500", "snapkv:window=4", "24", "1"}}));
+  EXPECT_EQ(query(db, "SELECT DISTINCT model_id FROM work_items"), (Rows{{kModel}}));
+  // The run's configuration records the task's own keys (they are part of its run key).
+  EXPECT_EQ(query(db, "SELECT json_extract(config_json, '$.tasks[1].budgets') FROM runs"), (Rows{{"[16,24]"}}));
+  // A bad policy of a task is one error naming the file, the task and the key.
+  std::ofstream(suite) << "tasks:\n  - {task: gsm8k, limit: 1, policies: [nosuch]}\n";
+  EXPECT_EQ(run_cmd(base, &out), 2) << out;
+  EXPECT_NE(out.find("kvbench: error: " + suite + ": tasks[0]: policies: unknown policy 'nosuch'"), std::string::npos)
+      << out;
+  fs::remove_all(d);
+}

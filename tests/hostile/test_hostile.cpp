@@ -902,6 +902,15 @@ std::vector<Case> cases() {
       {"duplicate_tasks", "tasks: [smoke]\ntasks: [gsm8k]\n", "s.yaml: line 2: duplicate key 'tasks'"},
       {"task_samples_huge", "tasks: [{task: smoke, samples: 99999999999}]\n", "s.yaml: tasks[0]: samples"},
       {"task_limit_huge", "tasks: [{task: smoke, limit: 99999999999999999999}]\n", "s.yaml: tasks[0]: limit"},
+      // A task's own models, budgets and policies (tasks/suite.h).
+      {"task_models_empty", "tasks: [{task: smoke, models: []}]\n", "s.yaml: tasks[0]: models: empty list"},
+      {"task_models_mapping", "tasks: [{task: smoke, models: {a: 1}}]\n",
+       "s.yaml: tasks[0]: models: expected a list of strings"},
+      {"task_policies_number", "tasks: [{task: smoke, policies: [7]}]\n",
+       "s.yaml: tasks[0]: policies[0]: expected a non-empty string"},
+      {"task_budgets_huge", "tasks: [{task: smoke, budgets: [99999999999]}]\n",
+       "s.yaml: tasks[0]: budgets: expected integers in [1, 2147483647]"},
+      {"task_budgets_text", "tasks: [{task: smoke, budgets: [lots]}]\n", "s.yaml: tasks[0]: budgets: expected integers"},
   };
   add_suite_cases(v, "suite31_", suites31);
   // Numbers on the command line beyond 64 bits are refused, not saturated.

@@ -230,6 +230,27 @@ TEST(Suites, UserSuiteFileAndErrors) {
     EXPECT_NE(std::string(e.what()).find("bad.yaml: tasks[1]: unknown task 'gsm9k'"), std::string::npos) << e.what();
   }
   EXPECT_THROW(parse_suite("tasks:\n  - {task: gsm8k, sample: 3}\n", "t.yaml"), Error);
+  // A task's own models, budgets and policies (this task on this model); absent: the run's.
+  auto own = parse_suite(
+      "tasks:\n  - smoke\n  - {task: gsm8k, models: [qwen2.5-coder-1.5b-instruct], budgets: [256], "
+      "policies: [full, 'snapkv:buffer=64']}\n",
+      "own.yaml");
+  EXPECT_TRUE(own.tasks[0].models.empty() && own.tasks[0].budgets.empty() && own.tasks[0].policies.empty());
+  EXPECT_EQ(own.tasks[1].models, std::vector<std::string>{"qwen2.5-coder-1.5b-instruct"});
+  EXPECT_EQ(own.tasks[1].budgets, std::vector<long long>{256});
+  EXPECT_EQ(own.tasks[1].policies, (std::vector<std::string>{"full", "snapkv:buffer=64"}));
+  for (const auto& [bad, msg] : std::vector<std::pair<std::string, std::string>>{
+           {"{task: gsm8k, models: []}", "t.yaml: tasks[0]: models: empty list"},
+           {"{task: gsm8k, models: m}", "t.yaml: tasks[0]: models: expected a list of strings"},
+           {"{task: gsm8k, models: ['']}", "t.yaml: tasks[0]: models[0]: expected a non-empty string"},
+           {"{task: gsm8k, policies: [3]}", "t.yaml: tasks[0]: policies[0]: expected a non-empty string"},
+           {"{task: gsm8k, budgets: [0]}", "t.yaml: tasks[0]: budgets: expected integers in [1, 2147483647]"},
+           {"{task: gsm8k, budgets: []}", "t.yaml: tasks[0]: budgets: expected at least one budget"},
+           {"{task: gsm8k, model: [x]}", "t.yaml: tasks[0]: unknown key 'model'"},
+       }) {
+    const std::string got = kvb::test::error_of([&] { parse_suite("tasks:\n  - " + bad + "\n", "t.yaml"); });
+    EXPECT_NE(got.find(msg), std::string::npos) << bad << ": " << got;
+  }
   EXPECT_THROW(parse_suite("tasks:\n  - gsm8k:template=nope\n", "t.yaml"), Error);
   EXPECT_THROW(make_task("gsm8k:color=red"), Error);
 }
