@@ -137,7 +137,6 @@ class KVzipPolicy : public ParamPolicy {
     }
     std::vector<float> keys(static_cast<size_t>(NK) * D), q(static_cast<size_t>(n) * D),
         logits(static_cast<size_t>(n) * NK), wo, vals, wov;
-    std::vector<double> row(static_cast<size_t>(NK));
     for (int h = 0; h < Hk; ++h) {
       if (step.cache->length(step.seq, step.layer, h) != P + n)
         fail("policy 'kvzip': layer {} kv head {} lost tokens during a scoring pass", step.layer, h);
@@ -174,21 +173,32 @@ class KVzipPolicy : public ParamPolicy {
             vnorm[static_cast<size_t>(i)] = std::sqrt(ss);
           }
         }
-        for (int64_t t = 0; t < n; ++t) {
-          const int64_t seen = sink + ctx + t + 1;  // causal over the pass's own tokens
-          const float* lg = &logits[static_cast<size_t>(t) * NK];
-          double mx = -std::numeric_limits<double>::infinity();
-          for (int64_t k = 0; k < seen; ++k) {
-            row[k] = static_cast<double>(lg[k]) * scale;
-            mx = std::max(mx, row[k]);
+        // Each query's row is one thread's whole (one summation order whatever the threads); the
+        // max over queries is exact, so merging the threads' maxima in any order gives the same.
+#pragma omp parallel
+        {
+          std::vector<double> row(static_cast<size_t>(NK));
+          std::vector<float> mine(static_cast<size_t>(ctx), 0.0f);
+#pragma omp for schedule(static)
+          for (int64_t t = 0; t < n; ++t) {
+            const int64_t seen = sink + ctx + t + 1;  // causal over the pass's own tokens
+            const float* lg = &logits[static_cast<size_t>(t) * NK];
+            double mx = -std::numeric_limits<double>::infinity();
+            for (int64_t k = 0; k < seen; ++k) {
+              row[k] = static_cast<double>(lg[k]) * scale;
+              mx = std::max(mx, row[k]);
+            }
+            double sum = 0;
+            for (int64_t k = 0; k < seen; ++k) sum += row[k] = std::exp(row[k] - mx);
+            for (int64_t i = 0; i < ctx; ++i) {
+              double p = row[sink + i] / sum;
+              if (plus_norm_) p = p * inv_hnorm[static_cast<size_t>(t)] * vnorm[static_cast<size_t>(i)];
+              mine[static_cast<size_t>(i)] = std::max(mine[static_cast<size_t>(i)], static_cast<float>(p));
+            }
           }
-          double sum = 0;
-          for (int64_t k = 0; k < seen; ++k) sum += std::exp(row[k] - mx);
-          for (int64_t i = 0; i < ctx; ++i) {
-            double p = std::exp(row[sink + i] - mx) / sum;
-            if (plus_norm_) p = p * inv_hnorm[static_cast<size_t>(t)] * vnorm[static_cast<size_t>(i)];
-            best[static_cast<size_t>(i)] = std::max(best[static_cast<size_t>(i)], static_cast<float>(p));
-          }
+#pragma omp critical(kvzip_best)
+          for (int64_t i = 0; i < ctx; ++i)
+            best[static_cast<size_t>(i)] = std::max(best[static_cast<size_t>(i)], mine[static_cast<size_t>(i)]);
         }
       }
       std::copy(best.begin(), best.end(), out + s);
