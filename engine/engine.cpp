@@ -112,6 +112,32 @@ Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::uniq
 
 Engine::~Engine() = default;
 
+ScoringPrompts kvzip_scoring_prompts(const tok::Tokenizer& tok, const chat::ChatTemplate* chat) {
+  ScoringPrompts p;
+  p.from_template = true;
+  p.repeat = tok.encode("\n\nRepeat the previous context exactly.", false);
+  p.repeat_part = tok.encode("\n\nRepeat the part of the previous context exactly, starting with", false);
+  if (!chat) {
+    p.suffix = tok.encode("\n", false);
+    return p;
+  }
+  const std::string dummy = "dummy context";
+  std::string separator(dummy.size() + 1, '#');  // "\n" and as many '#' as dummy has characters
+  separator[0] = '\n';
+  chat::RenderOptions ro;
+  ro.add_generation_prompt = true;
+  ro.enable_thinking = false;
+  const std::string text = chat->render({{"user", dummy + separator}}, ro);
+  // kvpress: context, suffix = text.split(separator) (exactly two pieces); prefix = context.split(dummy)[0].
+  const size_t at = text.find(separator);
+  if (at == std::string::npos || text.find(separator, at + 1) != std::string::npos)
+    fail("kvzip: the chat template's render of one user message does not hold its separator exactly once");
+  const std::string context = text.substr(0, at);
+  p.suffix = tok.encode(text.substr(at + separator.size()), false);
+  p.prefix = static_cast<int64_t>(tok.encode(context.substr(0, context.find(dummy)), false).size());
+  return p;
+}
+
 std::string Engine::backend_report() const { return impl_->backend->report(); }
 
 namespace {
@@ -156,8 +182,14 @@ struct RunSeq : ScheduledSequence {
 class StepRunner {
  public:
   StepRunner(KVCache& cache, Backend& backend, Policy* policy, int vocab,
-             const std::function<void(const KVCache&, SeqId)>& on_step)
-      : cache_(cache), backend_(backend), policy_(policy), vocab_(vocab), on_step_(on_step) {}
+             const std::function<void(const KVCache&, SeqId)>& on_step, const ScoringPrompts& prompts)
+      : cache_(cache),
+        backend_(backend),
+        policy_(policy),
+        vocab_(vocab),
+        on_step_(on_step),
+        prompts_(prompts),
+        scoring_(policy && policy->needs().scoring_pass) {}
 
   // Adds a sequence for `s` to the cache and starts it in the policy with `seed` (Engine::score;
   // Engine::generate's sequences are added by the scheduler, then started with start_policy).
@@ -231,6 +263,7 @@ class StepRunner {
         s.prompt_done += it.n;
         s.pos += it.n;
         s.result->prefill_s += dt_forward;
+        if (it.prefill_last && scoring_) scoring_passes(s);
         after_step(s, it.want_logits);
         if (it.want_logits) on_row(s, row);
       } else {
@@ -256,6 +289,66 @@ class StepRunner {
     backend_.forward(items, policy_, logits_, &fs_);
     for (const auto& it : items) cache_.end_step(it.seq);
   }
+  // The policy's scoring passes at the end of s's prompt (PolicyNeeds::scoring_pass;
+  // docs/architecture.md#scoring-passes): each pass one prefill step of its own at the positions
+  // after the prompt, then every head truncated back to the prompt; then the policy's keep-sets
+  // (Policy::on_scoring_passes_end) applied through the backend. Each pass is a KV step of its own
+  // (its pages count toward the sequence's peak; the truncation after it frees them at once, so the
+  // next pass reuses them). Its seconds go to prefill_s.
+  void scoring_passes(RunSeq& s) {
+    const auto t0 = clock_t_::now();
+    const int64_t P = s.pos;
+    const int64_t input_pos = s.pos - static_cast<int64_t>(s.prompt_done);  // position of (*s.input)[0]
+    ScoringPassRequest rq;
+    rq.cache = &cache_;
+    rq.seq = s.seq;
+    rq.num_layers = cache_.config().num_layers;
+    rq.num_kv_heads = cache_.config().num_kv_heads;
+    rq.seq_len = P;
+    rq.prompts = &prompts_;
+    if (input_pos == 0 && s.input && static_cast<int64_t>(s.input->size()) >= P)
+      rq.tokens = std::span<const int32_t>(s.input->data(), static_cast<size_t>(P));
+    const std::vector<std::vector<int32_t>> passes = policy_->scoring_passes(rq);
+    if (passes.empty()) return;
+    std::vector<float> no_logits;
+    ForwardStats fs;
+    for (size_t k = 0; k < passes.size(); ++k) {
+      if (passes[k].empty()) fail("policy '{}' asked for an empty scoring pass", policy_->name());
+      ForwardItem f;
+      f.seq = s.seq;
+      f.tokens = passes[k].data();
+      f.n = static_cast<int>(passes[k].size());
+      f.start_pos = P;
+      f.prefill = true;
+      f.prompt_end = P + f.n;
+      f.want_logits = false;
+      f.history = &s.history;
+      f.scoring_pass = static_cast<int>(k);
+      cache_.begin_step(s.seq);
+      backend_.forward(std::span<ForwardItem>(&f, 1), policy_, no_logits, &fs);
+      cache_.end_step(s.seq);
+      s.result->policy_s += fs.policy_s;
+      cache_.truncate_from(s.seq, static_cast<int32_t>(P));
+      forget_queries_from(s.history, P);
+    }
+    StepEnd se;
+    se.cache = &cache_;
+    se.seq = s.seq;
+    se.num_layers = rq.num_layers;
+    se.num_kv_heads = rq.num_kv_heads;
+    se.seq_len = P;
+    se.prefill = true;
+    se.prefill_last = true;
+    const auto tp = clock_t_::now();
+    policy_->on_scoring_passes_end(se);
+    s.result->policy_s += secs(tp, clock_t_::now());
+    for (const StepEnd::Keep& k : se.keeps)
+      if (k.layer < 0 || k.layer >= se.num_layers || k.head < 0 || k.head >= se.num_kv_heads)
+        fail("policy '{}' returned a keep-set for layer {} head {}", policy_->name(), k.layer, k.head);
+    backend_.compact_heads(s.seq, se.keeps);
+    s.result->prefill_s += secs(t0, clock_t_::now());
+  }
+
   // After a step of `s` (its KV step already closed): token peak, steady footprint once the
   // turn's input is done (`after_input`), the on_step hook.
   void after_step(RunSeq& s, bool after_input) {
@@ -288,7 +381,9 @@ class StepRunner {
   Policy* policy_;
   const size_t vocab_;
   const std::function<void(const KVCache&, SeqId)>& on_step_;
-  std::vector<float> logits_;  // the last step's logits [rows, V]
+  const ScoringPrompts& prompts_;  // EngineOptions::scoring_prompts
+  const bool scoring_;             // the policy asks for scoring passes
+  std::vector<float> logits_;      // the last step's logits [rows, V]
   ForwardStats fs_;
 };
 
@@ -584,7 +679,7 @@ void Engine::generate_into(const std::vector<GenerationRequest>& reqs, const tok
   out = results_for(reqs, tok);
   stats_ = ScheduleStats{};
   const int V = static_cast<int>(model_->config().vocab_size);
-  StepRunner runner(*cache_, *impl_->backend, policy_.get(), V, on_step);
+  StepRunner runner(*cache_, *impl_->backend, policy_.get(), V, on_step, opts_.scoring_prompts);
   PagedKVCacheManager kv(*cache_);
   SchedulerConfig cfg;
   cfg.max_batch = opts_.max_batch;
@@ -607,7 +702,7 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
                                  GenerationResult* stats) {
   if (prompt.empty()) fail("score: empty prompt");
   const int V = static_cast<int>(model_->config().vocab_size);
-  StepRunner runner(*cache_, *impl_->backend, policy_.get(), V, on_step);
+  StepRunner runner(*cache_, *impl_->backend, policy_.get(), V, on_step, opts_.scoring_prompts);
   const PolicyNeeds needs = policy_ ? policy_->needs() : PolicyNeeds{};
   const int chunk = opts_.prefill_chunk;
   GenerationResult r;

@@ -16,6 +16,7 @@
 #include "engine/policies/policy.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/scheduler.h"
+#include "engine/chat/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace kvb {
@@ -41,7 +42,23 @@ struct EngineOptions {
   /// always carries the running sequences' decode tokens as well.
   int64_t max_step_tokens = 0;
   Admission admission = Admission::kReserve;  ///< used when max_kv_pages > 0
+  /// The token ids of KVzip's repeat prompts and the chat template's pieces, for a policy that
+  /// asks for scoring passes (PolicyNeeds::scoring_pass; docs/architecture.md#scoring-passes).
+  /// The commands fill it with kvzip_scoring_prompts from the model's tokenizer and chat
+  /// template; left empty (library use without a tokenizer) a pass holds only the policy's own
+  /// tokens.
+  ScoringPrompts scoring_prompts;
 };
+
+/// KVzip's scoring-pass pieces for a model, built as kvpress 0.5.5 KVzipPress builds them
+/// (kvpress/presses/kvzip_press.py, __call__ and prepare; all encoded without special tokens):
+/// `repeat` = "\n\nRepeat the previous context exactly.", `repeat_part` = "\n\nRepeat the part of
+/// the previous context exactly, starting with"; with a chat template, the template rendered for
+/// one user message "dummy context\n#############" with the generation prompt (enable_thinking
+/// false) and split at "\n#############": `suffix` = the ids of what follows, `prefix` = the number
+/// of ids of what precedes "dummy context"; without one (`chat` null), suffix = "\n" and prefix 0.
+/// Throws what the template's render throws (kvb::Error naming the template).
+ScoringPrompts kvzip_scoring_prompts(const tok::Tokenizer& tok, const chat::ChatTemplate* chat);
 
 /// Checks the options that need no model: --prefill-chunk > 0, --batch >= 0, --max-step-tokens
 /// 0 or at least --prefill-chunk. The Engine constructor calls it; `kvbench run` calls it before

@@ -109,6 +109,7 @@ void run_generate(const GenerateArgs& a) {
   eo.prefill_chunk = a.prefill_chunk;
   eo.max_batch = 1;
   auto json_policy = a.json_out.empty() ? nullptr : resolved.build();
+  eo = with_scoring_prompts(eo, m, policy.get());
   Engine engine(m.model, eo, std::move(policy));
   GenerationRequest req;
   req.prompt = prompt;

@@ -394,7 +394,9 @@ void run_model(const RunArgs& a, const RunGrid& rg, const RunPolicies& policies,
   for (const auto& [key, group] : groups) {
     const RunPolicy& rp = policies.by_label.at(key.first);
     const std::string& spec_text = rp.text;
-    Engine engine(lm.model, engine_options(a), rp.resolved.build_at(key.second));
+    std::unique_ptr<Policy> policy = rp.resolved.build_at(key.second);
+    const EngineOptions eo = with_scoring_prompts(engine_options(a), lm, policy.get());
+    Engine engine(lm.model, eo, std::move(policy));
     const BatchContext c{a, rg, lm, engine, spec_text, judge, store, run_id};
     // One generate call for the cell (the scheduler fills the batch across all its items); the
     // items with fresh-context follow-ups, which generate again after their first turn, batch by

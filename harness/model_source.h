@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/chat/chat_template.h"
+#include "engine/engine.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -53,6 +54,16 @@ bool is_hub_model_id(const std::string& spec);
 /// the unknown template name.
 LoadedModel load_model(const std::string& spec, WeightFormat fmt = WeightFormat::kStored,
                        const std::string& chat_template = "");
+
+/// `eo` with the scoring-pass prompts (EngineOptions::scoring_prompts: kvzip_scoring_prompts of
+/// lm's tokenizer and chat template) set when `policy` asks for scoring passes
+/// (PolicyNeeds::scoring_pass) and lm has a tokenizer; `eo` unchanged otherwise. Throws what the
+/// chat template's render throws.
+inline EngineOptions with_scoring_prompts(EngineOptions eo, const LoadedModel& lm, const Policy* policy) {
+  if (policy && policy->needs().scoring_pass && lm.tokenizer)
+    eo.scoring_prompts = kvzip_scoring_prompts(*lm.tokenizer, lm.chat.get());
+  return eo;
+}
 
 /// The `--weights` option of `run` and `generate`: "stored" (default: weight matrices kept as
 /// the file stores them, GGUF blocks multiplied in place, as llama.cpp does), "f32" or "bf16"

@@ -39,6 +39,13 @@ to score it; run_kvcompose). Presses that load published weights or curves get t
 random ones instead (qfilter_press, lukv_press; written once under tests/fixtures/policies);
 FastKVzipPress gets kvbench's own random_gates, redrawn here (seeded_gates), and its pruned entries
 are masked like LUKVPress's (run_fastkvzip, on the sdpa instance: kvpress refuses eager there).
+KVzipPress runs its own context-reconstruction passes when its context exits (run_kvzip, sdpa as
+well; kvpress loads a tokenizer by the model's name, which a GGUF-loaded model lacks, so the
+generator's own is handed in): its pruned entries are masked and read back the same way, and each
+case also records the prompt pieces kvpress built (`kvzip_prompts`: the repeat prompts' ids, the
+chat template's assistant header and preamble length), which the kvbench test compares with the
+ones the engine builds (tests/kvpress: KvzipMatchesKvpressKVzipPress runs these cases, not the
+one-prefill Multiplex).
 
 CAMPress (decode-time) has its own file, tests/fixtures/policies/kvpress_smollm2_cam_goldens.json
 (write_cam_goldens; `--only cam`): the prompt prefilled, then CAM_FORCED tokens fed one per step at
@@ -151,9 +158,10 @@ def presses():
     from kvpress.presses.criticalkv_press import CriticalKVPress, CriticalAdaKVPress
     from kvpress.presses.finch_press import FinchPress
     from kvpress.presses.fastkvzip_press import FastKVzipPress
+    from kvpress.presses.kvzip_press import KVzipPress
     from kvpress.presses.cam_press import CAMPress
     from kvpress.utils import compute_n_kept
-    return dict(FastKVzipPress=FastKVzipPress, CAMPress=CAMPress, ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
+    return dict(KVzipPress=KVzipPress, FastKVzipPress=FastKVzipPress, CAMPress=CAMPress, ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
                 EntropyGatedChunkKVPress=EntropyGatedChunkKVPress, QFilterPress=QFilterPress, CapPress=CapPress,
                 KVComposePress=KVComposePress, LUKVPress=LUKVPress, ExpectedAttentionPress=ExpectedAttentionPress,
                 LagKVPress=LagKVPress, CURPress=CURPress, NonCausalAttnPress=NonCausalAttnPress,
@@ -314,6 +322,23 @@ def cases(kp, L, n_ctx):
             out.append((f"finch_r{r}_c{chunk}", press,
                         f"finch:window={L - n_ctx},decode=false,budget_kind=ratio,ratio={1 - r},press_chunk={chunk}",
                         0, ("chunkpress", chunk, r)))
+    # FastKVzipPress (FASTKVZIP_GATES): one cut over every layer's (head, token) gate scores, and the
+    # layerwise variant (one cut per layer); the pruned entries are masked (read back, run_fastkvzip).
+    for r, layerwise in ((0.5, False), (0.75, False), (0.75, True)):
+        out.append((f"fastkvzip_r{r}" + ("_layerwise" if layerwise else ""), fastkvzip_press(kp, r, layerwise),
+                    f"fastkvzip:random_gates={FASTKVZIP_SEED},ratio={1 - r}" + (",layerwise=true" if layerwise else ""),
+                    0, "fastkvzip"))
+    # KVzipPress: the model's own context-reconstruction passes (run_kvzip), one cut over every
+    # layer's (head, token) scores, the layerwise variant, a chunk size that makes three passes
+    # (the continuation prompt and the sinks of later chunks) and KVzip+'s normalisation.
+    for r, layerwise, chunk, plus in ((0.5, False, 2048, False), (0.75, False, 2048, False), (0.75, True, 2048, False),
+                                      (0.5, False, 512, False), (0.5, False, 2048, True)):
+        name = f"kvzip_r{r}" + ("_layerwise" if layerwise else "") + (f"_chunk{chunk}" if chunk != 2048 else "") + (
+            "_plus" if plus else "")
+        spec = f"kvzip:ratio={1 - r}" + (",layerwise=true" if layerwise else "") + (
+            f",chunk_size={chunk}" if chunk != 2048 else "") + (",plus_norm=true" if plus else "")
+        out.append((name, kp["KVzipPress"](compression_ratio=r, layerwise=layerwise, chunk_size=chunk,
+                                           kvzip_plus_normalization=plus), spec, 0, "kvzip"))
     return out
 
 
@@ -365,12 +390,6 @@ def band_critical(kind, base, norm, L, r, press):
             order = s2.sort(descending=True, stable=True).indices.tolist()
             band |= set(order[max(0, budgets[h] - k - 1):budgets[h] + k + 1])
         out.append((sorted(band), slack[h]))
-    # FastKVzipPress (FASTKVZIP_GATES): one cut over every layer's (head, token) gate scores, and the
-    # layerwise variant (one cut per layer); the pruned entries are masked (read back, run_fastkvzip).
-    for r, layerwise in ((0.5, False), (0.75, False), (0.75, True)):
-        out.append((f"fastkvzip_r{r}" + ("_layerwise" if layerwise else ""), fastkvzip_press(kp, r, layerwise),
-                    f"fastkvzip:random_gates={FASTKVZIP_SEED},ratio={1 - r}" + (",layerwise=true" if layerwise else ""),
-                    0, "fastkvzip"))
     return out
 
 
@@ -525,6 +544,57 @@ def run_fastkvzip(model, press, ids):
         ties.append([sorted(i - base - h * L for i in b if base + h * L <= i < base + (h + 1) * L)
                      for h in range(sv.shape[1])])
     return keep, ties
+
+
+def run_kvzip(model, press, ids, tok):
+    """One prefill under KVzipPress, whose context-reconstruction passes run when the press's
+    context exits: ([layer][head] kept positions, [layer][head] near-tie positions, the prompt
+    pieces kvpress built). kvpress loads the tokenizer from model.config.name_or_path, which a
+    GGUF-loaded model cannot give it: the generator's own tokenizer (the same GGUF's) is handed in.
+    The cache stays whole; the pruned entries are module.masked_key_indices. Near-ties: the entries
+    within TIE of the cut between the last kept and first pruned of press.score_val (the sinks at
+    max + 1), over all layers or (layerwise) per layer."""
+    import kvpress.presses.kvzip_press as kz
+    stash = {}
+    post = press.compress_post
+
+    def stashing_post(m):
+        post(m)
+        stash.update(sv=press.score_val.clone(), prefix=press.prefix_length, suffix=press._suffix_ids[0].tolist())
+
+    class HandedTokenizer:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            return tok
+
+    press.compress_post = stashing_post
+    saved, kz.AutoTokenizer = kz.AutoTokenizer, HandedTokenizer
+    try:
+        with press(model):
+            model(input_ids=torch.tensor([ids]), past_key_values=DynamicCache(), use_cache=True)
+    finally:
+        kz.AutoTokenizer = saved
+        del press.compress_post
+    sv = stash["sv"][:, 0].double()  # [layers, heads, L]
+    L = sv.shape[-1]
+    groups = [sv[layer:layer + 1] for layer in range(LAYERS)] if press.layerwise else [sv]
+    band = []
+    for grp in groups:
+        flat = grp.reshape(-1)
+        band.append(set(band_score(flat, flat.numel() - int(flat.numel() * press.compression_ratio))))
+    keep, ties = [], []
+    for layer in range(LAYERS):
+        _, hi, si = model.model.layers[layer].self_attn.masked_key_indices
+        b = band[layer] if press.layerwise else band[0]
+        base = 0 if press.layerwise else layer * sv.shape[1] * L
+        keep.append([sorted(set(range(L)) - set(si[hi == h].tolist())) for h in range(sv.shape[1])])
+        ties.append([sorted(i - base - h * L for i in b if base + h * L <= i < base + (h + 1) * L)
+                     for h in range(sv.shape[1])])
+    prompts = dict(repeat=tok.encode("\n\nRepeat the previous context exactly.", add_special_tokens=False),
+                   repeat_part=tok.encode("\n\nRepeat the part of the previous context exactly, starting with",
+                                          add_special_tokens=False),
+                   suffix=stash["suffix"], prefix=stash["prefix"])
+    return keep, ties, prompts
 
 
 def hash_uniform(words):
@@ -991,10 +1061,15 @@ def main():
         elif tie == "fastkvzip":  # kvpress refuses eager attention here
             keep, scores = run_fastkvzip(sdpa, press, ids)
             written = None
+        elif tie == "kvzip":  # kvpress refuses eager attention here too
+            keep, scores, kvzip_prompts = run_kvzip(sdpa, press, ids, tok)
+            written = None
         else:
             res = run_case(sdpa if sdpa_only else model, press, feed, calls)
             keep, scores, written = res if len(res) == 3 else (*res, None)
         extra = {}
+        if tie == "kvzip":
+            extra["kvzip_prompts"] = kvzip_prompts
         if shares is not None:
             extra["lazy_shares"] = [shares[layer] for layer in range(LAYERS)]
             margin = min(abs(v - press.lazy_threshold) for v in extra["lazy_shares"])
@@ -1016,7 +1091,7 @@ def main():
                     band = []
                 elif tie == "kvcompose":
                     band, slack = scores[layer][h]
-                elif tie == "fastkvzip":
+                elif tie in ("fastkvzip", "kvzip"):
                     band = scores[layer][h]
                 elif tie == "lukv":  # the sinks and the window score above all, as LUKVPress sets them
                     sc = scores[layer][h].clone()

@@ -24,7 +24,7 @@ namespace {
 class CpuAdapter final : public Backend {
  public:
   CpuAdapter(const Model& m, KVCache& c, const BackendInfo& info)
-      : cpu_(m, c, info.kind == BackendKind::kCpuBf16), info_(info) {
+      : cpu_(m, c, info.kind == BackendKind::kCpuBf16), cache_(c), info_(info) {
     if (!c.host_kv())
       fail(
           "--backend {}: the KV cache holds no host K/V rows (device-held payload); the CPU forward "
@@ -35,9 +35,15 @@ class CpuAdapter final : public Backend {
   void forward(std::span<ForwardItem> items, Policy* policy, std::vector<float>& logits, ForwardStats* stats) override {
     cpu_.forward(items, policy, logits, stats);
   }
+  int64_t compact_heads(SeqId seq, std::span<const StepEnd::Keep> keeps) override {
+    int64_t evicted = 0;
+    for (const StepEnd::Keep& k : keeps) evicted += cache_.compact(seq, k.layer, k.head, k.indices);
+    return evicted;
+  }
 
  private:
   CpuBackend cpu_;
+  KVCache& cache_;
   const BackendInfo& info_;
 };
 

@@ -34,6 +34,13 @@ class Backend {
   /// getting the bits it gets in a step of its own kind (the CPU backend: every kernel has one
   /// reduction order per row). False: the engine runs prefill steps and decode steps apart.
   virtual bool mixed_steps() const { return true; }
+  /// Applies keep-sets outside a forward step (Policy::on_scoring_passes_end, after a scoring
+  /// pass): head (k.layer, k.head) of `seq` keeps exactly k.indices (strictly increasing indices
+  /// into the head's cache) in the host page tables and in the backend's own K/V store (CUDA: the
+  /// device pool's compaction copies, finished before it returns). Returns the tokens evicted.
+  /// The caller validates layer and head; throws kvb::Error for bad indices (KVCache::compact) or
+  /// a device failure.
+  virtual int64_t compact_heads(SeqId seq, std::span<const StepEnd::Keep> keeps) = 0;
   /// Human-readable device measurements since construction (device name, memory peak, achieved
   /// decode bandwidth, ...), one "key: value" per line; empty for the CPU backend.
   virtual std::string report() const { return {}; }

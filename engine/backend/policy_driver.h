@@ -83,6 +83,7 @@ void fill_step(Step& s, KVCache& cache, const ForwardItem& it, const Dims& d) {
   s.seq_len = it.start_pos + it.n;
   s.prefill = it.prefill;
   s.prefill_last = it.prefill_last;
+  s.scoring_pass = it.scoring_pass;
 }
 
 /// A LayerStep for `it` at `layer` with the fields that do not depend on the backend; the caller
@@ -175,6 +176,9 @@ using Write = std::function<void(SeqId seq, int layer, const KvRowWrite& w)>;
 /// PolicyNeeds::writes_kv.
 inline int64_t run_layer(Policy& policy, LayerStep& st, const Compact& compact, const Write& write) {
   policy.on_layer_step(st);
+  if (st.scoring_pass >= 0 && (!st.writes.empty() || !st.keeps.empty()))
+    fail("policy '{}' changed the cache in a scoring pass (its tokens are rolled back; cut in on_scoring_passes_end)",
+         policy.name());
   if (!st.writes.empty()) {
     if (!policy.needs().writes_kv)
       fail("policy '{}' wrote cached K/V rows without declaring PolicyNeeds::writes_kv", policy.name());
@@ -259,6 +263,8 @@ inline int64_t run_step_end(Policy& policy, KVCache& cache, std::span<const Forw
     StepEnd se;
     fill_step(se, cache, it, d);
     policy.on_step_end(se);
+    if (se.scoring_pass >= 0 && !se.keeps.empty())
+      fail("policy '{}' returned keep-sets at the end of a scoring pass", policy.name());
     for (auto& k : se.keeps) {
       if (k.layer < 0 || k.layer >= d.num_layers || k.head < 0 || k.head >= d.num_kv_heads)
         fail("policy '{}' returned a keep-set for layer {} head {}", policy.name(), k.layer, k.head);

@@ -93,9 +93,11 @@ const std::vector<KvpressRow>& kvpress_table() {
        "window=q, the question's q tokens (kvpress: after the delimiter token); chunk_length=N is "
        "budget_kind=ratio,ratio=1-r,press_chunk=N"},
       {"KVzipPress", "compression_ratio=r, layerwise=False, n_sink=4, kvzip_plus_normalization=False, chunk_size=2048",
-       "", S::kMissing, "", "",
-       "needs an engine scoring pass: \"repeat the context\" tokens appended after the prompt, their attention "
-       "read, then rolled back (docs/policies.md, kvpress presses not reproduced)"},
+       "kvzip:layerwise=false,sinks=4,plus_norm=false,chunk_size=2048", S::kGolden,
+       "kvpress_smollm2_goldens.json:KVzipPress", "ratio,layerwise,chunk_size,plus_norm",
+       "ratio=1-r; the engine's scoring passes (repeat prompt + chat template's assistant header + each chunk "
+       "again, rolled back after), built from the model's tokenizer and chat template; prompt only, kvbench "
+       "evicts what kvpress masks"},
       {"FastKVzipPress",
        "compression_ratio=r, layerwise=False, n_sink=4, window_size=4096, window_ratio=0.02 (trained gates)",
        "fastkvzip:gates=FILE,layerwise=false,sinks=4,window=4096,window_ratio=0.02", S::kGolden,

@@ -94,6 +94,37 @@ struct PolicyNeeds {
   /// columns at a time, dequantised to f32 from the host copy of the model's weights (CriticalKV's
   /// ‖W_o·v‖₁ value weighting). Costs nothing unless called.
   bool out_proj = false;
+  /// The policy asks for scoring passes at the end of a prompt (Policy::scoring_passes; KVzip's
+  /// context reconstruction, docs/architecture.md#scoring-passes): after the step that ends a
+  /// prompt the engine feeds each pass's tokens as one extra step at the positions that follow
+  /// the prompt, with LayerStep::scoring_pass set, then truncates every head back to its length
+  /// before the pass; once all passes ran it calls Policy::on_scoring_passes_end.
+  bool scoring_pass = false;
+};
+
+/// The token ids a scoring pass is built from that only the tokenizer and the chat template know
+/// (kvpress 0.5.5 KVzipPress.__call__ and prepare, kvpress/presses/kvzip_press.py): the engine
+/// fills them (EngineOptions::scoring_prompts, kvzip_scoring_prompts in engine/engine.h) and
+/// hands them to Policy::scoring_passes. Empty pieces (a library run without a tokenizer): the
+/// pass then holds only what the policy adds itself.
+struct ScoringPrompts {
+  std::vector<int32_t> repeat;       ///< "\n\nRepeat the previous context exactly."
+  std::vector<int32_t> repeat_part;  ///< "\n\nRepeat the part of the previous context exactly, starting with"
+  std::vector<int32_t> suffix;       ///< the chat template's text after a user message: the assistant turn's header
+  int64_t prefix = 0;                ///< tokens of the chat template before a user message's content
+  bool from_template = false;        ///< built from a tokenizer (and its chat template, when it has one)
+};
+
+/// What Policy::scoring_passes sees at the end of a prompt of one sequence.
+struct ScoringPassRequest {
+  KVCache* cache = nullptr;
+  SeqId seq = 0;
+  int num_layers = 0, num_kv_heads = 0;
+  int64_t seq_len = 0;  ///< tokens of the sequence so far (the prompt's end); passes start at this position
+  /// The token ids of positions [0, seq_len) when the engine has them all (the first prompt of a
+  /// request, not a recomputation); empty otherwise (the policy then asks for no pass).
+  std::span<const int32_t> tokens;
+  const ScoringPrompts* prompts = nullptr;  ///< never null
 };
 
 /// A rewrite of cached rows of one kv head that a policy requests (LayerStep::write_keys,
@@ -124,6 +155,7 @@ inline PolicyNeeds merge(const PolicyNeeds& a, const PolicyNeeds& b) {
   n.host_kv |= b.host_kv;
   n.writes_kv |= b.writes_kv;
   n.out_proj |= b.out_proj;
+  n.scoring_pass |= b.scoring_pass;
   n.layer_input_via_mlp = a.layer_input_via_mlp && (b.layer_input_via_mlp || !b.layer_input);
   n.num_scalars = std::max(a.num_scalars, b.num_scalars);
   n.layer_hook |= b.layer_hook;
@@ -208,6 +240,10 @@ struct LayerStep {
   int64_t seq_len = 0;        ///< tokens processed so far in this sequence (= next position)
   bool prefill = false;       ///< this step is (part of) the prompt
   bool prefill_last = false;  ///< this step ends the prompt (SnapKV compresses here)
+  /// ≥ 0: this step is scoring pass number `scoring_pass` that the policy asked for
+  /// (Policy::scoring_passes; its tokens are rolled back after the step, keep-sets are refused);
+  /// −1: an ordinary step.
+  int scoring_pass = -1;
   /// Prefill steps: the absolute position where this prompt ends (the step with prefill_last ends
   /// there; a query-agnostic request's context ends a prompt of its own). 0 on decode steps.
   int64_t prompt_end = 0;
@@ -346,6 +382,16 @@ class Policy {
   /// budgets across heads and layers: TRIM-KV's DynamicBudget variant, WG-KV's global-cache
   /// SnapKV eviction). The engine applies StepEnd::keeps with KVCache::compact.
   virtual void on_step_end(StepEnd& step) {}
+  /// Called by the engine after the step that ends a prompt when PolicyNeeds::scoring_pass is set:
+  /// returns the token ids of each scoring pass to run (empty: none). Each pass runs as one
+  /// prefill step of its own at positions request.seq_len … (LayerStep::scoring_pass = its index),
+  /// and every head is truncated back to its length before it (KVCache::truncate_from) before the
+  /// next pass. Then on_scoring_passes_end is called.
+  virtual std::vector<std::vector<int32_t>> scoring_passes(const ScoringPassRequest& request) { return {}; }
+  /// Called once the passes of scoring_passes have run and been rolled back (the cache holds the
+  /// prompt again, StepEnd::seq_len is its end); may request keep-sets as on_step_end, which the
+  /// engine applies through the backend.
+  virtual void on_scoring_passes_end(StepEnd& step) {}
   /// Called before the attention of every (sequence, layer) of a decode step when
   /// PolicyNeeds::read_select is set; may fill step.spans (see ReadStep). Must not change the
   /// cache. Prefill steps attend densely and do not call it.
@@ -399,6 +445,7 @@ struct StepEnd {
   int64_t seq_len = 0;        ///< tokens processed so far in this sequence (= next position)
   bool prefill = false;       ///< this step is (part of) the prompt
   bool prefill_last = false;  ///< this step ends the prompt
+  int scoring_pass = -1;      ///< as LayerStep::scoring_pass
   /// Requests that head (layer, h) keep exactly `keep_set` (strictly increasing indices).
   void keep(int layer, int h, std::vector<int32_t> keep_set) { keeps.push_back({layer, h, std::move(keep_set)}); }
   struct Keep {

@@ -20,6 +20,10 @@ class WrappedPolicy : public Policy {
   PolicyNeeds needs() const override { return inner_->needs(); }
   void on_layer_step(LayerStep& step) override { inner_->on_layer_step(step); }
   void on_step_end(StepEnd& step) override { inner_->on_step_end(step); }
+  std::vector<std::vector<int32_t>> scoring_passes(const ScoringPassRequest& r) override {
+    return inner_->scoring_passes(r);
+  }
+  void on_scoring_passes_end(StepEnd& step) override { inner_->on_scoring_passes_end(step); }
   void select_reads(ReadStep& step) override { inner_->select_reads(step); }
   void on_sequence_begin(SeqId seq, uint64_t seed) override { inner_->on_sequence_begin(seq, seed); }
   void on_sequence_end(SeqId seq) override { inner_->on_sequence_end(seq); }

@@ -33,6 +33,7 @@ struct ForwardItem {
   int64_t prompt_end = 0;           ///< prefill: absolute position where the prompt ends (LayerStep::prompt_end)
   bool want_logits = true;          ///< produce logits for the last token
   QueryHistory* history = nullptr;  ///< required when the policy needs window queries
+  int scoring_pass = -1;            ///< ≥ 0: a policy's scoring pass (LayerStep::scoring_pass); −1 otherwise
 };
 
 /// Time split of the last forward() call, in seconds.

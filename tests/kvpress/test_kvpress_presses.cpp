@@ -33,8 +33,10 @@
 #include <set>
 
 #include "engine/engine.h"
+#include "engine/chat/chat_template.h"
 #include "engine/model/gguf.h"
 #include "engine/policies/policy.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/util/io.h"
 #include "tests/support/test_support.h"
 
@@ -376,9 +378,13 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
   const int heads = model->config().num_kv_heads;
   std::vector<std::unique_ptr<Policy>> policies;
   std::map<std::string, const json*> by_name;
+  // The cases one prefill decides; KVzipPress runs passes of its own (KvzipMatchesKvpressKVzipPress).
+  std::vector<const json*> cases;
   for (const auto& c : g["cases"]) {
+    if (c["press"] == "KVzipPress") continue;
     policies.push_back(make_policy(PolicySpec::parse(with_fixtures(c["spec"]), c["budget"])));
     by_name[c["name"]] = &c;
+    cases.push_back(&c);
   }
   for (const auto& [name, spec] : kMutants) {
     ASSERT_TRUE(by_name.count(name)) << "no golden case " << name;
@@ -414,9 +420,9 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
                                     "MergingPress", "KeyRerotationPress"};
   for (const auto& [policy, press] : press_of) expected.insert(press);
   std::set<std::string> presses;
-  const size_t n_cases = g["cases"].size();
+  const size_t n_cases = cases.size();
   for (size_t p = 0; p < n_cases; ++p) {
-    const json& c = g["cases"][p];
+    const json& c = *cases[p];
     const std::string press = press_of_spec(c["spec"], press_of);
     ASSERT_FALSE(press.empty()) << c["spec"];
     EXPECT_EQ(press, c["press"].get<std::string>());
@@ -523,6 +529,74 @@ TEST(KvpressSmolLM2, CamMatchesKvpressCAMPress) {
   const KvDiff k = compare_kv(c, kv, kept, layers, heads);
   EXPECT_GT(compare(c, kept, layers, heads, L).set_heads + k.sum_heads, 0)
       << "other merge draws leave kvpress's K/V: the golden does not discriminate";
+}
+
+/// The kept positions of every (layer, kv head) once `prompt` has been prefilled (one step) under
+/// policy `spec` with the scoring-pass pieces `prompts` (EngineOptions::scoring_prompts).
+KeepSets run_prompt(const std::shared_ptr<const Model>& model, const std::string& spec,
+                    const std::vector<int32_t>& prompt, const ScoringPrompts& prompts) {
+  EngineOptions eo;
+  eo.prefill_chunk = static_cast<int>(prompt.size());
+  eo.scoring_prompts = prompts;
+  Engine e(model, eo, make_policy(PolicySpec::parse(spec, 0)));
+  KeepSets kept;
+  e.on_step = [&](const KVCache& c, SeqId seq) {
+    const int layers = static_cast<int>(model->config().num_layers),
+              heads = static_cast<int>(model->config().num_kv_heads);
+    kept.assign(layers, std::vector<std::vector<int32_t>>(heads));
+    for (int l = 0; l < layers; ++l)
+      for (int h = 0; h < heads; ++h)
+        for (int32_t i = 0; i < c.length(seq, l, h); ++i) kept[l][h].push_back(c.position(seq, l, h, i));
+  };
+  e.score(prompt, {});
+  return kept;
+}
+
+// kvpress 0.5.5 KVzipPress (context reconstruction: after the prompt, passes of "repeat the
+// previous context" + the chat template's assistant header + each chunk of the context again, each
+// token scored by the most attention the passes' queries pay it, then one cut over all layers) as
+// `kvzip`, against the KVzipPress cases of kvpress_smollm2_goldens.json: r = 0.5 and 0.75, 0.75
+// layerwise, 0.5 with chunk_size=512 (three passes: the continuation prompt, the sinks of later
+// chunks) and 0.5 with KVzip+'s normalisation. The engine runs the passes for real (one prompt
+// step, then the passes, rolled back, then the cut). First, the pieces kvbench builds from the
+// GGUF's tokenizer and chat template (kvzip_scoring_prompts) must equal the ones kvpress built.
+// Each head must keep kvpress's positions but for the near-ties the golden marks (entries within
+// 1e-3 relative of the cut), and as many. One changed parameter (chunk_size=300) must differ.
+TEST(KvpressSmolLM2, KvzipMatchesKvpressKVzipPress) {
+  KVB_REQUIRE_DEFAULT_MODEL();
+  const json g = parse_json_file(test::fixture("policies/kvpress_smollm2_goldens.json"));
+  const int layers = g["num_layers"];
+  const auto prompt = g["prompt"].get<std::vector<int32_t>>();
+  const int L = static_cast<int>(prompt.size());
+  ASSERT_GE(L, 800);
+  std::vector<const json*> cases;
+  for (const auto& c : g["cases"])
+    if (c["press"] == "KVzipPress") cases.push_back(&c);
+  ASSERT_EQ(cases.size(), 5u) << "the golden's KVzipPress cases";
+  const json& want = (*cases[0])["kvzip_prompts"];
+  GgufModel gg = load_gguf(test::default_model_path());
+  const tok::Tokenizer tok = tok::Tokenizer::from_json(gg.tokenizer_json, "gguf", gg.tokenizer_config);
+  const chat::ChatTemplate tmpl(gg.chat_template, "gguf", gg.tokenizer_config.value("bos_token", ""),
+                                gg.tokenizer_config.value("eos_token", ""));
+  const ScoringPrompts prompts = kvzip_scoring_prompts(tok, &tmpl);
+  EXPECT_EQ(prompts.repeat, want["repeat"].get<std::vector<int32_t>>());
+  EXPECT_EQ(prompts.repeat_part, want["repeat_part"].get<std::vector<int32_t>>());
+  EXPECT_EQ(prompts.suffix, want["suffix"].get<std::vector<int32_t>>());
+  EXPECT_EQ(prompts.prefix, want["prefix"].get<int64_t>());
+  auto model = truncated_default_model(layers);
+  const int heads = model->config().num_kv_heads;
+  for (const json* c : cases) {
+    SCOPED_TRACE((*c)["name"].get<std::string>() + " (" + (*c)["spec"].get<std::string>() + ")");
+    const KeepSets kept = run_prompt(model, (*c)["spec"], prompt, prompts);
+    ASSERT_EQ(static_cast<int>(kept.size()), layers);
+    const Diff d = compare(*c, kept, layers, heads, L);
+    EXPECT_EQ(d.count_heads, 0) << "heads keeping another number of tokens";
+    EXPECT_EQ(d.set_heads, 0) << "heads differing outside the near-ties, first " << d.first;
+    EXPECT_LT(d.ties, layers * heads * L / 20) << "near-ties must stay a small fraction";
+  }
+  const KeepSets other = run_prompt(model, "kvzip:ratio=0.5,chunk_size=300", prompt, prompts);
+  EXPECT_GT(compare(*cases[0], other, layers, heads, L).set_heads, 0)
+      << "another chunk size keeps kvpress's sets: the golden does not discriminate";
 }
 
 }  // namespace

@@ -135,6 +135,7 @@ std::vector<ChunkCase> chunk_cases() {
       {"criticaladakv:buffer=16,window=16", 64},
       {"finch:buffer=16,window=16", 64},
       {"fastkvzip:ratio=0.5,random_gates=1", 0},  // one cut over all layers at the prompt's end
+      {"kvzip:ratio=0.5,chunk_size=96", 0},       // scoring passes (several chunks) after the prompt, one cut
       {"cam:interval=4,merge_budget=4", 64},      // decode-time merges (seeded draws)
   };
 }

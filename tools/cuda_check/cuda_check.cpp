@@ -772,6 +772,23 @@ class ShadowPolicy final : public CompositePolicy {
     };
     compare_keeps(flat(se.keeps), flat(other.keeps), "step end");
   }
+  /// Scoring passes (PolicyNeeds::scoring_pass, kvzip): both instances plan them (they must ask
+  /// for the same tokens); the engine runs A's, whose layer steps reach both through
+  /// on_layer_step; then both cut, and the cuts must be equal.
+  std::vector<std::vector<int32_t>> scoring_passes(const ScoringPassRequest& r) override {
+    std::vector<std::vector<int32_t>> pb = b_->scoring_passes(r), pa = a_->scoring_passes(r);
+    compare_keeps(pa, pb, "scoring passes");
+    return pa;
+  }
+  void on_scoring_passes_end(StepEnd& se) override {
+    StepEnd other = se;
+    b_->on_scoring_passes_end(other);
+    a_->on_scoring_passes_end(se);
+    std::vector<std::tuple<int, int, std::vector<int32_t>>> fa, fb;
+    for (const auto& x : se.keeps) fa.emplace_back(x.layer, x.head, x.indices);
+    for (const auto& x : other.keeps) fb.emplace_back(x.layer, x.head, x.indices);
+    compare_keeps(fa, fb, "scoring passes' cut");
+  }
   void select_reads(ReadStep& rs) override {
     ++calls;
     ReadStep other = rs;

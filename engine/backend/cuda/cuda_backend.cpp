@@ -189,6 +189,13 @@ bool CudaBackend::device_sampling(const SamplingParams& p) const {
   return p.top_k == 0 && p.min_p == 0.0f && p.top_p > 0.0f && p.top_p <= 1.0f;
 }
 void CudaBackend::defer_logits() { impl_->defer = true; }
+int64_t CudaBackend::compact_heads(SeqId seq, std::span<const StepEnd::Keep> keeps) {
+  std::vector<int64_t> src, dst;
+  int64_t evicted = 0;
+  for (const StepEnd::Keep& k : keeps) evicted += impl_->compact(seq, k.layer, k.head, k.indices, src, dst);
+  impl_->flush_compaction(src, dst);
+  return evicted;
+}
 
 std::vector<int32_t> CudaBackend::sample_last(const std::vector<SamplingParams>& params, const std::vector<float>& u) {
   Impl& d = *impl_;

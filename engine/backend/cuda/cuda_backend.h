@@ -52,6 +52,8 @@ class CudaBackend final : public Backend {
   /// (which runs the prefill attention path for every item) as in a decode step (issue 38's device
   /// part): the engine then runs prompt chunks and decode tokens in separate steps.
   bool mixed_steps() const override { return false; }
+  /// Backend::compact_heads: the host cache's compaction and the device pool's copies.
+  int64_t compact_heads(SeqId seq, std::span<const StepEnd::Keep> keeps) override;
   void defer_logits() override;
   std::vector<int32_t> sample_rows(const std::vector<SamplingParams>& params, const std::vector<float>& u) override {
     return sample_last(params, u);
