@@ -527,15 +527,21 @@ def run_fastkvzip(model, press, ids):
     cache = DynamicCache()
     with press(model):
         model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
-    sv = press.score_val[:, 0].double()  # [layers, heads, L]
+    return global_cut_keep_and_ties(model, press, press.score_val[:, 0].double())
+
+
+def global_cut_keep_and_ties(model, press, sv):
+    """The kept positions and near-ties of FastKVzip's cut (shared by FastKVzipPress and
+    KVzipPress) from the scores sv [layers, heads, L]: ([layer][head] kept positions, read from each
+    layer's masked_key_indices; [layer][head] positions within TIE of the cut over all layers, or
+    per layer when press.layerwise)."""
     L = sv.shape[-1]
-    keep, ties = [], []
     groups = [sv[layer:layer + 1] for layer in range(LAYERS)] if press.layerwise else [sv]
     band = []
     for grp in groups:
         flat = grp.reshape(-1)
-        n_kept = flat.numel() - int(flat.numel() * press.compression_ratio)
-        band.append(set(band_score(flat, n_kept)))
+        band.append(set(band_score(flat, flat.numel() - int(flat.numel() * press.compression_ratio))))
+    keep, ties = [], []
     for layer in range(LAYERS):
         _, hi, si = model.model.layers[layer].self_attn.masked_key_indices
         b = band[layer] if press.layerwise else band[0]
@@ -575,21 +581,7 @@ def run_kvzip(model, press, ids, tok):
     finally:
         kz.AutoTokenizer = saved
         del press.compress_post
-    sv = stash["sv"][:, 0].double()  # [layers, heads, L]
-    L = sv.shape[-1]
-    groups = [sv[layer:layer + 1] for layer in range(LAYERS)] if press.layerwise else [sv]
-    band = []
-    for grp in groups:
-        flat = grp.reshape(-1)
-        band.append(set(band_score(flat, flat.numel() - int(flat.numel() * press.compression_ratio))))
-    keep, ties = [], []
-    for layer in range(LAYERS):
-        _, hi, si = model.model.layers[layer].self_attn.masked_key_indices
-        b = band[layer] if press.layerwise else band[0]
-        base = 0 if press.layerwise else layer * sv.shape[1] * L
-        keep.append([sorted(set(range(L)) - set(si[hi == h].tolist())) for h in range(sv.shape[1])])
-        ties.append([sorted(i - base - h * L for i in b if base + h * L <= i < base + (h + 1) * L)
-                     for h in range(sv.shape[1])])
+    keep, ties = global_cut_keep_and_ties(model, press, stash["sv"][:, 0].double())  # [layers, heads, L]
     prompts = dict(repeat=tok.encode("\n\nRepeat the previous context exactly.", add_special_tokens=False),
                    repeat_part=tok.encode("\n\nRepeat the part of the previous context exactly, starting with",
                                           add_special_tokens=False),

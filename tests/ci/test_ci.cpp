@@ -96,6 +96,17 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 void require_binary() { ASSERT_EQ(access(KVB_BINARY, X_OK), 0) << "kvbench binary not built: " << KVB_BINARY; }
 
+/// The shell of a workflow's real-model test job (label `nightly`): it builds with the tests,
+/// fetches the 1.5B model before it runs that label, and invokes kvbench only as `models`.
+void expect_nightly_test_job(const std::string& test_shell, const std::string& file) {
+  EXPECT_TRUE(contains(test_shell, "./bootstrap.sh --tests")) << test_shell;
+  EXPECT_LT(test_shell.find("$KVBENCH models --fetch qwen2.5-coder-1.5b-instruct"),
+            test_shell.find("ctest --test-dir build --output-on-failure -L nightly"))
+      << test_shell;
+  EXPECT_TRUE(contains(test_shell, "ctest --test-dir build --output-on-failure -L nightly")) << test_shell;
+  expect_invocations(test_shell, file, {"models"});
+}
+
 }  // namespace
 
 TEST(CiWorkflows, InvocationScannerFindsCommandsAndOptions) {
@@ -173,12 +184,7 @@ TEST(CiWorkflows, GitHubActionsNightly) {
   ASSERT_TRUE(test_steps.is_array()) << doc["jobs"].dump();
   std::string test_shell;
   for (const auto& s : test_steps) test_shell += s.value("run", "") + "\n";
-  EXPECT_TRUE(contains(test_shell, "./bootstrap.sh --tests")) << test_shell;
-  EXPECT_LT(test_shell.find("$KVBENCH models --fetch qwen2.5-coder-1.5b-instruct"),
-            test_shell.find("ctest --test-dir build --output-on-failure -L nightly"))
-      << test_shell;
-  EXPECT_TRUE(contains(test_shell, "ctest --test-dir build --output-on-failure -L nightly")) << test_shell;
-  expect_invocations(test_shell, file, {"models"});
+  expect_nightly_test_job(test_shell, file);
 }
 
 TEST(CiWorkflows, GitLabNightly) {
@@ -213,12 +219,7 @@ TEST(CiWorkflows, GitLabNightly) {
   std::string test_shell;
   for (const auto& section : {"before_script", "script"})
     for (const auto& l : test_job[section]) test_shell += l.get<std::string>() + "\n";
-  EXPECT_TRUE(contains(test_shell, "./bootstrap.sh --tests")) << test_shell;
-  EXPECT_LT(test_shell.find("$KVBENCH models --fetch qwen2.5-coder-1.5b-instruct"),
-            test_shell.find("ctest --test-dir build --output-on-failure -L nightly"))
-      << test_shell;
-  EXPECT_TRUE(contains(test_shell, "ctest --test-dir build --output-on-failure -L nightly")) << test_shell;
-  expect_invocations(test_shell, file, {"models"});
+  expect_nightly_test_job(test_shell, file);
 }
 
 TEST(CiWorkflows, SlurmScriptNamesExistingOptions) {

@@ -28,9 +28,11 @@
 #include <sstream>
 
 #include "datasets/records.h"
+#include "tests/ci/nightly_support.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
+using kvb::test::lines_with;
 using kvb::test::run_cli;
 
 namespace {
@@ -46,14 +48,6 @@ std::string model_path() {
   const char* home = std::getenv("HOME");
   const std::string cache = xdg && *xdg ? xdg : std::string(home ? home : ".") + "/.cache";
   return cache + "/kvbench/models/" + kModel + "/" + kModel + "-q4_k_m.gguf";
-}
-
-std::vector<std::string> lines_with(const std::string& text, const std::string& word) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);)
-    if (l.find(word) != std::string::npos) out.push_back(l);
-  return out;
 }
 
 }  // namespace

@@ -25,23 +25,17 @@
 
 #include "datasets/records.h"
 #include "engine/util/io.h"
+#include "tests/ci/nightly_support.h"
 #include "tests/support/test_support.h"
 
 namespace fs = std::filesystem;
+using kvb::test::lines_with;
 using kvb::test::run_cli;
 
 namespace {
 
 constexpr int kLimit = 40;
 const char* const kWorse = "streamingllm:sinks=0";
-
-std::vector<std::string> lines_with(const std::string& text, const std::string& word) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);)
-    if (l.find(word) != std::string::npos) out.push_back(l);
-  return out;
-}
 
 }  // namespace
 

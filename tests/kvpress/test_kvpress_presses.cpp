@@ -367,6 +367,15 @@ std::string press_of_spec(const std::string& text, const std::map<std::string, s
   return it == press_of.end() ? "" : it->second;
 }
 
+/// kvpress_smollm2_goldens.json (tools/gen_kvpress_smollm2_goldens.py): the whole file `g`, its
+/// layer count and its prompt (token ids of the default model, L of them).
+struct SmolGoldens {
+  json g = parse_json_file(test::fixture("policies/kvpress_smollm2_goldens.json"));
+  int layers = g["num_layers"];
+  std::vector<int32_t> prompt = g["prompt"].get<std::vector<int32_t>>();
+  int L = static_cast<int>(prompt.size());
+};
+
 TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
   KVB_REQUIRE_DEFAULT_MODEL();
   const json g = parse_json_file(test::fixture("policies/kvpress_smollm2_goldens.json"));
@@ -564,13 +573,10 @@ KeepSets run_prompt(const std::shared_ptr<const Model>& model, const std::string
 // 1e-3 relative of the cut), and as many. One changed parameter (chunk_size=300) must differ.
 TEST(KvpressSmolLM2, KvzipMatchesKvpressKVzipPress) {
   KVB_REQUIRE_DEFAULT_MODEL();
-  const json g = parse_json_file(test::fixture("policies/kvpress_smollm2_goldens.json"));
-  const int layers = g["num_layers"];
-  const auto prompt = g["prompt"].get<std::vector<int32_t>>();
-  const int L = static_cast<int>(prompt.size());
-  ASSERT_GE(L, 800);
+  const SmolGoldens gold;
+  ASSERT_GE(gold.L, 800);
   std::vector<const json*> cases;
-  for (const auto& c : g["cases"])
+  for (const auto& c : gold.g["cases"])
     if (c["press"] == "KVzipPress") cases.push_back(&c);
   ASSERT_EQ(cases.size(), 5u) << "the golden's KVzipPress cases";
   const json& want = (*cases[0])["kvzip_prompts"];
@@ -583,19 +589,19 @@ TEST(KvpressSmolLM2, KvzipMatchesKvpressKVzipPress) {
   EXPECT_EQ(prompts.repeat_part, want["repeat_part"].get<std::vector<int32_t>>());
   EXPECT_EQ(prompts.suffix, want["suffix"].get<std::vector<int32_t>>());
   EXPECT_EQ(prompts.prefix, want["prefix"].get<int64_t>());
-  auto model = truncated_default_model(layers);
+  auto model = truncated_default_model(gold.layers);
   const int heads = model->config().num_kv_heads;
   for (const json* c : cases) {
     SCOPED_TRACE((*c)["name"].get<std::string>() + " (" + (*c)["spec"].get<std::string>() + ")");
-    const KeepSets kept = run_prompt(model, (*c)["spec"], prompt, prompts);
-    ASSERT_EQ(static_cast<int>(kept.size()), layers);
-    const Diff d = compare(*c, kept, layers, heads, L);
+    const KeepSets kept = run_prompt(model, (*c)["spec"], gold.prompt, prompts);
+    ASSERT_EQ(static_cast<int>(kept.size()), gold.layers);
+    const Diff d = compare(*c, kept, gold.layers, heads, gold.L);
     EXPECT_EQ(d.count_heads, 0) << "heads keeping another number of tokens";
     EXPECT_EQ(d.set_heads, 0) << "heads differing outside the near-ties, first " << d.first;
-    EXPECT_LT(d.ties, layers * heads * L / 20) << "near-ties must stay a small fraction";
+    EXPECT_LT(d.ties, gold.layers * heads * gold.L / 20) << "near-ties must stay a small fraction";
   }
-  const KeepSets other = run_prompt(model, "kvzip:ratio=0.5,chunk_size=300", prompt, prompts);
-  EXPECT_GT(compare(*cases[0], other, layers, heads, L).set_heads, 0)
+  const KeepSets other = run_prompt(model, "kvzip:ratio=0.5,chunk_size=300", gold.prompt, prompts);
+  EXPECT_GT(compare(*cases[0], other, gold.layers, heads, gold.L).set_heads, 0)
       << "another chunk size keeps kvpress's sets: the golden does not discriminate";
 }
 
