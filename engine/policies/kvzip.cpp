@@ -118,7 +118,10 @@ class KVzipPolicy : public ParamPolicy {
         fail("policy 'kvzip': a scoring pass it did not ask for (sequence {})", step.seq);
       st = &it->second;
     }
-    const auto [s, e] = st->chunks[static_cast<size_t>(step.scoring_pass)];
+    // Plain variables, not a structured binding: the lambda below captures them (clang 14, which
+    // builds the sanitizer and fuzz targets, cannot capture a binding).
+    const int64_t s = st->chunks[static_cast<size_t>(step.scoring_pass)].first;
+    const int64_t e = st->chunks[static_cast<size_t>(step.scoring_pass)].second;
     const int64_t P = st->P, n = step.n_new, ctx = e - s, sink = std::min<int64_t>(sinks_, s);
     if (step.seq_len != P + n)
       fail("policy 'kvzip': scoring pass at position {} of a {}-token prompt", step.seq_len - n, P);
