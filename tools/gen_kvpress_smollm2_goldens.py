@@ -45,7 +45,12 @@ generator's own is handed in): its pruned entries are masked and read back the s
 case also records the prompt pieces kvpress built (`kvzip_prompts`: the repeat prompts' ids, the
 chat template's assistant header and preamble length), which the kvbench test compares with the
 ones the engine builds (tests/kvpress: KvzipMatchesKvpressKVzipPress runs these cases, not the
-one-prefill Multiplex).
+one-prefill Multiplex). RestoreKVPress runs the same way (run_restorekv) on the model truncated to
+RESTOREKV_LAYERS layers, with the generator's RANDOM PEFT LoRA adapter and restore embeddings
+(write_restorekv_adapter: tests/fixtures/policies/restorekv_smollm2_random, loaded by transformers'
+own load_adapter); its cases record the keep-sets over L + 8 positions (the restore rows kept) and
+each head's sums of the restore rows' keys and values (restore_kv; the test compares them within
+1e-3 relative, tests/kvpress: RestorekvMatchesKvpressRestoreKVPress).
 
 CAMPress (decode-time) has its own file, tests/fixtures/policies/kvpress_smollm2_cam_goldens.json
 (write_cam_goldens; `--only cam`): the prompt prefilled, then CAM_FORCED tokens fed one per step at
