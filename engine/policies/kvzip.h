@@ -25,9 +25,11 @@ class KVzipPolicy : public ParamPolicy {
   /// bad value or compress= other than prompt_end.
   KVzipPolicy(std::string name, PolicyParams p);
 
+  /// Pre-RoPE queries, host K/V and scoring passes (plus_norm: also the layer input and W_o).
   PolicyNeeds needs() const override;
   /// The prompt plus one reconstruction pass: every head holds context + pass tokens at the peak.
   KvFootprint kv_footprint(const FootprintQuery& q) const override;
+  /// Forgets the sequence's scores.
   void on_sequence_end(SeqId seq) override;
   /// One pass per chunk of the context (see kvzip.cpp), when the cache is still whole.
   std::vector<std::vector<int32_t>> scoring_passes(const ScoringPassRequest& rq) override;
@@ -37,6 +39,7 @@ class KVzipPolicy : public ParamPolicy {
   /// the prompt's P positions; the tokens a restore pass appended after it (StepEnd::seq_len − P
   /// of them, which must be restored_rows()) are all kept.
   void on_scoring_passes_end(StepEnd& se) override;
+  /// Nothing: the cut is on_scoring_passes_end's.
   void on_step_end(StepEnd&) override {}
 
  protected:
