@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda/plan.h"
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/lora.h"
 #include "engine/policies/policies.h"
@@ -167,6 +168,13 @@ TEST(RestorePass, AZeroLoraChangesNothingAndAnotherDoes) {
                                          c.head_dim, 2, 7);
   EXPECT_TRUE(test::contains_all(test::error_of([&] { prefill_logits(*m, toks, nullptr, &wide); }),
                                  {"LoRA adapter random_adapter=7", "layer 0 q_proj", "the model's is"}));
+}
+
+TEST(RestorePass, TheCudaBackendRefusesIt) {
+  EXPECT_TRUE(test::contains_all(test::error_of([] { cuda::check_policy_support("restorekv", true); }),
+                                 {"--backend cuda: policy 'restorekv': a restore pass", "use --backend cpu"}));
+  EXPECT_NO_THROW(cuda::check_policy_support("kvzip", false));
+  EXPECT_TRUE(make_policy(PolicySpec::parse("restorekv:ratio=0.5,random_adapter=1"))->needs().restore_pass);
 }
 
 TEST(RestoreKV, KeepsTheRestoreRowsAndContinuesAfterThem) {
