@@ -16,6 +16,7 @@
 #include "engine/policies/gate_weights.h"
 #include "engine/policies/lora.h"
 #include "engine/policies/policies.h"
+#include "engine/util/io.h"
 #include "tests/policies/harness.h"
 #include "tests/support/stories.h"
 #include "tests/support/test_support.h"
@@ -175,6 +176,29 @@ TEST(RestorePass, TheCudaBackendRefusesIt) {
                                  {"--backend cuda: policy 'restorekv': a restore pass", "use --backend cpu"}));
   EXPECT_NO_THROW(cuda::check_policy_support("kvzip", false));
   EXPECT_TRUE(make_policy(PolicySpec::parse("restorekv:ratio=0.5,random_adapter=1"))->needs().restore_pass);
+}
+
+// adapter=DIR through the registry's learned-weights loader: the fixture folder builds; a copy whose
+// adapter_config.json asks for DoRA, or a file instead of a folder, is refused naming it.
+TEST(RestoreKV, AdapterFoldersAreReadOrRefused) {
+  namespace fs = std::filesystem;
+  const fs::path src = test::fixture("policies/restorekv_smollm2_random");
+  EXPECT_NO_THROW(make_policy(PolicySpec::parse("restorekv:ratio=0.5,adapter=" + src.string())));
+  const fs::path dir = test::temp_dir("restorekv_dora");
+  for (const char* f : {"adapter_model.safetensors", "restore_embeddings.safetensors"})
+    fs::copy_file(src / f, dir / f, fs::copy_options::overwrite_existing);
+  json cfg = parse_json_file((src / "adapter_config.json").string());
+  cfg["use_dora"] = true;
+  std::ofstream((dir / "adapter_config.json").string()) << cfg.dump();
+  EXPECT_TRUE(test::contains_all(
+      test::error_of([&] { make_policy(PolicySpec::parse("restorekv:ratio=0.5,adapter=" + dir.string())); }),
+      {"adapter_config.json: use_dora: set: not supported"}));
+  const std::string file = (src / "adapter_model.safetensors").string();
+  EXPECT_TRUE(
+      test::contains_all(test::error_of([&] { make_policy(PolicySpec::parse("restorekv:ratio=0.5,adapter=" + file)); }),
+                         {"adapter_model.safetensors: adapter", "name a directory"}));
+  EXPECT_TRUE(test::contains_all(test::error_of([&] { make_policy(PolicySpec::parse("restorekv:ratio=0.5")); }),
+                                 {"adapter=", "random_adapter="}));
 }
 
 TEST(RestoreKV, KeepsTheRestoreRowsAndContinuesAfterThem) {
