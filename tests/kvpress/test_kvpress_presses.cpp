@@ -725,7 +725,19 @@ TEST(KvpressSmolLM2, RestorekvMatchesKvpressRestoreKVPress) {
     if (c["press"] == "RestoreKVPress") cases.push_back(&c);
   ASSERT_EQ(cases.size(), 2u) << "the golden's RestoreKVPress cases";
   const int layers = (*cases[0])["num_layers"], n = (*cases[0])["restore_rows"];
-  const ScoringPrompts prompts = default_scoring_prompts();
+  // The pieces kvpress built (the KVzipPress cases record them; KvzipMatchesKvpressKVzipPress checks
+  // that kvbench builds the same from the GGUF's tokenizer and template, which take seconds to load).
+  ScoringPrompts prompts;
+  for (const auto& c : gold.g["cases"])
+    if (c["press"] == "KVzipPress") {
+      const json& kp = c["kvzip_prompts"];
+      prompts.repeat = kp["repeat"].get<std::vector<int32_t>>();
+      prompts.repeat_part = kp["repeat_part"].get<std::vector<int32_t>>();
+      prompts.suffix = kp["suffix"].get<std::vector<int32_t>>();
+      prompts.prefix = kp["prefix"].get<int64_t>();
+      prompts.from_template = true;
+    }
+  ASSERT_FALSE(prompts.repeat.empty()) << "the golden's KVzipPress cases record kvpress's prompts";
   auto model = truncated_default_model(layers);
   const int heads = model->config().num_kv_heads;
   const auto P = static_cast<int32_t>(gold.L);
