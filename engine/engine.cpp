@@ -12,6 +12,7 @@
 #include <span>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda/plan.h"
 #include "engine/scheduler/kv_cache_manager.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/util/proc_status.h"
@@ -106,6 +107,8 @@ Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts, std::uniq
   kc.max_pages = opts_.max_kv_pages;
   if (opts_.max_batch == 0 && opts_.max_kv_pages <= 0)
     fail("--batch: no count limit needs a page pool (--memory) to bound the batch");
+  if (const BackendInfo* bi = find_backend(opts_.backend); bi && bi->kind == BackendKind::kCuda && policy_)
+    cuda::check_policy_support(policy_->name(), needs.restore_pass);
   cache_ = std::make_unique<KVCache>(kc);
   impl_->backend = make_backend(opts_.backend, *model_, *cache_);
 }
@@ -181,12 +184,13 @@ struct RunSeq : ScheduledSequence {
 // logits of a step — sample and apply stop rules, or keep them — is the caller's.
 class StepRunner {
  public:
-  StepRunner(KVCache& cache, Backend& backend, Policy* policy, int vocab,
+  StepRunner(KVCache& cache, Backend& backend, Policy* policy, int vocab, int hidden,
              const std::function<void(const KVCache&, SeqId)>& on_step, const ScoringPrompts& prompts)
       : cache_(cache),
         backend_(backend),
         policy_(policy),
         vocab_(vocab),
+        hidden_(static_cast<size_t>(hidden)),
         on_step_(on_step),
         prompts_(prompts),
         scoring_(policy && policy->needs().scoring_pass) {}
@@ -331,12 +335,13 @@ class StepRunner {
       cache_.truncate_from(s.seq, static_cast<int32_t>(P));
       forget_queries_from(s.history, P);
     }
+    const int64_t restored = restore_pass(s, rq);
     StepEnd se;
     se.cache = &cache_;
     se.seq = s.seq;
     se.num_layers = rq.num_layers;
     se.num_kv_heads = rq.num_kv_heads;
-    se.seq_len = P;
+    se.seq_len = P + restored;
     se.prefill = true;
     se.prefill_last = true;
     const auto tp = clock_t_::now();
@@ -347,6 +352,36 @@ class StepRunner {
         fail("policy '{}' returned a keep-set for layer {} head {}", policy_->name(), k.layer, k.head);
     backend_.compact_heads(s.seq, se.keeps);
     s.result->prefill_s += secs(t0, clock_t_::now());
+  }
+
+  // The policy's restore pass after s's scoring passes (PolicyNeeds::restore_pass, Policy::restore_pass;
+  // docs/architecture.md#scoring-passes): its embedding rows as one prefill step of its own at the
+  // positions after the prompt, through the pass's LoRA adapter, without the policy's hooks; its K/V
+  // are kept and s continues after them. Returns the rows run (0: none asked for).
+  int64_t restore_pass(RunSeq& s, const ScoringPassRequest& rq) {
+    if (!policy_->needs().restore_pass) return 0;
+    const RestorePass rp = policy_->restore_pass(rq);
+    if (rp.n <= 0) return 0;
+    if (rp.n > (int64_t{1} << 20) || rp.embeddings.size() != hidden_ * static_cast<size_t>(rp.n))
+      fail("policy '{}' asked for a restore pass of {} rows with {} embedding values (the model's hidden size is {})",
+           policy_->name(), rp.n, rp.embeddings.size(), hidden_);
+    ForwardItem f;
+    f.seq = s.seq;
+    f.embeddings = rp.embeddings.data();
+    f.lora = rp.lora;
+    f.n = static_cast<int>(rp.n);
+    f.start_pos = rq.seq_len;
+    f.prefill = true;
+    f.prompt_end = rq.seq_len + f.n;
+    f.want_logits = false;
+    f.history = &s.history;
+    std::vector<float> no_logits;
+    ForwardStats fs;
+    cache_.begin_step(s.seq);
+    backend_.forward(std::span<ForwardItem>(&f, 1), nullptr, no_logits, &fs);
+    cache_.end_step(s.seq);
+    s.pos += rp.n;
+    return rp.n;
   }
 
   // After a step of `s` (its KV step already closed): token peak, steady footprint once the
@@ -380,6 +415,7 @@ class StepRunner {
   Backend& backend_;
   Policy* policy_;
   const size_t vocab_;
+  const size_t hidden_;  // the model's hidden size (a restore pass's embedding rows)
   const std::function<void(const KVCache&, SeqId)>& on_step_;
   const ScoringPrompts& prompts_;  // EngineOptions::scoring_prompts
   const bool scoring_;             // the policy asks for scoring passes
@@ -679,7 +715,8 @@ void Engine::generate_into(const std::vector<GenerationRequest>& reqs, const tok
   out = results_for(reqs, tok);
   stats_ = ScheduleStats{};
   const int V = static_cast<int>(model_->config().vocab_size);
-  StepRunner runner(*cache_, *impl_->backend, policy_.get(), V, on_step, opts_.scoring_prompts);
+  StepRunner runner(*cache_, *impl_->backend, policy_.get(), V, static_cast<int>(model_->config().hidden_size), on_step,
+                    opts_.scoring_prompts);
   PagedKVCacheManager kv(*cache_);
   SchedulerConfig cfg;
   cfg.max_batch = opts_.max_batch;
@@ -702,7 +739,8 @@ std::vector<float> Engine::score(const std::vector<int32_t>& prompt, const std::
                                  GenerationResult* stats) {
   if (prompt.empty()) fail("score: empty prompt");
   const int V = static_cast<int>(model_->config().vocab_size);
-  StepRunner runner(*cache_, *impl_->backend, policy_.get(), V, on_step, opts_.scoring_prompts);
+  StepRunner runner(*cache_, *impl_->backend, policy_.get(), V, static_cast<int>(model_->config().hidden_size), on_step,
+                    opts_.scoring_prompts);
   const PolicyNeeds needs = policy_ ? policy_->needs() : PolicyNeeds{};
   const int chunk = opts_.prefill_chunk;
   GenerationResult r;

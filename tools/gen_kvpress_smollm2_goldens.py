@@ -45,7 +45,12 @@ generator's own is handed in): its pruned entries are masked and read back the s
 case also records the prompt pieces kvpress built (`kvzip_prompts`: the repeat prompts' ids, the
 chat template's assistant header and preamble length), which the kvbench test compares with the
 ones the engine builds (tests/kvpress: KvzipMatchesKvpressKVzipPress runs these cases, not the
-one-prefill Multiplex).
+one-prefill Multiplex). RestoreKVPress runs the same way (run_restorekv) on the model truncated to
+RESTOREKV_LAYERS layers, with the generator's RANDOM PEFT LoRA adapter and restore embeddings
+(write_restorekv_adapter: tests/fixtures/policies/restorekv_smollm2_random, loaded by transformers'
+own load_adapter); its cases record the keep-sets over L + 8 positions (the restore rows kept) and
+each head's sums of the restore rows' keys and values (restore_kv; the test compares them within
+1e-3 relative, tests/kvpress: RestorekvMatchesKvpressRestoreKVPress).
 
 CAMPress (decode-time) has its own file, tests/fixtures/policies/kvpress_smollm2_cam_goldens.json
 (write_cam_goldens; `--only cam`): the prompt prefilled, then CAM_FORCED tokens fed one per step at
@@ -107,6 +112,19 @@ PRESSES = {}  # presses(), for the helpers that call a press's static methods
 # kvbench's RANDOM Fast KVzip gates of `fastkvzip:random_gates=FASTKVZIP_SEED` (seeded_gates)
 # set as FastKVzipPress.gates instead of downloading Jang-Hyun/Fast-KVzip's.
 FASTKVZIP_SEED = 45
+# RestoreKVPress: RANDOM restore embeddings [RESTOREKV_ROWS, hidden] and a RANDOM PEFT LoRA adapter
+# (rank RESTOREKV_RANK, lora_alpha RESTOREKV_ALPHA, every projection kvbench reads) written once to
+# RESTOREKV_DIR (write_restorekv_adapter; torch seed RESTOREKV_SEED), loaded into transformers with
+# its own PEFT loader (model.load_adapter) instead of downloading higokri/RestoreKV-<model>
+# ({restorekv_adapter} in the spec). Its cases run on the model truncated to RESTOREKV_LAYERS layers
+# (the case's "num_layers"; the kvbench test must stay cheap, and KVzip's cut spans every layer).
+RESTOREKV_DIR = os.path.join(ROOT, "tests", "fixtures", "policies", "restorekv_smollm2_random")
+RESTOREKV_SEED = 45
+RESTOREKV_ROWS = 8
+RESTOREKV_RANK = 4
+RESTOREKV_ALPHA = 8
+RESTOREKV_LAYERS = 2
+RESTOREKV_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # CAMPress (decode-time): its own file, one teacher-forced run per case (run_cam).
 CAM_OUT = os.path.join(ROOT, "tests", "fixtures", "policies", "kvpress_smollm2_cam_goldens.json")
 CAM_FORCED = 12  # decode steps, fed ids[100:112] (any tokens; both engines see the same)
@@ -159,9 +177,10 @@ def presses():
     from kvpress.presses.finch_press import FinchPress
     from kvpress.presses.fastkvzip_press import FastKVzipPress
     from kvpress.presses.kvzip_press import KVzipPress
+    from kvpress.presses.restorekv_press import RestoreKVPress
     from kvpress.presses.cam_press import CAMPress
     from kvpress.utils import compute_n_kept
-    return dict(KVzipPress=KVzipPress, FastKVzipPress=FastKVzipPress, CAMPress=CAMPress, ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
+    return dict(RestoreKVPress=RestoreKVPress, KVzipPress=KVzipPress, FastKVzipPress=FastKVzipPress, CAMPress=CAMPress, ObservedAttentionPress=ObservedAttentionPress, ChunkKVPress=ChunkKVPress, SnapKVPress=SnapKVPress,
                 EntropyGatedChunkKVPress=EntropyGatedChunkKVPress, QFilterPress=QFilterPress, CapPress=CapPress,
                 KVComposePress=KVComposePress, LUKVPress=LUKVPress, ExpectedAttentionPress=ExpectedAttentionPress,
                 LagKVPress=LagKVPress, CURPress=CURPress, NonCausalAttnPress=NonCausalAttnPress,
@@ -339,6 +358,11 @@ def cases(kp, L, n_ctx):
             f",chunk_size={chunk}" if chunk != 2048 else "") + (",plus_norm=true" if plus else "")
         out.append((name, kp["KVzipPress"](compression_ratio=r, layerwise=layerwise, chunk_size=chunk,
                                            kvzip_plus_normalization=plus), spec, 0, "kvzip"))
+    # RestoreKVPress (RESTOREKV_DIR's random adapter): KVzip's passes, then the restore pass, then the
+    # cut raised by RESTOREKV_ROWS / L (run_restorekv), on RESTOREKV_LAYERS layers.
+    for r in (0.5, 0.75):
+        out.append((f"restorekv_r{r}", kp["RestoreKVPress"](compression_ratio=r),
+                    f"restorekv:adapter={{restorekv_adapter}},ratio={1 - r}", 0, "restorekv"))
     return out
 
 
@@ -587,6 +611,115 @@ def run_kvzip(model, press, ids, tok):
                                           add_special_tokens=False),
                    suffix=stash["suffix"], prefix=stash["prefix"])
     return keep, ties, prompts
+
+
+def write_restorekv_adapter(model):
+    """Writes RESTOREKV_DIR: adapter_config.json (PEFT's LoraConfig.save_pretrained),
+    adapter_model.safetensors (lora_A ~ N(0, 1/in), lora_B ~ N(0, 0.05^2), stored as bf16, PEFT's key
+    names) for the first RESTOREKV_LAYERS layers of `model`, and restore_embeddings.safetensors
+    ([RESTOREKV_ROWS, hidden] f32 ~ N(0, s^2), s the embedding table's standard deviation); torch
+    seed RESTOREKV_SEED. The same seed writes the same bytes."""
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+    g = torch.Generator().manual_seed(RESTOREKV_SEED)
+    os.makedirs(RESTOREKV_DIR, exist_ok=True)
+    LoraConfig(r=RESTOREKV_RANK, lora_alpha=RESTOREKV_ALPHA, target_modules=RESTOREKV_TARGETS, lora_dropout=0.0,
+               bias="none").save_pretrained(RESTOREKV_DIR)
+    cfg_path = os.path.join(RESTOREKV_DIR, "adapter_config.json")  # PEFT writes target_modules from a set:
+    cfg = json.load(open(cfg_path))                                   # sorted here, so the bytes do not
+    cfg["target_modules"] = sorted(cfg["target_modules"])             # depend on PYTHONHASHSEED
+    with open(cfg_path, "w") as fh:
+        fh.write(json.dumps(cfg, indent=2, sort_keys=True))
+    tensors = {}
+    for layer in range(RESTOREKV_LAYERS):
+        for t in RESTOREKV_TARGETS:
+            parent = "self_attn" if t in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
+            lin = getattr(getattr(model.model.layers[layer], parent), t)
+            key = f"base_model.model.model.layers.{layer}.{parent}.{t}"
+            a = torch.randn(RESTOREKV_RANK, lin.in_features, generator=g) / math.sqrt(lin.in_features)
+            b = torch.randn(lin.out_features, RESTOREKV_RANK, generator=g) * 0.05
+            tensors[key + ".lora_A.weight"] = a.to(torch.bfloat16).contiguous()
+            tensors[key + ".lora_B.weight"] = b.to(torch.bfloat16).contiguous()
+    save_file(tensors, os.path.join(RESTOREKV_DIR, "adapter_model.safetensors"), metadata={"format": "pt"})
+    emb = model.model.embed_tokens.weight
+    e = torch.randn(RESTOREKV_ROWS, emb.shape[1], generator=g) * emb.float().std().item()
+    save_file({"restore_embeddings": e.float().contiguous()},
+              os.path.join(RESTOREKV_DIR, "restore_embeddings.safetensors"), metadata={"format": "pt"})
+    return tensors
+
+
+def restorekv_model(d, f):
+    """An sdpa SmolLM2 truncated to RESTOREKV_LAYERS layers with RESTOREKV_DIR's adapter loaded by
+    transformers' PEFT integration (model.load_adapter, as RestoreKVPress.post_init_from_model) and
+    disabled; checks that every LoRA weight arrived (a key PEFT did not map would stay random)."""
+    from safetensors.torch import load_file
+    m = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, attn_implementation="sdpa", dtype=torch.float32)
+    m.model.layers = m.model.layers[:RESTOREKV_LAYERS]
+    m.config.num_hidden_layers = RESTOREKV_LAYERS
+    m.eval()
+    m.load_adapter(RESTOREKV_DIR, adapter_name="restorekv")
+    m.disable_adapters()
+    want = load_file(os.path.join(RESTOREKV_DIR, "adapter_model.safetensors"))
+    got = {n: p for n, p in m.named_parameters() if "lora_" in n}
+    assert len(got) == len(want), (len(got), len(want))
+    for k, v in want.items():
+        name = k[len("base_model.model."):].replace(".weight", ".restorekv.weight")
+        assert torch.equal(got[name].float(), v.float()), name
+    return m
+
+
+def run_restorekv(model, press, ids, tok):
+    """One prefill under RestoreKVPress (its KVzip passes, restore pass and cut run when its context
+    exits), with RESTOREKV_DIR's embeddings set and the adapter already on `model` (restorekv_model):
+    ([layer][head] kept positions among the L + n, the restore rows at L … L + n - 1 included;
+    [layer][head] near-ties of the raised cut; [layer][head] sums of the restore rows' K/V)."""
+    import kvpress.presses.kvzip_press as kz
+    from safetensors.torch import load_file
+    press.restore_embeddings = load_file(os.path.join(RESTOREKV_DIR, "restore_embeddings.safetensors"))[
+        "restore_embeddings"].to(torch.float32)
+    press.restore_model_name = f"higokri/RestoreKV-{model.config.name_or_path.split('/')[-1]}"  # no download
+    stash = {}
+    post = press.compress_post
+
+    def stashing_post(m):
+        post(m)
+        stash.update(sv=press.score_val.clone(), ratio=min(1.0, press.compression_ratio + RESTOREKV_ROWS / len(ids)))
+
+    class HandedTokenizer:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            return tok
+
+    press.compress_post = stashing_post
+    cache = DynamicCache()
+    saved, kz.AutoTokenizer = kz.AutoTokenizer, HandedTokenizer
+    try:
+        with press(model):
+            model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    finally:
+        kz.AutoTokenizer = saved
+        del press.compress_post
+    L, n = len(ids), RESTOREKV_ROWS
+    sv = stash["sv"][:, 0].double()
+    flat = sv.reshape(-1)
+    band = set(band_score(flat, flat.numel() - int(flat.numel() * stash["ratio"])))
+    keep, ties, kv = [], [], []
+    for layer in range(RESTOREKV_LAYERS):
+        _, hi, si = model.model.layers[layer].self_attn.masked_key_indices
+        assert (si < L).all()
+        keys, values = cache.layers[layer].keys[0], cache.layers[layer].values[0]
+        assert keys.shape[1] == L + n, keys.shape
+        base = layer * sv.shape[1] * L
+        keep.append([sorted(set(range(L + n)) - set(si[hi == h].tolist())) for h in range(sv.shape[1])])
+        ties.append([sorted(i - base - h * L for i in band if base + h * L <= i < base + (h + 1) * L)
+                     for h in range(sv.shape[1])])
+        row = []
+        for h in range(sv.shape[1]):
+            k, v = keys[h, L:].double(), values[h, L:].double()
+            row.append(dict(k_sq=(k * k).sum().item(), v_sq=(v * v).sum().item(), k_sum=k.sum().item(),
+                            v_sum=v.sum().item(), k_abs=k.abs().sum().item(), v_abs=v.abs().sum().item()))
+        kv.append(row)
+    return keep, ties, kv
 
 
 def hash_uniform(words):
@@ -1033,6 +1166,7 @@ def main():
             return
     out = []
     old = {}
+    restorekv = None  # restorekv_model, loaded for the first RestoreKVPress case
     if args.only:
         prev = json.load(open(OUT))
         assert prev["prompt"] == ids, "--only needs the existing golden's prompt"
@@ -1056,12 +1190,20 @@ def main():
         elif tie == "kvzip":  # kvpress refuses eager attention here too
             keep, scores, kvzip_prompts = run_kvzip(sdpa, press, ids, tok)
             written = None
+        elif tie == "restorekv":
+            if restorekv is None:
+                write_restorekv_adapter(sdpa)
+                restorekv = restorekv_model(d, f)
+            keep, scores, restore_kv = run_restorekv(restorekv, press, ids, tok)
+            written = None
         else:
             res = run_case(sdpa if sdpa_only else model, press, feed, calls)
             keep, scores, written = res if len(res) == 3 else (*res, None)
         extra = {}
         if tie == "kvzip":
             extra["kvzip_prompts"] = kvzip_prompts
+        if tie == "restorekv":
+            extra.update(num_layers=RESTOREKV_LAYERS, restore_rows=RESTOREKV_ROWS, restore_kv=restore_kv)
         if shares is not None:
             extra["lazy_shares"] = [shares[layer] for layer in range(LAYERS)]
             margin = min(abs(v - press.lazy_threshold) for v in extra["lazy_shares"])
@@ -1069,7 +1211,7 @@ def main():
             lazy = [v > press.lazy_threshold for v in extra["lazy_shares"]]
             assert any(lazy) and not all(lazy), (name, extra["lazy_shares"])
         layers = []
-        for layer in range(LAYERS):
+        for layer in range(RESTOREKV_LAYERS if tie == "restorekv" else LAYERS):
             heads = []
             for h, kept in enumerate(keep[layer]):
                 extra_head = {}
@@ -1083,7 +1225,7 @@ def main():
                     band = []
                 elif tie == "kvcompose":
                     band, slack = scores[layer][h]
-                elif tie in ("fastkvzip", "kvzip"):
+                elif tie in ("fastkvzip", "kvzip", "restorekv"):
                     band = scores[layer][h]
                 elif tie == "lukv":  # the sinks and the window score above all, as LUKVPress sets them
                     sc = scores[layer][h].clone()
@@ -1120,7 +1262,8 @@ def main():
                     band = band_score(scores[layer][h], tie[1][layer])
                 else:
                     band = band_chunks(scores[layer], tie[1], tie[2])
-                heads.append(dict(keep=hexmask(kept, L), tie=hexmask(band, L), n_tie=len(band)))
+                heads.append(dict(keep=hexmask(kept, L + (RESTOREKV_ROWS if tie == "restorekv" else 0)),
+                                  tie=hexmask(band, L), n_tie=len(band)))
                 if written is not None:
                     heads[-1].update(written_head(written, layer, h, kept))
                 if tie == "kvcompose" and slack:

@@ -48,6 +48,12 @@ const std::vector<KnownCheckpoint>& known_checkpoints() {
       // KVzap (NVIDIA/kvpress kvzap/README.md; KVzapPress loads nvidia/KVzap-{mlp,linear}-<model name>):
       // config.json + model.safetensors of a KVzapModel.
       {"kvzap", "nvidia/KVzap-mlp-Qwen3-8B", "Qwen/Qwen3-8B", "KVzip+ surrogate MLP; README threshold -4"},
+      // RestoreKV (kvpress 0.5.5 restorekv_press.py loads higokri/RestoreKV-<model name>[_plus]):
+      // adapter_config.json + adapter_model.safetensors (PEFT LoRA) + restore_embeddings.safetensors.
+      {"restorekv", "higokri/RestoreKV-Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct",
+       "8 restore embeddings + LoRA, self-distilled from the full cache; KVzip scores (plus_norm=false)"},
+      {"restorekv", "higokri/RestoreKV-Qwen3-8B", "Qwen/Qwen3-8B",
+       "8 restore embeddings + LoRA, self-distilled from the full cache; KVzip scores (plus_norm=false)"},
       {"wgkv", "WG-KV/checkpoints/llama-3.1-8b-instruct-0.16.pt", "meta-llama/Llama-3.1-8B-Instruct",
        "write gates, FineWeb-Edu, lambda = 0.16"},
       {"wgkv", "WG-KV/checkpoints/qwen3-4b-instruct-2507-0.16.pt", "Qwen/Qwen3-4B-Instruct-2507",

@@ -285,13 +285,13 @@ GateWeights GateWeights::load(const std::string& spec, const GateSource& source)
       }
     }
     if (shards.empty()) w.path = hub_fetcher()(h.repo, h.revision, file);
-    if (source.config && h.path.empty()) w.config_path = hub_fetcher()(h.repo, h.revision, "config.json");
+    if (source.config && h.path.empty()) w.config_path = hub_fetcher()(h.repo, h.revision, source.config_file);
   } else {
     fail_at(spec, source.param,
             "policy '{}': not found (no such file or directory, nor a Hub id org/name[@revision][/path])", source.policy);
   }
-  if (source.config && w.config_path.empty() && !dir.empty() && fs::is_regular_file(fs::path(dir) / "config.json"))
-    w.config_path = (fs::path(dir) / "config.json").string();
+  if (source.config && w.config_path.empty() && !dir.empty() && fs::is_regular_file(fs::path(dir) / source.config_file))
+    w.config_path = (fs::path(dir) / source.config_file).string();
   if (!w.config_path.empty()) {
     w.config = parse_json_file(w.config_path, InputKind::kPolicyMetadata);  // enters the run's identity
     if (!w.config.is_object()) fail_at(w.config_path, "", "expected a JSON object");

@@ -54,6 +54,9 @@ struct GateSource {
   /// without a path is read through its model.safetensors.index.json (only the shards that hold
   /// kept tensors), else through `default_file`.
   bool model_shards = false;
+  /// The name of the checkpoint's JSON config read when `config` is set (PEFT adapters:
+  /// adapter_config.json).
+  std::string config_file = "config.json";
 };
 
 /// All tensors of a gate checkpoint, plus its config.json when it has one.

@@ -141,9 +141,12 @@ const std::vector<KvpressRow>& kvpress_table() {
       {"LUKVPress", "press=ExpectedAttentionPress(epsilon=2e-2), compression_ratio=r, sink=4, window=1",
        "lukv:curve=FILE,sinks=4,window=1,epsilon=0.02,decode=false", S::kGolden, "kvpress_smollm2_goldens.json:LUKVPress",
        "", "curve: the .npy of the model and press (LU-KV's curve_data); budget_kind=ratio,ratio=1-r"},
-      {"RestoreKVPress", "compression_ratio=r, layerwise=False, n_sink=4, chunk_size=2048", "", S::kMissing, "", "",
-       "not yet: kvzip plus 8 learned restore tokens run once through a LoRA-adapted forward over input embeddings "
-       "(an engine piece kvbench lacks; docs/policies.md, kvpress presses not reproduced)"},
+      {"RestoreKVPress", "compression_ratio=r, layerwise=False, n_sink=4, chunk_size=2048 (learned adapter)",
+       "restorekv:adapter=DIR,layerwise=false,sinks=4,chunk_size=2048", S::kGolden,
+       "kvpress_smollm2_goldens.json:RestoreKVPress", "ratio,adapter,random_adapter",
+       "ratio=1-r; adapter: the folder higokri/RestoreKV-<model> publishes (PEFT LoRA + restore_embeddings); the "
+       "golden injects a random adapter into kvpress; the engine's restore pass (input embeddings through the "
+       "LoRA) after kvzip's scoring passes, its rows kept; later tokens follow at P + n; CPU backends only"},
       {"KVgradPress", "compression_ratio=r, layerwise=False, n_sink=4, chunk_size=512", "", S::kExcused, "", "",
        "its score is input x gradient of the loss: a backward pass, which an inference engine does not run"},
       // Wrappers: what they do is a protocol option of every kvbench policy.

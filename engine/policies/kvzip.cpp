@@ -32,6 +32,7 @@
 #include <mutex>
 
 #include "engine/kernels/matmul.h"
+#include "engine/policies/kvzip.h"
 #include "engine/policies/params.h"
 #include "engine/policies/policies.h"
 #include "engine/policies/registration.h"
@@ -47,218 +48,201 @@ constexpr int64_t kPrevPostfix = 8;
 /// Pass tokens beyond the chunk that kv_footprint allows for (the prompts and the suffix).
 constexpr int64_t kPromptAllowance = 128;
 
-class KVzipPolicy : public ParamPolicy {
- public:
-  explicit KVzipPolicy(PolicyParams p) : ParamPolicy("kvzip", std::move(p)) {
-    params_.bind({{"ratio", &ratio_, within(0, 1)},
-                  {"layerwise", &layerwise_},
-                  {"sinks", &sinks_, at_least(0)},
-                  {"chunk_size", &chunk_, at_least(1)},
-                  {"plus_norm", &plus_norm_}});
-    if (parse_compress(params_)) params_.fail_param("compress", "must be prompt_end: KVzip cuts a whole prompt");
-  }
-
-  PolicyNeeds needs() const override {
-    return {
-        .layer_input = plus_norm_, .queries_pre_rope = true, .host_kv = true, .out_proj = plus_norm_, .scoring_pass = true};
-  }
-
-  /// The prompt plus one reconstruction pass: every head holds context + pass tokens at the peak.
-  KvFootprint kv_footprint(const FootprintQuery& q) const override {
-    const int64_t pass = std::min(q.context, chunk_) + kPromptAllowance;
-    return per_head_footprint(q, q.context + std::max(q.gen, pass), q.context + q.gen,
-                              "kvzip: context + one reconstruction pass (chunk + prompts) at the peak");
-  }
-
-  void on_sequence_end(SeqId seq) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    seqs_.erase(seq);
-  }
-
-  /// One pass per chunk of the context (see the file comment), when the cache is still whole.
-  std::vector<std::vector<int32_t>> scoring_passes(const ScoringPassRequest& rq) override {
-    const int64_t P = rq.seq_len;
-    if (ratio_ >= 1.0 || static_cast<int64_t>(rq.tokens.size()) != P || P == 0) return {};
-    for (int l = 0; l < rq.num_layers; ++l)
-      for (int h = 0; h < rq.num_kv_heads; ++h)
-        if (rq.cache->length(rq.seq, l, h) != P) return {};  // already compressed: not a fresh prompt
-    const ScoringPrompts& pr = *rq.prompts;
-    Seq st;
-    st.P = P;
-    st.scores.assign(static_cast<size_t>(rq.num_layers) * rq.num_kv_heads * P, 0.0f);
-    std::vector<std::vector<int32_t>> passes;
-    const int64_t first = std::min(pr.prefix, P);
-    for (int64_t s = first; s < P; s += chunk_) {
-      const int64_t e = std::min(P, s + chunk_);
-      std::vector<int32_t> ids = s == first ? pr.repeat : pr.repeat_part;
-      if (s > first) {
-        const int64_t from = std::max(s - chunk_, s - kPrevPostfix);
-        ids.insert(ids.end(), rq.tokens.begin() + from, rq.tokens.begin() + s);
-      }
-      ids.insert(ids.end(), pr.suffix.begin(), pr.suffix.end());
-      ids.insert(ids.end(), rq.tokens.begin() + s, rq.tokens.begin() + e);
-      st.chunks.emplace_back(s, e);
-      passes.push_back(std::move(ids));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    seqs_[rq.seq] = std::move(st);
-    return passes;
-  }
-
-  /// In a scoring pass: the chunk's tokens' scores at this layer (see the file comment).
-  void on_layer_step(LayerStep& step) override {
-    if (step.scoring_pass < 0) return;
-    if (!step.queries_pre_rope) fail("policy 'kvzip': LayerStep::queries_pre_rope is not set");
-    if (!step.rope_inv_freq) fail("policy 'kvzip': the backend did not pass the model's RoPE");
-    Seq* st = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = seqs_.find(step.seq);
-      if (it == seqs_.end() || step.scoring_pass >= static_cast<int>(it->second.chunks.size()))
-        fail("policy 'kvzip': a scoring pass it did not ask for (sequence {})", step.seq);
-      st = &it->second;
-    }
-    // Plain variables, not a structured binding: the lambda below captures them (clang 14, which
-    // builds the sanitizer and fuzz targets, cannot capture a binding).
-    const int64_t s = st->chunks[static_cast<size_t>(step.scoring_pass)].first;
-    const int64_t e = st->chunks[static_cast<size_t>(step.scoring_pass)].second;
-    const int64_t P = st->P, n = step.n_new, ctx = e - s, sink = std::min<int64_t>(sinks_, s);
-    if (step.seq_len != P + n)
-      fail("policy 'kvzip': scoring pass at position {} of a {}-token prompt", step.seq_len - n, P);
-    const int Hq = step.num_q_heads, Hk = step.num_kv_heads, D = step.head_dim, G = Hq / Hk, H = step.hidden_size;
-    const int64_t NK = sink + ctx + n;  // keys: sinks, chunk, pass
-    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-    std::vector<double> inv_hnorm(static_cast<size_t>(n), 1.0);
-    if (plus_norm_) {
-      if (!step.layer_input) fail("policy 'kvzip': LayerStep::layer_input is not set (plus_norm)");
-      for (int64_t t = 0; t < n; ++t) {
-        double ss = 0;
-        for (int c = 0; c < H; ++c)
-          ss += static_cast<double>(step.layer_input[t * H + c]) * step.layer_input[t * H + c];
-        inv_hnorm[static_cast<size_t>(t)] = 1.0 / std::sqrt(ss);
-      }
-    }
-    std::vector<float> keys(static_cast<size_t>(NK) * D), q(static_cast<size_t>(n) * D),
-        logits(static_cast<size_t>(n) * NK), wo, vals, wov;
-    for (int h = 0; h < Hk; ++h) {
-      if (step.cache->length(step.seq, step.layer, h) != P + n)
-        fail("policy 'kvzip': layer {} kv head {} lost tokens during a scoring pass", step.layer, h);
-      auto index_of = [&](int64_t k) { return k < sink ? k : k < sink + ctx ? s + (k - sink) : P + (k - sink - ctx); };
-      for (int64_t k = 0; k < NK; ++k) {
-        const float* src = step.cache->key(step.seq, step.layer, h, static_cast<int32_t>(index_of(k)));
-        std::copy(src, src + D, &keys[static_cast<size_t>(k) * D]);
-      }
-      const Mat km = Mat::of_f32(keys.data(), NK, D);
-      float* out = &st->scores[(static_cast<size_t>(step.layer) * Hk + h) * P];
-      std::vector<float> best(static_cast<size_t>(ctx), 0.0f);
-      for (int g = 0; g < G; ++g) {
-        const int hq = h * G + g;
-        for (int64_t t = 0; t < n; ++t)
-          scoring::rope_rotate(step.queries_pre_rope + (t * Hq + hq) * D, D, P + t, step.rope_inv_freq,
-                               step.rope_mscale, &q[static_cast<size_t>(t) * D]);
-        matmul_nt(q.data(), km, nullptr, logits.data(), n, D, NK);
-        std::vector<double> vnorm;  // ‖W_o,hq · v_i‖₂ of the chunk's tokens (plus_norm)
-        if (plus_norm_) {
-          if (!step.out_proj_head) fail("policy 'kvzip': LayerStep::out_proj_head is not set (plus_norm)");
-          wo.resize(static_cast<size_t>(H) * D);
-          step.out_proj_head(hq, wo.data());
-          vals.resize(static_cast<size_t>(ctx) * D);
-          for (int64_t i = 0; i < ctx; ++i) {
-            const float* v = step.cache->value(step.seq, step.layer, h, static_cast<int32_t>(s + i));
-            std::copy(v, v + D, &vals[static_cast<size_t>(i) * D]);
-          }
-          wov.resize(static_cast<size_t>(ctx) * H);
-          matmul_nt(vals.data(), Mat::of_f32(wo.data(), H, D), nullptr, wov.data(), ctx, D, H);
-          vnorm.resize(static_cast<size_t>(ctx));
-          for (int64_t i = 0; i < ctx; ++i) {
-            double ss = 0;
-            for (int c = 0; c < H; ++c) ss += static_cast<double>(wov[i * H + c]) * wov[i * H + c];
-            vnorm[static_cast<size_t>(i)] = std::sqrt(ss);
-          }
-        }
-        // Each query's row is one thread's whole (one summation order whatever the threads); the
-        // max over queries is exact, so merging the threads' maxima in any order gives the same.
-#pragma omp parallel
-        {
-          std::vector<double> row(static_cast<size_t>(NK));
-          std::vector<float> mine(static_cast<size_t>(ctx), 0.0f);
-#pragma omp for schedule(static)
-          for (int64_t t = 0; t < n; ++t) {
-            const int64_t seen = sink + ctx + t + 1;  // causal over the pass's own tokens
-            const float* lg = &logits[static_cast<size_t>(t) * NK];
-            double mx = -std::numeric_limits<double>::infinity();
-            for (int64_t k = 0; k < seen; ++k) {
-              row[k] = static_cast<double>(lg[k]) * scale;
-              mx = std::max(mx, row[k]);
-            }
-            double sum = 0;
-            for (int64_t k = 0; k < seen; ++k) sum += row[k] = std::exp(row[k] - mx);
-            for (int64_t i = 0; i < ctx; ++i) {
-              double p = row[sink + i] / sum;
-              if (plus_norm_) p = p * inv_hnorm[static_cast<size_t>(t)] * vnorm[static_cast<size_t>(i)];
-              mine[static_cast<size_t>(i)] = std::max(mine[static_cast<size_t>(i)], static_cast<float>(p));
-            }
-          }
-#pragma omp critical(kvzip_best)
-          for (int64_t i = 0; i < ctx; ++i)
-            best[static_cast<size_t>(i)] = std::max(best[static_cast<size_t>(i)], mine[static_cast<size_t>(i)]);
-        }
-      }
-      std::copy(best.begin(), best.end(), out + s);
-    }
-  }
-
-  /// After the passes: the sinks above all, then one cut over every layer (or one per layer).
-  void on_scoring_passes_end(StepEnd& se) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = seqs_.find(se.seq);
-    if (it == seqs_.end()) return;
-    Seq st = std::move(it->second);
-    seqs_.erase(it);
-    const int nl = se.num_layers, nh = se.num_kv_heads;
-    const int64_t P = st.P;
-    if (se.seq_len != P) fail("policy 'kvzip': the cut of a {}-token prompt at position {}", P, se.seq_len);
-    std::vector<float>& sc = st.scores;
-    const float top = *std::max_element(sc.begin(), sc.end()) + 1.0f;
-    for (size_t r = 0; r < sc.size(); r += static_cast<size_t>(P))
-      for (int64_t i = 0; i < std::min<int64_t>(sinks_, P); ++i) sc[r + i] = top;
-    const double pruned_fraction = 1.0 - ratio_;  // kvpress compression_ratio
-    const int groups = layerwise_ ? nl : 1;
-    const size_t per = static_cast<size_t>(layerwise_ ? 1 : nl) * nh * P;
-    for (int gi = 0; gi < groups; ++gi) {
-      const std::span<const float> flat(sc.data() + gi * per, per);
-      const auto N = static_cast<int64_t>(per);
-      const auto n_pruned = static_cast<int64_t>(static_cast<double>(N) * pruned_fraction);
-      std::vector<char> kept(per, 0);
-      for (int32_t i : scoring::top_k_indices(flat, N - n_pruned)) kept[static_cast<size_t>(i)] = 1;
-      for (size_t r = 0; r < per; r += static_cast<size_t>(P)) {
-        const size_t head = gi * per + r;  // (layer · nh + h) · P
-        const int l = static_cast<int>(head / (static_cast<size_t>(nh) * P)), h = static_cast<int>((head / P) % nh);
-        std::vector<int32_t> keep = scoring::mask_indices(std::span<const char>(kept.data() + r, P));
-        if (static_cast<int64_t>(keep.size()) < P) se.keep(l, h, std::move(keep));
-      }
-    }
-  }
-
-  void on_step_end(StepEnd&) override {}
-
- private:
-  /// One sequence's passes: its prompt length, the chunks [s, e) in pass order, and the scores
-  /// [layer][kv head][position] f32.
-  struct Seq {
-    int64_t P = 0;
-    std::vector<std::pair<int64_t, int64_t>> chunks;
-    std::vector<float> scores;
-  };
-
-  double ratio_ = 1.0;
-  bool layerwise_ = false, plus_norm_ = false;
-  int64_t sinks_ = 4, chunk_ = 2048;
-  std::map<SeqId, Seq> seqs_;
-  std::mutex mu_;
-};
-
 }  // namespace
+
+KVzipPolicy::KVzipPolicy(std::string name, PolicyParams p) : ParamPolicy(std::move(name), std::move(p)) {
+  params_.bind({{"ratio", &ratio_, within(0, 1)},
+                {"layerwise", &layerwise_},
+                {"sinks", &sinks_, at_least(0)},
+                {"chunk_size", &chunk_, at_least(1)},
+                {"plus_norm", &plus_norm_}});
+  if (parse_compress(params_)) params_.fail_param("compress", "must be prompt_end: KVzip cuts a whole prompt");
+}
+
+PolicyNeeds KVzipPolicy::needs() const {
+  return {
+      .layer_input = plus_norm_, .queries_pre_rope = true, .host_kv = true, .out_proj = plus_norm_, .scoring_pass = true};
+}
+
+KvFootprint KVzipPolicy::kv_footprint(const FootprintQuery& q) const {
+  const int64_t pass = std::min(q.context, chunk_) + kPromptAllowance, r = restored_rows();
+  if (r > 0)
+    return per_head_footprint(q, q.context + r + std::max(q.gen, pass), q.context + r + q.gen,
+                              name_ + ": context + one reconstruction pass (chunk + prompts) at the peak; the " +
+                                  std::to_string(r) + " restore rows kept");
+  return per_head_footprint(q, q.context + std::max(q.gen, pass), q.context + q.gen,
+                            "kvzip: context + one reconstruction pass (chunk + prompts) at the peak");
+}
+
+void KVzipPolicy::on_sequence_end(SeqId seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  seqs_.erase(seq);
+}
+
+std::vector<std::vector<int32_t>> KVzipPolicy::scoring_passes(const ScoringPassRequest& rq) {
+  const int64_t P = rq.seq_len;
+  if (ratio_ >= 1.0 || static_cast<int64_t>(rq.tokens.size()) != P || P == 0) return {};
+  for (int l = 0; l < rq.num_layers; ++l)
+    for (int h = 0; h < rq.num_kv_heads; ++h)
+      if (rq.cache->length(rq.seq, l, h) != P) return {};  // already compressed: not a fresh prompt
+  const ScoringPrompts& pr = *rq.prompts;
+  Seq st;
+  st.P = P;
+  st.scores.assign(static_cast<size_t>(rq.num_layers) * rq.num_kv_heads * P, 0.0f);
+  std::vector<std::vector<int32_t>> passes;
+  const int64_t first = std::min(pr.prefix, P);
+  for (int64_t s = first; s < P; s += chunk_) {
+    const int64_t e = std::min(P, s + chunk_);
+    std::vector<int32_t> ids = s == first ? pr.repeat : pr.repeat_part;
+    if (s > first) {
+      const int64_t from = std::max(s - chunk_, s - kPrevPostfix);
+      ids.insert(ids.end(), rq.tokens.begin() + from, rq.tokens.begin() + s);
+    }
+    ids.insert(ids.end(), pr.suffix.begin(), pr.suffix.end());
+    ids.insert(ids.end(), rq.tokens.begin() + s, rq.tokens.begin() + e);
+    st.chunks.emplace_back(s, e);
+    passes.push_back(std::move(ids));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  seqs_[rq.seq] = std::move(st);
+  return passes;
+}
+
+void KVzipPolicy::on_layer_step(LayerStep& step) {
+  if (step.scoring_pass < 0) return;
+  if (!step.queries_pre_rope) fail("policy '{}': LayerStep::queries_pre_rope is not set", name_);
+  if (!step.rope_inv_freq) fail("policy '{}': the backend did not pass the model's RoPE", name_);
+  Seq* st = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = seqs_.find(step.seq);
+    if (it == seqs_.end() || step.scoring_pass >= static_cast<int>(it->second.chunks.size()))
+      fail("policy '{}': a scoring pass it did not ask for (sequence {})", name_, step.seq);
+    st = &it->second;
+  }
+  // Plain variables, not a structured binding: the lambda below captures them (clang 14, which
+  // builds the sanitizer and fuzz targets, cannot capture a binding).
+  const int64_t s = st->chunks[static_cast<size_t>(step.scoring_pass)].first;
+  const int64_t e = st->chunks[static_cast<size_t>(step.scoring_pass)].second;
+  const int64_t P = st->P, n = step.n_new, ctx = e - s, sink = std::min<int64_t>(sinks_, s);
+  if (step.seq_len != P + n)
+    fail("policy '{}': scoring pass at position {} of a {}-token prompt", name_, step.seq_len - n, P);
+  const int Hq = step.num_q_heads, Hk = step.num_kv_heads, D = step.head_dim, G = Hq / Hk, H = step.hidden_size;
+  const int64_t NK = sink + ctx + n;  // keys: sinks, chunk, pass
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<double> inv_hnorm(static_cast<size_t>(n), 1.0);
+  if (plus_norm_) {
+    if (!step.layer_input) fail("policy '{}': LayerStep::layer_input is not set (plus_norm)", name_);
+    for (int64_t t = 0; t < n; ++t) {
+      double ss = 0;
+      for (int c = 0; c < H; ++c) ss += static_cast<double>(step.layer_input[t * H + c]) * step.layer_input[t * H + c];
+      inv_hnorm[static_cast<size_t>(t)] = 1.0 / std::sqrt(ss);
+    }
+  }
+  std::vector<float> keys(static_cast<size_t>(NK) * D), q(static_cast<size_t>(n) * D),
+      logits(static_cast<size_t>(n) * NK), wo, vals, wov;
+  for (int h = 0; h < Hk; ++h) {
+    if (step.cache->length(step.seq, step.layer, h) != P + n)
+      fail("policy '{}': layer {} kv head {} lost tokens during a scoring pass", name_, step.layer, h);
+    auto index_of = [&](int64_t k) { return k < sink ? k : k < sink + ctx ? s + (k - sink) : P + (k - sink - ctx); };
+    for (int64_t k = 0; k < NK; ++k) {
+      const float* src = step.cache->key(step.seq, step.layer, h, static_cast<int32_t>(index_of(k)));
+      std::copy(src, src + D, &keys[static_cast<size_t>(k) * D]);
+    }
+    const Mat km = Mat::of_f32(keys.data(), NK, D);
+    float* out = &st->scores[(static_cast<size_t>(step.layer) * Hk + h) * P];
+    std::vector<float> best(static_cast<size_t>(ctx), 0.0f);
+    for (int g = 0; g < G; ++g) {
+      const int hq = h * G + g;
+      for (int64_t t = 0; t < n; ++t)
+        scoring::rope_rotate(step.queries_pre_rope + (t * Hq + hq) * D, D, P + t, step.rope_inv_freq, step.rope_mscale,
+                             &q[static_cast<size_t>(t) * D]);
+      matmul_nt(q.data(), km, nullptr, logits.data(), n, D, NK);
+      std::vector<double> vnorm;  // ‖W_o,hq · v_i‖₂ of the chunk's tokens (plus_norm)
+      if (plus_norm_) {
+        if (!step.out_proj_head) fail("policy '{}': LayerStep::out_proj_head is not set (plus_norm)", name_);
+        wo.resize(static_cast<size_t>(H) * D);
+        step.out_proj_head(hq, wo.data());
+        vals.resize(static_cast<size_t>(ctx) * D);
+        for (int64_t i = 0; i < ctx; ++i) {
+          const float* v = step.cache->value(step.seq, step.layer, h, static_cast<int32_t>(s + i));
+          std::copy(v, v + D, &vals[static_cast<size_t>(i) * D]);
+        }
+        wov.resize(static_cast<size_t>(ctx) * H);
+        matmul_nt(vals.data(), Mat::of_f32(wo.data(), H, D), nullptr, wov.data(), ctx, D, H);
+        vnorm.resize(static_cast<size_t>(ctx));
+        for (int64_t i = 0; i < ctx; ++i) {
+          double ss = 0;
+          for (int c = 0; c < H; ++c) ss += static_cast<double>(wov[i * H + c]) * wov[i * H + c];
+          vnorm[static_cast<size_t>(i)] = std::sqrt(ss);
+        }
+      }
+      // Each query's row is one thread's whole (one summation order whatever the threads); the
+      // max over queries is exact, so merging the threads' maxima in any order gives the same.
+#pragma omp parallel
+      {
+        std::vector<double> row(static_cast<size_t>(NK));
+        std::vector<float> mine(static_cast<size_t>(ctx), 0.0f);
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t seen = sink + ctx + t + 1;  // causal over the pass's own tokens
+          const float* lg = &logits[static_cast<size_t>(t) * NK];
+          double mx = -std::numeric_limits<double>::infinity();
+          for (int64_t k = 0; k < seen; ++k) {
+            row[k] = static_cast<double>(lg[k]) * scale;
+            mx = std::max(mx, row[k]);
+          }
+          double sum = 0;
+          for (int64_t k = 0; k < seen; ++k) sum += row[k] = std::exp(row[k] - mx);
+          for (int64_t i = 0; i < ctx; ++i) {
+            double p = row[sink + i] / sum;
+            if (plus_norm_) p = p * inv_hnorm[static_cast<size_t>(t)] * vnorm[static_cast<size_t>(i)];
+            mine[static_cast<size_t>(i)] = std::max(mine[static_cast<size_t>(i)], static_cast<float>(p));
+          }
+        }
+#pragma omp critical(kvzip_best)
+        for (int64_t i = 0; i < ctx; ++i)
+          best[static_cast<size_t>(i)] = std::max(best[static_cast<size_t>(i)], mine[static_cast<size_t>(i)]);
+      }
+    }
+    std::copy(best.begin(), best.end(), out + s);
+  }
+}
+
+void KVzipPolicy::on_scoring_passes_end(StepEnd& se) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = seqs_.find(se.seq);
+  if (it == seqs_.end()) return;
+  Seq st = std::move(it->second);
+  seqs_.erase(it);
+  const int nl = se.num_layers, nh = se.num_kv_heads;
+  const int64_t P = st.P;
+  const int64_t tail = restored_rows();  // a restore pass's rows after the prompt: all kept
+  if (se.seq_len != P + tail)
+    fail("policy '{}': the cut of a {}-token prompt (+ {} restored rows) at position {}", name_, P, tail, se.seq_len);
+  std::vector<float>& sc = st.scores;
+  const float top = *std::max_element(sc.begin(), sc.end()) + 1.0f;
+  for (size_t r = 0; r < sc.size(); r += static_cast<size_t>(P))
+    for (int64_t i = 0; i < std::min<int64_t>(sinks_, P); ++i) sc[r + i] = top;
+  const double pruned = pruned_fraction(P);  // kvpress compression_ratio
+  const int groups = layerwise_ ? nl : 1;
+  const size_t per = static_cast<size_t>(layerwise_ ? 1 : nl) * nh * P;
+  for (int gi = 0; gi < groups; ++gi) {
+    const std::span<const float> flat(sc.data() + gi * per, per);
+    const auto N = static_cast<int64_t>(per);
+    const auto n_pruned = static_cast<int64_t>(static_cast<double>(N) * pruned);
+    std::vector<char> kept(per, 0);
+    for (int32_t i : scoring::top_k_indices(flat, N - n_pruned)) kept[static_cast<size_t>(i)] = 1;
+    for (size_t r = 0; r < per; r += static_cast<size_t>(P)) {
+      const size_t head = gi * per + r;  // (layer · nh + h) · P
+      const int l = static_cast<int>(head / (static_cast<size_t>(nh) * P)), h = static_cast<int>((head / P) % nh);
+      std::vector<int32_t> keep = scoring::mask_indices(std::span<const char>(kept.data() + r, P));
+      if (static_cast<int64_t>(keep.size()) == P) continue;
+      for (int64_t i = P; i < P + tail; ++i) keep.push_back(static_cast<int32_t>(i));
+      se.keep(l, h, std::move(keep));
+    }
+  }
+}
 
 KVB_POLICY(kvzip) { return policy_entry<KVzipPolicy>("kvzip").with_tests({.min_budget = 0, .params = "ratio=0.5"}); }
 

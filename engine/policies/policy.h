@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/kv/kv_cache.h"
+#include "engine/policies/lora.h"
 
 namespace kvb {
 
@@ -100,6 +101,11 @@ struct PolicyNeeds {
   /// the prompt, with LayerStep::scoring_pass set, then truncates every head back to its length
   /// before the pass; once all passes ran it calls Policy::on_scoring_passes_end.
   bool scoring_pass = false;
+  /// The policy asks for a restore pass after its scoring passes (Policy::restore_pass; RestoreKV's
+  /// learned restore tokens, docs/architecture.md#scoring-passes): rows of input embeddings run
+  /// once as one prefill step at the positions after the prompt, optionally through a LoRA
+  /// adapter, without the policy's layer hooks; their K/V stay in the cache. Needs scoring_pass.
+  bool restore_pass = false;
 };
 
 /// The token ids a scoring pass is built from that only the tokenizer and the chat template know
@@ -125,6 +131,17 @@ struct ScoringPassRequest {
   /// request, not a recomputation); empty otherwise (the policy then asks for no pass).
   std::span<const int32_t> tokens;
   const ScoringPrompts* prompts = nullptr;  ///< never null
+};
+
+/// The restore pass a policy asks for (Policy::restore_pass): `n` input rows given as embeddings
+/// (the residual stream's input, used as they are: no embedding scale is applied), fed as one
+/// prefill step at positions ScoringPassRequest::seq_len … seq_len + n − 1 over the whole prompt's
+/// cache, with `lora`'s deltas on the projections it targets (null: none) and no policy hooks.
+/// Their K/V are appended and kept; later tokens of the sequence follow at seq_len + n.
+struct RestorePass {
+  int64_t n = 0;                      ///< rows (0: no pass)
+  std::vector<float> embeddings;      ///< [n, hidden_size] f32
+  const LoraAdapter* lora = nullptr;  ///< owned by the policy, alive until on_scoring_passes_end returns
 };
 
 /// A rewrite of cached rows of one kv head that a policy requests (LayerStep::write_keys,
@@ -156,6 +173,7 @@ inline PolicyNeeds merge(const PolicyNeeds& a, const PolicyNeeds& b) {
   n.writes_kv |= b.writes_kv;
   n.out_proj |= b.out_proj;
   n.scoring_pass |= b.scoring_pass;
+  n.restore_pass |= b.restore_pass;
   n.layer_input_via_mlp = a.layer_input_via_mlp && (b.layer_input_via_mlp || !b.layer_input);
   n.num_scalars = std::max(a.num_scalars, b.num_scalars);
   n.layer_hook |= b.layer_hook;
@@ -392,6 +410,11 @@ class Policy {
   /// prompt again, StepEnd::seq_len is its end); may request keep-sets as on_step_end, which the
   /// engine applies through the backend.
   virtual void on_scoring_passes_end(StepEnd& step) {}
+  /// Called by the engine (PolicyNeeds::restore_pass) after the passes of scoring_passes have run
+  /// and been rolled back, before on_scoring_passes_end, with the same request: the restore pass
+  /// to run (RestorePass; n = 0: none). Its rows stay in the cache, so on_scoring_passes_end then
+  /// sees StepEnd::seq_len = request.seq_len + n. Not called when scoring_passes asked for none.
+  virtual RestorePass restore_pass(const ScoringPassRequest& request) { return {}; }
   /// Called before the attention of every (sequence, layer) of a decode step when
   /// PolicyNeeds::read_select is set; may fill step.spans (see ReadStep). Must not change the
   /// cache. Prefill steps attend densely and do not call it.

@@ -24,6 +24,7 @@ class WrappedPolicy : public Policy {
     return inner_->scoring_passes(r);
   }
   void on_scoring_passes_end(StepEnd& step) override { inner_->on_scoring_passes_end(step); }
+  RestorePass restore_pass(const ScoringPassRequest& r) override { return inner_->restore_pass(r); }
   void select_reads(ReadStep& step) override { inner_->select_reads(step); }
   void on_sequence_begin(SeqId seq, uint64_t seed) override { inner_->on_sequence_begin(seq, seed); }
   void on_sequence_end(SeqId seq) override { inner_->on_sequence_end(seq); }

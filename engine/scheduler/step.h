@@ -11,6 +11,8 @@
 
 namespace kvb {
 
+struct LoraAdapter;  // engine/policies/lora.h
+
 /// Per-sequence state the backend keeps for policies that read the last w queries
 /// (PolicyNeeds::window_queries): a ring of post-RoPE queries per layer.
 struct QueryHistory {
@@ -34,6 +36,12 @@ struct ForwardItem {
   bool want_logits = true;          ///< produce logits for the last token
   QueryHistory* history = nullptr;  ///< required when the policy needs window queries
   int scoring_pass = -1;            ///< ≥ 0: a policy's scoring pass (LayerStep::scoring_pass); −1 otherwise
+  /// [n, hidden_size] f32 input rows used instead of `tokens` (a restore pass, RestorePass); null:
+  /// the rows are the embeddings of `tokens`.
+  const float* embeddings = nullptr;
+  /// LoRA deltas on this item's projections (RestorePass::lora; every item of a step must name the
+  /// same adapter); null: none.
+  const LoraAdapter* lora = nullptr;
 };
 
 /// Time split of the last forward() call, in seconds.

@@ -1284,6 +1284,32 @@ std::vector<Case> cases() {
                  gen46 + spec,
                  "w.safetensors: tensor " + tensor + ": " + expect,
                  ""});
+  // Issue 45: RestoreKV's PEFT adapter folder: what kvbench does not apply is refused, naming the file.
+  {
+    const std::string lora_a = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+                      lora_b = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight";
+    const nlohmann::json lora_cfg = {
+        {"peft_type", "LORA"}, {"r", 4}, {"lora_alpha", 8}, {"target_modules", {"q_proj"}}, {"bias", "none"}};
+    nlohmann::json dora = lora_cfg;
+    dora["use_dora"] = true;
+    const std::string emb = f32_safetensors({{"restore_embeddings", {8, 64}}}, 0.5f);
+    v.push_back({"in45_restorekv_dora",
+                 {{"a/adapter_config.json", dora.dump()},
+                  {"a/adapter_model.safetensors", f32_safetensors({{lora_a, {4, 64}}, {lora_b, {64, 4}}}, 0.5f)},
+                  {"a/restore_embeddings.safetensors", emb}},
+                 gen46 + "--policy restorekv:ratio=0.5,adapter=$D/a",
+                 "adapter_config.json: use_dora: set: not supported",
+                 ""});
+    v.push_back(
+        {"in45_restorekv_not_lora",
+         {{"a/adapter_config.json", lora_cfg.dump()},
+          {"a/adapter_model.safetensors",
+           f32_safetensors({{lora_a, {4, 64}}, {lora_b, {64, 4}}, {"base_model.model.lm_head.weight", {4, 64}}}, 0.5f)},
+          {"a/restore_embeddings.safetensors", emb}},
+         gen46 + "--policy restorekv:ratio=0.5,adapter=$D/a",
+         "adapter_model.safetensors: base_model.model.lm_head.weight: not a LoRA weight",
+         ""});
+  }
   v.push_back({"in46_triattention_negative_abs_mean",
                {{"s.safetensors", tri_stats(5, -1.0f)}},
                gen46 + "--budget 16 --policy triattention:stats=$D/s.safetensors",

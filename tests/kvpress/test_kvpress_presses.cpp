@@ -26,6 +26,9 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -283,6 +286,15 @@ struct KvDiff {
   std::string first;
 };
 
+/// True when `have`'s sums of squares differ from `want`'s k_sq / v_sq by more than 1e-3 relative or
+/// its signed sums from k_sum / v_sum by more than 1e-4 of k_abs / v_abs.
+bool kv_sums_off(const KeptKv& have, const json& want) {
+  auto off = [](double a, double b) { return std::fabs(a - b) > 1e-3 * std::max(std::fabs(b), 1e-12); };
+  auto off_sum = [](double a, double b, double abs) { return std::fabs(a - b) > 1e-4 * std::max(abs, 1e-12); };
+  return off(have.k_sq, want["k_sq"]) || off(have.v_sq, want["v_sq"]) ||
+         off_sum(have.k_sum, want["k_sum"], want["k_abs"]) || off_sum(have.v_sum, want["v_sum"], want["v_abs"]);
+}
+
 KvDiff compare_kv(const json& c, const KeptKvs& got, const KeepSets& kept, int layers, int heads) {
   KvDiff d;
   for (int l = 0; l < layers; ++l)
@@ -298,11 +310,7 @@ KvDiff compare_kv(const json& c, const KeptKvs& got, const KeepSets& kept, int l
       const std::set<int32_t> same(kept[l][h].begin(), kept[l][h].end());
       if (!tie.empty() || want.value("v_tie", 0) > 0 || same != mask_positions(want["keep"])) continue;
       ++d.compared;
-      auto off = [](double a, double b) { return std::fabs(a - b) > 1e-3 * std::max(std::fabs(b), 1e-12); };
-      auto off_sum = [](double a, double b, double abs) { return std::fabs(a - b) > 1e-4 * std::max(abs, 1e-12); };
-      if (off(have.k_sq, want["k_sq"]) || off(have.v_sq, want["v_sq"]) ||
-          off_sum(have.k_sum, want["k_sum"], want["k_abs"]) || off_sum(have.v_sum, want["v_sum"], want["v_abs"]))
-        ++d.sum_heads;
+      if (kv_sums_off(have, want)) ++d.sum_heads;
     }
   return d;
 }
@@ -341,11 +349,13 @@ const std::vector<std::pair<std::string, std::string>> kMutants = {
 
 /// `spec` with the golden's placeholders replaced by its fixture files under
 /// tests/fixtures/policies: "{qfilters}" (the generator's random Q-filters) and "{lukv_curve}"
-/// (its synthetic LU-KV budget curve).
+/// (its synthetic LU-KV budget curve) and "{restorekv_adapter}" (its random RestoreKV adapter
+/// folder).
 std::string with_fixtures(std::string spec) {
   for (const auto& [tag, file] :
        std::map<std::string, std::string>{{"{qfilters}", test::fixture("policies/qfilter_smollm2_random.safetensors")},
-                                          {"{lukv_curve}", test::fixture("policies/lukv_curve_smollm2_random.npy")}})
+                                          {"{lukv_curve}", test::fixture("policies/lukv_curve_smollm2_random.npy")},
+                                          {"{restorekv_adapter}", test::fixture("policies/restorekv_smollm2_random")}})
     for (size_t at = spec.find(tag); at != std::string::npos; at = spec.find(tag)) spec.replace(at, tag.size(), file);
   return spec;
 }
@@ -387,10 +397,11 @@ TEST(KvpressSmolLM2, KeepSetsMatchKvpressPresses) {
   const int heads = model->config().num_kv_heads;
   std::vector<std::unique_ptr<Policy>> policies;
   std::map<std::string, const json*> by_name;
-  // The cases one prefill decides; KVzipPress runs passes of its own (KvzipMatchesKvpressKVzipPress).
+  // The cases one prefill decides; KVzipPress and RestoreKVPress run passes of their own
+  // (KvzipMatchesKvpressKVzipPress, RestorekvMatchesKvpressRestoreKVPress).
   std::vector<const json*> cases;
   for (const auto& c : g["cases"]) {
-    if (c["press"] == "KVzipPress") continue;
+    if (c["press"] == "KVzipPress" || c["press"] == "RestoreKVPress") continue;
     policies.push_back(make_policy(PolicySpec::parse(with_fixtures(c["spec"]), c["budget"])));
     by_name[c["name"]] = &c;
     cases.push_back(&c);
@@ -540,25 +551,49 @@ TEST(KvpressSmolLM2, CamMatchesKvpressCAMPress) {
       << "other merge draws leave kvpress's K/V: the golden does not discriminate";
 }
 
+/// The scoring-pass pieces kvbench builds from the default model's GGUF tokenizer and chat
+/// template (kvzip_scoring_prompts).
+ScoringPrompts default_scoring_prompts() {
+  GgufModel gg = load_gguf(test::default_model_path());
+  const tok::Tokenizer tok = tok::Tokenizer::from_json(gg.tokenizer_json, "gguf", gg.tokenizer_config);
+  const chat::ChatTemplate tmpl(gg.chat_template, "gguf", gg.tokenizer_config.value("bos_token", ""),
+                                gg.tokenizer_config.value("eos_token", ""));
+  return kvzip_scoring_prompts(tok, &tmpl);
+}
+
+/// After one prompt step under `policy`: the kept positions of every (layer, kv head) and, per
+/// head, the sums of the K/V rows at positions ≥ `from` (the restore rows).
+std::pair<KeepSets, KeptKvs> run_restore(const std::shared_ptr<const Model>& model, std::unique_ptr<Policy> policy,
+                                         const std::vector<int32_t>& prompt, const ScoringPrompts& prompts, int32_t from) {
+  EngineOptions eo;
+  eo.prefill_chunk = static_cast<int>(prompt.size());
+  eo.scoring_prompts = prompts;
+  Engine e(model, eo, std::move(policy));
+  KeepSets kept;
+  KeptKvs kv;
+  const int layers = static_cast<int>(model->config().num_layers),
+            heads = static_cast<int>(model->config().num_kv_heads), D = static_cast<int>(model->config().head_dim);
+  e.on_step = [&](const KVCache& c, SeqId seq) {
+    kept.assign(layers, std::vector<std::vector<int32_t>>(heads));
+    kv.assign(layers, std::vector<KeptKv>(heads));
+    for (int l = 0; l < layers; ++l)
+      for (int h = 0; h < heads; ++h)
+        for (int32_t i = 0; i < c.length(seq, l, h); ++i) {
+          const int32_t pos = c.position(seq, l, h, i);
+          kept[l][h].push_back(pos);
+          if (pos >= from) kv[l][h].add(c.key(seq, l, h, i), c.value(seq, l, h, i), D);
+        }
+  };
+  e.score(prompt, {});
+  return {kept, kv};
+}
+
 /// The kept positions of every (layer, kv head) once `prompt` has been prefilled (one step) under
 /// policy `spec` with the scoring-pass pieces `prompts` (EngineOptions::scoring_prompts).
 KeepSets run_prompt(const std::shared_ptr<const Model>& model, const std::string& spec,
                     const std::vector<int32_t>& prompt, const ScoringPrompts& prompts) {
-  EngineOptions eo;
-  eo.prefill_chunk = static_cast<int>(prompt.size());
-  eo.scoring_prompts = prompts;
-  Engine e(model, eo, make_policy(PolicySpec::parse(spec, 0)));
-  KeepSets kept;
-  e.on_step = [&](const KVCache& c, SeqId seq) {
-    const int layers = static_cast<int>(model->config().num_layers),
-              heads = static_cast<int>(model->config().num_kv_heads);
-    kept.assign(layers, std::vector<std::vector<int32_t>>(heads));
-    for (int l = 0; l < layers; ++l)
-      for (int h = 0; h < heads; ++h)
-        for (int32_t i = 0; i < c.length(seq, l, h); ++i) kept[l][h].push_back(c.position(seq, l, h, i));
-  };
-  e.score(prompt, {});
-  return kept;
+  return run_restore(model, make_policy(PolicySpec::parse(spec, 0)), prompt, prompts, std::numeric_limits<int32_t>::max())
+      .first;
 }
 
 // kvpress 0.5.5 KVzipPress (context reconstruction: after the prompt, passes of "repeat the
@@ -580,11 +615,7 @@ TEST(KvpressSmolLM2, KvzipMatchesKvpressKVzipPress) {
     if (c["press"] == "KVzipPress") cases.push_back(&c);
   ASSERT_EQ(cases.size(), 5u) << "the golden's KVzipPress cases";
   const json& want = (*cases[0])["kvzip_prompts"];
-  GgufModel gg = load_gguf(test::default_model_path());
-  const tok::Tokenizer tok = tok::Tokenizer::from_json(gg.tokenizer_json, "gguf", gg.tokenizer_config);
-  const chat::ChatTemplate tmpl(gg.chat_template, "gguf", gg.tokenizer_config.value("bos_token", ""),
-                                gg.tokenizer_config.value("eos_token", ""));
-  const ScoringPrompts prompts = kvzip_scoring_prompts(tok, &tmpl);
+  const ScoringPrompts prompts = default_scoring_prompts();
   EXPECT_EQ(prompts.repeat, want["repeat"].get<std::vector<int32_t>>());
   EXPECT_EQ(prompts.repeat_part, want["repeat_part"].get<std::vector<int32_t>>());
   EXPECT_EQ(prompts.suffix, want["suffix"].get<std::vector<int32_t>>());
@@ -603,6 +634,145 @@ TEST(KvpressSmolLM2, KvzipMatchesKvpressKVzipPress) {
   const KeepSets other = run_prompt(model, "kvzip:ratio=0.5,chunk_size=300", gold.prompt, prompts);
   EXPECT_GT(compare(*cases[0], other, gold.layers, heads, gold.L).set_heads, 0)
       << "another chunk size keeps kvpress's sets: the golden does not discriminate";
+}
+
+/// Runs `primary` for real and `shadow` (the same policy at another ratio) beside it on the same
+/// scoring passes: the shadow scores every pass too, and its cut is recorded in `*shadow_kept`
+/// (kept positions, [layer][head]), not applied. The engine runs the primary's restore pass; the
+/// shadow's must be the same rows.
+class ShadowCut : public Policy {
+ public:
+  ShadowCut(std::unique_ptr<Policy> primary, std::unique_ptr<Policy> shadow, KeepSets* shadow_kept)
+      : primary_(std::move(primary)), shadow_(std::move(shadow)), shadow_kept_(shadow_kept) {}
+  std::string name() const override { return primary_->name(); }
+  nlohmann::json resolved_params() const override { return primary_->resolved_params(); }
+  PolicyNeeds needs() const override { return merge(primary_->needs(), shadow_->needs()); }
+  void on_sequence_begin(SeqId seq, uint64_t seed) override {
+    primary_->on_sequence_begin(seq, seed);
+    shadow_->on_sequence_begin(seq, seed);
+  }
+  void on_sequence_end(SeqId seq) override {
+    primary_->on_sequence_end(seq);
+    shadow_->on_sequence_end(seq);
+  }
+  std::vector<std::vector<int32_t>> scoring_passes(const ScoringPassRequest& rq) override {
+    auto passes = primary_->scoring_passes(rq);
+    if (shadow_->scoring_passes(rq) != passes) throw std::runtime_error("ShadowCut: the two ask for other passes");
+    return passes;
+  }
+  void on_layer_step(LayerStep& step) override {
+    primary_->on_layer_step(step);
+    LayerStep s = step;
+    shadow_->on_layer_step(s);
+  }
+  RestorePass restore_pass(const ScoringPassRequest& rq) override {
+    RestorePass r = primary_->restore_pass(rq);
+    if (shadow_->restore_pass(rq).embeddings != r.embeddings)
+      throw std::runtime_error("ShadowCut: the two restore other rows");
+    return r;
+  }
+  void on_scoring_passes_end(StepEnd& se) override {
+    StepEnd s = se;
+    s.keeps.clear();
+    shadow_->on_scoring_passes_end(s);
+    KeepSets& shadow_kept = *shadow_kept_;
+    shadow_kept.assign(se.num_layers, std::vector<std::vector<int32_t>>(se.num_kv_heads));
+    std::vector<std::vector<bool>> set(se.num_layers, std::vector<bool>(se.num_kv_heads, false));
+    for (const auto& k : s.keeps) {
+      for (int32_t i : k.indices)
+        shadow_kept[k.layer][k.head].push_back(se.cache->position(se.seq, k.layer, k.head, i));
+      set[k.layer][k.head] = true;
+    }
+    for (int l = 0; l < se.num_layers; ++l)
+      for (int h = 0; h < se.num_kv_heads; ++h)
+        if (!set[l][h])
+          for (int32_t i = 0; i < se.cache->length(se.seq, l, h); ++i)
+            shadow_kept[l][h].push_back(se.cache->position(se.seq, l, h, i));
+    primary_->on_scoring_passes_end(se);
+  }
+  void on_step_end(StepEnd& se) override { primary_->on_step_end(se); }
+
+ private:
+  std::unique_ptr<Policy> primary_, shadow_;
+  KeepSets* shadow_kept_;
+};
+
+/// Heads whose restore rows' K/V sums (run_restore) differ from golden case `c`'s restore_kv by
+/// more than 1e-3 relative (sums of squares) or 1e-4 of the sum of magnitudes (signed sums).
+int restore_kv_diff(const json& c, const KeptKvs& got) {
+  int bad = 0;
+  const json& want = c["restore_kv"];
+  for (size_t l = 0; l < want.size(); ++l)
+    for (size_t h = 0; h < want[l].size(); ++h) bad += kv_sums_off(got.at(l).at(h), want[l][h]);
+  return bad;
+}
+
+// kvpress 0.5.5 RestoreKVPress (KVzipPress's passes, then one restore pass of 8 learned embeddings
+// through a LoRA adapter over the uncut cache, whose K/V are kept, then KVzip's cut raised by 8 / L)
+// as `restorekv`, against the RestoreKVPress cases of kvpress_smollm2_goldens.json (r = 0.5 and
+// 0.75; the generator's random adapter and embeddings, tests/fixtures/policies/restorekv_smollm2_random,
+// loaded by transformers' PEFT; the model truncated to the cases' num_layers). Cost: ONE prompt
+// step with its scoring pass serves both ratios (ShadowCut: the 0.75 policy scores the same passes
+// and its cut is recorded), and one more run for the changed parameter. Each head must keep
+// kvpress's positions (the restore rows included) but for the marked near-ties, and as many; the
+// restore rows' K/V sums must match within 1e-3 relative. A LoRA of twice the scale (lora_alpha
+// doubled) must change them.
+TEST(KvpressSmolLM2, RestorekvMatchesKvpressRestoreKVPress) {
+  KVB_REQUIRE_DEFAULT_MODEL();
+  const SmolGoldens gold;
+  std::vector<const json*> cases;
+  for (const auto& c : gold.g["cases"])
+    if (c["press"] == "RestoreKVPress") cases.push_back(&c);
+  ASSERT_EQ(cases.size(), 2u) << "the golden's RestoreKVPress cases";
+  const int layers = (*cases[0])["num_layers"], n = (*cases[0])["restore_rows"];
+  // The pieces kvpress built (the KVzipPress cases record them; KvzipMatchesKvpressKVzipPress checks
+  // that kvbench builds the same from the GGUF's tokenizer and template, which take seconds to load).
+  ScoringPrompts prompts;
+  for (const auto& c : gold.g["cases"])
+    if (c["press"] == "KVzipPress") {
+      const json& kp = c["kvzip_prompts"];
+      prompts.repeat = kp["repeat"].get<std::vector<int32_t>>();
+      prompts.repeat_part = kp["repeat_part"].get<std::vector<int32_t>>();
+      prompts.suffix = kp["suffix"].get<std::vector<int32_t>>();
+      prompts.prefix = kp["prefix"].get<int64_t>();
+      prompts.from_template = true;
+    }
+  ASSERT_FALSE(prompts.repeat.empty()) << "the golden's KVzipPress cases record kvpress's prompts";
+  auto model = truncated_default_model(layers);
+  const int heads = model->config().num_kv_heads;
+  const auto P = static_cast<int32_t>(gold.L);
+  auto policy = [](const json& c) { return make_policy(PolicySpec::parse(with_fixtures(c["spec"]), 0)); };
+  KeepSets shadow_kept;
+  auto shadow = std::make_unique<ShadowCut>(policy(*cases[0]), policy(*cases[1]), &shadow_kept);
+  const std::pair<KeepSets, KeptKvs> run = run_restore(model, std::move(shadow), gold.prompt, prompts, P);
+  const KeepSets& kept0 = run.first;
+  const KeptKvs& kv0 = run.second;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const json& c = *cases[k];
+    SCOPED_TRACE(c["name"].get<std::string>() + " (" + c["spec"].get<std::string>() + ")");
+    const KeepSets& got = k == 0 ? kept0 : shadow_kept;
+    ASSERT_EQ(static_cast<int>(got.size()), layers);
+    const Diff d = compare(c, got, layers, heads, gold.L + n);
+    EXPECT_EQ(d.count_heads, 0) << "heads keeping another number of tokens";
+    EXPECT_EQ(d.set_heads, 0) << "heads differing outside the near-ties, first " << d.first;
+    EXPECT_LT(d.ties, layers * heads * gold.L / 20) << "near-ties must stay a small fraction";
+    for (const auto& l : got)
+      for (const auto& h : l)
+        for (int32_t i = 0; i < n; ++i) EXPECT_TRUE(std::count(h.begin(), h.end(), P + i)) << "restore row " << i;
+  }
+  EXPECT_EQ(restore_kv_diff(*cases[0], kv0), 0) << "the restore rows' K/V differ from kvpress's";
+  // The changed parameter: the same adapter with lora_alpha doubled (twice the LoRA scale).
+  const std::filesystem::path src = test::fixture("policies/restorekv_smollm2_random"),
+                              dir = test::temp_dir("restorekv_alpha");
+  for (const char* f : {"adapter_model.safetensors", "restore_embeddings.safetensors"})
+    std::filesystem::copy_file(src / f, dir / f, std::filesystem::copy_options::overwrite_existing);
+  json cfg = parse_json_file((src / "adapter_config.json").string());
+  cfg["lora_alpha"] = cfg["lora_alpha"].get<double>() * 2;
+  std::ofstream((dir / "adapter_config.json").string()) << cfg.dump();
+  const auto other = run_restore(
+      model, make_policy(PolicySpec::parse("restorekv:ratio=0.5,adapter=" + dir.string(), 0)), gold.prompt, prompts, P);
+  EXPECT_GT(restore_kv_diff(*cases[0], other.second), 0)
+      << "twice the LoRA scale keeps kvpress's restore K/V: the golden does not discriminate";
 }
 
 }  // namespace

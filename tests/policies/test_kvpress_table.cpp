@@ -29,6 +29,7 @@ std::string concrete(std::string spec) {
       // fastkvzip reads its gates' tensors at its first layer step: any weights file builds it.
       {"gates=FILE", "gates=" + test::fixture("policies/qfilter_smollm2_random.safetensors")},
       {"curve=FILE", "curve=" + test::fixture("policies/lukv_curve_smollm2_random.npy")},
+      {"adapter=DIR", "adapter=" + test::fixture("policies/restorekv_smollm2_random")},
       {"sparsity=s", "sparsity=0.25"},
       {"seed=s", "seed=3"},
       {"threshold=t", "threshold=-2"}};
@@ -42,7 +43,8 @@ std::string golden_concrete(std::string spec) {
        std::map<std::string, std::string>{{"{duo_pattern}", test::fixture("policies/duo_pattern_tiny")},
                                           {"{scorer}", test::fixture("policies/kvzap_mlp_tiny-llama3")},
                                           {"{qfilters}", test::fixture("policies/qfilter_smollm2_random.safetensors")},
-                                          {"{lukv_curve}", test::fixture("policies/lukv_curve_smollm2_random.npy")}})
+                                          {"{lukv_curve}", test::fixture("policies/lukv_curve_smollm2_random.npy")},
+                                          {"{restorekv_adapter}", test::fixture("policies/restorekv_smollm2_random")}})
     for (size_t at; (at = spec.find(from)) != std::string::npos;) spec.replace(at, from.size(), to);
   return spec;
 }

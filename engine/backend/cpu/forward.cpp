@@ -138,7 +138,36 @@ struct CpuBackend::Step {
   std::vector<std::vector<std::vector<std::pair<int32_t, int32_t>>>> spans;
   std::vector<std::vector<TokenRange>> ranges;  ///< storage of the span tasks' TokenRanges
   std::vector<int64_t> kv_read;                 ///< [item] K/V token rows read (ForwardStats::kv_read_tokens)
+  const LoraAdapter* lora = nullptr;            ///< the items' LoRA adapter (ForwardItem::lora), or null
+  /// y[T', out] += the LoRA delta of projection `t` of layer `l` on x[T', in] (nothing when the
+  /// step has no adapter or the adapter does not target it).
+  void add_lora(int l, LoraTarget t, const float* x, int64_t rows, float* y) const {
+    if (const LoraMatrix* m = lora ? lora->at(l, t) : nullptr) lora_add(*m, x, rows, y);
+  }
 };
+
+namespace {
+
+/// Checks that LoRA adapter `a` fits `m`: one entry per decoder layer, and each targeted
+/// projection's [out, in] equal to the weight's. Throws kvb::Error naming the adapter otherwise.
+void check_lora_fits(const LoraAdapter& a, const Model& m) {
+  const auto& layers = m.layers();
+  if (a.layers.size() != layers.size())
+    fail("forward: LoRA adapter {} covers {} decoder layers; this model has {} (made for another model?)", a.source,
+         a.layers.size(), layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerWeights& w = layers[l];
+    const Mat* of[kLoraTargets] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
+    for (int t = 0; t < kLoraTargets; ++t) {
+      const LoraMatrix* lm = a.at(static_cast<int>(l), static_cast<LoraTarget>(t));
+      if (lm && (lm->in != of[t]->cols || lm->out != of[t]->rows))
+        fail("forward: LoRA adapter {}: layer {} {} is [{}, {}] (out, in); the model's is [{}, {}]", a.source, l,
+             lora_target_name(static_cast<LoraTarget>(t)), lm->out, lm->in, of[t]->rows, of[t]->cols);
+    }
+  }
+}
+
+}  // namespace
 
 void attend_spans(const KVCache& cache, SeqId seq, int layer, int h, const float* q, int32_t qpos, int D, float scale,
                   std::span<const std::pair<int32_t, int32_t>> spans, float* out) {
@@ -194,8 +223,11 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   s.row0.assign(items.size() + 1, 0);
   for (size_t b = 0; b < items.size(); ++b) {
     if (items[b].n <= 0) fail("forward: sequence {} has no tokens in this step", items[b].seq);
+    if (items[b].lora != items[0].lora) fail("forward: the items of one step name different LoRA adapters");
     s.row0[b + 1] = s.row0[b] + items[b].n;
   }
+  s.lora = items.empty() ? nullptr : items[0].lora;
+  if (s.lora) check_lora_fits(*s.lora, m_);
   const int64_t T = s.T = s.row0.back();
   // Q and the attention output live only in a layer's attention block, the MLP's gate and up
   // (one piece of rows) only in its MLP block: each pair shares one buffer.
@@ -211,6 +243,12 @@ void CpuBackend::forward(std::span<ForwardItem> items, Policy* policy, std::vect
   if (released) release_freed_heap();  // a prefill chunk's buffers (engine/util/memory.h)
 
   for (size_t b = 0; b < items.size(); ++b) {
+    if (items[b].embeddings) {  // given input rows (a restore pass): the residual stream as they are
+      if (m_.embed_scale() != 1.0f)
+        fail("forward: input embeddings on a model that scales its embeddings (x{}): not supported", m_.embed_scale());
+      std::memcpy(&x_[s.row0[b] * H], items[b].embeddings, sizeof(float) * static_cast<size_t>(items[b].n) * H);
+      continue;
+    }
     for (int i = 0; i < items[b].n; ++i) {
       const int32_t tok = items[b].tokens[i];
       if (tok < 0 || tok >= V) fail("forward: token id {} out of range [0, {})", tok, V);
@@ -269,6 +307,9 @@ void CpuBackend::attention_block(Step& s, int l) {
   if (bf16_points_) round_bf16(xn_.data(), T * H);
   const MatmulOut qkv[] = {{&w.wq, w.bq, q_.data()}, {&w.wk, w.bk, k_.data()}, {&w.wv, w.bv, v_.data()}};
   matmul_nt_many(xn_.data(), T, H, qkv);
+  s.add_lora(l, LoraTarget::kQ, xn_.data(), T, q_.data());
+  s.add_lora(l, LoraTarget::kK, xn_.data(), T, k_.data());
+  s.add_lora(l, LoraTarget::kV, xn_.data(), T, v_.data());
   // q/k norm (qwen3), then RoPE; per token.
 #pragma omp parallel for schedule(static) if (T * (Hq + Hkv) * D > kParallelWork)
   for (int64_t t = 0; t < T; ++t) {
@@ -380,6 +421,7 @@ void CpuBackend::attention_block(Step& s, int l) {
   // Output projection + residual.
   if (bf16_points_) round_bf16(att_.data(), T * Hq * D);
   matmul_nt(att_.data(), w.wo, nullptr, xn_.data(), T, static_cast<int64_t>(Hq) * D, H);
+  s.add_lora(l, LoraTarget::kO, att_.data(), T, xn_.data());
   if (w.post_attn_norm) rms_norm(xn_.data(), w.post_attn_norm, xn_.data(), T, H, eps);
   for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];
 }
@@ -487,9 +529,12 @@ void CpuBackend::mlp_block(Step& s, int l) {
     float* up = att_.data();
     const MatmulOut gate_up[] = {{&w.w_gate, nullptr, gate}, {&w.w_up, nullptr, up}};
     matmul_nt_many(xp, n, H, gate_up);
+    s.add_lora(l, LoraTarget::kGate, xp, n, gate);
+    s.add_lora(l, LoraTarget::kUp, xp, n, up);
     gated_activation(activation_, gate, up, n * I);
     if (bf16_points_) round_bf16(gate, n * I);
     matmul_nt(gate, w.w_down, nullptr, xp, n, I, H);
+    s.add_lora(l, LoraTarget::kDown, gate, n, xp);
   }
   if (w.post_mlp_norm) rms_norm(xn_.data(), w.post_mlp_norm, xn_.data(), T, H, eps);
   for (int64_t i = 0; i < T * H; ++i) x_[i] += xn_[i];

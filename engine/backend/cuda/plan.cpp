@@ -32,6 +32,14 @@ void check_model_support(const ModelConfig& cf) {
     if (cf.window(l) < 0) invalid(fmt::format("layer {}'s negative sliding window {}", l, cf.window(l)));
 }
 
+void check_policy_support(const std::string& policy, bool restore_pass) {
+  if (restore_pass)
+    fail(
+        "--backend cuda: policy '{}': a restore pass (input-embedding rows through a LoRA adapter) is not "
+        "implemented by the CUDA backend; use --backend cpu",
+        policy);
+}
+
 namespace {
 constexpr int64_t kNoSplit = int64_t(1) << 30;  // a multiple of kAttnTile longer than any head
 }  // namespace

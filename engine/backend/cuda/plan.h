@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -35,6 +36,13 @@ namespace kvb::cuda {
 /// ModelConfig::attention_scale); (1 + w) norms need nothing (Model folds them into the weights it
 /// uploads). The backend calls it before opening a device.
 void check_model_support(const ModelConfig& cfg);
+
+/// Throws kvb::Error ("--backend cuda: policy '<policy>': a restore pass (...) is not implemented
+/// by the CUDA backend; use --backend cpu") for a policy that asks for a restore pass
+/// (PolicyNeeds::restore_pass: input-embedding rows through a LoRA adapter, RestoreKV): the CUDA
+/// forward takes token ids only and applies no LoRA deltas. The engine calls it before it builds a
+/// CUDA backend.
+void check_policy_support(const std::string& policy, bool restore_pass);
 
 /// The attention launch plan of one layer of one step.
 struct AttnPlan {
