@@ -215,7 +215,8 @@ TEST(Kernels, KQuantKernelsKeepTheirBitsOnEveryIsaRowCountAndBatch) {
   const struct {
     DType t;
     uint64_t golden;
-  } kTypes[] = {{DType::Q4_K, 0x4bd93bb5672e43f3ull}, {DType::Q5_K, 0x46c59d9403ddce10ull}, {DType::Q6_K, 0x82c4c80adaa89299ull}};
+  } kTypes[] = {
+      {DType::Q4_K, 0x4bd93bb5672e43f3ull}, {DType::Q5_K, 0x46c59d9403ddce10ull}, {DType::Q6_K, 0x82c4c80adaa89299ull}};
   for (const auto& tc : kTypes) {
     const DType t = tc.t;
     SCOPED_TRACE(dtype_name(t));
@@ -227,7 +228,9 @@ TEST(Kernels, KQuantKernelsKeepTheirBitsOnEveryIsaRowCountAndBatch) {
     for (auto& b : w) b = static_cast<uint8_t>(splitmix(seed));
     for (int64_t blk = 0; blk < kN / 256 * kRows; ++blk) {
       uint8_t* o = w.data() + blk * tr.bytes;
-      const auto f16 = [&seed] { return static_cast<uint16_t>(((8 + splitmix(seed) % 8) << 10) | (splitmix(seed) & 0x3ff)); };
+      const auto f16 = [&seed] {
+        return static_cast<uint16_t>(((8 + splitmix(seed) % 8) << 10) | (splitmix(seed) & 0x3ff));
+      };
       const uint16_t d = f16(), m = f16();
       if (t == DType::Q6_K) {
         std::memcpy(o + 208, &d, 2);
@@ -280,7 +283,8 @@ TEST(Kernels, KQuantKernelsKeepTheirBitsOnEveryIsaRowCountAndBatch) {
           std::fill(y.begin(), y.end(), -1.0f);
           int64_t r = 0;
           for (; r + 4 <= T; r += 4)
-            for (int j = 0; j < kRows; ++j) dot4(kN, w.data() + rb * j, act.data() + ab * r, ab, &y[r * kRows + j], kRows);
+            for (int j = 0; j < kRows; ++j)
+              dot4(kN, w.data() + rb * j, act.data() + ab * r, ab, &y[r * kRows + j], kRows);
           for (; r < T; ++r)
             for (int j = 0; j < kRows; ++j) y[r * kRows + j] = dot(kN, w.data() + rb * j, act.data() + ab * r);
           EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << "four-row kernel";
