@@ -228,8 +228,10 @@ TEST(Kernels, KQuantKernelsKeepTheirBitsOnEveryIsaRowCountAndBatch) {
     for (auto& b : w) b = static_cast<uint8_t>(splitmix(seed));
     for (int64_t blk = 0; blk < kN / 256 * kRows; ++blk) {
       uint8_t* o = w.data() + blk * tr.bytes;
-      const auto f16 = [&seed] {
-        return static_cast<uint16_t>(((8 + splitmix(seed) % 8) << 10) | (splitmix(seed) & 0x3ff));
+      const auto f16 = [&seed] {  // the two draws in sequence (not both in one expression)
+        const uint64_t e = 8 + splitmix(seed) % 8;
+        const uint64_t mant = splitmix(seed) & 0x3ff;
+        return static_cast<uint16_t>((e << 10) | mant);
       };
       const uint16_t d = f16(), m = f16();
       if (t == DType::Q6_K) {
