@@ -144,7 +144,7 @@ using VecDotTileFn = void (*)(int64_t n, const void* const* w_rows, int nw, cons
                               int64_t T, float* y, int64_t ystride);
 /// The tile kernel from the same ISA build as vec_dot_fn(w, isa), or nullptr where that build
 /// has none (then call VecDot4Fn / VecDotFn per row). x86 AVX2 / AVX-512 VNNI: Q4_0, Q4_1, Q5_0,
-/// Q5_1, Q8_0.
+/// Q5_1, Q8_0, Q6_K (eight activation rows per weight row with AVX-512 VNNI).
 VecDotTileFn vec_dot_tile_fn(DType w, Isa isa);
 
 /// y[t·ystride + r] = Σ_k w[r][k]·x[t·xstride + k] in f32 for nw ≤ 16 f32 weight rows w[r][in]

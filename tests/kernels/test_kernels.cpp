@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/backend/cpu/forward.h"
@@ -186,6 +187,123 @@ TEST(Kernels, FourRowDotHasTheSingleRowBits) {
   }
   // Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 have one in the x86 builds.
   if (isa_supported(Isa::kAvx2)) EXPECT_GE(checked, 5);
+}
+
+/// splitmix64: a platform-independent stream (std::normal_distribution is not), so the golden
+/// hashes below are the same for every standard library.
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// The K-quant kernels (Q4_K, Q5_K, Q6_K against Q8_K) of every ISA build the CPU has, through
+// every entry point (single row, four rows, the tile), on `rows` = 37 weight rows (odd) and
+// T = 1, 4, 8 and 11 activation rows (a tail after two groups of four), give each element the
+// bits of the AVX2 single-row kernel; and those bits are pinned by an FNV-1a hash recorded from
+// the kernels of 159843d (before the AVX-512 VNNI K-quant rewrite of issue 44 item 6: vpdpwssd,
+// 512-bit Q6_K), so a kernel change that moves any output bit fails here. Weights are random
+// bytes with f16 scales of exponent 8..15; activations random Q8_K rows (|q| ≤ 127, f32 d,
+// exact block sums), built without the f32 quantiser.
+TEST(Kernels, KQuantKernelsKeepTheirBitsOnEveryIsaRowCountAndBatch) {
+  if (!isa_supported(Isa::kAvx2)) {
+    GTEST_SKIP() << "the golden bits are the AVX2 kernels'";
+  }
+  constexpr int kRows = 37;
+  constexpr int64_t kN = 1536;  // six 256-blocks (Qwen2.5-1.5B's hidden size)
+  const struct {
+    DType t;
+    uint64_t golden;
+  } kTypes[] = {
+      {DType::Q4_K, 0x4bd93bb5672e43f3ull}, {DType::Q5_K, 0x46c59d9403ddce10ull}, {DType::Q6_K, 0x82c4c80adaa89299ull}};
+  for (const auto& tc : kTypes) {
+    const DType t = tc.t;
+    SCOPED_TRACE(dtype_name(t));
+    uint64_t seed = 1234 + static_cast<uint64_t>(t);
+    const DTypeTraits tr = dtype_traits(t);
+    const size_t rb = dtype_row_bytes(t, kN), ab = act_row_bytes(t, kN);
+    ASSERT_EQ(ab, static_cast<size_t>(kN / 256 * 292));
+    std::vector<uint8_t> w(rb * kRows);
+    for (auto& b : w) b = static_cast<uint8_t>(splitmix(seed));
+    for (int64_t blk = 0; blk < kN / 256 * kRows; ++blk) {
+      uint8_t* o = w.data() + blk * tr.bytes;
+      const auto f16 = [&seed] {  // the two draws in sequence (not both in one expression)
+        const uint64_t e = 8 + splitmix(seed) % 8;
+        const uint64_t mant = splitmix(seed) & 0x3ff;
+        return static_cast<uint16_t>((e << 10) | mant);
+      };
+      const uint16_t d = f16(), m = f16();
+      if (t == DType::Q6_K) {
+        std::memcpy(o + 208, &d, 2);
+      } else {
+        std::memcpy(o, &d, 2);
+        std::memcpy(o + 2, &m, 2);
+      }
+    }
+    constexpr int64_t kT = 11;
+    std::vector<uint8_t> act(ab * kT);
+    for (int64_t r = 0; r < kT; ++r)
+      for (int64_t blk = 0; blk < kN / 256; ++blk) {
+        uint8_t* o = act.data() + ab * r + 292 * blk;
+        const float d = std::ldexp(1.0f + static_cast<float>(splitmix(seed) % 1024) / 1024.0f, -7);
+        std::memcpy(o, &d, 4);
+        int8_t q[256];
+        for (auto& v : q) v = static_cast<int8_t>(static_cast<int>(splitmix(seed) % 255) - 127);
+        std::memcpy(o + 4, q, 256);
+        for (int g = 0; g < 16; ++g) {
+          int16_t sum = 0;
+          for (int i = 0; i < 16; ++i) sum = static_cast<int16_t>(sum + q[16 * g + i]);
+          std::memcpy(o + 260 + 2 * g, &sum, 2);
+        }
+      }
+    // The reference: the AVX2 single-row kernel, element by element.
+    const VecDotFn ref = vec_dot_fn(t, Isa::kAvx2);
+    std::vector<float> want(kT * kRows);
+    for (int64_t r = 0; r < kT; ++r)
+      for (int j = 0; j < kRows; ++j) want[r * kRows + j] = ref(kN, w.data() + rb * j, act.data() + ab * r);
+    uint64_t h = 1469598103934665603ull;
+    for (const float v : want) {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      for (int k = 0; k < 4; ++k) h = (h ^ ((u >> (8 * k)) & 0xff)) * 1099511628211ull;
+    }
+    EXPECT_EQ(h, tc.golden) << std::hex << "0x" << h << " (the golden bits moved)";
+    for (const Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
+      if (!isa_supported(isa)) continue;
+      SCOPED_TRACE(isa_name(isa));
+      const VecDotFn dot = vec_dot_fn(t, isa);
+      const VecDot4Fn dot4 = vec_dot4_fn(t, isa);
+      const VecDotTileFn tile = vec_dot_tile_fn(t, isa);
+      for (const int64_t T : {1, 4, 8, 11}) {
+        SCOPED_TRACE("T " + std::to_string(T));
+        std::vector<float> y(T * kRows, -1.0f);
+        for (int64_t r = 0; r < T; ++r)
+          for (int j = 0; j < kRows; ++j) y[r * kRows + j] = dot(kN, w.data() + rb * j, act.data() + ab * r);
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << "single-row kernel";
+        if (dot4) {  // four rows at a time, the tail row by row (as matmul_nt)
+          std::fill(y.begin(), y.end(), -1.0f);
+          int64_t r = 0;
+          for (; r + 4 <= T; r += 4)
+            for (int j = 0; j < kRows; ++j)
+              dot4(kN, w.data() + rb * j, act.data() + ab * r, ab, &y[r * kRows + j], kRows);
+          for (; r < T; ++r)
+            for (int j = 0; j < kRows; ++j) y[r * kRows + j] = dot(kN, w.data() + rb * j, act.data() + ab * r);
+          EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << "four-row kernel";
+        }
+        if (tile) {  // tiles of up to 16 weight rows: 16, 16, 5
+          std::fill(y.begin(), y.end(), -1.0f);
+          for (int j0 = 0; j0 < kRows; j0 += 16) {
+            const void* wr[16];
+            const int nw = std::min(16, kRows - j0);
+            for (int j = 0; j < nw; ++j) wr[j] = w.data() + rb * (j0 + j);
+            tile(kN, wr, nw, act.data(), ab, T, &y[j0], kRows);
+          }
+          EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << "tile kernel";
+        }
+      }
+    }
+  }
 }
 
 TEST(Kernels, ActivationQuantisationRoundsToNearestLevel) {
